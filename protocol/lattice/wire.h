@@ -1,0 +1,259 @@
+/*
+ * lattice/wire.h - the Lattice wire protocol, version 1.
+ *
+ * One header for both sides of every connection to an I/O node daemon
+ * (ciod): the service node's control connection, the compute node's node
+ * connection, and each compute process's function-shipping connection.
+ * The specification in prose is docs/protocol.md; the service node mirrors
+ * these numbers in service/lattice/wire.py (a test checks they agree).
+ *
+ * Every message is a 16-byte header followed by `len` payload bytes.
+ * All integers are little-endian and fixed-width; structs below contain
+ * no implicit padding (checked by _Static_assert), so a little-endian
+ * host may read and write them directly.  Strings travel NUL-terminated
+ * inside the payload and are validated by the receiver.
+ */
+#ifndef LATTICE_WIRE_H
+#define LATTICE_WIRE_H
+
+#include <stdint.h>
+
+#define LAT_MAGIC   0x5454414Cu     /* "LATT" on the wire */
+#define LAT_VERSION 1
+
+/* Limits.  A receiver closes the connection on a header whose len is
+ * larger than LAT_MAX_PAYLOAD: it never buffers more than that. */
+#define LAT_MAX_IO        (1u << 20)             /* data bytes per read/write chunk */
+#define LAT_MAX_PAYLOAD   (LAT_MAX_IO + 8192u)   /* largest payload of any message */
+#define LAT_MAX_PATH      4096u                  /* including the NUL */
+#define LAT_MAX_FDS       1024u                  /* remote descriptors per process */
+#define LAT_KEY_BYTES     32u                    /* block security key */
+#define LAT_MAX_PSET      128u                   /* compute nodes per I/O node */
+#define LAT_MAX_ARGS      4096u                  /* argv + envp strings per job */
+#define LAT_MAX_IMAGE     (1ull << 31)           /* largest executable pushed */
+
+struct lat_hdr {
+    uint32_t magic;     /* LAT_MAGIC */
+    uint16_t version;   /* LAT_VERSION */
+    uint16_t type;      /* enum lat_type; replies have LAT_REPLY set */
+    uint32_t len;       /* payload bytes following this header */
+    uint32_t seq;       /* set by the requester, echoed in the reply; 0 for one-way */
+};
+_Static_assert(sizeof(struct lat_hdr) == 16, "lat_hdr layout");
+
+#define LAT_REPLY 0x8000u
+
+/*
+ * Message types.  Each service owns a block of 256 numbers; a request's
+ * reply is the same number with LAT_REPLY set.  Messages marked one-way
+ * have no reply.
+ */
+enum lat_type {
+    /* session: first message on every connection to ciod */
+    LAT_HELLO          = 0x0001,  /* struct lat_hello -> struct lat_hello_ack */
+    LAT_ERROR          = 0x00FF,  /* reply to a request ciod could not decode:
+                                     struct lat_sysret (ret -1, err) + message text */
+
+    /* control: service node <-> ciod */
+    LAT_CTL_STATUS     = 0x0100,  /* empty -> struct lat_ctl_status */
+    LAT_CTL_JOB        = 0x0101,  /* struct lat_job + tail -> struct lat_sysret + message text */
+    LAT_CTL_KILL       = 0x0102,  /* struct lat_kill -> struct lat_sysret */
+    LAT_CTL_SHUTDOWN   = 0x0103,  /* empty -> struct lat_sysret; then ciod exits */
+    LAT_CTL_COUNTERS   = 0x0104,  /* empty -> uint64_t calls[LAT_SYS__END - LAT_SYS__BASE] */
+    LAT_CTL_OUTPUT     = 0x0180,  /* one-way ciod->sn: struct lat_output + data */
+    LAT_CTL_EXIT       = 0x0181,  /* one-way ciod->sn: struct lat_exit + message text */
+    LAT_CTL_JOB_END    = 0x0182,  /* one-way ciod->sn: struct lat_job_end */
+
+    /* node: compute node <-> ciod */
+    LAT_NODE_JOB       = 0x0200,  /* one-way ciod->cn: struct lat_node_job + tail */
+    LAT_NODE_IMAGE     = 0x0201,  /* one-way ciod->cn: raw executable bytes */
+    LAT_NODE_START     = 0x0202,  /* one-way ciod->cn: struct lat_job_end (job id) */
+    LAT_NODE_KILL      = 0x0203,  /* one-way ciod->cn: struct lat_kill */
+    LAT_NODE_SHUTDOWN  = 0x0204,  /* one-way ciod->cn: empty; the node exits */
+    LAT_NODE_OUTPUT    = 0x0280,  /* one-way cn->ciod: struct lat_output + data */
+    LAT_NODE_EXIT      = 0x0281,  /* one-way cn->ciod: struct lat_exit + message text */
+
+    /* function shipping: compute process -> ciod.  Request payload is
+     * struct lat_sysreq + data, reply payload struct lat_sysret + data. */
+    LAT_SYS__BASE      = 0x0300,
+    LAT_SYS_OPENAT     = 0x0300,  /* a0 dirfd, a1 flags, a2 mode; path          -> ret fd */
+    LAT_SYS_CLOSE      = 0x0301,  /* a0 fd */
+    LAT_SYS_READ       = 0x0302,  /* a0 fd, a1 count (<= LAT_MAX_IO)            -> data */
+    LAT_SYS_WRITE      = 0x0303,  /* a0 fd; data (<= LAT_MAX_IO)                -> ret n */
+    LAT_SYS_PREAD      = 0x0304,  /* a0 fd, a1 count, a2 offset                 -> data */
+    LAT_SYS_PWRITE     = 0x0305,  /* a0 fd, a2 offset; data                     -> ret n */
+    LAT_SYS_LSEEK      = 0x0306,  /* a0 fd, a1 offset, a2 whence                -> ret off */
+    LAT_SYS_FSTATAT    = 0x0307,  /* a0 dirfd, a1 flags; path ("" + AT_EMPTY_PATH
+                                     for fstat)                                 -> struct lat_stat */
+    LAT_SYS_STATX      = 0x0308,  /* a0 dirfd, a1 flags, a2 mask; path          -> struct statx (256 B) */
+    LAT_SYS_FACCESSAT  = 0x0309,  /* a0 dirfd, a1 mode, a2 flags; path */
+    LAT_SYS_UNLINKAT   = 0x030A,  /* a0 dirfd, a1 flags (AT_REMOVEDIR); path */
+    LAT_SYS_RENAMEAT   = 0x030B,  /* a0 olddirfd, a1 newdirfd, a2 flags; old\0new\0 */
+    LAT_SYS_MKDIRAT    = 0x030C,  /* a0 dirfd, a1 mode; path */
+    LAT_SYS_GETDENTS64 = 0x030D,  /* a0 fd, a1 count (<= LAT_MAX_IO)            -> linux_dirent64 records */
+    LAT_SYS_READLINKAT = 0x030E,  /* a0 dirfd, a1 bufsiz; path                  -> data (no NUL) */
+    LAT_SYS_TRUNCATE   = 0x030F,  /* a1 length; path */
+    LAT_SYS_FTRUNCATE  = 0x0310,  /* a0 fd, a1 length */
+    LAT_SYS_FSYNC      = 0x0311,  /* a0 fd */
+    LAT_SYS_FDATASYNC  = 0x0312,  /* a0 fd */
+    LAT_SYS_DUP        = 0x0313,  /* a0 fd                                      -> ret new fd */
+    LAT_SYS_FCNTL      = 0x0314,  /* a0 fd, a1 cmd (F_GETFL|F_SETFL), a2 arg     -> ret */
+    LAT_SYS_CHDIR      = 0x0315,  /* path */
+    LAT_SYS_FCHDIR     = 0x0316,  /* a0 fd */
+    LAT_SYS_GETCWD     = 0x0317,  /* a0 size                                    -> path with NUL, ret length */
+    LAT_SYS_UMASK      = 0x0318,  /* a0 mask                                    -> ret old mask */
+    LAT_SYS_FCHMODAT   = 0x0319,  /* a0 dirfd, a1 mode, a2 flags; path */
+    LAT_SYS_FCHMOD     = 0x031A,  /* a0 fd, a1 mode */
+    LAT_SYS_UTIMENSAT  = 0x031B,  /* a0 dirfd, a1 flags, a2 1 if times given;
+                                     struct lat_timespec[2] (always), path      */
+    LAT_SYS_STATFS     = 0x031C,  /* path                                       -> struct lat_statfs */
+    LAT_SYS_FSTATFS    = 0x031D,  /* a0 fd                                      -> struct lat_statfs */
+    LAT_SYS__END       = 0x031E,
+};
+
+/* Directory descriptor meaning "the process's working directory". */
+#define LAT_AT_FDCWD (-100)
+
+/* Connection roles, carried in lat_hello.role. */
+enum lat_role {
+    LAT_ROLE_CONTROL = 1,   /* the service node */
+    LAT_ROLE_NODE    = 2,   /* a compute node's supervisor */
+    LAT_ROLE_PROC    = 3,   /* a compute process shipping its calls */
+};
+
+struct lat_hello {
+    uint32_t role;                  /* enum lat_role */
+    uint32_t node;                  /* pset-local node index (NODE, PROC) */
+    uint64_t job;                   /* job id (PROC), else 0 */
+    uint8_t  key[LAT_KEY_BYTES];    /* the block's security key */
+};
+_Static_assert(sizeof(struct lat_hello) == 48, "lat_hello layout");
+
+struct lat_hello_ack {
+    int32_t  err;           /* 0, or why the hello was refused (EACCES, EPROTO, EBUSY) */
+    uint32_t max_io;        /* agreed data chunk size (LAT_MAX_IO) */
+    uint32_t pset;          /* pset number of this I/O node */
+    uint32_t pset_size;     /* compute nodes in the pset */
+};
+_Static_assert(sizeof(struct lat_hello_ack) == 16, "lat_hello_ack layout");
+
+/* Generic result: syscall replies, control acks, LAT_ERROR. */
+struct lat_sysret {
+    int64_t  ret;           /* result, or -1 */
+    int32_t  err;           /* errno when ret == -1, else 0 */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_sysret) == 16, "lat_sysret layout");
+
+struct lat_sysreq {
+    int64_t a[4];           /* arguments, as documented per call above */
+};
+_Static_assert(sizeof(struct lat_sysreq) == 32, "lat_sysreq layout");
+
+struct lat_ctl_status {
+    uint32_t nodes_connected;   /* compute nodes that said hello and are alive */
+    uint32_t pset_size;
+    uint64_t job;               /* running job id, 0 if idle */
+};
+_Static_assert(sizeof(struct lat_ctl_status) == 16, "lat_ctl_status layout");
+
+/*
+ * LAT_CTL_JOB payload: struct lat_job, then
+ *   int32_t  rank[pset_size]   rank run by each pset-local node, -1 = idle
+ *   uint32_t groups[ngroups]   supplementary groups
+ *   strings, each NUL-terminated: exe, cwd, argv[nargs], env[nenv]
+ */
+struct lat_job {
+    uint64_t job;           /* job id (service node database) */
+    uint32_t uid;
+    uint32_t gid;
+    uint32_t ngroups;       /* <= 256 */
+    uint32_t nargs;         /* argv count, >= 1 */
+    uint32_t nenv;
+    uint32_t nranks;        /* ranks in the whole job */
+    uint32_t pset_size;     /* must equal the I/O node's */
+    uint32_t flags;         /* 0 */
+};
+_Static_assert(sizeof(struct lat_job) == 40, "lat_job layout");
+
+struct lat_kill {
+    int32_t  sig;
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_kill) == 8, "lat_kill layout");
+
+enum lat_stream { LAT_STDOUT = 1, LAT_STDERR = 2 };
+
+struct lat_output {
+    uint32_t rank;          /* job rank (from ciod) or 0 (from a node: ciod fills it) */
+    uint32_t stream;        /* enum lat_stream */
+};
+_Static_assert(sizeof(struct lat_output) == 8, "lat_output layout");
+
+enum lat_exit_how {
+    LAT_EXIT_CODE    = 1,   /* value = exit code */
+    LAT_EXIT_SIGNAL  = 2,   /* value = signal number */
+    LAT_EXIT_LAUNCH  = 3,   /* could not start; value = errno; message says why */
+    LAT_EXIT_LOST    = 4,   /* the node died; value = 0; message names the node */
+};
+
+struct lat_exit {
+    uint64_t job;
+    uint32_t rank;
+    uint32_t node;          /* pset-local node index */
+    uint32_t how;           /* enum lat_exit_how */
+    int32_t  value;
+};
+_Static_assert(sizeof(struct lat_exit) == 24, "lat_exit layout");
+
+struct lat_job_end {
+    uint64_t job;
+};
+_Static_assert(sizeof(struct lat_job_end) == 8, "lat_job_end layout");
+
+/*
+ * LAT_NODE_JOB payload: struct lat_node_job, then
+ *   uint32_t groups[ngroups]
+ *   strings, each NUL-terminated: argv[nargs], env[nenv]
+ * followed on the connection by LAT_NODE_IMAGE messages carrying exactly
+ * image_size bytes, then LAT_NODE_START.
+ */
+struct lat_node_job {
+    uint64_t job;
+    uint64_t image_size;
+    uint32_t rank;
+    uint32_t size;          /* ranks in the whole job */
+    uint32_t uid;
+    uint32_t gid;
+    uint32_t ngroups;
+    uint32_t nargs;
+    uint32_t nenv;
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_node_job) == 48, "lat_node_job layout");
+
+struct lat_timespec {
+    int64_t sec;
+    int64_t nsec;           /* or UTIME_NOW / UTIME_OMIT */
+};
+_Static_assert(sizeof(struct lat_timespec) == 16, "lat_timespec layout");
+
+struct lat_stat {
+    uint64_t dev, ino, nlink;
+    uint32_t mode, uid, gid, pad;
+    uint64_t rdev;
+    int64_t  size, blksize, blocks;
+    int64_t  atime_sec, atime_nsec;
+    int64_t  mtime_sec, mtime_nsec;
+    int64_t  ctime_sec, ctime_nsec;
+};
+_Static_assert(sizeof(struct lat_stat) == 120, "lat_stat layout");
+
+struct lat_statfs {
+    int64_t  type, bsize;
+    uint64_t blocks, bfree, bavail, files, ffree, fsid;
+    int64_t  namelen, frsize, flags;
+};
+_Static_assert(sizeof(struct lat_statfs) == 88, "lat_statfs layout");
+
+#endif

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Lattice needs on Debian 12, builds the node-side programs and
+# installs the service node (the `lattice` command) into .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential gfortran libjansson-dev python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: please install as root: apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+make -s all
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+echo "setup: built build/ and installed .venv/bin/lattice"

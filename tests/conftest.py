@@ -1,0 +1,105 @@
+"""Shared fixtures: the repository's build, and machines in private LATTICE_HOMEs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+EXAMPLES = BUILD / "examples"
+LATTICE = [sys.executable, "-m", "lattice"]
+
+
+@dataclass
+class Machine:
+    """A Lattice machine in its own LATTICE_HOME, driven through the CLI."""
+
+    home: Path
+    work: Path  # hidden from compute nodes: only the I/O nodes see it
+    env: dict[str, str] = field(default_factory=dict)
+    run_dir: str = ""
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([*LATTICE, *args], env=self.env, capture_output=True, text=True,
+                           timeout=timeout, input=input)
+        if check and p.returncode != 0:
+            raise AssertionError(f"lattice {' '.join(args)} exited {p.returncode}\n"
+                                 f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+        return p
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*LATTICE, *args], env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def personalities(self, block: str) -> list[dict[str, object]]:
+        return [json.loads(p.read_text()) for p in sorted((self.home / "blocks" / block).rglob("*.json"))
+                if '"ciod"' in p.read_text()]
+
+    def ciod_addresses(self, block: str) -> list[str]:
+        return sorted({str(p["ciod"]) for p in self.personalities(block)})
+
+    def processes(self, program: str, block: str | None = None) -> list[int]:
+        """pids of this machine's `program` processes serving `block` (any block if None)."""
+        pids = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if not argv or not argv[0].endswith(program.encode()):
+                continue
+            text = b" ".join(argv).decode(errors="replace")
+            if str(self.home) not in text and not (self.run_dir and self.run_dir in text):
+                continue
+            if block is None or f"/blocks/{block}/" in text or f"--block {block}" in text:
+                pids.append(int(d.name))
+        return sorted(pids)
+
+
+def make_machine(tmp: Path, *init_args: str) -> Machine:
+    home = tmp / "home"
+    work = tmp / "work"
+    work.mkdir(parents=True)
+    os.chmod(tmp, 0o755)
+    os.chmod(work, 0o755)
+    env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"))
+    m = Machine(home=home, work=work, env=env)
+    m.run("init", *init_args, "--hide", str(work))
+    return m
+
+
+@pytest.fixture(scope="session")
+def built() -> Path:
+    """Everything is built by scripts/test.sh; fail clearly if not."""
+    for p in ("bin/ciod", "bin/cnode", "lib/libcnclient.so", "examples/fileops"):
+        assert (BUILD / p).exists(), f"{BUILD / p} missing: run make"
+    return BUILD
+
+
+@pytest.fixture(scope="module")
+def default_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    """The default machine (2x2x4, psets of 8) with block R00 booted over all of it."""
+    m = make_machine(tmp_path_factory.mktemp("default"))
+    m.run("block", "create", "R00", "--shape", "2x2x4")
+    m.run("boot", "R00")
+    yield m
+    m.run("free", "R00", check=False)
+
+
+@pytest.fixture
+def small_machine(built: Path, tmp_path: Path) -> Iterator[Machine]:
+    """A 1x1x4 machine in psets of 2 (two I/O nodes): cheap to break."""
+    m = make_machine(tmp_path, "--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
+    yield m
+    for b in ("S", ):
+        m.run("free", b, check=False)

@@ -1,0 +1,163 @@
+"""Bad input and dying nodes: clear messages, RAS events, daemons survive."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import struct
+import time
+
+from conftest import EXAMPLES, Machine
+
+MAGIC, VERSION = 0x5454414C, 1
+
+
+def connect(addr: str) -> socket.socket:
+    kind, _, where = addr.partition(":")
+    if kind == "unix":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(where)
+    else:
+        host, _, port = where.rpartition(":")
+        s = socket.create_connection((host, int(port)))
+    s.settimeout(10)
+    return s
+
+
+def send_garbage(addr: str, key: bytes) -> None:
+    rnd = random.Random(42)
+    # random bytes
+    with connect(addr) as s:
+        s.sendall(bytes(rnd.getrandbits(8) for _ in range(4096)))
+        assert s.recv(65536) is not None
+    # a header that lies about its length
+    with connect(addr) as s:
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 0xFFFFFFF0, 1) + b"x" * 100)
+        assert s.recv(65536) == b""  # closed on us
+    # a truncated hello
+    with connect(addr) as s:
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 48, 1) + b"short")
+        s.shutdown(socket.SHUT_WR)
+        s.recv(65536)
+    # an authenticated control connection sending an unknown opcode and a bogus call
+    with connect(addr) as s:
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 48, 1)
+                  + struct.pack("<IIQ", 1, 0, 0) + key)
+        hdr = recv_exact(s, 16)
+        _, _, typ, ln, _ = struct.unpack("<IHHII", hdr)
+        err = struct.unpack("<i", recv_exact(s, ln)[:4])[0]
+        assert err == 0
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0777, 0, 2))
+        _, _, typ, ln, seq = struct.unpack("<IHHII", recv_exact(s, 16))
+        body = recv_exact(s, ln)
+        assert typ == 0x00FF | 0x8000 or typ == 0x0777 | 0x8000, hex(typ)
+        assert struct.unpack("<qi", body[:12])[0] == -1
+        # a file-system call on a control connection: refused, not executed
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0301, 32, 3) + struct.pack("<qqqq", 99, 0, 0, 0))
+        _, _, typ, ln, seq = struct.unpack("<IHHII", recv_exact(s, 16))
+        body = recv_exact(s, ln)
+        assert struct.unpack("<qi", body[:12])[0] == -1
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    b = b""
+    while len(b) < n:
+        chunk = s.recv(n - len(b))
+        assert chunk, "connection closed early"
+        b += chunk
+    return b
+
+
+def test_malformed_messages_leave_ciod_serving(default_machine: Machine) -> None:
+    m = default_machine
+    work = m.work / "garbage"
+    work.mkdir()
+    ciods = m.processes("ciod", "R00")
+    key = bytes.fromhex(str(m.personalities("R00")[0]["key"]))
+    job = m.popen("run", "--block", "R00", "-n", "16", "--label", "--cwd", str(work), str(EXAMPLES / "fileops"))
+    for addr in m.ciod_addresses("R00"):
+        send_garbage(addr, key)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, (out, err)
+    assert len(re.findall(r"^\d+: rank \d+: ok", out, re.M)) == 16
+    assert m.processes("ciod", "R00") == ciods, "ciod survived"
+    assert "CIOD" in m.run("ras").stdout
+    # and serves the next job
+    p = m.run("run", "--block", "R00", "-n", "16", str(EXAMPLES / "hello"))
+    assert p.stdout.count("hello from rank") == 16
+
+
+def wait_for(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_killing_a_compute_node_ends_the_job(small_machine: Machine) -> None:
+    m = small_machine
+    m.run("block", "create", "S", "--shape", "1x1x4")
+    m.run("boot", "S")
+    job = m.popen("run", "--block", "S", "-n", "4", "--label", str(EXAMPLES / "sleeper"), "60")
+    assert job.stdout is not None
+    assert "sleeping" in job.stdout.readline()
+    victim = m.processes("cnode", "S")[0]
+    argv = open(f"/proc/{victim}/cmdline").read().split("\0")
+    location = json.loads(open(argv[argv.index("--personality") + 1]).read())["location"]
+    os.kill(victim, signal.SIGKILL)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert re.search(r"(lost|died)", err, re.I), err
+    assert location in err, f"the message names the compute node {location}: {err}"
+    assert location in m.run("ras").stdout
+    assert m.run("ras").stdout.count("-C:") >= 1
+
+
+def test_killing_ciod_errors_the_block_and_free_recovers(small_machine: Machine) -> None:
+    m = small_machine
+    m.run("block", "create", "S", "--shape", "1x1x4")
+    m.run("boot", "S")
+    job = m.popen("run", "--block", "S", "-n", "4", "--label", str(EXAMPLES / "sleeper"), "60")
+    assert job.stdout is not None
+    assert "sleeping" in job.stdout.readline()
+    os.kill(m.processes("ciod", "S")[0], signal.SIGKILL)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert re.search(r"I/O node.*(lost|died)|(lost|died).*I/O node", err, re.I), err
+    assert re.search(r"\bS\b.*Error", m.run("blocks").stdout), m.run("blocks").stdout
+    assert re.search(r"FATAL|ERROR", m.run("ras").stdout)
+    wait_for(lambda: not m.processes("sleeper", "S"))
+    m.run("free", "S")
+    assert re.search(r"\bS\b.*Free", m.run("blocks").stdout)
+    assert not m.processes("ciod", "S") and not m.processes("cnode", "S")
+    m.run("boot", "S")
+    p = m.run("run", "--block", "S", "-n", "4", str(EXAMPLES / "hello"))
+    assert p.stdout.count("hello from rank") == 4
+
+
+def test_interrupt_ends_job_and_frees_auto_block(small_machine: Machine) -> None:
+    m = small_machine
+    job = m.popen("run", "-n", "2", str(EXAMPLES / "sleeper"), "60")
+    assert job.stdout is not None
+    assert "sleeping" in job.stdout.readline()
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 130, (out, err)
+    blocks = m.run("blocks").stdout
+    assert "Initialized" not in blocks and "Booting" not in blocks, blocks
+    wait_for(lambda: not m.processes("ciod") and not m.processes("cnode"))
+
+
+def test_run_without_block_boots_and_frees_one(small_machine: Machine) -> None:
+    m = small_machine
+    p = m.run("run", "-n", "3", "--label", str(EXAMPLES / "hello"))
+    assert sorted(re.findall(r"^(\d): hello", p.stdout, re.M)) == ["0", "1", "2"]
+    blocks = m.run("blocks").stdout
+    assert "Initialized" not in blocks, blocks
+    jobs = m.run("jobs").stdout
+    assert "hello" in jobs
