@@ -1,0 +1,151 @@
+/*
+ * ciod.h - shared declarations of the I/O node daemon.
+ *
+ * ciod serves one pset: the service node's control connections, one node
+ * connection per compute node, and one function-shipping (PROC) connection
+ * per compute process.  Every connection runs on its own thread; the only
+ * state they share is the configuration (read-only after start), the job
+ * table in job.c (under its mutex) and the call counters (atomics).
+ *
+ * Lock order, to stay deadlock free:  conn.wlock of a control connection
+ * -> conn.wlock of a node connection -> the job table lock.  Nobody holds
+ * the job table lock while writing to a socket.
+ */
+#ifndef CIOD_H
+#define CIOD_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <lattice/wire.h>
+
+#define CIOD_MAX_GROUPS 256u        /* lat_job.ngroups limit */
+#define CIOD_ERRLEN     256u        /* fixed error-text buffers (no malloc on error paths) */
+#define NSYS            (LAT_SYS__END - LAT_SYS__BASE)
+
+/* Configuration from the command line; read-only once threads run. */
+struct ciod_config {
+    const char *block;
+    uint32_t    pset;
+    uint32_t    pset_size;
+    const char *listen;
+    const char *location;           /* this I/O node's location */
+    uint8_t     key[LAT_KEY_BYTES];
+};
+extern struct ciod_config cfg;
+
+/* Shipped calls executed since start, indexed by type - LAT_SYS__BASE. */
+extern atomic_uint_fast64_t sys_calls[NSYS];
+
+/* ---- net.c: addresses, connections, framed messages ---- */
+
+struct conn {
+    int             fd;
+    atomic_int      refs;           /* the thread serving it + anyone sending to it */
+    pthread_mutex_t wlock;          /* one writer at a time: messages never interleave */
+    char           *buf;            /* the only receive buffer: LAT_MAX_PAYLOAD bytes */
+    char            peer[96];       /* for diagnostics */
+};
+
+int  net_listen(const char *addr, char *err, size_t errlen);
+void net_unlink(const char *addr);
+struct conn *conn_new(int fd);
+struct conn *conn_get(struct conn *c);
+void conn_put(struct conn *c);
+void conn_hangup(struct conn *c);
+
+/* conn_recv: 1 = a message is in c->buf (h filled), 0 = clean EOF between
+ * messages, -1 = protocol violation or I/O error, `why` says which. */
+int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen);
+
+/* Sends header + iov as one message.  _locked: caller holds c->wlock. */
+int conn_sendv(struct conn *c, uint16_t type, uint32_t seq, const struct iovec *iov, int n);
+int conn_sendv_locked(struct conn *c, uint16_t type, uint32_t seq, const struct iovec *iov, int n);
+int conn_send(struct conn *c, uint16_t type, uint32_t seq, const void *p, size_t len);
+
+/* A lat_sysret reply (type | LAT_REPLY) with optional data or text. */
+int reply_ret(struct conn *c, uint16_t type, uint32_t seq, int64_t ret, int err,
+              const void *data, size_t len);
+/* LAT_ERROR reply: ret -1, err, text. */
+int reply_error(struct conn *c, uint32_t seq, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- ras.c: RAS spool and diagnostics ---- */
+
+enum ras_sev { RAS_INFO, RAS_WARNING, RAS_ERROR, RAS_FATAL };
+int  ras_open(const char *path, char *err, size_t errlen);
+void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int  errprintf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void node_location(uint32_t node, char *buf, size_t len);
+
+/* ---- identity.c: the job owner's file-system identity, per thread ---- */
+
+struct ident {
+    uint32_t uid, gid, ngroups;
+    gid_t    groups[CIOD_MAX_GROUPS];
+};
+
+void ident_init(void);
+bool ident_is_root(void);
+int  ident_enter(const struct ident *who);     /* 0 or an errno */
+void ident_leave(void);
+struct stat;
+bool ident_may(const struct ident *who, const struct stat *st, int mode);
+
+/* ---- job.c: nodes and the running job, shared under one mutex ---- */
+
+struct job;                             /* opaque outside job.c */
+
+struct job_spec {                       /* a decoded, validated LAT_CTL_JOB */
+    const struct lat_job *hdr;
+    const int32_t  *rank;               /* [pset_size] */
+    const uint32_t *groups;             /* [ngroups] */
+    const char     *exe, *cwd;
+    const char     *args;               /* argv then env strings, back to back */
+    size_t          argslen;
+    struct ident    who;
+};
+
+int  node_attach(uint32_t node, struct conn *c);
+void node_detach(uint32_t node, struct conn *c);
+void job_status(struct lat_ctl_status *st);
+bool job_busy(void);
+
+/* Registers the job; on success *nodes holds a reference to the connection
+ * of every node that has a rank (NULL elsewhere). */
+int  job_register(const struct job_spec *js, struct conn *ctl,
+                  struct conn *nodes[LAT_MAX_PSET], char *why, size_t whylen);
+/* After the push: ends the job at once if no rank of it runs here. */
+bool job_started(uint64_t id);
+/* References to the current job's nodes (or all nodes); returns the count. */
+int  job_nodes(struct conn *nodes[LAT_MAX_PSET], bool all, uint64_t *id);
+void job_ctl_closed(struct conn *ctl);
+
+/* Node traffic of the job: output and rank exits, forwarded to its owner. */
+void job_output(uint32_t node, uint32_t stream, const void *data, size_t len);
+void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen);
+void job_rank_output(int32_t rank, uint64_t id, uint32_t stream, const void *data, size_t len);
+
+/* PROC hello: checks job id and node, copies what the thread needs. */
+int  job_proc_attach(uint32_t node, uint64_t id, struct ident *who, char *cwd, size_t cwdlen,
+                     int32_t *rank);
+
+/* ---- the three kinds of connection ---- */
+
+void control_serve(struct conn *c);
+void node_serve(struct conn *c, uint32_t node, uint32_t seq);
+void ship_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq);
+
+/* session.c: the thread of every connection (hello, then the role). */
+void *session_main(void *arg);
+int   hello_ack(struct conn *c, uint32_t seq, int err);
+
+#endif

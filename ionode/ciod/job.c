@@ -1,0 +1,348 @@
+/*
+ * job.c - the pset's shared state: which compute nodes are connected and
+ * the one job that may run on them.
+ *
+ * Everything here is under `g.lock`, held only for short bookkeeping and
+ * never across socket writes.  To send, a thread takes a reference to the
+ * connection under the lock and writes after dropping it.  Rank exits are
+ * the one place where order matters (every CTL_EXIT before JOB_END, and
+ * none before the JOB reply): they are decided and sent while holding the
+ * owner's write lock, which the JOB handler also holds until it replied.
+ */
+#include "ciod.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct job {
+    uint64_t     id;
+    struct conn *ctl;                   /* the control connection that owns it (a reference) */
+    struct ident who;
+    char         cwd[LAT_MAX_PATH];
+    uint32_t     nranks;
+    int32_t      rank[LAT_MAX_PSET];    /* per pset-local node, -1 = idle */
+    bool         running[LAT_MAX_PSET];
+    uint32_t     left;                  /* ranks still running */
+    bool         orphaned;              /* owner hung up: killed, waiting for the exits */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct conn    *node[LAT_MAX_PSET];
+    struct job     *job;
+} g = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void job_free(struct job *j)
+{
+    if (j) {
+        conn_put(j->ctl);
+        free(j);
+    }
+}
+
+int node_attach(uint32_t node, struct conn *c)
+{
+    int err = 0;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.node[node])
+        err = EBUSY;
+    else
+        g.node[node] = conn_get(c);
+    pthread_mutex_unlock(&g.lock);
+    return err;
+}
+
+void node_detach(uint32_t node, struct conn *c)
+{
+    struct conn *old = NULL;
+    struct lat_exit ex = { .node = node, .how = LAT_EXIT_LOST };
+    char loc[128], msg[256];
+    bool lost = false;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.node[node] == c) {
+        old = g.node[node];
+        g.node[node] = NULL;
+    }
+    if (g.job && g.job->running[node]) {
+        lost = true;
+        ex.job = g.job->id;
+        ex.rank = g.job->rank[node];
+    }
+    pthread_mutex_unlock(&g.lock);
+
+    node_location(node, loc, sizeof(loc));
+    if (lost) {
+        ras_event(RAS_ERROR, loc, "compute node %s (pset %u node %u) lost while running rank %u of job %" PRIu64,
+                  loc, cfg.pset, node, ex.rank, ex.job);
+        snprintf(msg, sizeof(msg), "compute node %s lost (connection to its I/O node closed)", loc);
+        job_rank_exit(node, &ex, msg, strlen(msg));
+    } else {
+        ras_event(RAS_ERROR, loc, "compute node %s (pset %u node %u) disconnected", loc, cfg.pset, node);
+    }
+    conn_put(old);
+}
+
+void job_status(struct lat_ctl_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->pset_size = cfg.pset_size;
+    pthread_mutex_lock(&g.lock);
+    for (uint32_t i = 0; i < cfg.pset_size; i++)
+        st->nodes_connected += g.node[i] != NULL;
+    st->job = g.job ? g.job->id : 0;
+    pthread_mutex_unlock(&g.lock);
+}
+
+bool job_busy(void)
+{
+    bool busy;
+
+    pthread_mutex_lock(&g.lock);
+    busy = g.job != NULL;
+    pthread_mutex_unlock(&g.lock);
+    return busy;
+}
+
+int job_register(const struct job_spec *js, struct conn *ctl,
+                 struct conn *nodes[LAT_MAX_PSET], char *why, size_t whylen)
+{
+    struct job *j = calloc(1, sizeof(*j));
+    char loc[128];
+    int err = 0;
+
+    if (!j) {
+        errprintf(why, whylen, "out of memory");
+        return ENOMEM;
+    }
+    j->id = js->hdr->job;
+    j->who = js->who;
+    snprintf(j->cwd, sizeof(j->cwd), "%s", js->cwd);
+    j->nranks = js->hdr->nranks;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job) {
+        err = EBUSY;
+        errprintf(why, whylen, "job %" PRIu64 " is running on this I/O node", g.job->id);
+        goto out;
+    }
+    for (uint32_t i = 0; i < cfg.pset_size; i++) {
+        j->rank[i] = js->rank[i];
+        if (js->rank[i] < 0)
+            continue;
+        if (!g.node[i]) {
+            node_location(i, loc, sizeof(loc));
+            err = EHOSTDOWN;
+            errprintf(why, whylen, "compute node %s (node %u of pset %u) is not connected",
+                      loc, i, cfg.pset);
+            goto out;
+        }
+        j->running[i] = true;
+        j->left++;
+    }
+    for (uint32_t i = 0; i < cfg.pset_size; i++)
+        nodes[i] = j->running[i] ? conn_get(g.node[i]) : NULL;
+    j->ctl = conn_get(ctl);
+    g.job = j;
+    j = NULL;
+out:
+    pthread_mutex_unlock(&g.lock);
+    free(j);
+    return err;
+}
+
+bool job_started(uint64_t id)
+{
+    struct job *done = NULL;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == id && g.job->left == 0) {
+        done = g.job;
+        g.job = NULL;
+    }
+    pthread_mutex_unlock(&g.lock);
+    job_free(done);
+    return done != NULL;
+}
+
+int job_nodes(struct conn *nodes[LAT_MAX_PSET], bool all, uint64_t *id)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&g.lock);
+    for (uint32_t i = 0; i < cfg.pset_size; i++) {
+        bool want = g.node[i] && (all || (g.job && g.job->rank[i] >= 0));
+        nodes[i] = want ? conn_get(g.node[i]) : NULL;
+        n += want;
+    }
+    if (id)
+        *id = g.job ? g.job->id : 0;
+    pthread_mutex_unlock(&g.lock);
+    return n;
+}
+
+static void kill_nodes(struct conn *nodes[LAT_MAX_PSET], int sig)
+{
+    struct lat_kill k = { .sig = sig };
+
+    for (uint32_t i = 0; i < cfg.pset_size; i++) {
+        if (nodes[i]) {
+            conn_send(nodes[i], LAT_NODE_KILL, 0, &k, sizeof(k));
+            conn_put(nodes[i]);
+        }
+    }
+}
+
+void job_ctl_closed(struct conn *ctl)
+{
+    struct conn *nodes[LAT_MAX_PSET] = { 0 };
+    uint64_t id = 0;
+    bool orphan = false;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->ctl == ctl && !g.job->orphaned) {
+        g.job->orphaned = orphan = true;
+        id = g.job->id;
+        for (uint32_t i = 0; i < cfg.pset_size; i++)
+            nodes[i] = g.job->rank[i] >= 0 && g.node[i] ? conn_get(g.node[i]) : NULL;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (!orphan)
+        return;
+    ras_event(RAS_WARNING, cfg.location,
+              "control connection (%s) of job %" PRIu64 " closed while it ran: killing the job",
+              ctl->peer, id);
+    kill_nodes(nodes, SIGKILL);
+}
+
+void job_output(uint32_t node, uint32_t stream, const void *data, size_t len)
+{
+    struct lat_output o = { .stream = stream };
+    struct conn *ctl = NULL;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->running[node]) {
+        o.rank = (uint32_t)g.job->rank[node];
+        ctl = conn_get(g.job->ctl);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (!ctl)
+        return;                         /* no job: nobody to tell */
+    struct iovec v[2] = { { &o, sizeof(o) }, { (void *)data, len } };
+    conn_sendv(ctl, LAT_CTL_OUTPUT, 0, v, 2);    /* a dead owner just loses it */
+    conn_put(ctl);
+}
+
+void job_rank_output(int32_t rank, uint64_t id, uint32_t stream, const void *data, size_t len)
+{
+    struct lat_output o = { .rank = (uint32_t)rank, .stream = stream };
+    struct conn *ctl = NULL;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == id)
+        ctl = conn_get(g.job->ctl);
+    pthread_mutex_unlock(&g.lock);
+    if (!ctl)
+        return;
+    struct iovec v[2] = { { &o, sizeof(o) }, { (void *)data, len } };
+    conn_sendv(ctl, LAT_CTL_OUTPUT, 0, v, 2);
+    conn_put(ctl);
+}
+
+static void ras_exit(const struct lat_exit *ex, const char *msg, size_t mlen)
+{
+    char loc[128];
+    int n = (int)strnlen(msg, mlen);
+
+    node_location(ex->node, loc, sizeof(loc));
+    switch (ex->how) {
+    case LAT_EXIT_CODE:
+        if (ex->value != 0)
+            ras_event(RAS_INFO, loc, "job %" PRIu64 " rank %u exited with code %d",
+                      ex->job, ex->rank, ex->value);
+        break;
+    case LAT_EXIT_SIGNAL:
+        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %u killed by signal %d",
+                  ex->job, ex->rank, ex->value);
+        break;
+    case LAT_EXIT_LAUNCH:
+        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %u could not start: %.*s (errno %d)",
+                  ex->job, ex->rank, n, msg, ex->value);
+        break;
+    default:
+        break;                          /* LOST: node_detach reported it */
+    }
+}
+
+void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
+{
+    struct lat_exit out = *ex;
+    struct lat_job_end end = { .job = ex->job };
+    struct conn *ctl = NULL;
+    struct job *done = NULL;
+    bool report = false, last = false;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == ex->job && g.job->running[node])
+        ctl = conn_get(g.job->ctl);
+    pthread_mutex_unlock(&g.lock);
+    if (!ctl) {
+        logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
+        return;
+    }
+
+    /* Decide and send under the owner's write lock: exits keep their order. */
+    pthread_mutex_lock(&ctl->wlock);
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == ex->job && g.job->ctl == ctl && g.job->running[node]) {
+        g.job->running[node] = false;
+        report = true;
+        out.rank = (uint32_t)g.job->rank[node];
+        out.node = node;
+        last = --g.job->left == 0;
+        if (last) {
+            done = g.job;
+            g.job = NULL;
+        }
+    }                                   /* else somebody else reported it meanwhile */
+    pthread_mutex_unlock(&g.lock);
+    if (report) {
+        struct iovec v[2] = { { &out, sizeof(out) }, { (void *)msg, mlen } };
+        conn_sendv_locked(ctl, LAT_CTL_EXIT, 0, v, 2);
+        if (last) {
+            struct iovec e = { &end, sizeof(end) };
+            conn_sendv_locked(ctl, LAT_CTL_JOB_END, 0, &e, 1);
+        }
+    }
+    pthread_mutex_unlock(&ctl->wlock);
+
+    if (report) {
+        ras_exit(&out, msg, mlen);
+        if (last)
+            logmsg("job %" PRIu64 " ended", ex->job);
+    }
+    job_free(done);
+    conn_put(ctl);
+}
+
+int job_proc_attach(uint32_t node, uint64_t id, struct ident *who, char *cwd, size_t cwdlen,
+                    int32_t *rank)
+{
+    int err = EACCES;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == id && node < cfg.pset_size && g.job->rank[node] >= 0
+        && !g.job->orphaned) {
+        *who = g.job->who;
+        snprintf(cwd, cwdlen, "%s", g.job->cwd);
+        *rank = g.job->rank[node];
+        err = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return err;
+}

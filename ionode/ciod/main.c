@@ -1,0 +1,181 @@
+/*
+ * main.c - ciod, the I/O node daemon of one pset: arguments, the block
+ * key, the listening socket and the accept loop.  Every connection is
+ * served by its own detached thread (session.c), so a call blocked in the
+ * file system never holds up another node or process.
+ */
+#include "ciod.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ciod_config cfg;
+
+#define THREAD_STACK (512u * 1024u)    /* handlers keep at most a few pages on the stack */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ciod --block NAME --pset N --pset-size P --listen ADDR --key-file FILE\n"
+               "            --ras FILE --location LOC\n"
+               "  ADDR is unix:/abs/path.sock or tcp:HOST:PORT\n");
+}
+
+static int parse_u32(const char *s, uint32_t max, uint32_t *out)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v > max)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* 64 hex digits and an optional newline, readable by its owner only. */
+static int load_key(const char *path, uint8_t key[LAT_KEY_BYTES], char *err, size_t errlen)
+{
+    char text[2 * LAT_KEY_BYTES + 2];
+    struct stat st;
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return errprintf(err, errlen, "cannot open key file %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) < 0 || (st.st_mode & 077)) {
+        close(fd);
+        return errprintf(err, errlen, "key file %s must not be accessible to group or others "
+                         "(mode %04o; chmod 600)", path, (unsigned)(st.st_mode & 07777));
+    }
+    n = read(fd, text, sizeof(text));
+    close(fd);
+    if (n == 2 * LAT_KEY_BYTES + 1 && text[n - 1] == '\n')
+        n--;
+    if (n != 2 * LAT_KEY_BYTES)
+        return errprintf(err, errlen, "key file %s: want %u hex digits and an optional newline",
+                         path, 2 * LAT_KEY_BYTES);
+    for (unsigned i = 0; i < LAT_KEY_BYTES; i++) {
+        unsigned v;
+        char pair[3] = { text[2 * i], text[2 * i + 1], 0 };
+        char *end;
+        v = (unsigned)strtoul(pair, &end, 16);
+        if (*end || !isxdigit((unsigned char)pair[0]) || !isxdigit((unsigned char)pair[1]))
+            return errprintf(err, errlen, "key file %s: not hexadecimal", path);
+        key[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, const char **keyfile, const char **ras)
+{
+    static const struct option opts[] = {
+        { "block", required_argument, NULL, 'b' },
+        { "pset", required_argument, NULL, 'p' },
+        { "pset-size", required_argument, NULL, 's' },
+        { "listen", required_argument, NULL, 'l' },
+        { "key-file", required_argument, NULL, 'k' },
+        { "ras", required_argument, NULL, 'r' },
+        { "location", required_argument, NULL, 'L' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    bool have_pset = false, have_size = false;
+    int o;
+
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'b': cfg.block = optarg; break;
+        case 'l': cfg.listen = optarg; break;
+        case 'k': *keyfile = optarg; break;
+        case 'r': *ras = optarg; break;
+        case 'L': cfg.location = optarg; break;
+        case 'p':
+            if (parse_u32(optarg, 1u << 20, &cfg.pset) < 0) {
+                fprintf(stderr, "ciod: bad --pset: %s\n", optarg);
+                return -1;
+            }
+            have_pset = true;
+            break;
+        case 's':
+            if (parse_u32(optarg, LAT_MAX_PSET, &cfg.pset_size) < 0 || cfg.pset_size == 0) {
+                fprintf(stderr, "ciod: --pset-size must be 1..%u: %s\n", LAT_MAX_PSET, optarg);
+                return -1;
+            }
+            have_size = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc || !cfg.block || !have_pset || !have_size || !cfg.listen || !*keyfile
+        || !*ras || !cfg.location) {
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *keyfile = NULL, *ras = NULL;
+    char err[CIOD_ERRLEN];
+    pthread_attr_t attr;
+    int lfd;
+
+    if (parse_args(argc, argv, &keyfile, &ras) < 0)
+        return 2;
+    /* Peers that vanish must cost an EPIPE, not the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    ident_init();
+    if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0
+        || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
+        logmsg("%s", err);
+        return 1;
+    }
+    ras_event(RAS_INFO, cfg.location, "ciod of block %s pset %u (%u compute nodes) listening on %s",
+              cfg.block, cfg.pset, cfg.pset_size, cfg.listen);
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, THREAD_STACK);
+    for (;;) {
+        pthread_t t;
+        struct conn *c;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            /* out of descriptors or memory: wait for some to come back */
+            logmsg("accept: %s", strerror(errno));
+            nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
+            continue;
+        }
+        c = conn_new(fd);
+        if (!c) {
+            logmsg("no memory for a new connection");
+            close(fd);
+            continue;
+        }
+        int rc = pthread_create(&t, &attr, session_main, c);
+        if (rc != 0) {
+            logmsg("cannot start a connection thread: %s", strerror(rc));
+            conn_put(c);
+        }
+    }
+}

@@ -1,0 +1,296 @@
+/*
+ * net.c - listening address, connection objects and framed messages.
+ *
+ * A connection is reference counted: the thread serving it holds one
+ * reference, and so does anyone about to write to it (a job holds its
+ * control connection, the node table holds the node connections).  The
+ * descriptor is closed only by the last conn_put(), so a writer never
+ * races a close; conn_hangup() shuts the socket down to tell the peer.
+ */
+#include "ciod.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* "unix:/abs/path" or "tcp:HOST:PORT" (HOST may be [v6addr]). */
+static int listen_unix(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct stat st;
+    int fd;
+
+    if (path[0] != '/' || strlen(path) >= sizeof(sa.sun_path))
+        return errprintf(err, errlen, "unix socket path must be absolute and shorter than %zu: %s",
+                         sizeof(sa.sun_path), path);
+    strcpy(sa.sun_path, path);
+    /* A socket left by an earlier ciod would make bind fail; only remove sockets. */
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errprintf(err, errlen, "socket: %s", strerror(errno));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 256) < 0) {
+        errprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int listen_tcp(const char *where, char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(where, ':');
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+    struct addrinfo *res, *ai;
+    int fd = -1, rc, one = 1;
+    size_t hl;
+
+    if (!colon || colon == where || !colon[1] || (size_t)(colon - where) >= sizeof(host))
+        return errprintf(err, errlen, "bad tcp address (want tcp:HOST:PORT): tcp:%s", where);
+    hl = colon - where;
+    memcpy(host, where, hl);
+    host[hl] = '\0';
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0)
+        return errprintf(err, errlen, "cannot resolve %s: %s", where, gai_strerror(rc));
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 256) == 0)
+            break;
+        rc = errno;
+        close(fd);
+        fd = -1;
+        errno = rc;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return errprintf(err, errlen, "cannot listen on tcp:%s: %s", where, strerror(errno));
+    return fd;
+}
+
+int net_listen(const char *addr, char *err, size_t errlen)
+{
+    if (strncmp(addr, "unix:", 5) == 0)
+        return listen_unix(addr + 5, err, errlen);
+    if (strncmp(addr, "tcp:", 4) == 0)
+        return listen_tcp(addr + 4, err, errlen);
+    return errprintf(err, errlen, "bad address (want unix:/path or tcp:HOST:PORT): %s", addr);
+}
+
+void net_unlink(const char *addr)
+{
+    if (strncmp(addr, "unix:", 5) == 0)
+        unlink(addr + 5);
+}
+
+static void describe_peer(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[64], serv[16];
+
+    snprintf(buf, len, "fd %d", fd);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return;
+    if (ss.ss_family == AF_UNIX) {
+        struct ucred cr;
+        socklen_t cl = sizeof(cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+            snprintf(buf, len, "pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
+    } else if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+                           NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+        snprintf(buf, len, "%s:%s", host, serv);
+    }
+}
+
+struct conn *conn_new(int fd)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    int one = 1;
+
+    if (!c)
+        return NULL;
+    c->buf = malloc(LAT_MAX_PAYLOAD);
+    if (!c->buf) {
+        free(c);
+        return NULL;
+    }
+    c->fd = fd;
+    atomic_init(&c->refs, 1);
+    pthread_mutex_init(&c->wlock, NULL);
+    /* Shipped calls are small request/reply pairs: don't let Nagle delay them. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    describe_peer(fd, c->peer, sizeof(c->peer));
+    return c;
+}
+
+struct conn *conn_get(struct conn *c)
+{
+    if (c)
+        atomic_fetch_add(&c->refs, 1);
+    return c;
+}
+
+void conn_put(struct conn *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    close(c->fd);
+    pthread_mutex_destroy(&c->wlock);
+    free(c->buf);
+    free(c);
+}
+
+void conn_hangup(struct conn *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* 1 = all read, 0 = EOF before the first byte, -1 = error or EOF midway. */
+static int read_full(int fd, void *p, size_t len)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t n = recv(fd, (char *)p + got, len - got, 0);
+        if (n > 0) {
+            got += n;
+        } else if (n == 0) {
+            if (got == 0)
+                return 0;
+            errno = EPIPE;
+            return -1;
+        } else if (errno != EINTR) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
+{
+    int rc = read_full(c->fd, h, sizeof(*h));
+
+    if (rc == 0)
+        return 0;
+    if (rc < 0) {
+        errprintf(why, whylen, errno == EPIPE ? "truncated header" : "receive failed: %s",
+                  strerror(errno));
+        return -1;
+    }
+    if (h->magic != LAT_MAGIC)
+        return errprintf(why, whylen, "bad magic 0x%08x", h->magic);
+    if (h->version != LAT_VERSION)
+        return errprintf(why, whylen, "protocol version %u, want %u", h->version, LAT_VERSION);
+    if (h->len > LAT_MAX_PAYLOAD)
+        return errprintf(why, whylen, "type 0x%04x claims %u payload bytes (limit %u)",
+                         h->type, h->len, LAT_MAX_PAYLOAD);
+    if (h->len && read_full(c->fd, c->buf, h->len) != 1)
+        return errprintf(why, whylen, "truncated payload of type 0x%04x (%u bytes announced)",
+                         h->type, h->len);
+    return 1;
+}
+
+static int write_full(int fd, struct iovec *iov, int n)
+{
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = n };
+
+    while (mh.msg_iovlen > 0) {
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        while (mh.msg_iovlen > 0 && (size_t)w >= mh.msg_iov->iov_len) {
+            w -= mh.msg_iov->iov_len;
+            mh.msg_iov++;
+            mh.msg_iovlen--;
+        }
+        if (mh.msg_iovlen > 0) {
+            mh.msg_iov->iov_base = (char *)mh.msg_iov->iov_base + w;
+            mh.msg_iov->iov_len -= w;
+        }
+    }
+    return 0;
+}
+
+int conn_sendv_locked(struct conn *c, uint16_t type, uint32_t seq, const struct iovec *iov, int n)
+{
+    struct iovec v[8];
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .seq = seq };
+    size_t len = 0;
+    int i, k = 1;
+
+    if (n > 7) {
+        errno = EINVAL;
+        return -1;
+    }
+    v[0] = (struct iovec){ &h, sizeof(h) };
+    for (i = 0; i < n; i++) {
+        if (iov[i].iov_len == 0)
+            continue;
+        len += iov[i].iov_len;
+        v[k++] = iov[i];
+    }
+    if (len > LAT_MAX_PAYLOAD) {        /* a bug on our side: never send what a peer must refuse */
+        errno = EMSGSIZE;
+        return -1;
+    }
+    h.len = (uint32_t)len;
+    return write_full(c->fd, v, k);
+}
+
+int conn_sendv(struct conn *c, uint16_t type, uint32_t seq, const struct iovec *iov, int n)
+{
+    int rc;
+
+    pthread_mutex_lock(&c->wlock);
+    rc = conn_sendv_locked(c, type, seq, iov, n);
+    pthread_mutex_unlock(&c->wlock);
+    return rc;
+}
+
+int conn_send(struct conn *c, uint16_t type, uint32_t seq, const void *p, size_t len)
+{
+    struct iovec v = { (void *)p, len };
+    return conn_sendv(c, type, seq, &v, 1);
+}
+
+int reply_ret(struct conn *c, uint16_t type, uint32_t seq, int64_t ret, int err,
+              const void *data, size_t len)
+{
+    struct lat_sysret r = { .ret = ret, .err = err };
+    struct iovec v[2] = { { &r, sizeof(r) }, { (void *)data, len } };
+
+    return conn_sendv(c, type | LAT_REPLY, seq, v, 2);
+}
+
+int reply_error(struct conn *c, uint32_t seq, int err, const char *fmt, ...)
+{
+    char text[CIOD_ERRLEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    return reply_ret(c, LAT_ERROR, seq, -1, err, text, strlen(text));
+}

@@ -1,0 +1,98 @@
+/*
+ * session.c - the thread of one connection: authenticate the hello, then
+ * serve the role it asked for until the peer hangs up or misbehaves.
+ */
+#include "ciod.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#define HELLO_TIMEOUT 30                /* seconds a new connection may stay silent */
+
+int hello_ack(struct conn *c, uint32_t seq, int err)
+{
+    struct lat_hello_ack a = { .err = err, .max_io = LAT_MAX_IO, .pset = cfg.pset,
+                               .pset_size = cfg.pset_size };
+
+    return conn_send(c, LAT_HELLO | LAT_REPLY, seq, &a, sizeof(a));
+}
+
+/* Constant time: the comparison must not tell how much of a guess was right. */
+static bool key_ok(const uint8_t *key)
+{
+    volatile uint8_t diff = 0;
+
+    for (unsigned i = 0; i < LAT_KEY_BYTES; i++)
+        diff |= key[i] ^ cfg.key[i];
+    return diff == 0;
+}
+
+static void set_timeout(struct conn *c, int seconds)
+{
+    struct timeval tv = { .tv_sec = seconds };
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+static void refuse(struct conn *c, uint32_t seq, int err, const char *why)
+{
+    ras_event(RAS_WARNING, cfg.location, "connection from %s refused: %s", c->peer, why);
+    hello_ack(c, seq, err);
+}
+
+void *session_main(void *arg)
+{
+    struct conn *c = arg;
+    struct lat_hdr h;
+    struct lat_hello hello;
+    char why[CIOD_ERRLEN];
+    int rc;
+
+    pthread_setname_np(pthread_self(), "ciod-hello");
+    set_timeout(c, HELLO_TIMEOUT);
+    rc = conn_recv(c, &h, why, sizeof(why));
+    if (rc == 0)
+        goto out;                       /* connected and left: a probe */
+    if (rc < 0) {
+        if (h.magic == LAT_MAGIC && h.version != LAT_VERSION)
+            refuse(c, h.seq, EPROTO, why);
+        else
+            ras_event(RAS_WARNING, cfg.location, "connection from %s closed: %s", c->peer, why);
+        goto out;
+    }
+    if (h.type != LAT_HELLO || h.len != sizeof(hello)) {
+        snprintf(why, sizeof(why), "first message is type 0x%04x with %u bytes, not a hello",
+                 h.type, h.len);
+        refuse(c, h.seq, EPROTO, why);
+        goto out;
+    }
+    memcpy(&hello, c->buf, sizeof(hello));
+    if (!key_ok(hello.key)) {
+        refuse(c, h.seq, EACCES, "wrong block key");
+        goto out;
+    }
+    set_timeout(c, 0);
+    switch (hello.role) {
+    case LAT_ROLE_CONTROL:
+        pthread_setname_np(pthread_self(), "ciod-control");
+        if (hello_ack(c, h.seq, 0) == 0)
+            control_serve(c);
+        break;
+    case LAT_ROLE_NODE:
+        node_serve(c, hello.node, h.seq);
+        break;
+    case LAT_ROLE_PROC:
+        ship_serve(c, &hello, h.seq);
+        break;
+    default:
+        snprintf(why, sizeof(why), "unknown role %u", hello.role);
+        refuse(c, h.seq, EPROTO, why);
+        break;
+    }
+out:
+    conn_hangup(c);
+    conn_put(c);
+    return NULL;
+}

@@ -1,0 +1,787 @@
+"""Unit tests of ciod, the I/O node daemon, speaking its wire protocol from Python.
+
+Each test starts a real ciod (pset 1 of size 2, so its compute nodes are
+R00-M0-N00-C:J02 and -C:J03) on a unix socket in a private directory and
+plays the service node, the compute nodes and the compute processes.
+Set CIOD_BIN to test another build (e.g. one with -fsanitize=address).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAGIC, VERSION, REPLY = 0x5454414C, 1, 0x8000
+MAX_IO = 1 << 20
+MAX_PAYLOAD = MAX_IO + 8192
+HDR = struct.Struct("<IHHII")
+
+HELLO, ERROR = 0x0001, 0x00FF
+CTL_STATUS, CTL_JOB, CTL_KILL, CTL_SHUTDOWN, CTL_COUNTERS = 0x0100, 0x0101, 0x0102, 0x0103, 0x0104
+CTL_OUTPUT, CTL_EXIT, CTL_JOB_END = 0x0180, 0x0181, 0x0182
+NODE_JOB, NODE_IMAGE, NODE_START, NODE_KILL, NODE_SHUTDOWN = 0x0200, 0x0201, 0x0202, 0x0203, 0x0204
+NODE_OUTPUT, NODE_EXIT = 0x0280, 0x0281
+SYS = dict(openat=0x300, close=0x301, read=0x302, write=0x303, pread=0x304, pwrite=0x305,
+           lseek=0x306, fstatat=0x307, statx=0x308, faccessat=0x309, unlinkat=0x30A,
+           renameat=0x30B, mkdirat=0x30C, getdents64=0x30D, readlinkat=0x30E, truncate=0x30F,
+           ftruncate=0x310, fsync=0x311, fdatasync=0x312, dup=0x313, fcntl=0x314, chdir=0x315,
+           fchdir=0x316, getcwd=0x317, umask=0x318, fchmodat=0x319, fchmod=0x31A,
+           utimensat=0x31B, statfs=0x31C, fstatfs=0x31D)
+SYS_NAMES = {v: k for k, v in SYS.items()}
+NSYS = 0x31E - 0x300
+ROLE_CONTROL, ROLE_NODE, ROLE_PROC = 1, 2, 3
+EXIT_CODE, EXIT_SIGNAL, EXIT_LAUNCH, EXIT_LOST = 1, 2, 3, 4
+AT_FDCWD = -100
+AT_EMPTY_PATH, AT_REMOVEDIR = 0x1000, 0x200
+O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_EXCL, O_TRUNC, O_DIRECTORY = 0, 1, 2, 0o100, 0o200, 0o1000, 0o200000
+F_GETFL, F_SETFL, F_DUPFD = 3, 4, 0
+PSET, PSET_SIZE = 1, 2
+IO_LOCATION = "R00-M0-N00-I:J01"
+STAT = struct.Struct("<QQQIIIIQqqqqqqqqq")  # struct lat_stat
+assert STAT.size == 120
+
+
+# ---- building and running ciod ----
+
+@pytest.fixture(scope="session")
+def ciod_bin() -> Path:
+    if os.environ.get("CIOD_BIN"):
+        return Path(os.environ["CIOD_BIN"])
+    if (ROOT / "Makefile").exists():
+        subprocess.run(["make", "-s", "-C", str(ROOT), "ciod"], check=True)
+    else:
+        (ROOT / "build/bin").mkdir(parents=True, exist_ok=True)
+        subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra",
+                        "-Wimplicit-fallthrough", "-Iprotocol", "-pthread", "-o", "build/bin/ciod",
+                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c"))],
+                       check=True, cwd=ROOT)
+    return ROOT / "build/bin/ciod"
+
+
+class Ciod:
+    def __init__(self, binary: Path, d: Path, tcp_port: int = 0) -> None:
+        self.dir = d
+        self.key = bytes(random.Random(7).getrandbits(8) for _ in range(32))
+        keyfile = d / "key"
+        keyfile.write_text(self.key.hex() + "\n")
+        keyfile.chmod(0o600)
+        self.sock = d / "ciod.sock"
+        self.addr = f"tcp:127.0.0.1:{tcp_port}" if tcp_port else f"unix:{self.sock}"
+        self.tcp_port = tcp_port
+        self.ras = d / "ras.log"
+        self.log = open(d / "ciod.log", "w")
+        self.exited_ok = False
+        self.proc = subprocess.Popen(
+            [str(binary), "--block", "T", "--pset", str(PSET), "--pset-size", str(PSET_SIZE),
+             "--listen", self.addr, "--key-file", str(keyfile), "--ras", str(self.ras),
+             "--location", IO_LOCATION], stdout=self.log, stderr=subprocess.STDOUT)
+        end = time.time() + 10
+        while not self.listening():
+            assert self.proc.poll() is None, self.logtext()
+            assert time.time() < end, "ciod did not listen"
+            time.sleep(0.02)
+
+    def listening(self) -> bool:
+        if not self.tcp_port:
+            return self.sock.exists()
+        try:
+            self.raw().close()
+            return True
+        except OSError:
+            return False
+
+    def logtext(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return (self.dir / "ciod.log").read_text()
+
+    def rastext(self) -> str:
+        return self.ras.read_text() if self.ras.exists() else ""
+
+    def raw(self) -> socket.socket:
+        if self.tcp_port:
+            s = socket.create_connection(("127.0.0.1", self.tcp_port), timeout=10)
+        else:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(str(self.sock))
+        return s
+
+    def hello(self, role: int, node: int = 0, job: int = 0, key: bytes | None = None) -> tuple[socket.socket, int]:
+        s = self.raw()
+        send(s, HELLO, struct.pack("<IIQ", role, node, job) + (self.key if key is None else key), 1)
+        typ, seq, body = recv(s)
+        assert (typ, seq, len(body)) == (HELLO | REPLY, 1, 16)
+        err, max_io, pset, pset_size = struct.unpack("<iIII", body)
+        assert (max_io, pset, pset_size) == (MAX_IO, PSET, PSET_SIZE)
+        return s, err
+
+    def connect(self, role: int, node: int = 0, job: int = 0) -> socket.socket:
+        s, err = self.hello(role, node, job)
+        assert err == 0, os.strerror(err)
+        return s
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@pytest.fixture
+def ciod(ciod_bin: Path) -> Iterator[Ciod]:
+    d = Path(tempfile.mkdtemp(prefix="ciod-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    c = Ciod(ciod_bin, d)
+    try:
+        yield c
+    finally:
+        alive = c.alive() or c.exited_ok
+        if c.alive():
+            c.proc.terminate()
+        c.proc.wait(10)
+        c.log.close()
+        text = c.logtext()
+        shutil.rmtree(d, ignore_errors=True)
+    assert alive, f"ciod died:\n{text}"
+    for bad in ("AddressSanitizer", "runtime error", "ThreadSanitizer", "LeakSanitizer"):
+        assert bad not in text, text
+
+
+# ---- wire helpers ----
+
+def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int = 0) -> None:
+    s.sendall(HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload)
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    b = b""
+    while len(b) < n:
+        chunk = s.recv(n - len(b))
+        assert chunk, "connection closed early"
+        b += chunk
+    return b
+
+
+def recv(s: socket.socket) -> tuple[int, int, bytes]:
+    magic, version, typ, ln, seq = HDR.unpack(recv_exact(s, 16))
+    assert (magic, version) == (MAGIC, VERSION)
+    return typ, seq, recv_exact(s, ln)
+
+
+def closed(s: socket.socket) -> bool:
+    try:
+        return s.recv(1 << 16) == b""
+    except ConnectionResetError:
+        return True
+
+
+def sysret(body: bytes) -> tuple[int, int, bytes]:
+    ret, err, _ = struct.unpack("<qiI", body[:16])
+    return ret, err, body[16:]
+
+
+def request(s: socket.socket, typ: int, payload: bytes = b"", seq: int = 7) -> tuple[int, int, bytes]:
+    send(s, typ, payload, seq)
+    t, q, body = recv(s)
+    assert (t, q) == (typ | REPLY, seq), hex(t)
+    return sysret(body)
+
+
+def status(c: Ciod) -> tuple[int, int, int]:
+    with c.connect(ROLE_CONTROL) as s:
+        send(s, CTL_STATUS, b"", 3)
+        t, q, body = recv(s)
+        assert (t, q) == (CTL_STATUS | REPLY, 3)
+        return struct.unpack("<IIQ", body)
+
+
+def counters(c: Ciod) -> dict[str, int]:
+    with c.connect(ROLE_CONTROL) as s:
+        send(s, CTL_COUNTERS, b"", 4)
+        t, _, body = recv(s)
+        assert t == CTL_COUNTERS | REPLY and len(body) == 8 * NSYS
+        vals = struct.unpack(f"<{NSYS}Q", body)
+        return {SYS_NAMES[0x300 + i]: v for i, v in enumerate(vals)}
+
+
+def job_payload(job: int, exe: str, cwd: str, ranks: list[int], nranks: int,
+                argv: list[str] | None = None, env: list[str] | None = None,
+                uid: int | None = None, gid: int | None = None, groups: list[int] | None = None,
+                pset_size: int = PSET_SIZE) -> bytes:
+    argv = argv or [exe]
+    env = env or []
+    groups = [os.getgid()] if groups is None else groups
+    head = struct.pack("<QIIIIIIII", job, os.getuid() if uid is None else uid,
+                       os.getgid() if gid is None else gid, len(groups), len(argv), len(env),
+                       nranks, pset_size, 0)
+    tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
+    return head + tail + b"".join(x.encode() + b"\0" for x in [exe, cwd, *argv, *env])
+
+
+class Proc:
+    """A compute process's function-shipping connection."""
+
+    def __init__(self, s: socket.socket) -> None:
+        self.s = s
+        self.seq = 100
+
+    def call(self, name: str, *a: int, data: bytes = b"") -> tuple[int, int, bytes]:
+        self.seq += 1
+        args = (list(a) + [0, 0, 0, 0])[:4]
+        return request(self.s, SYS[name], struct.pack("<4q", *args) + data, self.seq)
+
+    def ok(self, name: str, *a: int, data: bytes = b"") -> tuple[int, bytes]:
+        ret, err, out = self.call(name, *a, data=data)
+        assert ret >= 0 and err == 0, f"{name}: {os.strerror(err)}"
+        return ret, out
+
+    def fails(self, name: str, *a: int, data: bytes = b"") -> int:
+        ret, err, _ = self.call(name, *a, data=data)
+        assert ret == -1, f"{name} succeeded with {ret}"
+        return err
+
+
+def path(p: str | Path) -> bytes:
+    return str(p).encode() + b"\0"
+
+
+def dirents(buf: bytes) -> list[str]:
+    names, off = [], 0
+    while off < len(buf):
+        _ino, _off, reclen, _typ = struct.unpack_from("<QqHB", buf, off)
+        names.append(buf[off + 19:off + reclen].split(b"\0")[0].decode())
+        off += reclen
+    return names
+
+
+class Job:
+    """A job started on two fake compute nodes; ranks = per node."""
+
+    def __init__(self, c: Ciod, cwd: Path, job_id: int = 42, ranks: tuple[int, int] = (0, 1),
+                 image: bytes | None = None, reuse: "Job | None" = None,
+                 **kw) -> None:  # type: ignore[no-untyped-def]
+        self.c, self.id, self.ranks = c, job_id, ranks
+        if reuse:                       # the same nodes and control connection
+            self.nodes, self.ctl = reuse.nodes, reuse.ctl
+        else:
+            self.nodes = [c.connect(ROLE_NODE, n) for n in range(PSET_SIZE)]
+            self.ctl = c.connect(ROLE_CONTROL)
+        self.image = image if image is not None else random.Random(1).randbytes(MAX_IO * 2 + 12345)
+        self.exe = c.dir / "prog"
+        self.exe.write_bytes(self.image)
+        self.exe.chmod(0o755)
+        payload = job_payload(job_id, str(self.exe), str(cwd), list(ranks), 2,
+                              argv=["prog", "-x", "arg two"], env=["A=1", "PATH=/bin"], **kw)
+        send(self.ctl, CTL_JOB, payload, 9)
+        for n, r in enumerate(ranks):
+            if r >= 0:
+                self.expect_push(self.nodes[n], r)
+        for n, r in enumerate(ranks):
+            if r >= 0:
+                t, _, body = recv(self.nodes[n])
+                assert t == NODE_START and struct.unpack("<Q", body)[0] == job_id
+        t, q, body = recv(self.ctl)
+        assert (t, q) == (CTL_JOB | REPLY, 9)
+        assert sysret(body)[:2] == (0, 0), body
+
+    def expect_push(self, s: socket.socket, rank: int) -> None:
+        t, _, body = recv(s)
+        assert t == NODE_JOB
+        job, size, r, nranks, uid, gid, ngroups, nargs, nenv, _ = struct.unpack_from("<QQIIIIIIII", body)
+        assert (job, size, r, nranks, nargs, nenv) == (self.id, len(self.image), rank, 2, 3, 2)
+        assert (uid, gid, ngroups) == (os.getuid(), os.getgid(), 1)
+        strings = body[48 + 4 * ngroups:].split(b"\0")
+        assert strings == [b"prog", b"-x", b"arg two", b"A=1", b"PATH=/bin", b""]
+        got = b""
+        while len(got) < size:
+            t, _, chunk = recv(s)
+            assert t == NODE_IMAGE and 0 < len(chunk) <= MAX_IO
+            got += chunk
+        assert got == self.exe.read_bytes()
+
+    def proc(self, node: int) -> Proc:
+        return Proc(self.c.connect(ROLE_PROC, node, self.id))
+
+    def exit(self, node: int, how: int = EXIT_CODE, value: int = 0, msg: bytes = b"") -> None:
+        send(self.nodes[node], NODE_EXIT, struct.pack("<QIIIi", self.id, 0, node, how, value) + msg)
+
+    def next_ctl(self, want: int) -> bytes:
+        t, _, body = recv(self.ctl)
+        assert t == want, hex(t)
+        return body
+
+
+# ---- the tests ----
+
+def test_hello_with_wrong_key_version_or_role_is_refused(ciod: Ciod) -> None:
+    s, err = ciod.hello(ROLE_CONTROL, key=bytes(32))
+    assert err == errno.EACCES and closed(s)
+    s, err = ciod.hello(9)
+    assert err == errno.EPROTO and closed(s)
+    s = ciod.raw()
+    s.sendall(HDR.pack(MAGIC, 2, HELLO, 48, 1) + struct.pack("<IIQ", 1, 0, 0) + ciod.key)
+    t, _, body = recv(s)
+    assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO and closed(s)
+    # a request before the hello
+    s = ciod.raw()
+    send(s, CTL_STATUS, b"", 1)
+    t, _, body = recv(s)
+    assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO and closed(s)
+    ras = [line.split("\t") for line in ciod.rastext().splitlines()]
+    assert all(len(f) == 5 for f in ras)
+    assert any(f[1] == "WARNING" and f[2] == "CIOD" and f[3] == IO_LOCATION and "wrong block key" in f[4]
+               for f in ras), ras
+    assert status(ciod) == (0, PSET_SIZE, 0)
+
+
+def test_status_counts_nodes_and_refuses_a_second_hello_per_node(ciod: Ciod) -> None:
+    assert status(ciod) == (0, 2, 0)
+    n0 = ciod.connect(ROLE_NODE, 0)
+    assert status(ciod) == (1, 2, 0)
+    s, err = ciod.hello(ROLE_NODE, 0)
+    assert err == errno.EBUSY and closed(s)
+    s, err = ciod.hello(ROLE_NODE, 2)     # only nodes 0 and 1
+    assert err == errno.EPROTO and closed(s)
+    n0.close()
+    deadline = time.time() + 5
+    while status(ciod)[0] != 0:
+        assert time.time() < deadline
+        time.sleep(0.02)
+    assert "R00-M0-N00-C:J02" in ciod.rastext()      # pset 1 * size 2 + node 0
+    n1 = ciod.connect(ROLE_NODE, 0)                   # the slot is free again
+    n1.close()
+
+
+def test_job_push_output_shipping_exits_and_counters(ciod: Ciod, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data").write_bytes(b"0123456789" * 1000)
+    before = counters(ciod)
+    job = Job(ciod, work)
+    assert status(ciod) == (2, 2, 42)
+
+    # a second job is refused while this one runs
+    send(job.ctl, CTL_JOB, job_payload(43, str(job.exe), str(work), [0, 1], 2), 10)
+    t, _, body = recv(job.ctl)
+    ret, err, text = sysret(body)
+    assert (t, ret, err) == (CTL_JOB | REPLY, -1, errno.EBUSY) and text
+
+    # node output is forwarded with the node's rank
+    send(job.nodes[1], NODE_OUTPUT, struct.pack("<II", 0, 2) + b"err from node 1\n")
+    assert job.next_ctl(CTL_OUTPUT) == struct.pack("<II", 1, 2) + b"err from node 1\n"
+
+    p = job.proc(0)
+    calls: dict[str, int] = {}
+
+    def count(name: str) -> None:
+        calls[name] = calls.get(name, 0) + 1
+
+    def ok(name: str, *a: int, data: bytes = b"") -> tuple[int, bytes]:
+        count(name)
+        return p.ok(name, *a, data=data)
+
+    def fails(name: str, *a: int, data: bytes = b"") -> int:
+        count(name)
+        return p.fails(name, *a, data=data)
+
+    # the thread starts in the job's cwd
+    ret, out = ok("getcwd", 4096)
+    assert out == path(work) and ret == len(out)
+    assert fails("getcwd", 3) == errno.ERANGE
+    # fd 1 forwards as the rank's stdout, fd 0 reads EOF
+    assert ok("write", 1, data=b"hello out\n")[0] == 10
+    assert job.next_ctl(CTL_OUTPUT) == struct.pack("<II", 0, 1) + b"hello out\n"
+    assert ok("read", 0, 100) == (0, b"")
+    # openat/write/pread/lseek/fstatat
+    fd, _ = ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=b"new.txt\0")
+    assert fd == 3
+    assert ok("write", fd, data=b"abcdef")[0] == 6
+    assert ok("pread", fd, 3, 2) == (3, b"cde")
+    assert ok("lseek", fd, 0, os.SEEK_CUR)[0] == 6
+    assert ok("pwrite", fd, 0, 0, data=b"XY")[0] == 2
+    assert (work / "new.txt").read_bytes() == b"XYcdef"
+    _, st = ok("fstatat", fd, AT_EMPTY_PATH, data=b"\0")
+    fields = STAT.unpack(st)
+    assert stat.S_ISREG(fields[3]) and fields[8] == 6 and fields[4] == os.getuid()
+    _, st = ok("fstatat", AT_FDCWD, 0, data=b"data\0")
+    assert STAT.unpack(st)[8] == 10000
+    _, st = ok("fstatat", 1, AT_EMPTY_PATH, data=b"\0")
+    assert stat.S_ISFIFO(STAT.unpack(st)[3])
+    assert ok("fcntl", fd, F_GETFL)[0] & 3 == O_RDWR
+    assert fails("fcntl", fd, F_DUPFD) == errno.EINVAL
+    dfd, _ = ok("dup", fd)
+    assert dfd == 4
+    # a big read in one chunk
+    big, _ = ok("openat", AT_FDCWD, O_RDONLY, 0, data=b"data\0")
+    n, data = ok("read", big, MAX_IO)
+    assert n == 10000 and data == b"0123456789" * 1000
+    assert fails("read", big, MAX_IO + 1) == errno.EINVAL
+    # directories: mkdirat, getdents64 through a directory fd, renameat, unlinkat
+    ok("mkdirat", AT_FDCWD, 0o755, data=b"sub\0")
+    assert fails("mkdirat", AT_FDCWD, 0o755, data=b"sub\0") == errno.EEXIST
+    sub, _ = ok("openat", AT_FDCWD, O_RDONLY | O_DIRECTORY, 0, data=b"sub\0")
+    f2, _ = ok("openat", sub, O_CREAT | O_WRONLY, 0o600, data=b"inner\0")
+    ok("close", f2)
+    ok("renameat", sub, AT_FDCWD, 0, data=b"inner\0moved\0")
+    assert (work / "moved").exists() and not (work / "sub/inner").exists()
+    n, ents = ok("getdents64", sub, 4096)
+    assert sorted(dirents(ents)) == [".", ".."]
+    n, ents = ok("getdents64", sub, 4096)
+    assert n == 0
+    assert fails("unlinkat", AT_FDCWD, 0, data=b"sub\0") == errno.EISDIR
+    ok("unlinkat", AT_FDCWD, AT_REMOVEDIR, data=b"sub\0")
+    ok("unlinkat", AT_FDCWD, 0, data=b"moved\0")
+    assert fails("unlinkat", AT_FDCWD, 0, data=b"moved\0") == errno.ENOENT
+    assert fails("openat", AT_FDCWD, O_RDONLY, 0, data=b"missing\0") == errno.ENOENT
+    assert fails("fstatat", AT_FDCWD, 0, data=b"missing\0") == errno.ENOENT
+    # absolute paths ignore dirfd; relative ones need a directory fd
+    ok("fstatat", 999, 0, data=path(work / "data"))
+    assert fails("fstatat", 999, 0, data=b"data\0") == errno.EBADF
+    assert fails("openat", fd, O_RDONLY, 0, data=b"x\0") == errno.ENOTDIR
+    # faccessat, readlinkat, truncate/ftruncate, fchmod(at), statfs, fsync
+    ok("faccessat", AT_FDCWD, os.R_OK, 0, data=b"data\0")
+    assert fails("faccessat", AT_FDCWD, os.F_OK, 0, data=b"nope\0") == errno.ENOENT
+    os.symlink("data", work / "link")
+    assert ok("readlinkat", AT_FDCWD, 100, data=b"link\0") == (4, b"data")
+    ok("truncate", 0, 4, data=b"data\0")
+    assert (work / "data").read_bytes() == b"0123"
+    ok("ftruncate", fd, 1)
+    ok("fsync", fd)
+    ok("fchmod", fd, 0o600)
+    assert stat.S_IMODE((work / "new.txt").stat().st_mode) == 0o600
+    ok("fchmodat", AT_FDCWD, 0o640, 0, data=b"new.txt\0")
+    assert stat.S_IMODE((work / "new.txt").stat().st_mode) == 0o640
+    _, sfs = ok("statfs", data=path(work))
+    assert len(sfs) == 88 and struct.unpack_from("<q", sfs, 8)[0] > 0
+    _, sfs = ok("fstatfs", fd)
+    assert len(sfs) == 88
+    _, stx = ok("statx", AT_FDCWD, 0, 0xFFF, data=b"new.txt\0")
+    assert len(stx) == 256 and struct.unpack_from("<Q", stx, 40)[0] == 1   # stx_size
+    ok("utimensat", AT_FDCWD, 0, 1, data=struct.pack("<qqqq", 1000, 0, 2000, 0) + b"new.txt\0")
+    assert (work / "new.txt").stat().st_mtime == 2000
+    # umask and chdir belong to this process only
+    ok("umask", 0o077)
+    assert ok("umask", 0o022)[0] == 0o077
+    ok("mkdirat", AT_FDCWD, 0o755, data=b"d2\0")
+    ok("chdir", data=b"d2\0")
+    assert ok("getcwd", 4096)[1] == path(work / "d2")
+    assert fails("chdir", data=b"nowhere\0") == errno.ENOENT
+    ok("chdir", data=b"..\0")
+    wfd, _ = ok("openat", AT_FDCWD, O_RDONLY | O_DIRECTORY, 0, data=b"d2\0")
+    ok("fchdir", wfd)
+    assert ok("getcwd", 4096)[1] == path(work / "d2")
+    assert fails("fchdir", fd) == errno.ENOTDIR
+    ok("chdir", data=path(work))
+    ok("close", wfd)
+    # bad descriptors, unterminated and too long paths, oversized writes
+    assert fails("read", 77, 10) == errno.EBADF
+    assert fails("close", 77) == errno.EBADF
+    assert fails("write", -1, data=b"x") == errno.EBADF
+    assert fails("read", 5000, 10) == errno.EBADF
+    assert fails("openat", AT_FDCWD, O_RDONLY, 0, data=b"no-nul") == errno.EINVAL
+    assert fails("openat", AT_FDCWD, O_RDONLY, 0, data=b"a" * 5000 + b"\0") == errno.ENAMETOOLONG
+    assert fails("write", fd, data=b"x" * (MAX_IO + 1)) == errno.EINVAL
+    assert fails("pread", 1, 10, 0) == errno.ESPIPE
+    for f in (fd, dfd, big, 1):
+        ok("close", f)
+    assert fails("close", fd) == errno.EBADF
+    assert fails("write", 1, data=b"x") == errno.EBADF
+    # the lowest free descriptor is reused
+    assert ok("openat", AT_FDCWD, O_RDONLY, 0, data=b"data\0")[0] == 1
+
+    after = counters(ciod)
+    for name in SYS:
+        assert after[name] - before[name] == calls.get(name, 0), name
+
+    # exits: one CTL_EXIT per rank, then JOB_END
+    job.exit(0, EXIT_CODE, 0)
+    ex = job.next_ctl(CTL_EXIT)
+    assert struct.unpack("<QIIIi", ex[:24]) == (42, 0, 0, EXIT_CODE, 0)
+    job.exit(1, EXIT_LAUNCH, errno.ENOEXEC, b"exec format error")
+    ex = job.next_ctl(CTL_EXIT)
+    assert struct.unpack("<QIIIi", ex[:24]) == (42, 1, 1, EXIT_LAUNCH, errno.ENOEXEC)
+    assert ex[24:] == b"exec format error"
+    assert struct.unpack("<Q", job.next_ctl(CTL_JOB_END)) == (42,)
+    assert status(ciod) == (2, 2, 0)
+    assert "exec format error" in ciod.rastext()
+    # the process connection of a finished job gets nothing new
+    s, err = ciod.hello(ROLE_PROC, 0, 42)
+    assert err == errno.EACCES and closed(s)
+    # and a next job runs
+    Job(ciod, work, job_id=44, ranks=(-1, 0), image=b"\x7fELF tiny", reuse=job)
+    assert status(ciod)[2] == 44
+
+
+def test_job_requests_are_validated(ciod: Ciod, tmp_path: Path) -> None:
+    nodes = [ciod.connect(ROLE_NODE, n) for n in range(2)]
+    ctl = ciod.connect(ROLE_CONTROL)
+    exe = tmp_path / "exe"
+    exe.write_bytes(b"#!/bin/true\n")
+    exe.chmod(0o755)
+
+    def refused(payload: bytes, want: int) -> str:
+        ret, err, text = request(ctl, CTL_JOB, payload)
+        assert (ret, err) == (-1, want), (os.strerror(err), text)
+        return text.decode()
+
+    good = job_payload(5, str(exe), str(tmp_path), [0, 1], 2)
+    refused(good[:-1], errno.EINVAL)                                   # last string unterminated
+    refused(good + b"x\0", errno.EINVAL)                               # stray string
+    refused(job_payload(5, str(exe), str(tmp_path), [0, 1], 2, pset_size=3) + b"", errno.EINVAL)
+    refused(job_payload(5, str(exe), str(tmp_path), [0, 2], 2), errno.EINVAL)   # rank >= nranks
+    refused(job_payload(5, str(exe), str(tmp_path), [1, 1], 2), errno.EINVAL)   # rank twice
+    refused(job_payload(5, str(exe), str(tmp_path), [0, 1], 2, groups=list(range(257))), errno.EINVAL)
+    refused(job_payload(5, str(exe), "relative", [0, 1], 2), errno.EINVAL)
+    bad = bytearray(good)
+    struct.pack_into("<I", bad, 20, 0)                                 # nargs = 0
+    refused(bytes(bad), errno.EINVAL)
+    struct.pack_into("<II", bad, 20, 3000, 2000)                       # nargs + nenv > 4096
+    refused(bytes(bad), errno.EINVAL)
+    struct.pack_into("<II", bad, 20, 0xFFFFFFFF, 0xFFFFFFFF)
+    refused(bytes(bad), errno.EINVAL)
+    text = refused(job_payload(5, str(tmp_path / "missing"), str(tmp_path), [0, 1], 2), errno.ENOENT)
+    assert text == f"cannot read {tmp_path / 'missing'}: No such file or directory"
+    text = refused(job_payload(5, str(exe), str(tmp_path / "nodir"), [0, 1], 2), errno.ENOENT)
+    assert "nodir" in text
+    text = refused(job_payload(5, str(exe), str(exe), [0, 1], 2), errno.ENOTDIR)
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"data")
+    plain.chmod(0o644)
+    assert "cannot execute" in refused(job_payload(5, str(plain), str(tmp_path), [0, 1], 2), errno.EACCES)
+    if os.geteuid() == 0:
+        # the owner's identity, not ciod's, reads the executable
+        secret = tmp_path / "secret"
+        secret.write_bytes(b"\x7fELF")
+        secret.chmod(0o700)
+        text = refused(job_payload(5, str(secret), "/tmp", [0, 1], 2, uid=65534, gid=65534,
+                                   groups=[65534]), errno.EACCES)
+        assert text == f"cannot read {secret}: Permission denied"
+    else:
+        refused(job_payload(5, str(exe), str(tmp_path), [0, 1], 2, uid=os.getuid() + 1), errno.EPERM)
+    # a rank on a node that is not connected
+    nodes[1].close()
+    deadline = time.time() + 5
+    while status(ciod)[0] != 1:
+        assert time.time() < deadline
+        time.sleep(0.02)
+    text = refused(good, errno.EHOSTDOWN)
+    assert "R00-M0-N00-C:J03" in text
+    # nothing ran: the pset is idle
+    assert status(ciod) == (1, 2, 0)
+    # KILL without a job
+    ret, err, _ = request(ctl, CTL_KILL, struct.pack("<iI", 9, 0))
+    assert (ret, err) == (-1, errno.ESRCH)
+
+
+def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None:
+    rnd = random.Random(42)
+    with ciod.raw() as s:                       # random bytes
+        s.sendall(bytes(rnd.getrandbits(8) for _ in range(4096)))
+        assert closed(s)
+    with ciod.raw() as s:                       # a header that lies about its length
+        s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 0xFFFFFFF0, 1) + b"x" * 100)
+        assert closed(s)
+    with ciod.raw() as s:                       # a truncated hello
+        s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 48, 1) + b"short")
+        s.shutdown(socket.SHUT_WR)
+        assert closed(s)
+    with ciod.raw() as s:                       # a short hello
+        send(s, HELLO, b"abc", 1)
+        t, _, body = recv(s)
+        assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO
+    # an authenticated control connection: unknown opcode and a file-system call
+    with ciod.connect(ROLE_CONTROL) as s:
+        send(s, 0x0777, b"", 2)
+        t, q, body = recv(s)
+        assert (t, q) == (ERROR | REPLY, 2) and sysret(body)[:2] == (-1, errno.ENOSYS)
+        send(s, SYS["close"], struct.pack("<4q", 99, 0, 0, 0), 3)
+        t, q, body = recv(s)
+        assert q == 3 and sysret(body)[0] == -1
+        send(s, CTL_KILL, b"ab", 4)             # shorter than its struct: closed
+        assert closed(s)
+    # function shipping: unknown call, lying length, garbage after a good call
+    job = Job(ciod, tmp_path, job_id=7, ranks=(0, -1), image=b"img")
+    p = job.proc(0)
+    send(p.s, 0x031F, struct.pack("<4q", 0, 0, 0, 0), 5)
+    t, q, body = recv(p.s)
+    assert (t, q) == (ERROR | REPLY, 5) and sysret(body)[:2] == (-1, errno.ENOSYS)
+    assert p.fails("fstatfs", 12345) == errno.EBADF
+    send(p.s, SYS["read"], b"short", 6)          # less than a lat_sysreq
+    assert closed(p.s)
+    p = job.proc(0)
+    p.s.sendall(HDR.pack(MAGIC, VERSION, SYS["write"], MAX_PAYLOAD + 1, 1))
+    assert closed(p.s)
+    p = job.proc(0)
+    p.s.sendall(HDR.pack(0xDEADBEEF, VERSION, SYS["write"], 10, 1) + b"x" * 10)
+    assert closed(p.s)
+    p = job.proc(0)
+    p.s.sendall(HDR.pack(MAGIC, VERSION, SYS["write"], 1000, 1) + b"x" * 10)
+    p.s.shutdown(socket.SHUT_WR)
+    assert closed(p.s)
+    # a PROC hello for another job or a node without a rank
+    for node, jid in ((0, 8), (1, 7), (5, 7)):
+        s, err = ciod.hello(ROLE_PROC, node, jid)
+        assert err == errno.EACCES and closed(s)
+    # still serving, the job is intact and a new process works
+    assert ciod.alive()
+    assert status(ciod) == (2, 2, 7)
+    p = job.proc(0)
+    assert p.ok("getcwd", 4096)[1] == path(tmp_path)
+    ras = ciod.rastext()
+    assert "bad magic" in ras and "claims" in ras and "truncated" in ras, ras
+
+
+def test_node_dropping_mid_job_is_reported_lost(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path, job_id=11, image=b"x" * 10)
+    job.nodes[1].close()
+    ex = job.next_ctl(CTL_EXIT)
+    assert struct.unpack("<QIIIi", ex[:24]) == (11, 1, 1, EXIT_LOST, 0)
+    assert b"R00-M0-N00-C:J03" in ex[24:] and b"lost" in ex[24:]
+    ras = [line.split("\t") for line in ciod.rastext().splitlines()]
+    assert any(f[1] == "ERROR" and f[3] == "R00-M0-N00-C:J03" for f in ras), ras
+    # the other rank ends the job; KILL reaches the live node first
+    ret, err, _ = request(job.ctl, CTL_KILL, struct.pack("<iI", 15, 0))
+    assert (ret, err) == (0, 0)
+    t, _, body = recv(job.nodes[0])
+    assert t == NODE_KILL and struct.unpack("<i", body[:4])[0] == 15
+    job.exit(0, EXIT_SIGNAL, 15)
+    assert struct.unpack("<QIIIi", job.next_ctl(CTL_EXIT)[:24]) == (11, 0, 0, EXIT_SIGNAL, 15)
+    assert struct.unpack("<Q", job.next_ctl(CTL_JOB_END)) == (11,)
+
+
+def test_control_dropping_kills_its_job(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path, job_id=12, image=b"x")
+    job.ctl.close()
+    for n in job.nodes:
+        t, _, body = recv(n)
+        assert t == NODE_KILL and struct.unpack("<i", body[:4])[0] == 9
+    assert "job 12" in ciod.rastext()
+    job.exit(0, EXIT_SIGNAL, 9)
+    job.exit(1, EXIT_SIGNAL, 9)
+    deadline = time.time() + 5
+    while status(ciod)[2] != 0:
+        assert time.time() < deadline
+        time.sleep(0.02)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_calls_run_with_the_job_owners_identity(ciod: Ciod) -> None:
+    work = ciod.dir / "identity"          # tmp_path's parents are private to root
+    work.mkdir()
+    work.chmod(0o777)
+    secret = work / "secret"
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    exe = work / "exe"
+    exe.write_bytes(b"\x7fELF")
+    exe.chmod(0o755)
+    nodes = [ciod.connect(ROLE_NODE, n) for n in range(2)]
+    ctl = ciod.connect(ROLE_CONTROL)
+
+    def start(job: int, exe: Path, **kw) -> None:  # type: ignore[no-untyped-def]
+        send(ctl, CTL_JOB, job_payload(job, str(exe), str(work), [0, -1], 1, **kw), 1)
+        assert recv(nodes[0])[0] == NODE_JOB
+        assert recv(nodes[0])[0] == NODE_IMAGE
+        assert recv(nodes[0])[0] == NODE_START
+        assert sysret(recv(ctl)[2])[:2] == (0, 0)
+
+    start(21, exe, uid=65534, gid=65534, groups=[65534])
+    p = Proc(ciod.connect(ROLE_PROC, 0, 21))
+    assert p.fails("openat", AT_FDCWD, O_RDONLY, 0, data=b"secret\0") == errno.EACCES
+    assert p.fails("faccessat", AT_FDCWD, os.R_OK, 0, data=b"secret\0") == errno.EACCES
+    p.ok("faccessat", AT_FDCWD, os.R_OK | os.X_OK, 0, data=b"exe\0")
+    fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_WRONLY, 0o644, data=b"mine\0")
+    p.ok("close", fd)
+    st = (work / "mine").stat()
+    assert (st.st_uid, st.st_gid) == (65534, 65534)
+    send(nodes[0], NODE_EXIT, struct.pack("<QIIIi", 21, 0, 0, EXIT_CODE, 0))
+    assert recv(ctl)[0] == CTL_EXIT and recv(ctl)[0] == CTL_JOB_END
+    # the control thread went back to root after reading as nobody
+    exe.chmod(0o700)
+    start(22, exe)
+    p = Proc(ciod.connect(ROLE_PROC, 0, 22))
+    fd, _ = p.ok("openat", AT_FDCWD, O_RDONLY, 0, data=b"secret\0")
+    assert p.ok("read", fd, 100)[1] == b"root only\n"
+
+
+def test_shutdown_tells_the_nodes_and_exits(ciod: Ciod) -> None:
+    nodes = [ciod.connect(ROLE_NODE, n) for n in range(2)]
+    with ciod.connect(ROLE_CONTROL) as s:
+        ret, err, _ = request(s, CTL_SHUTDOWN)
+        assert (ret, err) == (0, 0)
+    for n in nodes:
+        assert recv(n)[0] == NODE_SHUTDOWN
+    assert ciod.proc.wait(10) == 0
+    assert not ciod.sock.exists()
+    ciod.exited_ok = True
+
+
+def test_tcp_address(ciod_bin: Path, tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    d = Path(tempfile.mkdtemp(prefix="ciod-", dir="/tmp"))
+    c = Ciod(ciod_bin, d, tcp_port=port)
+    try:
+        assert status(c) == (0, PSET_SIZE, 0)
+        job = Job(c, tmp_path, job_id=3, ranks=(0, -1), image=b"x" * 100)
+        p = job.proc(0)
+        assert p.ok("getcwd", 4096)[1] == path(tmp_path)
+        assert c.alive()
+    finally:
+        c.proc.terminate()
+        c.proc.wait(10)
+        c.log.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_parallel_processes_and_output(ciod: Ciod, tmp_path: Path) -> None:
+    """Many process connections at once; output from threads and nodes all arrives intact."""
+    import threading
+    job = Job(ciod, tmp_path, job_id=9, image=b"x")
+    nthreads, rounds = 8, 100
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        try:
+            p = job.proc(i % 2)
+            name = f"f{i}".encode() + b"\0"
+            for r in range(rounds):
+                fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR, 0o644, data=name)
+                p.ok("pwrite", fd, 0, r * 4, data=struct.pack("<I", r))
+                p.ok("close", fd)
+                p.ok("write", 1, data=f"t{i} r{r}\n".encode())
+            p.s.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    def node_output(n: int) -> None:
+        for r in range(rounds):
+            send(job.nodes[n], NODE_OUTPUT, struct.pack("<II", 0, 2) + f"n{n} r{r}\n".encode())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(nthreads)]
+    threads += [threading.Thread(target=node_output, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    got: dict[tuple[int, int], list[bytes]] = {}
+    for _ in range(nthreads * rounds + 2 * rounds):
+        rank, stream = struct.unpack_from("<II", body := job.next_ctl(CTL_OUTPUT))
+        got.setdefault((rank, stream), []).append(body[8:])
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for n in range(2):   # one node's output keeps its order
+        assert got[(n, 2)] == [f"n{n} r{r}\n".encode() for r in range(rounds)]
+    assert len(got[(0, 1)]) + len(got[(1, 1)]) == nthreads * rounds
+    for i in range(nthreads):
+        assert (tmp_path / f"f{i}").read_bytes() == b"".join(struct.pack("<I", r) for r in range(rounds))
