@@ -1,0 +1,53 @@
+/*
+ * cnode.h - the compute node supervisor.
+ *
+ *   main.c   arguments, personality, hidden paths, the message loop
+ *   net.c    connections to ciod: address parsing, hello, framed messages
+ *   job.c    one job: receive it, launch the compute process, supervise it
+ */
+#ifndef CNODE_H
+#define CNODE_H
+
+#include <stddef.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <lattice/wire.h>
+
+struct personality {
+    char *block;
+    uint8_t key[LAT_KEY_BYTES];
+    char *ciod;                 /* address: unix:/path or tcp:host:port */
+    uint32_t node;              /* pset-local index */
+    char *location;             /* e.g. R00-M0-N00-C:J05 */
+    char **hide;                /* NULL-terminated */
+};
+
+struct msg {
+    struct lat_hdr h;
+    uint8_t *p;                 /* payload, h.len bytes */
+};
+
+/* net.c */
+int net_connect(const char *addr, double retry_seconds);
+/* hello; returns 0, or -1 with errno (the ack's err if refused) */
+int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES]);
+int net_send(int fd, uint16_t type, const void *a, size_t alen, const void *b, size_t blen);
+/* 1 message, 0 orderly EOF, -1 error (errno; EPROTO for a bad header) */
+int net_recv(int fd, struct msg *m);
+
+/* job.c */
+struct job;
+struct job *job_new(const struct personality *pers, const char *client, int conn);
+/* Handle one message from ciod; returns 0, or 1 if the node must exit (shutdown). */
+int job_message(struct job *j, const struct msg *m);
+/* descriptors to poll while a job runs (pipes, pidfd); returns count */
+int job_pollfds(struct job *j, struct pollfd *pfd, int max);
+void job_events(struct job *j, const struct pollfd *pfd, int n);
+void job_kill_now(struct job *j);   /* SIGKILL the process group and reap */
+int job_running(const struct job *j);
+
+void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,99 @@
+/*
+ * client.h - internals shared by the files of libcnclient.so, the LD_PRELOAD
+ * library that ships a compute process's file calls to its I/O node (ciod).
+ *
+ *   conn.c     the PROC connection: start-up, one request/one reply RPC
+ *   fdtable.c  app-visible descriptor -> remote descriptor, placeholders
+ *   path.c     the rule deciding which paths stay on the compute node
+ *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
+ *   stat.c     the stat family, statx, statfs/statvfs, access, chmod, utimes
+ *   dir.c      DIR streams over shipped getdents64
+ *   stdio.c    FILE streams over shipped descriptors; stdin/stdout/stderr
+ *   misc.c     names (unlink, rename, mkdir...), cwd, umask, realpath, temp files
+ *
+ * Every interposed function starts with lat_active(): when LATTICE_IO_FD is
+ * not set, the library is inert and every call goes straight to libc.
+ */
+#ifndef LATTICE_CLIENT_H
+#define LATTICE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <lattice/wire.h>
+
+#define LAT_HIDDEN __attribute__((visibility("hidden")))
+
+/* REAL(fn): the next definition of fn (libc's), for calls on local objects.
+ * Looked up once per call site with dlsym(RTLD_NEXT). */
+LAT_HIDDEN void *lat_real_cached(void **slot, const char *name);
+#define REAL(fn) ({ static void *real_p_; (__typeof__(&fn))lat_real_cached(&real_p_, #fn); })
+
+/* glibc's fortify failure (exported, public ABI) */
+extern void __chk_fail(void) __attribute__((noreturn));
+
+/* conn.c */
+LAT_HIDDEN int lat_active(void);          /* initialises on first use */
+LAT_HIDDEN int lat_conn_fd(void);         /* the shipping socket, or -1 */
+LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: shipping is off */
+/* One shipped call.  out: request data; in: where the reply data goes (its
+ * total capacity bounds the reply).  Returns ret (>= 0) or -1 with errno set
+ * to the remote errno (EIO if the connection is broken); *got = data bytes. */
+LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
+                            const struct iovec *out, int nout,
+                            const struct iovec *in, int nin, size_t *got);
+/* Shorthands: no data / a path as the only data. */
+LAT_HIDDEN int64_t lat_call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2);
+LAT_HIDDEN int64_t lat_call_path(uint16_t type, int64_t a0, int64_t a1, int64_t a2,
+                                 const char *path, void *in, size_t inlen, size_t *got);
+
+/* fdtable.c */
+enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };
+/* How a call on app descriptor fd goes; *remote is set for LAT_SHIP.
+ * LAT_HIDE is the shipping socket itself: callers fail with EBADF. */
+LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
+/* Give remote descriptor `remote` an app-visible number (>= minfd); on
+ * failure closes `remote` on the I/O node and returns -1 with errno. */
+LAT_HIDDEN int lat_fd_install(int remote, int cloexec, int minfd);
+/* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
+LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
+/* Forget app descriptor fd (closing its placeholder); returns its remote
+ * descriptor or -1 if it was not remote. */
+LAT_HIDDEN int lat_fd_forget(int fd, int close_local);
+LAT_HIDDEN int lat_fd_cloexec(int fd);
+LAT_HIDDEN void lat_fd_set_cloexec(int fd, int on);
+LAT_HIDDEN void lat_fd_init_std(void);
+LAT_HIDDEN unsigned lat_fd_limit(void);
+
+/* path.c */
+LAT_HIDDEN int lat_path_is_local(const char *path);
+/* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
+ * directory descriptor (LAT_AT_FDCWD for the cwd), or -1 with errno set
+ * (ENAMETOOLONG, EBADF for the shipping socket). */
+LAT_HIDDEN int lat_path_route(int dirfd, const char *path, int *rdirfd);
+/* p == NULL, out of line: libc declares path arguments nonnull, so a
+ * NULL test inside an interposed function would be optimised away. */
+LAT_HIDDEN int lat_is_null(const void *p);
+
+/* file.c: shipped I/O on a remote descriptor (chunked); off < 0: no offset */
+LAT_HIDDEN ssize_t lat_ship_rw(int rfd, int write, const struct iovec *iov, int cnt, off_t off);
+LAT_HIDDEN int lat_ship_close(int rfd);
+
+/* stat.c */
+struct stat;
+LAT_HIDDEN int lat_fstatat_any(int dirfd, const char *path, struct stat *st, int flags);
+
+/* stdio.c */
+LAT_HIDDEN void lat_stdio_init(void);
+
+/* set errno, return -1 */
+static inline int lat_fail(int err)
+{
+    extern int *__errno_location(void);
+    *__errno_location() = err;
+    return -1;
+}
+
+#endif

@@ -1,0 +1,283 @@
+/*
+ * conn.c - the function-shipping connection (role PROC) and its RPC.
+ *
+ * cnode opened and authenticated the connection before exec and left its
+ * number in LATTICE_IO_FD.  Requests and replies strictly alternate, so one
+ * mutex serialises whole calls (thread safety); the seq number is checked
+ * on every reply.  Socket I/O uses raw system calls: our own read/write are
+ * interposed.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int active;              /* LATTICE_IO_FD was valid */
+static int conn = -1;
+static int dead;                /* transport failed: every call is EIO */
+static int forked;              /* we are a fork()ed child: the socket is the parent's */
+static uint32_t seq;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void say(const char *msg)
+{
+    /* local fd 2 is cnode's stderr pipe: it reaches the job's stderr */
+    (void)!syscall(SYS_write, 2, msg, strlen(msg));
+}
+
+void *lat_real_cached(void **slot, const char *name)
+{
+    void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (!p) {
+        p = dlsym(RTLD_NEXT, name);
+        if (!p) {
+            say("libcnclient: no next definition of ");
+            say(name);
+            say("\n");
+            abort();
+        }
+        __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+    }
+    return p;
+}
+
+/* A fork()ed child must not talk on its parent's connection: the replies
+ * would interleave.  It loses access to remote files (EIO); its closes of
+ * inherited remote descriptors only release the local placeholders. */
+static void atfork_prepare(void) { pthread_mutex_lock(&lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&lock); }
+static void atfork_child(void)
+{
+    pthread_mutex_unlock(&lock);
+    forked = 1;
+}
+
+static void init(void)
+{
+    const char *s = getenv("LATTICE_IO_FD");
+    if (!s || !*s)
+        return;
+    char *end;
+    errno = 0;
+    long fd = strtol(s, &end, 10);
+    struct stat st;
+    if (errno || *end || fd < 0 || fd > INT_MAX || syscall(SYS_fstat, (int)fd, &st) != 0 ||
+        !S_ISSOCK(st.st_mode)) {
+        say("libcnclient: LATTICE_IO_FD is not a connected socket; file calls stay local\n");
+        return;
+    }
+    conn = (int)fd;
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    lat_fd_init_std();
+    active = 1;
+    lat_stdio_init();
+}
+
+int lat_active(void)
+{
+    pthread_once(&once, init);
+    return active;
+}
+
+int lat_conn_fd(void)
+{
+    return conn;
+}
+
+int lat_forked(void)
+{
+    return forked;
+}
+
+/* The library sets up stdio before main even if no call is interposed. */
+__attribute__((constructor)) static void lat_client_ctor(void)
+{
+    (void)lat_active();
+}
+
+static void broken(const char *why, int err)
+{
+    if (!dead) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "libcnclient: connection to the I/O node lost (%s: %s)\n", why,
+                 strerror(err));
+        say(msg);
+    }
+    dead = 1;
+}
+
+static int send_all(struct iovec *iov, int cnt)
+{
+    while (cnt > 0) {
+        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)(cnt > IOV_MAX ? IOV_MAX : cnt) };
+        long n = syscall(SYS_sendmsg, conn, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;  /* a call in flight cannot be abandoned */
+            return -1;
+        }
+        while (cnt > 0 && (size_t)n >= iov->iov_len) {
+            n -= (long)iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + n;
+            iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static int recv_all(void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        long n = syscall(SYS_read, conn, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int discard(size_t len)
+{
+    char sink[4096];
+    while (len > 0) {
+        size_t n = len < sizeof sink ? len : sizeof sink;
+        if (recv_all(sink, n) < 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}
+
+/* Receive len bytes scattered over the in vectors (len <= their capacity). */
+static int recv_iov(const struct iovec *in, int nin, size_t len)
+{
+    for (int i = 0; i < nin && len > 0; i++) {
+        size_t n = in[i].iov_len < len ? in[i].iov_len : len;
+        if (recv_all(in[i].iov_base, n) < 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}
+
+int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
+                 const struct iovec *out, int nout, const struct iovec *in, int nin, size_t *got)
+{
+    if (got)
+        *got = 0;
+    if (!active || dead || forked)
+        return lat_fail(EIO);
+
+    size_t outlen = 0, cap = 0;
+    for (int i = 0; i < nout; i++)
+        outlen += out[i].iov_len;
+    for (int i = 0; i < nin; i++)
+        cap += in[i].iov_len;
+    if (nout > IOV_MAX || outlen > LAT_MAX_PAYLOAD - sizeof(struct lat_sysreq))
+        return lat_fail(EINVAL);
+
+    struct lat_sysreq req = { { a0, a1, a2, a3 } };
+    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(sizeof req + outlen), 0 };
+    struct iovec v[IOV_MAX + 2];
+    v[0] = (struct iovec){ &h, sizeof h };
+    v[1] = (struct iovec){ &req, sizeof req };
+    for (int i = 0; i < nout; i++)
+        v[2 + i] = out[i];
+
+    int err = 0;
+    int64_t ret = -1;
+    pthread_mutex_lock(&lock);
+    if (dead) {
+        err = EIO;
+        goto out;
+    }
+    if (++seq == 0)
+        seq = 1;
+    h.seq = seq;
+    if (send_all(v, nout + 2) < 0) {
+        broken("send", errno);
+        err = EIO;
+        goto out;
+    }
+
+    struct lat_hdr rh;
+    struct lat_sysret r;
+    if (recv_all(&rh, sizeof rh) < 0) {
+        broken("receive", errno);
+        err = EIO;
+        goto out;
+    }
+    int is_error = rh.type == LAT_ERROR || rh.type == (LAT_ERROR | LAT_REPLY);
+    if (rh.magic != LAT_MAGIC || rh.version != LAT_VERSION || rh.len > LAT_MAX_PAYLOAD ||
+        rh.len < sizeof r || rh.seq != h.seq || (!is_error && rh.type != (type | LAT_REPLY))) {
+        broken("malformed reply", EPROTO);
+        err = EIO;
+        goto out;
+    }
+    if (recv_all(&r, sizeof r) < 0) {
+        broken("receive", errno);
+        err = EIO;
+        goto out;
+    }
+    size_t dlen = rh.len - sizeof r;
+    if (is_error || dlen > cap) {
+        /* ciod refused the request (or sent more than asked for) */
+        if (discard(dlen) < 0) {
+            broken("receive", errno);
+            err = EIO;
+            goto out;
+        }
+        err = is_error ? (r.err > 0 ? r.err : ENOSYS) : EIO;
+        goto out;
+    }
+    if (recv_iov(in, nin, dlen) < 0) {
+        broken("receive", errno);
+        err = EIO;
+        goto out;
+    }
+    if (got)
+        *got = dlen;
+    if (r.ret < 0)
+        err = r.err > 0 ? r.err : EIO;
+    else
+        ret = r.ret;
+out:
+    pthread_mutex_unlock(&lock);
+    if (err)
+        return lat_fail(err);
+    return ret;
+}
+
+int64_t lat_call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2)
+{
+    return lat_call(type, a0, a1, a2, 0, NULL, 0, NULL, 0, NULL);
+}
+
+int64_t lat_call_path(uint16_t type, int64_t a0, int64_t a1, int64_t a2, const char *path,
+                      void *in, size_t inlen, size_t *got)
+{
+    struct iovec o = { (void *)path, strlen(path) + 1 };
+    struct iovec i = { in, inlen };
+    return lat_call(type, a0, a1, a2, 0, &o, 1, &i, in ? 1 : 0, got);
+}

@@ -1,0 +1,235 @@
+"""cnode against a tiny fake ciod: jobs are received, launched, supervised.
+
+The fake listens on a unix socket, takes cnode's NODE hello, pushes jobs
+(JOB, IMAGE chunks, START) and serves each compute process's PROC
+connection with the fake from test_client.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from test_client import CFLAGS, LIB_SRC, ROOT, FakeCiod, _recv_exact
+
+MAGIC, VERSION, REPLY = 0x5454414C, 1, 0x8000
+HELLO, NODE_JOB, NODE_IMAGE, NODE_START, NODE_KILL, NODE_SHUTDOWN = 0x1, 0x200, 0x201, 0x202, 0x203, 0x204
+NODE_OUTPUT, NODE_EXIT = 0x280, 0x281
+CODE, SIGNAL, LAUNCH = 1, 2, 3
+KEY = bytes(range(32))
+
+PROG = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+    /* past the client: the local stdout pipe, forwarded by cnode */
+    syscall(SYS_write, 1, "raw local\n", 10);
+    printf("rank %s of %s on %s: %s\n", getenv("LATTICE_RANK"), getenv("LATTICE_SIZE"),
+           getenv("LATTICE_NODE"), argc > 1 ? argv[1] : "-");
+    fflush(stdout);
+    if (argc > 2)
+        sleep(atoi(argv[2]));
+    return getenv("EXIT_WITH") ? atoi(getenv("EXIT_WITH")) : 0;
+}
+"""
+
+
+def send(s: socket.socket, typ: int, payload: bytes = b"") -> None:
+    s.sendall(struct.pack("<IHHII", MAGIC, VERSION, typ, len(payload), 0) + payload)
+
+
+def recv(s: socket.socket) -> tuple[int, bytes]:
+    magic, version, typ, ln, _ = struct.unpack("<IHHII", _recv_exact(s, 16))
+    assert (magic, version) == (MAGIC, VERSION)
+    return typ, _recv_exact(s, ln)
+
+
+def accept_hello(lst: socket.socket, role: int) -> tuple[socket.socket, tuple[int, int, int, bytes]]:
+    c, _ = lst.accept()
+    c.settimeout(30)
+    typ, body = recv(c)
+    assert typ == HELLO and len(body) == 48
+    hello = struct.unpack("<IIQ32s", body)
+    assert hello[0] == role, hello
+    c.sendall(struct.pack("<IHHII", MAGIC, VERSION, HELLO | REPLY, 16, 0) + struct.pack("<iIII", 0, 1 << 20, 0, 4))
+    return c, hello
+
+
+class FakeNodeCiod:
+    def __init__(self, tmp: Path) -> None:
+        self.addr = tmp / "ciod.sock"
+        self.lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.lst.bind(str(self.addr))
+        self.lst.listen(8)
+        self.lst.settimeout(30)
+        self.node: socket.socket | None = None
+        self.procs: list[FakeCiod] = []
+        self.tmp = tmp
+
+    def accept_node(self) -> None:
+        self.node, hello = accept_hello(self.lst, 2)
+        assert hello[1] == 3 and hello[3] == KEY
+
+    def push(self, job: int, image: bytes, argv: list[str], env: list[str], rank: int = 1,
+             size: int = 4, proc: bool = True) -> FakeCiod | None:
+        assert self.node
+        strings = b"".join(s.encode() + b"\0" for s in [*argv, *env])
+        groups = [os.getgid()]
+        hdr = struct.pack("<QQIIIIIIII", job, len(image), rank, size, os.getuid(), os.getgid(), len(groups),
+                          len(argv), len(env), 0)
+        send(self.node, NODE_JOB, hdr + struct.pack(f"<{len(groups)}I", *groups) + strings)
+        half = len(image) // 2
+        send(self.node, NODE_IMAGE, image[:half])
+        send(self.node, NODE_IMAGE, image[half:])
+        send(self.node, NODE_START, struct.pack("<Q", job))
+        if not proc:
+            return None
+        c, hello = accept_hello(self.lst, 3)
+        assert hello[1:] == (3, job, KEY)
+        d = self.tmp / f"io{job}"
+        d.mkdir()
+        f = FakeCiod(c, str(d))
+        f.start()
+        self.procs.append(f)
+        return f
+
+    def until_exit(self) -> tuple[dict[int, bytes], tuple[int, int, int, int, int], str]:
+        """Collect OUTPUT messages until EXIT; return output by stream, the exit, its text."""
+        assert self.node
+        out = {1: b"", 2: b""}
+        while True:
+            typ, body = recv(self.node)
+            if typ == NODE_OUTPUT:
+                rank, stream = struct.unpack("<II", body[:8])
+                out[stream] += body[8:]
+            else:
+                assert typ == NODE_EXIT, hex(typ)
+                return out, struct.unpack("<QIIIi", body[:24]), body[24:].decode()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("cnode")
+    lib, cnode, prog = d / "libcnclient.so", d / "cnode", d / "prog"
+    p = subprocess.run(["gcc", *CFLAGS, "-fPIC", "-shared", "-pthread", "-o", str(lib), *map(str, LIB_SRC)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    src = sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c"))
+    p = subprocess.run(["gcc", *CFLAGS, "-o", str(cnode), *src, "-ljansson"], capture_output=True, text=True)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    (d / "prog.c").write_text(PROG)
+    subprocess.run(["gcc", "-O2", "-o", str(prog), str(d / "prog.c")], check=True)
+    return {"lib": lib, "cnode": cnode, "prog": prog}
+
+
+@pytest.fixture
+def node(built: dict[str, Path], tmp_path: Path) -> Iterator[tuple[FakeNodeCiod, subprocess.Popen[bytes]]]:
+    fake = FakeNodeCiod(tmp_path)
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "marker").write_text("only the I/O node sees this")
+    pers = tmp_path / "pers.json"
+    pers.write_text(json.dumps({
+        "block": "T", "key": KEY.hex(), "ciod": f"unix:{fake.addr}", "node": 3, "pset": 0, "pset_size": 4,
+        "coords": [0, 0, 3], "torus": [1, 1, 4], "memory": 1 << 30, "mode": "co",
+        "location": "R00-M0-N00-C:J03", "ionode_location": "R00-M0-N00-I:J00", "hide": [str(hidden)]}))
+    p = subprocess.Popen([str(built["cnode"]), "--personality", str(pers), "--client", str(built["lib"])],
+                         stderr=subprocess.PIPE)
+    fake.accept_node()
+    yield fake, p
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    assert p.stderr
+    p.stderr.close()
+
+
+def test_job_runs_and_reports_its_exit_code(built: dict[str, Path],
+                                            node: tuple[FakeNodeCiod, subprocess.Popen[bytes]]) -> None:
+    fake, p = node
+    if os.geteuid() == 0:  # hidden paths are covered in cnode's mount namespace
+        hidden = fake.tmp / "hidden"
+        assert not Path(f"/proc/{p.pid}/root{hidden}/marker").exists()
+        assert (hidden / "marker").exists()
+    image = built["prog"].read_bytes()
+    proc = fake.push(7, image, ["prog", "first"], ["EXIT_WITH=3", "PATH=/usr/bin"])
+    out, ex, text = fake.until_exit()
+    assert ex == (7, 1, 3, CODE, 3), (ex, text, out)
+    assert out[1] == b"raw local\n"
+    assert proc
+    proc.join(10)
+    assert proc.out[1] == b"rank 1 of 4 on R00-M0-N00-C:J03: first\n"
+    # the node is ready for the next job
+    proc = fake.push(8, image, ["prog", "second"], [])
+    out, ex, text = fake.until_exit()
+    assert ex == (8, 1, 3, CODE, 0), (ex, text)
+    send(fake.node, NODE_SHUTDOWN)  # type: ignore[arg-type]
+    assert p.wait(10) == 0
+
+
+def test_bad_image_is_a_launch_failure(built: dict[str, Path],
+                                       node: tuple[FakeNodeCiod, subprocess.Popen[bytes]]) -> None:
+    fake, p = node
+    fake.push(9, b"\x7fELF garbage that is not a program", ["/work/not-an-elf"], [])
+    out, ex, text = fake.until_exit()
+    assert ex == (9, 1, 3, LAUNCH, errno.ENOEXEC), (ex, text)
+    assert text == "cannot execute /work/not-an-elf: Exec format error"
+    # still serving
+    fake.push(10, built["prog"].read_bytes(), ["prog"], [])
+    out, ex, text = fake.until_exit()
+    assert ex[3:] == (CODE, 0), (ex, text)
+
+
+def test_kill_and_lost_connection(built: dict[str, Path],
+                                  node: tuple[FakeNodeCiod, subprocess.Popen[bytes]]) -> None:
+    fake, p = node
+    assert fake.node
+    fake.push(11, built["prog"].read_bytes(), ["prog", "sleepy", "60"], [])
+    time.sleep(0.5)
+    send(fake.node, NODE_KILL, struct.pack("<iI", signal.SIGTERM, 0))
+    out, ex, text = fake.until_exit()
+    assert ex[3:] == (SIGNAL, signal.SIGTERM), (ex, text)
+    assert "signal 15" in text
+    # ciod goes away while a job runs: the process dies, cnode exits 1
+    proc = fake.push(12, built["prog"].read_bytes(), ["prog", "orphan", "60"], [])
+    time.sleep(0.5)
+    fake.node.close()
+    assert p.wait(10) == 1
+    assert proc
+    proc.join(10)
+    assert not proc.is_alive(), "the compute process was killed (its PROC connection closed)"
+
+
+def test_malformed_job_is_refused(built: dict[str, Path],
+                                  node: tuple[FakeNodeCiod, subprocess.Popen[bytes]]) -> None:
+    fake, p = node
+    assert fake.node
+    # nargs says 3 strings, only one is there
+    hdr = struct.pack("<QQIIIIIIII", 13, 10, 0, 1, 0, 0, 0, 3, 0, 0)
+    send(fake.node, NODE_JOB, hdr + b"prog\0")
+    out, ex, text = fake.until_exit()
+    assert ex[0] == 13 and ex[3:] == (LAUNCH, errno.EPROTO), (ex, text)
+    assert "malformed" in text
+    # image bigger than announced
+    hdr = struct.pack("<QQIIIIIIII", 14, 4, 0, 1, 0, 0, 0, 1, 0, 0)
+    send(fake.node, NODE_JOB, hdr + b"prog\0")
+    send(fake.node, NODE_IMAGE, b"12345")
+    send(fake.node, NODE_START, struct.pack("<Q", 14))
+    out, ex, text = fake.until_exit()
+    assert ex[0] == 14 and ex[3:] == (LAUNCH, errno.EPROTO), (ex, text)
+    send(fake.node, NODE_SHUTDOWN)
+    assert p.wait(10) == 0

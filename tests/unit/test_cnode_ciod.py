@@ -1,0 +1,153 @@
+"""cnode and libcnclient with the real ciod (build/), driven by a bare control
+connection: a 2-node pset runs the examples through function shipping."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+MAGIC, VERSION = 0x5454414C, 1
+
+
+def _rx(s: socket.socket, n: int) -> bytes:
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        assert c, "closed"
+        b += c
+    return b
+
+
+def _recv(s: socket.socket) -> tuple[int, bytes]:
+    _, _, t, ln, _ = struct.unpack("<IHHII", _rx(s, 16))
+    return t, _rx(s, ln)
+
+
+def _send(s: socket.socket, t: int, p: bytes) -> None:
+    s.sendall(struct.pack("<IHHII", MAGIC, VERSION, t, len(p), 1) + p)
+
+
+class Pset:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.key = os.urandom(32)
+        kf = tmp / "key"
+        kf.write_text(self.key.hex())
+        kf.chmod(0o600)
+        self.work = tmp / "work"
+        self.work.mkdir()
+        self.sock = tmp / "ciod.sock"
+        self.ciod = subprocess.Popen(
+            [str(BUILD / "bin/ciod"), "--block", "U", "--pset", "0", "--pset-size", "2", "--listen",
+             f"unix:{self.sock}", "--key-file", str(kf), "--ras", str(tmp / "ras"), "--location",
+             "R00-M0-N00-I:J00"], stderr=subprocess.DEVNULL)
+        self.cnodes = []
+        for n in range(2):
+            pf = tmp / f"p{n}.json"
+            pf.write_text(json.dumps({
+                "block": "U", "key": self.key.hex(), "ciod": f"unix:{self.sock}", "node": n, "pset": 0,
+                "pset_size": 2, "coords": [0, 0, n], "torus": [1, 1, 2], "memory": 1 << 30, "mode": "co",
+                "location": f"R00-M0-N00-C:J0{n}", "ionode_location": "R00-M0-N00-I:J00",
+                "hide": [str(self.work)]}))
+            self.cnodes.append(subprocess.Popen(
+                [str(BUILD / "bin/cnode"), "--personality", str(pf), "--client", str(BUILD / "lib/libcnclient.so")]))
+        for _ in range(100):
+            if self.status()[0] == 2:
+                break
+            time.sleep(0.1)
+
+    def ctl(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX)
+        for _ in range(100):
+            try:
+                s.connect(str(self.sock))
+                break
+            except OSError:
+                time.sleep(0.1)
+        s.settimeout(60)
+        _send(s, 1, struct.pack("<IIQ", 1, 0, 0) + self.key)
+        _, b = _recv(s)
+        assert struct.unpack("<i", b[:4])[0] == 0
+        return s
+
+    def status(self) -> tuple[int, int, int]:
+        with self.ctl() as s:
+            _send(s, 0x100, b"")
+            return struct.unpack("<IIQ", _recv(s)[1])  # type: ignore[return-value]
+
+    def run(self, jid: int, exe: str, argv: list[str], cwd: str) -> tuple[dict[int, str], list[tuple[int, ...]], list[str]]:
+        with self.ctl() as s:
+            p = struct.pack("<QIIIIIIII", jid, os.getuid(), os.getgid(), 0, len(argv), 0, 2, 2, 0)
+            p += struct.pack("<2i", 0, 1) + b"".join(x.encode() + b"\0" for x in [exe, cwd, *argv])
+            _send(s, 0x101, p)
+            _, b = _recv(s)
+            assert struct.unpack("<q", b[:8])[0] == 0, b
+            out = {0: "", 1: ""}
+            exits, texts = [], []
+            while True:
+                t, b = _recv(s)
+                if t == 0x180:
+                    out[struct.unpack("<I", b[:4])[0]] += b[8:].decode()
+                elif t == 0x181:
+                    exits.append(struct.unpack("<QIIIi", b[:24]))
+                    texts.append(b[24:].decode())
+                elif t == 0x182:
+                    return out, sorted(exits, key=lambda e: e[1]), texts
+
+    def shutdown(self) -> None:
+        with self.ctl() as s:
+            _send(s, 0x103, b"")
+            _recv(s)
+        for c in self.cnodes:
+            assert c.wait(10) == 0
+        assert self.ciod.wait(10) == 0
+
+
+@pytest.fixture(scope="module")
+def pset(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pset]:
+    for p in ("bin/ciod", "bin/cnode", "lib/libcnclient.so", "examples/fileops", "examples/fortran_io"):
+        if not (BUILD / p).exists():
+            pytest.skip(f"{BUILD / p} not built")
+    tmp = tmp_path_factory.mktemp("pset")
+    tmp.chmod(0o755)
+    ps = Pset(tmp)
+    yield ps
+    try:
+        ps.shutdown()
+    finally:
+        for c in [*ps.cnodes, ps.ciod]:
+            if c.poll() is None:
+                c.kill()
+
+
+def test_fileops_and_fortran(pset: Pset) -> None:
+    out, exits, _ = pset.run(1, str(BUILD / "examples/fileops"), ["fileops"], str(pset.work))
+    assert [e[3:] for e in exits] == [(1, 0), (1, 0)], (out, exits)
+    assert out[0] == "rank 0: ok (12 bytes, 2 entries listed)\n"
+    assert (pset.work / "rank-1" / "result.txt").read_text() == "rank 1 of 2\n" * 2
+    out, exits, _ = pset.run(2, str(BUILD / "examples/fortran_io"), ["fortran_io"], str(pset.work))
+    assert out == {0: "rank 0: fortran ok\n", 1: "rank 1: fortran ok\n"}, (out, exits)
+    if os.geteuid() == 0:  # the work directory is hidden on the compute nodes
+        for c in pset.cnodes:
+            assert not Path(f"/proc/{c.pid}/root{pset.work}/rank-0.dat").exists()
+
+
+def test_bad_image_and_signal(pset: Pset) -> None:
+    bogus = pset.tmp / "bogus"
+    bogus.write_bytes(b"\x7fELF garbage")
+    bogus.chmod(0o755)
+    out, exits, texts = pset.run(3, str(bogus), [str(bogus)], "/tmp")
+    assert [e[3:] for e in exits] == [(3, 8), (3, 8)]
+    assert texts[0] == f"cannot execute {bogus}: Exec format error"
+    out, exits, texts = pset.run(4, str(BUILD / "examples/exit_code"), ["exit_code", "1", "-9"], "/tmp")
+    assert [e[3:] for e in exits] == [(1, 0), (2, 9)], (out, exits, texts)
+    assert out[1] == "rank 1: ending with -9\n"
