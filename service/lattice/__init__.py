@@ -1,0 +1,1 @@
+"""Lattice service node: owns the machine's state, boots blocks, runs jobs."""

@@ -1,0 +1,3 @@
+from lattice.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""Booting and freeing a block: one ciod per pset, one cnode per compute node.
+
+Boot writes the block's key and each node's personality (mode 0600), starts
+the daemons detached (their own sessions, logs under blocks/NAME/log/),
+records their pids, and waits until every ciod reports all of its compute
+nodes connected.  Free asks each ciod to shut down and kills what is left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from lattice import blocks, db, machine, ras
+from lattice.blocks import Block
+from lattice.ciodclient import Ciod, CiodError
+from lattice.errors import LatticeError
+from lattice.machine import Machine
+
+BOOT_TIMEOUT = 30.0
+
+
+def block_dir(name: str) -> Path:
+    return machine.home() / "blocks" / name
+
+
+def ciod_address(name: str, pset: int) -> str:
+    return f"unix:{machine.socket_dir() / f'{name}-{pset}.sock'}"
+
+
+def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) -> list[Ciod]:
+    """Open a CONTROL connection to every I/O node of a booted block."""
+    if b.key is None:
+        raise LatticeError(f"block {b.name} is {b.state}: boot it first (`lattice boot {b.name}`)")
+    key = bytes.fromhex(b.key)
+    rows = con.execute("SELECT node, address FROM daemons WHERE block = ? AND kind = 'ciod' ORDER BY node",
+                       (b.name,)).fetchall()
+    out: list[Ciod] = []
+    try:
+        for r in rows:
+            out.append(Ciod(r["address"], key, m.io_location(r["node"]), timeout))
+    except LatticeError:
+        for c in out:
+            c.close()
+        raise
+    return out
+
+
+def _start(argv: list[str], log: Path) -> int:
+    with open(log, "ab") as fh:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
+    return p.pid
+
+
+def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
+    blocks.set_state(con, name, "Allocated", expect=("Free",))
+    b = blocks.get(con, name)
+    key = secrets.token_bytes(32)
+    d = block_dir(name)
+    (d / "log").mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    machine.socket_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
+    ras.spool_dir().mkdir(parents=True, exist_ok=True)
+    keyfile = d / "key"
+    keyfile.unlink(missing_ok=True)
+    fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, key.hex().encode() + b"\n")
+    os.close(fd)
+    with db.transaction(con):
+        con.execute("UPDATE blocks SET state = 'Booting', key = ?, message = NULL, changed = ? WHERE name = ?",
+                    (key.hex(), db.now(), name))
+        con.execute("DELETE FROM daemons WHERE block = ?", (name,))
+    bin_dir = machine.prefix()
+    try:
+        for p in b.psets(m):
+            addr = ciod_address(name, p)
+            Path(addr[5:]).unlink(missing_ok=True)
+            pid = _start([str(bin_dir / "bin" / "ciod"), "--block", name, "--pset", str(p),
+                          "--pset-size", str(m.pset_size), "--listen", addr, "--key-file", str(keyfile),
+                          "--ras", str(ras.spool_dir() / f"{name}-ionode{p}.log"),
+                          "--location", m.io_location(p)], d / "log" / f"ciod-{p}.log")
+            con.execute("INSERT INTO daemons (block, kind, node, pid, address) VALUES (?, 'ciod', ?, ?, ?)",
+                        (name, p, pid, addr))
+            for i in m.pset_nodes(p):
+                pfile = d / f"node-{i}.json"
+                pfile.unlink(missing_ok=True)
+                fd = os.open(pfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, json.dumps(personality(m, b, key, i, addr), indent=1).encode())
+                os.close(fd)
+                pid = _start([str(bin_dir / "bin" / "cnode"), "--personality", str(pfile),
+                              "--client", str(bin_dir / "lib" / "libcnclient.so")],
+                             d / "log" / f"cnode-{i}.log")
+                con.execute("INSERT INTO daemons (block, kind, node, pid) VALUES (?, 'cnode', ?, ?)",
+                            (name, i, pid))
+        wait_ready(con, m, blocks.get(con, name))
+    except (LatticeError, OSError) as e:
+        why = e.message if isinstance(e, LatticeError) else str(e)
+        ras.record(con, "FATAL", "MMCS", name, f"boot of block {name} failed: {why}")
+        kill_daemons(con, name)
+        blocks.set_state(con, name, "Error", f"boot failed: {why}")
+        raise LatticeError(f"boot of block {name} failed: {why}",
+                           f"daemon logs are in {d / 'log'}") from e
+    blocks.set_state(con, name, "Initialized")
+    ras.record(con, "INFO", "MMCS", name, f"block {name} initialized ({b.size} compute nodes, "
+                                          f"{len(b.psets(m))} I/O nodes)")
+    return blocks.get(con, name)
+
+
+def personality(m: Machine, b: Block, key: bytes, i: int, addr: str) -> dict[str, object]:
+    p = m.pset_of(i)
+    return {
+        "block": b.name, "key": key.hex(), "ciod": addr, "node": i - p * m.pset_size, "pset": p,
+        "pset_size": m.pset_size, "coords": list(m.coord(i)), "torus": list(m.shape),
+        "memory": m.memory, "mode": "co", "location": m.compute_location(i),
+        "ionode_location": m.io_location(p), "hide": list(m.hide),
+    }
+
+
+def wait_ready(con: sqlite3.Connection, m: Machine, b: Block) -> None:
+    """Until every ciod says all its compute nodes are connected."""
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    pending = set(b.psets(m))
+    last = ""
+    while pending:
+        for p in sorted(pending):
+            dead = [r for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ?", (b.name,))
+                    if not alive(r["pid"])]
+            if dead:
+                r = dead[0]
+                where = m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])
+                raise LatticeError(f"{r['kind']} of {where} exited during boot")
+            try:
+                with ciods_one(con, b, m, p) as c:
+                    nodes, _, _ = c.status()
+                if nodes == m.pset_size:
+                    pending.discard(p)
+                else:
+                    last = f"I/O node {m.io_location(p)} has {nodes} of {m.pset_size} compute nodes"
+            except (CiodError, OSError) as e:
+                last = str(e)
+        if pending and time.monotonic() > deadline:
+            raise LatticeError(f"timed out after {BOOT_TIMEOUT:.0f} s: {last}")
+        if pending:
+            time.sleep(0.05)
+
+
+def ciods_one(con: sqlite3.Connection, b: Block, m: Machine, pset: int) -> Ciod:
+    r = con.execute("SELECT address FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?",
+                    (b.name, pset)).fetchone()
+    assert b.key is not None
+    return Ciod(r["address"], bytes.fromhex(b.key), m.io_location(pset), timeout=5.0)
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs (reaping it if it is our exited child)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def ours(pid: int, block: str) -> bool:
+    """The pid still runs one of this block's daemons (not a recycled pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return str(block_dir(block)).encode() in fh.read()
+    except OSError:
+        return False
+
+
+def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None:
+    rows = con.execute("SELECT pid FROM daemons WHERE block = ?", (name,)).fetchall()
+    pids = [r["pid"] for r in rows if ours(r["pid"], name)]
+    deadline = time.monotonic() + grace
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p in pids:
+        if alive(p) and ours(p, name):
+            try:
+                os.killpg(p, signal.SIGKILL)  # its session: the daemon and any job it started
+            except ProcessLookupError:
+                pass
+    for p in pids:
+        for _ in range(100):
+            if not alive(p):
+                break
+            time.sleep(0.02)
+    con.execute("DELETE FROM daemons WHERE block = ?", (name,))
+
+
+def free(con: sqlite3.Connection, m: Machine, name: str) -> None:
+    b = blocks.get(con, name)
+    if b.state == "Free":
+        return
+    blocks.set_state(con, name, "Terminating", expect=("Allocated", "Booting", "Initialized", "Error"))
+    if b.key is not None:
+        for p in b.psets(m):
+            try:
+                with ciods_one(con, b, m, p) as c:
+                    c.call(0x0103)  # LAT_CTL_SHUTDOWN
+            except (LatticeError, OSError, TypeError):
+                pass  # dead or never started: killed below
+    kill_daemons(con, name)
+    for f in block_dir(name).glob("*"):
+        if f.is_file():
+            f.unlink()  # key and personalities: secrets of a block that no longer runs
+    with db.transaction(con):
+        con.execute("UPDATE blocks SET state = 'Free', key = NULL, message = NULL, changed = ? WHERE name = ?",
+                    (db.now(), name))
+    ras.record(con, "INFO", "MMCS", name, f"block {name} freed")

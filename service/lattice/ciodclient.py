@@ -1,0 +1,138 @@
+"""A CONTROL connection to one I/O node daemon (ciod)."""
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+
+from lattice import wire
+from lattice.errors import LatticeError
+
+
+class CiodError(LatticeError):
+    """ciod refused a request or the connection failed."""
+
+
+def open_socket(address: str, timeout: float) -> socket.socket:
+    kind, _, where = address.partition(":")
+    if kind == "unix":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(where)
+    elif kind == "tcp":
+        host, _, port = where.rpartition(":")
+        s = socket.create_connection((host, int(port)), timeout=timeout)
+    else:
+        raise LatticeError(f"bad I/O node address {address!r}")
+    return s
+
+
+class Ciod:
+    """Framed requests and replies; one-way messages are read with `frames()`."""
+
+    def __init__(self, address: str, key: bytes, location: str, timeout: float = 10.0) -> None:
+        self.address = address
+        self.location = location
+        self.seq = 0
+        self.buf = b""
+        self.pending: list[tuple[int, bytes]] = []
+        try:
+            self.sock = open_socket(address, timeout)
+        except OSError as e:
+            raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
+        err, _, self.pset, self.pset_size = wire.HELLO_ACK.unpack(
+            self.request(wire.HELLO, wire.HELLO_MSG.pack(wire.ROLE_CONTROL, 0, 0, key)))
+        if err:
+            raise CiodError(f"I/O node {location} refused us: {os.strerror(err)}")
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Ciod:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, typ: int, payload: bytes = b"") -> int:
+        self.seq += 1
+        self.sock.sendall(wire.HDR.pack(wire.MAGIC, wire.VERSION, typ, len(payload), self.seq) + payload)
+        return self.seq
+
+    def request(self, typ: int, payload: bytes = b"") -> bytes:
+        """Send a request and return its reply's payload (one-way messages
+        that arrive meanwhile are kept for `frames()`)."""
+        try:
+            seq = self.send(typ, payload)
+            while True:
+                rtyp, rseq, body = self._read_frame()
+                if rtyp == wire.ERROR | wire.REPLY:
+                    ret, err, _ = wire.SYSRET.unpack_from(body)
+                    raise CiodError(f"I/O node {self.location}: {body[wire.SYSRET.size:].decode(errors='replace')}"
+                                    f" ({os.strerror(err)})")
+                if rtyp == typ | wire.REPLY and rseq == seq:
+                    return body
+                self.pending.append((rtyp, body))
+        except OSError as e:
+            raise CiodError(f"lost I/O node {self.location}: {e.strerror or e}") from e
+
+    def call(self, typ: int, payload: bytes = b"") -> tuple[int, int, str]:
+        """A request answered by lat_sysret + text: (ret, errno, text)."""
+        body = self.request(typ, payload)
+        ret, err, _ = wire.SYSRET.unpack_from(body)
+        return ret, err, body[wire.SYSRET.size:].decode(errors="replace").rstrip("\0")
+
+    def _read_frame(self) -> tuple[int, int, bytes]:
+        while True:
+            frame = self._take()
+            if frame:
+                return frame
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionResetError(errno.ECONNRESET, "connection closed")
+            self.buf += chunk
+
+    def _take(self) -> tuple[int, int, bytes] | None:
+        if len(self.buf) < wire.HDR.size:
+            return None
+        magic, version, typ, length, seq = wire.HDR.unpack_from(self.buf)
+        if magic != wire.MAGIC or version != wire.VERSION or length > wire.MAX_PAYLOAD:
+            raise CiodError(f"I/O node {self.location} sent a malformed message")
+        end = wire.HDR.size + length
+        if len(self.buf) < end:
+            return None
+        body = self.buf[wire.HDR.size:end]
+        self.buf = self.buf[end:]
+        return typ, seq, body
+
+    def buffered(self) -> list[tuple[int, bytes]]:
+        """One-way messages already received (e.g. while awaiting a reply)."""
+        out, self.pending = self.pending, []
+        while (frame := self._take()) is not None:
+            out.append((frame[0], frame[2]))
+        return out
+
+    def frames(self) -> list[tuple[int, bytes]] | None:
+        """Read what is available (the socket is readable); return complete
+        one-way messages, or None when the connection has closed."""
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except (ConnectionResetError, BrokenPipeError):
+            chunk = b""
+        if not chunk:
+            return self.buffered() or None
+        self.buf += chunk
+        return self.buffered()
+
+    def status(self) -> tuple[int, int, int]:
+        nodes, pset_size, job = wire.CTL_STATUS_MSG.unpack(self.request(wire.CTL_STATUS))
+        return nodes, pset_size, job
+
+    def counters(self) -> dict[str, int]:
+        body = self.request(wire.CTL_COUNTERS)
+        values = struct.unpack(f"<{len(body) // 8}Q", body)
+        return dict(zip(wire.SYS_NAMES, values))

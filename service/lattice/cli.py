@@ -1,0 +1,50 @@
+"""`lattice`: the service node's command line.
+
+One module per command under lattice.cmd, each with `description`,
+`setup_parser(parser)` and a function named after the command.  One error
+boundary: a LatticeError prints `lattice: error: MESSAGE` and exits with its
+status; a traceback only with LATTICE_DEBUG=1.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from lattice.errors import LatticeError
+
+COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs", "ras", "counters")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="lattice", description="Lattice service node: machine, blocks and jobs. "
+                                 "The machine lives in $LATTICE_HOME (default ~/.lattice).")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        mod = importlib.import_module(f"lattice.cmd.{name}")
+        p = sub.add_parser(name, help=mod.description, description=mod.description)
+        mod.setup_parser(p)
+        p.set_defaults(func=getattr(mod, name))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LatticeError as e:
+        if os.environ.get("LATTICE_DEBUG"):
+            raise
+        print(f"lattice: error: {e.message}", file=sys.stderr)
+        if e.long_message:
+            print(e.long_message, file=sys.stderr)
+        return e.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import argparse
+import os
+
+from lattice import db, machine
+from lattice.errors import LatticeError
+from lattice.machine import Machine
+
+description = "write a new machine description and database in $LATTICE_HOME"
+
+
+def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", default="2x2x4", help="torus of compute nodes, XxYxZ (default 2x2x4)")
+    p.add_argument("--pset-size", type=int, default=machine.DEFAULT_PSET,
+                   help="compute nodes per I/O node (default 8)")
+    p.add_argument("--memory", default="1G", help="memory per compute node (default 1G)")
+    p.add_argument("--hide", action="append", default=[], metavar="PATH",
+                   help="a path compute nodes must not see locally (repeatable)")
+    p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
+
+
+def init(args: argparse.Namespace) -> int:
+    m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
+                memory=machine.parse_size(args.memory),
+                hide=tuple(os.path.abspath(h) for h in args.hide))
+    home = machine.home()
+    if machine.machine_file().exists():
+        if not args.force:
+            raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
+        con = db.connect()
+        busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
+        con.close()
+        if busy:
+            raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
+        for suffix in ("", "-wal", "-shm"):
+            (home / f"lattice.db{suffix}").unlink(missing_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    m.save(machine.machine_file())
+    con = db.connect()
+    with db.transaction(con):
+        for i in range(m.nodes):
+            x, y, z = m.coord(i)
+            con.execute("INSERT INTO nodes VALUES (?, 'compute', ?, ?, ?, ?, ?)",
+                        (i, x, y, z, m.pset_of(i), m.compute_location(i)))
+        for p in range(m.psets):
+            con.execute("INSERT INTO nodes VALUES (?, 'io', NULL, NULL, NULL, ?, ?)", (-1 - p, p, m.io_location(p)))
+    print(f"machine in {home}: {machine.shape_str(m.shape)} torus, {m.nodes} compute nodes, "
+          f"{m.psets} I/O nodes (psets of {m.pset_size}), {m.memory >> 20} MiB per node")
+    return 0

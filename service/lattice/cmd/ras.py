@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import argparse
+
+from lattice import db
+from lattice import ras as model
+
+description = "show RAS events (the I/O nodes' spooled events are imported first)"
+
+
+def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--severity", choices=model.SEVERITIES, help="only this severity and worse")
+    p.add_argument("--job", type=int, help="only events of this job")
+
+
+def ras(args: argparse.Namespace) -> int:
+    con = db.connect()
+    model.ingest(con)
+    worse = model.SEVERITIES[model.SEVERITIES.index(args.severity):] if args.severity else model.SEVERITIES
+    q = f"SELECT * FROM ras WHERE severity IN ({','.join('?' * len(worse))})"
+    params: list[object] = list(worse)
+    if args.job is not None:
+        q += " AND job = ?"
+        params.append(args.job)
+    for e in con.execute(q + " ORDER BY time, id", params):
+        print(f"{e['time']}  {e['severity']:<7} {e['component']:<7} {e['location']:<18} {e['message']}")
+    return 0

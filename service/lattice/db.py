@@ -1,0 +1,135 @@
+"""The machine's state: one SQLite database per machine.
+
+WAL mode and a busy timeout let several `lattice` commands work at once;
+read-modify-write sequences use `transaction()` (BEGIN IMMEDIATE) so two of
+them never interleave.  The schema is versioned: MIGRATIONS[i] moves the
+database from version i to i+1, applied in order on open.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from lattice import machine
+
+MIGRATIONS: list[str] = [
+    # 0 -> 1: the first schema
+    """
+    CREATE TABLE nodes (
+        id        INTEGER PRIMARY KEY,          -- compute: linear index, I/O: -1 - pset
+        kind      TEXT NOT NULL CHECK (kind IN ('compute', 'io')),
+        x INTEGER, y INTEGER, z INTEGER,
+        pset      INTEGER NOT NULL,
+        location  TEXT NOT NULL UNIQUE
+    );
+    CREATE TABLE blocks (
+        name      TEXT PRIMARY KEY,
+        x0 INTEGER NOT NULL, y0 INTEGER NOT NULL, z0 INTEGER NOT NULL,
+        sx INTEGER NOT NULL, sy INTEGER NOT NULL, sz INTEGER NOT NULL,
+        state     TEXT NOT NULL DEFAULT 'Free'
+                  CHECK (state IN ('Free', 'Allocated', 'Booting', 'Initialized', 'Terminating', 'Error')),
+        auto      INTEGER NOT NULL DEFAULT 0,   -- created by `lattice run`, deleted after
+        key       TEXT,                         -- hex security key while booted
+        message   TEXT,
+        created   REAL NOT NULL,
+        changed   REAL NOT NULL
+    );
+    CREATE TABLE daemons (                       -- processes of a booted block
+        block     TEXT NOT NULL REFERENCES blocks(name) ON DELETE CASCADE,
+        kind      TEXT NOT NULL CHECK (kind IN ('ciod', 'cnode')),
+        node      INTEGER NOT NULL,             -- pset (ciod) or compute node index (cnode)
+        pid       INTEGER NOT NULL,
+        address   TEXT,                         -- ciod: where it listens
+        PRIMARY KEY (block, kind, node)
+    );
+    CREATE TABLE jobs (
+        id        INTEGER PRIMARY KEY AUTOINCREMENT,
+        block     TEXT,
+        user      TEXT NOT NULL,
+        uid       INTEGER NOT NULL,
+        exe       TEXT NOT NULL,
+        args      TEXT NOT NULL,                -- the command line, shell-quoted
+        cwd       TEXT NOT NULL,
+        nranks    INTEGER NOT NULL,
+        state     TEXT NOT NULL DEFAULT 'Queued'
+                  CHECK (state IN ('Queued', 'Starting', 'Running', 'Dying', 'Terminated', 'Error')),
+        status    INTEGER,                      -- lattice run's exit status
+        message   TEXT,
+        submitted REAL NOT NULL,
+        started   REAL,
+        ended     REAL
+    );
+    CREATE TABLE ranks (
+        job       INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        rank      INTEGER NOT NULL,
+        location  TEXT NOT NULL,
+        how       TEXT CHECK (how IN ('exit', 'signal', 'launch', 'lost')),
+        value     INTEGER,
+        message   TEXT,
+        PRIMARY KEY (job, rank)
+    );
+    CREATE TABLE ras (
+        id        INTEGER PRIMARY KEY AUTOINCREMENT,
+        time      TEXT NOT NULL,
+        severity  TEXT NOT NULL CHECK (severity IN ('INFO', 'WARNING', 'ERROR', 'FATAL')),
+        component TEXT NOT NULL,
+        location  TEXT NOT NULL,
+        job       INTEGER,
+        message   TEXT NOT NULL
+    );
+    CREATE TABLE ras_spool (                     -- how far each ciod spool file was imported
+        path      TEXT PRIMARY KEY,
+        offset    INTEGER NOT NULL
+    );
+    """,
+]
+
+
+def path() -> Path:
+    return machine.home() / "lattice.db"
+
+
+def connect(db_path: Path | None = None) -> sqlite3.Connection:
+    con = sqlite3.connect(db_path or path(), timeout=30.0, isolation_level=None)
+    con.row_factory = sqlite3.Row
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA foreign_keys=ON")
+    con.execute("PRAGMA busy_timeout=30000")
+    migrate(con)
+    return con
+
+
+def version(con: sqlite3.Connection) -> int:
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = con.execute("SELECT version FROM schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: sqlite3.Connection) -> None:
+    with transaction(con):
+        v = version(con)
+        for step in MIGRATIONS[v:]:
+            for statement in step.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+        if v < len(MIGRATIONS):
+            con.execute("DELETE FROM schema_version")
+            con.execute("INSERT INTO schema_version VALUES (?)", (len(MIGRATIONS),))
+
+
+@contextmanager
+def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def now() -> float:
+    return time.time()

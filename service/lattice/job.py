@@ -1,0 +1,249 @@
+"""Running a job on a booted block, as BG/L's mpirun did.
+
+The run sends the job to every I/O node of the block over CONTROL
+connections, then multiplexes what comes back: each rank's output (in order
+per rank, line by line, labelled on request), each rank's exit, and each I/O
+node's end of job.  The job's exit status is 0 if every rank exited 0, else
+that of the first rank to fail.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import shlex
+import signal
+import sqlite3
+import sys
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import BinaryIO
+
+from lattice import blocks, boot, db, ras, wire
+from lattice.blocks import Block
+from lattice.ciodclient import Ciod
+from lattice.errors import LatticeError
+from lattice.machine import Machine
+
+LAUNCH_FAILED = 126     # like a shell's "cannot execute"
+NODE_LOST = 255
+
+
+@dataclass
+class Spec:
+    exe: str
+    args: list[str]
+    cwd: str
+    env: list[str]
+    nranks: int
+    uid: int
+    gid: int
+    groups: list[int]
+    user: str
+    label: bool = False
+
+
+@dataclass
+class Outcome:
+    status: int = 0
+    first_failure: str | None = None
+    ended: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # rank -> (how, value, text)
+
+
+class Output:
+    """Each rank's stdout and stderr, written whole lines at a time so ranks
+    never interleave inside a line; `--label` prefixes the rank."""
+
+    def __init__(self, label: bool) -> None:
+        self.label = label
+        self.partial: dict[tuple[int, int], bytes] = {}
+
+    def stream(self, which: int) -> BinaryIO:
+        return sys.stdout.buffer if which == wire.STDOUT else sys.stderr.buffer
+
+    def write(self, rank: int, which: int, data: bytes) -> None:
+        buf = self.partial.pop((rank, which), b"") + data
+        end = buf.rfind(b"\n") + 1
+        if end:
+            lines = buf[:end]
+            if self.label:
+                prefix = f"{rank}: ".encode()
+                lines = b"".join(prefix + l for l in lines.splitlines(keepends=True))
+            out = self.stream(which)
+            out.write(lines)
+            out.flush()
+        if end < len(buf):
+            self.partial[(rank, which)] = buf[end:]
+
+    def flush(self, rank: int | None = None) -> None:
+        for (r, which), rest in sorted(self.partial.items()):
+            if rank is None or r == rank:
+                self.write(r, which, rest + b"\n")
+
+
+def describe(how: int, value: int, text: str) -> tuple[str, int, str]:
+    """(kind, status, words) for an exit report."""
+    if how == wire.EXIT_CODE:
+        return "exit", value, f"exited with status {value}"
+    if how == wire.EXIT_SIGNAL:
+        try:
+            name = signal.Signals(value).name
+        except ValueError:
+            name = "?"
+        return "signal", 128 + value, f"killed by signal {value} ({name})"
+    if how == wire.EXIT_LAUNCH:
+        return "launch", LAUNCH_FAILED, f"could not start: {text or os.strerror(value)}"
+    return "lost", NODE_LOST, text or "compute node lost"
+
+
+class Run:
+    def __init__(self, con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> None:
+        self.con, self.m, self.b, self.spec, self.job = con, m, b, spec, job_id
+        self.nodes = b.nodes(m)[: spec.nranks]          # rank r runs on nodes[r]
+        self.outcome = Outcome()
+        self.output = Output(spec.label)
+        self.killed = False
+        self.interrupted: int | None = None
+        self.ciods: list[Ciod] = []
+        self.lost_ionode = False
+
+    def location(self, rank: int) -> str:
+        return self.m.compute_location(self.nodes[rank])
+
+    def start(self) -> None:
+        self.ciods = boot.ciods(self.con, self.b, self.m)
+        rank_of = {n: r for r, n in enumerate(self.nodes)}
+        s = self.spec
+        for c in self.ciods:
+            ranks = [rank_of.get(i, -1) for i in self.m.pset_nodes(c.pset)]
+            payload = wire.job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.exe, s.cwd,
+                                       [s.exe, *s.args], s.env)
+            ret, err, text = c.call(wire.CTL_JOB, payload)
+            if ret < 0:
+                self.kill(signal.SIGKILL)
+                raise LatticeError(f"job refused by I/O node {c.location}: {text or os.strerror(err)}",
+                                   status=LAUNCH_FAILED)
+
+    def kill(self, sig: int) -> None:
+        for c in self.ciods:
+            try:
+                c.send(wire.CTL_KILL, wire.KILL.pack(sig, 0))
+            except OSError:
+                pass
+
+    def on_exit(self, body: bytes) -> None:
+        _, rank, _, how, value = wire.EXIT.unpack_from(body)
+        text = body[wire.EXIT.size:].decode(errors="replace").rstrip("\0")
+        if rank >= len(self.nodes) or rank in self.outcome.ended:
+            return
+        self.output.flush(rank)
+        kind, status, words = describe(how, value, text)
+        self.outcome.ended[rank] = (kind, value, text)
+        self.con.execute("INSERT OR REPLACE INTO ranks (job, rank, location, how, value, message) "
+                         "VALUES (?,?,?,?,?,?)", (self.job, rank, self.location(rank), kind, value, text or None))
+        if status != 0:
+            message = f"rank {rank} ({self.location(rank)}) {words}"
+            if self.outcome.first_failure is None:
+                self.outcome.status = status
+                self.outcome.first_failure = message
+            if not self.killed or kind != "signal":
+                print(f"lattice: {message}", file=sys.stderr, flush=True)
+            severity = "ERROR" if kind in ("exit", "launch") else "FATAL" if kind == "lost" else "ERROR"
+            ras.record(self.con, severity, "APP" if kind != "lost" else "KERNEL", self.location(rank),
+                       f"job {self.job} {message}", self.job)
+            if kind in ("signal", "lost", "launch") and not self.killed:
+                # one rank can no longer take part: end the job everywhere
+                self.killed = True
+                self.kill(signal.SIGKILL)
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.interrupted = signum
+        if not self.killed:
+            self.killed = True
+            print(f"lattice: {signal.Signals(signum).name}: ending job {self.job}", file=sys.stderr, flush=True)
+            self.kill(signal.SIGKILL)
+
+    def wait(self) -> None:
+        sel = selectors.DefaultSelector()
+        open_ciods = set(self.ciods)
+        ready: list[tuple[Ciod, list[tuple[int, bytes]] | None]] = [(c, c.buffered()) for c in self.ciods]
+        for c in self.ciods:
+            sel.register(c, selectors.EVENT_READ)
+        while open_ciods:
+            for c, frames in ready:
+                if c not in open_ciods:
+                    continue
+                if frames is None:
+                    sel.unregister(c)
+                    open_ciods.discard(c)
+                    self.ionode_lost(c)
+                    continue
+                for typ, body in frames:
+                    if typ == wire.CTL_OUTPUT:
+                        rank, which = wire.OUTPUT.unpack_from(body)
+                        if rank < len(self.nodes):
+                            self.output.write(rank, which, body[wire.OUTPUT.size:])
+                    elif typ == wire.CTL_EXIT:
+                        self.on_exit(body)
+                    elif typ == wire.CTL_JOB_END:
+                        sel.unregister(c)
+                        open_ciods.discard(c)
+                        break
+            ready = [(key.fileobj, key.fileobj.frames())  # type: ignore[union-attr]
+                     for key, _ in sel.select(timeout=1.0)] if open_ciods else []
+        sel.close()
+        self.output.flush()
+
+    def ionode_lost(self, c: Ciod) -> None:
+        """An I/O node closed its connection mid-job: its ranks are lost."""
+        self.lost_ionode = True
+        message = f"I/O node {c.location} lost (connection closed) during job {self.job}"
+        print(f"lattice: {message}", file=sys.stderr, flush=True)
+        ras.record(self.con, "FATAL", "CIOD", c.location, message, self.job)
+        blocks.set_state(self.con, self.b.name, "Error", message)
+        for r, n in enumerate(self.nodes):
+            if self.m.pset_of(n) == c.pset and r not in self.outcome.ended:
+                text = f"lost with I/O node {c.location}"
+                self.on_exit(wire.EXIT.pack(self.job, r, 0, wire.EXIT_LOST, 0) + text.encode())
+
+    def close(self) -> None:
+        for c in self.ciods:
+            c.close()
+
+
+def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
+    """Run spec on booted block b; record it; return the exit status."""
+    if spec.nranks > b.size:
+        raise LatticeError(f"{spec.nranks} ranks do not fit in block {b.name} of {b.size} compute nodes")
+    if b.state != "Initialized":
+        raise LatticeError(f"block {b.name} is {b.state}, not Initialized")
+    cmdline = shlex.join([spec.exe, *spec.args])
+    with db.transaction(con):
+        cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted) "
+                          "VALUES (?,?,?,?,?,?,?, 'Starting', ?)",
+                          (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now()))
+        job_id = int(cur.lastrowid or 0)
+    r = Run(con, m, b, spec, job_id)
+    handlers = {s: signal.signal(s, r.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            r.start()
+        except LatticeError as e:
+            finish(con, job_id, "Error", e.status, e.message)
+            raise
+        con.execute("UPDATE jobs SET state = 'Running', started = ? WHERE id = ?", (db.now(), job_id))
+        r.wait()
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        r.close()
+    status = r.outcome.status
+    if r.interrupted is not None:
+        status = 128 + r.interrupted
+    state = "Error" if r.lost_ionode else "Terminated"
+    finish(con, job_id, state, status, r.outcome.first_failure)
+    return status
+
+
+def finish(con: sqlite3.Connection, job_id: int, state: str, status: int, message: str | None) -> None:
+    con.execute("UPDATE jobs SET state = ?, status = ?, message = ?, ended = ? WHERE id = ?",
+                (state, status, message, db.now(), job_id))

@@ -1,0 +1,175 @@
+"""The machine model: torus, psets, locations, and where a machine lives.
+
+Compute nodes are numbered x fastest, then y, then z.  Pset i is the I/O
+node i plus compute nodes [i*P, (i+1)*P) in that order; only pset sizes that
+make every pset a box of the torus are allowed, so psets stay close together
+in the torus as on Blue Gene/L.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import tomli_w
+
+from lattice.errors import LatticeError
+
+Coord = tuple[int, int, int]
+
+DEFAULT_SHAPE: Coord = (2, 2, 4)
+DEFAULT_PSET = 8
+DEFAULT_MEMORY = 1 << 30
+
+
+def home() -> Path:
+    return Path(os.environ.get("LATTICE_HOME") or Path.home() / ".lattice").absolute()
+
+
+def prefix() -> Path:
+    """Where the node programs were built (the repository's build/ by default)."""
+    env = os.environ.get("LATTICE_PREFIX")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "build"
+
+
+def parse_shape(text: str) -> Coord:
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip())
+    if not m or min(int(g) for g in m.groups()) < 1:
+        raise LatticeError(f"bad shape {text!r}: expected XxYxZ with positive sizes, e.g. 2x2x4")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def parse_coord(text: str) -> Coord:
+    m = re.fullmatch(r"(\d+),(\d+),(\d+)", text.strip())
+    if not m:
+        raise LatticeError(f"bad coordinates {text!r}: expected x,y,z")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+)\s*([KMGT]?)(i?B)?", text.strip(), re.I)
+    if not m:
+        raise LatticeError(f"bad memory size {text!r}: expected e.g. 512M or 1G")
+    return int(m[1]) << (10 * " KMGT".index((m[2] or " ").upper()))
+
+
+def shape_str(c: Coord) -> str:
+    return "x".join(map(str, c))
+
+
+@dataclass(frozen=True)
+class Machine:
+    shape: Coord = DEFAULT_SHAPE
+    pset_size: int = DEFAULT_PSET
+    memory: int = DEFAULT_MEMORY
+    placement: str = "local"
+    hide: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        X, Y, Z = self.shape
+        P, n = self.pset_size, X * Y * Z
+        if not 1 <= P <= 128:
+            raise LatticeError(f"pset size {P} is out of range 1..128")
+        if n % P:
+            raise LatticeError(f"pset size {P} does not divide the {n} compute nodes of {shape_str(self.shape)}")
+        if not (X % P == 0 or (P % X == 0 and Y % (P // X) == 0)
+                or (P % (X * Y) == 0 and Z % (P // (X * Y)) == 0)):
+            raise LatticeError(f"psets of {P} are not boxes of a {shape_str(self.shape)} torus",
+                               "the pset size must divide X, or be X*j with j dividing Y, "
+                               "or X*Y*k with k dividing Z")
+        if self.placement != "local":
+            raise LatticeError(f"placement {self.placement!r} is not supported yet (only 'local')")
+
+    @property
+    def nodes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.shape[2]
+
+    @property
+    def psets(self) -> int:
+        return self.nodes // self.pset_size
+
+    def coord(self, index: int) -> Coord:
+        X, Y, _ = self.shape
+        return index % X, (index // X) % Y, index // (X * Y)
+
+    def index(self, c: Coord) -> int:
+        X, Y, _ = self.shape
+        return c[0] + X * (c[1] + Y * c[2])
+
+    def pset_of(self, index: int) -> int:
+        return index // self.pset_size
+
+    def pset_nodes(self, pset: int) -> range:
+        return range(pset * self.pset_size, (pset + 1) * self.pset_size)
+
+    @staticmethod
+    def compute_location(index: int) -> str:
+        return f"R00-M0-N00-C:J{index:02d}"
+
+    @staticmethod
+    def io_location(pset: int) -> str:
+        return f"R00-M0-N00-I:J{pset:02d}"
+
+    def box(self, corner: Coord, shape: Coord) -> Iterator[int]:
+        """Node indices of a box, x fastest."""
+        for z in range(corner[2], corner[2] + shape[2]):
+            for y in range(corner[1], corner[1] + shape[1]):
+                for x in range(corner[0], corner[0] + shape[0]):
+                    yield self.index((x, y, z))
+
+    # --- persistence -------------------------------------------------------
+    def to_toml(self) -> dict[str, object]:
+        return {
+            "torus": {"shape": list(self.shape)},
+            "pset": {"size": self.pset_size},
+            "node": {"memory": self.memory},
+            "placement": {"hosts": self.placement},
+            "compute": {"hide": list(self.hide)},
+        }
+
+    @classmethod
+    def from_toml(cls, data: dict[str, object], source: str) -> Machine:
+        try:
+            t: dict[str, list[int]] = data["torus"]  # type: ignore[assignment]
+            shape = tuple(int(v) for v in t["shape"])
+            if len(shape) != 3:
+                raise ValueError("torus.shape needs 3 dimensions")
+            return cls(shape=(shape[0], shape[1], shape[2]),
+                       pset_size=int(data["pset"]["size"]),  # type: ignore[index]
+                       memory=int(data["node"]["memory"]),  # type: ignore[index]
+                       placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
+                       hide=tuple(str(p) for p in data.get("compute", {}).get("hide", [])))  # type: ignore[attr-defined]
+        except (KeyError, TypeError, ValueError) as e:
+            raise LatticeError(f"{source}: bad machine description: {e}") from e
+
+    def save(self, path: Path) -> None:
+        path.write_text("# Lattice machine description (lattice init)\n" + tomli_w.dumps(self.to_toml()))
+
+
+def machine_file() -> Path:
+    return home() / "machine.toml"
+
+
+def load() -> Machine:
+    path = machine_file()
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise LatticeError(f"no machine at {home()}: run `lattice init` (or set LATTICE_HOME)") from None
+    except tomllib.TOMLDecodeError as e:
+        raise LatticeError(f"{path}: {e}") from e
+    return Machine.from_toml(data, str(path))
+
+
+def socket_dir() -> Path:
+    """Where the I/O nodes' sockets go: unix socket paths are limited to 107
+    bytes, so a deep LATTICE_HOME gets a short directory under /tmp."""
+    d = home() / "run"
+    if len(str(d)) + 24 <= 107:
+        return d
+    digest = hashlib.sha256(str(home()).encode()).hexdigest()[:12]
+    return Path(f"/tmp/lattice-{os.getuid()}-{digest}")
