@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,9 +69,9 @@ class Machine:
 
 def make_machine(tmp: Path, *init_args: str) -> Machine:
     home = tmp / "home"
-    work = tmp / "work"
-    work.mkdir(parents=True)
-    os.chmod(tmp, 0o755)
+    # the job's files: in a directory other users can reach (pytest's own
+    # tmp directories are private), removed with the rest of /tmp
+    work = Path(tempfile.mkdtemp(prefix="lattice-test-work-"))
     os.chmod(work, 0o755)
     env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"))
     m = Machine(home=home, work=work, env=env)
