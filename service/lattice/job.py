@@ -167,7 +167,7 @@ class Run:
         open_ciods = set(self.ciods)
         ready: list[tuple[Ciod, list[tuple[int, bytes]] | None]] = [(c, c.buffered()) for c in self.ciods]
         for c in self.ciods:
-            sel.register(c, selectors.EVENT_READ)
+            sel.register(c, selectors.EVENT_READ, c)
         while open_ciods:
             for c, frames in ready:
                 if c not in open_ciods:
@@ -188,7 +188,7 @@ class Run:
                         sel.unregister(c)
                         open_ciods.discard(c)
                         break
-            ready = [(key.fileobj, key.fileobj.frames())  # type: ignore[union-attr]
+            ready = [(key.data, key.data.frames())
                      for key, _ in sel.select(timeout=1.0)] if open_ciods else []
         sel.close()
         self.output.flush()
