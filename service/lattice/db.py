@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lattice import machine
+from lattice.errors import LatticeError
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema
@@ -93,12 +94,19 @@ def path() -> Path:
 
 
 def connect(db_path: Path | None = None) -> sqlite3.Connection:
-    con = sqlite3.connect(db_path or path(), timeout=30.0, isolation_level=None)
-    con.row_factory = sqlite3.Row
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA foreign_keys=ON")
-    con.execute("PRAGMA busy_timeout=30000")
-    migrate(con)
+    """The database at db_path, by default the machine's (which must exist)."""
+    if db_path is None:
+        machine.require()
+        db_path = path()
+    try:
+        con = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
+        con.row_factory = sqlite3.Row
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA foreign_keys=ON")
+        con.execute("PRAGMA busy_timeout=30000")
+        migrate(con)
+    except sqlite3.DatabaseError as e:
+        raise LatticeError(f"cannot open the database {db_path}: {e}") from e
     return con
 
 
@@ -111,6 +119,9 @@ def version(con: sqlite3.Connection) -> int:
 def migrate(con: sqlite3.Connection) -> None:
     with transaction(con):
         v = version(con)
+        if v > len(MIGRATIONS):
+            raise LatticeError(f"the database has schema version {v}, newer than this lattice "
+                               f"understands ({len(MIGRATIONS)}): use a newer lattice")
         for step in MIGRATIONS[v:]:
             for statement in step.split(";"):
                 if statement.strip():

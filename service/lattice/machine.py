@@ -81,6 +81,8 @@ class Machine:
             raise LatticeError(f"psets of {P} are not boxes of a {shape_str(self.shape)} torus",
                                "the pset size must divide X, or be X*j with j dividing Y, "
                                "or X*Y*k with k dividing Z")
+        if not 1 << 20 <= self.memory < 1 << 63:
+            raise LatticeError(f"memory per node ({self.memory} bytes) must be at least 1M and below 8E")
         if self.placement != "local":
             raise LatticeError(f"placement {self.placement!r} is not supported yet (only 'local')")
 
@@ -138,12 +140,15 @@ class Machine:
             shape = tuple(int(v) for v in t["shape"])
             if len(shape) != 3:
                 raise ValueError("torus.shape needs 3 dimensions")
+            hide = data.get("compute", {}).get("hide", [])  # type: ignore[attr-defined]
+            if not isinstance(hide, list):
+                raise ValueError("compute.hide must be a list of paths")
             return cls(shape=(shape[0], shape[1], shape[2]),
                        pset_size=int(data["pset"]["size"]),  # type: ignore[index]
                        memory=int(data["node"]["memory"]),  # type: ignore[index]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
-                       hide=tuple(str(p) for p in data.get("compute", {}).get("hide", [])))  # type: ignore[attr-defined]
-        except (KeyError, TypeError, ValueError) as e:
+                       hide=tuple(str(p) for p in hide))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LatticeError(f"{source}: bad machine description: {e}") from e
 
     def save(self, path: Path) -> None:
@@ -154,12 +159,19 @@ def machine_file() -> Path:
     return home() / "machine.toml"
 
 
+def require() -> None:
+    """Fail clearly unless $LATTICE_HOME holds a machine."""
+    if not machine_file().is_file():
+        raise LatticeError(f"no machine at {home()}: run `lattice init` (or set LATTICE_HOME)")
+
+
 def load() -> Machine:
+    require()
     path = machine_file()
     try:
         data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise LatticeError(f"no machine at {home()}: run `lattice init` (or set LATTICE_HOME)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LatticeError(f"cannot read {path}: {e}") from e
     except tomllib.TOMLDecodeError as e:
         raise LatticeError(f"{path}: {e}") from e
     return Machine.from_toml(data, str(path))

@@ -25,17 +25,21 @@ def init(args: argparse.Namespace) -> int:
                 memory=machine.parse_size(args.memory),
                 hide=tuple(os.path.abspath(h) for h in args.hide))
     home = machine.home()
-    if machine.machine_file().exists():
+    if machine.machine_file().exists() or db.path().exists():   # a database alone: a broken machine
         if not args.force:
             raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
-        con = db.connect()
-        busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
-        con.close()
-        if busy:
-            raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
+        if db.path().exists():
+            con = db.connect(db.path())
+            busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
+            con.close()
+            if busy:
+                raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
         for suffix in ("", "-wal", "-shm"):
             (home / f"lattice.db{suffix}").unlink(missing_ok=True)
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LatticeError(f"cannot create {home}: {e}") from e
     m.save(machine.machine_file())
     con = db.connect()
     with db.transaction(con):

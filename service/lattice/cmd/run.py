@@ -32,7 +32,12 @@ def resolve_exe(exe: str, cwd: str) -> str:
         if not found:
             raise LatticeError(f"{exe}: command not found in PATH")
         return os.path.abspath(found)
-    return os.path.normpath(os.path.join(cwd, exe))
+    path = os.path.normpath(os.path.join(cwd, exe))
+    if not os.path.exists(path):
+        raise LatticeError(f"{exe}: no such file")
+    if os.path.isdir(path):
+        raise LatticeError(f"{exe}: is a directory")
+    return path
 
 
 def identity(user: str | None) -> tuple[str, int, int, list[int]]:
