@@ -10,8 +10,8 @@ CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 HEADERS    := protocol/lattice/wire.h
 
-.PHONY: all ciod cnode libcnclient examples clean
-all: ciod cnode libcnclient examples
+.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean
+all: ciod cnode cnk libcnclient liblatpers examples
 
 ciod: $(BUILD)/bin/ciod
 cnode: $(BUILD)/bin/cnode
@@ -21,13 +21,42 @@ $(BUILD)/bin/ciod: $(CIOD_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -pthread -o $@ $(CIOD_SRC)
 
-$(BUILD)/bin/cnode: $(CNODE_SRC) $(wildcard compute/cnode/*.h) $(HEADERS)
+$(BUILD)/bin/cnode: $(CNODE_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) -ljansson
+
+# cnk: freestanding (no libc: the program owns %fs and errno), static-PIE so
+# it never sits where a fixed-address program wants to be; it leaves the
+# program's vector registers alone (-mgeneral-regs-only).
+CNK_SRC    := $(wildcard compute/cnk/*.c) $(wildcard compute/cnk/*.S)
+CNK_CFLAGS := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -fno-stack-protector \
+              -fno-builtin -nostdlib -static-pie -fPIE -fvisibility=hidden -O2 -mgeneral-regs-only \
+              -Wl,-z,noexecstack -Iprotocol -Icompute/include
+cnk: $(BUILD)/bin/cnk
+
+$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CNK_CFLAGS) -o $@ $(CNK_SRC)
 
 $(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -shared -pthread -o $@ $(CLIENT_SRC)
+
+# The personality API for programs: lattice/personality.h, -llatpers.
+PERS_SRC := compute/libpersonality/personality.c
+PERS_HDR := compute/include/lattice/personality.h
+liblatpers: $(BUILD)/lib/liblatpers.a $(BUILD)/lib/liblatpers.so
+
+$(BUILD)/obj/liblatpers.o: $(PERS_SRC) $(PERS_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Icompute/include -fPIC -c -o $@ $<
+
+$(BUILD)/lib/liblatpers.a: $(BUILD)/obj/liblatpers.o
+	rm -f $@
+	$(AR) rcs $@ $<
+
+$(BUILD)/lib/liblatpers.so: $(BUILD)/obj/liblatpers.o
+	$(CC) $(CFLAGS) -shared -Wl,-soname,liblatpers.so -o $@ $<
 
 # Example programs run as jobs (tests and the README's main job use them).
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)) \
@@ -53,3 +82,7 @@ bench: $(BENCH)
 $(BUILD)/bench/%: bench/%.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -o $@ $<
+
+# cnk example programs (examples/cnk/) and the benchmarks that need their own
+# flags (static, FFTW): explicit rules there win over the pattern rules above.
+include examples/cnk/examples.mk bench/bench.mk

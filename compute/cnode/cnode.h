@@ -3,7 +3,8 @@
  *
  *   main.c   arguments, personality, hidden paths, the message loop
  *   net.c    connections to ciod: address parsing, hello, framed messages
- *   job.c    one job: receive it, launch the compute process, supervise it
+ *   job.c    one job: receive it, launch the compute process (in Linux mode
+ *            or under cnk), supervise it, report how it ended
  */
 #ifndef CNODE_H
 #define CNODE_H
@@ -22,6 +23,16 @@ struct personality {
     uint32_t node;              /* pset-local index */
     char *location;             /* e.g. R00-M0-N00-C:J05 */
     char **hide;                /* NULL-terminated */
+    uint64_t memory;            /* bytes of memory of the node (cnk --memory) */
+    uint32_t cores;             /* cores of the node (cnk --cores) */
+    char *env;                  /* LATTICE_PERSONALITY value (compute/include/lattice/personality.h) */
+};
+
+/* How the node starts a job's process. */
+struct kernels {
+    const char *client;         /* Linux mode: libcnclient.so, preloaded */
+    const char *cnk;            /* the compute node kernel, or NULL if this node has none */
+    int cnk_fd;                 /* it, opened once at start (O_CLOEXEC), or -1 */
 };
 
 struct msg {
@@ -39,7 +50,7 @@ int net_recv(int fd, struct msg *m);
 
 /* job.c */
 struct job;
-struct job *job_new(const struct personality *pers, const char *client, int conn);
+struct job *job_new(const struct personality *pers, const struct kernels *k, int conn);
 /* Handle one message from ciod; returns 0, or 1 if the node must exit (shutdown). */
 int job_message(struct job *j, const struct msg *m);
 /* descriptors to poll while a job runs (pipes, pidfd); returns count */

@@ -4,8 +4,16 @@
  * report how it ended.  After LAT_NODE_EXIT the node is ready for the next.
  *
  * The compute process runs from a memfd holding the pushed executable (the
- * node never looks the program up in a file system, as CNK), with the
- * client library preloaded and its own PROC connection to ciod.
+ * node never looks the program up in a file system, as CNK), with its own
+ * PROC connection to ciod, in one of two ways (lat_node_job.flags):
+ *
+ *   Linux mode   fexecve(image) with the client library preloaded;
+ *   LAT_JOB_CNK  exec cnk --memory BYTES --cores N [--trace] -- argv..., with
+ *                the image on fd 4 and a report page (struct cnk_report) on
+ *                fd 6 that cnk keeps current; read after the process ended.
+ *
+ * Either way the exit message's text ends in a report line, "kernel=..."
+ * (see report_line), that the service node records per rank.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,18 +32,22 @@
 #include <unistd.h>
 
 #include "cnode.h"
+#include "../include/lattice/cnk_report.h"   /* path-relative: cnode builds with -Iprotocol only */
 
 #define MAX_GROUPS 65536u
 #define PIPE_CHUNK 65536
 
 /* descriptors in the child just before exec */
-enum { CHILD_PROC_FD = 3, CHILD_IMAGE_FD = 4, CHILD_ERR_FD = 5 };
+enum { CHILD_PROC_FD = 3, CHILD_IMAGE_FD = 4, CHILD_ERR_FD = 5, CHILD_REPORT_FD = CNK_REPORT_FD,
+       CHILD_KERNEL_FD = 7 };
+_Static_assert(CNK_REPORT_FD == 6, "cnk's report descriptor follows the error pipe");
+#define REPORT_BYTES 4096
 
 enum state { IDLE, LOADING, RUNNING };
 
 struct job {
     const struct personality *pers;
-    const char *client;
+    const struct kernels *k;
     int conn;
     enum state state;
 
@@ -44,6 +56,7 @@ struct job {
     uint32_t *groups;
     char **argv, **env;         /* point into desc */
     int memfd;
+    int reportfd;               /* cnk jobs: the report page, -1 otherwise */
     uint64_t received;
 
     pid_t pid;
@@ -59,7 +72,7 @@ static void closefd(int *fd)
     *fd = -1;
 }
 
-struct job *job_new(const struct personality *pers, const char *client, int conn)
+struct job *job_new(const struct personality *pers, const struct kernels *k, int conn)
 {
     struct job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -67,9 +80,9 @@ struct job *job_new(const struct personality *pers, const char *client, int conn
         exit(1);
     }
     j->pers = pers;
-    j->client = client;
+    j->k = k;
     j->conn = conn;
-    j->memfd = j->pidfd = j->out[0] = j->out[1] = j->out[2] = -1;
+    j->memfd = j->reportfd = j->pidfd = j->out[0] = j->out[1] = j->out[2] = -1;
     return j;
 }
 
@@ -82,6 +95,7 @@ static void reset(struct job *j)
     j->argv = j->env = NULL;
     j->groups = NULL;
     closefd(&j->memfd);
+    closefd(&j->reportfd);
     closefd(&j->pidfd);
     closefd(&j->out[1]);
     closefd(&j->out[2]);
@@ -160,6 +174,10 @@ static const char *parse_job(struct job *j, const struct msg *m)
         return "bad image size";
     if (nj->size == 0 || nj->rank >= nj->size)
         return "rank out of range";
+    if (nj->flags & ~(uint32_t)LAT_JOB_FLAGS_ALL)
+        return "unknown job flags";
+    if ((nj->flags & LAT_JOB_TRACE) && !(nj->flags & LAT_JOB_CNK))
+        return "flag TRACE without flag CNK";
     size_t pos = sizeof *nj + (size_t)nj->ngroups * sizeof(uint32_t);
     if (pos > len)
         return "groups run past the message";
@@ -192,6 +210,10 @@ static void on_job(struct job *j, const struct msg *m)
     const char *why = parse_job(j, m);
     if (why) {
         launch_failed(j, EPROTO, "malformed job message: %s", why);
+        return;
+    }
+    if ((j->nj.flags & LAT_JOB_CNK) && j->k->cnk_fd < 0) {
+        launch_failed(j, ENOENT, "this compute node has no compute node kernel (cnode runs without --cnk)");
         return;
     }
     /* no MFD_CLOEXEC: a #! script's interpreter opens it as /dev/fd/N */
@@ -228,45 +250,91 @@ static void on_image(struct job *j, const struct msg *m)
 
 /* ---- launching ---- */
 
-/* env for the compute process: the job's, with ours set and LD_PRELOAD first */
+static int is_cnk(const struct job *j)
+{
+    return (j->nj.flags & LAT_JOB_CNK) != 0;
+}
+
+/* Is s one of the variables the node sets itself? */
+static int ours_var(const char *s, int cnk)
+{
+    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
+                                         "LATTICE_PERSONALITY=" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strncmp(s, names[i], strlen(names[i])))
+            return 1;
+    return !cnk && !strncmp(s, "LD_PRELOAD=", 11);
+}
+
+/* env for the compute process: the job's, with ours set; in Linux mode the
+ * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
 static char **make_env(struct job *j, int procfd_num)
 {
+    enum { OURS = 6 };
+    int cnk = is_cnk(j);
     size_t n = 0;
     while (j->env[n])
         n++;
-    char **e = calloc(n + 6, sizeof *e);
+    char **e = calloc(n + OURS + 1, sizeof *e);
     if (!e)
         return NULL;
     size_t k = 0;
     const char *user_preload = NULL;
     for (size_t i = 0; i < n; i++) {
         const char *s = j->env[i];
-        if (!strncmp(s, "LD_PRELOAD=", 11)) {
+        if (!cnk && !strncmp(s, "LD_PRELOAD=", 11))
             user_preload = s + 11;
-            continue;
-        }
-        if (!strncmp(s, "LATTICE_IO_FD=", 14) || !strncmp(s, "LATTICE_RANK=", 13) ||
-            !strncmp(s, "LATTICE_SIZE=", 13) || !strncmp(s, "LATTICE_NODE=", 13))
-            continue;
-        e[k++] = (char *)s;
+        if (!ours_var(s, cnk))
+            e[k++] = (char *)s;
     }
-    char buf[5][4200];
-    snprintf(buf[0], sizeof buf[0], "LD_PRELOAD=%s%s%s", j->client, user_preload && *user_preload ? ":" : "",
-             user_preload ? user_preload : "");
-    snprintf(buf[1], sizeof buf[1], "LATTICE_IO_FD=%d", procfd_num);
-    snprintf(buf[2], sizeof buf[2], "LATTICE_RANK=%u", j->nj.rank);
-    snprintf(buf[3], sizeof buf[3], "LATTICE_SIZE=%u", j->nj.size);
-    snprintf(buf[4], sizeof buf[4], "LATTICE_NODE=%s", j->pers->location);
-    size_t ours = k;
-    for (int i = 0; i < 5; i++)
+    char buf[OURS][4200];
+    int m = 0;
+    if (!cnk) {
+        snprintf(buf[m++], sizeof buf[0], "LD_PRELOAD=%s%s%s", j->k->client,
+                 user_preload && *user_preload ? ":" : "", user_preload ? user_preload : "");
+        snprintf(buf[m++], sizeof buf[0], "LATTICE_IO_FD=%d", procfd_num);  /* cnk hides the connection */
+    }
+    snprintf(buf[m++], sizeof buf[0], "LATTICE_RANK=%u", j->nj.rank);
+    snprintf(buf[m++], sizeof buf[0], "LATTICE_SIZE=%u", j->nj.size);
+    snprintf(buf[m++], sizeof buf[0], "LATTICE_NODE=%s", j->pers->location);
+    snprintf(buf[m++], sizeof buf[0], "LATTICE_PERSONALITY=%s", j->pers->env);
+    size_t first = k;
+    for (int i = 0; i < m; i++)
         if (!(e[k++] = strdup(buf[i]))) {
-            while (ours < k)
-                free(e[ours++]);
+            while (first < k)
+                free(e[first++]);
             free(e);
             return NULL;
         }
     e[k] = NULL;
     return e;
+}
+
+/* argv for cnk: cnk --memory BYTES --cores N [--trace] -- ARGV... */
+static char **make_cnk_argv(struct job *j)
+{
+    size_t n = 0;
+    while (j->argv[n])
+        n++;
+    char **a = calloc(n + 8, sizeof *a);
+    if (!a)
+        return NULL;
+    static char mem[32], cores[16];
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)j->pers->memory);
+    snprintf(cores, sizeof cores, "%u", j->pers->cores);
+    size_t k = 0;
+    a[k++] = "cnk";
+    a[k++] = "--memory";
+    a[k++] = mem;
+    a[k++] = "--cores";
+    a[k++] = cores;
+    if (j->nj.flags & LAT_JOB_TRACE)
+        a[k++] = "--trace";
+    a[k++] = "--";
+    for (size_t i = 0; i < n; i++)
+        a[k++] = j->argv[i];
+    a[k] = NULL;
+    return a;
 }
 
 static void child_fail(int errfd, int err) __attribute__((noreturn));
@@ -277,23 +345,31 @@ static void child_fail(int errfd, int err)
 }
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
-static void child(struct job *j, int procfd, int outw, int errw, int failw, char **envp, pid_t parent)
+static void child(struct job *j, int procfd, int outw, int errw, int failw, char **argv, char **envp,
+                  pid_t parent)
 {
+    int cnk = is_cnk(j);
     /* move what we keep above the slots we are about to fill */
     int p = fcntl(procfd, F_DUPFD_CLOEXEC, 10), m = fcntl(j->memfd, F_DUPFD_CLOEXEC, 10);
     int o = fcntl(outw, F_DUPFD_CLOEXEC, 10), e = fcntl(errw, F_DUPFD_CLOEXEC, 10);
     int f = fcntl(failw, F_DUPFD_CLOEXEC, 10);
+    int r = cnk ? fcntl(j->reportfd, F_DUPFD_CLOEXEC, 10) : 0;
+    int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
-    if (p < 0 || m < 0 || o < 0 || e < 0)
+    if (p < 0 || m < 0 || o < 0 || e < 0 || r < 0 || kfd < 0)
         child_fail(f, errno);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(p, CHILD_PROC_FD) < 0 ||
         dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0)
         child_fail(f, errno);
     f = CHILD_ERR_FD;
-    if (syscall(SYS_close_range, CHILD_ERR_FD + 1, ~0u, 0) < 0)
-        for (int fd = CHILD_ERR_FD + 1; fd < 1024; fd++)
+    /* cnk: the report page (inherited), and cnk itself (close-on-exec) */
+    if (cnk && (dup2(r, CHILD_REPORT_FD) < 0 || dup3(kfd, CHILD_KERNEL_FD, O_CLOEXEC) < 0))
+        child_fail(f, errno);
+    int keep = cnk ? CHILD_KERNEL_FD : CHILD_ERR_FD;
+    if (syscall(SYS_close_range, keep + 1, ~0u, 0) < 0)
+        for (int fd = keep + 1; fd < 1024; fd++)
             close(fd);
 
     sigset_t none;
@@ -315,7 +391,10 @@ static void child(struct job *j, int procfd, int outw, int errw, int failw, char
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(127);
-    fexecve(CHILD_IMAGE_FD, j->argv, envp);
+    if (cnk)
+        fexecve(CHILD_KERNEL_FD, argv, envp);
+    else
+        fexecve(CHILD_IMAGE_FD, argv, envp);
     child_fail(f, errno);
 }
 
@@ -346,18 +425,34 @@ static void launch(struct job *j)
         launch_failed(j, e, "pipe: %s", strerror(e));
         return;
     }
+    int cnk = is_cnk(j);
+    if (cnk) {
+        /* the report page: zeroed, so "no magic" means cnk never started */
+        j->reportfd = (int)syscall(SYS_memfd_create, "lattice-cnk-report", MFD_CLOEXEC);
+        if (j->reportfd < 0 || ftruncate(j->reportfd, REPORT_BYTES) < 0) {
+            int e = errno;
+            close(procfd);
+            close(outp[0]), close(outp[1]), close(errp[0]), close(errp[1]), close(failp[0]), close(failp[1]);
+            launch_failed(j, e, "cannot create the cnk report page: %s", strerror(e));
+            return;
+        }
+    }
     char **envp = make_env(j, CHILD_PROC_FD);
+    char **argv = cnk ? make_cnk_argv(j) : j->argv;
     pid_t parent = getpid();
-    pid_t pid = envp ? fork() : -1;
+    errno = ENOMEM;
+    pid_t pid = envp && argv ? fork() : -1;
     if (pid == 0)
-        child(j, procfd, outp[1], errp[1], failp[1], envp, parent);
+        child(j, procfd, outp[1], errp[1], failp[1], argv, envp, parent);
     int forkerr = errno;
+    if (cnk)
+        free(argv);
     close(procfd);  /* the child has it; ciod sees EOF when the process ends */
     close(outp[1]);
     close(errp[1]);
     close(failp[1]);
     for (char **e = envp; e && *e; e++)
-        if (!strncmp(*e, "LD_PRELOAD=", 11) || !strncmp(*e, "LATTICE_", 8))
+        if (ours_var(*e, cnk))
             free(*e);
     free(envp);
     if (pid < 0) {
@@ -387,6 +482,8 @@ static void launch(struct job *j)
         if (err < 0)
             launch_failed(j, -err, "cannot take the job's identity (uid %u gid %u): %s", j->nj.uid, j->nj.gid,
                           strerror(-err));
+        else if (cnk)
+            launch_failed(j, err, "cannot execute the compute node kernel %s: %s", j->k->cnk, strerror(err));
         else
             launch_failed(j, err, "cannot execute %s: %s", j->argv[0], strerror(err));
         return;
@@ -448,6 +545,51 @@ static void forward(struct job *j, int s)
     send_or_die(j, LAT_NODE_OUTPUT, &o, sizeof o, buf, (size_t)n);
 }
 
+/* The report page as cnk left it; 0 if cnk never wrote it. */
+static int read_report(struct job *j, struct cnk_report *r)
+{
+    memset(r, 0, sizeof *r);
+    if (j->reportfd < 0 || pread(j->reportfd, r, sizeof *r, 0) != (ssize_t)sizeof *r)
+        return 0;
+    return r->magic == CNK_REPORT_MAGIC;
+}
+
+static const char *page_name(uint64_t bytes, char *buf, size_t len)
+{
+    if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0)
+        snprintf(buf, len, "%lluG", (unsigned long long)(bytes >> 30));
+    else if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0)
+        snprintf(buf, len, "%lluM", (unsigned long long)(bytes >> 20));
+    else if (bytes >= 1024 && bytes % 1024 == 0)
+        snprintf(buf, len, "%lluK", (unsigned long long)(bytes >> 10));
+    else if (bytes)
+        snprintf(buf, len, "%llu", (unsigned long long)bytes);
+    else
+        snprintf(buf, len, "none");
+    return buf;
+}
+
+/*
+ * The report line of a cnk job, one line of space-separated fields with the
+ * free text last:
+ *   kernel=cnk pages=2M bigmem=1073741824 local=N shipped=N unsupported=N why=TEXT
+ * (docs/protocol.md, section 5).
+ */
+static void report_line(const struct cnk_report *r, char *buf, size_t len)
+{
+    char why[sizeof r->pages_why + 1], pg[32];
+    size_t n = strnlen(r->pages_why, sizeof r->pages_why);
+    memcpy(why, r->pages_why, n);
+    why[n] = '\0';
+    for (char *c = why; *c; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
+    snprintf(buf, len, "kernel=cnk pages=%s bigmem=%llu local=%llu shipped=%llu unsupported=%llu why=%s",
+             page_name(r->page_size, pg, sizeof pg), (unsigned long long)r->bigmem_bytes,
+             (unsigned long long)r->count[CNK_LOCAL], (unsigned long long)r->count[CNK_SHIPPED],
+             (unsigned long long)r->count[CNK_UNSUPPORTED], why[0] ? why : "-");
+}
+
 static void finish(struct job *j)
 {
     /* drain what the process wrote before it ended, to EOF (bounded, in case
@@ -473,13 +615,26 @@ static void finish(struct job *j)
             break;
         }
     }
-    char text[128] = "";
+    struct cnk_report rep;
+    char line[512], text[768];
+    if (is_cnk(j) && read_report(j, &rep) && rep.launch_err != 0) {
+        /* cnk could not load the program: a launch failure, in cnk's words */
+        rep.message[sizeof rep.message - 1] = '\0';
+        launch_failed(j, rep.launch_err, "%s", rep.message[0] ? rep.message : strerror(rep.launch_err));
+        return;
+    }
+    if (!is_cnk(j))
+        snprintf(line, sizeof line, "kernel=linux");
+    else if (!read_report(j, &rep))
+        snprintf(line, sizeof line, "kernel=cnk report=none");
+    else
+        report_line(&rep, line, sizeof line);
     if (WIFSIGNALED(j->status)) {
         int sig = WTERMSIG(j->status);
-        snprintf(text, sizeof text, "killed by signal %d (%s)", sig, strsignal(sig));
+        snprintf(text, sizeof text, "killed by signal %d (%s)\n%s", sig, strsignal(sig), line);
         send_exit(j, LAT_EXIT_SIGNAL, sig, text);
     } else {
-        send_exit(j, LAT_EXIT_CODE, WEXITSTATUS(j->status), NULL);
+        send_exit(j, LAT_EXIT_CODE, WEXITSTATUS(j->status), line);
     }
     reset(j);
 }

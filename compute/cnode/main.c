@@ -2,7 +2,10 @@
  * cnode - the compute node supervisor (Lattice's stand-in for CNK's job
  * loader on Linux).
  *
- *   cnode --personality FILE.json --client /abs/path/libcnclient.so
+ *   cnode --personality FILE.json --client /abs/path/libcnclient.so [--cnk /abs/path/cnk]
+ *
+ * A job runs in Linux mode (exec'd with libcnclient.so preloaded) or, when
+ * its LAT_JOB_CNK flag is set, under the compute node kernel given by --cnk.
  *
  * Reads its personality, hides the I/O nodes' file systems from the jobs
  * (private mount namespace, empty tmpfs over each "hide" path), connects to
@@ -10,6 +13,7 @@
  * time, until LAT_NODE_SHUTDOWN or until the connection to ciod is lost.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <sched.h>
 #include <jansson.h>
@@ -59,6 +63,77 @@ static char *dup_string(json_t *o, const char *key, int required, const char *fi
         exit(1);
     }
     return strdup(json_string_value(v));
+}
+
+static void bad_field(const char *file, const char *key, const char *what)
+{
+    fprintf(stderr, "cnode: %s: \"%s\" must be %s\n", file, key, what);
+    exit(1);
+}
+
+static json_int_t get_int(json_t *o, const char *key, json_int_t lo, json_int_t hi, const char *file)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        char what[96];
+        snprintf(what, sizeof what, "an integer %lld..%lld", (long long)lo, (long long)hi);
+        bad_field(file, key, what);
+    }
+    return json_integer_value(v);
+}
+
+static void get_triple(json_t *o, const char *key, json_int_t lo, json_int_t v[3], const char *file)
+{
+    json_t *a = json_object_get(o, key);
+    if (!json_is_array(a) || json_array_size(a) != 3)
+        bad_field(file, key, "a list of 3 integers");
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = json_array_get(a, i);
+        if (!json_is_integer(e) || json_integer_value(e) < lo || json_integer_value(e) > 1 << 20)
+            bad_field(file, key, "a list of 3 integers");
+        v[i] = json_integer_value(e);
+    }
+}
+
+/* A string that may go into LATTICE_PERSONALITY: printable, no ';', '=' or space. */
+static void check_token(const char *s, const char *key, const char *file)
+{
+    if (!*s || strlen(s) > 64)
+        bad_field(file, key, "1 to 64 characters");
+    for (const char *q = s; *q; q++)
+        if (*q <= ' ' || *q > '~' || *q == ';' || *q == '=')
+            bad_field(file, key, "printable, without spaces, ';' or '='");
+}
+
+/* LATTICE_PERSONALITY, the job's view of this node (no key: jobs never see it). */
+static void personality_env(json_t *o, struct personality *p, const char *file)
+{
+    json_int_t c[3], t[3];
+    char *ionode = dup_string(o, "ionode_location", 1, file), *mode = dup_string(o, "mode", 1, file);
+    const char *block = p->block ? p->block : "unknown";
+    get_triple(o, "coords", 0, c, file);
+    get_triple(o, "torus", 1, t, file);
+    json_int_t pset = get_int(o, "pset", 0, 1 << 20, file);
+    json_int_t pset_size = get_int(o, "pset_size", 1, LAT_MAX_PSET, file);
+    if (p->node >= pset_size)
+        bad_field(file, "node", "below pset_size");
+    if (strcmp(mode, "co") && strcmp(mode, "vn"))
+        bad_field(file, "mode", "\"co\" or \"vn\"");
+    check_token(block, "block", file);
+    check_token(p->location, "location", file);
+    check_token(ionode, "ionode_location", file);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "block=%s;location=%s;coords=%lld,%lld,%lld;torus=%lld,%lld,%lld;pset=%lld;pset_size=%lld;"
+                     "rank_in_pset=%u;ionode=%s;memory=%llu;cores=%u;mode=%s",
+                     block, p->location, (long long)c[0], (long long)c[1], (long long)c[2], (long long)t[0],
+                     (long long)t[1], (long long)t[2], (long long)pset, (long long)pset_size, p->node, ionode,
+                     (unsigned long long)p->memory, p->cores, mode);
+    if (n < 0 || (size_t)n >= sizeof buf)
+        bad_field(file, "block", "shorter");
+    p->env = strdup(buf);
+    free(ionode);
+    free(mode);
 }
 
 static void load_personality(const char *file, struct personality *p)
@@ -111,6 +186,9 @@ static void load_personality(const char *file, struct personality *p)
         }
         p->hide[i] = strdup(json_string_value(h));
     }
+    p->memory = (uint64_t)get_int(o, "memory", 1 << 20, INT64_MAX, file);
+    p->cores = json_object_get(o, "cores") ? (uint32_t)get_int(o, "cores", 1, 4096, file) : 2;
+    personality_env(o, p, file);
     json_decref(o);
 }
 
@@ -141,7 +219,8 @@ static void hide_paths(char **hide)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: cnode --personality FILE.json --client /abs/path/libcnclient.so\n");
+    fprintf(stderr, "usage: cnode --personality FILE.json --client /abs/path/libcnclient.so "
+            "[--cnk /abs/path/cnk]\n");
     exit(64);
 }
 
@@ -150,14 +229,18 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         { "personality", required_argument, NULL, 'p' },
         { "client", required_argument, NULL, 'c' },
+        { "cnk", required_argument, NULL, 'k' },
         { NULL, 0, NULL, 0 },
     };
     const char *pfile = NULL, *client = NULL;
+    struct kernels k = { .cnk_fd = -1 };
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (c == 'p')
             pfile = optarg;
         else if (c == 'c')
             client = optarg;
+        else if (c == 'k')
+            k.cnk = optarg;
         else
             usage();
     }
@@ -167,6 +250,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "cnode: client library %s: %s\n", client,
                 client[0] != '/' ? "must be an absolute path" : strerror(errno));
         return 1;
+    }
+    k.client = client;
+    if (k.cnk) {
+        /* opened now, as root if we are: the job's user needs no path to it */
+        if (k.cnk[0] != '/' || (k.cnk_fd = open(k.cnk, O_RDONLY | O_CLOEXEC)) < 0 ||
+            access(k.cnk, X_OK) != 0) {
+            fprintf(stderr, "cnode: compute node kernel %s: %s\n", k.cnk,
+                    k.cnk[0] != '/' ? "must be an absolute path" : strerror(errno));
+            return 1;
+        }
     }
 
     struct personality pers = { 0 };
@@ -194,7 +287,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    struct job *job = job_new(&pers, client, conn);
+    struct job *job = job_new(&pers, &k, conn);
     struct msg m = { 0 };
     for (;;) {
         struct pollfd pfd[8];

@@ -134,8 +134,10 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
     if (jh->pset_size != cfg.pset_size)
         return errprintf(why, whylen, "job is laid out for psets of %u nodes, this pset has %u",
                          jh->pset_size, cfg.pset_size);
-    if (jh->flags)
-        return errprintf(why, whylen, "unknown job flags 0x%x", jh->flags);
+    if (jh->flags & ~(uint32_t)LAT_JOB_FLAGS_ALL)
+        return errprintf(why, whylen, "unknown job flags 0x%x", jh->flags & ~(uint32_t)LAT_JOB_FLAGS_ALL);
+    if ((jh->flags & LAT_JOB_TRACE) && !(jh->flags & LAT_JOB_CNK))
+        return errprintf(why, whylen, "job flag TRACE needs flag CNK (tracing is done by cnk)");
     if (jh->ngroups > CIOD_MAX_GROUPS)
         return errprintf(why, whylen, "%u supplementary groups (at most %u)", jh->ngroups,
                          CIOD_MAX_GROUPS);
@@ -268,7 +270,8 @@ static int push_node(struct conn *n, const struct job_spec *js, int32_t rank,
     const struct lat_job *jh = js->hdr;
     struct lat_node_job nj = { .job = jh->job, .image_size = size, .rank = (uint32_t)rank,
                                .size = jh->nranks, .uid = jh->uid, .gid = jh->gid,
-                               .ngroups = jh->ngroups, .nargs = jh->nargs, .nenv = jh->nenv };
+                               .ngroups = jh->ngroups, .nargs = jh->nargs, .nenv = jh->nenv,
+                               .flags = jh->flags };
     struct iovec v[3] = { { &nj, sizeof(nj) },
                           { (void *)js->groups, sizeof(uint32_t) * jh->ngroups },
                           { (void *)js->args, js->argslen } };
@@ -324,8 +327,9 @@ static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t why
         free(image);
         return reply_refused(c, h, err, text), 0;
     }
-    logmsg("job %" PRIu64 " from %s: %s (%zu bytes), uid %u, %u ranks", js.hdr->job, c->peer,
-           js.exe, size, js.who.uid, js.hdr->nranks);
+    logmsg("job %" PRIu64 " from %s: %s (%zu bytes), uid %u, %u ranks, kernel %s%s", js.hdr->job, c->peer,
+           js.exe, size, js.who.uid, js.hdr->nranks, js.hdr->flags & LAT_JOB_CNK ? "cnk" : "linux",
+           js.hdr->flags & LAT_JOB_TRACE ? " (trace)" : "");
 
     /* Hold our write lock until the reply is out: no exit or output of this
      * job can reach the service node before it learns the job started. */

@@ -172,9 +172,17 @@ struct lat_job {
     uint32_t nenv;
     uint32_t nranks;        /* ranks in the whole job */
     uint32_t pset_size;     /* must equal the I/O node's */
-    uint32_t flags;         /* 0 */
+    uint32_t flags;         /* LAT_JOB_* bits; others are refused */
 };
 _Static_assert(sizeof(struct lat_job) == 40, "lat_job layout");
+
+/* Job flags: lat_job.flags (CTL_JOB), passed on in lat_node_job.flags.
+ * ciod refuses a job with a bit it does not know, or TRACE without CNK. */
+enum lat_job_flags {
+    LAT_JOB_CNK   = 1,      /* run under the compute node kernel (cnk), not Linux mode */
+    LAT_JOB_TRACE = 2,      /* cnk --trace: print every system call; needs LAT_JOB_CNK */
+};
+#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE)
 
 struct lat_kill {
     int32_t  sig;
@@ -228,7 +236,7 @@ struct lat_node_job {
     uint32_t ngroups;
     uint32_t nargs;
     uint32_t nenv;
-    uint32_t pad;
+    uint32_t flags;         /* the job's LAT_JOB_* flags */
 };
 _Static_assert(sizeof(struct lat_node_job) == 48, "lat_node_job layout");
 

@@ -1,0 +1,480 @@
+/*
+ * bigmem.c - big memory: one huge-page region holding the whole program,
+ * carved by a first-fit allocator that works from the top down (mappings
+ * and stacks high, the image and its brk heap low, as Linux lays them out).
+ *
+ * Invariant: every free byte of the region is zero, so fresh mappings and
+ * brk growth need no clearing; what is given back is cleared on the way.
+ */
+#include <asm/unistd.h>
+#include <linux/errno.h>
+#include <linux/mman.h>
+
+#include "cnk.h"
+
+#define PAGE        4096ul
+#define MB2         (2ul << 20)
+#define GB1         (1ul << 30)
+#define NFREE       4096        /* free ranges; beyond that a freed range is lost */
+#define PROT_RWX    (PROT_READ | PROT_WRITE | PROT_EXEC)
+
+struct bigmem bigmem;
+
+static struct klock lock;       /* the allocator and the break */
+static struct range {
+    uintptr_t lo, hi;
+} fr[NFREE];                    /* free ranges, sorted, never touching */
+static int nfree;
+static uintptr_t brk_lo, brk_cur;
+
+static uintptr_t up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
+static uintptr_t down(uintptr_t v, uintptr_t a) { return v & ~(a - 1); }
+
+/* ---- the region ---- */
+
+static long map_region(uintptr_t base, size_t len, int flags)
+{
+    flags |= MAP_PRIVATE | MAP_ANONYMOUS | (base ? MAP_FIXED_NOREPLACE : 0);
+    long r = ksys6(__NR_mmap, base, len, PROT_RWX, flags, -1, 0);
+    if (r >= 0 && base && (uintptr_t)r != base) {   /* a kernel without FIXED_NOREPLACE */
+        ksys2(__NR_munmap, r, len);
+        return -EEXIST;
+    }
+    return r;
+}
+
+/* hugetlb pages of 1 << shift bytes; base 0: anywhere */
+static long map_huge(uintptr_t base, uint64_t size, unsigned shift)
+{
+    uint64_t ps = 1ull << shift;
+    return map_region(base, up(size, ps), MAP_HUGETLB | (int)(shift << MAP_HUGE_SHIFT));
+}
+
+/* 4 KiB pages the kernel may back with transparent huge pages */
+static long map_thp(uintptr_t base, uint64_t size)
+{
+    long r;
+    if (base) {
+        r = map_region(base, size, 0);
+    } else {
+        r = map_region(0, size + MB2, 0);   /* room to align to a huge page */
+        if (r >= 0) {
+            uintptr_t a = up((uintptr_t)r, MB2);
+            if (a > (uintptr_t)r)
+                ksys2(__NR_munmap, r, a - (uintptr_t)r);
+            ksys2(__NR_munmap, a + size, (uintptr_t)r + MB2 - a);
+            r = (long)a;
+        }
+    }
+    if (r >= 0)
+        ksys3(__NR_madvise, r, size, MADV_HUGEPAGE);
+    return r;
+}
+
+static void chose(const char *why, uint64_t page)
+{
+    bigmem.page_size = page;
+    cnk.report->page_size = page;
+    kfmt(cnk.report->pages_why, sizeof cnk.report->pages_why, "%s", why);
+}
+
+int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
+{
+    size = up(size, PAGE);
+    if (size < 16 * PAGE || size > (1ull << 46))
+        return -EINVAL;
+    uintptr_t b2 = fixed_hi ? down(fixed_lo, MB2) : 0, b1 = fixed_hi ? down(fixed_lo, GB1) : 0;
+    if (fixed_hi && (fixed_hi - b2 > size || !b2))
+        return -ENOMEM;
+    long r = -ENOMEM;
+    int gb_fits = !fixed_hi || (b1 && fixed_hi - b1 <= size);
+    if (gb_fits) {
+        r = map_huge(b1, size, 30);
+        if (r >= 0)
+            chose("1 GiB hugetlb pages", GB1);
+    }
+    if (r < 0) {
+        r = map_huge(b2, size, 21);
+        if (r >= 0)
+            chose(gb_fits ? "no free 1 GiB huge pages; 2 MiB hugetlb pages"
+                          : "fixed-address program that 1 GiB pages cannot hold; 2 MiB hugetlb pages", MB2);
+    }
+    if (r < 0) {
+        r = map_thp(b2, size);
+        if (r < 0)
+            return (int)r;
+        chose("no free hugetlb pages (nr_hugepages); 4 KiB pages with transparent huge pages", PAGE);
+        kprint(cnk.err_fd, "cnk: warning: no free huge pages for %lu MiB of big memory: using "
+               "transparent huge pages (reserve pages in /proc/sys/vm/nr_hugepages)\n",
+               (unsigned long)(size >> 20));
+    }
+    bigmem.base = (uintptr_t)r;
+    bigmem.size = size;
+    cnk.report->bigmem_bytes = size;
+    fr[0] = (struct range){ bigmem.base, bigmem.base + size };
+    nfree = 1;
+    return 0;
+}
+
+void bigmem_collapse(uintptr_t addr, size_t len)
+{
+    if (bigmem.page_size == PAGE)   /* best effort: MADV_COLLAPSE is Linux 6.1+ */
+        ksys3(__NR_madvise, down(addr, MB2), up(addr + len, MB2) - down(addr, MB2), MADV_COLLAPSE);
+}
+
+int bigmem_contains(uintptr_t addr, size_t len)
+{
+    return addr >= bigmem.base && len <= bigmem.size && addr - bigmem.base <= bigmem.size - len;
+}
+
+static int overlaps(uintptr_t addr, size_t len)
+{
+    return addr < bigmem.base + bigmem.size && addr + len > bigmem.base;
+}
+
+/* Does the program's memory in [addr, addr+len) (within one 2 MiB piece)
+ * hold pages it has touched?  Untouched pages are zero already. */
+static int touched(uintptr_t addr, size_t len)
+{
+    unsigned char vec[MB2 / PAGE];
+    if (ksys3(__NR_mincore, addr, len, vec) < 0)
+        return 1;
+    for (size_t i = 0; i < len / PAGE; i++)
+        if (vec[i] & 1)
+            return 1;
+    return 0;
+}
+
+/* Clear memory given back, 2 MiB at a time.  With transparent huge pages
+ * the kernel drops whole pieces for us; hugetlb pages are cleared by hand,
+ * because a private hugetlb page dropped with MADV_DONTNEED loses its
+ * reservation. */
+static void zero(uintptr_t addr, size_t len)
+{
+    while (len) {
+        size_t n = MB2 - (addr & (MB2 - 1));
+        n = n < len ? n : len;
+        if (touched(addr, n) &&
+            (bigmem.page_size != PAGE || n != MB2 || ksys3(__NR_madvise, addr, n, MADV_DONTNEED) < 0))
+            memset((void *)addr, 0, n);
+        addr += n;
+        len -= n;
+    }
+}
+
+/* ---- the free list (callers hold the lock) ---- */
+
+static void drop(int i, int n)
+{
+    memmove(&fr[i], &fr[i + n], (size_t)(nfree - i - n) * sizeof *fr);
+    nfree -= n;
+}
+
+/* Remove [lo, hi) from the free ranges. */
+static int carve(uintptr_t lo, uintptr_t hi)
+{
+    for (int i = 0; i < nfree; i++) {
+        struct range *r = &fr[i];
+        if (r->hi <= lo || r->lo >= hi)
+            continue;
+        if (r->lo < lo && r->hi > hi) {
+            if (nfree == NFREE)
+                return -ENOMEM;
+            memmove(&fr[i + 2], &fr[i + 1], (size_t)(nfree - i - 1) * sizeof *fr);
+            fr[i + 1] = (struct range){ hi, r->hi };
+            r->hi = lo;
+            nfree++;
+            return 0;
+        }
+        if (r->lo < lo)
+            r->hi = lo;
+        else if (r->hi > hi)
+            r->lo = hi;
+        else
+            drop(i--, 1);
+    }
+    return 0;
+}
+
+/* Add [lo, hi) to the free ranges, merging what it touches. */
+static void release(uintptr_t lo, uintptr_t hi)
+{
+    int i = 0, j;
+    while (i < nfree && fr[i].hi < lo)
+        i++;
+    for (j = i; j < nfree && fr[j].lo <= hi; j++) {
+        lo = fr[j].lo < lo ? fr[j].lo : lo;
+        hi = fr[j].hi > hi ? fr[j].hi : hi;
+    }
+    if (j == i) {
+        if (nfree == NFREE)
+            return;
+        memmove(&fr[i + 1], &fr[i], (size_t)(nfree - i) * sizeof *fr);
+        nfree++;
+    } else {
+        drop(i + 1, j - i - 1);
+    }
+    fr[i] = (struct range){ lo, hi };
+}
+
+static int is_free(uintptr_t lo, uintptr_t hi)
+{
+    for (int i = 0; i < nfree; i++)
+        if (fr[i].lo <= lo && hi <= fr[i].hi)
+            return 1;
+    return 0;
+}
+
+static int alloc_locked(size_t len, size_t align, uintptr_t *addr)
+{
+    for (int i = nfree - 1; i >= 0; i--) {
+        if (fr[i].hi - fr[i].lo < len)
+            continue;
+        uintptr_t a = down(fr[i].hi - len, align);
+        if (a >= fr[i].lo && carve(a, a + len) == 0) {
+            *addr = a;
+            return 0;
+        }
+    }
+    return -ENOMEM;
+}
+
+int bigmem_alloc(size_t len, size_t align, uintptr_t *addr)
+{
+    if (!len || len > bigmem.size)
+        return -ENOMEM;
+    klock(&lock);
+    int r = alloc_locked(up(len, PAGE), align < PAGE ? PAGE : align, addr);
+    kunlock(&lock);
+    return r;
+}
+
+int bigmem_take(uintptr_t addr, size_t len)
+{
+    if (!bigmem_contains(addr, len))
+        return -ENOMEM;
+    klock(&lock);
+    int r = carve(down(addr, PAGE), up(addr + len, PAGE));
+    kunlock(&lock);
+    return r;
+}
+
+/* Give [addr, addr+len) back, cleared. */
+static void give_back(uintptr_t addr, size_t len)
+{
+    zero(addr, len);
+    klock(&lock);
+    release(addr, addr + len);
+    kunlock(&lock);
+}
+
+/* ---- brk: the heap grows up from the image into free space ---- */
+
+void bigmem_brk_init(uintptr_t start)
+{
+    brk_lo = brk_cur = start;
+}
+
+long sys_brk(struct cnk_call *c)
+{
+    uintptr_t want = (uintptr_t)c->a[0];
+    if (want < brk_lo || !bigmem_contains(brk_lo, want - brk_lo))
+        return (long)brk_cur;
+    klock(&lock);
+    uintptr_t old = brk_cur, oend = up(old, PAGE), nend = up(want, PAGE);
+    if (nend > oend && (!is_free(oend, nend) || carve(oend, nend) < 0)) {
+        kunlock(&lock);
+        return (long)old;   /* Linux says "no" by leaving the break alone */
+    }
+    brk_cur = want;
+    kunlock(&lock);
+    if (nend < oend)
+        give_back(nend, oend - nend);
+    return (long)want;
+}
+
+/* ---- mmap and friends ---- */
+
+/* Fill [dst, dst+len) from the file; returns bytes read (the rest is left alone) or -errno. */
+static long read_file(int fd, uintptr_t dst, size_t len, int64_t off)
+{
+    size_t done = 0;
+    while (done < len) {
+        long r = ship_pread(fd, (void *)(dst + done), len - done, off + (int64_t)done);
+        if (r < 0)
+            return done ? (long)done : r;
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (long)done;
+}
+
+/* Place a mapping: at addr (fixed) or wherever the allocator says.
+ * *dirty tells whether the place may hold old contents. */
+static long place(uintptr_t addr, size_t len, int flags, int *dirty)
+{
+    *dirty = 0;
+    if (!(flags & (MAP_FIXED | MAP_FIXED_NOREPLACE))) {
+        int r = alloc_locked(len, PAGE, &addr);
+        return r < 0 ? r : (long)addr;
+    }
+    if (addr & (PAGE - 1))
+        return -EINVAL;
+    if (!is_free(addr, addr + len)) {
+        if (flags & MAP_FIXED_NOREPLACE)
+            return -EEXIST;
+        *dirty = 1;
+    }
+    int r = carve(addr, addr + len);
+    return r < 0 ? r : (long)addr;
+}
+
+long sys_mmap(struct cnk_call *c)
+{
+    uintptr_t addr = (uintptr_t)c->a[0];
+    size_t len = up((size_t)c->a[1], PAGE);
+    int prot = (int)c->a[2], flags = (int)c->a[3], fd = (int)c->a[4];
+    int64_t off = c->a[5];
+    int type = flags & MAP_TYPE, anon = flags & MAP_ANONYMOUS;
+    int fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
+
+    if (!c->a[1] || !len || (off & (int64_t)(PAGE - 1)) || type < MAP_SHARED || type > MAP_SHARED_VALIDATE)
+        return -EINVAL;
+    if (!anon && fd_is_hidden(fd))
+        return -EBADF;
+    /* node-local shared files (/dev/shm, memfd): other processes see them,
+     * so they are real mappings outside big memory */
+    if (!anon && type != MAP_PRIVATE && !fd_is_shipped(fd))
+        return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
+    if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE))
+        return -ENODEV;     /* a shared writable view of a file on the I/O node */
+    if (fixed && !bigmem_contains(addr, len)) {
+        if (overlaps(addr, len) || (!anon && fd_is_shipped(fd)))
+            return -EINVAL;
+        return cnk_passthrough(c);  /* the program insists on an address of its own */
+    }
+
+    int dirty;
+    klock(&lock);
+    long a = place(addr, len, flags, &dirty);
+    kunlock(&lock);
+    if (a < 0)
+        return a;
+    long n = 0;
+    if (!anon) {
+        n = read_file(fd, (uintptr_t)a, len, off);
+        if (n < 0) {
+            give_back((uintptr_t)a, len);
+            return n;
+        }
+    }
+    if (dirty)
+        zero((uintptr_t)a + (size_t)n, len - (size_t)n);
+    return a;
+}
+
+long sys_munmap(struct cnk_call *c)
+{
+    uintptr_t addr = (uintptr_t)c->a[0];
+    size_t len = up((size_t)c->a[1], PAGE);
+    if (!bigmem_contains(addr, len))
+        return overlaps(addr, len) ? -EINVAL : cnk_passthrough(c);
+    if ((addr & (PAGE - 1)) || !len)
+        return -EINVAL;
+    give_back(addr, len);
+    return 0;
+}
+
+/* Grow [old, old+olen) to nlen: in place if the space after it is free,
+ * else (MREMAP_MAYMOVE) elsewhere. */
+static long grow(uintptr_t old, size_t olen, size_t nlen, int flags)
+{
+    klock(&lock);
+    uintptr_t a = old;
+    int r = bigmem_contains(old, nlen) && is_free(old + olen, old + nlen) ? carve(old + olen, old + nlen)
+          : (flags & MREMAP_MAYMOVE) ? alloc_locked(nlen, PAGE, &a)
+          : -ENOMEM;
+    kunlock(&lock);
+    if (r < 0)
+        return r;
+    if (a != old) {
+        memcpy((void *)a, (void *)old, olen);
+        give_back(old, olen);
+    }
+    return (long)a;
+}
+
+/* MREMAP_FIXED: move to new, replacing whatever is there. */
+static long move_to(uintptr_t old, size_t olen, size_t nlen, uintptr_t new)
+{
+    if ((new & (PAGE - 1)) || !bigmem_contains(new, nlen) || (new < old + olen && old < new + nlen))
+        return -EINVAL;
+    klock(&lock);
+    int dirty = !is_free(new, new + nlen), r = carve(new, new + nlen);
+    kunlock(&lock);
+    if (r < 0)
+        return r;
+    size_t keep = olen < nlen ? olen : nlen;
+    memcpy((void *)new, (void *)old, keep);
+    if (dirty)
+        zero(new + keep, nlen - keep);
+    give_back(old, olen);
+    return (long)new;
+}
+
+long sys_mremap(struct cnk_call *c)
+{
+    uintptr_t old = (uintptr_t)c->a[0], new = (uintptr_t)c->a[4];
+    size_t olen = up((size_t)c->a[1], PAGE), nlen = up((size_t)c->a[2], PAGE);
+    int flags = (int)c->a[3];
+    if (!bigmem_contains(old, olen ? olen : 1))
+        return overlaps(old, olen) ? -EINVAL : cnk_passthrough(c);
+    if ((old & (PAGE - 1)) || !nlen || !olen || (flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED)) ||
+        ((flags & MREMAP_FIXED) && !(flags & MREMAP_MAYMOVE)))
+        return -EINVAL;
+    if (flags & MREMAP_FIXED)
+        return move_to(old, olen, nlen, new);
+    if (nlen <= olen) {
+        if (nlen < olen)
+            give_back(old + nlen, olen - nlen);
+        return (long)old;
+    }
+    return grow(old, olen, nlen, flags);
+}
+
+/* RELRO and guard pages ask for 4 KiB protections that huge pages cannot
+ * have: inside big memory everything stays readable and writable. */
+long sys_mprotect(struct cnk_call *c)
+{
+    uintptr_t addr = (uintptr_t)c->a[0];
+    size_t len = up((size_t)c->a[1], PAGE);
+    if (!overlaps(addr, len))
+        return cnk_passthrough(c);
+    return addr & (PAGE - 1) ? -EINVAL : 0;
+}
+
+long sys_madvise(struct cnk_call *c)
+{
+    uintptr_t addr = (uintptr_t)c->a[0];
+    size_t len = up((size_t)c->a[1], PAGE);
+    int advice = (int)c->a[2];
+    if (!overlaps(addr, len))
+        return cnk_passthrough(c);
+    if (!bigmem_contains(addr, len) || (addr & (PAGE - 1)))
+        return -EINVAL;
+    if (advice == MADV_DONTNEED || advice == MADV_REMOVE)
+        zero(addr, len);    /* what the program will read there next */
+    return 0;
+}
+
+long sys_mem_range(struct cnk_call *c)
+{
+    return overlaps((uintptr_t)c->a[0], (size_t)c->a[1]) ? 0 : cnk_passthrough(c);
+}
+
+long sys_mlockall(struct cnk_call *c)
+{
+    (void)c;    /* locking would populate all of big memory; hugetlb is never swapped anyway */
+    return 0;
+}

@@ -1,0 +1,184 @@
+/*
+ * cnk.h - interfaces between cnk's modules (see README.md for the design).
+ *
+ * A trapped system call becomes a struct cnk_call; systab.c gives its
+ * handler and default class; the handler returns the result (-errno on
+ * failure) and, when the class depends on a path or a descriptor, sets
+ * c->cls to what it actually did.  trap.c counts and traces.
+ */
+#ifndef CNK_H
+#define CNK_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include <lattice/cnk_report.h>
+#include "lib.h"
+
+#define CNK_FD_FLOOR 1000           /* cnk's own descriptors live at or above this */
+#define CNK_NSYS     512            /* x86-64 system call numbers covered by the table */
+
+struct cnk_config {
+    uint64_t memory;                /* big memory bytes (--memory) */
+    unsigned cores;                 /* thread limit (--cores), default 2 */
+    int trace;                      /* --trace */
+    int rank;                       /* LATTICE_RANK, for trace lines */
+    int conn_fd;                    /* PROC connection to ciod (moved >= CNK_FD_FLOOR) */
+    int image_fd;                   /* the pushed executable (moved >= CNK_FD_FLOOR) */
+    int err_fd;                     /* cnk's own stderr (cnode's pipe, >= CNK_FD_FLOOR): cnk: messages, --trace */
+    struct cnk_report *report;      /* shared page, never NULL after main() starts */
+    int argc;                       /* the program's arguments and environment */
+    char **argv;
+    char **envp;
+    const unsigned long *auxv;      /* cnk's own auxiliary vector (vDSO, hwcap, random) */
+};
+extern struct cnk_config cnk;
+
+/* ---- main.c ---- */
+/* The program cannot be loaded: fill the report, say `cnk: ...` on fd 2,
+ * exit 127.  err is a positive errno value. */
+__attribute__((noreturn, format(printf, 2, 3))) void cnk_fail(int err, const char *fmt, ...);
+
+/* ---- a trapped call ---- */
+struct cnk_call {
+    long nr;                        /* system call number */
+    long a[6];                      /* arguments */
+    void *uc;                       /* the trapped thread's ucontext_t (clone, sigreturn need it) */
+    enum cnk_class cls;             /* the table's class; handlers correct it */
+};
+typedef long (*cnk_handler)(struct cnk_call *c);
+struct cnk_sysent {
+    const char *name;               /* NULL: not in the table, unsupported */
+    uint8_t cls;                    /* enum cnk_class */
+    cnk_handler fn;                 /* NULL with CNK_LOCAL: executed as is */
+    const char *args;               /* --trace: one letter per argument, d int, l long, x hex, s string */
+};
+extern const struct cnk_sysent cnk_systab[CNK_NSYS];
+
+/* The kernel's ucontext_t on x86-64, as the SIGSYS handler receives it. */
+struct cnk_mcontext {
+    uint64_t r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags;
+    uint16_t cs, gs, fs, ss;
+    uint64_t err, trapno, oldmask, cr2, fpstate, reserved[8];
+};
+struct cnk_stack_t {
+    uint64_t sp;
+    int32_t flags;
+    uint64_t size;
+};
+struct cnk_ucontext {
+    uint64_t flags;
+    uint64_t link;
+    struct cnk_stack_t stack;       /* restored by rt_sigreturn: sigaltstack writes it */
+    struct cnk_mcontext mc;         /* rax carries the result back */
+    uint64_t sigmask;               /* restored by rt_sigreturn: rt_sigprocmask writes it */
+};
+_Static_assert(offsetof(struct cnk_ucontext, mc) == 40 && offsetof(struct cnk_ucontext, sigmask) == 296,
+               "kernel ucontext layout");
+
+/* trap.c */
+int trap_install(void);                         /* SIGSYS handler + seccomp filter; 0 or -errno */
+long cnk_passthrough(struct cnk_call *c);       /* the call itself, from cnk's exempt text */
+
+/* ---- bigmem.c ---- */
+struct bigmem {
+    uintptr_t base;
+    size_t size;
+    uint64_t page_size;
+};
+extern struct bigmem bigmem;
+/* Map the region (fixed_lo..fixed_hi: a fixed-address program's span that
+ * must lie inside it, or 0, 0).  Fills report page_size/pages_why. */
+int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi);
+int bigmem_contains(uintptr_t addr, size_t len);
+int bigmem_alloc(size_t len, size_t align, uintptr_t *addr);   /* 0 or -ENOMEM */
+int bigmem_take(uintptr_t addr, size_t len);                   /* mark a fixed range used */
+void bigmem_brk_init(uintptr_t start);                         /* heap starts here */
+void bigmem_collapse(uintptr_t addr, size_t len);              /* THP: make loaded pages huge */
+long sys_brk(struct cnk_call *c);
+long sys_mmap(struct cnk_call *c);
+long sys_munmap(struct cnk_call *c);
+long sys_mremap(struct cnk_call *c);
+long sys_mprotect(struct cnk_call *c);
+long sys_madvise(struct cnk_call *c);
+long sys_mem_range(struct cnk_call *c);         /* msync, mlock, munlock, mlock2: nothing to do in big memory */
+long sys_mlockall(struct cnk_call *c);          /* mlockall, munlockall: same */
+
+/* ---- loader.c ---- */
+/* Load the image (and its interpreter, through the I/O node), build the
+ * stack, and return the entry point and initial stack pointer.  Calls
+ * cnk_fail on a program that cannot run. */
+void load_program(uintptr_t *entry, uintptr_t *sp);
+__attribute__((noreturn)) void enter_program(uintptr_t entry, uintptr_t sp);  /* start.S */
+
+/* ---- ship.c, fd.c, path.c: shipped calls ---- */
+int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
+int fd_is_shipped(int fd);                      /* program descriptor stands for a remote one */
+int fd_is_hidden(int fd);                       /* one of cnk's own */
+int path_is_local(const char *path);            /* the path rule (README "Node-local files") */
+/* for the loader and for file-backed mappings; fd is a program descriptor */
+long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
+long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
+long ship_close(int fd);
+/* Handlers for every file call (README "shipped" row), each deciding by
+ * path or descriptor and setting c->cls: sys_openat, sys_open, sys_creat,
+ * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,
+ * sys_readv, sys_writev, sys_preadv, sys_pwritev, sys_preadv2, sys_pwritev2,
+ * sys_lseek, sys_stat, sys_lstat, sys_fstat, sys_newfstatat, sys_statx,
+ * sys_access, sys_faccessat, sys_faccessat2, sys_unlink, sys_unlinkat,
+ * sys_rename, sys_renameat, sys_renameat2, sys_mkdir, sys_mkdirat, sys_rmdir,
+ * sys_getdents64, sys_readlink, sys_readlinkat, sys_truncate, sys_ftruncate,
+ * sys_fsync, sys_fdatasync, sys_dup, sys_dup2, sys_dup3, sys_fcntl, sys_chdir,
+ * sys_fchdir, sys_getcwd, sys_umask, sys_chmod, sys_fchmod, sys_fchmodat,
+ * sys_utimensat, sys_statfs, sys_fstatfs, sys_ioctl, sys_flock,
+ * sys_fadvise64, sys_link, sys_linkat, sys_symlink, sys_symlinkat, sys_chown,
+ * sys_fchown, sys_lchown, sys_fchownat, sys_sendfile, sys_copy_file_range. */
+#define SHIP_HANDLER(name) long sys_##name(struct cnk_call *c);
+#define SHIP_HANDLERS(X) \
+    X(openat) X(open) X(creat) X(close) X(close_range) X(read) X(write) X(pread64) X(pwrite64) \
+    X(readv) X(writev) X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(lseek) X(stat) X(lstat)     \
+    X(fstat) X(newfstatat) X(statx) X(access) X(faccessat) X(faccessat2) X(unlink) X(unlinkat)   \
+    X(rename) X(renameat) X(renameat2) X(mkdir) X(mkdirat) X(rmdir) X(getdents64) X(readlink)    \
+    X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
+    X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
+    X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
+    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
+SHIP_HANDLERS(SHIP_HANDLER)
+/* Between ship.c, fd.c and path.c only.  A route is ROUTE_LOCAL, ROUTE_SHIP
+ * (with the remote descriptor, LAT_AT_FDCWD for the I/O node's cwd) or -errno. */
+enum { ROUTE_LOCAL = 0, ROUTE_SHIP = 1 };
+int path_route(int dirfd, const char *path, int *rdirfd);
+int fd_route(int fd, int *remote);              /* -EBADF for cnk's own */
+void fd_setup(void);                            /* remote 0,1,2; note cnk's own descriptors */
+int fd_install(int remote, int cloexec, int minfd);            /* program fd or -errno */
+int fd_install_at(int remote, int cloexec, int fd, int *old);  /* *old: replaced remote or -1 */
+int fd_forget(int fd, int close_placeholder);   /* its remote descriptor or -1 */
+int fd_cloexec(int fd);
+void fd_set_cloexec(int fd, int on);
+int fd_next_shipped(unsigned from, unsigned last);   /* lowest shipped fd in range, or -1 */
+int fd_next_hidden(unsigned from, unsigned last);    /* lowest of cnk's own in range, or -1 */
+
+/* ---- thread.c, signal.c ---- */
+/* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from
+ * its new stack `frame` and returns into the program; parent gets the tid. */
+long cnk_clone(unsigned long flags, void *frame, int *ptid, int *ctid, unsigned long tls);
+void cnk_restorer(void);                        /* start.S: rt_sigreturn, in exempt text */
+long sys_clone(struct cnk_call *c);
+long sys_exit(struct cnk_call *c);
+long sys_rseq(struct cnk_call *c);              /* ENOSYS: glibc runs without it */
+long sys_prctl(struct cnk_call *c);
+long sys_sched_getaffinity(struct cnk_call *c); /* shows --cores CPUs */
+long sys_rt_sigaction(struct cnk_call *c);
+long sys_rt_sigprocmask(struct cnk_call *c);
+long sys_sigaltstack(struct cnk_call *c);
+long sys_rt_sigsuspend(struct cnk_call *c);
+long sys_ppoll(struct cnk_call *c);
+long sys_pselect6(struct cnk_call *c);
+long sys_epoll_pwait(struct cnk_call *c);       /* and epoll_pwait2 */
+long sys_kill(struct cnk_call *c);
+long sys_tgkill(struct cnk_call *c);
+long sys_tkill(struct cnk_call *c);
+/* A SIGSYS that is not a trapped call (kill, raise): the program's virtual action. */
+void signal_sigsys(void *info, struct cnk_ucontext *uc);
+
+#endif

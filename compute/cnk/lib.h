@@ -1,0 +1,62 @@
+/*
+ * lib.h - the little libc cnk carries: raw system calls, memory and string
+ * helpers, formatted output, a futex lock.  No errno (the program owns it):
+ * system calls return -errno.  No TLS (the program owns %fs).
+ */
+#ifndef CNK_LIB_H
+#define CNK_LIB_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+static inline long ksys6(long n, long a, long b, long c, long d, long e, long f)
+{
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+#define ksys0(n)                ksys6((n), 0, 0, 0, 0, 0, 0)
+#define ksys1(n, a)             ksys6((n), (long)(a), 0, 0, 0, 0, 0)
+#define ksys2(n, a, b)          ksys6((n), (long)(a), (long)(b), 0, 0, 0, 0)
+#define ksys3(n, a, b, c)       ksys6((n), (long)(a), (long)(b), (long)(c), 0, 0, 0)
+#define ksys4(n, a, b, c, d)    ksys6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
+#define ksys5(n, a, b, c, d, e) ksys6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+
+/* memory and strings (also the symbols gcc may emit calls to) */
+void *memcpy(void *restrict d, const void *restrict s, size_t n);
+void *memmove(void *d, const void *s, size_t n);
+void *memset(void *d, int c, size_t n);
+int memcmp(const void *a, const void *b, size_t n);
+size_t strlen(const char *s);
+size_t strnlen(const char *s, size_t max);
+int strcmp(const char *a, const char *b);
+int strncmp(const char *a, const char *b, size_t n);
+char *strchr(const char *s, int c);
+const char *kgetenv(char **envp, const char *name);
+int kparse_u64(const char *s, uint64_t *out);   /* decimal, with K/M/G suffix; 0 or -1 */
+
+/* formatted output: %d %i %u %ld %lu %lld %llu %x %lx %llx %zu %zd %s %c %p %% and
+ * the '-', '0' flags and a width; always NUL-terminates; returns the length it
+ * wanted (like snprintf). */
+int kvfmt(char *buf, size_t n, const char *fmt, va_list ap);
+int kfmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void kprint(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int kwrite_all(int fd, const void *buf, size_t n);          /* 0 or -errno */
+int kread_all(int fd, void *buf, size_t n);                 /* 0, -EPIPE on EOF, or -errno */
+__attribute__((noreturn)) void kexit(int code);            /* exit_group */
+
+/* A futex mutex between the program's threads (cnk's shipping connection).
+ * The holder has every signal blocked, so a program signal handler cannot
+ * run on top of it and deadlock on the same lock. */
+struct klock { int v; uint64_t mask; };
+void klock(struct klock *l);
+void kunlock(struct klock *l);
+
+#endif

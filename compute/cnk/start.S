@@ -1,0 +1,96 @@
+/*
+ * start.S - cnk's entry point, the way into the program, the clone
+ * trampoline and the signal restorer.  Everything here runs in cnk's text,
+ * which the seccomp filter lets make system calls.
+ */
+#include <asm/unistd.h>
+
+    .text
+
+/* _start: relocate ourselves before any C code reads a global pointer,
+ * then cnk_main(original stack pointer: argc, argv..., envp..., auxv). */
+    .globl _start
+    .type _start, @function
+_start:
+    xor %ebp, %ebp
+    mov %rsp, %r12
+    lea __ehdr_start(%rip), %rdi
+    lea _DYNAMIC(%rip), %rsi
+    and $-16, %rsp
+    call cnk_reloc
+    mov %r12, %rdi
+    call cnk_main
+    hlt
+    .size _start, . - _start
+
+/* enter_program(entry, sp): the state the kernel gives a new process:
+ * rsp at argc, rdx = 0 (no atexit function), other registers cleared. */
+    .globl enter_program
+    .hidden enter_program
+    .type enter_program, @function
+enter_program:
+    mov %rsi, %rsp
+    push %rdi
+    xor %eax, %eax
+    xor %ebx, %ebx
+    xor %ecx, %ecx
+    xor %edx, %edx
+    xor %esi, %esi
+    xor %edi, %edi
+    xor %ebp, %ebp
+    xor %r8d, %r8d
+    xor %r9d, %r9d
+    xor %r10d, %r10d
+    xor %r11d, %r11d
+    xor %r12d, %r12d
+    xor %r13d, %r13d
+    xor %r14d, %r14d
+    xor %r15d, %r15d
+    ret                 /* pops entry: rsp is back at argc */
+    .size enter_program, . - enter_program
+
+/* long cnk_clone(flags, frame, ptid, ctid, tls): the child starts on the
+ * new stack `frame`, a struct clone_frame (thread.c) whose last word,
+ * rip, sits just below the program's child stack pointer.  It pops the
+ * trapped registers, gets rax = 0 and returns to the trapped rip with
+ * rsp = the program's child stack, as if clone had run there. */
+    .globl cnk_clone
+    .hidden cnk_clone
+    .type cnk_clone, @function
+cnk_clone:
+    mov %rcx, %r10
+    mov $__NR_clone, %eax
+    syscall
+    test %rax, %rax
+    jnz 1f
+    pop %r8
+    pop %r9
+    pop %r10
+    pop %r11
+    pop %r12
+    pop %r13
+    pop %r14
+    pop %r15
+    pop %rdi
+    pop %rsi
+    pop %rbp
+    pop %rbx
+    pop %rdx
+    pop %rcx
+    xor %eax, %eax
+    popfq
+    ret
+1:  ret
+    .size cnk_clone, . - cnk_clone
+
+/* The SIGSYS handler's sa_restorer. */
+    .globl cnk_restorer
+    .hidden cnk_restorer
+    .type cnk_restorer, @function
+cnk_restorer:
+    mov $__NR_rt_sigreturn, %eax
+    syscall
+    hlt
+    .size cnk_restorer, . - cnk_restorer
+
+    .section .note.GNU-stack, "", @progbits

@@ -1,0 +1,93 @@
+/*
+ * thread.c - the program's threads: clone with thread flags only, at most
+ * --cores of them alive (the main thread included), as CNK ran one thread
+ * per core.  No processes: fork-like clones are unsupported.
+ */
+#include <asm/unistd.h>
+#include <linux/errno.h>
+#include <linux/prctl.h>
+#include <linux/sched.h>
+
+#include "cnk.h"
+
+#define THREAD_FLAGS (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND | CLONE_FILES)
+#define ALLOWED_FLAGS (THREAD_FLAGS | CLONE_FS | CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID | \
+                       CLONE_CHILD_CLEARTID | CLONE_CHILD_SETTID | CLONE_DETACHED)
+
+/* What the child pops in cnk_clone (start.S), in this order: the trapped
+ * registers; rip last, right below the program's child stack pointer. */
+struct clone_frame {
+    uint64_t r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx, rdx, rcx, rflags, rip;
+};
+
+static unsigned alive = 1;      /* threads of the program */
+
+long sys_clone(struct cnk_call *c)
+{
+    unsigned long flags = (unsigned long)c->a[0], stack = (unsigned long)c->a[1];
+    if ((flags & THREAD_FLAGS) != THREAD_FLAGS) {
+        c->cls = CNK_UNSUPPORTED;   /* a new process */
+        return -ENOSYS;
+    }
+    if ((flags & ~(ALLOWED_FLAGS | 0xfful)) || !stack)
+        return -EINVAL;
+    if (__atomic_add_fetch(&alive, 1, __ATOMIC_RELAXED) > cnk.cores) {
+        __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
+        return -EAGAIN;
+    }
+    const struct cnk_mcontext *m = &((struct cnk_ucontext *)c->uc)->mc;
+    struct clone_frame *f = (struct clone_frame *)stack - 1;
+    *f = (struct clone_frame){ m->r8, m->r9, m->r10, m->r11, m->r12, m->r13, m->r14, m->r15, m->rdi,
+                               m->rsi, m->rbp, m->rbx, m->rdx, m->rcx, m->eflags, m->rip };
+    long r = cnk_clone(flags, f, (int *)c->a[2], (int *)c->a[3], (unsigned long)c->a[4]);
+    if (r < 0)
+        __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+/* One thread ends (exit_group ends them all and needs no count). */
+long sys_exit(struct cnk_call *c)
+{
+    __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
+    for (;;)
+        ksys1(__NR_exit, c->a[0]);
+}
+
+long sys_rseq(struct cnk_call *c)
+{
+    (void)c;    /* glibc runs without it: one kernel feature less acting on the program */
+    return -ENOSYS;
+}
+
+long sys_prctl(struct cnk_call *c)
+{
+    switch (c->a[0]) {
+    case PR_SET_NAME:
+    case PR_GET_NAME:
+    case PR_SET_PDEATHSIG:
+    case PR_GET_PDEATHSIG:
+    case PR_GET_DUMPABLE:
+    case PR_SET_DUMPABLE:
+    case PR_GET_SECCOMP:
+    case PR_CAPBSET_READ:
+    case PR_GET_TIMERSLACK:
+    case PR_SET_TIMERSLACK:
+    case PR_GET_NO_NEW_PRIVS:
+    case PR_GET_THP_DISABLE:
+        return cnk_passthrough(c);
+    default:
+        return -EINVAL;     /* what the kernel says about an option it does not know */
+    }
+}
+
+/* The node's CPUs, cut down to --cores: runtimes size their thread pools by it. */
+long sys_sched_getaffinity(struct cnk_call *c)
+{
+    long r = cnk_passthrough(c);
+    unsigned char *mask = (unsigned char *)c->a[2];
+    unsigned seen = 0;
+    for (long i = 0; i < r * 8; i++)
+        if (mask[i / 8] & (1u << (i % 8)) && ++seen > cnk.cores)
+            mask[i / 8] &= (unsigned char)~(1u << (i % 8));
+    return r;
+}

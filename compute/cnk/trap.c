@@ -1,0 +1,221 @@
+/*
+ * trap.c - catching the program's system calls.
+ *
+ * A seccomp filter lets through the calls made from cnk's own text (and
+ * rt_sigreturn, which every signal handler ends with) and turns every other
+ * call into a SIGSYS.  The handler runs on the trapped thread, takes the
+ * call from the ucontext, dispatches it through cnk_systab, and puts the
+ * result in rax; rt_sigreturn then resumes the program after its syscall.
+ *
+ * The handler is SA_NODEFER with an empty sa_mask: it runs with exactly the
+ * program's signal mask, as the kernel would run the call, so a blocking
+ * call stays interruptible and a thread cloned from here inherits the
+ * program's mask.  cnk code that must not be re-entered holds a klock,
+ * which blocks signals.
+ */
+#include <asm/unistd.h>
+#include <linux/audit.h>
+#include <linux/errno.h>
+#include <linux/filter.h>
+#include <linux/prctl.h>
+#include <linux/seccomp.h>
+
+#include "cnk.h"
+
+#define SIGSYS_         31
+#define SA_SIGINFO_     0x00000004ul
+#define SA_NODEFER_     0x40000000ul
+#define SA_RESTORER_    0x04000000ul
+#define SYS_SECCOMP_    1           /* si_code of a seccomp SIGSYS */
+#define X32_BIT         0x40000000u
+
+struct ksigaction {
+    void *handler;
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+
+struct ksiginfo {               /* the head of the kernel's siginfo_t */
+    int32_t signo, errno_, code;
+};
+
+extern const char __ehdr_start[], etext[];
+
+long cnk_passthrough(struct cnk_call *c)
+{
+    return ksys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+}
+
+/* ---- --trace ---- */
+
+static const char *const errnames[] = {
+    [EPERM] = "EPERM", [ENOENT] = "ENOENT", [ESRCH] = "ESRCH", [EINTR] = "EINTR",
+    [EIO] = "EIO", [ENXIO] = "ENXIO", [E2BIG] = "E2BIG", [ENOEXEC] = "ENOEXEC",
+    [EBADF] = "EBADF", [ECHILD] = "ECHILD", [EAGAIN] = "EAGAIN", [ENOMEM] = "ENOMEM",
+    [EACCES] = "EACCES", [EFAULT] = "EFAULT", [EBUSY] = "EBUSY", [EEXIST] = "EEXIST",
+    [EXDEV] = "EXDEV", [ENODEV] = "ENODEV", [ENOTDIR] = "ENOTDIR", [EISDIR] = "EISDIR",
+    [EINVAL] = "EINVAL", [ENFILE] = "ENFILE", [EMFILE] = "EMFILE", [ENOTTY] = "ENOTTY",
+    [EFBIG] = "EFBIG", [ENOSPC] = "ENOSPC", [ESPIPE] = "ESPIPE", [EROFS] = "EROFS",
+    [EPIPE] = "EPIPE", [ERANGE] = "ERANGE", [ENAMETOOLONG] = "ENAMETOOLONG",
+    [ENOSYS] = "ENOSYS", [ENOTEMPTY] = "ENOTEMPTY", [ELOOP] = "ELOOP",
+    [EOPNOTSUPP] = "EOPNOTSUPP", [ETIMEDOUT] = "ETIMEDOUT", [ENOTSOCK] = "ENOTSOCK",
+    [ECONNREFUSED] = "ECONNREFUSED",
+};
+
+static const char *const classes[CNK_NCLASS] = { "local", "shipped", "unsupported" };
+
+#define LINE 512
+
+/* Append to a trace line, never past its end. */
+__attribute__((format(printf, 3, 4))) static size_t cat(char *line, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = (size_t)kvfmt(line + len, LINE - len, fmt, ap);
+    va_end(ap);
+    return len + n < LINE ? len + n : LINE - 1;
+}
+
+/* A string argument, read without trusting the pointer. */
+static size_t cat_string(char *line, size_t len, long p)
+{
+    char s[65];
+    struct { void *base; size_t len; } local = { s, sizeof s - 1 }, remote = { (void *)p, sizeof s - 1 };
+    long r = ksys6(__NR_process_vm_readv, ksys0(__NR_getpid), (long)&local, 1, (long)&remote, 1, 0);
+    if (r <= 0)
+        return cat(line, len, "%p", (void *)p);
+    s[r] = 0;
+    return cat(line, len, "\"%s\"%s", s, strlen(s) == sizeof s - 1 ? "..." : "");
+}
+
+static size_t cat_arg(char *line, size_t len, char kind, long v)
+{
+    switch (kind) {
+    case 'd': return cat(line, len, "%d", (int)v);
+    case 'l': return cat(line, len, "%ld", v);
+    case 's': return cat_string(line, len, v);
+    default: return cat(line, len, "0x%lx", (unsigned long)v);
+    }
+}
+
+static size_t cat_result(char *line, size_t len, long r)
+{
+    if (r < 0 && r > -4096 && -r < (long)(sizeof errnames / sizeof *errnames) && errnames[-r])
+        return cat(line, len, "-%s", errnames[-r]);
+    if (r > 0xffff || r < -0xffff)
+        return cat(line, len, "0x%lx", (unsigned long)r);
+    return cat(line, len, "%ld", r);
+}
+
+/* `[cnk RANK] name(args) = result CLASS`, one write per line */
+static void trace(const struct cnk_call *c, const struct cnk_sysent *e, long r, int returned)
+{
+    char line[LINE];
+    const char *args = e && e->args ? e->args : "xxxxxx";
+    size_t len = e ? cat(line, 0, "[cnk %d] %s(", cnk.rank, e->name)
+                   : cat(line, 0, "[cnk %d] syscall_%ld(", cnk.rank, c->nr);
+    for (int i = 0; i < 6 && args[i]; i++)
+        len = cat_arg(line, i ? cat(line, len, ", ") : len, args[i], c->a[i]);
+    len = cat(line, len, ") = ");
+    len = returned ? cat_result(line, len, r) : cat(line, len, "?");
+    len = cat(line, len, " %s\n", classes[c->cls]);
+    kwrite_all(cnk.err_fd, line, len);
+}
+
+/* ---- dispatch ---- */
+
+static void count(enum cnk_class cls)
+{
+    __atomic_fetch_add(&cnk.report->count[cls], 1, __ATOMIC_RELAXED);
+}
+
+static long dispatch(struct cnk_call *c)
+{
+    const struct cnk_sysent *e = c->nr >= 0 && c->nr < CNK_NSYS ? &cnk_systab[c->nr] : NULL;
+    if (e && !e->name)
+        e = NULL;
+    c->cls = e ? (enum cnk_class)e->cls : CNK_UNSUPPORTED;
+    if (c->nr == __NR_exit || c->nr == __NR_exit_group) {   /* they do not come back */
+        count(c->cls);
+        if (cnk.trace)
+            trace(c, e, 0, 0);
+    }
+    long r = c->cls == CNK_UNSUPPORTED ? -ENOSYS : e->fn ? e->fn(c) : cnk_passthrough(c);
+    count(c->cls);
+    if (cnk.trace)
+        trace(c, e, r, 1);
+    return r;
+}
+
+static void on_sigsys(int sig, struct ksiginfo *si, void *ucv)
+{
+    struct cnk_ucontext *uc = ucv;
+    (void)sig;
+    if (si->code != SYS_SECCOMP_) {     /* raised by the program itself */
+        signal_sigsys(si, uc);
+        return;
+    }
+    struct cnk_mcontext *m = &uc->mc;
+    struct cnk_call c = {
+        .nr = (long)m->rax,
+        .a = { (long)m->rdi, (long)m->rsi, (long)m->rdx, (long)m->r10, (long)m->r8, (long)m->r9 },
+        .uc = uc,
+    };
+    m->rax = (uint64_t)dispatch(&c);
+}
+
+/* ---- installation ---- */
+
+/* Allow when instruction_pointer (64 bits, two 32-bit loads) lies in
+ * [lo, hi]; the arch check keeps i386 and x32 calls from slipping past
+ * the number-based rules. */
+static int install_filter(uint64_t lo, uint64_t hi)
+{
+    enum { NR = offsetof(struct seccomp_data, nr), ARCH = offsetof(struct seccomp_data, arch),
+           IP_LO = offsetof(struct seccomp_data, instruction_pointer),
+           IP_HI = offsetof(struct seccomp_data, instruction_pointer) + 4 };
+    uint32_t lo_hi = (uint32_t)(lo >> 32), lo_lo = (uint32_t)lo;
+    uint32_t hi_hi = (uint32_t)(hi >> 32), hi_lo = (uint32_t)hi;
+    struct sock_filter f[] = {
+        /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARCH),
+        /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        /* 2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        /* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR),
+        /* 4 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, X32_BIT, 0, 1),
+        /* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_rt_sigreturn, 10, 0),       /* -> 17 allow */
+        /* ip >= lo ? */
+        /* 7 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_HI),
+        /* 8 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, lo_hi, 3, 0),                    /* -> 12 */
+        /* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, lo_hi, 0, 8),                    /* -> trap */
+        /* 10 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_LO),
+        /* 11 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, lo_lo, 0, 6),                   /* -> trap */
+        /* ip <= hi ? */
+        /* 12 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_HI),
+        /* 13 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, hi_hi, 4, 0),                   /* -> trap */
+        /* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, hi_hi, 0, 2),                   /* -> allow */
+        /* 15 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_LO),
+        /* 16 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, hi_lo, 1, 0),                   /* -> trap */
+        /* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        /* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+    };
+    struct sock_fprog prog = { .len = sizeof f / sizeof *f, .filter = f };
+    long r = ksys3(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0);
+    return (int)(r < 0 ? r : ksys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+}
+
+int trap_install(void)
+{
+    struct ksigaction sa = {
+        .handler = (void *)on_sigsys,
+        .flags = SA_SIGINFO_ | SA_NODEFER_ | SA_RESTORER_,
+        .restorer = cnk_restorer,
+        .mask = 0,
+    };
+    uint64_t sys = 1ull << (SIGSYS_ - 1);
+    long r = ksys4(__NR_rt_sigaction, SIGSYS_, &sa, NULL, sizeof sa.mask);
+    if (r == 0)
+        r = ksys4(__NR_rt_sigprocmask, 1 /* SIG_UNBLOCK */, &sys, NULL, sizeof sys);
+    return (int)(r < 0 ? r : install_filter((uintptr_t)__ehdr_start, (uintptr_t)etext));
+}
