@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from lattice import blocks, db, machine, ras
+from lattice import personality as personalities
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError
 from lattice.errors import LatticeError
@@ -76,6 +77,9 @@ def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
                     (key.hex(), db.now(), name))
         con.execute("DELETE FROM daemons WHERE block = ?", (name,))
     bin_dir = machine.prefix()
+    cnk = bin_dir / "bin" / "cnk"
+    # without a built cnk the nodes run Linux-mode jobs only; a cnk job gets a clear launch error
+    cnk_option = ["--cnk", str(cnk)] if os.access(cnk, os.X_OK) else []
     try:
         for p in b.psets(m):
             addr = ciod_address(name, p)
@@ -93,7 +97,7 @@ def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
                 os.write(fd, json.dumps(personality(m, b, key, i, addr), indent=1).encode())
                 os.close(fd)
                 pid = _start([str(bin_dir / "bin" / "cnode"), "--personality", str(pfile),
-                              "--client", str(bin_dir / "lib" / "libcnclient.so")],
+                              "--client", str(bin_dir / "lib" / "libcnclient.so"), *cnk_option],
                              d / "log" / f"cnode-{i}.log")
                 con.execute("INSERT INTO daemons (block, kind, node, pid) VALUES (?, 'cnode', ?, ?)",
                             (name, i, pid))
@@ -112,12 +116,14 @@ def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
 
 
 def personality(m: Machine, b: Block, key: bytes, i: int, addr: str) -> dict[str, object]:
-    p = m.pset_of(i)
+    """Node i's personality file: what cnode needs (key, ciod, hide) and the
+    fields it passes to jobs as LATTICE_PERSONALITY (lattice.personality)."""
+    p = personalities.of_node(m, b.name, i)
     return {
-        "block": b.name, "key": key.hex(), "ciod": addr, "node": i - p * m.pset_size, "pset": p,
-        "pset_size": m.pset_size, "coords": list(m.coord(i)), "torus": list(m.shape),
-        "memory": m.memory, "mode": "co", "location": m.compute_location(i),
-        "ionode_location": m.io_location(p), "hide": list(m.hide),
+        "block": p.block, "key": key.hex(), "ciod": addr, "node": p.rank_in_pset, "pset": p.pset,
+        "pset_size": p.pset_size, "coords": list(p.coords), "torus": list(p.torus),
+        "memory": p.memory, "cores": p.cores, "mode": p.mode, "location": p.location,
+        "ionode_location": p.ionode, "hide": list(m.hide),
     }
 
 

@@ -14,7 +14,8 @@ import sys
 
 from lattice.errors import LatticeError
 
-COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs", "ras", "counters")
+COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs", "ras", "counters",
+            "personality")
 
 
 def parser() -> argparse.ArgumentParser:

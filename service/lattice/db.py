@@ -86,6 +86,18 @@ MIGRATIONS: list[str] = [
         offset    INTEGER NOT NULL
     );
     """,
+    # 1 -> 2: the compute node kernel.  Which kernel ran a job (every job before
+    # this version ran in Linux mode), its system calls by class summed over the
+    # ranks (cnk jobs), and each rank's report line from its compute node
+    # ("kernel=cnk pages=2M bigmem=... local=N shipped=N unsupported=N why=...")
+    """
+    ALTER TABLE jobs ADD COLUMN kernel TEXT CHECK (kernel IN ('cnk', 'linux'));
+    UPDATE jobs SET kernel = 'linux';
+    ALTER TABLE jobs ADD COLUMN calls_local INTEGER;
+    ALTER TABLE jobs ADD COLUMN calls_shipped INTEGER;
+    ALTER TABLE jobs ADD COLUMN calls_unsupported INTEGER;
+    ALTER TABLE ranks ADD COLUMN report TEXT;
+    """,
 ]
 
 

@@ -5,6 +5,12 @@ connections, then multiplexes what comes back: each rank's output (in order
 per rank, line by line, labelled on request), each rank's exit, and each I/O
 node's end of job.  The job's exit status is 0 if every rank exited 0, else
 that of the first rank to fail.
+
+A job runs under the compute node kernel (`kernel="cnk"`, flag LAT_JOB_CNK)
+or in Linux mode.  Each rank's exit carries a report line from its node
+(`kernel=cnk pages=2M bigmem=... local=N shipped=N unsupported=N why=...`,
+or `kernel=linux`), kept per rank with the class totals per job.  A cnk job
+reserves huge pages for big memory while it runs (lattice.hugepages).
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import BinaryIO
 
-from lattice import blocks, boot, db, ras, wire
+from lattice import blocks, boot, db, hugepages, machine, ras, wire
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod
 from lattice.errors import LatticeError
@@ -40,6 +46,14 @@ class Spec:
     groups: list[int]
     user: str
     label: bool = False
+    kernel: str = "cnk"             # "cnk" or "linux"
+    trace: bool = False             # cnk --trace
+    verbose: bool = False           # -v: kernel, big memory and call totals after the job
+    hugepages: bool = True          # reserve huge pages for a cnk job's big memory
+
+
+KERNELS = ("cnk", "linux")
+CLASSES = ("local", "shipped", "unsupported")
 
 
 @dataclass
@@ -47,6 +61,62 @@ class Outcome:
     status: int = 0
     first_failure: str | None = None
     ended: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # rank -> (how, value, text)
+    reports: dict[int, str] = field(default_factory=dict)                  # rank -> report line
+
+    def totals(self) -> dict[str, int] | None:
+        """System calls by class over every rank that reported them (cnk jobs)."""
+        counted = [parse_report(r) for r in self.reports.values()]
+        counted = [c for c in counted if all(k in c for k in CLASSES)]
+        if not counted:
+            return None
+        return {k: sum(int(c[k]) for c in counted if c[k].isdigit()) for k in CLASSES}
+
+
+def split_text(text: str) -> tuple[str, str | None]:
+    """An exit message's text as (message, report line): the node ends the
+    text with a line starting "kernel=" (docs/protocol.md, section 5)."""
+    lines = text.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("kernel="):
+            return "\n".join(lines[:i] + lines[i + 1:]).strip(), lines[i].strip()
+    return text, None
+
+
+def parse_report(line: str) -> dict[str, str]:
+    """`k=v k=v ... why=free text` -> {k: v}; why (if any) is the rest of the line."""
+    head, sep, why = line.partition(" why=")
+    if not sep and line.startswith("why="):
+        head, why, sep = "", line[4:], "why="
+    out = dict(f.split("=", 1) for f in head.split() if "=" in f)
+    if sep:
+        out["why"] = why
+    return out
+
+
+def pages_words(value: str) -> str:
+    """cnode's page size ("1G", "2M", "4K") in words."""
+    units = {"G": "GiB", "M": "MiB", "K": "KiB"}
+    if value[:-1].isdigit() and value[-1:] in units:
+        return f"{value[:-1]} {units[value[-1]]}"
+    return value
+
+
+def summary(kernel: str, reports: dict[int, str], totals: dict[str, int] | None) -> list[str]:
+    """What -v says after a job: the kernel; for cnk rank 0's big memory and
+    pages (with why), and the system calls by class over all ranks."""
+    if kernel != "cnk":
+        return [f"kernel {kernel} (Linux mode: the program runs as a Linux process, its file calls "
+                f"shipped by the preload client)"]
+    lines = []
+    r0 = parse_report(reports[0]) if 0 in reports else {}
+    if "pages" in r0 and r0.get("bigmem", "").isdigit():
+        lines.append(f"kernel cnk: big memory {int(r0['bigmem']) >> 20} MiB per rank on "
+                     f"{pages_words(r0['pages'])} pages ({r0.get('why', '-')}) [rank 0]")
+    else:
+        lines.append("kernel cnk: no report from rank 0")
+    if totals is not None:
+        lines.append("system calls (all ranks): " + ", ".join(f"{totals[k]} {k}" for k in CLASSES))
+    return lines
 
 
 class Output:
@@ -102,6 +172,7 @@ class Run:
         self.outcome = Outcome()
         self.output = Output(spec.label)
         self.killed = False
+        self.ended_by: str | None = None     # why lattice killed the job's ranks
         self.interrupted: int | None = None
         self.ciods: list[Ciod] = []
         self.lost_ionode = False
@@ -113,10 +184,11 @@ class Run:
         self.ciods = boot.ciods(self.con, self.b, self.m)
         rank_of = {n: r for r, n in enumerate(self.nodes)}
         s = self.spec
+        flags = (wire.JOB_CNK if s.kernel == "cnk" else 0) | (wire.JOB_TRACE if s.trace else 0)
         for c in self.ciods:
             ranks = [rank_of.get(i, -1) for i in self.m.pset_nodes(c.pset)]
             payload = wire.job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.exe, s.cwd,
-                                       [s.exe, *s.args], s.env)
+                                       [s.exe, *s.args], s.env, flags)
             ret, err, text = c.call(wire.CTL_JOB, payload)
             if ret < 0:
                 self.kill(signal.SIGKILL)
@@ -132,14 +204,19 @@ class Run:
 
     def on_exit(self, body: bytes) -> None:
         _, rank, _, how, value = wire.EXIT.unpack_from(body)
-        text = body[wire.EXIT.size:].decode(errors="replace").rstrip("\0")
+        text, report = split_text(body[wire.EXIT.size:].decode(errors="replace").rstrip("\0"))
         if rank >= len(self.nodes) or rank in self.outcome.ended:
             return
         self.output.flush(rank)
+        if self.ended_by and how == wire.EXIT_SIGNAL and value == signal.SIGKILL:
+            text = self.ended_by            # collateral of ending the job, not a fault of its own
         kind, status, words = describe(how, value, text)
         self.outcome.ended[rank] = (kind, value, text)
-        self.con.execute("INSERT OR REPLACE INTO ranks (job, rank, location, how, value, message) "
-                         "VALUES (?,?,?,?,?,?)", (self.job, rank, self.location(rank), kind, value, text or None))
+        if report is not None:
+            self.outcome.reports[rank] = report
+        self.con.execute("INSERT OR REPLACE INTO ranks (job, rank, location, how, value, message, report) "
+                         "VALUES (?,?,?,?,?,?,?)",
+                         (self.job, rank, self.location(rank), kind, value, text or None, report))
         if status != 0:
             message = f"rank {rank} ({self.location(rank)}) {words}"
             if self.outcome.first_failure is None:
@@ -153,12 +230,14 @@ class Run:
             if kind in ("signal", "lost", "launch") and not self.killed:
                 # one rank can no longer take part: end the job everywhere
                 self.killed = True
+                self.ended_by = f"ended by lattice because rank {rank} {words}"
                 self.kill(signal.SIGKILL)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = signum
         if not self.killed:
             self.killed = True
+            self.ended_by = f"ended by lattice on {signal.Signals(signum).name}"
             print(f"lattice: {signal.Signals(signum).name}: ending job {self.job}", file=sys.stderr, flush=True)
             self.kill(signal.SIGKILL)
 
@@ -216,17 +295,26 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
         raise LatticeError(f"{spec.nranks} ranks do not fit in block {b.name} of {b.size} compute nodes")
     if b.state != "Initialized":
         raise LatticeError(f"block {b.name} is {b.state}, not Initialized")
+    if spec.kernel not in KERNELS:
+        raise LatticeError(f"unknown kernel {spec.kernel!r}: {' or '.join(KERNELS)}")
+    if spec.trace and spec.kernel != "cnk":
+        raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
     cmdline = shlex.join([spec.exe, *spec.args])
     with db.transaction(con):
-        cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted) "
-                          "VALUES (?,?,?,?,?,?,?, 'Starting', ?)",
-                          (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now()))
+        cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, kernel) "
+                          "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?)",
+                          (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now(),
+                           spec.kernel))
         job_id = int(cur.lastrowid or 0)
     r = Run(con, m, b, spec, job_id)
+    pages: hugepages.Reservation | None = None
     handlers = {s: signal.signal(s, r.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            r.start()
+            if spec.kernel == "cnk" and spec.hugepages:
+                pages = reserve_pages(m, spec, job_id)
+            if r.interrupted is None:
+                r.start()
         except LatticeError as e:
             finish(con, job_id, "Error", e.status, e.message)
             raise
@@ -236,14 +324,36 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
         for s, h in handlers.items():
             signal.signal(s, h)
         r.close()
+        if pages is not None:
+            for problem in hugepages.release(pages):
+                print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)
     status = r.outcome.status
     if r.interrupted is not None:
         status = 128 + r.interrupted
     state = "Error" if r.lost_ionode else "Terminated"
-    finish(con, job_id, state, status, r.outcome.first_failure)
+    finish(con, job_id, state, status, r.outcome.first_failure, r.outcome.totals())
+    if spec.verbose:
+        for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals()):
+            print(f"lattice: {line}", file=sys.stderr, flush=True)
     return status
 
 
-def finish(con: sqlite3.Connection, job_id: int, state: str, status: int, message: str | None) -> None:
-    con.execute("UPDATE jobs SET state = ?, status = ?, message = ?, ended = ? WHERE id = ?",
-                (state, status, message, db.now(), job_id))
+def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
+    """Huge pages for the job's big memory, from this host's pools."""
+    res = hugepages.reserve(machine.home(), f"job-{job_id}", spec.nranks, m.memory,
+                            fixed_address=hugepages.fixed_below_1g(spec.exe))
+    if spec.verbose:
+        for note in res.notes:
+            print(f"lattice: {note}", file=sys.stderr, flush=True)
+    if res.warning:
+        print(f"lattice: warning: {res.warning}", file=sys.stderr, flush=True)
+    return res
+
+
+def finish(con: sqlite3.Connection, job_id: int, state: str, status: int, message: str | None,
+           totals: dict[str, int] | None = None) -> None:
+    t = totals or {}
+    con.execute("UPDATE jobs SET state = ?, status = ?, message = ?, ended = ?, calls_local = ?, "
+                "calls_shipped = ?, calls_unsupported = ? WHERE id = ?",
+                (state, status, message, db.now(), t.get("local"), t.get("shipped"), t.get("unsupported"),
+                 job_id))

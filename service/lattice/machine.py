@@ -24,6 +24,8 @@ Coord = tuple[int, int, int]
 DEFAULT_SHAPE: Coord = (2, 2, 4)
 DEFAULT_PSET = 8
 DEFAULT_MEMORY = 1 << 30
+DEFAULT_CORES = 2           # as on Blue Gene/L: one core computes, the other communicates
+MAX_CORES = 4096
 
 
 def home() -> Path:
@@ -68,6 +70,7 @@ class Machine:
     memory: int = DEFAULT_MEMORY
     placement: str = "local"
     hide: tuple[str, ...] = field(default_factory=tuple)
+    cores: int = DEFAULT_CORES
 
     def __post_init__(self) -> None:
         X, Y, Z = self.shape
@@ -83,6 +86,8 @@ class Machine:
                                "or X*Y*k with k dividing Z")
         if not 1 << 20 <= self.memory < 1 << 63:
             raise LatticeError(f"memory per node ({self.memory} bytes) must be at least 1M and below 8E")
+        if not 1 <= self.cores <= MAX_CORES:
+            raise LatticeError(f"cores per node ({self.cores}) must be 1..{MAX_CORES}")
         if self.placement != "local":
             raise LatticeError(f"placement {self.placement!r} is not supported yet (only 'local')")
 
@@ -128,7 +133,7 @@ class Machine:
         return {
             "torus": {"shape": list(self.shape)},
             "pset": {"size": self.pset_size},
-            "node": {"memory": self.memory},
+            "node": {"memory": self.memory, "cores": self.cores},
             "placement": {"hosts": self.placement},
             "compute": {"hide": list(self.hide)},
         }
@@ -146,6 +151,7 @@ class Machine:
             return cls(shape=(shape[0], shape[1], shape[2]),
                        pset_size=int(data["pset"]["size"]),  # type: ignore[index]
                        memory=int(data["node"]["memory"]),  # type: ignore[index]
+                       cores=int(data["node"].get("cores", DEFAULT_CORES)),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
                        hide=tuple(str(p) for p in hide))
         except (KeyError, TypeError, ValueError, AttributeError) as e:

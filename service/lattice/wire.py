@@ -41,6 +41,11 @@ SYS_NAMES = (
 )
 SYS_END = SYS_BASE + len(SYS_NAMES)
 
+# job flags (lat_job.flags, passed on in lat_node_job.flags)
+JOB_CNK = 1              # run under the compute node kernel, not Linux mode
+JOB_TRACE = 2            # cnk --trace; needs JOB_CNK
+JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE
+
 STDOUT, STDERR = 1, 2
 EXIT_CODE, EXIT_SIGNAL, EXIT_LAUNCH, EXIT_LOST = 1, 2, 3, 4
 
@@ -65,9 +70,9 @@ SIZES = {
 
 
 def job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,
-                exe: str, cwd: str, argv: list[str], env: list[str]) -> bytes:
+                exe: str, cwd: str, argv: list[str], env: list[str], flags: int = 0) -> bytes:
     """LAT_CTL_JOB payload: struct lat_job, ranks, groups, then the strings."""
-    head = JOB.pack(job, uid, gid, len(groups), len(argv), len(env), nranks, len(ranks), 0)
+    head = JOB.pack(job, uid, gid, len(groups), len(argv), len(env), nranks, len(ranks), flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
     strings = b"".join(s.encode() + b"\0" for s in [exe, cwd, *argv, *env])
     return head + tail + strings

@@ -15,6 +15,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pset-size", type=int, default=machine.DEFAULT_PSET,
                    help="compute nodes per I/O node (default 8)")
     p.add_argument("--memory", default="1G", help="memory per compute node (default 1G)")
+    p.add_argument("--cores", type=int, default=machine.DEFAULT_CORES,
+                   help=f"cores per compute node (default {machine.DEFAULT_CORES}, as on Blue Gene/L)")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="a path compute nodes must not see locally (repeatable)")
     p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
@@ -22,7 +24,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 def init(args: argparse.Namespace) -> int:
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
-                memory=machine.parse_size(args.memory),
+                memory=machine.parse_size(args.memory), cores=args.cores,
                 hide=tuple(os.path.abspath(h) for h in args.hide))
     home = machine.home()
     if machine.machine_file().exists() or db.path().exists():   # a database alone: a broken machine
@@ -50,5 +52,5 @@ def init(args: argparse.Namespace) -> int:
         for p in range(m.psets):
             con.execute("INSERT INTO nodes VALUES (?, 'io', NULL, NULL, NULL, ?, ?)", (-1 - p, p, m.io_location(p)))
     print(f"machine in {home}: {machine.shape_str(m.shape)} torus, {m.nodes} compute nodes, "
-          f"{m.psets} I/O nodes (psets of {m.pset_size}), {m.memory >> 20} MiB per node")
+          f"{m.psets} I/O nodes (psets of {m.pset_size}), {m.memory >> 20} MiB and {m.cores} cores per node")
     return 0

@@ -17,7 +17,7 @@ def machine(args: argparse.Namespace) -> int:
     con = db.connect()
     owner = {i: b.name for b in blocks.all_blocks(con) for i in b.nodes(m)}
     print(f"{model.shape_str(m.shape)} torus, {m.nodes} compute nodes, {m.psets} I/O nodes "
-          f"(psets of {m.pset_size}), {m.memory >> 20} MiB per node, placement {m.placement}")
+          f"(psets of {m.pset_size}), {m.memory >> 20} MiB and {m.cores} cores per node, placement {m.placement}")
     print(f"{'location':<18} {'kind':<8} {'x,y,z':<8} {'pset':>4}  {'I/O node':<18} block")
     for p in range(m.psets):
         print(f"{m.io_location(p):<18} {'io':<8} {'-':<8} {p:>4}  {'-':<18}")
