@@ -86,3 +86,7 @@ $(BUILD)/bench/%: bench/%.c
 # cnk example programs (examples/cnk/) and the benchmarks that need their own
 # flags (static, FFTW): explicit rules there win over the pattern rules above.
 include examples/cnk/examples.mk bench/bench.mk
+
+# MPI example programs (examples/mpi/), built with the distribution's MPICH
+# wrappers (mpicc.mpich, mpifort.mpich).
+-include examples/mpi/mpi.mk
