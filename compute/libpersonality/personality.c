@@ -17,13 +17,17 @@
 
 enum field {
     F_BLOCK, F_LOCATION, F_COORDS, F_TORUS, F_PSET, F_PSET_SIZE, F_RANK_IN_PSET, F_IONODE, F_MEMORY,
-    F_CORES, F_MODE, F_COUNT
+    F_CORES, F_MODE, F_T, F_COUNT
 };
+
+/* t came later: values without it (older nodes) mean core 0 */
+#define OPTIONAL (1u << F_T)
 
 static const char *const names[F_COUNT] = {
     [F_BLOCK] = "block", [F_LOCATION] = "location", [F_COORDS] = "coords", [F_TORUS] = "torus",
     [F_PSET] = "pset", [F_PSET_SIZE] = "pset_size", [F_RANK_IN_PSET] = "rank_in_pset",
     [F_IONODE] = "ionode", [F_MEMORY] = "memory", [F_CORES] = "cores", [F_MODE] = "mode",
+    [F_T] = "t",
 };
 
 /* A decimal number of [s, end) with no sign, no spaces, at most max. */
@@ -110,6 +114,8 @@ static int field(enum field f, const char *v, const char *end, struct lattice_pe
         return number(v, end, INT64_MAX, &p->memory) < 0 || !p->memory ? -1 : 0;
     case F_CORES:
         return uint_field(v, end, &p->cores) < 0 || !p->cores ? -1 : 0;
+    case F_T:
+        return uint_field(v, end, &p->t);
     case F_COUNT:
         break;
     }
@@ -144,10 +150,13 @@ int lattice_personality_parse(const char *text, struct lattice_personality *p)
         }
         s = *end ? end + 1 : end;
     }
-    if (seen != (1u << F_COUNT) - 1)
+    if ((seen | OPTIONAL) != (1u << F_COUNT) - 1)
         goto bad;
     if (tmp.x >= tmp.torus_x || tmp.y >= tmp.torus_y || tmp.z >= tmp.torus_z ||
         tmp.rank_in_pset >= tmp.pset_size)
+        goto bad;
+    /* the process's core exists: one process (core 0) per node in co mode */
+    if (tmp.t >= tmp.cores || (tmp.t != 0 && !strcmp(tmp.mode, "co")))
         goto bad;
     *p = tmp;
     return 0;
@@ -183,9 +192,10 @@ int lattice_personality_print(FILE *f, const struct lattice_personality *p)
                    "ionode: %s\n"
                    "memory: %" PRIu64 "\n"
                    "cores: %u\n"
-                   "mode: %s\n",
+                   "mode: %s\n"
+                   "t: %u\n",
                    p->block, p->location, p->x, p->y, p->z, p->torus_x, p->torus_y, p->torus_z, p->pset,
-                   p->pset_size, p->rank_in_pset, p->ionode, p->memory, p->cores, p->mode);
+                   p->pset_size, p->rank_in_pset, p->ionode, p->memory, p->cores, p->mode, p->t);
     /* flushed, so that an output error shows here and not at exit */
     return n < 0 || fflush(f) != 0 ? -1 : n;
 }

@@ -6,6 +6,10 @@ environment variable LATTICE_PERSONALITY, one line of `key=value` fields
 joined by `;` (`env()`); programs read it with the C API
 (compute/include/lattice/personality.h), whose `lattice_personality_print`
 prints `text()`, which `lattice personality LOCATION` prints too.
+
+The mode (co or vn) is the job's and `t` is the process's core on the node
+(0 in coprocessor mode, 0..cores-1 in virtual node mode); `t=N` is the last
+field, optional for readers (absent means 0) so older values still parse.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ class Personality:
     memory: int
     cores: int
     mode: str = "co"
+    t: int = 0                  # the process's core within the node
 
     def env(self) -> str:
         """The LATTICE_PERSONALITY value (what cnode builds from the JSON file)."""
@@ -39,7 +44,7 @@ class Personality:
             ("block", self.block), ("location", self.location), ("coords", ",".join(map(str, self.coords))),
             ("torus", ",".join(map(str, self.torus))), ("pset", self.pset), ("pset_size", self.pset_size),
             ("rank_in_pset", self.rank_in_pset), ("ionode", self.ionode), ("memory", self.memory),
-            ("cores", self.cores), ("mode", self.mode)))
+            ("cores", self.cores), ("mode", self.mode), ("t", self.t)))
 
     def text(self) -> str:
         """The canonical text, as lattice_personality_print() prints it."""
@@ -47,15 +52,29 @@ class Personality:
             ("block", self.block), ("location", self.location), ("coords", ",".join(map(str, self.coords))),
             ("torus", "x".join(map(str, self.torus))), ("pset", self.pset), ("pset_size", self.pset_size),
             ("rank_in_pset", self.rank_in_pset), ("ionode", self.ionode), ("memory", self.memory),
-            ("cores", self.cores), ("mode", self.mode)))
+            ("cores", self.cores), ("mode", self.mode), ("t", self.t)))
 
 
-def of_node(m: Machine, block: str, index: int, mode: str = "co") -> Personality:
-    """Compute node `index` of machine m, in block `block`."""
+def check_mode_t(m: Machine, mode: str, t: int) -> None:
+    """A process's core must exist in the mode: t=0 in coprocessor mode,
+    below the node's cores in virtual node mode."""
+    if mode not in MODES:
+        raise LatticeError(f"bad mode {mode!r}: co (coprocessor) or vn (virtual node)")
+    ppn = 1 if mode == "co" else m.cores
+    if not 0 <= t < ppn:
+        raise LatticeError(f"t={t} is not a core of a {mode} process: t must be "
+                           + ("0 in coprocessor mode (one process per node)" if mode == "co"
+                              else f"0..{ppn - 1} (the node has {ppn} cores)"))
+
+
+def of_node(m: Machine, block: str, index: int, mode: str = "co", t: int = 0) -> Personality:
+    """Compute node `index` of machine m, in block `block`, as process t of a
+    job in `mode` sees it."""
+    check_mode_t(m, mode, t)
     p = m.pset_of(index)
     return Personality(block=block, location=m.compute_location(index), coords=m.coord(index), torus=m.shape,
                        pset=p, pset_size=m.pset_size, rank_in_pset=index - p * m.pset_size,
-                       ionode=m.io_location(p), memory=m.memory, cores=m.cores, mode=mode)
+                       ionode=m.io_location(p), memory=m.memory, cores=m.cores, mode=mode, t=t)
 
 
 def node_index(m: Machine, location: str) -> int:
@@ -72,12 +91,13 @@ def node_index(m: Machine, location: str) -> int:
                        f"(see `lattice machine`)")
 
 
-def lookup(con: sqlite3.Connection, m: Machine, location: str) -> Personality:
-    """The personality the node at `location` has (booted block) or would
-    have (unbooted block) in the block that holds it."""
+def lookup(con: sqlite3.Connection, m: Machine, location: str, mode: str = "co", t: int = 0) -> Personality:
+    """The personality process t of a job in `mode` gets on the node at
+    `location`, in the block that holds the node (booted or not)."""
+    check_mode_t(m, mode, t)
     i = node_index(m, location)
     for b in blocks.all_blocks(con):
         if i in b.nodes(m):
-            return of_node(m, b.name, i)
+            return of_node(m, b.name, i, mode, t)
     raise LatticeError(f"compute node {m.compute_location(i)} is in no block: its personality is given at boot",
                        "create a block that holds it (`lattice block create`)")

@@ -49,9 +49,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && !strcmp(argv[1], "fields")) {   /* the struct, field by field */
-        printf("%s|%s|%u|%u|%u|%u|%u|%u|%u|%u|%u|%s|%" PRIu64 "|%u|%s\n", p.block, p.location, p.x, p.y, p.z,
-               p.torus_x, p.torus_y, p.torus_z, p.pset, p.pset_size, p.rank_in_pset, p.ionode, p.memory,
-               p.cores, p.mode);
+        printf("%s|%s|%u|%u|%u|%u|%u|%u|%u|%u|%u|%s|%" PRIu64 "|%u|%s|%u\n", p.block, p.location, p.x, p.y,
+               p.z, p.torus_x, p.torus_y, p.torus_z, p.pset, p.pset_size, p.rank_in_pset, p.ionode, p.memory,
+               p.cores, p.mode, p.t);
         return 0;
     }
     int n = lattice_personality_print(stdout, &p);
@@ -62,7 +62,7 @@ int main(int argc, char **argv)
 """
 
 KEYS = ["block", "location", "coords", "torus", "pset", "pset_size", "rank_in_pset", "ionode", "memory",
-        "cores", "mode"]
+        "cores", "mode", "t"]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def run_probe(probe: Path, value: str | None, *args: str) -> subprocess.Complete
 def good(**change: object) -> str:
     fields: dict[str, object] = dict(block="R00", location="R00-M0-N00-C:J05", coords="1,0,1", torus="2,2,4",
                                      pset=0, pset_size=8, rank_in_pset=5, ionode="R00-M0-N00-I:J00",
-                                     memory=1 << 30, cores=2, mode="co")
+                                     memory=1 << 30, cores=2, mode="co", t=0)
     fields.update(change)
     return ";".join(f"{k}={v}" for k, v in fields.items())
 
@@ -118,7 +118,7 @@ def test_c_api_prints_what_the_service_node_prints(probe: Path, m: Machine, corn
         f = run_probe(probe, p.env(), "fields").stdout.strip().split("|")
         assert f == [p.block, p.location, *map(str, p.coords), *map(str, m.shape), str(p.pset),
                      str(m.pset_size), str(i % m.pset_size), m.io_location(m.pset_of(i)), str(m.memory),
-                     str(m.cores), "co"]
+                     str(m.cores), "co", "0"]
 
 
 def test_canonical_text_format(probe: Path) -> None:
@@ -128,7 +128,7 @@ def test_canonical_text_format(probe: Path) -> None:
     assert dict(l.split(": ", 1) for l in lines) == {
         "block": "R00", "location": "R00-M0-N00-C:J05", "coords": "1,0,1", "torus": "2x2x4", "pset": "0",
         "pset_size": "8", "rank_in_pset": "5", "ionode": "R00-M0-N00-I:J00", "memory": str(1 << 30),
-        "cores": "2", "mode": "co"}
+        "cores": "2", "mode": "co", "t": "0"}
 
 
 def test_not_run_by_lattice_is_enoent(probe: Path) -> None:
@@ -146,6 +146,9 @@ def test_not_run_by_lattice_is_enoent(probe: Path) -> None:
     good(pset_size=0),
     good(coords="1,0"), good(coords="1,0,1,2"), good(coords="2,0,0"),   # x outside the 2x2x4 torus
     good(torus="2,2,0"), good(rank_in_pset=8),            # rank in pset beyond the pset size
+    good(t=1),                                            # co mode runs one process per node: t=0
+    good(mode="vn", t=2), good(mode="vn", t="-1"), good(mode="vn", t=""), good(t="1x"),   # t below cores
+    good() + ";t=0",                                      # t twice
     good(mode="xx"), good(location="R00 M0"), good(location="x" * 32),  # a space; too long for the struct
     good(block="b" * 80),
     good() + ";;", "=1;" + good(), good().replace("mode=co", "mode"),
@@ -166,7 +169,31 @@ def test_malformed_is_einval(probe: Path, value: str) -> None:
 def test_accepted_variants(probe: Path, value: str) -> None:
     r = run_probe(probe, value)
     assert r.returncode == 0, (value, r.stdout)
-    assert r.stdout.splitlines()[-1] == f"mode: {'vn' if 'mode=vn' in value else 'co'}"
+    assert r.stdout.splitlines()[-2] == f"mode: {'vn' if 'mode=vn' in value else 'co'}"
+
+
+@pytest.mark.parametrize("value, t", [
+    (good().replace(";t=0", ""), "0"),                    # the format before t: still read, core 0
+    (good(mode="vn", t=1), "1"),
+    ("t=1;" + good(mode="vn").replace(";t=0", ""), "1"),  # by key, wherever it stands
+    (good(mode="vn", cores=64, t=63), "63"),
+])
+def test_t_is_optional_and_read(probe: Path, value: str, t: str) -> None:
+    r = run_probe(probe, value)
+    assert r.returncode == 0, (value, r.stdout)
+    assert r.stdout.splitlines()[-1] == f"t: {t}"
+    assert run_probe(probe, value, "fields").stdout.strip().split("|")[-1] == t
+
+
+def test_every_core_of_a_vn_node(probe: Path) -> None:
+    """Each process of a virtual node mode node reads its own core; C and
+    the service node print the same text."""
+    m = Machine(shape=(2, 1, 2), pset_size=2, cores=4)
+    for t in range(4):
+        p = personality.of_node(m, "V", 3, "vn", t)
+        assert p.env().endswith(f";mode=vn;t={t}")
+        r = run_probe(probe, p.env())
+        assert r.returncode == 0 and r.stdout == p.text()
 
 
 def test_print_to_a_closed_stream_fails(probe: Path) -> None:
@@ -257,7 +284,10 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
         job, rank, _, how, value = struct.unpack_from("<QIIIi", body)
         assert (job, how, value) == (9, 1, 0), body
         assert body[24:].decode() == "kernel=linux", "a Linux-mode job's report line"
-        assert out.decode() == personality.of_node(m, "P", node).env()
+        # t is optional (default 0): a co job's node may leave it out
+        want = personality.of_node(m, "P", node).env()
+        assert out.decode() in (want, want.removesuffix(";t=0")), out
+
         assert key.hex() not in out.decode()
     finally:
         cnode.kill()
@@ -323,6 +353,17 @@ def test_cli_errors(tmp_path: Path) -> None:
         assert status == 1 and "no compute node" in err
         status, out, _ = lattice("personality", "R00-M0-N00-C:J01")
         assert status == 0 and "block: A\n" in out and "cores: 2\n" in out    # the default, as on BG/L
+        assert out.endswith("mode: co\nt: 0\n")
+        status, out, _ = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "1")
+        assert status == 0 and out.endswith("mode: vn\nt: 1\n")
+        status, out, _ = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "1", "--env")
+        assert status == 0 and out.endswith(";mode=vn;t=1\n")
+        status, _, err = lattice("personality", "R00-M0-N00-C:J01", "--t", "1")
+        assert status == 1 and "t must be 0 in coprocessor mode" in err
+        status, _, err = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "2")
+        assert status == 1 and "0..1" in err
+        status, _, err = lattice("personality", "R00-M0-N00-C:J01", "--mode", "xx")
+        assert status == 2 and "invalid choice" in err
     with home(tmp_path / "n"):
         status, _, err = lattice("init", "--cores", "0")
         assert status == 1 and "cores" in err

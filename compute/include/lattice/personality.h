@@ -7,10 +7,14 @@
  *
  *   block=B;location=R00-M0-N00-C:J02;coords=1,0,0;torus=2,2,4;pset=0;
  *   pset_size=8;rank_in_pset=2;ionode=R00-M0-N00-I:J00;memory=1073741824;
- *   cores=2;mode=co
+ *   cores=2;mode=co;t=0
  *
  * (one line, no spaces).  lattice_personality() parses it; fields it does
- * not know are skipped, so newer nodes can add some.  The block's security
+ * not know are skipped, so newer nodes can add some.  Every field is
+ * required except the trailing t=N (the process's core, default 0), which
+ * older nodes did not send.  The mode is the job's: in coprocessor mode
+ * ("co") a node runs one process (t=0); in virtual node mode ("vn") one per
+ * core, t = 0..cores-1, each with the node's memory divided by its cores.  The block's security
  * key is not part of it: a job never sees the key.
  *
  * Link with -llatpers (build/lib/liblatpers.a or liblatpers.so).
@@ -38,14 +42,15 @@ struct lattice_personality {
     char     ionode[32];        /* the pset's I/O node, e.g. R00-M0-N00-I:J00 */
     uint64_t memory;            /* bytes of memory of the node */
     unsigned cores;             /* cores of the node */
-    char     mode[8];           /* "co" (coprocessor) or "vn" (virtual node) */
+    char     mode[8];           /* the job's mode: "co" (coprocessor) or "vn" (virtual node) */
+    unsigned t;                 /* this process's core on the node: 0 in co, 0..cores-1 in vn */
 };
 
 /*
  * Fill *p from LATTICE_PERSONALITY.  Returns 0, or -1 with errno:
  *   ENOENT  the variable is not set: the program was not started by Lattice
  *   EINVAL  it is set but malformed (a field missing, repeated, not a number,
- *           out of range or too long)
+ *           out of range or too long; t not below cores, or not 0 in co mode)
  */
 int lattice_personality(struct lattice_personality *p);
 
@@ -67,6 +72,7 @@ int lattice_personality_parse(const char *text, struct lattice_personality *p);
  *   memory: 1073741824
  *   cores: 2
  *   mode: co
+ *   t: 0
  *
  * The stream is flushed.  Returns the number of bytes written, or -1 (errno
  * set) on an output error.
