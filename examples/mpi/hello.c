@@ -3,34 +3,18 @@
  * compute node's personality: torus coordinates x,y,z, t, pset, mode), then
  * the job does one allreduce and checks it.  Used by the tests and by the
  * launch-time benchmark (MPI_Init to MPI_Finalize).
- *
- * t is the rank's index among the ranks of its node (0 in coprocessor mode,
- * 0..cores-1 in virtual node mode): a "t=" field of LATTICE_PERSONALITY if
- * the node gives one, otherwise the rank's place in MPI_COMM_TYPE_SHARED.
+ * t is the process's core on its node (0 in coprocessor mode, 0..cores-1 in
+ * virtual node mode).  Without a personality (started by mpiexec) it prints
+ * the rank's place among the ranks of its node instead.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <lattice/personality.h>
-
-/* the personality library skips fields it does not know; read t ourselves */
-static int personality_t(void)
-{
-    const char *s = getenv(LATTICE_PERSONALITY_ENV);
-    while (s && *s) {
-        if (strncmp(s, "t=", 2) == 0)
-            return atoi(s + 2);
-        s = strchr(s, ';');
-        if (s)
-            s++;
-    }
-    return -1;
-}
 
 int main(int argc, char **argv)
 {
-    int rank, size, t, local;
+    int rank, size, local;
     MPI_Comm node;
     struct lattice_personality p;
 
@@ -40,16 +24,13 @@ int main(int argc, char **argv)
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &local);
     MPI_Comm_free(&node);
-    t = personality_t();
-    if (t < 0)
-        t = local;
 
     if (lattice_personality(&p) == 0)
-        printf("hello from rank %d of %d: coords %u,%u,%u t %d pset %u mode %s node %s\n",
-               rank, size, p.x, p.y, p.z, t, p.pset, p.mode, p.location);
+        printf("hello from rank %d of %d: coords %u,%u,%u t %u pset %u mode %s node %s\n",
+               rank, size, p.x, p.y, p.z, p.t, p.pset, p.mode, p.location);
     else
         printf("hello from rank %d of %d: coords ?,?,? t %d pset ? mode ? node ? (no personality)\n",
-               rank, size, t);
+               rank, size, local);
     fflush(stdout);
 
     long one = rank + 1, sum = 0;

@@ -20,11 +20,10 @@ int main(int argc, char **argv)
     long want = (long)size * (size + 1) / 2;
 
     for (int r = 0; r < ROUNDS; r++) {
-        long token;
+        long token, first = 1;     /* separate buffers: one rank sends to itself */
         if (rank == 0) {
-            token = 1;
             MPI_Request req;
-            MPI_Isend(&token, 1, MPI_LONG, next, r, MPI_COMM_WORLD, &req);
+            MPI_Isend(&first, 1, MPI_LONG, next, r, MPI_COMM_WORLD, &req);
             MPI_Recv(&token, 1, MPI_LONG, prev, r, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Wait(&req, MPI_STATUS_IGNORE);
             if (token != want) {

@@ -3,7 +3,7 @@
 program ring_f
   use mpi
   implicit none
-  integer :: ierr, rank, nprocs, nxt, prv, r, token, want, bad, req
+  integer :: ierr, rank, nprocs, nxt, prv, r, token, first, want, bad, req
   integer :: status(MPI_STATUS_SIZE)
 
   call MPI_Init(ierr)
@@ -15,8 +15,8 @@ program ring_f
   bad = 0
   do r = 1, 10
      if (rank == 0) then
-        token = 1
-        call MPI_Isend(token, 1, MPI_INTEGER, nxt, r, MPI_COMM_WORLD, req, ierr)
+        first = 1   ! its own buffer: one rank sends to itself
+        call MPI_Isend(first, 1, MPI_INTEGER, nxt, r, MPI_COMM_WORLD, req, ierr)
         call MPI_Recv(token, 1, MPI_INTEGER, prv, r, MPI_COMM_WORLD, status, ierr)
         call MPI_Wait(req, status, ierr)
         if (token /= want) then
