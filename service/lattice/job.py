@@ -29,6 +29,7 @@ from lattice.blocks import Block
 from lattice.ciodclient import Ciod
 from lattice.errors import LatticeError
 from lattice.machine import Machine
+from lattice.placement import Placement
 
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 NODE_LOST = 255
@@ -45,6 +46,7 @@ class Spec:
     gid: int
     groups: list[int]
     user: str
+    placement: Placement            # where each rank runs: node, core, application (lattice.placement)
     label: bool = False
     kernel: str = "cnk"             # "cnk" or "linux"
     trace: bool = False             # cnk --trace

@@ -4,17 +4,35 @@ import argparse
 import os
 import pwd
 import shutil
+import socket
 import sys
 import time
 
-from lattice import blocks, boot, db, job, machine, ras
+from lattice import blocks, boot, db, job, machine, placement, ras
+from lattice.blocks import Block
 from lattice.errors import LatticeError
+from lattice.machine import Machine
+from lattice.placement import App, Placement
 
 description = "run a program on compute nodes (booting and freeing a block if none is given)"
+epilog = ("MPMD: `lattice run [OPTIONS] -n 4 a.out ARGS : -n 4 b.out ARGS` runs several programs as one job; "
+          "options before the first program apply to the job, each program after ':' takes only -n N. "
+          "Ranks are numbered consecutively across programs; the application number is the program's index.")
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--np", dest="n", type=int, help="ranks, one per compute node (default: the block's size)")
+    p.epilog = epilog
+    p.add_argument("-n", "--np", dest="n", type=int,
+                   help="ranks of the (first) program (default: one per process slot of --block, else 1)")
+    p.add_argument("--mode", choices=placement.MODES, default=placement.DEFAULT_MODE,
+                   help="co (default): one rank per compute node, MPICH's progress thread on the second core; "
+                        "vn: one rank per core, the node's memory split evenly")
+    p.add_argument("--mapping", metavar="ORDER|FILE",
+                   help="where ranks go, as BGLMPI_MAPPING: a permutation of X, Y, Z, T (first letter fastest; "
+                        "default XYZT) or a file of one `x y z t` line per rank, relative to the block's corner")
+    p.add_argument("--print-map", action="store_true",
+                   help="print rank -> x y z t -> location -> host and exit without booting or running anything "
+                        "(EXE may be left out)")
     p.add_argument("--block", help="a block to run on (default: create, boot and free one that fits)")
     p.add_argument("--label", action="store_true", help="prefix each output line with its rank")
     p.add_argument("--cwd", help="working directory on the I/O nodes (default: the current one)")
@@ -32,7 +50,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                         "(default from $LATTICE_HUGEPAGES)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="say which block, how long, the kernel, big memory's pages and the system calls by class")
-    p.add_argument("exe", metavar="EXE")
+    p.add_argument("exe", metavar="EXE", nargs="?")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
 
@@ -76,16 +94,79 @@ def need_kernel(kernel: str) -> None:
                            "build it with `make`, or run in Linux mode with --kernel linux")
 
 
+def segments(args: argparse.Namespace) -> list[tuple[int | None, list[str]]]:
+    """The job's programs as (-n, [EXE, ARGS...]): argv split on each lone
+    ':'; the first program's -n is the job's, later ones give their own."""
+    words = [args.exe, *args.args] if args.exe is not None else []
+    parts: list[list[str]] = [[]]
+    for w in words:
+        if w == ":":
+            parts.append([])
+        else:
+            parts[-1].append(w)
+    out: list[tuple[int | None, list[str]]] = [(args.n, parts[0])]
+    for part in parts[1:]:
+        n: int | None = None
+        while part and part[0].startswith("-"):
+            opt = part.pop(0)
+            value: str | None = None
+            if opt in ("-n", "--np"):
+                value = part.pop(0) if part else None
+            elif opt.startswith("--np="):
+                value = opt[5:]
+            elif opt.startswith("-n") and opt != "-n":
+                value = opt[2:]
+            else:
+                raise LatticeError(f"{opt}: a program after ':' takes only -n N "
+                                   f"(options for the whole job go before the first program)")
+            if value is None or not value.lstrip("-").isdigit():
+                raise LatticeError(f"{opt} needs a number of ranks")
+            n = int(value)
+        out.append((n, part))
+    if len(out) > 1:
+        for i, (n, words) in enumerate(out):
+            if not words:
+                raise LatticeError(f"program {i} of the MPMD job has no executable (a ':' with nothing after it, "
+                                   f"or before it)")
+            if n is None:
+                raise LatticeError(f"{words[0]}: every program of an MPMD job needs -n N")
+    return out
+
+
+def job_apps(args: argparse.Namespace, default_n: int) -> list[App]:
+    """The job's programs with their executables resolved on the service node."""
+    apps = []
+    for n, words in segments(args):
+        if n is not None and n < 1:
+            raise LatticeError("-n must be at least 1")
+        if not words:
+            if not args.print_map:
+                raise LatticeError("no program to run: lattice run [OPTIONS] EXE [ARGS...]")
+            apps.append(App(exe="", args=[], nranks=n or default_n))
+            continue
+        apps.append(App(exe=resolve_exe(words[0], os.getcwd()), args=words[1:], nranks=n or default_n))
+    return apps
+
+
+def print_map(m: Machine, b: Block, p: Placement, booted: bool) -> None:
+    where = "" if booted else " (not created yet: lattice run creates it)" if b.auto else " (not booted)"
+    print(f"# block {b.name}{where}: {machine.shape_str(b.shape)} at {','.join(map(str, b.corner))}, "
+          f"{p.mode} mode, {p.ppn} process{'es' if p.ppn > 1 else ''} per node, "
+          f"{p.nranks} rank{'s' if p.nranks != 1 else ''}")
+    for line in placement.map_lines(m, p, socket.gethostname()):
+        print(line)
+
+
 def run(args: argparse.Namespace) -> int:
     m = machine.load()
     con = db.connect()
     cwd = os.path.abspath(args.cwd or os.getcwd())
-    exe = resolve_exe(args.exe, os.getcwd())
+    ppn = placement.ppn_of(m, args.mode)
+    chosen = blocks.get(con, args.block) if args.block else None
+    apps = job_apps(args, chosen.size * ppn if chosen else 1)
     for kv in args.env:
         if "=" not in kv or kv.startswith("="):
             raise LatticeError(f"bad --env {kv!r}: expected NAME=VALUE")
-    if args.n is not None and args.n < 1:
-        raise LatticeError("-n must be at least 1")
     if args.trace and args.kernel != "cnk":
         raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
     if args.hugepages not in ("reserve", "keep"):
@@ -93,19 +174,33 @@ def run(args: argparse.Namespace) -> int:
     user, uid, gid, groups = identity(args.user)
     t0 = time.monotonic()
 
+    # place the job before anything boots: a bad mapping or too many ranks costs nothing
+    if chosen is None:
+        nodes = placement.nodes_needed(m, args.mode, sum(a.nranks for a in apps))
+        if nodes > m.nodes:
+            raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
+                               f"this machine: {args.mode} mode runs {ppn} per node, so they need {nodes}")
+        corner, shape = blocks.smallest_fit(con, m, nodes)
+        name = f"auto-{os.getpid()}-{int(time.time())}"
+        chosen = Block(name, corner, shape, "Free", True, None, None)
+    p = placement.place(m, chosen, apps, args.mode, args.mapping)
+    for kv in args.env:
+        p.env.pop(kv.split("=", 1)[0], None)     # the user's --env wins over the mode's defaults
+    if args.print_map:
+        print_map(m, chosen, p, chosen.state == "Initialized")
+        return 0
+
     owned = None          # a block this run boots, and frees afterwards
     if args.block:
-        b = blocks.get(con, args.block)
+        b = chosen
         need_kernel(args.kernel)
         if b.state == "Free":
             owned = b.name
             b = boot.boot(con, m, b.name)
     else:
-        n = args.n or 1
-        corner, shape = blocks.smallest_fit(con, m, n)
         need_kernel(args.kernel)
-        name = f"auto-{os.getpid()}-{int(time.time())}"
-        b = blocks.create(con, m, name, shape, corner, auto=True)
+        name = chosen.name
+        b = blocks.create(con, m, name, chosen.shape, chosen.corner, auto=True)
         owned = name
         try:
             b = boot.boot(con, m, name)
@@ -116,9 +211,11 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(f"lattice: block {b.name} ({machine.shape_str(b.shape)}, {b.size} nodes) ready after "
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
-    spec = job.Spec(exe=exe, args=list(args.args), cwd=cwd, env=list(args.env), nranks=args.n or b.size,
-                    uid=uid, gid=gid, groups=groups, user=user, label=args.label, kernel=args.kernel,
-                    trace=args.trace, verbose=args.verbose, hugepages=args.hugepages == "reserve")
+    # exe and args are the first program's; every program is in the placement's apps
+    spec = job.Spec(exe=apps[0].exe, args=list(apps[0].args), cwd=cwd, env=list(args.env), nranks=p.nranks,
+                    uid=uid, gid=gid, groups=groups, user=user, placement=p, label=args.label,
+                    kernel=args.kernel, trace=args.trace, verbose=args.verbose,
+                    hugepages=args.hugepages == "reserve")
     try:
         status = job.run(con, m, b, spec)
     finally:
