@@ -478,3 +478,20 @@ long sys_mlockall(struct cnk_call *c)
     (void)c;    /* locking would populate all of big memory; hugetlb is never swapped anyway */
     return 0;
 }
+
+/* SysV shared memory (UCX's mm/sysv transport between the ranks of a node,
+ * which fails MPI_Init when shmget is refused): real kernel segments,
+ * attached outside big memory so other processes share the pages. */
+long sys_shmat(struct cnk_call *c)
+{
+    if (c->a[1] && overlaps((uintptr_t)c->a[1], 1))
+        return -EINVAL;
+    return cnk_passthrough(c);
+}
+
+long sys_shmdt(struct cnk_call *c)
+{
+    if (overlaps((uintptr_t)c->a[0], 1))
+        return -EINVAL;
+    return cnk_passthrough(c);
+}

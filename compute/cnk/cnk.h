@@ -103,6 +103,8 @@ long sys_mprotect(struct cnk_call *c);
 long sys_madvise(struct cnk_call *c);
 long sys_mem_range(struct cnk_call *c);         /* msync, mlock, munlock, mlock2: nothing to do in big memory */
 long sys_mlockall(struct cnk_call *c);          /* mlockall, munlockall: same */
+long sys_shmat(struct cnk_call *c);             /* SysV segments: outside big memory */
+long sys_shmdt(struct cnk_call *c);
 
 /* ---- loader.c ---- */
 /* Load the image (and its interpreter, through the I/O node), build the
@@ -167,7 +169,9 @@ long sys_clone(struct cnk_call *c);
 long sys_exit(struct cnk_call *c);
 long sys_rseq(struct cnk_call *c);              /* ENOSYS: glibc runs without it */
 long sys_prctl(struct cnk_call *c);
+void thread_init(void);                         /* note the CPUs the program may use */
 long sys_sched_getaffinity(struct cnk_call *c); /* shows --cores CPUs */
+long sys_sched_setaffinity(struct cnk_call *c); /* own threads, within those CPUs */
 long sys_rt_sigaction(struct cnk_call *c);
 long sys_rt_sigprocmask(struct cnk_call *c);
 long sys_sigaltstack(struct cnk_call *c);

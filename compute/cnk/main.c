@@ -107,6 +107,7 @@ void cnk_main(long *sp)
     load_program(&entry, &stack);
     ksys1(__NR_close, cnk.image_fd);
     cnk.image_fd = -1;
+    thread_init();
     r = trap_install();
     if (r < 0)
         cnk_fail(-r, "cannot install the system call trap (error %d)", -r);

@@ -40,12 +40,19 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     H(mremap, sys_mremap, "xllxx") H(mprotect, sys_mprotect, "xlx") H(madvise, sys_madvise, "xld")
     H(msync, sys_mem_range, "xlx") H(mlock, sys_mem_range, "xl") H(munlock, sys_mem_range, "xl")
     H(mlock2, sys_mem_range, "xlx") H(mlockall, sys_mlockall, "x") H(munlockall, sys_mlockall, "")
+    L(get_mempolicy, "xxlxx")
+
+    /* the node's own inter-process memory: SysV segments (bigmem.c) and
+     * cross-memory attach between the ranks of a node (MPI's shared memory) */
+    L(shmget, "xlx") H(shmat, sys_shmat, "dxx") H(shmdt, sys_shmdt, "x") L(shmctl, "ddx")
+    L(process_vm_readv, "dxlxlx") L(process_vm_writev, "dxlxlx")
 
     /* threads (thread.c) */
     H(clone, sys_clone, "xxxxx") H(exit, sys_exit, "d") L(exit_group, "d") L(futex, "xdxxxx")
     L(futex_waitv, "xdxxd") L(set_tid_address, "x") L(set_robust_list, "xl")
     L(get_robust_list, "dxx") H(rseq, sys_rseq, "xddx") L(arch_prctl, "xx") H(prctl, sys_prctl, "dxxxx")
     L(membarrier, "ddd") L(sched_yield, "") H(sched_getaffinity, sys_sched_getaffinity, "ddx")
+    H(sched_setaffinity, sys_sched_setaffinity, "ddx")
     L(getcpu, "xxx") L(sched_getparam, "dx") L(sched_getscheduler, "d")
     L(sched_get_priority_max, "d") L(sched_get_priority_min, "d")
 
@@ -85,11 +92,10 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     U(umount2) U(pivot_root) U(chroot) U(reboot) U(kexec_load) U(kexec_file_load) U(init_module)
     U(finit_module) U(delete_module) U(swapon) U(swapoff) U(setuid) U(setgid) U(setreuid)
     U(setregid) U(setresuid) U(setresgid) U(setgroups) U(setsid) U(setpgid) U(setns) U(unshare)
-    U(sched_setaffinity) U(sched_setscheduler) U(sched_setparam) U(mbind) U(set_mempolicy)
-    U(get_mempolicy) U(migrate_pages) U(move_pages) U(io_uring_setup) U(bpf) U(perf_event_open)
-    U(userfaultfd) U(process_vm_readv) U(process_vm_writev) U(seccomp) U(sethostname)
-    U(setdomainname) U(settimeofday) U(clock_settime) U(adjtimex) U(acct) U(quotactl) U(shmget)
-    U(shmat) U(shmdt) U(shmctl) U(msgget) U(semget) U(personality) U(syslog) U(iopl) U(ioperm)
-    U(mknod) U(mknodat) U(getdents) U(signalfd) U(signalfd4) U(inotify_init1) U(fanotify_init)
+    U(sched_setscheduler) U(sched_setparam) U(mbind) U(set_mempolicy) U(migrate_pages)
+    U(move_pages) U(io_uring_setup) U(bpf) U(perf_event_open) U(userfaultfd) U(seccomp)
+    U(sethostname) U(setdomainname) U(settimeofday) U(clock_settime) U(adjtimex) U(acct)
+    U(quotactl) U(msgget) U(semget) U(personality) U(syslog) U(iopl) U(ioperm) U(mknod)
+    U(mknodat) U(getdents) U(signalfd) U(signalfd4) U(inotify_init1) U(fanotify_init)
     U(remap_file_pages) U(pkey_mprotect) U(name_to_handle_at) U(open_by_handle_at)
 };

@@ -80,6 +80,42 @@ long sys_prctl(struct cnk_call *c)
     }
 }
 
+/* The CPUs the program may use: those cnk started on, the first --cores of
+ * them (what sched_getaffinity shows).  Filled by thread_init. */
+#define MASK_BYTES 128      /* 1024 CPUs */
+static unsigned char allowed[MASK_BYTES];
+
+void thread_init(void)
+{
+    long r = ksys3(__NR_sched_getaffinity, 0, MASK_BYTES, allowed);
+    unsigned seen = 0;
+    for (long i = 0; i < r * 8; i++)
+        if (allowed[i / 8] & (1u << (i % 8)) && ++seen > cnk.cores)
+            allowed[i / 8] &= (unsigned char)~(1u << (i % 8));
+}
+
+/* MPI runtimes and hwloc bind their threads (MPICH's progress thread to the
+ * node's second core): allowed for the program's own threads, within the
+ * CPUs it was given. */
+long sys_sched_setaffinity(struct cnk_call *c)
+{
+    int tid = (int)c->a[0];
+    size_t len = (size_t)c->a[1];
+    const unsigned char *want = (const unsigned char *)c->a[2];
+    unsigned char mask[MASK_BYTES] = { 0 };
+    int any = 0;
+    if (tid < 0)
+        return -EINVAL;
+    /* tid 0 is the caller; any other must be a thread of this process */
+    if (tid && ksys3(__NR_tgkill, ksys0(__NR_getpid), tid, 0) < 0)
+        return -ESRCH;
+    for (size_t i = 0; i < len && i < MASK_BYTES; i++)
+        any |= mask[i] = want[i] & allowed[i];
+    if (!any)
+        return -EINVAL;     /* as the kernel says for a mask with no usable CPU */
+    return ksys3(__NR_sched_setaffinity, tid, MASK_BYTES, mask);
+}
+
 /* The node's CPUs, cut down to --cores: runtimes size their thread pools by it. */
 long sys_sched_getaffinity(struct cnk_call *c)
 {
