@@ -1,0 +1,27 @@
+/*
+ * mapping_probe: what a rank of a mapping test reports (tests/e2e/
+ * test_t0620_mapping.py): its LATTICE_RANK, its node's torus coordinates,
+ * its core t and the job's mode from the personality, and its first argument
+ * (which program of an MPMD job it is).  One line:
+ *
+ *   rank=5 coords=1,0,1 t=0 mode=co app=A
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lattice/personality.h>
+
+int main(int argc, char **argv)
+{
+    struct lattice_personality p;
+    const char *rank = getenv("LATTICE_RANK");
+    if (lattice_personality(&p) != 0) {
+        fprintf(stderr, "mapping_probe: rank %s: lattice_personality: %s\n", rank ? rank : "?", strerror(errno));
+        return 1;
+    }
+    printf("rank=%s coords=%u,%u,%u t=%u mode=%s app=%s\n", rank ? rank : "?", p.x, p.y, p.z, p.t, p.mode,
+           argc > 1 ? argv[1] : "-");
+    return fflush(stdout) == 0 ? 0 : 1;
+}
