@@ -21,6 +21,7 @@
 struct cnk_config {
     uint64_t memory;                /* big memory bytes (--memory) */
     unsigned cores;                 /* thread limit (--cores), default 2 */
+    unsigned comm_threads;          /* more threads for an MPI process's library (thread.c) */
     int trace;                      /* --trace */
     int rank;                       /* LATTICE_RANK, for trace lines */
     int conn_fd;                    /* PROC connection to ciod (moved >= CNK_FD_FLOOR) */
@@ -169,7 +170,7 @@ long sys_clone(struct cnk_call *c);
 long sys_exit(struct cnk_call *c);
 long sys_rseq(struct cnk_call *c);              /* ENOSYS: glibc runs without it */
 long sys_prctl(struct cnk_call *c);
-void thread_init(void);                         /* note the CPUs the program may use */
+void thread_init(void);                         /* thread limit and usable CPUs, before the trap */
 long sys_sched_getaffinity(struct cnk_call *c); /* shows --cores CPUs */
 long sys_sched_setaffinity(struct cnk_call *c); /* own threads, within those CPUs */
 long sys_rt_sigaction(struct cnk_call *c);

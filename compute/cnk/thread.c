@@ -2,6 +2,14 @@
  * thread.c - the program's threads: clone with thread flags only, at most
  * --cores of them alive (the main thread included), as CNK ran one thread
  * per core.  No processes: fork-like clones are unsupported.
+ *
+ * An MPI process (started with a PMI or PMIx endpoint in its environment)
+ * may have COMM_THREADS more, for its communication library, as BG/Q's CNK
+ * did not count the messaging layer's "commthreads" against the
+ * application: UCX cannot start without its event thread, MPICH's
+ * asynchronous progress thread needs one more, Open MPI's PMIx client has
+ * its own.  cnk cannot tell them from compute threads; the count is what
+ * it enforces.
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
@@ -22,6 +30,19 @@ struct clone_frame {
 
 static unsigned alive = 1;      /* threads of the program */
 
+#define COMM_THREADS 2
+
+static void affinity_init(void);
+
+void thread_init(void)
+{
+    static const char *const pmi[] = { "PMI_FD", "PMI_PORT", "PMI_RANK", "PMIX_NAMESPACE", "PMIX_RANK" };
+    for (size_t i = 0; i < sizeof pmi / sizeof pmi[0]; i++)
+        if (kgetenv(cnk.envp, pmi[i]))
+            cnk.comm_threads = COMM_THREADS;
+    affinity_init();
+}
+
 long sys_clone(struct cnk_call *c)
 {
     unsigned long flags = (unsigned long)c->a[0], stack = (unsigned long)c->a[1];
@@ -31,7 +52,7 @@ long sys_clone(struct cnk_call *c)
     }
     if ((flags & ~(ALLOWED_FLAGS | 0xfful)) || !stack)
         return -EINVAL;
-    if (__atomic_add_fetch(&alive, 1, __ATOMIC_RELAXED) > cnk.cores) {
+    if (__atomic_add_fetch(&alive, 1, __ATOMIC_RELAXED) > cnk.cores + cnk.comm_threads) {
         __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
         return -EAGAIN;
     }
@@ -81,11 +102,11 @@ long sys_prctl(struct cnk_call *c)
 }
 
 /* The CPUs the program may use: those cnk started on, the first --cores of
- * them (what sched_getaffinity shows).  Filled by thread_init. */
+ * them (what sched_getaffinity shows).  Filled at start-up. */
 #define MASK_BYTES 128      /* 1024 CPUs */
 static unsigned char allowed[MASK_BYTES];
 
-void thread_init(void)
+static void affinity_init(void)
 {
     long r = ksys3(__NR_sched_getaffinity, 0, MASK_BYTES, allowed);
     unsigned seen = 0;
