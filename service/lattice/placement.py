@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Coord, Machine, shape_str
+from lattice.personality import MODES as MODES   # one list of modes, re-exported
 
-MODES = ("co", "vn")
 DEFAULT_MODE = "co"
 DEFAULT_MAPPING = "XYZT"
 ASYNC_PROGRESS = "MPIR_CVAR_ASYNC_PROGRESS"

@@ -316,6 +316,10 @@ def test_print_map_cli(machine_home: Path) -> None:
                                "/bin/true")
     assert status == 0 and "not created yet" in out and "2x2x1 at 0,0,1" in out, (out, err)
     assert [l.split()[1] for l in out.splitlines()[2:]] == ["0", "0", "0", "1", "1"]
+    status, out, _ = lattice("run", "--block", "B", "-v", "--print-map", "-n", "3")
+    assert status == 0 and out.splitlines()[1:3] == ["# PMI_process_mapping (vector,(0,3,1))",
+                                                     "# env MPIR_CVAR_ASYNC_PROGRESS=1"]
+    assert out.splitlines()[3].startswith("rank")
     status, _, err = lattice("run", "-n", "5", "--print-map", "/bin/true")
     assert status == 1 and "no free block of whole psets holds 5 compute nodes" in err
     assert "auto-" not in lattice("blocks")[1]

@@ -148,11 +148,15 @@ def job_apps(args: argparse.Namespace, default_n: int) -> list[App]:
     return apps
 
 
-def print_map(m: Machine, b: Block, p: Placement, booted: bool) -> None:
+def print_map(m: Machine, b: Block, p: Placement, booted: bool, verbose: bool) -> None:
     where = "" if booted else " (not created yet: lattice run creates it)" if b.auto else " (not booted)"
     print(f"# block {b.name}{where}: {machine.shape_str(b.shape)} at {','.join(map(str, b.corner))}, "
           f"{p.mode} mode, {p.ppn} process{'es' if p.ppn > 1 else ''} per node, "
           f"{p.nranks} rank{'s' if p.nranks != 1 else ''}")
+    if verbose:
+        print(f"# PMI_process_mapping {placement.process_mapping(p)}")
+        for k, v in sorted(p.env.items()):
+            print(f"# env {k}={v}")
     for line in placement.map_lines(m, p, socket.gethostname()):
         print(line)
 
@@ -187,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     for kv in args.env:
         p.env.pop(kv.split("=", 1)[0], None)     # the user's --env wins over the mode's defaults
     if args.print_map:
-        print_map(m, chosen, p, chosen.state == "Initialized")
+        print_map(m, chosen, p, chosen.state == "Initialized", args.verbose)
         return 0
 
     owned = None          # a block this run boots, and frees afterwards
