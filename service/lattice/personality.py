@@ -8,7 +8,8 @@ joined by `;` (`env()`); programs read it with the C API
 prints `text()`, which `lattice personality LOCATION` prints too.
 
 The mode (co or vn) is the job's and `t` is the process's core on the node
-(0 in coprocessor mode, 0..cores-1 in virtual node mode); `t=N` is the last
+(0 in coprocessor mode, 0..cores-1 in virtual node mode, where each process
+gets memory/cores, the memory field says); `t=N` is the last
 field, optional for readers (absent means 0) so older values still parse.
 """
 from __future__ import annotations
@@ -71,10 +72,11 @@ def of_node(m: Machine, block: str, index: int, mode: str = "co", t: int = 0) ->
     """Compute node `index` of machine m, in block `block`, as process t of a
     job in `mode` sees it."""
     check_mode_t(m, mode, t)
+    share = 1 if mode == "co" else m.cores      # vn: each process gets its share of the node's memory
     p = m.pset_of(index)
     return Personality(block=block, location=m.compute_location(index), coords=m.coord(index), torus=m.shape,
                        pset=p, pset_size=m.pset_size, rank_in_pset=index - p * m.pset_size,
-                       ionode=m.io_location(p), memory=m.memory, cores=m.cores, mode=mode, t=t)
+                       ionode=m.io_location(p), memory=m.memory // share, cores=m.cores, mode=mode, t=t)
 
 
 def node_index(m: Machine, location: str) -> int:

@@ -1,10 +1,10 @@
 /*
  * mapping_probe: what a rank of a mapping test reports (tests/e2e/
  * test_t0620_mapping.py): its LATTICE_RANK, its node's torus coordinates,
- * its core t and the job's mode from the personality, and its first argument
+ * its core t, the job's mode and its memory from the personality, and its first argument
  * (which program of an MPMD job it is).  One line:
  *
- *   rank=5 coords=1,0,1 t=0 mode=co app=A
+ *   rank=5 coords=1,0,1 t=0 mode=co app=A memory=268435456
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "mapping_probe: rank %s: lattice_personality: %s\n", rank ? rank : "?", strerror(errno));
         return 1;
     }
-    printf("rank=%s coords=%u,%u,%u t=%u mode=%s app=%s\n", rank ? rank : "?", p.x, p.y, p.z, p.t, p.mode,
-           argc > 1 ? argv[1] : "-");
+    printf("rank=%s coords=%u,%u,%u t=%u mode=%s app=%s memory=%llu\n", rank ? rank : "?", p.x, p.y, p.z, p.t,
+           p.mode, argc > 1 ? argv[1] : "-", (unsigned long long)p.memory);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -24,13 +24,14 @@ from conftest import BUILD, ROOT, Machine, make_machine
 SHAPE = (2, 2, 2)
 CORES = 2
 Place = tuple[int, int, int, int]       # x, y, z, t
-LINE = re.compile(r"rank=(\d+) coords=(\d+),(\d+),(\d+) t=(\d+) mode=(co|vn) app=(\S+)")
+MEMORY = 256 << 20
+LINE = re.compile(r"rank=(\d+) coords=(\d+),(\d+),(\d+) t=(\d+) mode=(co|vn) app=(\S+) memory=(\d+)")
 
 
 @pytest.fixture(scope="module")
 def mm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     m = make_machine(tmp_path_factory.mktemp("mapping"), "--shape", "2x2x2", "--pset-size", "4",
-                     "--memory", "256M", "--cores", str(CORES))
+                     "--memory", str(MEMORY), "--cores", str(CORES))
     m.run("block", "create", "M", "--shape", "2x2x2")
     m.run("boot", "M")
     yield m
@@ -75,7 +76,8 @@ def map_file(m: Machine, mode: str) -> tuple[Path, list[Place]]:
 
 
 def reports(stdout: str) -> dict[int, tuple[Place, str, str]]:
-    """rank -> ((x, y, z, t), mode, app) from the probe's lines."""
+    """rank -> ((x, y, z, t), mode, app) from the probe's lines; each
+    process's memory is the node's share for the mode."""
     out: dict[int, tuple[Place, str, str]] = {}
     for line in stdout.splitlines():
         g = LINE.search(line)
@@ -83,6 +85,7 @@ def reports(stdout: str) -> dict[int, tuple[Place, str, str]]:
             r = int(g[1])
             assert r not in out, f"rank {r} reported twice:\n{stdout}"
             out[r] = ((int(g[2]), int(g[3]), int(g[4]), int(g[5])), g[6], g[7])
+            assert int(g[8]) == MEMORY // (1 if g[6] == "co" else CORES), f"rank {r}: memory {g[8]} in {g[6]} mode"
     return out
 
 
@@ -157,3 +160,26 @@ def test_bad_mappings_start_nothing(mm: Machine, probe: Path) -> None:
             (args, p.stderr)
     assert mm.run("jobs").stdout == jobs
     assert "Initialized" in mm.run("blocks").stdout
+
+
+@pytest.mark.parametrize("mode, order", [("co", "ZYXT"), ("vn", "TXYZ")])
+def test_personality_is_what_the_service_node_says(mm: Machine, mode: str, order: str) -> None:
+    """Each process prints its whole personality (lattice_personality_print);
+    it is `lattice personality LOCATION --mode M --t T` for the place
+    `--print-map` gives that rank."""
+    exe = BUILD / "examples" / "cnk" / "personality"
+    assert exe.exists(), f"{exe} missing: run make"
+    n = 8 * (1 if mode == "co" else CORES)
+    opts = ["--mode", mode, "--mapping", order, "-n", str(n)]
+    rows = [l.split() for l in mm.run("run", "--block", "M", "--print-map", *opts).stdout.splitlines()[2:]]
+    p = mm.run("run", "--block", "M", *opts, "--label", "--hugepages", "keep", "--cwd", "/tmp", str(exe),
+               check=False)
+    text: dict[int, list[str]] = {}
+    for line in p.stdout.splitlines():
+        rank, _, rest = line.partition(": ")
+        text.setdefault(int(rank), []).append(rest)
+    assert p.returncode == 0 and sorted(text) == list(range(n)), p.stdout + p.stderr
+    for r, row in enumerate(rows):
+        location, t = row[6], row[5]
+        want = mm.run("personality", location, "--mode", mode, "--t", t).stdout.splitlines()
+        assert text[r] == want, (r, text[r], want)

@@ -191,7 +191,7 @@ def test_every_core_of_a_vn_node(probe: Path) -> None:
     m = Machine(shape=(2, 1, 2), pset_size=2, cores=4)
     for t in range(4):
         p = personality.of_node(m, "V", 3, "vn", t)
-        assert p.env().endswith(f";mode=vn;t={t}")
+        assert p.env().endswith(f";memory={m.memory // 4};cores=4;mode=vn;t={t}"), "a quarter of the memory"
         r = run_probe(probe, p.env())
         assert r.returncode == 0 and r.stdout == p.text()
 
@@ -355,7 +355,7 @@ def test_cli_errors(tmp_path: Path) -> None:
         assert status == 0 and "block: A\n" in out and "cores: 2\n" in out    # the default, as on BG/L
         assert out.endswith("mode: co\nt: 0\n")
         status, out, _ = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "1")
-        assert status == 0 and out.endswith("mode: vn\nt: 1\n")
+        assert status == 0 and out.endswith(f"memory: {1 << 29}\ncores: 2\nmode: vn\nt: 1\n")
         status, out, _ = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "1", "--env")
         assert status == 0 and out.endswith(";mode=vn;t=1\n")
         status, _, err = lattice("personality", "R00-M0-N00-C:J01", "--t", "1")

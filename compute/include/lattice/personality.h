@@ -40,7 +40,7 @@ struct lattice_personality {
     unsigned pset_size;         /* compute nodes per pset */
     unsigned rank_in_pset;      /* this node's index inside its pset, 0..pset_size-1 */
     char     ionode[32];        /* the pset's I/O node, e.g. R00-M0-N00-I:J00 */
-    uint64_t memory;            /* bytes of memory of the node */
+    uint64_t memory;            /* bytes of memory of this process: the node's in co, node's / cores in vn */
     unsigned cores;             /* cores of the node */
     char     mode[8];           /* the job's mode: "co" (coprocessor) or "vn" (virtual node) */
     unsigned t;                 /* this process's core on the node: 0 in co, 0..cores-1 in vn */
