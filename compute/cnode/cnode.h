@@ -26,6 +26,8 @@ struct personality {
     uint64_t memory;            /* bytes of memory of the node (cnk --memory) */
     uint32_t cores;             /* cores of the node (cnk --cores) */
     char *env;                  /* LATTICE_PERSONALITY value (compute/include/lattice/personality.h) */
+    char *env_head;             /* its fields before memory= (a placed job writes the rest per process) */
+    char *mode;                 /* the node's mode from the personality file: co or vn */
 };
 
 /* How the node starts a job's process. */
@@ -53,7 +55,8 @@ struct job;
 struct job *job_new(const struct personality *pers, const struct kernels *k, int conn);
 /* Handle one message from ciod; returns 0, or 1 if the node must exit (shutdown). */
 int job_message(struct job *j, const struct msg *m);
-/* descriptors to poll while a job runs (pipes, pidfd); returns count */
+/* descriptors to poll while a job runs (pipes, pidfds, PMI sockets); returns count */
+#define JOB_POLLFDS (4 * LAT_MAX_PPN)
 int job_pollfds(struct job *j, struct pollfd *pfd, int max);
 void job_events(struct job *j, const struct pollfd *pfd, int n);
 void job_kill_now(struct job *j);   /* SIGKILL the process group and reap */

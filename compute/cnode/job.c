@@ -1,7 +1,14 @@
 /*
  * job.c - one job on this node: receive it from ciod (JOB, IMAGE...,
- * START), launch the compute process, forward its local stdout/stderr,
- * report how it ended.  After LAT_NODE_EXIT the node is ready for the next.
+ * START), launch its compute processes (one, or one per core in virtual
+ * node mode; MPMD jobs may run different images), forward their local
+ * stdout/stderr and PMI traffic, report how each ended.  When every process
+ * has sent its LAT_NODE_EXIT the node is ready for the next job.
+ *
+ * PMI: each process gets one end of a socketpair as PMI_FD (descriptor 8,
+ * above the slots below, so it stays an ordinary local descriptor under cnk
+ * too); whatever it writes there goes to ciod as LAT_NODE_PMI with its rank,
+ * and LAT_NODE_PMI_REPLY bytes are written back (docs/protocol.md, 10).
  *
  * The compute process runs from a memfd holding the pushed executable (the
  * node never looks the program up in a file system, as CNK), with its own
@@ -26,6 +33,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,11 +47,22 @@
 
 /* descriptors in the child just before exec */
 enum { CHILD_PROC_FD = 3, CHILD_IMAGE_FD = 4, CHILD_ERR_FD = 5, CHILD_REPORT_FD = CNK_REPORT_FD,
-       CHILD_KERNEL_FD = 7 };
+       CHILD_KERNEL_FD = 7, CHILD_PMI_FD = 8 };
 _Static_assert(CNK_REPORT_FD == 6, "cnk's report descriptor follows the error pipe");
 #define REPORT_BYTES 4096
 
 enum state { IDLE, LOADING, RUNNING };
+
+/* One compute process of the job on this node. */
+struct proc {
+    uint32_t rank, t, app;
+    pid_t pid;
+    int pidfd;
+    int out[3];                 /* [1], [2]: read ends of the stdout/stderr pipes, -1 at EOF */
+    int pmi;                    /* our end of its PMI socketpair, -1 if closed */
+    int reportfd;               /* cnk jobs: the report page, -1 otherwise */
+    int started, exited, status, done;
+};
 
 struct job {
     const struct personality *pers;
@@ -54,15 +73,13 @@ struct job {
     struct lat_node_job nj;
     uint8_t *desc;              /* copy of the JOB payload */
     uint32_t *groups;
-    char **argv, **env;         /* point into desc */
-    int memfd;
-    int reportfd;               /* cnk jobs: the report page, -1 otherwise */
+    char **argv[LAT_MAX_APPS], **env;   /* point into desc */
+    uint32_t napps, ppn, nprocs, left;  /* left: processes that have not reported their end */
+    int placed;                 /* LAT_JOB_PLACED: per-process personality (mode, memory share, t) */
+    uint64_t image_size[LAT_MAX_APPS];
+    int memfd[LAT_MAX_APPS];
     uint64_t received;
-
-    pid_t pid;
-    int pidfd;
-    int out[3];                 /* [1], [2]: read ends of the stdout/stderr pipes, -1 at EOF */
-    int exited, status;
+    struct proc proc[LAT_MAX_PPN];
 };
 
 static void closefd(int *fd)
@@ -82,26 +99,45 @@ struct job *job_new(const struct personality *pers, const struct kernels *k, int
     j->pers = pers;
     j->k = k;
     j->conn = conn;
-    j->memfd = j->reportfd = j->pidfd = j->out[0] = j->out[1] = j->out[2] = -1;
+    for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
+        j->memfd[a] = -1;
+    for (uint32_t i = 0; i < LAT_MAX_PPN; i++) {
+        struct proc *p = &j->proc[i];
+        p->reportfd = p->pidfd = p->pmi = p->out[0] = p->out[1] = p->out[2] = -1;
+    }
     return j;
+}
+
+static void proc_close(struct proc *p)
+{
+    closefd(&p->reportfd);
+    closefd(&p->pidfd);
+    closefd(&p->pmi);
+    closefd(&p->out[1]);
+    closefd(&p->out[2]);
 }
 
 static void reset(struct job *j)
 {
     free(j->desc);
-    free(j->argv);
+    for (uint32_t a = 0; a < LAT_MAX_APPS; a++) {
+        free(j->argv[a]);
+        j->argv[a] = NULL;
+        closefd(&j->memfd[a]);
+        j->image_size[a] = 0;
+    }
     free(j->env);
     j->desc = NULL;
-    j->argv = j->env = NULL;
+    j->env = NULL;
     j->groups = NULL;
-    closefd(&j->memfd);
-    closefd(&j->reportfd);
-    closefd(&j->pidfd);
-    closefd(&j->out[1]);
-    closefd(&j->out[2]);
+    for (uint32_t i = 0; i < LAT_MAX_PPN; i++) {
+        struct proc *p = &j->proc[i];
+        proc_close(p);
+        *p = (struct proc){ .reportfd = -1, .pidfd = -1, .pmi = -1, .out = { -1, -1, -1 } };
+    }
+    j->napps = j->nprocs = j->left = j->ppn = 0;
+    j->placed = 0;
     j->received = 0;
-    j->pid = 0;
-    j->exited = 0;
     j->state = IDLE;
 }
 
@@ -119,13 +155,34 @@ static void send_or_die(struct job *j, uint16_t type, const void *a, size_t alen
     }
 }
 
-static void send_exit(struct job *j, uint32_t how, int32_t value, const char *text)
+/* A process ended (or never started): one LAT_NODE_EXIT; the job is over
+ * when every process has sent its own. */
+static void send_exit(struct job *j, struct proc *p, uint32_t how, int32_t value, const char *text)
 {
-    struct lat_exit ex = { j->nj.job, j->nj.rank, j->pers->node, how, value };
+    struct lat_exit ex = { j->nj.job, p->rank, j->pers->node, how, value };
     send_or_die(j, LAT_NODE_EXIT, &ex, sizeof ex, text, text ? strlen(text) : 0);
+    if (!p->done) {
+        p->done = 1;
+        proc_close(p);
+        j->left--;
+    }
+    if (j->left == 0)
+        reset(j);
 }
 
-/* The job could not be started: tell ciod why and forget it. */
+static void proc_failed(struct job *j, struct proc *p, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void proc_failed(struct job *j, struct proc *p, int err, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    say("job %llu rank %u: %s", (unsigned long long)j->nj.job, p->rank, text);
+    send_exit(j, p, LAT_EXIT_LAUNCH, err, text);
+}
+
+/* The job could not be started: tell ciod why for every process and forget it. */
 static void launch_failed(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void launch_failed(struct job *j, int err, const char *fmt, ...)
 {
@@ -134,8 +191,14 @@ static void launch_failed(struct job *j, int err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    say("job %llu rank %u: %s", (unsigned long long)j->nj.job, j->nj.rank, text);
-    send_exit(j, LAT_EXIT_LAUNCH, err, text);
+    say("job %llu: %s", (unsigned long long)j->nj.job, text);
+    if (j->nprocs == 0) {       /* not even the processes are known: report the one ciod named */
+        j->nprocs = j->left = 1;
+        j->proc[0].rank = j->nj.rank;
+    }
+    for (uint32_t i = 0; i < j->nprocs && j->state != IDLE; i++)
+        if (!j->proc[i].done)
+            send_exit(j, &j->proc[i], LAT_EXIT_LAUNCH, err, text);
     reset(j);
 }
 
@@ -148,7 +211,7 @@ static char **strings(uint8_t *buf, size_t len, size_t *pos, uint32_t n)
     if (!v)
         return NULL;
     for (uint32_t i = 0; i < n; i++) {
-        uint8_t *s = buf + *pos, *nul = memchr(s, 0, len - *pos);
+        uint8_t *s = buf + *pos, *nul = *pos < len ? memchr(s, 0, len - *pos) : NULL;
         if (!nul) {
             free(v);
             return NULL;
@@ -159,9 +222,63 @@ static char **strings(uint8_t *buf, size_t len, size_t *pos, uint32_t n)
     return v;
 }
 
+/* The placement part of a LAT_JOB_PLACED job: this node's processes and the
+ * applications' image sizes and argument counts. */
+static const char *parse_placement(struct job *j, size_t len, size_t *pos, uint32_t nargs[LAT_MAX_APPS])
+{
+    struct lat_job_ext ext;
+    if (*pos + sizeof ext > len)
+        return "placement runs past the message";
+    memcpy(&ext, j->desc + *pos, sizeof ext);
+    *pos += sizeof ext;
+    if (ext.nslots < 1 || ext.nslots > LAT_MAX_PPN || ext.ppn < 1 || ext.ppn > LAT_MAX_PPN || ext.nslots > ext.ppn ||
+        ext.napps < 1 || ext.napps > LAT_MAX_APPS)
+        return "placement counts out of range";
+    if (*pos + ext.nslots * sizeof(struct lat_slot) + ext.napps * sizeof(struct lat_node_app) > len)
+        return "slots run past the message";
+    j->nprocs = j->left = ext.nslots;
+    j->napps = ext.napps;
+    j->ppn = ext.ppn;
+    int have_t0 = 0;
+    for (uint32_t i = 0; i < ext.nslots; i++) {
+        struct lat_slot sl;
+        memcpy(&sl, j->desc + *pos, sizeof sl);
+        *pos += sizeof sl;
+        if (sl.node != j->pers->node || sl.t >= ext.ppn || sl.app >= ext.napps || sl.rank >= j->nj.size)
+            return "slot out of range";
+        for (uint32_t k = 0; k < i; k++)
+            if (j->proc[k].t == sl.t || j->proc[k].rank == sl.rank)
+                return "two slots with the same process index or rank";
+        j->proc[i].rank = sl.rank;
+        j->proc[i].t = sl.t;
+        j->proc[i].app = sl.app;
+        have_t0 |= sl.t == 0 && sl.rank == j->nj.rank;
+    }
+    if (!have_t0)
+        return "no process 0 with the job's rank";
+    uint64_t total = 0;
+    for (uint32_t a = 0; a < ext.napps; a++) {
+        struct lat_node_app na;
+        memcpy(&na, j->desc + *pos, sizeof na);
+        *pos += sizeof na;
+        if (na.image_size > LAT_MAX_IMAGE || na.nargs < 1 || na.nargs > LAT_MAX_ARGS)
+            return "bad application image size or argument count";
+        j->image_size[a] = na.image_size;
+        nargs[a] = na.nargs;
+        total += na.image_size;
+    }
+    if (total != j->nj.image_size || nargs[0] != j->nj.nargs)
+        return "application sizes do not add up";
+    for (uint32_t i = 0; i < j->nprocs; i++)
+        if (j->image_size[j->proc[i].app] == 0)
+            return "a process's application has no image";
+    return NULL;
+}
+
 static const char *parse_job(struct job *j, const struct msg *m)
 {
     size_t len = m->h.len;
+    uint32_t nargs[LAT_MAX_APPS] = { 0 };
     memcpy(&j->nj, m->p, sizeof j->nj);
     const struct lat_node_job *nj = &j->nj;
     if (nj->ngroups > MAX_GROUPS)
@@ -170,7 +287,7 @@ static const char *parse_job(struct job *j, const struct msg *m)
         return "no argv[0]";
     if ((uint64_t)nj->nargs + nj->nenv > LAT_MAX_ARGS)
         return "too many arguments and environment strings";
-    if (nj->image_size == 0 || nj->image_size > LAT_MAX_IMAGE)
+    if (nj->image_size == 0 || nj->image_size > LAT_MAX_IMAGE * LAT_MAX_APPS)
         return "bad image size";
     if (nj->size == 0 || nj->rank >= nj->size)
         return "rank out of range";
@@ -185,14 +302,29 @@ static const char *parse_job(struct job *j, const struct msg *m)
         return "out of memory";
     memcpy(j->desc, m->p, len);
     j->groups = (uint32_t *)(j->desc + sizeof *nj);
-    if (!(j->argv = strings(j->desc, len, &pos, nj->nargs)))
+    j->placed = (nj->flags & LAT_JOB_PLACED) != 0;
+    if (j->placed) {
+        const char *why = parse_placement(j, len, &pos, nargs);
+        if (why)
+            return why;
+    } else {
+        j->nprocs = j->left = j->napps = j->ppn = 1;
+        j->proc[0] = (struct proc){ .rank = nj->rank, .reportfd = -1, .pidfd = -1, .pmi = -1, .out = { -1, -1, -1 } };
+        j->image_size[0] = nj->image_size;
+        nargs[0] = nj->nargs;
+    }
+    if (!(j->argv[0] = strings(j->desc, len, &pos, nj->nargs)))
         return "argv strings run past the message";
     if (!(j->env = strings(j->desc, len, &pos, nj->nenv)))
         return "environment strings run past the message";
+    for (uint32_t a = 1; a < j->napps; a++)
+        if (!(j->argv[a] = strings(j->desc, len, &pos, nargs[a])))
+            return "argv strings of an application run past the message";
     if (pos != len)
         return "trailing bytes after the strings";
-    if (!j->argv[0][0])
-        return "empty argv[0]";
+    for (uint32_t a = 0; a < j->napps; a++)
+        if (!j->argv[a][0][0])
+            return "empty argv[0]";
     return NULL;
 }
 
@@ -207,6 +339,7 @@ static void on_job(struct job *j, const struct msg *m)
         say("ignoring a JOB message of %u bytes", m->h.len);
         return;
     }
+    j->state = LOADING;
     const char *why = parse_job(j, m);
     if (why) {
         launch_failed(j, EPROTO, "malformed job message: %s", why);
@@ -217,12 +350,15 @@ static void on_job(struct job *j, const struct msg *m)
         return;
     }
     /* no MFD_CLOEXEC: a #! script's interpreter opens it as /dev/fd/N */
-    j->memfd = (int)syscall(SYS_memfd_create, "lattice-image", 0);
-    if (j->memfd < 0) {
-        launch_failed(j, errno, "cannot store the executable: %s", strerror(errno));
-        return;
+    for (uint32_t a = 0; a < j->napps; a++) {
+        if (!j->image_size[a])
+            continue;
+        j->memfd[a] = (int)syscall(SYS_memfd_create, "lattice-image", 0);
+        if (j->memfd[a] < 0) {
+            launch_failed(j, errno, "cannot store the executable: %s", strerror(errno));
+            return;
+        }
     }
-    j->state = LOADING;
 }
 
 static void on_image(struct job *j, const struct msg *m)
@@ -234,12 +370,20 @@ static void on_image(struct job *j, const struct msg *m)
                       (unsigned long long)j->nj.image_size);
         return;
     }
+    /* the images of the applications arrive back to back */
     size_t done = 0;
     while (done < m->h.len) {
-        ssize_t n = write(j->memfd, m->p + done, m->h.len - done);
+        uint64_t base = 0, off = j->received + done;
+        uint32_t a = 0;
+        while (a < j->napps && off >= base + j->image_size[a])
+            base += j->image_size[a++];
+        size_t want = m->h.len - done;
+        if (want > base + j->image_size[a] - off)
+            want = base + j->image_size[a] - off;
+        ssize_t n = pwrite(j->memfd[a], m->p + done, want, (off_t)(off - base));
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0) {
+        if (n <= 0) {
             launch_failed(j, errno, "cannot store the executable: %s", strerror(errno));
             return;
         }
@@ -259,18 +403,30 @@ static int is_cnk(const struct job *j)
 static int ours_var(const char *s, int cnk)
 {
     static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
-                                         "LATTICE_PERSONALITY=" };
+                                         "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
+                                         "PMI_JOBID=", "PMI_PORT=", "PMI_ID=" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strncmp(s, names[i], strlen(names[i])))
             return 1;
     return !cnk && !strncmp(s, "LD_PRELOAD=", 11);
 }
 
-/* env for the compute process: the job's, with ours set; in Linux mode the
- * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
-static char **make_env(struct job *j, int procfd_num)
+static uint64_t proc_memory(const struct job *j)
 {
-    enum { OURS = 6 };
+    return j->pers->memory / (j->ppn ? j->ppn : 1);
+}
+
+static uint32_t proc_cores(const struct job *j)
+{
+    uint32_t c = j->pers->cores / (j->ppn ? j->ppn : 1);
+    return c ? c : 1;
+}
+
+/* env for a compute process: the job's, with ours set; in Linux mode the
+ * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
+static char **make_env(struct job *j, const struct proc *p, int procfd_num)
+{
+    enum { OURS = 11 };
     int cnk = is_cnk(j);
     size_t n = 0;
     while (j->env[n])
@@ -287,17 +443,26 @@ static char **make_env(struct job *j, int procfd_num)
         if (!ours_var(s, cnk))
             e[k++] = (char *)s;
     }
-    char buf[OURS][4200];
+    static char buf[OURS][4200];
     int m = 0;
     if (!cnk) {
         snprintf(buf[m++], sizeof buf[0], "LD_PRELOAD=%s%s%s", j->k->client,
                  user_preload && *user_preload ? ":" : "", user_preload ? user_preload : "");
         snprintf(buf[m++], sizeof buf[0], "LATTICE_IO_FD=%d", procfd_num);  /* cnk hides the connection */
     }
-    snprintf(buf[m++], sizeof buf[0], "LATTICE_RANK=%u", j->nj.rank);
+    snprintf(buf[m++], sizeof buf[0], "LATTICE_RANK=%u", p->rank);
     snprintf(buf[m++], sizeof buf[0], "LATTICE_SIZE=%u", j->nj.size);
     snprintf(buf[m++], sizeof buf[0], "LATTICE_NODE=%s", j->pers->location);
-    snprintf(buf[m++], sizeof buf[0], "LATTICE_PERSONALITY=%s", j->pers->env);
+    if (j->placed)      /* this process's share of the node, the job's mode, its index on the node */
+        snprintf(buf[m++], sizeof buf[0], "LATTICE_PERSONALITY=%s;memory=%llu;cores=%u;mode=%s;t=%u",
+                 j->pers->env_head, (unsigned long long)proc_memory(j), j->pers->cores,
+                 j->nj.flags & LAT_JOB_VN ? "vn" : "co", p->t);
+    else
+        snprintf(buf[m++], sizeof buf[0], "LATTICE_PERSONALITY=%s", j->pers->env);
+    snprintf(buf[m++], sizeof buf[0], "PMI_FD=%d", CHILD_PMI_FD);
+    snprintf(buf[m++], sizeof buf[0], "PMI_RANK=%u", p->rank);
+    snprintf(buf[m++], sizeof buf[0], "PMI_SIZE=%u", j->nj.size);
+    snprintf(buf[m++], sizeof buf[0], "PMI_JOBID=lattice-%llu", (unsigned long long)j->nj.job);
     size_t first = k;
     for (int i = 0; i < m; i++)
         if (!(e[k++] = strdup(buf[i]))) {
@@ -311,17 +476,18 @@ static char **make_env(struct job *j, int procfd_num)
 }
 
 /* argv for cnk: cnk --memory BYTES --cores N [--trace] -- ARGV... */
-static char **make_cnk_argv(struct job *j)
+static char **make_cnk_argv(struct job *j, const struct proc *p)
 {
+    char **argv = j->argv[p->app];
     size_t n = 0;
-    while (j->argv[n])
+    while (argv[n])
         n++;
     char **a = calloc(n + 8, sizeof *a);
     if (!a)
         return NULL;
     static char mem[32], cores[16];
-    snprintf(mem, sizeof mem, "%llu", (unsigned long long)j->pers->memory);
-    snprintf(cores, sizeof cores, "%u", j->pers->cores);
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)proc_memory(j));
+    snprintf(cores, sizeof cores, "%u", proc_cores(j));
     size_t k = 0;
     a[k++] = "cnk";
     a[k++] = "--memory";
@@ -332,7 +498,7 @@ static char **make_cnk_argv(struct job *j)
         a[k++] = "--trace";
     a[k++] = "--";
     for (size_t i = 0; i < n; i++)
-        a[k++] = j->argv[i];
+        a[k++] = argv[i];
     a[k] = NULL;
     return a;
 }
@@ -345,31 +511,30 @@ static void child_fail(int errfd, int err)
 }
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
-static void child(struct job *j, int procfd, int outw, int errw, int failw, char **argv, char **envp,
-                  pid_t parent)
+static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
+                  char **argv, char **envp, pid_t parent)
 {
     int cnk = is_cnk(j);
     /* move what we keep above the slots we are about to fill */
-    int p = fcntl(procfd, F_DUPFD_CLOEXEC, 10), m = fcntl(j->memfd, F_DUPFD_CLOEXEC, 10);
+    int p = fcntl(procfd, F_DUPFD_CLOEXEC, 10), m = fcntl(j->memfd[pr->app], F_DUPFD_CLOEXEC, 10);
     int o = fcntl(outw, F_DUPFD_CLOEXEC, 10), e = fcntl(errw, F_DUPFD_CLOEXEC, 10);
-    int f = fcntl(failw, F_DUPFD_CLOEXEC, 10);
-    int r = cnk ? fcntl(j->reportfd, F_DUPFD_CLOEXEC, 10) : 0;
+    int f = fcntl(failw, F_DUPFD_CLOEXEC, 10), q = fcntl(pmifd, F_DUPFD_CLOEXEC, 10);
+    int r = cnk ? fcntl(pr->reportfd, F_DUPFD_CLOEXEC, 10) : 0;
     int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
-    if (p < 0 || m < 0 || o < 0 || e < 0 || r < 0 || kfd < 0)
+    if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0)
         child_fail(f, errno);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(p, CHILD_PROC_FD) < 0 ||
-        dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0)
+        dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0 || dup2(q, CHILD_PMI_FD) < 0)
         child_fail(f, errno);
     f = CHILD_ERR_FD;
     /* cnk: the report page (inherited), and cnk itself (close-on-exec) */
     if (cnk && (dup2(r, CHILD_REPORT_FD) < 0 || dup3(kfd, CHILD_KERNEL_FD, O_CLOEXEC) < 0))
         child_fail(f, errno);
-    int keep = cnk ? CHILD_KERNEL_FD : CHILD_ERR_FD;
-    if (syscall(SYS_close_range, keep + 1, ~0u, 0) < 0)
-        for (int fd = keep + 1; fd < 1024; fd++)
+    if (syscall(SYS_close_range, CHILD_PMI_FD + 1, ~0u, 0) < 0)
+        for (int fd = CHILD_PMI_FD + 1; fd < 1024; fd++)
             close(fd);
 
     sigset_t none;
@@ -398,52 +563,54 @@ static void child(struct job *j, int procfd, int outw, int errw, int failw, char
     child_fail(f, errno);
 }
 
-static void launch(struct job *j)
+static void launch(struct job *j, struct proc *pr)
 {
     int procfd = net_connect(j->pers->ciod, 2.0);
     if (procfd < 0) {
-        launch_failed(j, errno, "cannot connect to the I/O node: %s", strerror(errno));
+        proc_failed(j, pr, errno, "cannot connect to the I/O node: %s", strerror(errno));
         return;
     }
-    if (net_hello(procfd, LAT_ROLE_PROC, j->pers->node, j->nj.job, j->pers->key) < 0) {
+    if (net_hello(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key) < 0) {
         int e = errno;
         close(procfd);
-        launch_failed(j, e, "the I/O node refused the process connection: %s", strerror(e));
+        proc_failed(j, pr, e, "the I/O node refused the process connection: %s", strerror(e));
         return;
     }
-    int outp[2], errp[2], failp[2];
+    int outp[2], errp[2], failp[2], pmip[2];
     if (pipe2(outp, O_CLOEXEC) < 0) {
         close(procfd);
-        launch_failed(j, errno, "pipe: %s", strerror(errno));
+        proc_failed(j, pr, errno, "pipe: %s", strerror(errno));
         return;
     }
-    if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(failp, O_CLOEXEC) < 0) {
+    if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(failp, O_CLOEXEC) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pmip) < 0) {
         int e = errno;
         close(procfd);
         close(outp[0]);
         close(outp[1]);
-        launch_failed(j, e, "pipe: %s", strerror(e));
+        proc_failed(j, pr, e, "pipe: %s", strerror(e));
         return;
     }
     int cnk = is_cnk(j);
     if (cnk) {
         /* the report page: zeroed, so "no magic" means cnk never started */
-        j->reportfd = (int)syscall(SYS_memfd_create, "lattice-cnk-report", MFD_CLOEXEC);
-        if (j->reportfd < 0 || ftruncate(j->reportfd, REPORT_BYTES) < 0) {
+        pr->reportfd = (int)syscall(SYS_memfd_create, "lattice-cnk-report", MFD_CLOEXEC);
+        if (pr->reportfd < 0 || ftruncate(pr->reportfd, REPORT_BYTES) < 0) {
             int e = errno;
             close(procfd);
             close(outp[0]), close(outp[1]), close(errp[0]), close(errp[1]), close(failp[0]), close(failp[1]);
-            launch_failed(j, e, "cannot create the cnk report page: %s", strerror(e));
+            close(pmip[0]), close(pmip[1]);
+            proc_failed(j, pr, e, "cannot create the cnk report page: %s", strerror(e));
             return;
         }
     }
-    char **envp = make_env(j, CHILD_PROC_FD);
-    char **argv = cnk ? make_cnk_argv(j) : j->argv;
+    char **envp = make_env(j, pr, CHILD_PROC_FD);
+    char **argv = cnk ? make_cnk_argv(j, pr) : j->argv[pr->app];
     pid_t parent = getpid();
     errno = ENOMEM;
     pid_t pid = envp && argv ? fork() : -1;
     if (pid == 0)
-        child(j, procfd, outp[1], errp[1], failp[1], argv, envp, parent);
+        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent);
     int forkerr = errno;
     if (cnk)
         free(argv);
@@ -451,6 +618,7 @@ static void launch(struct job *j)
     close(outp[1]);
     close(errp[1]);
     close(failp[1]);
+    close(pmip[1]);
     for (char **e = envp; e && *e; e++)
         if (ours_var(*e, cnk))
             free(*e);
@@ -459,13 +627,15 @@ static void launch(struct job *j)
         close(outp[0]);
         close(errp[0]);
         close(failp[0]);
-        launch_failed(j, forkerr, "cannot create the process: %s", strerror(forkerr));
+        close(pmip[0]);
+        proc_failed(j, pr, forkerr, "cannot create the process: %s", strerror(forkerr));
         return;
     }
-    j->pid = pid;
-    j->out[1] = outp[0];
-    j->out[2] = errp[0];
-    j->state = RUNNING;
+    pr->pid = pid;
+    pr->started = 1;
+    pr->out[1] = outp[0];
+    pr->out[2] = errp[0];
+    pr->pmi = pmip[0];
 
     /* exec succeeded iff the CLOEXEC pipe closes without a word */
     int err = 0;
@@ -473,22 +643,20 @@ static void launch(struct job *j)
     while ((n = read(failp[0], &err, sizeof err)) < 0 && errno == EINTR)
         ;
     close(failp[0]);
-    j->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    pr->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
-        j->exited = 1;
-        closefd(&j->out[1]);
-        closefd(&j->out[2]);
+        pr->exited = 1;
         if (err < 0)
-            launch_failed(j, -err, "cannot take the job's identity (uid %u gid %u): %s", j->nj.uid, j->nj.gid,
-                          strerror(-err));
+            proc_failed(j, pr, -err, "cannot take the job's identity (uid %u gid %u): %s", j->nj.uid, j->nj.gid,
+                        strerror(-err));
         else if (cnk)
-            launch_failed(j, err, "cannot execute the compute node kernel %s: %s", j->k->cnk, strerror(err));
+            proc_failed(j, pr, err, "cannot execute the compute node kernel %s: %s", j->k->cnk, strerror(err));
         else
-            launch_failed(j, err, "cannot execute %s: %s", j->argv[0], strerror(err));
+            proc_failed(j, pr, err, "cannot execute %s: %s", j->argv[pr->app][0], strerror(err));
         return;
     }
-    if (j->pidfd < 0)
+    if (pr->pidfd < 0)
         say("warning: pidfd_open: %s; polling for the child's exit", strerror(errno));
 }
 
@@ -512,7 +680,10 @@ static void on_start(struct job *j, const struct msg *m)
                       (unsigned long long)j->received, (unsigned long long)j->nj.image_size);
         return;
     }
-    launch(j);
+    j->state = RUNNING;
+    uint32_t n = j->nprocs;
+    for (uint32_t i = 0; i < n && j->state == RUNNING; i++)
+        launch(j, &j->proc[i]);
 }
 
 /* ---- supervising ---- */
@@ -520,33 +691,78 @@ static void on_start(struct job *j, const struct msg *m)
 int job_pollfds(struct job *j, struct pollfd *pfd, int max)
 {
     int n = 0;
-    if (j->state != RUNNING || max < 3)
+    if (j->state != RUNNING)
         return 0;
-    for (int s = 1; s <= 2; s++)
-        if (j->out[s] >= 0)
-            pfd[n++] = (struct pollfd){ .fd = j->out[s], .events = POLLIN };
-    if (!j->exited && j->pidfd >= 0)
-        pfd[n++] = (struct pollfd){ .fd = j->pidfd, .events = POLLIN };
+    for (uint32_t i = 0; i < j->nprocs && n + 4 <= max; i++) {
+        struct proc *p = &j->proc[i];
+        if (!p->started || p->done)
+            continue;
+        for (int s = 1; s <= 2; s++)
+            if (p->out[s] >= 0)
+                pfd[n++] = (struct pollfd){ .fd = p->out[s], .events = POLLIN };
+        if (p->pmi >= 0)
+            pfd[n++] = (struct pollfd){ .fd = p->pmi, .events = POLLIN };
+        if (!p->exited && p->pidfd >= 0)
+            pfd[n++] = (struct pollfd){ .fd = p->pidfd, .events = POLLIN };
+    }
     return n;
 }
 
 /* Forward what one pipe has; closes it at EOF. */
-static void forward(struct job *j, int s)
+static void forward(struct job *j, struct proc *p, int s)
 {
     char buf[PIPE_CHUNK];
-    ssize_t n = read(j->out[s], buf, sizeof buf);
+    ssize_t n = read(p->out[s], buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return;
     if (n <= 0) {
-        closefd(&j->out[s]);
+        closefd(&p->out[s]);
         return;
     }
-    struct lat_output o = { j->nj.rank, (uint32_t)s };
+    struct lat_output o = { p->rank, (uint32_t)s };
     send_or_die(j, LAT_NODE_OUTPUT, &o, sizeof o, buf, (size_t)n);
 }
 
+/* The process wrote PMI bytes: relayed as they come, ciod frames them. */
+static void relay_pmi(struct job *j, struct proc *p)
+{
+    char buf[16384];
+    ssize_t n = read(p->pmi, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        closefd(&p->pmi);       /* closed its end (or exited): nothing more to relay */
+        return;
+    }
+    struct lat_pmi h = { .rank = p->rank };
+    send_or_die(j, LAT_NODE_PMI, &h, sizeof h, buf, (size_t)n);
+}
+
+static void on_pmi_reply(struct job *j, const struct msg *m)
+{
+    struct lat_pmi h;
+    if (m->h.len < sizeof h || j->state != RUNNING)
+        return;
+    memcpy(&h, m->p, sizeof h);
+    for (uint32_t i = 0; i < j->nprocs; i++) {
+        struct proc *p = &j->proc[i];
+        if (p->rank != h.rank || p->pmi < 0)
+            continue;
+        size_t done = sizeof h;
+        while (done < m->h.len) {      /* a few hundred bytes: fits the socket buffer */
+            ssize_t w = send(p->pmi, m->p + done, m->h.len - done, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0)
+                break;      /* the process closed its end: it no longer listens */
+            done += (size_t)w;
+        }
+        return;
+    }
+}
+
 /* The report page as cnk left it; 0 if cnk never wrote it. */
-static int read_report(struct job *j, struct cnk_report *r)
+static int read_report(const struct proc *j, struct cnk_report *r)
 {
     memset(r, 0, sizeof *r);
     if (j->reportfd < 0 || pread(j->reportfd, r, sizeof *r, 0) != (ssize_t)sizeof *r)
@@ -590,25 +806,25 @@ static void report_line(const struct cnk_report *r, char *buf, size_t len)
              (unsigned long long)r->count[CNK_UNSUPPORTED], why[0] ? why : "-");
 }
 
-static void finish(struct job *j)
+static void finish(struct job *j, struct proc *p)
 {
     /* drain what the process wrote before it ended, to EOF (bounded, in case
      * something escaped the process group with the pipes) */
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (j->out[1] >= 0 || j->out[2] >= 0) {
+    while (p->out[1] >= 0 || p->out[2] >= 0) {
         struct pollfd pfd[2];
         int n = 0, idx[2];
         for (int s = 1; s <= 2; s++)
-            if (j->out[s] >= 0) {
+            if (p->out[s] >= 0) {
                 idx[n] = s;
-                pfd[n++] = (struct pollfd){ .fd = j->out[s], .events = POLLIN };
+                pfd[n++] = (struct pollfd){ .fd = p->out[s], .events = POLLIN };
             }
         if (poll(pfd, (nfds_t)n, 500) < 0 && errno != EINTR)
             break;
         for (int i = 0; i < n; i++)
             if (pfd[i].revents)
-                forward(j, idx[i]);
+                forward(j, p, idx[i]);
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - t0.tv_sec > 5) {
             say("warning: output pipes still open 5 s after the process ended; dropping them");
@@ -617,41 +833,40 @@ static void finish(struct job *j)
     }
     struct cnk_report rep;
     char line[512], text[768];
-    if (is_cnk(j) && read_report(j, &rep) && rep.launch_err != 0) {
+    if (is_cnk(j) && read_report(p, &rep) && rep.launch_err != 0) {
         /* cnk could not load the program: a launch failure, in cnk's words */
         rep.message[sizeof rep.message - 1] = '\0';
-        launch_failed(j, rep.launch_err, "%s", rep.message[0] ? rep.message : strerror(rep.launch_err));
+        proc_failed(j, p, rep.launch_err, "%s", rep.message[0] ? rep.message : strerror(rep.launch_err));
         return;
     }
     if (!is_cnk(j))
         snprintf(line, sizeof line, "kernel=linux");
-    else if (!read_report(j, &rep))
+    else if (!read_report(p, &rep))
         snprintf(line, sizeof line, "kernel=cnk report=none");
     else
         report_line(&rep, line, sizeof line);
-    if (WIFSIGNALED(j->status)) {
-        int sig = WTERMSIG(j->status);
+    if (WIFSIGNALED(p->status)) {
+        int sig = WTERMSIG(p->status);
         snprintf(text, sizeof text, "killed by signal %d (%s)\n%s", sig, strsignal(sig), line);
-        send_exit(j, LAT_EXIT_SIGNAL, sig, text);
+        send_exit(j, p, LAT_EXIT_SIGNAL, sig, text);
     } else {
-        send_exit(j, LAT_EXIT_CODE, WEXITSTATUS(j->status), line);
+        send_exit(j, p, LAT_EXIT_CODE, WEXITSTATUS(p->status), line);
     }
-    reset(j);
 }
 
 /* The process ended: kill what is left of its process group while the
  * zombie still holds the group id (so the id cannot be reused), then reap. */
-static int reap(struct job *j)
+static int reap(struct proc *p)
 {
     siginfo_t si = { 0 };
-    if (waitid(P_PID, (id_t)j->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != j->pid)
+    if (waitid(P_PID, (id_t)p->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != p->pid)
         return 0;
-    kill(-j->pid, SIGKILL);
+    kill(-p->pid, SIGKILL);
     int st;
-    if (waitpid(j->pid, &st, 0) != j->pid)
+    if (waitpid(p->pid, &st, 0) != p->pid)
         return 0;
-    j->status = st;
-    j->exited = 1;
+    p->status = st;
+    p->exited = 1;
     return 1;
 }
 
@@ -662,22 +877,45 @@ void job_events(struct job *j, const struct pollfd *pfd, int n)
     for (int i = 0; i < n; i++) {
         if (!pfd[i].revents)
             continue;
-        if (pfd[i].fd == j->out[1])
-            forward(j, 1);
-        else if (pfd[i].fd == j->out[2])
-            forward(j, 2);
+        for (uint32_t k = 0; k < j->nprocs; k++) {
+            struct proc *p = &j->proc[k];
+            if (!p->started || p->done)
+                continue;
+            if (pfd[i].fd == p->out[1])
+                forward(j, p, 1);
+            else if (pfd[i].fd == p->out[2])
+                forward(j, p, 2);
+            else if (pfd[i].fd == p->pmi)
+                relay_pmi(j, p);
+        }
     }
-    if (!j->exited && (j->pidfd < 0 || n > 0))
-        reap(j);
-    if (j->exited)
-        finish(j);
+    for (uint32_t k = 0; k < j->nprocs && j->state == RUNNING; k++) {
+        struct proc *p = &j->proc[k];
+        if (!p->started || p->done)
+            continue;
+        if (!p->exited && (p->pidfd < 0 || n > 0))
+            reap(p);
+        if (p->exited)
+            finish(j, p);
+    }
+}
+
+static void kill_all(struct job *j, int sig)
+{
+    for (uint32_t k = 0; k < j->nprocs; k++) {
+        struct proc *p = &j->proc[k];
+        if (p->started && !p->exited && !p->done)
+            kill(-p->pid, sig);
+    }
 }
 
 void job_kill_now(struct job *j)
 {
-    if (j->state == RUNNING && !j->exited) {
-        kill(-j->pid, SIGKILL);
-        waitpid(j->pid, NULL, 0);
+    if (j->state == RUNNING) {
+        kill_all(j, SIGKILL);
+        for (uint32_t k = 0; k < j->nprocs; k++)
+            if (j->proc[k].started && !j->proc[k].exited && !j->proc[k].done)
+                waitpid(j->proc[k].pid, NULL, 0);
     }
     reset(j);
 }
@@ -694,6 +932,9 @@ int job_message(struct job *j, const struct msg *m)
     case LAT_NODE_START:
         on_start(j, m);
         break;
+    case LAT_NODE_PMI_REPLY:
+        on_pmi_reply(j, m);
+        break;
     case LAT_NODE_KILL: {
         struct lat_kill k;
         if (m->h.len < sizeof k)
@@ -701,12 +942,13 @@ int job_message(struct job *j, const struct msg *m)
         memcpy(&k, m->p, sizeof k);
         if (k.sig <= 0 || k.sig >= NSIG)
             break;
-        if (j->state == RUNNING && !j->exited)
-            kill(-j->pid, k.sig);
+        if (j->state == RUNNING)
+            kill_all(j, k.sig);
         else if (j->state == LOADING) {
             char text[64];
             snprintf(text, sizeof text, "killed by signal %d before it started", k.sig);
-            send_exit(j, LAT_EXIT_SIGNAL, k.sig, text);
+            for (uint32_t i = 0; i < j->nprocs && j->state != IDLE; i++)
+                send_exit(j, &j->proc[i], LAT_EXIT_SIGNAL, k.sig, text);
             reset(j);
         }
         break;

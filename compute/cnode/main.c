@@ -132,8 +132,10 @@ static void personality_env(json_t *o, struct personality *p, const char *file)
     if (n < 0 || (size_t)n >= sizeof buf)
         bad_field(file, "block", "shorter");
     p->env = strdup(buf);
+    p->env_head = strdup(buf);
+    *strstr(p->env_head, ";memory=") = '\0';
+    p->mode = mode;
     free(ionode);
-    free(mode);
 }
 
 static void load_personality(const char *file, struct personality *p)
@@ -290,10 +292,10 @@ int main(int argc, char **argv)
     struct job *job = job_new(&pers, &k, conn);
     struct msg m = { 0 };
     for (;;) {
-        struct pollfd pfd[8];
+        struct pollfd pfd[2 + JOB_POLLFDS];
         pfd[0] = (struct pollfd){ .fd = conn, .events = POLLIN };
         pfd[1] = (struct pollfd){ .fd = sfd, .events = POLLIN };
-        int n = 2 + job_pollfds(job, pfd + 2, 6);
+        int n = 2 + job_pollfds(job, pfd + 2, JOB_POLLFDS);
         if (poll(pfd, (nfds_t)n, -1) < 0) {
             if (errno == EINTR)
                 continue;

@@ -104,13 +104,25 @@ bool ident_may(const struct ident *who, const struct stat *st, int mode);
 
 struct job;                             /* opaque outside job.c */
 
+struct job_app {                        /* one application (MPMD) */
+    const char     *exe;
+    const char     *argv;               /* its argv strings, back to back */
+    size_t          argvlen;
+    uint32_t        nargs;
+};
+
 struct job_spec {                       /* a decoded, validated LAT_CTL_JOB */
     const struct lat_job *hdr;
     const int32_t  *rank;               /* [pset_size] */
     const uint32_t *groups;             /* [ngroups] */
-    const char     *exe, *cwd;
-    const char     *args;               /* argv then env strings, back to back */
-    size_t          argslen;
+    const char     *cwd;
+    const char     *env;                /* env strings, back to back */
+    size_t          envlen;
+    const char     *mapping;            /* PMI_process_mapping, "" if not given */
+    const struct lat_slot *slot;        /* [nslots]: the processes of this pset */
+    uint32_t        nslots, napps, ppn;
+    struct job_app  app[LAT_MAX_APPS];
+    struct lat_slot one[LAT_MAX_PSET];  /* slots of a job without LAT_JOB_PLACED */
     struct ident    who;
 };
 
@@ -130,13 +142,35 @@ int  job_nodes(struct conn *nodes[LAT_MAX_PSET], bool all, uint64_t *id);
 void job_ctl_closed(struct conn *ctl);
 
 /* Node traffic of the job: output and rank exits, forwarded to its owner. */
-void job_output(uint32_t node, uint32_t stream, const void *data, size_t len);
+void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data, size_t len);
 void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen);
 void job_rank_output(int32_t rank, uint64_t id, uint32_t stream, const void *data, size_t len);
 
-/* PROC hello: checks job id and node, copies what the thread needs. */
-int  job_proc_attach(uint32_t node, uint64_t id, struct ident *who, char *cwd, size_t cwdlen,
-                     int32_t *rank);
+/* PROC hello: checks job id, node and process index, copies what the thread needs. */
+int  job_proc_attach(uint32_t node, uint32_t t, uint64_t id, struct ident *who, char *cwd,
+                     size_t cwdlen, int32_t *rank);
+/* A reference to the job's control connection if job `id` runs, else NULL. */
+struct conn *job_owner(uint64_t id);
+
+/* ---- kvs.c: string table of the PMI key/value space ---- */
+
+struct kvs {
+    struct kv **bucket;
+    uint32_t    count;
+};
+struct kvs *kvs_new(void);
+void kvs_free(struct kvs *t);
+const char *kvs_get(const struct kvs *t, const char *key);
+int  kvs_put(struct kvs *t, const char *key, const char *val);
+
+/* ---- pmi.c: the pset's PMI-1/PMI-2 proxy ---- */
+
+int  pmi_job_start(const struct job_spec *js, char *why, size_t whylen);
+void pmi_job_end(uint64_t id);
+/* Bytes a rank wrote on its PMI_FD, relayed by its node. */
+void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, size_t len);
+/* LAT_CTL_FENCE_OUT from the service node; -1 (why set) if malformed. */
+int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);
 
 /* ---- the three kinds of connection ---- */
 

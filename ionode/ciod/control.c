@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -120,14 +121,53 @@ static bool good_path(const char *s)
     return s[0] == '/' && strlen(s) < LAT_MAX_PATH;
 }
 
+/* Slots of a placed job: each within range, no rank or (node, t) twice, and
+ * consistent with rank[] (the process t = 0 of each busy node). */
+static int check_slots(const struct job_spec *js, char *why, size_t whylen)
+{
+    const struct lat_job *jh = js->hdr;
+    bool t0[LAT_MAX_PSET] = { false };
+
+    for (uint32_t i = 0; i < js->nslots; i++) {
+        const struct lat_slot *s = &js->slot[i];
+        if (s->rank >= jh->nranks || s->node >= jh->pset_size || s->t >= js->ppn || s->app >= js->napps)
+            return errprintf(why, whylen, "slot %u (rank %u node %u t %u app %u) out of range "
+                             "(%u ranks, %u nodes, %u per node, %u applications)", i, s->rank, s->node, s->t,
+                             s->app, jh->nranks, jh->pset_size, js->ppn, js->napps);
+        for (uint32_t k = 0; k < i; k++) {
+            if (js->slot[k].rank == s->rank)
+                return errprintf(why, whylen, "rank %u placed twice", s->rank);
+            if (js->slot[k].node == s->node && js->slot[k].t == s->t)
+                return errprintf(why, whylen, "node %u process %u given to ranks %u and %u", s->node, s->t,
+                                 js->slot[k].rank, s->rank);
+        }
+        if (s->t == 0) {
+            if (js->rank[s->node] != (int32_t)s->rank)
+                return errprintf(why, whylen, "node %u: rank[] says %d, its process 0 is rank %u", s->node,
+                                 js->rank[s->node], s->rank);
+            t0[s->node] = true;
+        }
+    }
+    for (uint32_t i = 0; i < js->nslots; i++)
+        if (!t0[js->slot[i].node])
+            return errprintf(why, whylen, "node %u has processes but no process 0", js->slot[i].node);
+    for (uint32_t i = 0; i < jh->pset_size; i++)
+        if (js->rank[i] >= 0 && !t0[i])
+            return errprintf(why, whylen, "node %u: rank[] says %d but no slot runs it", i, js->rank[i]);
+    return 0;
+}
+
 /* Every count is checked against the payload before it is used. */
 static int decode_job(const char *p, size_t len, struct job_spec *js, char *why, size_t whylen)
 {
     const struct lat_job *jh = (const void *)p;
     const char *s, *end = p + len;
+    const uint32_t *nargs = NULL;
+    bool placed = jh->flags & LAT_JOB_PLACED;
+    uint64_t strings;
     size_t need;
 
-    memset(js, 0, sizeof(*js));
+    memset(js, 0, offsetof(struct job_spec, one));
     js->hdr = jh;
     if (jh->job == 0)
         return errprintf(why, whylen, "job id 0 is reserved");
@@ -143,9 +183,6 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
                          CIOD_MAX_GROUPS);
     if (jh->nargs < 1)
         return errprintf(why, whylen, "no argv[0]");
-    if ((uint64_t)jh->nargs + jh->nenv > LAT_MAX_ARGS)
-        return errprintf(why, whylen, "%u arguments and %u environment strings (at most %u)",
-                         jh->nargs, jh->nenv, LAT_MAX_ARGS);
     if (jh->nranks < 1)
         return errprintf(why, whylen, "job has no ranks");
     need = sizeof(*jh) + sizeof(int32_t) * (size_t)jh->pset_size + sizeof(uint32_t) * (size_t)jh->ngroups;
@@ -154,6 +191,43 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
                          len, jh->pset_size, jh->ngroups);
     js->rank = (const int32_t *)(p + sizeof(*jh));
     js->groups = (const uint32_t *)(p + sizeof(*jh) + sizeof(int32_t) * jh->pset_size);
+    if (placed) {
+        struct lat_job_ext ext;
+        if (len < need + sizeof(ext))
+            return errprintf(why, whylen, "placed job of %zu bytes without its placement", len);
+        memcpy(&ext, p + need, sizeof(ext));
+        if (ext.napps < 1 || ext.napps > LAT_MAX_APPS || ext.ppn < 1 || ext.ppn > LAT_MAX_PPN
+            || ext.nslots > jh->pset_size * ext.ppn)
+            return errprintf(why, whylen, "placement of %u slots, %u applications, %u per node: out of range "
+                             "(applications 1..%u, per node 1..%u)", ext.nslots, ext.napps, ext.ppn,
+                             LAT_MAX_APPS, LAT_MAX_PPN);
+        need += sizeof(ext);
+        if (len < need + sizeof(struct lat_slot) * (size_t)ext.nslots + sizeof(uint32_t) * (size_t)ext.napps)
+            return errprintf(why, whylen, "job of %zu bytes cannot hold %u slots and %u applications", len,
+                             ext.nslots, ext.napps);
+        js->slot = (const struct lat_slot *)(p + need);
+        need += sizeof(struct lat_slot) * (size_t)ext.nslots;
+        nargs = (const uint32_t *)(p + need);
+        need += sizeof(uint32_t) * (size_t)ext.napps;
+        js->nslots = ext.nslots;
+        js->napps = ext.napps;
+        js->ppn = ext.ppn;
+        if (nargs[0] != jh->nargs)
+            return errprintf(why, whylen, "application 0 has %u arguments in the placement, %u in the job",
+                             nargs[0], jh->nargs);
+    } else {
+        js->napps = js->ppn = 1;
+    }
+    strings = (uint64_t)jh->nenv;
+    for (uint32_t a = 0; a < js->napps; a++) {
+        js->app[a].nargs = placed ? nargs[a] : jh->nargs;
+        if (js->app[a].nargs < 1)
+            return errprintf(why, whylen, "application %u has no argv[0]", a);
+        strings += js->app[a].nargs;
+    }
+    if (strings > LAT_MAX_ARGS)
+        return errprintf(why, whylen, "%" PRIu64 " argument and environment strings (at most %u)",
+                         strings, LAT_MAX_ARGS);
     for (uint32_t i = 0; i < jh->pset_size; i++) {
         int32_t r = js->rank[i];
         if (r < -1 || (r >= 0 && (uint32_t)r >= jh->nranks))
@@ -162,21 +236,53 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         for (uint32_t k = 0; r >= 0 && k < i; k++)
             if (js->rank[k] == r)
                 return errprintf(why, whylen, "rank %d given to nodes %u and %u", r, k, i);
+        if (!placed && r >= 0)
+            js->one[js->nslots++] = (struct lat_slot){ .rank = (uint32_t)r, .node = i };
     }
+    if (!placed)
+        js->slot = js->one;
+    else if (check_slots(js, why, whylen) < 0)
+        return -1;
+
     s = p + need;
-    if (!(js->exe = next_string(&s, end)) || !(js->cwd = next_string(&s, end)))
+    if (!(js->app[0].exe = next_string(&s, end)) || !(js->cwd = next_string(&s, end)))
         return errprintf(why, whylen, "executable and working directory missing or not NUL-terminated");
-    if (!good_path(js->exe) || !good_path(js->cwd))
-        return errprintf(why, whylen, "executable and working directory must be absolute paths "
-                         "shorter than %u bytes", LAT_MAX_PATH);
-    js->args = s;
-    for (uint64_t i = 0; i < (uint64_t)jh->nargs + jh->nenv; i++)
+    js->app[0].argv = s;
+    for (uint32_t i = 0; i < jh->nargs; i++)
         if (!next_string(&s, end))
-            return errprintf(why, whylen, "argument/environment string %" PRIu64
-                             " missing or not NUL-terminated", i);
+            return errprintf(why, whylen, "argument %u missing or not NUL-terminated", i);
+    js->app[0].argvlen = s - js->app[0].argv;
+    js->env = s;
+    for (uint32_t i = 0; i < jh->nenv; i++)
+        if (!next_string(&s, end))
+            return errprintf(why, whylen, "environment string %u missing or not NUL-terminated", i);
+    js->envlen = s - js->env;
+    js->mapping = "";
+    if (placed) {
+        if (!(js->mapping = next_string(&s, end)))
+            return errprintf(why, whylen, "PMI_process_mapping missing or not NUL-terminated");
+        if (strlen(js->mapping) > LAT_PMI_VAL_MAX)
+            return errprintf(why, whylen, "PMI_process_mapping longer than %u characters", LAT_PMI_VAL_MAX);
+        for (uint32_t a = 1; a < js->napps; a++) {
+            if (!(js->app[a].exe = next_string(&s, end)))
+                return errprintf(why, whylen, "application %u: executable missing", a);
+            js->app[a].argv = s;
+            for (uint32_t i = 0; i < js->app[a].nargs; i++)
+                if (!next_string(&s, end))
+                    return errprintf(why, whylen, "application %u: argument %u missing or not NUL-terminated",
+                                     a, i);
+            js->app[a].argvlen = s - js->app[a].argv;
+        }
+    }
+    for (uint32_t a = 0; a < js->napps; a++)
+        if (!good_path(js->app[a].exe))
+            return errprintf(why, whylen, "executables must be absolute paths shorter than %u bytes",
+                             LAT_MAX_PATH);
+    if (!good_path(js->cwd))
+        return errprintf(why, whylen, "working directory must be an absolute path shorter than %u bytes",
+                         LAT_MAX_PATH);
     if (s != end)
         return errprintf(why, whylen, "%zu stray bytes after the last string", (size_t)(end - s));
-    js->argslen = s - js->args;
     js->who.uid = jh->uid;
     js->who.gid = jh->gid;
     js->who.ngroups = jh->ngroups;
@@ -185,34 +291,34 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
     return 0;
 }
 
-/* As the job owner: the executable, read once, and a usable working directory. */
-static int load_job_files(const struct job_spec *js, char **image, size_t *size,
-                          char *why, size_t whylen)
+/* As the job owner: one executable, read once. */
+static int load_image(const struct job_spec *js, const char *exe, char **image, size_t *size,
+                      char *why, size_t whylen)
 {
     struct stat st;
     char *buf = NULL;
     size_t got = 0;
-    int fd, dfd, err;
+    int fd, err;
 
-    fd = open(js->exe, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    fd = open(exe, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         goto syserr_read;
     if (fstat(fd, &st) < 0)
         goto syserr_read;
     if (!S_ISREG(st.st_mode)) {
         errno = EACCES;                 /* what execve says about non-files */
-        errprintf(why, whylen, "cannot execute %s: not a regular file", js->exe);
+        errprintf(why, whylen, "cannot execute %s: not a regular file", exe);
         goto fail;
     }
     if (!ident_may(&js->who, &st, X_OK)) {
         errno = EACCES;
-        errprintf(why, whylen, "cannot execute %s: %s", js->exe, strerror(errno));
+        errprintf(why, whylen, "cannot execute %s: %s", exe, strerror(errno));
         goto fail;
     }
     if ((unsigned long long)st.st_size > LAT_MAX_IMAGE) {
         errno = EFBIG;
         errprintf(why, whylen, "cannot load %s: %lld bytes, more than the %llu a job may have",
-                  js->exe, (long long)st.st_size, (unsigned long long)LAT_MAX_IMAGE);
+                  exe, (long long)st.st_size, (unsigned long long)LAT_MAX_IMAGE);
         goto fail;
     }
     buf = malloc(st.st_size ? (size_t)st.st_size : 1);
@@ -226,14 +332,40 @@ static int load_job_files(const struct job_spec *js, char **image, size_t *size,
             goto syserr_read;
         if (n == 0) {
             errno = EIO;
-            errprintf(why, whylen, "cannot read %s: file shrank while being read", js->exe);
+            errprintf(why, whylen, "cannot read %s: file shrank while being read", exe);
             goto fail;
         }
         got += n;
     }
     close(fd);
-    fd = -1;
+    *image = buf;
+    *size = got;
+    return 0;
 
+syserr_read:
+    errprintf(why, whylen, "cannot read %s: %s", exe, strerror(errno));
+fail:
+    err = errno;
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return err ? err : EIO;
+}
+
+/* As the job owner: each application this pset runs, read once, and a usable
+ * working directory. */
+static int load_job_files(const struct job_spec *js, char *image[LAT_MAX_APPS], size_t size[LAT_MAX_APPS],
+                          char *why, size_t whylen)
+{
+    int dfd, err;
+
+    for (uint32_t a = 0; a < js->napps; a++) {
+        bool used = false;
+        for (uint32_t i = 0; i < js->nslots && !used; i++)
+            used = js->slot[i].app == a;
+        if (used && (err = load_image(js, js->app[a].exe, &image[a], &size[a], why, whylen)) != 0)
+            return err;
+    }
     dfd = open(js->cwd, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         /* looking up "." needs search permission on the directory itself */
@@ -246,99 +378,145 @@ static int load_job_files(const struct job_spec *js, char **image, size_t *size,
         errno = err;
     }
     if (dfd < 0) {
-        errprintf(why, whylen, "cannot use working directory %s: %s", js->cwd, strerror(errno));
-        goto fail;
+        err = errno;
+        errprintf(why, whylen, "cannot use working directory %s: %s", js->cwd, strerror(err));
+        return err ? err : EIO;
     }
-    *image = buf;
-    *size = got;
     return 0;
-
-syserr_read:
-    errprintf(why, whylen, "cannot read %s: %s", js->exe, strerror(errno));
-fail:
-    err = errno;
-    if (fd >= 0)
-        close(fd);
-    free(buf);
-    return err ? err : EIO;
 }
 
-/* JOB + IMAGE chunks to one node; START comes later, to all at once. */
-static int push_node(struct conn *n, const struct job_spec *js, int32_t rank,
-                     const char *image, size_t size)
+static void put_bytes(char **w, const void *p, size_t n)
+{
+    memcpy(*w, p, n);
+    *w += n;
+}
+
+/* JOB + IMAGE chunks to one node; START comes later, to all at once.  A
+ * placed job tells the node its processes and the images they need. */
+static int push_node(struct conn *n, const struct job_spec *js, uint32_t node,
+                     char *const image[LAT_MAX_APPS], const size_t size[LAT_MAX_APPS])
 {
     const struct lat_job *jh = js->hdr;
-    struct lat_node_job nj = { .job = jh->job, .image_size = size, .rank = (uint32_t)rank,
-                               .size = jh->nranks, .uid = jh->uid, .gid = jh->gid,
-                               .ngroups = jh->ngroups, .nargs = jh->nargs, .nenv = jh->nenv,
-                               .flags = jh->flags };
-    struct iovec v[3] = { { &nj, sizeof(nj) },
-                          { (void *)js->groups, sizeof(uint32_t) * jh->ngroups },
-                          { (void *)js->args, js->argslen } };
+    bool placed = jh->flags & LAT_JOB_PLACED, used[LAT_MAX_APPS] = { false };
+    struct lat_node_job nj = { .job = jh->job, .rank = (uint32_t)js->rank[node], .size = jh->nranks,
+                               .uid = jh->uid, .gid = jh->gid, .ngroups = jh->ngroups, .nargs = jh->nargs,
+                               .nenv = jh->nenv, .flags = jh->flags };
+    struct lat_job_ext ext = { .napps = js->napps, .ppn = js->ppn };
+    size_t cap = sizeof(nj) + sizeof(uint32_t) * jh->ngroups + sizeof(ext) + js->envlen
+                 + (sizeof(struct lat_slot) + sizeof(struct lat_node_app)) * (size_t)(js->nslots + js->napps);
+    char *msg, *w;
     int rc;
 
-    pthread_mutex_lock(&n->wlock);
-    rc = conn_sendv_locked(n, LAT_NODE_JOB, 0, v, 3);
-    for (size_t off = 0; rc == 0 && off < size; off += LAT_MAX_IO) {
-        struct iovec chunk = { (void *)(image + off), size - off < LAT_MAX_IO ? size - off : LAT_MAX_IO };
-        rc = conn_sendv_locked(n, LAT_NODE_IMAGE, 0, &chunk, 1);
+    for (uint32_t i = 0; i < js->nslots; i++)
+        if (js->slot[i].node == node) {
+            used[js->slot[i].app] = true;
+            ext.nslots++;
+        }
+    for (uint32_t a = 0; a < js->napps; a++) {
+        cap += js->app[a].argvlen;
+        nj.image_size += used[a] ? size[a] : 0;
     }
+    if (cap > LAT_MAX_PAYLOAD || !(msg = w = malloc(cap))) {
+        errno = cap > LAT_MAX_PAYLOAD ? EMSGSIZE : ENOMEM;
+        return -1;
+    }
+    put_bytes(&w, &nj, sizeof(nj));
+    put_bytes(&w, js->groups, sizeof(uint32_t) * jh->ngroups);
+    if (placed) {
+        put_bytes(&w, &ext, sizeof(ext));
+        for (uint32_t i = 0; i < js->nslots; i++)
+            if (js->slot[i].node == node)
+                put_bytes(&w, &js->slot[i], sizeof(js->slot[i]));
+        for (uint32_t a = 0; a < js->napps; a++) {
+            struct lat_node_app na = { .image_size = used[a] ? size[a] : 0, .nargs = js->app[a].nargs };
+            put_bytes(&w, &na, sizeof(na));
+        }
+    }
+    put_bytes(&w, js->app[0].argv, js->app[0].argvlen);
+    put_bytes(&w, js->env, js->envlen);
+    for (uint32_t a = 1; placed && a < js->napps; a++)
+        put_bytes(&w, js->app[a].argv, js->app[a].argvlen);
+
+    pthread_mutex_lock(&n->wlock);
+    struct iovec v = { msg, (size_t)(w - msg) };
+    rc = conn_sendv_locked(n, LAT_NODE_JOB, 0, &v, 1);
+    for (uint32_t a = 0; a < js->napps; a++)
+        for (size_t off = 0; rc == 0 && used[a] && off < size[a]; off += LAT_MAX_IO) {
+            struct iovec chunk = { image[a] + off, size[a] - off < LAT_MAX_IO ? size[a] - off : LAT_MAX_IO };
+            rc = conn_sendv_locked(n, LAT_NODE_IMAGE, 0, &chunk, 1);
+        }
     pthread_mutex_unlock(&n->wlock);
+    free(msg);
     return rc;
+}
+
+/* The service node completed a fence of the job: publish and release. */
+static int on_fence_out(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    return pmi_fence_out(c->buf, h->len, why, whylen);
 }
 
 static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
     struct conn *nodes[LAT_MAX_PSET];
-    struct job_spec js;
+    struct job_spec *js;
     struct lat_job_end start;
     struct lat_sysret ok = { 0 };
     char text[CIOD_ERRLEN];
-    char *image = NULL;
-    size_t size = 0;
+    char *image[LAT_MAX_APPS] = { NULL };
+    size_t size[LAT_MAX_APPS] = { 0 };
     int err;
 
     /* decode */
     if (h->len < sizeof(struct lat_job))
         return errprintf(why, whylen, "CTL_JOB of %u bytes", h->len);
-    if (decode_job(c->buf, h->len, &js, text, sizeof(text)) < 0)
-        return reply_refused(c, h, EINVAL, text), 0;
+    if (!(js = malloc(sizeof(*js))))
+        return reply_refused(c, h, ENOMEM, "out of memory"), 0;
+    if (decode_job(c->buf, h->len, js, text, sizeof(text)) < 0) {
+        err = EINVAL;
+        goto refused;
+    }
     /* authorize */
-    if (!ident_is_root() && js.who.uid != getuid()) {
+    if (!ident_is_root() && js->who.uid != getuid()) {
         snprintf(text, sizeof(text), "ciod runs as uid %u and cannot act as uid %u",
-                 (unsigned)getuid(), js.who.uid);
-        return reply_refused(c, h, EPERM, text), 0;
+                 (unsigned)getuid(), js->who.uid);
+        err = EPERM;
+        goto refused;
     }
-    if (job_busy())                     /* cheap early answer; job_register decides */
-        return reply_refused(c, h, EBUSY, "a job is running on this I/O node"), 0;
+    if (job_busy()) {                   /* cheap early answer; job_register decides */
+        snprintf(text, sizeof(text), "a job is running on this I/O node");
+        err = EBUSY;
+        goto refused;
+    }
     /* act: read as the owner, then hand out */
-    err = ident_enter(&js.who);
+    err = ident_enter(&js->who);
     if (err) {
-        snprintf(text, sizeof(text), "cannot take the identity of uid %u: %s", js.who.uid,
+        snprintf(text, sizeof(text), "cannot take the identity of uid %u: %s", js->who.uid,
                  strerror(err));
-        return reply_refused(c, h, err, text), 0;
+        goto refused;
     }
-    err = load_job_files(&js, &image, &size, text, sizeof(text));
+    err = load_job_files(js, image, size, text, sizeof(text));
     ident_leave();
+    if (!err)
+        err = job_register(js, c, nodes, text, sizeof(text));
     if (err)
-        return reply_refused(c, h, err, text), 0;
-    err = job_register(&js, c, nodes, text, sizeof(text));
-    if (err) {
-        free(image);
-        return reply_refused(c, h, err, text), 0;
-    }
-    logmsg("job %" PRIu64 " from %s: %s (%zu bytes), uid %u, %u ranks, kernel %s%s", js.hdr->job, c->peer,
-           js.exe, size, js.who.uid, js.hdr->nranks, js.hdr->flags & LAT_JOB_CNK ? "cnk" : "linux",
-           js.hdr->flags & LAT_JOB_TRACE ? " (trace)" : "");
+        goto refused;
+    if (pmi_job_start(js, text, sizeof(text)) != 0)
+        ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 ": no PMI service: %s", js->hdr->job, text);
+    logmsg("job %" PRIu64 " from %s: %s, uid %u, %u ranks (%u here, %u per node, %u applications), kernel %s%s",
+           js->hdr->job, c->peer, js->app[0].exe, js->who.uid, js->hdr->nranks, js->nslots, js->ppn, js->napps,
+           js->hdr->flags & LAT_JOB_CNK ? "cnk" : "linux", js->hdr->flags & LAT_JOB_TRACE ? " (trace)" : "");
 
     /* Hold our write lock until the reply is out: no exit or output of this
      * job can reach the service node before it learns the job started. */
     pthread_mutex_lock(&c->wlock);
     for (uint32_t i = 0; i < cfg.pset_size; i++)
-        if (nodes[i] && push_node(nodes[i], &js, js.rank[i], image, size) < 0)
-            logmsg("job %" PRIu64 ": push to node %u failed: %s", js.hdr->job, i, strerror(errno));
-    free(image);
-    start.job = js.hdr->job;
+        if (nodes[i] && push_node(nodes[i], js, i, image, size) < 0)
+            logmsg("job %" PRIu64 ": push to node %u failed: %s", js->hdr->job, i, strerror(errno));
+    for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
+        free(image[a]);
+    start.job = js->hdr->job;
+    free(js);
     for (uint32_t i = 0; i < cfg.pset_size; i++) {
         if (nodes[i]) {
             conn_send(nodes[i], LAT_NODE_START, 0, &start, sizeof(start));
@@ -353,6 +531,12 @@ static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t why
     }
     pthread_mutex_unlock(&c->wlock);
     return 0;
+
+refused:
+    for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
+        free(image[a]);
+    free(js);
+    return reply_refused(c, h, err, text), 0;
 }
 
 static const ctl_fn handlers[] = {
@@ -361,6 +545,7 @@ static const ctl_fn handlers[] = {
     [LAT_CTL_KILL - LAT_CTL_STATUS]     = on_kill,
     [LAT_CTL_SHUTDOWN - LAT_CTL_STATUS] = on_shutdown,
     [LAT_CTL_COUNTERS - LAT_CTL_STATUS] = on_counters,
+    [LAT_CTL_FENCE_OUT - LAT_CTL_STATUS] = on_fence_out,   /* one-way: no reply */
 };
 
 void control_serve(struct conn *c)

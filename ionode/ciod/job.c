@@ -18,15 +18,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct jslot {                          /* one process of the job in this pset */
+    int32_t      rank;
+    uint32_t     node, t;
+    bool         running;
+};
+
 struct job {
     uint64_t     id;
     struct conn *ctl;                   /* the control connection that owns it (a reference) */
     struct ident who;
     char         cwd[LAT_MAX_PATH];
     uint32_t     nranks;
-    int32_t      rank[LAT_MAX_PSET];    /* per pset-local node, -1 = idle */
-    bool         running[LAT_MAX_PSET];
-    uint32_t     left;                  /* ranks still running */
+    int32_t      rank[LAT_MAX_PSET];    /* per pset-local node: its process t = 0, -1 = idle */
+    struct jslot *slot;
+    uint32_t     nslots;
+    uint32_t     left;                  /* processes still running */
     bool         orphaned;              /* owner hung up: killed, waiting for the exits */
 };
 
@@ -39,9 +46,30 @@ static struct {
 static void job_free(struct job *j)
 {
     if (j) {
+        pmi_job_end(j->id);
         conn_put(j->ctl);
+        free(j->slot);
         free(j);
     }
+}
+
+/* The process of `node` that reported as `rank`; a node that runs one
+ * process needs not say which (older nodes send rank 0). */
+static struct jslot *slot_of(struct job *j, uint32_t node, uint32_t rank)
+{
+    struct jslot *only = NULL;
+    int n = 0;
+
+    for (uint32_t i = 0; i < j->nslots; i++) {
+        struct jslot *s = &j->slot[i];
+        if (s->node != node)
+            continue;
+        if ((uint32_t)s->rank == rank)
+            return s;
+        only = s;
+        n++;
+    }
+    return n == 1 ? only : NULL;
 }
 
 int node_attach(uint32_t node, struct conn *c)
@@ -62,29 +90,34 @@ void node_detach(uint32_t node, struct conn *c)
     struct conn *old = NULL;
     struct lat_exit ex = { .node = node, .how = LAT_EXIT_LOST };
     char loc[128], msg[256];
-    bool lost = false;
+    uint32_t nlost = 0, *lost = NULL;
 
     pthread_mutex_lock(&g.lock);
     if (g.node[node] == c) {
         old = g.node[node];
         g.node[node] = NULL;
     }
-    if (g.job && g.job->running[node]) {
-        lost = true;
+    if (g.job && (lost = calloc(g.job->nslots + 1, sizeof(*lost)))) {
         ex.job = g.job->id;
-        ex.rank = g.job->rank[node];
+        for (uint32_t i = 0; i < g.job->nslots; i++)
+            if (g.job->slot[i].node == node && g.job->slot[i].running)
+                lost[nlost++] = (uint32_t)g.job->slot[i].rank;
     }
     pthread_mutex_unlock(&g.lock);
 
     node_location(node, loc, sizeof(loc));
-    if (lost) {
-        ras_event(RAS_ERROR, loc, "compute node %s (pset %u node %u) lost while running rank %u of job %" PRIu64,
-                  loc, cfg.pset, node, ex.rank, ex.job);
+    if (nlost) {
         snprintf(msg, sizeof(msg), "compute node %s lost (connection to its I/O node closed)", loc);
-        job_rank_exit(node, &ex, msg, strlen(msg));
+        for (uint32_t i = 0; i < nlost; i++) {
+            ex.rank = lost[i];
+            ras_event(RAS_ERROR, loc, "compute node %s (pset %u node %u) lost while running rank %u of job %"
+                      PRIu64, loc, cfg.pset, node, ex.rank, ex.job);
+            job_rank_exit(node, &ex, msg, strlen(msg));
+        }
     } else {
         ras_event(RAS_ERROR, loc, "compute node %s (pset %u node %u) disconnected", loc, cfg.pset, node);
     }
+    free(lost);
     conn_put(old);
 }
 
@@ -124,6 +157,15 @@ int job_register(const struct job_spec *js, struct conn *ctl,
     j->who = js->who;
     snprintf(j->cwd, sizeof(j->cwd), "%s", js->cwd);
     j->nranks = js->hdr->nranks;
+    j->nslots = js->nslots;
+    if (!(j->slot = calloc(js->nslots + 1, sizeof(*j->slot)))) {
+        free(j);
+        errprintf(why, whylen, "out of memory");
+        return ENOMEM;
+    }
+    for (uint32_t i = 0; i < js->nslots; i++)
+        j->slot[i] = (struct jslot){ .rank = (int32_t)js->slot[i].rank, .node = js->slot[i].node,
+                                     .t = js->slot[i].t, .running = true };
 
     pthread_mutex_lock(&g.lock);
     if (g.job) {
@@ -142,16 +184,17 @@ int job_register(const struct job_spec *js, struct conn *ctl,
                       loc, i, cfg.pset);
             goto out;
         }
-        j->running[i] = true;
-        j->left++;
     }
+    j->left = j->nslots;
     for (uint32_t i = 0; i < cfg.pset_size; i++)
-        nodes[i] = j->running[i] ? conn_get(g.node[i]) : NULL;
+        nodes[i] = j->rank[i] >= 0 ? conn_get(g.node[i]) : NULL;
     j->ctl = conn_get(ctl);
     g.job = j;
     j = NULL;
 out:
     pthread_mutex_unlock(&g.lock);
+    if (j)
+        free(j->slot);
     free(j);
     return err;
 }
@@ -220,14 +263,15 @@ void job_ctl_closed(struct conn *ctl)
     kill_nodes(nodes, SIGKILL);
 }
 
-void job_output(uint32_t node, uint32_t stream, const void *data, size_t len)
+void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data, size_t len)
 {
     struct lat_output o = { .stream = stream };
     struct conn *ctl = NULL;
+    struct jslot *s;
 
     pthread_mutex_lock(&g.lock);
-    if (g.job && g.job->running[node]) {
-        o.rank = (uint32_t)g.job->rank[node];
+    if (g.job && (s = slot_of(g.job, node, rank)) && s->running) {
+        o.rank = (uint32_t)s->rank;
         ctl = conn_get(g.job->ctl);
     }
     pthread_mutex_unlock(&g.lock);
@@ -285,10 +329,11 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     struct lat_job_end end = { .job = ex->job };
     struct conn *ctl = NULL;
     struct job *done = NULL;
+    struct jslot *s;
     bool report = false, last = false;
 
     pthread_mutex_lock(&g.lock);
-    if (g.job && g.job->id == ex->job && g.job->running[node])
+    if (g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running)
         ctl = conn_get(g.job->ctl);
     pthread_mutex_unlock(&g.lock);
     if (!ctl) {
@@ -299,10 +344,11 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     /* Decide and send under the owner's write lock: exits keep their order. */
     pthread_mutex_lock(&ctl->wlock);
     pthread_mutex_lock(&g.lock);
-    if (g.job && g.job->id == ex->job && g.job->ctl == ctl && g.job->running[node]) {
-        g.job->running[node] = false;
+    if (g.job && g.job->id == ex->job && g.job->ctl == ctl && (s = slot_of(g.job, node, ex->rank))
+        && s->running) {
+        s->running = false;
         report = true;
-        out.rank = (uint32_t)g.job->rank[node];
+        out.rank = (uint32_t)s->rank;
         out.node = node;
         last = --g.job->left == 0;
         if (last) {
@@ -330,19 +376,33 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     conn_put(ctl);
 }
 
-int job_proc_attach(uint32_t node, uint64_t id, struct ident *who, char *cwd, size_t cwdlen,
-                    int32_t *rank)
+int job_proc_attach(uint32_t node, uint32_t t, uint64_t id, struct ident *who, char *cwd,
+                    size_t cwdlen, int32_t *rank)
 {
     int err = EACCES;
 
     pthread_mutex_lock(&g.lock);
-    if (g.job && g.job->id == id && node < cfg.pset_size && g.job->rank[node] >= 0
-        && !g.job->orphaned) {
-        *who = g.job->who;
-        snprintf(cwd, cwdlen, "%s", g.job->cwd);
-        *rank = g.job->rank[node];
-        err = 0;
+    for (uint32_t i = 0; g.job && g.job->id == id && !g.job->orphaned && i < g.job->nslots; i++) {
+        const struct jslot *s = &g.job->slot[i];
+        if (s->node == node && s->t == t) {
+            *who = g.job->who;
+            snprintf(cwd, cwdlen, "%s", g.job->cwd);
+            *rank = s->rank;
+            err = 0;
+            break;
+        }
     }
     pthread_mutex_unlock(&g.lock);
     return err;
+}
+
+struct conn *job_owner(uint64_t id)
+{
+    struct conn *ctl = NULL;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == id && !g.job->orphaned)
+        ctl = conn_get(g.job->ctl);
+    pthread_mutex_unlock(&g.lock);
+    return ctl;
 }

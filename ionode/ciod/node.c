@@ -2,8 +2,8 @@
  * node.c - the connection of one compute node supervisor (cnode).
  *
  * ciod pushes jobs down this connection (control.c); what comes up is the
- * rank's output and its exit, both forwarded to the job's owner with the
- * rank filled in.  When the connection drops, the node is gone: job.c
+ * output and exit of each process of the node, forwarded to the job's owner
+ * with the rank checked, and the processes' PMI traffic (pmi.c).  When the connection drops, the node is gone: job.c
  * reports the rank it ran as LOST.
  */
 #include "ciod.h"
@@ -29,7 +29,20 @@ static int on_output(struct node_ctx *n, const struct lat_hdr *h, char *why, siz
     memcpy(&o, n->c->buf, sizeof(o));
     if (o.stream != LAT_STDOUT && o.stream != LAT_STDERR)
         return errprintf(why, whylen, "NODE_OUTPUT for stream %u", o.stream);
-    job_output(n->node, o.stream, n->c->buf + sizeof(o), h->len - sizeof(o));
+    job_output(n->node, o.rank, o.stream, n->c->buf + sizeof(o), h->len - sizeof(o));
+    return 0;
+}
+
+/* A rank's PMI bytes: the pset's PMI proxy (pmi.c) answers on this connection. */
+static int on_pmi(struct node_ctx *n, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    struct lat_pmi m;
+
+    if (h->len < sizeof(m))
+        return errprintf(why, whylen, "NODE_PMI of %u bytes", h->len);
+    memcpy(&m, n->c->buf, sizeof(m));
+    if (h->len > sizeof(m))
+        pmi_input(n->node, n->c, m.rank, n->c->buf + sizeof(m), h->len - sizeof(m));
     return 0;
 }
 
@@ -52,6 +65,7 @@ static const struct {
 } handlers[] = {
     { LAT_NODE_OUTPUT, on_output },
     { LAT_NODE_EXIT, on_exit_msg },
+    { LAT_NODE_PMI, on_pmi },
 };
 
 void node_serve(struct conn *c, uint32_t node, uint32_t seq)

@@ -762,12 +762,12 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
     }
     p->c = c;
     p->job = hello->job;
-    p->node = hello->node;
-    err = job_proc_attach(hello->node, hello->job, &p->who, cwd, sizeof(cwd), &p->rank);
+    p->node = hello->node & 0xffff;     /* bits 16..31: the process's index on its node */
+    err = job_proc_attach(p->node, hello->node >> 16, hello->job, &p->who, cwd, sizeof(cwd), &p->rank);
     if (err) {
         ras_event(RAS_WARNING, cfg.location,
-                  "process connection from %s for job %" PRIu64 " node %u refused: no such job there",
-                  c->peer, hello->job, hello->node);
+                  "process connection from %s for job %" PRIu64 " node %u process %u refused: no such job there",
+                  c->peer, hello->job, p->node, hello->node >> 16);
         goto refuse;
     }
     node_location(p->node, loc, sizeof(loc));

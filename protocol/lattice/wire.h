@@ -31,6 +31,15 @@
 #define LAT_MAX_PSET      128u                   /* compute nodes per I/O node */
 #define LAT_MAX_ARGS      4096u                  /* argv + envp strings per job */
 #define LAT_MAX_IMAGE     (1ull << 31)           /* largest executable pushed */
+#define LAT_MAX_PPN       64u                    /* processes per compute node (virtual node mode) */
+#define LAT_MAX_APPS      64u                    /* MPMD applications per job */
+
+/* PMI limits (docs/protocol.md section 10): what get_maxes announces and
+ * every PMI line is checked against. */
+#define LAT_PMI_KVSNAME_MAX 256u
+#define LAT_PMI_KEY_MAX     64u                  /* characters, without the NUL */
+#define LAT_PMI_VAL_MAX     1024u
+#define LAT_PMI_LINE_MAX    4096u                /* one PMI-1 line or PMI-2 command */
 
 struct lat_hdr {
     uint32_t magic;     /* LAT_MAGIC */
@@ -60,9 +69,14 @@ enum lat_type {
     LAT_CTL_KILL       = 0x0102,  /* struct lat_kill -> struct lat_sysret */
     LAT_CTL_SHUTDOWN   = 0x0103,  /* empty -> struct lat_sysret; then ciod exits */
     LAT_CTL_COUNTERS   = 0x0104,  /* empty -> uint64_t calls[LAT_SYS__END - LAT_SYS__BASE] */
+    LAT_CTL_FENCE_OUT  = 0x0105,  /* one-way sn->ciod: struct lat_fence + key/value strings:
+                                     the fence is complete, here is everything it published */
     LAT_CTL_OUTPUT     = 0x0180,  /* one-way ciod->sn: struct lat_output + data */
     LAT_CTL_EXIT       = 0x0181,  /* one-way ciod->sn: struct lat_exit + message text */
     LAT_CTL_JOB_END    = 0x0182,  /* one-way ciod->sn: struct lat_job_end */
+    LAT_CTL_FENCE      = 0x0183,  /* one-way ciod->sn: struct lat_fence + key/value strings:
+                                     every rank of the pset entered the fence, with their puts */
+    LAT_CTL_ABORT      = 0x0184,  /* one-way ciod->sn: struct lat_abort + message text */
 
     /* node: compute node <-> ciod */
     LAT_NODE_JOB       = 0x0200,  /* one-way ciod->cn: struct lat_node_job + tail */
@@ -70,8 +84,10 @@ enum lat_type {
     LAT_NODE_START     = 0x0202,  /* one-way ciod->cn: struct lat_job_end (job id) */
     LAT_NODE_KILL      = 0x0203,  /* one-way ciod->cn: struct lat_kill */
     LAT_NODE_SHUTDOWN  = 0x0204,  /* one-way ciod->cn: empty; the node exits */
+    LAT_NODE_PMI_REPLY = 0x0205,  /* one-way ciod->cn: struct lat_pmi + bytes for the rank's PMI_FD */
     LAT_NODE_OUTPUT    = 0x0280,  /* one-way cn->ciod: struct lat_output + data */
     LAT_NODE_EXIT      = 0x0281,  /* one-way cn->ciod: struct lat_exit + message text */
+    LAT_NODE_PMI       = 0x0282,  /* one-way cn->ciod: struct lat_pmi + bytes the rank wrote on PMI_FD */
 
     /* function shipping: compute process -> ciod.  Request payload is
      * struct lat_sysreq + data, reply payload struct lat_sysret + data. */
@@ -123,7 +139,8 @@ enum lat_role {
 
 struct lat_hello {
     uint32_t role;                  /* enum lat_role */
-    uint32_t node;                  /* pset-local node index (NODE, PROC) */
+    uint32_t node;                  /* pset-local node index (NODE, PROC); for PROC the
+                                       process's index t on its node in bits 16..31 */
     uint64_t job;                   /* job id (PROC), else 0 */
     uint8_t  key[LAT_KEY_BYTES];    /* the block's security key */
 };
@@ -159,9 +176,17 @@ _Static_assert(sizeof(struct lat_ctl_status) == 16, "lat_ctl_status layout");
 
 /*
  * LAT_CTL_JOB payload: struct lat_job, then
- *   int32_t  rank[pset_size]   rank run by each pset-local node, -1 = idle
+ *   int32_t  rank[pset_size]   rank run by each pset-local node (its process t = 0), -1 = idle
  *   uint32_t groups[ngroups]   supplementary groups
+ *   with LAT_JOB_PLACED only:
+ *     struct lat_job_ext       slots of this pset, applications, processes per node
+ *     struct lat_slot slot[nslots]
+ *     uint32_t nargs[napps]    argv count of each application (nargs[0] == lat_job.nargs)
  *   strings, each NUL-terminated: exe, cwd, argv[nargs], env[nenv]
+ *   with LAT_JOB_PLACED only, more strings: PMI_process_mapping, then for
+ *     applications 1..napps-1: exe, argv[nargs[i]]
+ * Without LAT_JOB_PLACED every node with a rank runs one process (t = 0) of
+ * application 0 and PMI_process_mapping is not known.
  */
 struct lat_job {
     uint64_t job;           /* job id (service node database) */
@@ -179,10 +204,29 @@ _Static_assert(sizeof(struct lat_job) == 40, "lat_job layout");
 /* Job flags: lat_job.flags (CTL_JOB), passed on in lat_node_job.flags.
  * ciod refuses a job with a bit it does not know, or TRACE without CNK. */
 enum lat_job_flags {
-    LAT_JOB_CNK   = 1,      /* run under the compute node kernel (cnk), not Linux mode */
-    LAT_JOB_TRACE = 2,      /* cnk --trace: print every system call; needs LAT_JOB_CNK */
+    LAT_JOB_CNK    = 1,     /* run under the compute node kernel (cnk), not Linux mode */
+    LAT_JOB_TRACE  = 2,     /* cnk --trace: print every system call; needs LAT_JOB_CNK */
+    LAT_JOB_VN     = 4,     /* virtual node mode (personality mode=vn); else coprocessor mode */
+    LAT_JOB_PLACED = 8,     /* the message carries slots and applications (lat_job_ext) */
 };
-#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE)
+#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED)
+
+/* Placement of a job in one pset (LAT_JOB_PLACED). */
+struct lat_job_ext {
+    uint32_t nslots;        /* processes (ranks) in this pset, or on this node (NODE_JOB) */
+    uint32_t napps;         /* applications of the job, 1..LAT_MAX_APPS */
+    uint32_t ppn;           /* processes per node of the job's mode, 1..LAT_MAX_PPN */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_job_ext) == 16, "lat_job_ext layout");
+
+struct lat_slot {
+    uint32_t rank;          /* job rank, < nranks, each at most once */
+    uint32_t node;          /* pset-local node index */
+    uint32_t t;             /* process index on the node, < ppn, each (node, t) at most once */
+    uint32_t app;           /* application number (PMI appnum), < napps */
+};
+_Static_assert(sizeof(struct lat_slot) == 16, "lat_slot layout");
 
 struct lat_kill {
     int32_t  sig;
@@ -222,9 +266,16 @@ _Static_assert(sizeof(struct lat_job_end) == 8, "lat_job_end layout");
 /*
  * LAT_NODE_JOB payload: struct lat_node_job, then
  *   uint32_t groups[ngroups]
+ *   with LAT_JOB_PLACED only:
+ *     struct lat_job_ext             nslots = processes on this node
+ *     struct lat_slot slot[nslots]   node == this node
+ *     struct lat_node_app app[napps] image sizes (0: not run here) and argv counts
  *   strings, each NUL-terminated: argv[nargs], env[nenv]
+ *   with LAT_JOB_PLACED only: argv of applications 1..napps-1
  * followed on the connection by LAT_NODE_IMAGE messages carrying exactly
- * image_size bytes, then LAT_NODE_START.
+ * image_size bytes (with LAT_JOB_PLACED: the images of the applications
+ * back to back, in application order), then LAT_NODE_START.
+ * rank is the rank of process t = 0; nargs is application 0's count.
  */
 struct lat_node_job {
     uint64_t job;
@@ -239,6 +290,42 @@ struct lat_node_job {
     uint32_t flags;         /* the job's LAT_JOB_* flags */
 };
 _Static_assert(sizeof(struct lat_node_job) == 48, "lat_node_job layout");
+
+struct lat_node_app {
+    uint64_t image_size;    /* bytes of this application's image pushed, 0 if no process here runs it */
+    uint32_t nargs;
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_node_app) == 16, "lat_node_app layout");
+
+/* PMI relay between a compute node and ciod (LAT_NODE_PMI, LAT_NODE_PMI_REPLY):
+ * the bytes of one rank's PMI stream, in order. */
+struct lat_pmi {
+    uint32_t rank;
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_pmi) == 8, "lat_pmi layout");
+
+/* A fence (LAT_CTL_FENCE up, LAT_CTL_FENCE_OUT down), followed by nkv pairs
+ * of strings key \0 value \0.  A large one is split into messages with
+ * LAT_FENCE_MORE set on every message but the last. */
+struct lat_fence {
+    uint64_t job;
+    uint32_t epoch;         /* fences completed before this one */
+    uint32_t nkv;
+    uint32_t flags;         /* LAT_FENCE_MORE */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_fence) == 24, "lat_fence layout");
+#define LAT_FENCE_MORE 1u
+
+/* A rank called PMI abort: the job ends with its code (LAT_CTL_ABORT). */
+struct lat_abort {
+    uint64_t job;
+    uint32_t rank;
+    int32_t  code;
+};
+_Static_assert(sizeof(struct lat_abort) == 16, "lat_abort layout");
 
 struct lat_timespec {
     int64_t sec;

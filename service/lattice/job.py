@@ -11,6 +11,13 @@ or in Linux mode.  Each rank's exit carries a report line from its node
 (`kernel=cnk pages=2M bigmem=... local=N shipped=N unsupported=N why=...`,
 or `kernel=linux`), kept per rank with the class totals per job.  A cnk job
 reserves huge pages for big memory while it runs (lattice.hugepages).
+
+The job is placed (lattice.placement): each I/O node learns which of its
+nodes run which ranks, as process t of the node, of which application.  The
+run is also the top of the PMI tree (docs/protocol.md, section 10): each I/O
+node sends one LAT_CTL_FENCE per fence with its pset's puts; once every I/O
+node of the job has, the merged keys go back down in LAT_CTL_FENCE_OUT.  A
+rank's PMI abort (LAT_CTL_ABORT) ends the job with that rank's code.
 """
 from __future__ import annotations
 
@@ -19,12 +26,13 @@ import selectors
 import shlex
 import signal
 import sqlite3
+import struct
 import sys
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import BinaryIO
 
-from lattice import blocks, boot, db, hugepages, machine, ras, wire
+from lattice import blocks, boot, db, hugepages, machine, placement, ras, wire
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod
 from lattice.errors import LatticeError
@@ -170,7 +178,12 @@ def describe(how: int, value: int, text: str) -> tuple[str, int, str]:
 class Run:
     def __init__(self, con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> None:
         self.con, self.m, self.b, self.spec, self.job = con, m, b, spec, job_id
-        self.nodes = b.nodes(m)[: spec.nranks]          # rank r runs on nodes[r]
+        self.nodes = [s.node for s in spec.placement.slots]   # rank r runs on nodes[r]
+        self.pmi_ciods: set[Ciod] = set()    # I/O nodes that run ranks: each takes part in every fence
+        self.epoch = 0
+        self.fence_in: set[Ciod] = set()     # entered the current fence (their last chunk arrived)
+        self.fence_kvs: dict[str, str] = {}
+        self.aborts: dict[int, str] = {}     # rank -> what it said when it called abort
         self.outcome = Outcome()
         self.output = Output(spec.label)
         self.killed = False
@@ -184,13 +197,25 @@ class Run:
 
     def start(self) -> None:
         self.ciods = boot.ciods(self.con, self.b, self.m)
-        rank_of = {n: r for r, n in enumerate(self.nodes)}
-        s = self.spec
-        flags = (wire.JOB_CNK if s.kernel == "cnk" else 0) | (wire.JOB_TRACE if s.trace else 0)
+        s, p = self.spec, self.spec.placement
+        flags = ((wire.JOB_CNK if s.kernel == "cnk" else 0) | (wire.JOB_TRACE if s.trace else 0)
+                 | (wire.JOB_VN if p.mode == "vn" else 0))
+        apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
+        env = [*(f"{k}={v}" for k, v in p.env.items()), *s.env]
+        mapping = placement.process_mapping(p)
+        if len(mapping) > wire.PMI_VAL_MAX:     # MPICH then finds the node-sharing out by itself
+            mapping = ""
         for c in self.ciods:
-            ranks = [rank_of.get(i, -1) for i in self.m.pset_nodes(c.pset)]
-            payload = wire.job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.exe, s.cwd,
-                                       [s.exe, *s.args], s.env, flags)
+            first = c.pset * self.m.pset_size
+            mine = [(sl.rank, sl.node - first, sl.t, sl.app) for sl in p.slots if self.m.pset_of(sl.node) == c.pset]
+            ranks = [-1] * self.m.pset_size
+            for rank, local, t, _ in mine:
+                if t == 0:
+                    ranks[local] = rank
+            if mine:
+                self.pmi_ciods.add(c)
+            payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
+                                              flags, p.ppn, mine, apps, mapping)
             ret, err, text = c.call(wire.CTL_JOB, payload)
             if ret < 0:
                 self.kill(signal.SIGKILL)
@@ -212,6 +237,8 @@ class Run:
         self.output.flush(rank)
         if self.ended_by and how == wire.EXIT_SIGNAL and value == signal.SIGKILL:
             text = self.ended_by            # collateral of ending the job, not a fault of its own
+        if rank in self.aborts:
+            text = f"called abort: {self.aborts[rank]}"
         kind, status, words = describe(how, value, text)
         self.outcome.ended[rank] = (kind, value, text)
         if report is not None:
@@ -234,6 +261,59 @@ class Run:
                 self.killed = True
                 self.ended_by = f"ended by lattice because rank {rank} {words}"
                 self.kill(signal.SIGKILL)
+
+    def on_fence(self, c: Ciod, body: bytes) -> None:
+        """One I/O node's part of a fence; the last one completes it."""
+        job, epoch, nkv, flags, _ = wire.FENCE.unpack_from(body)
+        if job != self.job or epoch != self.epoch or c not in self.pmi_ciods or c in self.fence_in:
+            raise ValueError(f"fence {epoch} of job {job} not expected (job {self.job} is at fence {self.epoch})")
+        self.fence_kvs.update(wire.parse_kvs(body[wire.FENCE.size:], nkv))
+        if flags & wire.FENCE_MORE:
+            return
+        self.fence_in.add(c)
+        if self.fence_in != self.pmi_ciods:
+            return
+        for msg in wire.fence_messages(self.job, self.epoch, self.fence_kvs):
+            for other in self.pmi_ciods:
+                try:
+                    other.send(wire.CTL_FENCE_OUT, msg)
+                except OSError:
+                    pass                    # its loss shows as a closed connection
+        self.epoch += 1
+        self.fence_in.clear()
+        self.fence_kvs = {}
+
+    def on_abort(self, body: bytes) -> None:
+        """A rank called PMI abort (MPI_Abort): the job ends with its code."""
+        _, rank, code = wire.ABORT.unpack_from(body)
+        text = body[wire.ABORT.size:].decode(errors="replace").replace("\\ ", " ").strip() or "(no message)"
+        if rank >= len(self.nodes) or rank in self.aborts:
+            return
+        self.aborts[rank] = f"code {code}: {text}"
+        status = code if 0 < code < 256 else (code & 0xFF) or 1
+        message = f"rank {rank} ({self.location(rank)}) called abort with code {code}: {text}"
+        print(f"lattice: {message}", file=sys.stderr, flush=True)
+        ras.record(self.con, "ERROR", "APP", self.location(rank), f"job {self.job} {message}", self.job)
+        if self.outcome.first_failure is None:
+            self.outcome.status = status
+            self.outcome.first_failure = message
+        if not self.killed:
+            self.killed = True
+            self.ended_by = f"ended by lattice because rank {rank} called abort with code {code}"
+            self.kill(signal.SIGKILL)
+
+    def bad_message(self, c: Ciod, why: str) -> None:
+        """An I/O node sent something the run cannot use: end the job, say why."""
+        message = f"I/O node {c.location} sent a bad message during job {self.job}: {why}"
+        print(f"lattice: {message}", file=sys.stderr, flush=True)
+        ras.record(self.con, "ERROR", "MMCS", c.location, message, self.job)
+        if self.outcome.first_failure is None:
+            self.outcome.status = NODE_LOST
+            self.outcome.first_failure = message
+        if not self.killed:
+            self.killed = True
+            self.ended_by = f"ended by lattice: {message}"
+            self.kill(signal.SIGKILL)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = signum
@@ -265,6 +345,14 @@ class Run:
                             self.output.write(rank, which, body[wire.OUTPUT.size:])
                     elif typ == wire.CTL_EXIT:
                         self.on_exit(body)
+                    elif typ in (wire.CTL_FENCE, wire.CTL_ABORT):
+                        try:
+                            if typ == wire.CTL_FENCE:
+                                self.on_fence(c, body)
+                            else:
+                                self.on_abort(body)
+                        except (ValueError, struct.error, UnicodeDecodeError) as e:
+                            self.bad_message(c, str(e))
                     elif typ == wire.CTL_JOB_END:
                         sel.unregister(c)
                         open_ciods.discard(c)
@@ -293,8 +381,9 @@ class Run:
 
 def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
     """Run spec on booted block b; record it; return the exit status."""
-    if spec.nranks > b.size:
-        raise LatticeError(f"{spec.nranks} ranks do not fit in block {b.name} of {b.size} compute nodes")
+    if spec.nranks > b.size * spec.placement.ppn:
+        raise LatticeError(f"{spec.nranks} ranks do not fit in block {b.name} of {b.size} compute nodes "
+                           f"x {spec.placement.ppn} per node")
     if b.state != "Initialized":
         raise LatticeError(f"block {b.name} is {b.state}, not Initialized")
     if spec.kernel not in KERNELS:
@@ -342,7 +431,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
 
 def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
     """Huge pages for the job's big memory, from this host's pools."""
-    res = hugepages.reserve(machine.home(), f"job-{job_id}", spec.nranks, m.memory,
+    res = hugepages.reserve(machine.home(), f"job-{job_id}", spec.nranks, m.memory // spec.placement.ppn,
                             fixed_address=hugepages.fixed_below_1g(spec.exe))
     if spec.verbose:
         for note in res.notes:

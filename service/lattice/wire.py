@@ -16,6 +16,12 @@ MAX_IO = 1 << 20
 MAX_PAYLOAD = MAX_IO + 8192
 KEY_BYTES = 32
 MAX_PSET = 128
+MAX_PPN = 64              # processes per compute node
+MAX_APPS = 64             # MPMD applications per job
+PMI_KVSNAME_MAX = 256
+PMI_KEY_MAX = 64
+PMI_VAL_MAX = 1024
+PMI_LINE_MAX = 4096
 
 # message types
 HELLO = 0x0001
@@ -25,9 +31,12 @@ CTL_JOB = 0x0101
 CTL_KILL = 0x0102
 CTL_SHUTDOWN = 0x0103
 CTL_COUNTERS = 0x0104
+CTL_FENCE_OUT = 0x0105   # one-way sn->ciod: a fence is complete, with what it published
 CTL_OUTPUT = 0x0180
 CTL_EXIT = 0x0181
 CTL_JOB_END = 0x0182
+CTL_FENCE = 0x0183       # one-way ciod->sn: every rank of the pset entered the fence, with its puts
+CTL_ABORT = 0x0184       # one-way ciod->sn: a rank called PMI abort
 
 ROLE_CONTROL = 1
 
@@ -44,7 +53,10 @@ SYS_END = SYS_BASE + len(SYS_NAMES)
 # job flags (lat_job.flags, passed on in lat_node_job.flags)
 JOB_CNK = 1              # run under the compute node kernel, not Linux mode
 JOB_TRACE = 2            # cnk --trace; needs JOB_CNK
-JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE
+JOB_VN = 4               # virtual node mode (personality mode=vn)
+JOB_PLACED = 8           # the job carries slots and applications (lat_job_ext)
+JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE | JOB_VN | JOB_PLACED
+FENCE_MORE = 1           # lat_fence.flags: more messages of this fence follow
 
 STDOUT, STDERR = 1, 2
 EXIT_CODE, EXIT_SIGNAL, EXIT_LAUNCH, EXIT_LOST = 1, 2, 3, 4
@@ -60,12 +72,17 @@ KILL = struct.Struct("<iI")              # sig, pad
 OUTPUT = struct.Struct("<II")            # rank, stream
 EXIT = struct.Struct("<QIIIi")           # job, rank, node, how, value
 JOB_END = struct.Struct("<Q")            # job
+JOB_EXT = struct.Struct("<IIII")         # nslots, napps, ppn, pad
+SLOT = struct.Struct("<IIII")            # rank, node, t, app
+FENCE = struct.Struct("<QIIII")          # job, epoch, nkv, flags, pad
+ABORT = struct.Struct("<QIi")            # job, rank, code
 
 SIZES = {
     "lat_hdr": HDR.size, "lat_hello": HELLO_MSG.size, "lat_hello_ack": HELLO_ACK.size,
     "lat_sysret": SYSRET.size, "lat_ctl_status": CTL_STATUS_MSG.size, "lat_job": JOB.size,
     "lat_kill": KILL.size, "lat_output": OUTPUT.size, "lat_exit": EXIT.size,
-    "lat_job_end": JOB_END.size,
+    "lat_job_end": JOB_END.size, "lat_job_ext": JOB_EXT.size, "lat_slot": SLOT.size,
+    "lat_fence": FENCE.size, "lat_abort": ABORT.size,
 }
 
 
@@ -76,3 +93,49 @@ def job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
     strings = b"".join(s.encode() + b"\0" for s in [exe, cwd, *argv, *env])
     return head + tail + strings
+
+
+def placed_job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,
+                       cwd: str, env: list[str], flags: int, ppn: int,
+                       slots: list[tuple[int, int, int, int]], apps: list[tuple[str, list[str]]],
+                       mapping: str) -> bytes:
+    """LAT_CTL_JOB payload of a placed job (flag JOB_PLACED): ranks[node] is
+    the rank of each pset-local node's process 0 (-1 idle), slots are this
+    pset's (rank, node, t, app), apps are (exe, argv) in application order."""
+    exe0, argv0 = apps[0]
+    head = JOB.pack(job, uid, gid, len(groups), len(argv0), len(env), nranks, len(ranks), flags | JOB_PLACED)
+    tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
+    tail += JOB_EXT.pack(len(slots), len(apps), ppn, 0) + b"".join(SLOT.pack(*s) for s in slots)
+    tail += struct.pack(f"<{len(apps)}I", *(len(a[1]) for a in apps))
+    strs = [exe0, cwd, *argv0, *env, mapping]
+    for exe, argv in apps[1:]:
+        strs += [exe, *argv]
+    return head + tail + b"".join(s.encode() + b"\0" for s in strs)
+
+
+def fence_messages(job: int, epoch: int, kvs: dict[str, str]) -> list[bytes]:
+    """LAT_CTL_FENCE_OUT payloads carrying kvs, split to fit LAT_MAX_PAYLOAD."""
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for k, v in kvs.items():
+        pair = k.encode() + b"\0" + v.encode() + b"\0"
+        if chunk and size + len(pair) > MAX_PAYLOAD - FENCE.size:
+            out.append(FENCE.pack(job, epoch, len(chunk), FENCE_MORE, 0) + b"".join(chunk))
+            chunk, size = [], 0
+        chunk.append(pair)
+        size += len(pair)
+    out.append(FENCE.pack(job, epoch, len(chunk), 0, 0) + b"".join(chunk))
+    return out
+
+
+def parse_kvs(body: bytes, nkv: int) -> list[tuple[str, str]]:
+    """The nkv key/value string pairs after a lat_fence; ValueError if malformed."""
+    parts = body.split(b"\0")
+    if len(parts) != 2 * nkv + 1 or parts[-1] != b"":
+        raise ValueError(f"fence announces {nkv} pairs, carries {(len(parts) - 1) / 2}")
+    pairs = [(parts[2 * i].decode(), parts[2 * i + 1].decode()) for i in range(nkv)]
+    for k, v in pairs:
+        if not k or len(k) > PMI_KEY_MAX or len(v) > 2 * PMI_VAL_MAX:
+            raise ValueError(f"fence key {k[:80]!r} or its value out of bounds")
+    return pairs

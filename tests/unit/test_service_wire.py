@@ -31,15 +31,17 @@ NOT_MIRRORED = {
     "LAT_MAX_PATH", "LAT_MAX_FDS", "LAT_MAX_ARGS", "LAT_MAX_IMAGE", "LAT_AT_FDCWD",
     "LAT_ROLE_NODE", "LAT_ROLE_PROC",
     "LAT_NODE_JOB", "LAT_NODE_IMAGE", "LAT_NODE_START", "LAT_NODE_KILL", "LAT_NODE_SHUTDOWN",
-    "LAT_NODE_OUTPUT", "LAT_NODE_EXIT",
+    "LAT_NODE_OUTPUT", "LAT_NODE_EXIT", "LAT_NODE_PMI", "LAT_NODE_PMI_REPLY",
 }
-STRUCTS_NOT_MIRRORED = {"lat_sysreq", "lat_node_job", "lat_timespec", "lat_stat", "lat_statfs"}
+STRUCTS_NOT_MIRRORED = {"lat_sysreq", "lat_node_job", "lat_timespec", "lat_stat", "lat_statfs",
+                        "lat_node_app", "lat_pmi"}
 
 # wire.py's struct.Struct objects, by the C struct they mirror
 MIRRORS: dict[str, struct.Struct] = {
     "lat_hdr": wire.HDR, "lat_hello": wire.HELLO_MSG, "lat_hello_ack": wire.HELLO_ACK,
     "lat_sysret": wire.SYSRET, "lat_ctl_status": wire.CTL_STATUS_MSG, "lat_job": wire.JOB,
     "lat_kill": wire.KILL, "lat_output": wire.OUTPUT, "lat_exit": wire.EXIT, "lat_job_end": wire.JOB_END,
+    "lat_job_ext": wire.JOB_EXT, "lat_slot": wire.SLOT, "lat_fence": wire.FENCE, "lat_abort": wire.ABORT,
 }
 
 C_TYPES = {"uint8_t": "B", "int8_t": "b", "uint16_t": "H", "int16_t": "h", "uint32_t": "I", "int32_t": "i",
