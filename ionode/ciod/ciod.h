@@ -168,6 +168,7 @@ int  kvs_put(struct kvs *t, const char *key, const char *val);
 int  pmi_job_start(const struct job_spec *js, char *why, size_t whylen);
 void pmi_job_end(uint64_t id);
 /* Bytes a rank wrote on its PMI_FD, relayed by its node. */
+void pmi_rank_exit(uint32_t rank, int status);
 void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, size_t len);
 /* LAT_CTL_FENCE_OUT from the service node; -1 (why set) if malformed. */
 int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);

@@ -331,15 +331,20 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     struct job *done = NULL;
     struct jslot *s;
     bool report = false, last = false;
+    uint32_t rank = 0;
 
     pthread_mutex_lock(&g.lock);
-    if (g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running)
+    if (g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running) {
         ctl = conn_get(g.job->ctl);
+        rank = (uint32_t)s->rank;
+    }
     pthread_mutex_unlock(&g.lock);
     if (!ctl) {
         logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
         return;
     }
+    if (ex->how == LAT_EXIT_CODE)       /* before the exit: the job may still be waiting on it */
+        pmi_rank_exit(rank, ex->value);
 
     /* Decide and send under the owner's write lock: exits keep their order. */
     pthread_mutex_lock(&ctl->wlock);

@@ -30,6 +30,7 @@ struct prank {
     uint32_t rank, node, app;
     int      version;               /* 0 before init, 1 or 2 */
     bool     in_fence;
+    bool     done;                  /* finalized or aborted: may exit */
     bool     broken;                /* unframeable input: the rest is ignored */
     bool     skip_line;             /* v1: drop until the next newline (line too long) */
     bool     in_mcmd;               /* v1: inside an mcmd=...endcmd block */
@@ -513,6 +514,7 @@ static void v1_command(struct outbox *o, struct prank *r, struct cmd *c, struct 
             return bad(o, r, 1, "barrier_out", "barrier_in twice");
         return enter_fence(r, up);
     } else if (!strcmp(n, "finalize")) {
+        r->done = true;
         rp_begin(&rp, 1, "finalize_ack");
         rp_add(&rp, "rc", "0");
     } else if (!strcmp(n, "abort")) {
@@ -623,7 +625,7 @@ static void v2_command(struct outbox *o, struct prank *r, struct cmd *c, struct 
                 rp_add(&rp, "value", v);
         }
     } else if (!strcmp(n, "finalize")) {
-        /* nothing to add */
+        r->done = true;
     } else if (!strcmp(n, "abort")) {
         long ec = 1;
         const char *m = find(c, "msg");
@@ -760,6 +762,8 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
             logmsg("pmi: out of memory for rank %u's input", rank);
         }
     }
+    if (aborted)
+        r->done = true;
     struct prank me = *r;
     pthread_mutex_unlock(&P.lock);
 
@@ -768,6 +772,27 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
     send_up(job, &up);
     if (aborted)
         do_abort(&me, code, msg);
+}
+
+/* A rank ended.  One that took part in PMI but never finalized leaves the
+ * others waiting in a fence it will never enter (here or in another pset):
+ * end the job as if it had aborted, rather than let it hang. */
+void pmi_rank_exit(uint32_t rank, int status)
+{
+    struct prank me;
+    bool stuck = false;
+
+    pthread_mutex_lock(&P.lock);
+    struct prank *r = P.job ? find_rank(rank) : NULL;
+    if (r && r->version && !r->done) {
+        r->done = true;
+        stuck = true;
+        me = *r;
+    }
+    pthread_mutex_unlock(&P.lock);
+    if (stuck)
+        do_abort(&me, status ? status : 1,
+                 "exited without PMI finalize (MPI_Finalize not called): the other ranks cannot complete");
 }
 
 /* LAT_CTL_FENCE_OUT: publish, then release the pset. */

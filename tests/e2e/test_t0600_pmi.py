@@ -67,3 +67,15 @@ def test_mpi_abort_exits_7(machine: Machine, program: Path) -> None:
     assert "called abort: code 7" in ranks
     assert "ended by lattice because rank 1 called abort with code 7" in ranks
     assert "called abort with code 7" in machine.run("ras", "--job", job).stdout
+
+
+def test_rank_exiting_without_finalize_ends_the_job(machine: Machine, program: Path) -> None:
+    """Rank 1 returns from main without MPI_Finalize while the others wait for
+    it: the job ends with a message naming it instead of hanging."""
+    p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(program), "vanish",
+                    check=False, timeout=120)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "rank 1 (R00-M0-N00-C:J01) called abort with code 1: exited without PMI finalize" in p.stderr, p.stderr
+    # the block is ready for the next job
+    p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(program), timeout=180)
+    assert p.stdout.count("sum 4006") == 4, p.stdout

@@ -1,5 +1,7 @@
 /* An MPI job for the PMI tests: allreduce of known values; with argument
- * "abort", rank 1 calls MPI_Abort(MPI_COMM_WORLD, 7) after the allreduce. */
+ * "abort", rank 1 calls MPI_Abort(MPI_COMM_WORLD, 7) after the allreduce;
+ * with "vanish", rank 1 exits 0 without MPI_Finalize while the others wait
+ * in a barrier. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +25,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (argc > 1 && !strcmp(argv[1], "abort") && rank == 1)
         MPI_Abort(MPI_COMM_WORLD, 7);
+    if (argc > 1 && !strcmp(argv[1], "vanish") && rank == 1)
+        return 0;
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     return 0;
