@@ -25,7 +25,7 @@ SHAPE = (2, 2, 2)
 CORES = 2
 Place = tuple[int, int, int, int]       # x, y, z, t
 MEMORY = 256 << 20
-LINE = re.compile(r"rank=(\d+) coords=(\d+),(\d+),(\d+) t=(\d+) mode=(co|vn) app=(\S+) memory=(\d+)")
+LINE = re.compile(r"rank=(\d+) coords=(\d+),(\d+),(\d+) t=(\d+) mode=(co|vn) app=(\S+) memory=(\d+) async=(\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +75,11 @@ def map_file(m: Machine, mode: str) -> tuple[Path, list[Place]]:
     return f, places
 
 
-def reports(stdout: str) -> dict[int, tuple[Place, str, str]]:
+def reports(stdout: str, async_progress: str | None = None) -> dict[int, tuple[Place, str, str]]:
     """rank -> ((x, y, z, t), mode, app) from the probe's lines; each
-    process's memory is the node's share for the mode."""
+    process's memory is the node's share for the mode, and
+    MPIR_CVAR_ASYNC_PROGRESS is 1 in co mode (the nodes have 2 cores),
+    unset in vn, unless the test gave its own."""
     out: dict[int, tuple[Place, str, str]] = {}
     for line in stdout.splitlines():
         g = LINE.search(line)
@@ -86,6 +88,8 @@ def reports(stdout: str) -> dict[int, tuple[Place, str, str]]:
             assert r not in out, f"rank {r} reported twice:\n{stdout}"
             out[r] = ((int(g[2]), int(g[3]), int(g[4]), int(g[5])), g[6], g[7])
             assert int(g[8]) == MEMORY // (1 if g[6] == "co" else CORES), f"rank {r}: memory {g[8]} in {g[6]} mode"
+            want = async_progress or ("1" if g[6] == "co" else "-")
+            assert g[9] == want, f"rank {r}: MPIR_CVAR_ASYNC_PROGRESS={g[9]} in {g[6]} mode"
     return out
 
 
@@ -120,6 +124,12 @@ def test_every_rank_is_where_the_mapping_says(mm: Machine, probe: Path, kernel: 
     for r in range(n):
         assert got[r] == (want[r], mode, "A"), (r, got[r], want[r])
     assert len({g[0] for g in got.values()}) == n, "two ranks on one core"
+
+
+def test_the_user_s_async_progress_wins(mm: Machine, probe: Path) -> None:
+    p = mm.run("run", "--block", "M", "-n", "2", "--env", "MPIR_CVAR_ASYNC_PROGRESS=0", "--hugepages", "keep",
+               "--cwd", "/tmp", str(probe), "A", check=False)
+    assert p.returncode == 0 and sorted(reports(p.stdout, "0")) == [0, 1], p.stdout + p.stderr
 
 
 def test_fewer_ranks_than_slots(mm: Machine, probe: Path) -> None:
