@@ -90,3 +90,6 @@ include examples/cnk/examples.mk bench/bench.mk
 # MPI example programs (examples/mpi/), built with the distribution's MPICH
 # wrappers (mpicc.mpich, mpifort.mpich).
 -include examples/mpi/mpi.mk
+
+# Lattice's PMI-1 client library (Open MPI's pmix/flux bootstrap) and Open MPI examples.
+-include compute/libpmi/libpmi.mk

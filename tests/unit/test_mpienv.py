@@ -1,0 +1,125 @@
+"""lattice.mpienv: recognising Open MPI programs by their ELF DT_NEEDED
+entries, and the environment that makes them bootstrap through Lattice's
+PMI (Open MPI's pmix/flux component over build/lib/libpmi.so).
+
+Synthetic ELF files (64-bit little-endian, 32-bit big-endian, stripped of
+section headers) test the parser without any MPI installed; the real Open
+MPI and MPICH examples are used when they were built."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from lattice.errors import LatticeError
+from lattice.mpienv import is_open_mpi, mpi_env, needed_libraries
+from tests.conftest import EXAMPLES
+
+
+def make_elf(path: Path, needed: list[str], wide: bool = True, little: bool = True,
+             strtab_in_load: bool = True) -> Path:
+    """A minimal dynamic ELF: one PT_LOAD holding everything, a PT_DYNAMIC
+    listing DT_NEEDED names, DT_STRTAB (an address) and DT_STRSZ."""
+    e = "<" if little else ">"
+    ehsize, phentsize = (64, 56) if wide else (52, 32)
+    base = 0x400000
+    strings = b"\0" + b"".join(n.encode() + b"\0" for n in needed)
+    offsets, o = [], 1
+    for n in needed:
+        offsets.append(o)
+        o += len(n) + 1
+    str_off = ehsize + 2 * phentsize
+    dyn_off = str_off + len(strings)
+    dyn_fmt = e + ("qQ" if wide else "iI")
+    strtab_addr = base + str_off if strtab_in_load else 0x10000000
+    entries = [(1, x) for x in offsets] + [(5, strtab_addr), (10, len(strings)), (0, 0)]
+    dyn = b"".join(struct.pack(dyn_fmt, t, v) for t, v in entries)
+    total = dyn_off + len(dyn)
+    ident = b"\x7fELF" + bytes([2 if wide else 1, 1 if little else 2, 1]) + bytes(9)
+    if wide:
+        hdr = ident + struct.pack(e + "HHIQQQIHHHHHH", 3, 62, 1, 0, ehsize, 0, 0, ehsize, phentsize, 2, 0, 0, 0)
+        load = struct.pack(e + "IIQQQQQQ", 1, 5, 0, base, base, total, total, 0x1000)
+        dynamic = struct.pack(e + "IIQQQQQQ", 2, 6, dyn_off, base + dyn_off, base + dyn_off, len(dyn), len(dyn), 8)
+    else:
+        hdr = ident + struct.pack(e + "HHIIIIIHHHHHH", 3, 20, 1, 0, ehsize, 0, 0, ehsize, phentsize, 2, 0, 0, 0)
+        load = struct.pack(e + "IIIIIIII", 1, 0, base, base, total, total, 5, 0x1000)
+        dynamic = struct.pack(e + "IIIIIIII", 2, dyn_off, base + dyn_off, base + dyn_off, len(dyn), len(dyn), 6, 4)
+    assert len(hdr) == ehsize
+    path.write_bytes(hdr + load + dynamic + strings + dyn)
+    return path
+
+
+@pytest.fixture
+def prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A LATTICE_PREFIX holding lib/libpmi.so."""
+    p = tmp_path / "prefix"
+    (p / "lib").mkdir(parents=True)
+    (p / "lib" / "libpmi.so").write_bytes(b"")
+    monkeypatch.setenv("LATTICE_PREFIX", str(p))
+    return p
+
+
+@pytest.mark.parametrize("wide,little", [(True, True), (False, False), (True, False), (False, True)])
+def test_needed_libraries_of_synthetic_elf(tmp_path: Path, wide: bool, little: bool) -> None:
+    f = make_elf(tmp_path / "a.out", ["libmpi.so.40", "libc.so.6"], wide=wide, little=little)
+    assert needed_libraries(f) == ["libmpi.so.40", "libc.so.6"]
+    assert is_open_mpi(f)
+
+
+@pytest.mark.parametrize("needed,ompi", [
+    (["libmpi.so.40", "libc.so.6"], True),
+    (["libopen-rte.so.40"], True),
+    (["libopen-pal.so.40"], True),
+    (["libmpi_mpifh.so.40", "libgfortran.so.5"], True),
+    (["libmpich.so.12", "libc.so.6"], False),           # MPICH
+    (["libmpi.so.12"], False),                          # MPICH's other soname
+    (["libc.so.6"], False),
+    ([], False),
+])
+def test_which_programs_are_open_mpi(tmp_path: Path, needed: list[str], ompi: bool) -> None:
+    assert is_open_mpi(make_elf(tmp_path / "p", needed)) is ompi
+
+
+def test_not_elf_static_truncated_or_missing(tmp_path: Path, prefix: Path) -> None:
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\necho libmpi.so.40\n")
+    assert needed_libraries(script) == [] and mpi_env(str(script)) == {}
+    full = make_elf(tmp_path / "full", ["libmpi.so.40"]).read_bytes()
+    (tmp_path / "trunc").write_bytes(full[:100])         # program headers cut off
+    with pytest.raises(ValueError, match="truncated ELF"):
+        needed_libraries(tmp_path / "trunc")
+    assert mpi_env(str(tmp_path / "trunc")) == {}
+    bad = make_elf(tmp_path / "bad", ["libmpi.so.40"], strtab_in_load=False)
+    with pytest.raises(ValueError, match="outside every loaded segment"):
+        needed_libraries(bad)
+    assert mpi_env(str(tmp_path / "nonexistent")) == {}
+
+
+def test_env_for_open_mpi(tmp_path: Path, prefix: Path) -> None:
+    env = mpi_env(str(make_elf(tmp_path / "a.out", ["libmpi.so.40"])))
+    assert env["FLUX_PMI_LIBRARY_PATH"] == str(prefix / "lib" / "libpmi.so")
+    assert env["OMPI_MCA_pmix"] == "flux" and env["OMPI_MCA_ess"] == "pmi"
+    assert env["OMPI_MCA_pml"] == "ob1" and env["OMPI_MCA_btl"] == "self,tcp"
+    # pmix/flux reads FLUX_JOB_ID with strtoul as the 32-bit Open MPI jobid:
+    # decimal, local job 1 (0 is ORTE's daemons), fresh for every job.
+    ids = {int(mpi_env(str(tmp_path / "a.out"))["FLUX_JOB_ID"]) for _ in range(20)}
+    assert env["FLUX_JOB_ID"].isdigit() and len(ids) > 15
+    assert all(i & 0xFFFF == 1 and 0 < i >> 16 < 0x8000 for i in ids)
+
+
+def test_missing_library_is_a_clear_error(tmp_path: Path, prefix: Path) -> None:
+    (prefix / "lib" / "libpmi.so").unlink()
+    with pytest.raises(LatticeError, match="Lattice's PMI-1 library .*libpmi.so is missing"):
+        mpi_env(str(make_elf(tmp_path / "a.out", ["libmpi.so.40"])))
+    assert mpi_env(str(make_elf(tmp_path / "b.out", ["libc.so.6"]))) == {}
+
+
+@pytest.mark.parametrize("exe,ompi", [("openmpi/hello", True), ("openmpi/ring", True),
+                                      ("mpi/ring", False), ("hello", False)])
+def test_built_examples(exe: str, ompi: bool, prefix: Path) -> None:
+    path = EXAMPLES / exe
+    if not path.exists():
+        pytest.skip(f"{path} not built")
+    assert is_open_mpi(path) is ompi
+    assert bool(mpi_env(str(path))) is ompi
