@@ -28,8 +28,7 @@ int pmiw_send(int fd, const char *req);
 /* The value of `key` in a reply, NULL if absent. */
 const char *pmiw_get(const struct pmiw_reply *rp, const char *key);
 
-/* Parse one reply line in place into rp (exposed for the clique parser's
- * tests and for clear errors); returns 0 or -1 with *why set. */
+/* Parse one reply line in place into rp; returns 0 or -1 with *why set. */
 int pmiw_parse(struct pmiw_reply *rp, const char **why);
 
 /* Print "lattice libpmi: ..." on stderr. */
