@@ -774,25 +774,26 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
         do_abort(&me, code, msg);
 }
 
-/* A rank ended.  One that took part in PMI but never finalized leaves the
- * others waiting in a fence it will never enter (here or in another pset):
- * end the job as if it had aborted, rather than let it hang. */
+/* A rank ended.  One that used PMI but never finalized has left MPI: the
+ * others would wait for it forever in their next collective or fence.  End
+ * the job as if it had aborted (Hydra does the same when a PMI descriptor
+ * closes before finalize). */
 void pmi_rank_exit(uint32_t rank, int status)
 {
     struct prank me;
-    bool stuck = false;
+    bool left = false;
 
     pthread_mutex_lock(&P.lock);
     struct prank *r = P.job ? find_rank(rank) : NULL;
     if (r && r->version && !r->done) {
         r->done = true;
-        stuck = true;
+        left = true;
         me = *r;
     }
     pthread_mutex_unlock(&P.lock);
-    if (stuck)
-        do_abort(&me, status ? status : 1,
-                 "exited without PMI finalize (MPI_Finalize not called): the other ranks cannot complete");
+    if (left)
+        do_abort(&me, status ? status : 1, "exited without PMI finalize (MPI_Finalize not called); "
+                 "the other ranks cannot complete");
 }
 
 /* LAT_CTL_FENCE_OUT: publish, then release the pset. */

@@ -108,7 +108,7 @@ def test_malformed_lines_get_errors_and_ciod_keeps_serving(machine: Machine, cli
                     "1:cmd=get_maxes", INIT1, "1:garbage", "1:cmd=frobnicate", f"1:cmd=put kvsname=%j key={long_key} value=1",
                     f"1:cmd=put kvsname=%j key=k value={long_val}", "1:cmd=put kvsname=other key=k value=1",
                     "1:cmd=put kvsname=%j key= value=1", "1:cmd=get kvsname=%j", "s:" + "x" * 5000 + "\\n",
-                    "r1:", "1:cmd=get_appnum")
+                    "r1:", "1:cmd=get_appnum", "1:cmd=finalize")
     by = replies(p.stdout)
     for r in (0, 1):
         lines = by[r]
@@ -124,18 +124,21 @@ def test_malformed_lines_get_errors_and_ciod_keeps_serving(machine: Machine, cli
     ras = machine.run("ras").stdout
     assert "bad PMI request" in ras
     # the block is still fine
-    assert machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(client), INIT1).returncode == 0
+    assert machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(client), INIT1,
+                       "1:cmd=finalize").returncode == 0
 
 
 def test_bad_pmi2_length_prefix(machine: Machine, client: Path) -> None:
     p = machine.run("run", "--block", "S", "-n", "1", "--kernel", "linux", str(client),
-                    "1:cmd=init pmi_version=2 pmi_subversion=0", "s:abcdefcmd=job-getid;", "r2:")
+                    "1:cmd=init pmi_version=2 pmi_subversion=0", "s:abcdefcmd=job-getid;", "r2:", check=False)
     assert "cmd=error-response;rc=-1;errmsg=bad PMI-2 length prefix" in p.stdout
+    # its PMI is broken, so it cannot finalize: ending without it ends the job
+    assert p.returncode == 1 and "exited without PMI finalize" in p.stderr, (p.returncode, p.stderr)
 
 
 def test_mpmd_appnum_and_abort(machine: Machine, client: Path) -> None:
     p = machine.run("run", "--block", "S", "-n", "2", "--kernel", "linux", str(client), INIT1, "1:cmd=get_appnum",
-                    ":", "-n", "2", str(client), INIT1, "1:cmd=get_appnum")
+                    "1:cmd=finalize", ":", "-n", "2", str(client), INIT1, "1:cmd=get_appnum", "1:cmd=finalize")
     by = replies(p.stdout)
     assert [by[r][1] for r in range(4)] == [f"cmd=appnum rc=0 appnum={a}" for a in (0, 0, 1, 1)], p.stdout
     p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(client), INIT1,
@@ -146,9 +149,19 @@ def test_mpmd_appnum_and_abort(machine: Machine, client: Path) -> None:
     assert "called abort" in machine.run("ras").stdout
 
 
+def test_exit_without_finalize_ends_the_job(machine: Machine, client: Path) -> None:
+    """A rank that used PMI and exits without finalize ends the job with its
+    status (1 for 0) and a message naming it; ranks that never used PMI may."""
+    p = machine.run("run", "--block", "S", "-n", "2", "--kernel", "linux", str(client), INIT1, check=False)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "exited without PMI finalize" in p.stderr
+    assert machine.run("run", "--block", "S", "-n", "2", "--kernel", "linux", str(client)).returncode == 0
+
+
 def test_pmi_fd_stays_local_under_cnk(machine: Machine, client: Path) -> None:
     p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "cnk", "--hugepages", "keep", str(client), INIT1,
-                    "1:cmd=put kvsname=%j key=c%r value=%r", "1:cmd=barrier_in", "1:cmd=get kvsname=%j key=c%o")
+                    "1:cmd=put kvsname=%j key=c%r value=%r", "1:cmd=barrier_in", "1:cmd=get kvsname=%j key=c%o",
+                    "1:cmd=finalize")
     by = replies(p.stdout)
     for r in range(4):
-        assert by[r][-1] == f"cmd=get_result rc=0 msg=success value={(r + 1) % 4}", p.stdout
+        assert by[r][-2] == f"cmd=get_result rc=0 msg=success value={(r + 1) % 4}", p.stdout
