@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from lattice import blocks, boot, db, job, machine, placement, ras
+from lattice import blocks, boot, db, job, machine, mpienv, placement, ras
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Machine
@@ -188,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
         name = f"auto-{os.getpid()}-{int(time.time())}"
         chosen = Block(name, corner, shape, "Free", True, None, None)
     p = placement.place(m, chosen, apps, args.mode, args.mapping)
+    for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
+        for k, v in mpienv.mpi_env(a.exe).items():
+            p.env.setdefault(k, v)
     for kv in args.env:
         p.env.pop(kv.split("=", 1)[0], None)     # the user's --env wins over the mode's defaults
     if args.print_map:
