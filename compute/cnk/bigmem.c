@@ -116,6 +116,18 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     return 0;
 }
 
+/* execve: the old program's memory goes back to the kernel (hugetlb pages
+ * to their pool) before bigmem_init maps a fresh, zeroed region, placed
+ * for the new program. */
+void bigmem_reset(void)
+{
+    if (bigmem.size)
+        ksys2(__NR_munmap, bigmem.base, up(bigmem.size, bigmem.page_size ? bigmem.page_size : PAGE));
+    bigmem = (struct bigmem){ 0 };
+    nfree = 0;
+    brk_lo = brk_cur = 0;
+}
+
 void bigmem_collapse(uintptr_t addr, size_t len)
 {
     if (bigmem.page_size == PAGE)   /* best effort: MADV_COLLAPSE is Linux 6.1+ */

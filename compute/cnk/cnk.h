@@ -32,6 +32,7 @@ struct cnk_config {
     char **argv;
     char **envp;
     const unsigned long *auxv;      /* cnk's own auxiliary vector (vDSO, hwcap, random) */
+    const char *execfn;             /* AT_EXECFN: the path execve was given (NULL: argv[0]) */
 };
 extern struct cnk_config cnk;
 
@@ -80,6 +81,14 @@ _Static_assert(offsetof(struct cnk_ucontext, mc) == 40 && offsetof(struct cnk_uc
 /* trap.c */
 int trap_install(void);                         /* SIGSYS handler + seccomp filter; 0 or -errno */
 long cnk_passthrough(struct cnk_call *c);       /* the call itself, from cnk's exempt text */
+/* Count and trace a call now (one that will not return: a successful execve). */
+void trap_account(struct cnk_call *c, long r);
+
+/* start.S: a minimal setjmp/longjmp, and a one-way switch of stacks */
+struct kjmp { uint64_t rbx, rbp, r12, r13, r14, r15, rsp, rip; };
+__attribute__((returns_twice)) int cnk_setjmp(struct kjmp *j);
+__attribute__((noreturn)) void cnk_longjmp(struct kjmp *j, int val);
+__attribute__((noreturn)) void cnk_on_stack(void *top, void (*fn)(void *), void *arg);
 
 /* ---- bigmem.c ---- */
 struct bigmem {
@@ -94,6 +103,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi);
 int bigmem_contains(uintptr_t addr, size_t len);
 int bigmem_alloc(size_t len, size_t align, uintptr_t *addr);   /* 0 or -ENOMEM */
 int bigmem_take(uintptr_t addr, size_t len);                   /* mark a fixed range used */
+void bigmem_reset(void);                                       /* execve: unmap the region */
 void bigmem_brk_init(uintptr_t start);                         /* heap starts here */
 void bigmem_collapse(uintptr_t addr, size_t len);              /* THP: make loaded pages huge */
 long sys_brk(struct cnk_call *c);
@@ -113,6 +123,18 @@ long sys_shmdt(struct cnk_call *c);
  * cnk_fail on a program that cannot run. */
 void load_program(uintptr_t *entry, uintptr_t *sp);
 __attribute__((noreturn)) void enter_program(uintptr_t entry, uintptr_t sp);  /* start.S */
+/* execve, in two steps.  Prepare: read the image on program descriptor fd
+ * (and its interpreter) completely into buffers outside big memory and
+ * check them, with the old program intact: 0 or -errno (ENOEXEC, ENOENT,
+ * ENOMEM...).  Load: after big memory is gone, map it again and load the
+ * prepared image with cnk.argv/envp (cnk_fail on failure). */
+long loader_prepare(int fd, const char *name);
+void loader_load_prepared(uintptr_t *entry, uintptr_t *sp);
+#define CNK_ARG_MAX ((8ul << 20) / 4 - (32ul << 10))   /* argv+envp bytes: a quarter of the stack, less auxv room */
+
+/* ---- exec.c ---- */
+long sys_execve(struct cnk_call *c);
+long sys_execveat(struct cnk_call *c);
 
 /* ---- ship.c, fd.c, path.c: shipped calls ---- */
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
@@ -160,6 +182,11 @@ int fd_cloexec(int fd);
 void fd_set_cloexec(int fd, int on);
 int fd_next_shipped(unsigned from, unsigned last);   /* lowest shipped fd in range, or -1 */
 int fd_next_hidden(unsigned from, unsigned last);    /* lowest of cnk's own in range, or -1 */
+/* execve: open the new image as the job's user (X_OK, regular file):
+ * program descriptor or -errno; *owned says whether the caller closes it
+ * (not for execveat(fd, "", AT_EMPTY_PATH)). */
+long ship_exec_open(int dirfd, const char *path, int flags, int *owned);
+void ship_exec_cloexec(void);                   /* close shipped descriptors marked FD_CLOEXEC */
 
 /* ---- thread.c, signal.c ---- */
 /* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from
@@ -171,6 +198,9 @@ long sys_exit(struct cnk_call *c);
 long sys_rseq(struct cnk_call *c);              /* ENOSYS: glibc runs without it */
 long sys_prctl(struct cnk_call *c);
 void thread_init(void);                         /* thread limit and usable CPUs, before the trap */
+unsigned thread_alive(void);                    /* the program's threads, main included */
+void thread_exec(void);                         /* execve: communication threads by the new environment */
+void signal_exec(void);                         /* execve: caught signals back to default, no altstack */
 long sys_sched_getaffinity(struct cnk_call *c); /* shows --cores CPUs */
 long sys_sched_setaffinity(struct cnk_call *c); /* own threads, within those CPUs */
 long sys_rt_sigaction(struct cnk_call *c);

@@ -1351,3 +1351,67 @@ long sys_copy_file_range(struct cnk_call *c)
         *uout = oout;
     return shipped(c, ret);
 }
+
+/* ---- execve ---- */
+
+/* What execve checks before reading: a regular file, executable by the
+ * job's user (the I/O node judges X_OK for a shipped name; the mode bits
+ * for a descriptor, as nothing else can be asked of it). */
+static long exec_fd_ok(int fd, int by_mode)
+{
+    struct kstat k;
+    int r;
+    long ret;
+    int rt = fd_route(fd, &r);
+
+    if (rt < 0)
+        return rt;
+    ret = rt == ROUTE_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
+    if (ret < 0)
+        return ret;
+    if ((k.mode & S_IFMT) != S_IFREG || (by_mode && !(k.mode & 0111)))
+        return -EACCES;
+    return 0;
+}
+
+long ship_exec_open(int dirfd, const char *path, int flags, int *owned)
+{
+    int nofollow = flags & AT_SYMLINK_NOFOLLOW ? O_NOFOLLOW : 0, rd;
+    long r;
+
+    *owned = 0;
+    if (!path)
+        return -EFAULT;
+    if (!path[0] && (flags & AT_EMPTY_PATH)) {     /* fexecve */
+        r = exec_fd_ok(dirfd, 1);
+        return r < 0 ? r : dirfd;
+    }
+    int rt = path_route(dirfd, path, &rd);
+    if (rt < 0)
+        return rt;
+    if (rt == ROUTE_LOCAL) {
+        r = ksys4(__NR_faccessat, dirfd, path, 1 /* X_OK */, 0);
+        if (r == 0)
+            r = ksys4(__NR_openat, dirfd, path, O_RDONLY | O_CLOEXEC | nofollow, 0);
+    } else {
+        r = call_path(LAT_SYS_FACCESSAT, rd, 1 /* X_OK */, 0, path, NULL, 0, NULL);
+        if (r == 0)
+            r = open_ship(rd, path, O_RDONLY | O_CLOEXEC | nofollow, 0);
+    }
+    if (r < 0)
+        return r;
+    long ok = exec_fd_ok((int)r, 0);
+    if (ok < 0) {
+        ship_close((int)r);
+        return ok;
+    }
+    *owned = 1;
+    return r;
+}
+
+void ship_exec_cloexec(void)
+{
+    for (int fd = fd_next_shipped(0, ~0u); fd >= 0; fd = fd_next_shipped((unsigned)fd + 1, ~0u))
+        if (fd_cloexec(fd))
+            rclose(fd_forget(fd, 1));
+}

@@ -124,6 +124,25 @@ long sys_tkill(struct cnk_call *c)
     return ksys3(__NR_tgkill, ksys0(__NR_getpid), c->a[0], c->a[1]);
 }
 
+/* execve: caught signals go back to their default action (ignored ones
+ * stay ignored, the mask and pending signals stay, as Linux does); the
+ * alternate stack was the old program's memory. */
+void signal_exec(void)
+{
+    struct ksigaction dfl = { 0 }, old;
+    for (int sig = 1; sig <= 64; sig++) {
+        if (sig == 9 || sig == 19 || sig == SIGSYS_)
+            continue;
+        if (ksys4(__NR_rt_sigaction, sig, NULL, &old, sizeof old.mask) == 0 &&
+            old.handler != SIG_DFL_ && old.handler != SIG_IGN_)
+            ksys4(__NR_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
+    }
+    if (vsys.handler != SIG_IGN_)
+        vsys = dfl;
+    struct { void *sp; int flags; size_t size; } off = { NULL, 2 /* SS_DISABLE */, 0 };
+    ksys2(__NR_sigaltstack, &off, NULL);
+}
+
 void signal_sigsys(void *info, struct cnk_ucontext *uc)
 {
     void *h = vsys.handler;

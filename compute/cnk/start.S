@@ -93,4 +93,54 @@ cnk_restorer:
     hlt
     .size cnk_restorer, . - cnk_restorer
 
+/* int cnk_setjmp(struct kjmp *j) / cnk_longjmp(j, val): the loader's way
+ * back to a failing execve while the old program is still intact.  Saves
+ * the callee-saved registers, the stack pointer and the return address. */
+    .globl cnk_setjmp
+    .hidden cnk_setjmp
+    .type cnk_setjmp, @function
+cnk_setjmp:
+    mov %rbx, 0(%rdi)
+    mov %rbp, 8(%rdi)
+    mov %r12, 16(%rdi)
+    mov %r13, 24(%rdi)
+    mov %r14, 32(%rdi)
+    mov %r15, 40(%rdi)
+    lea 8(%rsp), %rdx
+    mov %rdx, 48(%rdi)
+    mov (%rsp), %rdx
+    mov %rdx, 56(%rdi)
+    xor %eax, %eax
+    ret
+    .size cnk_setjmp, . - cnk_setjmp
+
+    .globl cnk_longjmp
+    .hidden cnk_longjmp
+    .type cnk_longjmp, @function
+cnk_longjmp:
+    mov 0(%rdi), %rbx
+    mov 8(%rdi), %rbp
+    mov 16(%rdi), %r12
+    mov 24(%rdi), %r13
+    mov 32(%rdi), %r14
+    mov 40(%rdi), %r15
+    mov 48(%rdi), %rsp
+    mov %esi, %eax
+    jmp *56(%rdi)
+    .size cnk_longjmp, . - cnk_longjmp
+
+/* cnk_on_stack(top, fn, arg): run fn(arg) on another stack, never to come
+ * back (execve leaves the old program's stack, in big memory, for good). */
+    .globl cnk_on_stack
+    .hidden cnk_on_stack
+    .type cnk_on_stack, @function
+cnk_on_stack:
+    and $-16, %rdi
+    mov %rdi, %rsp
+    mov %rdx, %rdi
+    xor %ebp, %ebp
+    call *%rsi
+    hlt
+    .size cnk_on_stack, . - cnk_on_stack
+
     .section .note.GNU-stack, "", @progbits

@@ -56,6 +56,9 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     L(getcpu, "xxx") L(sched_getparam, "dx") L(sched_getscheduler, "d")
     L(sched_get_priority_max, "d") L(sched_get_priority_min, "d")
 
+    /* the MPMD launcher's one execve (exec.c); a second one is unsupported */
+    H(execve, sys_execve, "sxx") H(execveat, sys_execveat, "dsxxx")
+
     /* signals (signal.c) */
     H(rt_sigaction, sys_rt_sigaction, "dxxd") H(rt_sigprocmask, sys_rt_sigprocmask, "dxxd")
     H(sigaltstack, sys_sigaltstack, "xx") L(rt_sigreturn, "") H(kill, sys_kill, "dd")
@@ -88,7 +91,7 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     L(shutdown, "dd")
 
     /* unsupported, named for --trace: processes, machine administration, ... */
-    U(fork) U(vfork) U(execve) U(execveat) U(clone3) U(wait4) U(waitid) U(ptrace) U(mount)
+    U(fork) U(vfork) U(clone3) U(wait4) U(waitid) U(ptrace) U(mount)
     U(umount2) U(pivot_root) U(chroot) U(reboot) U(kexec_load) U(kexec_file_load) U(init_module)
     U(finit_module) U(delete_module) U(swapon) U(swapoff) U(setuid) U(setgid) U(setreuid)
     U(setregid) U(setresuid) U(setresgid) U(setgroups) U(setsid) U(setpgid) U(setns) U(unshare)

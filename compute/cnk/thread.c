@@ -34,13 +34,24 @@ static unsigned alive = 1;      /* threads of the program */
 
 static void affinity_init(void);
 
-void thread_init(void)
+void thread_exec(void)
 {
     static const char *const pmi[] = { "PMI_FD", "PMI_PORT", "PMI_RANK", "PMIX_NAMESPACE", "PMIX_RANK" };
+    cnk.comm_threads = 0;
     for (size_t i = 0; i < sizeof pmi / sizeof pmi[0]; i++)
         if (kgetenv(cnk.envp, pmi[i]))
             cnk.comm_threads = COMM_THREADS;
+}
+
+void thread_init(void)
+{
+    thread_exec();
     affinity_init();
+}
+
+unsigned thread_alive(void)
+{
+    return __atomic_load_n(&alive, __ATOMIC_RELAXED);
 }
 
 long sys_clone(struct cnk_call *c)

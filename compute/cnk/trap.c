@@ -130,11 +130,22 @@ static void count(enum cnk_class cls)
     __atomic_fetch_add(&cnk.report->count[cls], 1, __ATOMIC_RELAXED);
 }
 
+static const struct cnk_sysent *entry(long nr)
+{
+    const struct cnk_sysent *e = nr >= 0 && nr < CNK_NSYS ? &cnk_systab[nr] : NULL;
+    return e && e->name ? e : NULL;
+}
+
+void trap_account(struct cnk_call *c, long r)
+{
+    count(c->cls);
+    if (cnk.trace)
+        trace(c, entry(c->nr), r, 1);
+}
+
 static long dispatch(struct cnk_call *c)
 {
-    const struct cnk_sysent *e = c->nr >= 0 && c->nr < CNK_NSYS ? &cnk_systab[c->nr] : NULL;
-    if (e && !e->name)
-        e = NULL;
+    const struct cnk_sysent *e = entry(c->nr);
     c->cls = e ? (enum cnk_class)e->cls : CNK_UNSUPPORTED;
     if (c->nr == __NR_exit || c->nr == __NR_exit_group) {   /* they do not come back */
         count(c->cls);

@@ -18,7 +18,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static uint64_t total;
-static int done;
+static int done, go;     /* go: every worker has been created (or one could not be) */
 static __thread long tls_count;
 static long n, parts;
 
@@ -28,6 +28,11 @@ static void *work(void *arg)
 {
     struct share *s = arg;
     uint64_t local = 0;
+    /* all workers are alive at once, so a thread limit shows whatever the timing */
+    pthread_mutex_lock(&lock);
+    while (!go)
+        pthread_cond_wait(&cond, &lock);
+    pthread_mutex_unlock(&lock);
     for (long i = s->part; i < n; i += parts) {
         local += (uint64_t)i;
         tls_count++;
@@ -59,6 +64,10 @@ int main(int argc, char **argv)
             return 3;
         }
     }
+    pthread_mutex_lock(&lock);
+    go = 1;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
     work(&s[0]);
     pthread_mutex_lock(&lock);
     while (done < parts)
