@@ -188,6 +188,20 @@ int fd_next_hidden(unsigned from, unsigned last);    /* lowest of cnk's own in r
 long ship_exec_open(int dirfd, const char *path, int flags, int *owned);
 void ship_exec_cloexec(void);                   /* close shipped descriptors marked FD_CLOEXEC */
 
+/* One request (type, a[], out) and its reply data into in: ret or -errno. */
+struct iovec;
+long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+               const struct iovec *in, int nin, size_t *got);
+
+/* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
+#define SOCK_HANDLER(name) long sock_##name(struct cnk_call *c);
+#define SOCK_HANDLERS(X) \
+    X(socket) X(connect) X(bind) X(listen) X(accept) X(sendto) X(recvfrom) X(sendmsg)   \
+    X(recvmsg) X(sendmmsg) X(recvmmsg) X(shutdown) X(setsockopt) X(getsockopt)        \
+    X(getsockname) X(getpeername) X(poll) X(ppoll) X(select) X(pselect6) X(epoll_ctl) \
+    X(epoll_wait) X(epoll_pwait)
+SOCK_HANDLERS(SOCK_HANDLER)
+
 /* ---- thread.c, signal.c ---- */
 /* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from
  * its new stack `frame` and returns into the program; parent gets the tid. */

@@ -263,6 +263,12 @@ static long call(uint16_t type, const int64_t a[4], const struct iovec *out, int
     return r;
 }
 
+long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+               const struct iovec *in, int nin, size_t *got)
+{
+    return call(type, a, out, nout, in, nin, got);
+}
+
 static long call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2)
 {
     int64_t a[4] = { a0, a1, a2, 0 };

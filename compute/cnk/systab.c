@@ -17,6 +17,7 @@
 #define H(n, f, a)  ENTRY(n, CNK_LOCAL, f, a)             /* local, by cnk */
 #define S(n, a)     ENTRY(n, CNK_SHIPPED, sys_##n, a)     /* shipped unless node-local */
 #define U(n)        ENTRY(n, CNK_UNSUPPORTED, NULL, NULL)
+#define K(n, a)     ENTRY(n, CNK_LOCAL, sock_##n, a)      /* local, or shipped by sock.c */
 
 const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     /* files: shipped to the I/O node, or local by the path rule (ship.c, fd.c, path.c) */
@@ -80,15 +81,16 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     L(prlimit64, "ddxx") L(getrandom, "xlx") L(sysinfo, "x") L(getrusage, "dx") L(times, "x")
 
     /* descriptors that are the node's own: pipes, sockets, events */
-    L(poll, "xdd") H(ppoll, sys_ppoll, "xdxxd") L(select, "dxxxx") H(pselect6, sys_pselect6, "dxxxxx")
-    L(epoll_create, "d") L(epoll_create1, "x") L(epoll_ctl, "dddx") L(epoll_wait, "dxdd")
-    H(epoll_pwait, sys_epoll_pwait, "dxddxd") H(epoll_pwait2, sys_epoll_pwait, "dxdxxd")
+    K(poll, "xdd") K(ppoll, "xdxxd") K(select, "dxxxx") K(pselect6, "dxxxxx")
+    L(epoll_create, "d") L(epoll_create1, "x") K(epoll_ctl, "dddx") K(epoll_wait, "dxdd")
+    K(epoll_pwait, "dxddxd") ENTRY(epoll_pwait2, CNK_LOCAL, sock_epoll_pwait, "dxdxxd")
     L(eventfd, "d") L(eventfd2, "dx") L(pipe, "x") L(pipe2, "xx") L(memfd_create, "sx")
-    L(socket, "ddd") L(socketpair, "dddx") L(bind, "dxd") L(listen, "dd") L(accept, "dxx")
-    L(accept4, "dxxx") L(connect, "dxd") L(getsockname, "dxx") L(getpeername, "dxx")
-    L(sendto, "dxlxxd") L(recvfrom, "dxlxxx") L(sendmsg, "dxx") L(recvmsg, "dxx")
-    L(sendmmsg, "dxdx") L(recvmmsg, "dxdxx") L(setsockopt, "dddxd") L(getsockopt, "dddxx")
-    L(shutdown, "dd")
+    /* sockets: local, or shipped by the destination rule (sock.c) */
+    K(socket, "ddd") L(socketpair, "dddx") K(bind, "dxd") K(listen, "dd") K(accept, "dxx")
+    ENTRY(accept4, CNK_LOCAL, sock_accept, "dxxx") K(connect, "dxd") K(getsockname, "dxx")
+    K(getpeername, "dxx") K(sendto, "dxlxxd") K(recvfrom, "dxlxxx") K(sendmsg, "dxx")
+    K(recvmsg, "dxx") K(sendmmsg, "dxdx") K(recvmmsg, "dxdxx") K(setsockopt, "dddxd")
+    K(getsockopt, "dddxx") K(shutdown, "dd")
 
     /* unsupported, named for --trace: processes, machine administration, ... */
     U(fork) U(vfork) U(clone3) U(wait4) U(waitid) U(ptrace) U(mount)

@@ -15,6 +15,7 @@
  * a request's own bytes are no longer needed by then.
  */
 #include "ciod.h"
+#include "shipcall.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,39 +32,7 @@
 
 atomic_uint_fast64_t sys_calls[NSYS];
 
-enum fd_kind { FD_FREE = 0, FD_REAL, FD_STDIN, FD_STDOUT, FD_STDERR };
-
-struct rfd {
-    enum fd_kind kind;
-    int          fd;                    /* FD_REAL: our descriptor */
-};
-
-struct proc {
-    struct conn *c;
-    uint64_t     job;
-    int32_t      rank;
-    uint32_t     node;
-    struct ident who;
-    struct rfd   fds[LAT_MAX_FDS];
-};
-
-/* One call: arguments in, result out.  `out` points at reply data. */
-struct call {
-    struct lat_sysreq rq;
-    char       *data;                   /* bytes after the lat_sysreq */
-    size_t      dlen;
-    int64_t     ret;
-    int         err;
-    const void *out;
-    size_t      outlen;
-    union {
-        struct lat_stat   st;
-        struct statx      stx;
-        struct lat_statfs sfs;
-    } small;
-};
-
-typedef int (*sys_fn)(struct proc *p, struct call *k);
+/* struct proc, struct call, sys_fn: shipcall.h (shared with sock.c) */
 
 /* ---- helpers: results, arguments, descriptors ---- */
 
@@ -721,6 +690,7 @@ static const sys_fn calls[NSYS] = {
     CALL(LAT_SYS_UMASK, sys_umask),           CALL(LAT_SYS_FCHMODAT, sys_fchmodat),
     CALL(LAT_SYS_FCHMOD, sys_fchmod),         CALL(LAT_SYS_UTIMENSAT, sys_utimensat),
     CALL(LAT_SYS_STATFS, sys_statfs),         CALL(LAT_SYS_FSTATFS, sys_fstatfs),
+    SOCK_CALLS                                /* sock.c */
 };
 
 /* ---- the connection ---- */

@@ -124,8 +124,41 @@ enum lat_type {
                                      struct lat_timespec[2] (always), path      */
     LAT_SYS_STATFS     = 0x031C,  /* path                                       -> struct lat_statfs */
     LAT_SYS_FSTATFS    = 0x031D,  /* a0 fd                                      -> struct lat_statfs */
-    LAT_SYS__END       = 0x031E,
+    /* sockets (docs/protocol.md section 6.1): remote descriptors too.  A call
+     * that may block carries a wait in ms (-1: until done); when it runs out
+     * the reply is err LAT_ERR_WAIT ("not done, ask again"). */
+    LAT_SYS_SOCKET     = 0x031E,  /* a0 domain, a1 type, a2 protocol              -> ret fd */
+    LAT_SYS_CONNECT    = 0x031F,  /* a0 fd, a1 wait, a2 1 = resumes a waited connect; sockaddr */
+    LAT_SYS_BIND       = 0x0320,  /* a0 fd; sockaddr */
+    LAT_SYS_SENDMSG    = 0x0321,  /* a0 fd, a1 flags, a2 namelen, a3 wait; name, bytes -> ret n */
+    LAT_SYS_RECVMSG    = 0x0322,  /* a0 fd, a1 flags, a2 count, a3 wait -> struct lat_sockname + bytes */
+    LAT_SYS_SHUTDOWN   = 0x0323,  /* a0 fd, a1 how */
+    LAT_SYS_SETSOCKOPT = 0x0324,  /* a0 fd, a1 level, a2 name; value (<= LAT_MAX_SOCKOPT) */
+    LAT_SYS_GETSOCKOPT = 0x0325,  /* a0 fd, a1 level, a2 name, a3 len       -> value, ret len */
+    LAT_SYS_GETSOCKNAME = 0x0326, /* a0 fd                                  -> sockaddr, ret len */
+    LAT_SYS_GETPEERNAME = 0x0327, /* a0 fd                                  -> sockaddr, ret len */
+    LAT_SYS_POLL       = 0x0328,  /* a0 nfds, a1 wait; struct lat_pollfd[nfds] -> lat_pollfd[nfds] */
+    LAT_SYS__END       = 0x0329,
 };
+
+/* Sockets on the I/O node (LAT_SYS_SOCKET..LAT_SYS_POLL). */
+#define LAT_MAX_SOCKADDR 128u       /* sizeof(struct sockaddr_storage) */
+#define LAT_MAX_SOCKOPT  1024u      /* option value bytes */
+#define LAT_ERR_WAIT     0x10000    /* lat_sysret.err: the call's wait ran out, nothing done */
+
+struct lat_sockname {               /* head of a RECVMSG reply */
+    uint32_t len;                   /* sender address bytes used in addr (0: none) */
+    uint32_t flags;                 /* msg_flags (MSG_TRUNC...) */
+    uint8_t  addr[LAT_MAX_SOCKADDR];
+};
+_Static_assert(sizeof(struct lat_sockname) == 136, "lat_sockname layout");
+
+struct lat_pollfd {                 /* Linux struct pollfd, fd a remote descriptor */
+    int32_t  fd;
+    int16_t  events;
+    int16_t  revents;
+};
+_Static_assert(sizeof(struct lat_pollfd) == 8, "lat_pollfd layout");
 
 /* Directory descriptor meaning "the process's working directory". */
 #define LAT_AT_FDCWD (-100)

@@ -47,6 +47,9 @@ SYS_NAMES = (
     "faccessat", "unlinkat", "renameat", "mkdirat", "getdents64", "readlinkat", "truncate",
     "ftruncate", "fsync", "fdatasync", "dup", "fcntl", "chdir", "fchdir", "getcwd", "umask",
     "fchmodat", "fchmod", "utimensat", "statfs", "fstatfs",
+    # sockets (protocol.md 6.1)
+    "socket", "connect", "bind", "sendmsg", "recvmsg", "shutdown", "setsockopt", "getsockopt",
+    "getsockname", "getpeername", "poll",
 )
 SYS_END = SYS_BASE + len(SYS_NAMES)
 

@@ -150,7 +150,11 @@ def test_mpi_traffic_is_never_shipped(mpi_machine: Machine) -> None:
         mine = [t for t in lines if int(t.group(1)) == r]
         assert mine, f"no trace of rank {r}"
         calls = Counter((t.group(2), t.group(5)) for t in mine)
-        # MPI talks: sockets, shared memory, cross-memory attach, all local
+        # MPI talks: sockets, shared memory, cross-memory attach, all local.  The only
+        # socket calls shipped are hwloc's X11 probes of 127.0.0.1:6000+ (refused): the
+        # socket rule (compute/cnk/README.md "Sockets") ships loopback like any outside address
+        probe = [t for t in mine if t.group(2) == "connect" and "ECONNREFUSED" in t.group(0)]
+        mine = [t for t in mine if t not in probe]
         assert not [t.group(0) for t in mine if t.group(2) in SOCKET_CALLS and t.group(5) != "local"]
         assert any(name in SOCKET_CALLS for name, _ in calls), sorted(calls)
         assert not [t.group(0) for t in mine if t.group(5) == "shipped" and t.group(2) not in FILE_CALLS]
@@ -158,7 +162,7 @@ def test_mpi_traffic_is_never_shipped(mpi_machine: Machine) -> None:
         assert not [t.group(0) for t in mine if t.group(2) in ("shmget", "shmat", "process_vm_readv",
                                                                "process_vm_writev", "sched_setaffinity",
                                                                "eventfd2", "epoll_ctl") and t.group(5) != "local"]
-        traced = Counter(t.group(5) for t in mine)
+        traced = Counter(t.group(5) for t in mine + probe)
         assert counts[r] == {c: traced.get(c, 0) for c in ("local", "shipped", "unsupported")}, (r, counts, traced)
 
 

@@ -32,9 +32,10 @@ NOT_MIRRORED = {
     "LAT_ROLE_NODE", "LAT_ROLE_PROC",
     "LAT_NODE_JOB", "LAT_NODE_IMAGE", "LAT_NODE_START", "LAT_NODE_KILL", "LAT_NODE_SHUTDOWN",
     "LAT_NODE_OUTPUT", "LAT_NODE_EXIT", "LAT_NODE_PMI", "LAT_NODE_PMI_REPLY",
+    "LAT_MAX_SOCKADDR", "LAT_MAX_SOCKOPT", "LAT_ERR_WAIT",
 }
 STRUCTS_NOT_MIRRORED = {"lat_sysreq", "lat_node_job", "lat_timespec", "lat_stat", "lat_statfs",
-                        "lat_node_app", "lat_pmi"}
+                        "lat_node_app", "lat_pmi", "lat_sockname", "lat_pollfd"}
 
 # wire.py's struct.Struct objects, by the C struct they mirror
 MIRRORS: dict[str, struct.Struct] = {

@@ -1,0 +1,850 @@
+/*
+ * sock.c - sockets: which stay on the compute node and which are shipped to
+ * the I/O node (README "Sockets"), and the calls on shipped ones.
+ *
+ * The rule.  Every socket is created local.  An AF_INET/AF_INET6 socket
+ * that is not yet connected, bound-and-listening or decided is decided by
+ * the first destination it connects or sends to: an address of the block's
+ * compute nodes (here: this host's non-loopback interface addresses, where
+ * every compute node runs) keeps it local for good -- MPI's TCP traffic and
+ * anything listening or accepting stays on the node; any other address,
+ * loopback included, ships it: a socket of the same domain, type and
+ * protocol is made on the I/O node, the options that differ from the
+ * defaults and a bound address are replayed there, and the local socket is
+ * replaced by a placeholder (fd.c).  AF_UNIX, netlink and the rest stay local.
+ *
+ * Blocking.  A shipped call that may block carries a wait: until done when
+ * the program has a single thread, else slices of SLICE_MS after which ciod
+ * answers LAT_ERR_WAIT and the call is asked again with the connection
+ * released in between, so the other threads' calls go through.  poll,
+ * select and epoll over shipped and local descriptors alternate a local
+ * check with a shipped wait of at most SLICE_MS.
+ */
+#include <asm/unistd.h>
+#include <linux/errno.h>
+#include <linux/fcntl.h>
+#include <linux/uio.h>
+
+#include <lattice/wire.h>
+
+#include "cnk.h"
+
+#define AF_INET_      2
+#define AF_INET6_     10
+#define SOL_SOCKET_   1
+#define SO_REUSEADDR_ 2
+#define SO_TYPE_      3
+#define SO_BROADCAST_ 6
+#define SO_KEEPALIVE_ 9
+#define SO_REUSEPORT_ 15
+#define SO_ACCEPTCONN_ 30
+#define SO_PROTOCOL_  38
+#define SO_DOMAIN_    39
+#define IPPROTO_TCP_  6
+#define TCP_NODELAY_  1
+#define SOCK_STREAM_  1
+#define SOCK_NONBLOCK_ 04000
+#define MSG_DONTWAIT_ 0x40
+#define MSG_NOSIGNAL_ 0x4000
+#define SIOCGIFCONF_  0x8912
+#define POLLIN_   0x1
+#define POLLOUT_  0x4
+#define POLLERR_  0x8
+#define POLLHUP_  0x10
+#define POLLNVAL_ 0x20
+#define EPOLLONESHOT_ (1u << 30)
+#define SIGPIPE_  13
+
+#define SLICE_MS    10          /* longest a shipped wait holds the connection with other threads */
+#define MAX_SHIPPED 128         /* shipped descriptors in one poll/select/epoll set */
+#define MAX_EREG    256         /* shipped descriptors registered in epoll sets */
+
+struct kmsghdr {
+    void *name;
+    int namelen, pad;
+    struct iovec *iov;
+    size_t iovlen;
+    void *control;
+    size_t controllen;
+    unsigned flags, pad2;
+};
+struct kmmsghdr { struct kmsghdr hdr; unsigned len, pad; };
+struct kpollfd { int fd; short events, revents; };
+struct kepoll_event { uint32_t events; uint64_t data; } __attribute__((packed));
+struct ktimespec { long sec, nsec; };
+_Static_assert(sizeof(struct kpollfd) == sizeof(struct lat_pollfd), "pollfd on the wire");
+
+static long local(struct cnk_call *c)
+{
+    c->cls = CNK_LOCAL;
+    return ksys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+}
+
+static long shipped(struct cnk_call *c, long r)
+{
+    c->cls = CNK_SHIPPED;
+    return r;
+}
+
+static long now_ms(void)
+{
+    struct ktimespec t;
+    ksys2(__NR_clock_gettime, 1 /* CLOCK_MONOTONIC */, &t);
+    return t.sec * 1000 + t.nsec / 1000000;
+}
+
+/* ---- the block's compute node addresses ---- */
+
+static struct klock addr_lock;
+static int addrs_known;
+static uint32_t v4[64];
+static int nv4;
+static uint8_t v6[32][16];
+static int nv6;
+
+static int hexval(char h)
+{
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+}
+
+/* This host's interface addresses, loopback excluded: SIOCGIFCONF for IPv4,
+ * /proc/net/if_inet6 (a node-local path) for IPv6. */
+static void load_addrs(void)
+{
+    struct { char name[16]; uint16_t family, port; uint32_t addr; char pad[16]; } req[64];
+    struct { int len, pad; void *buf; } ifc = { sizeof req, 0, req };
+    int s = (int)ksys3(__NR_socket, AF_INET_, 2 /* SOCK_DGRAM */ | 02000000, 0);
+
+    if (s >= 0 && ksys3(__NR_ioctl, s, SIOCGIFCONF_, &ifc) == 0)
+        for (int i = 0; i < ifc.len / (int)sizeof req[0] && nv4 < 64; i++)
+            if (req[i].family == AF_INET_ && (req[i].addr & 0xff) != 127)
+                v4[nv4++] = req[i].addr;
+    if (s >= 0)
+        ksys1(__NR_close, s);
+    static char buf[4096];
+    int f = (int)ksys4(__NR_openat, AT_FDCWD, "/proc/net/if_inet6", O_RDONLY | O_CLOEXEC, 0);
+    long n = f >= 0 ? ksys3(__NR_read, f, buf, sizeof buf - 1) : -1;
+    if (f >= 0)
+        ksys1(__NR_close, f);
+    for (long i = 0; n > 0 && i + 32 < n && nv6 < 32;) {
+        int ok = 1;
+        for (int j = 0; j < 16; j++) {
+            int h = hexval(buf[i + 2 * j]), l = hexval(buf[i + 2 * j + 1]);
+            ok &= h >= 0 && l >= 0;
+            v6[nv6][j] = (uint8_t)(h << 4 | l);
+        }
+        long e = i;
+        while (e < n && buf[e] != '\n')
+            e++;
+        int lo = e - i >= 3 && buf[e - 1] == 'o' && buf[e - 2] == 'l' && buf[e - 3] == ' ';
+        if (ok && !lo)
+            nv6++;
+        i = e + 1;
+    }
+    addrs_known = 1;
+}
+
+/* 1: dest is a compute node's address (stays local); 0: ship. */
+static int dest_is_node(const uint8_t *sa, long len)
+{
+    uint16_t fam;
+
+    if (len < 2)
+        return 1;
+    memcpy(&fam, sa, 2);
+    if (!__atomic_load_n(&addrs_known, __ATOMIC_ACQUIRE)) {
+        klock(&addr_lock);
+        if (!addrs_known)
+            load_addrs();
+        kunlock(&addr_lock);
+    }
+    if (fam == AF_INET_ && len >= 8) {
+        uint32_t a;
+        memcpy(&a, sa + 4, 4);
+        for (int i = 0; i < nv4; i++)
+            if (v4[i] == a)
+                return 1;
+        return 0;
+    }
+    if (fam == AF_INET6_ && len >= 24) {
+        static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+        if (!memcmp(sa + 8, mapped, 12)) {
+            uint8_t s4[8] = { AF_INET_, 0 };
+            memcpy(s4 + 4, sa + 20, 4);
+            return dest_is_node(s4, 8);
+        }
+        for (int i = 0; i < nv6; i++)
+            if (!memcmp(v6[i], sa + 8, 16))
+                return 1;
+        return 0;
+    }
+    return 1;                   /* AF_UNSPEC and others: the kernel judges */
+}
+
+/* ---- deciding a local socket ---- */
+
+static uint8_t pinned[65536 / 8];   /* decided local: bit per descriptor */
+
+static int is_pinned(int fd) { return pinned[fd >> 3] >> (fd & 7) & 1; }
+static void set_pinned(int fd, int on)
+{
+    uint8_t bit = (uint8_t)(1u << (fd & 7));
+    if (on)
+        __atomic_fetch_or(&pinned[fd >> 3], bit, __ATOMIC_RELAXED);
+    else
+        __atomic_fetch_and(&pinned[fd >> 3], (uint8_t)~bit, __ATOMIC_RELAXED);
+}
+
+static int sockopt(int fd, int level, int name)
+{
+    int v = 0, len = sizeof v;
+    return ksys5(__NR_getsockopt, fd, level, name, &v, &len) < 0 ? -1 : v;
+}
+
+static long call4(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
+                  const void *out, size_t outlen, void *in, size_t inlen, size_t *got)
+{
+    int64_t a[4] = { a0, a1, a2, a3 };
+    struct iovec o = { (void *)out, outlen }, i = { in, inlen };
+    return ship_call(type, a, &o, out ? 1 : 0, &i, in ? 1 : 0, got);
+}
+
+/* Make local socket fd a shipped one (module comment).  0 or -errno. */
+static long ship_socket(int fd)
+{
+    int dom = sockopt(fd, SOL_SOCKET_, SO_DOMAIN_), type = sockopt(fd, SOL_SOCKET_, SO_TYPE_);
+    int proto = sockopt(fd, SOL_SOCKET_, SO_PROTOCOL_);
+    long fl = ksys2(__NR_fcntl, fd, F_GETFL), fdfl = ksys2(__NR_fcntl, fd, F_GETFD);
+    uint8_t bound[LAT_MAX_SOCKADDR];
+    int blen = sizeof bound;
+
+    if (ksys3(__NR_getsockname, fd, bound, &blen) < 0)
+        blen = 0;
+    long r = call4(LAT_SYS_SOCKET, dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK_ : 0),
+                   proto, 0, NULL, 0, NULL, 0, NULL);
+    if (r < 0)
+        return r;
+    static const int opts[][2] = { { SOL_SOCKET_, SO_REUSEADDR_ }, { SOL_SOCKET_, SO_REUSEPORT_ },
+                                   { SOL_SOCKET_, SO_KEEPALIVE_ }, { SOL_SOCKET_, SO_BROADCAST_ },
+                                   { IPPROTO_TCP_, TCP_NODELAY_ } };
+    for (unsigned i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        int v = sockopt(fd, opts[i][0], opts[i][1]);
+        if (v > 0)
+            call4(LAT_SYS_SETSOCKOPT, r, opts[i][0], opts[i][1], 0, &v, sizeof v, NULL, 0, NULL);
+    }
+    int old;
+    long f = fd_install_at((int)r, fdfl > 0 && (fdfl & FD_CLOEXEC), fd, &old);  /* closes ours */
+    if (f < 0) {
+        call4(LAT_SYS_CLOSE, r, 0, 0, 0, NULL, 0, NULL, 0, NULL);
+        return f;
+    }
+    /* a bound port (UDP bind before sending) moves with the socket */
+    uint16_t port = 0;
+    if (blen >= 4)
+        memcpy(&port, bound + 2, 2);
+    if (port)
+        return call4(LAT_SYS_BIND, r, 0, 0, 0, bound, (size_t)blen, NULL, 0, NULL) < 0 ? -EADDRINUSE : 0;
+    return 0;
+}
+
+/* Route for a call with a destination: 1 shipped (*remote), 0 local, -errno. */
+static int decide(int fd, const void *dest, long dlen, int *remote)
+{
+    int rt = fd_route(fd, remote);
+
+    if (rt != ROUTE_LOCAL || !dest || fd < 0 || fd >= 65536 || is_pinned(fd))
+        return rt;
+    int dom = sockopt(fd, SOL_SOCKET_, SO_DOMAIN_);
+    if ((dom != AF_INET_ && dom != AF_INET6_) || sockopt(fd, SOL_SOCKET_, SO_ACCEPTCONN_) > 0)
+        return ROUTE_LOCAL;
+    uint8_t peer[LAT_MAX_SOCKADDR];
+    int plen = sizeof peer;
+    if (ksys3(__NR_getpeername, fd, peer, &plen) == 0 || dest_is_node(dest, dlen)) {
+        set_pinned(fd, 1);      /* already connected locally, or a node: local for good */
+        return ROUTE_LOCAL;
+    }
+    long r = ship_socket(fd);
+    if (r < 0)
+        return (int)r;
+    return fd_route(fd, remote);
+}
+
+/* ---- shipped calls that may block ---- */
+
+static void nap(void)
+{
+    struct ktimespec t = { 0, 200000 };     /* lets a woken thread take the connection */
+    ksys2(__NR_nanosleep, &t, NULL);
+}
+
+/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT. */
+static long call_wait(uint16_t type, int64_t a[4], int w, const struct iovec *out, int nout,
+                      const struct iovec *in, int nin, size_t *got)
+{
+    for (;;) {
+        a[w] = thread_alive() > 1 ? SLICE_MS : -1;
+        long r = ship_call(type, a, out, nout, in, nin, got);
+        if (r != -LAT_ERR_WAIT)
+            return r;
+        if (type == LAT_SYS_CONNECT)
+            a[2] = 1;           /* resume the connect in progress */
+        nap();
+    }
+}
+
+static long epipe(long r, int flags)
+{
+    if (r == -EPIPE && !(flags & MSG_NOSIGNAL_))
+        ksys3(__NR_tgkill, ksys0(__NR_getpid), ksys0(__NR_gettid), SIGPIPE_);
+    return r;
+}
+
+/* sendmsg on a shipped socket: name, then the vectors, at most LAT_MAX_IO
+ * bytes a message (streams continue with the rest). */
+static long send_ship(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags)
+{
+    struct iovec out[UIO_MAXIOV + 1], part[UIO_MAXIOV];
+    size_t total = 0, done = 0;
+
+    if (cnt < 0 || cnt > UIO_MAXIOV || nlen < 0 || nlen > LAT_MAX_SOCKADDR)
+        return -EINVAL;
+    for (long i = 0; i < cnt; i++)
+        total += iov[i].iov_len;
+    do {
+        size_t chunk = total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, skip = done, left = chunk;
+        int n = 0;
+        out[0] = (struct iovec){ (void *)name, name ? (size_t)nlen : 0 };
+        for (long i = 0; i < cnt && left; i++) {
+            if (skip >= iov[i].iov_len) {
+                skip -= iov[i].iov_len;
+                continue;
+            }
+            size_t take = iov[i].iov_len - skip < left ? iov[i].iov_len - skip : left;
+            part[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
+            skip = 0;
+            left -= take;
+        }
+        memcpy(out + 1, part, (size_t)n * sizeof part[0]);
+        int64_t a[4] = { r, flags & ~MSG_NOSIGNAL_, name ? nlen : 0, 0 };
+        long s = call_wait(LAT_SYS_SENDMSG, a, 3, out, n + 1, NULL, 0, NULL);
+        if (s < 0)
+            return done ? (long)done : epipe(s, flags);
+        done += (size_t)s;
+        if ((size_t)s < chunk)
+            break;
+    } while (done < total);
+    return (long)done;
+}
+
+/* recvmsg on a shipped socket into the vectors; sender into name. */
+static long recv_ship(int r, void *name, int *nlen, const struct iovec *iov, long cnt, int flags,
+                      unsigned *mflags)
+{
+    struct iovec in[UIO_MAXIOV + 1];
+    struct lat_sockname sn;
+    size_t total = 0, got;
+
+    if (cnt < 0 || cnt > UIO_MAXIOV)
+        return -EINVAL;
+    in[0] = (struct iovec){ &sn, sizeof sn };
+    for (long i = 0; i < cnt; i++) {
+        in[i + 1] = iov[i];
+        total += iov[i].iov_len;
+    }
+    int64_t a[4] = { r, flags, total < LAT_MAX_IO ? (int64_t)total : LAT_MAX_IO, 0 };
+    long n = call_wait(LAT_SYS_RECVMSG, a, 3, NULL, 0, in, (int)cnt + 1, &got);
+    if (n < 0)
+        return n;
+    if (got < sizeof sn)
+        return -EIO;
+    if (name && nlen) {
+        int room = *nlen < 0 ? 0 : *nlen;
+        memcpy(name, sn.addr, sn.len < (uint32_t)room ? sn.len : (uint32_t)room);
+        *nlen = (int)sn.len;
+    }
+    if (mflags)
+        *mflags = sn.flags;
+    return n;
+}
+
+/* ---- the socket calls ---- */
+
+long sock_socket(struct cnk_call *c)
+{
+    long fd = local(c);
+    if (fd >= 0 && fd < 65536)
+        set_pinned((int)fd, 0);     /* a new socket is undecided */
+    return fd;
+}
+
+long sock_connect(struct cnk_call *c)
+{
+    int r, rt = decide((int)c->a[0], (void *)c->a[1], c->a[2], &r);
+
+    if (rt < 0)
+        return rt;
+    if (rt == ROUTE_LOCAL)
+        return local(c);
+    if (c->a[2] < 2 || c->a[2] > LAT_MAX_SOCKADDR)
+        return shipped(c, -EINVAL);
+    int64_t a[4] = { r, 0, 0, 0 };
+    struct iovec o = { (void *)c->a[1], (size_t)c->a[2] };
+    return shipped(c, call_wait(LAT_SYS_CONNECT, a, 1, &o, 1, NULL, 0, NULL));
+}
+
+/* Calls on a descriptor that is either shipped or local, never decided by them. */
+static int route(struct cnk_call *c, int *r, long *ret)
+{
+    int rt = fd_route((int)c->a[0], r);
+
+    if (rt == ROUTE_SHIP)
+        return 1;
+    *ret = rt < 0 ? rt : local(c);
+    return 0;
+}
+
+long sock_bind(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    if (c->a[2] < 2 || c->a[2] > LAT_MAX_SOCKADDR)
+        return shipped(c, -EINVAL);
+    return shipped(c, call4(LAT_SYS_BIND, r, 0, 0, 0, (void *)c->a[1], (size_t)c->a[2], NULL, 0, NULL));
+}
+
+/* Servers stay on the node: a listening socket is local for good. */
+long sock_listen(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret)) {
+        if (ret == 0 && c->a[0] >= 0 && c->a[0] < 65536)
+            set_pinned((int)c->a[0], 1);
+        return ret;
+    }
+    return shipped(c, -EOPNOTSUPP);
+}
+
+long sock_accept(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    return shipped(c, -EINVAL);     /* a shipped socket never listens */
+}
+
+long sock_sendto(struct cnk_call *c)
+{
+    void *dest = (void *)c->a[4];
+    int r, rt = decide((int)c->a[0], dest, c->a[5], &r);
+
+    if (rt < 0)
+        return rt;
+    if (rt == ROUTE_LOCAL)
+        return local(c);
+    struct iovec v = { (void *)c->a[1], (size_t)c->a[2] };
+    return shipped(c, send_ship(r, dest, dest ? c->a[5] : 0, &v, 1, (int)c->a[3]));
+}
+
+long sock_recvfrom(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    struct iovec v = { (void *)c->a[1], (size_t)c->a[2] };
+    return shipped(c, recv_ship(r, (void *)c->a[4], (int *)c->a[5], &v, 1, (int)c->a[3], NULL));
+}
+
+static long sendmsg1(struct cnk_call *c, int fd, struct kmsghdr *m, int flags, int *shipped_out)
+{
+    int r, rt = decide(fd, m->name, m->namelen, &r);
+
+    *shipped_out = rt == ROUTE_SHIP;
+    if (rt < 0)
+        return rt;
+    if (rt == ROUTE_LOCAL)
+        return ksys3(__NR_sendmsg, fd, m, flags);
+    if (m->controllen)
+        return -EOPNOTSUPP;     /* no descriptors or credentials across the I/O node */
+    (void)c;
+    return send_ship(r, m->name, m->namelen, m->iov, (long)m->iovlen, flags);
+}
+
+long sock_sendmsg(struct cnk_call *c)
+{
+    int sh;
+    long ret = sendmsg1(c, (int)c->a[0], (struct kmsghdr *)c->a[1], (int)c->a[2], &sh);
+    c->cls = sh ? CNK_SHIPPED : CNK_LOCAL;
+    return ret;
+}
+
+long sock_recvmsg(struct cnk_call *c)
+{
+    struct kmsghdr *m = (struct kmsghdr *)c->a[1];
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    m->controllen = 0;
+    return shipped(c, recv_ship(r, m->name, &m->namelen, m->iov, (long)m->iovlen, (int)c->a[2], &m->flags));
+}
+
+/* glibc's resolver sends its A and AAAA queries with one sendmmsg. */
+long sock_sendmmsg(struct cnk_call *c)
+{
+    struct kmmsghdr *v = (struct kmmsghdr *)c->a[1];
+    unsigned n = (unsigned)c->a[2];
+    int sh = 0, fd = (int)c->a[0], r;
+
+    if (fd_route(fd, &r) == ROUTE_LOCAL && (n == 0 || decide(fd, v[0].hdr.name, v[0].hdr.namelen, &r) == ROUTE_LOCAL))
+        return local(c);
+    unsigned i;
+    for (i = 0; i < n && i < UIO_MAXIOV; i++) {
+        long s = sendmsg1(c, fd, &v[i].hdr, (int)c->a[3], &sh);
+        if (s < 0)
+            return shipped(c, i ? (long)i : s);
+        v[i].len = (unsigned)s;
+    }
+    return shipped(c, (long)i);
+}
+
+long sock_recvmmsg(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    struct kmmsghdr *v = (struct kmmsghdr *)c->a[1];
+    if (c->a[2] < 1)
+        return shipped(c, -EINVAL);
+    /* one message: the first waits as recvmsg would, more would need a timeout */
+    long n = recv_ship(r, v[0].hdr.name, &v[0].hdr.namelen, v[0].hdr.iov, (long)v[0].hdr.iovlen,
+                       (int)c->a[3], &v[0].hdr.flags);
+    if (n < 0)
+        return shipped(c, n);
+    v[0].len = (unsigned)n;
+    return shipped(c, 1);
+}
+
+long sock_shutdown(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    return shipped(c, call4(LAT_SYS_SHUTDOWN, r, c->a[1], 0, 0, NULL, 0, NULL, 0, NULL));
+}
+
+long sock_setsockopt(struct cnk_call *c)
+{
+    int r;
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    if (c->a[4] < 0 || c->a[4] > LAT_MAX_SOCKOPT)
+        return shipped(c, -EINVAL);
+    return shipped(c, call4(LAT_SYS_SETSOCKOPT, r, c->a[1], c->a[2], 0, (void *)c->a[3],
+                            (size_t)c->a[4], NULL, 0, NULL));
+}
+
+long sock_getsockopt(struct cnk_call *c)
+{
+    int r, *len = (int *)c->a[4];
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    if (!len || *len < 0)
+        return shipped(c, -EINVAL);
+    int want = *len > (int)LAT_MAX_SOCKOPT ? (int)LAT_MAX_SOCKOPT : *len;
+    ret = call4(LAT_SYS_GETSOCKOPT, r, c->a[1], c->a[2], want, NULL, 0, (void *)c->a[3], (size_t)want, NULL);
+    if (ret >= 0) {
+        *len = (int)ret;
+        ret = 0;
+    }
+    return shipped(c, ret);
+}
+
+static long name_call(struct cnk_call *c, uint16_t type)
+{
+    int r, *len = (int *)c->a[2];
+    uint8_t sa[LAT_MAX_SOCKADDR];
+    long ret;
+
+    if (!route(c, &r, &ret))
+        return ret;
+    if (!len || *len < 0)
+        return shipped(c, -EINVAL);
+    ret = call4(type, r, 0, 0, 0, NULL, 0, sa, sizeof sa, NULL);
+    if (ret >= 0) {
+        memcpy((void *)c->a[1], sa, ret < *len ? (size_t)ret : (size_t)*len);
+        *len = (int)ret;
+        ret = 0;
+    }
+    return shipped(c, ret);
+}
+
+long sock_getsockname(struct cnk_call *c) { return name_call(c, LAT_SYS_GETSOCKNAME); }
+long sock_getpeername(struct cnk_call *c) { return name_call(c, LAT_SYS_GETPEERNAME); }
+
+/* ---- poll over shipped and local descriptors ---- */
+
+/* p[0..n): the program's array.  Shipped entries are hidden from the
+ * kernel (fd made negative: poll skips it) and asked of the I/O node.
+ * ms < 0: no timeout.  Returns ready entries, or -errno; 1 in *any_shipped. */
+static long mixed_poll(struct kpollfd *p, unsigned long n, long ms, int *any_shipped)
+{
+    struct lat_pollfd rp[MAX_SHIPPED];
+    uint32_t at[MAX_SHIPPED];
+    int ns = 0, nlocal = 0;
+
+    *any_shipped = 0;
+    for (unsigned long i = 0; i < n; i++) {
+        int r;
+        if (p[i].fd < 0)
+            continue;
+        int rt = fd_route(p[i].fd, &r);
+        if (rt != ROUTE_SHIP) {
+            nlocal++;
+            continue;
+        }
+        if (ns == MAX_SHIPPED)
+            return -EINVAL;
+        rp[ns] = (struct lat_pollfd){ r, p[i].events, 0 };
+        at[ns++] = (uint32_t)i;
+    }
+    if (!ns)
+        return 0;
+    *any_shipped = 1;
+    long end = ms < 0 ? -1 : now_ms() + ms;
+    for (int j = 0; j < ns; j++)
+        p[at[j]].fd = -p[at[j]].fd - 1;
+    long ready;
+    for (;;) {
+        long nl = nlocal ? ksys3(__NR_poll, p, n, 0) : 0;
+        if (nl < 0) {
+            ready = nl;
+            break;
+        }
+        long left = end < 0 ? -1 : end - now_ms();
+        if (left < 0 && end >= 0)
+            left = 0;
+        long w = nl ? 0 : (nlocal || thread_alive() > 1) ? (left < 0 || left > SLICE_MS ? SLICE_MS : left) : left;
+        int64_t a[4] = { ns, w, 0, 0 };
+        struct iovec io = { rp, (size_t)ns * sizeof rp[0] };
+        long rs = ship_call(LAT_SYS_POLL, a, &io, 1, &io, 1, NULL);
+        if (rs < 0 && rs != -EINTR) {
+            ready = rs;
+            break;
+        }
+        ready = nl + (rs > 0 ? rs : 0);
+        if (ready || left == 0)
+            break;
+        if (rs > 0 || rs == -EINTR)
+            continue;
+    }
+    for (int j = 0; j < ns; j++) {
+        p[at[j]].fd = -p[at[j]].fd - 1;
+        p[at[j]].revents = ready >= 0 ? rp[j].revents : 0;
+    }
+    return ready;
+}
+
+static long ts_ms(const struct ktimespec *t)
+{
+    return t ? t->sec * 1000 + (t->nsec + 999999) / 1000000 : -1;
+}
+
+long sock_poll(struct cnk_call *c)
+{
+    int sh;
+    long r = mixed_poll((struct kpollfd *)c->a[0], (unsigned long)c->a[1], (int)c->a[2], &sh);
+    return sh ? shipped(c, r) : local(c);
+}
+
+long sock_ppoll(struct cnk_call *c)
+{
+    int sh;
+    long r = mixed_poll((struct kpollfd *)c->a[0], (unsigned long)c->a[1],
+                        ts_ms((const struct ktimespec *)c->a[2]), &sh);
+    return sh ? shipped(c, r) : sys_ppoll(c);
+}
+
+/* select as poll, when a set holds a shipped descriptor. */
+static long mixed_select(struct cnk_call *c, long ms, int *sh)
+{
+    int n = (int)c->a[0];
+    uint64_t *set[3] = { (uint64_t *)c->a[1], (uint64_t *)c->a[2], (uint64_t *)c->a[3] };
+    static const short ev[3] = { POLLIN_, POLLOUT_, 0x2 /* POLLPRI */ };
+    struct kpollfd p[1024];
+    unsigned long np = 0;
+    int r;
+
+    *sh = 0;
+    if (n < 0 || n > 1024)
+        return 0;
+    for (int fd = 0; fd < n; fd++) {
+        short e = 0;
+        for (int s = 0; s < 3; s++)
+            if (set[s] && (set[s][fd / 64] >> (fd % 64) & 1))
+                e |= ev[s];
+        if (!e)
+            continue;
+        *sh |= fd_route(fd, &r) == ROUTE_SHIP;
+        p[np++] = (struct kpollfd){ fd, e, 0 };
+    }
+    if (!*sh)
+        return 0;
+    long ready = mixed_poll(p, np, ms, sh);
+    if (ready < 0)
+        return ready;
+    for (int s = 0; s < 3; s++)
+        if (set[s])
+            memset(set[s], 0, (size_t)(n + 63) / 64 * 8);
+    long bits = 0;
+    for (unsigned long i = 0; i < np; i++) {
+        short re = p[i].revents;
+        int fd = p[i].fd;
+        if (re & POLLNVAL_)
+            return -EBADF;
+        short got[3] = { re & (POLLIN_ | POLLHUP_ | POLLERR_), re & (POLLOUT_ | POLLERR_), re & 0x2 };
+        for (int s = 0; s < 3; s++)
+            if (set[s] && (p[i].events & ev[s]) && got[s]) {
+                set[s][fd / 64] |= 1ull << (fd % 64);
+                bits++;
+            }
+    }
+    return bits;
+}
+
+long sock_select(struct cnk_call *c)
+{
+    const struct { long sec, usec; } *tv = (const void *)c->a[4];
+    int sh;
+    long r = mixed_select(c, tv ? tv->sec * 1000 + (tv->usec + 999) / 1000 : -1, &sh);
+    return sh ? shipped(c, r) : local(c);
+}
+
+long sock_pselect6(struct cnk_call *c)
+{
+    int sh;
+    long r = mixed_select(c, ts_ms((const struct ktimespec *)c->a[4]), &sh);
+    return sh ? shipped(c, r) : sys_pselect6(c);
+}
+
+/* ---- epoll: shipped descriptors are registered here, not in the kernel ---- */
+
+static struct ereg { int epfd, fd; uint32_t events; uint64_t data; } ereg[MAX_EREG];
+static struct klock ereg_lock;
+
+long sock_epoll_ctl(struct cnk_call *c)
+{
+    int epfd = (int)c->a[0], op = (int)c->a[1], fd = (int)c->a[2], r;
+    const struct kepoll_event *ev = (const void *)c->a[3];
+
+    if (fd_route(fd, &r) != ROUTE_SHIP)
+        return local(c);
+    if (ksys2(__NR_fcntl, epfd, F_GETFD) < 0 || fd_is_hidden(epfd))
+        return shipped(c, -EBADF);
+    if ((op == 1 || op == 3) && !ev)
+        return shipped(c, -EFAULT);
+    long ret = -ENOENT;
+    int slot = -1, freeslot = -1;
+    klock(&ereg_lock);
+    for (int i = 0; i < MAX_EREG; i++) {
+        if (ereg[i].epfd == epfd && ereg[i].fd == fd && ereg[i].epfd != ereg[i].fd)
+            slot = i;
+        else if (freeslot < 0 && ereg[i].epfd == ereg[i].fd)
+            freeslot = i;       /* epfd == fd (both 0) marks a free entry */
+    }
+    if (op == 1) {              /* EPOLL_CTL_ADD */
+        ret = slot >= 0 ? -EEXIST : freeslot < 0 ? -ENOSPC : 0;
+        if (!ret)
+            ereg[freeslot] = (struct ereg){ epfd, fd, ev->events, ev->data };
+    } else if (op == 3 && slot >= 0) {      /* MOD */
+        ereg[slot].events = ev->events;
+        ereg[slot].data = ev->data;
+        ret = 0;
+    } else if (op == 2 && slot >= 0) {      /* DEL */
+        ereg[slot] = (struct ereg){ 0, 0, 0, 0 };
+        ret = 0;
+    } else if (op != 1 && op != 2 && op != 3) {
+        ret = -EINVAL;
+    }
+    kunlock(&ereg_lock);
+    return shipped(c, ret);
+}
+
+/* Local events first (kernel, no wait), then shipped ones by poll. */
+static long mixed_epoll(struct cnk_call *c, long ms, int *sh)
+{
+    int epfd = (int)c->a[0], max = (int)c->a[2], n = 0;
+    struct kepoll_event *out = (struct kepoll_event *)c->a[1];
+    struct kpollfd p[MAX_SHIPPED];
+    int idx[MAX_SHIPPED];
+
+    klock(&ereg_lock);
+    for (int i = 0; i < MAX_EREG && n < MAX_SHIPPED; i++)
+        if (ereg[i].epfd == epfd && ereg[i].epfd != ereg[i].fd && ereg[i].events) {
+            idx[n] = i;
+            p[n++] = (struct kpollfd){ ereg[i].fd, (short)(ereg[i].events & 0xffff), 0 };
+        }
+    kunlock(&ereg_lock);
+    *sh = n > 0;
+    if (!n || max <= 0)
+        return max <= 0 ? -EINVAL : 0;
+    long end = ms < 0 ? -1 : now_ms() + ms;
+    for (;;) {
+        long nl = ksys4(__NR_epoll_wait, epfd, out, max, 0);
+        if (nl < 0)
+            return nl;
+        long left = end < 0 ? SLICE_MS : end - now_ms();
+        int dummy;
+        long rs = mixed_poll(p, (unsigned long)n, nl ? 0 : left < 0 ? 0 : left < SLICE_MS ? left : SLICE_MS, &dummy);
+        if (rs < 0)
+            return rs;
+        klock(&ereg_lock);
+        for (int j = 0; j < n && nl < max; j++) {
+            struct ereg *e = &ereg[idx[j]];
+            if (!p[j].revents || e->epfd != epfd || e->fd != p[j].fd)
+                continue;
+            if (p[j].revents & POLLNVAL_) {
+                *e = (struct ereg){ 0, 0, 0, 0 };   /* closed: the kernel would drop it */
+                continue;
+            }
+            out[nl++] = (struct kepoll_event){ (uint32_t)(uint16_t)p[j].revents, e->data };
+            if (e->events & EPOLLONESHOT_)
+                e->events = 0;
+        }
+        kunlock(&ereg_lock);
+        if (nl || (end >= 0 && now_ms() >= end))
+            return nl;
+    }
+}
+
+long sock_epoll_wait(struct cnk_call *c)
+{
+    int sh;
+    long r = mixed_epoll(c, (int)c->a[3], &sh);
+    return sh ? shipped(c, r) : local(c);
+}
+
+long sock_epoll_pwait(struct cnk_call *c)
+{
+    int sh;
+    long ms = c->nr == __NR_epoll_pwait2 ? ts_ms((const struct ktimespec *)c->a[3]) : (int)c->a[3];
+    long r = mixed_epoll(c, ms, &sh);
+    return sh ? shipped(c, r) : sys_epoll_pwait(c);
+}

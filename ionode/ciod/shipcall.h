@@ -1,0 +1,58 @@
+/*
+ * shipcall.h - one compute process's shipped calls on the I/O node: the
+ * state its serving thread keeps and the decoded call, shared by the
+ * handlers of ship.c (files) and sock.c (sockets).
+ */
+#ifndef CIOD_SHIPCALL_H
+#define CIOD_SHIPCALL_H
+
+#include "ciod.h"
+
+#include <sys/stat.h>
+#include <sys/statfs.h>
+
+enum fd_kind { FD_FREE = 0, FD_REAL, FD_STDIN, FD_STDOUT, FD_STDERR };
+
+struct rfd {
+    enum fd_kind kind;
+    int          fd;                    /* FD_REAL: our descriptor */
+};
+
+struct proc {
+    struct conn *c;
+    uint64_t     job;
+    int32_t      rank;
+    uint32_t     node;
+    struct ident who;
+    struct rfd   fds[LAT_MAX_FDS];
+};
+
+/* One call: arguments in, result out.  `out` points at reply data. */
+struct call {
+    struct lat_sysreq rq;
+    char       *data;                   /* bytes after the lat_sysreq */
+    size_t      dlen;
+    int64_t     ret;
+    int         err;
+    const void *out;
+    size_t      outlen;
+    union {
+        struct lat_stat   st;
+        struct statx      stx;
+        struct lat_statfs sfs;
+    } small;
+};
+
+typedef int (*sys_fn)(struct proc *p, struct call *k);
+
+/* sock.c: the socket calls (docs/protocol.md section 6.1), table lines for ship.c */
+#define SOCK_HANDLERS(X) \
+    X(SOCKET, socket) X(CONNECT, connect) X(BIND, bind) X(SENDMSG, sendmsg) X(RECVMSG, recvmsg) \
+    X(SHUTDOWN, shutdown) X(SETSOCKOPT, setsockopt) X(GETSOCKOPT, getsockopt)                   \
+    X(GETSOCKNAME, getsockname) X(GETPEERNAME, getpeername) X(POLL, poll)
+#define SOCK_PROTO(T, n) int sock_##n(struct proc *p, struct call *k);
+SOCK_HANDLERS(SOCK_PROTO)
+#define SOCK_ENTRY(T, n) [LAT_SYS_##T - LAT_SYS__BASE] = sock_##n,
+#define SOCK_CALLS SOCK_HANDLERS(SOCK_ENTRY)
+
+#endif

@@ -1,0 +1,181 @@
+"""Client sockets shipped to the I/O node (issue 5, compute/cnk/README.md
+"Sockets"): a program on the compute nodes talks TCP and UDP to servers this
+test runs on 127.0.0.1, outside the block; the I/O node's counters show the
+calls were shipped; a blocking recv waits while the other threads and ranks
+keep doing file I/O; poll/select/epoll and getaddrinfo work on compute nodes.
+
+One 1x1x2 machine (one pset of 2, 256 MiB per node) with block K.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import socketserver
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import EXAMPLES, Machine, make_machine
+from cnk_helpers import by_rank
+
+N = 2
+PROG = EXAMPLES / "sockets"
+KERNELS = ["cnk"]
+
+
+@pytest.fixture(scope="module")
+def sk(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    assert PROG.exists(), f"{PROG} missing: run make"
+    m = make_machine(tmp_path_factory.mktemp("sockets"), "--shape", "1x1x2", "--pset-size", "2",
+                     "--memory", "256M", "--cores", "2")
+    m.run("block", "create", "K", "--shape", "1x1x2")
+    m.run("boot", "K")
+    yield m
+    m.run("free", "K", check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+class TCP(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+class UDPEcho(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        data, s = self.request
+        s.sendto(data, self.client_address)
+
+
+def serve(server: socketserver.BaseServer) -> socketserver.BaseServer:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def run(m: Machine, kernel: str, *args: str, n: int = N):
+    return m.run("run", "--block", "K", "-n", str(n), "--label", "--kernel", kernel, "--hugepages", "keep",
+                 "--cwd", str(m.work), str(PROG), *args, timeout=120)
+
+
+def counters(m: Machine) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in m.run("counters", "K").stdout.splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[-1].isdigit():
+            out[f[-2]] = out.get(f[-2], 0) + int(f[-1])
+    return out
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_tcp_to_a_server_outside_the_block(sk: Machine, kernel: str) -> None:
+    with serve(TCP(("127.0.0.1", 0), Echo)) as srv:
+        before = counters(sk)
+        p = run(sk, kernel, "tcp", str(srv.server_address[1]))
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert "tcp ok" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    after = counters(sk)
+    for call in ("socket", "connect", "sendmsg", "recvmsg", "shutdown", "getpeername", "setsockopt",
+                 "getsockopt"):
+        assert after.get(call, 0) - before.get(call, 0) >= N, (call, after)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_udp_bind_sendto_recvfrom(sk: Machine, kernel: str) -> None:
+    with serve(socketserver.ThreadingUDPServer(("127.0.0.1", 0), UDPEcho)) as srv:
+        before = counters(sk)
+        port = srv.server_address[1]
+        p = run(sk, kernel, "udp", str(port))
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert f"udp ok from port {port}" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    after = counters(sk)
+    for call in ("socket", "bind", "sendmsg", "recvmsg", "getsockname"):
+        assert after.get(call, 0) - before.get(call, 0) >= N, (call, after)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_poll_select_epoll_on_shipped_sockets(sk: Machine, kernel: str) -> None:
+    with serve(TCP(("127.0.0.1", 0), Echo)) as srv:
+        before = counters(sk)
+        p = run(sk, kernel, "poll", str(srv.server_address[1]))
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert "poll select epoll ok" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    assert counters(sk).get("poll", 0) - before.get("poll", 0) >= 3 * N
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str) -> None:
+    """Rank 0's main thread blocks in recv on a shipped socket; its own
+    second thread and rank 1 do 400 shipped file calls each meanwhile.  The
+    server answers only once every rank's done file exists: if the blocked
+    recv held rank 0's connection, its thread could never finish."""
+    work = sk.work / f"wait-{kernel}"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o777)
+    lsn = socket.create_server(("127.0.0.1", 0))
+    port = lsn.getsockname()[1]
+    order: list[str] = []
+
+    def server() -> None:
+        c, _ = lsn.accept()
+        assert c.recv(16) == b"waiting"
+        deadline = time.monotonic() + 60
+        while not all((work / f"done.{r}").exists() for r in range(N)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        order.append("all done")
+        time.sleep(0.3)         # the blocked rank really waits
+        c.sendall(b"go")
+        c.close()
+
+    t = threading.Thread(target=server, daemon=True)
+    t.start()
+    p = run(sk, kernel, "wait", str(port), str(work))
+    t.join(5)
+    lsn.close()
+    out = by_rank(p.stdout)
+    assert order == ["all done"], p.stdout
+    assert "rank 0: recv got go" in out.get(0, []), p.stdout + p.stderr
+    for r in range(N):
+        assert f"rank {r}: io done" in out.get(r, []), p.stdout
+    # rank 0's io thread finished before its recv returned
+    lines = p.stdout.splitlines()
+    assert [i for i, l in enumerate(lines) if "rank 0: io done" in l][0] < \
+        [i for i, l in enumerate(lines) if "recv got go" in l][0], p.stdout
+
+
+def hosts_name() -> str | None:
+    """A name /etc/hosts gives an IPv4 address other than localhost."""
+    for line in Path("/etc/hosts").read_text().splitlines():
+        f = line.split("#")[0].split()
+        if len(f) >= 2 and re.fullmatch(r"\d+\.\d+\.\d+\.\d+", f[0]):
+            for name in f[1:]:
+                if name != "localhost":
+                    return name
+    return None
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_getaddrinfo_on_compute_nodes(sk: Machine, kernel: str) -> None:
+    names = ["localhost"] + ([n] if (n := hosts_name()) else [])
+    p = run(sk, kernel, "resolve", *names)
+    out = by_rank(p.stdout)
+    for r in range(N):
+        text = " ".join(out.get(r, []))
+        assert "resolve localhost -> 127.0.0.1" in text, p.stdout + p.stderr
+        for name in names[1:]:
+            want = socket.gethostbyname(name)
+            assert f"resolve {name} -> {want}" in text, p.stdout + p.stderr

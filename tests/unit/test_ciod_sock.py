@@ -1,0 +1,67 @@
+"""ciod's socket calls (docs/protocol.md section 6.1) against malformed and
+hostile requests: bad descriptors, bad socket address lengths, sizes past
+the limits, domains that belong to the compute node; a wait that runs out
+answers LAT_ERR_WAIT and the connection keeps serving."""
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+from pathlib import Path
+
+from test_ciod import SYS, Ciod, Job, Proc, ciod, ciod_bin  # noqa: F401  (fixtures)
+
+SOCK = dict(socket=0x31E, connect=0x31F, bind=0x320, sendmsg=0x321, recvmsg=0x322, shutdown=0x323,
+            setsockopt=0x324, getsockopt=0x325, getsockname=0x326, getpeername=0x327, poll=0x328)
+SYS.update(SOCK)
+ERR_WAIT = 0x10000
+MAX_IO = 1 << 20
+
+
+def sockaddr(port: int, host: str = "127.0.0.1") -> bytes:
+    return struct.pack("<H", socket.AF_INET) + struct.pack(">H", port) + socket.inet_aton(host) + bytes(8)
+
+
+def test_malformed_socket_calls_get_errors_and_ciod_keeps_serving(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path)
+    p: Proc = job.proc(0)
+    # descriptors: not open, out of range, a standard stream
+    for fd in (999, 5000, -1):
+        assert p.fails("sendmsg", fd, 0, 0, -1, data=b"x") == errno.EBADF
+        assert p.fails("connect", fd, -1, 0, data=sockaddr(1)) == errno.EBADF
+    assert p.fails("recvmsg", 1, 0, 10, 0) == errno.ENOTSOCK
+    # a file is not a socket: the kernel says so
+    fd, _ = p.ok("openat", -100, 0, 0, data=b"/etc/hostname\0")
+    assert p.fails("getsockname", fd) == errno.ENOTSOCK
+    # domains of the compute node, and raw sockets for other users
+    assert p.fails("socket", socket.AF_UNIX, socket.SOCK_STREAM, 0) == errno.EAFNOSUPPORT
+    assert p.fails("socket", socket.AF_NETLINK, socket.SOCK_RAW, 0) == errno.EAFNOSUPPORT
+    s, _ = p.ok("socket", socket.AF_INET, socket.SOCK_DGRAM, 0)
+    # socket address lengths: too short, too long, longer than the data
+    assert p.fails("connect", s, -1, 0, data=b"\x02") == errno.EINVAL
+    assert p.fails("connect", s, -1, 0, data=sockaddr(1) + bytes(200)) == errno.EINVAL
+    assert p.fails("bind", s, data=b"") == errno.EINVAL
+    assert p.fails("sendmsg", s, 0, 64, -1, data=sockaddr(1)) == errno.EINVAL
+    assert p.fails("sendmsg", s, 0, -5, -1, data=b"x") == errno.EINVAL
+    # sizes and waits past the limits, flags it does not pass on
+    assert p.fails("recvmsg", s, 0, MAX_IO + 1, 0) == errno.EINVAL
+    assert p.fails("recvmsg", s, 0, 10, -2) == errno.EINVAL
+    assert p.fails("recvmsg", s, 0x100000, 10, 0) == errno.EOPNOTSUPP
+    assert p.fails("getsockopt", s, socket.SOL_SOCKET, socket.SO_TYPE, 5000) == errno.EINVAL
+    assert p.fails("setsockopt", s, socket.SOL_SOCKET, socket.SO_RCVBUF, data=bytes(2000)) == errno.EINVAL
+    assert p.fails("poll", 2, 0, data=struct.pack("<ihh", s, 1, 0)) == errno.EINVAL   # 1 entry sent
+    assert p.fails("poll", 5000, 0, data=b"") == errno.EINVAL
+    # poll: a bad descriptor is POLLNVAL, as on Linux
+    n, out = p.ok("poll", 2, 0, data=struct.pack("<ihhihh", 777, 1, 0, s, 4, 0))
+    assert n == 2 and struct.unpack("<ihhihh", out)[2] == 0x20 and struct.unpack("<ihhihh", out)[5] & 4
+    # a blocking receive whose wait runs out: LAT_ERR_WAIT, nothing done
+    p.ok("bind", s, data=sockaddr(0))
+    ret, err, _ = p.call("recvmsg", s, 0, 100, 30)
+    assert (ret, err) == (-1, ERR_WAIT)
+    # and the connection still serves: a datagram to ourselves comes back
+    ln, name = p.ok("getsockname", s)
+    port = struct.unpack(">H", name[2:4])[0]
+    assert p.ok("sendmsg", s, 0, 16, -1, data=sockaddr(port) + b"ping")[0] == 4
+    n, out = p.ok("recvmsg", s, 0, 100, -1)
+    assert n == 4 and out[136:] == b"ping" and struct.unpack_from("<I", out)[0] == 16
+    p.ok("close", s)
