@@ -81,6 +81,29 @@ static uint32_t seq;
 static struct iovec sendv[UIO_MAXIOV + 2];
 static struct iovec slice[UIO_MAXIOV];
 static char sink[4096];
+static struct lat_rdv_seg segs[UIO_MAXIOV];
+/* the data path ciod agreed (LATTICE_IO_DP, set by cnode from the hello ack):
+ * transfers of at least rdv_min bytes are a rendezvous; 0 = never */
+static uint64_t rdv_min;
+
+/* "eager_max,rdv_min,flags" */
+static void datapath_init(void)
+{
+    const char *s = kgetenv(cnk.envp, "LATTICE_IO_DP");
+    uint64_t v[3] = { 0, 0, 0 };
+    int i = 0;
+
+    for (; s && *s && i < 3; s++) {
+        if (*s == ',') {
+            i++;
+            continue;
+        }
+        if (*s < '0' || *s > '9')
+            return;
+        v[i] = v[i] * 10 + (uint64_t)(*s - '0');
+    }
+    rdv_min = (v[2] & LAT_DP_VM) && i == 2 ? v[1] : 0;
+}
 
 int ship_init(int conn_fd)
 {
@@ -97,6 +120,7 @@ int ship_init(int conn_fd)
         ksys3(__NR_fcntl, conn_fd, F_SETFL, fl & ~O_NONBLOCK);
     conn = conn_fd;
     dead = 0;
+    datapath_init();
     fd_setup();
     return 0;
 }
@@ -337,6 +361,20 @@ static long rw_chunk(int rfd, int wr, int n, size_t chunk, int64_t off)
     return r > (long)got ? (long)got : r;
 }
 
+/* A rendezvous: one request naming the program's buffers; ciod moves the
+ * bytes itself (docs/protocol.md section 6.2).  -EOPNOTSUPP or -EFAULT
+ * with nothing done: send the bytes instead.  conn_lock held. */
+static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t total, int64_t off)
+{
+    int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV };
+    uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
+    struct iovec o = { segs, (size_t)cnt * sizeof segs[0] };
+
+    for (int i = 0; i < cnt; i++)
+        segs[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
+    return call_locked(type, a, &o, 1, NULL, 0, NULL);
+}
+
 /* The whole transfer holds the connection, so chunks of two threads never
  * interleave.  Zero-byte transfers are shipped too: errors stay exact. */
 static long ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t off)
@@ -347,6 +385,13 @@ static long ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t o
     if (r < 0)
         return r;
     klock(&conn_lock);
+    if (rdv_min && total >= rdv_min && cnt > 0) {
+        r = rdv_locked(rfd, wr, iov, cnt, total, off);
+        if (r != -EOPNOTSUPP && r != -EFAULT) {
+            kunlock(&conn_lock);
+            return r;
+        }
+    }
     do {
         size_t chunk = MIN(total - done, (size_t)LAT_MAX_IO);
         int n = iov_slice(iov, cnt, done, chunk, slice);

@@ -46,6 +46,8 @@ struct msg {
 int net_connect(const char *addr, double retry_seconds);
 /* hello; returns 0, or -1 with errno (the ack's err if refused) */
 int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES]);
+int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES],
+                   const struct lat_hello_proc *hp, struct lat_datapath *dp);
 int net_send(int fd, uint16_t type, const void *a, size_t alen, const void *b, size_t blen);
 /* 1 message, 0 orderly EOF, -1 error (errno; EPROTO for a bad header) */
 int net_recv(int fd, struct msg *m);

@@ -402,7 +402,7 @@ static int is_cnk(const struct job *j)
 /* Is s one of the variables the node sets itself? */
 static int ours_var(const char *s, int cnk)
 {
-    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
+    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_DP=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
                                          "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
                                          "PMI_JOBID=", "PMI_PORT=", "PMI_ID=" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -431,7 +431,7 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     size_t n = 0;
     while (j->env[n])
         n++;
-    char **e = calloc(n + OURS + 1, sizeof *e);
+    char **e = calloc(n + OURS + 2, sizeof *e);     /* + LATTICE_IO_DP, set by the child */
     if (!e)
         return NULL;
     size_t k = 0;
@@ -503,11 +503,48 @@ static char **make_cnk_argv(struct job *j, const struct proc *p)
     return a;
 }
 
+/* child_fail codes from here up: the PROC hello failed with code - this */
+#define CHILD_HELLO_FAILED 0x10000
 static void child_fail(int errfd, int err) __attribute__((noreturn));
 static void child_fail(int errfd, int err)
 {
     (void)!write(errfd, &err, sizeof err);
     _exit(127);
+}
+
+/* Decimal digits of v at the end of buf[0..n): the start. */
+static char *utoa_end(char *end, unsigned long v)
+{
+    *--end = '\0';
+    do
+        *--end = (char)('0' + v % 10);
+    while (v /= 10);
+    return end;
+}
+
+/* In the child: the PROC hello with our pid (exec keeps it), then what
+ * ciod agreed for the program's client: LATTICE_IO_DP=eager_max,rdv_min,flags
+ * (docs/protocol.md section 3).  Added in envp's spare slot (make_env). */
+static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, char **envp)
+{
+    struct lat_hello_proc hp = { .pid = (uint32_t)getpid(), .flags = LAT_DP_VM };
+    struct lat_datapath dp;
+    static char var[80];
+
+    if (net_hello_proc(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, &hp,
+                       &dp) < 0)
+        child_fail(errfd, CHILD_HELLO_FAILED + errno);
+    char num[3][24], *a = utoa_end(num[0] + 24, dp.eager_max), *b = utoa_end(num[1] + 24, dp.rdv_min);
+    char *c = utoa_end(num[2] + 24, dp.flags), *w = var;
+    const char *parts[] = { "LATTICE_IO_DP=", a, ",", b, ",", c };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *s = parts[i]; *s; s++)
+            *w++ = *s;
+    *w = '\0';
+    size_t k = 0;
+    while (envp[k])
+        k++;
+    envp[k] = var;                      /* envp[k + 1] is the spare NULL */
 }
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
@@ -525,6 +562,7 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
         _exit(127);
     if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0)
         child_fail(f, errno);
+    proc_hello(j, pr, p, f, envp);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(p, CHILD_PROC_FD) < 0 ||
         dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0 || dup2(q, CHILD_PMI_FD) < 0)
@@ -570,12 +608,7 @@ static void launch(struct job *j, struct proc *pr)
         proc_failed(j, pr, errno, "cannot connect to the I/O node: %s", strerror(errno));
         return;
     }
-    if (net_hello(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key) < 0) {
-        int e = errno;
-        close(procfd);
-        proc_failed(j, pr, e, "the I/O node refused the process connection: %s", strerror(e));
-        return;
-    }
+    /* the hello is the child's: it names the process (its pid) for the data path */
     int outp[2], errp[2], failp[2], pmip[2];
     if (pipe2(outp, O_CLOEXEC) < 0) {
         close(procfd);
@@ -647,7 +680,10 @@ static void launch(struct job *j, struct proc *pr)
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
         pr->exited = 1;
-        if (err < 0)
+        if (err >= CHILD_HELLO_FAILED)
+            proc_failed(j, pr, err - CHILD_HELLO_FAILED, "the I/O node refused the process connection: %s",
+                        strerror(err - CHILD_HELLO_FAILED));
+        else if (err < 0)
             proc_failed(j, pr, -err, "cannot take the job's identity (uid %u gid %u): %s", j->nj.uid, j->nj.gid,
                         strerror(-err));
         else if (cnk)

@@ -159,9 +159,19 @@ int net_recv(int fd, struct msg *m)
 
 int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES])
 {
+    return net_hello_proc(fd, role, node, job, key, NULL, NULL);
+}
+
+/* With hp (a PROC hello of the process hp->pid), *dp gets the data path
+ * ciod agreed (zeroes from a ciod that does not know it). */
+int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES],
+                   const struct lat_hello_proc *hp, struct lat_datapath *dp)
+{
     struct lat_hello h = { .role = role, .node = node, .job = job };
     memcpy(h.key, key, LAT_KEY_BYTES);
-    if (net_send(fd, LAT_HELLO, &h, sizeof h, NULL, 0) < 0)
+    if (dp)
+        memset(dp, 0, sizeof *dp);
+    if (net_send(fd, LAT_HELLO, &h, sizeof h, hp, hp ? sizeof *hp : 0) < 0)
         return -1;
     struct lat_hdr rh;
     struct lat_hello_ack ack;
@@ -180,5 +190,7 @@ int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t 
         errno = ack.err;
         return -1;
     }
+    if (dp && rh.len >= sizeof ack + sizeof *dp)
+        memcpy(dp, extra, sizeof *dp);
     return 0;
 }

@@ -45,6 +45,8 @@ LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, i
                             const struct iovec *out, int nout,
                             const struct iovec *in, int nin, size_t *got);
 /* Shorthands: no data / a path as the only data. */
+/* Transfers of at least this many bytes go rendezvous; 0 = never. */
+LAT_HIDDEN uint64_t lat_rdv_min(void);
 LAT_HIDDEN int64_t lat_call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2);
 LAT_HIDDEN int64_t lat_call_path(uint16_t type, int64_t a0, int64_t a1, int64_t a2,
                                  const char *path, void *in, size_t inlen, size_t *got);

@@ -62,6 +62,23 @@ static void atfork_child(void)
     forked = 1;
 }
 
+/* The data path ciod agreed, LATTICE_IO_DP=eager_max,rdv_min,flags (set by
+ * cnode from the hello ack): transfers from rdv_min bytes are a rendezvous. */
+static uint64_t rdv_min;
+
+static void datapath_init(void)
+{
+    const char *s = getenv("LATTICE_IO_DP");
+    unsigned long eager, rdv, flags;
+    if (s && sscanf(s, "%lu,%lu,%lu", &eager, &rdv, &flags) == 3 && (flags & LAT_DP_VM))
+        rdv_min = rdv;
+}
+
+uint64_t lat_rdv_min(void)
+{
+    return rdv_min;
+}
+
 static void init(void)
 {
     const char *s = getenv("LATTICE_IO_FD");
@@ -77,6 +94,7 @@ static void init(void)
         return;
     }
     conn = (int)fd;
+    datapath_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init_std();
     active = 1;

@@ -70,6 +70,20 @@ ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off
             return lat_fail(EINVAL);
         total += iov[i].iov_len;
     }
+    uint64_t rdv = lat_rdv_min();
+    if (rdv && total >= rdv && cnt > 0) {
+        /* rendezvous: ciod moves the bytes itself (docs/protocol.md section 6.2) */
+        struct lat_rdv_seg seg[IOV_MAX];
+        for (int i = 0; i < cnt; i++)
+            seg[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
+        struct iovec o = { seg, (size_t)cnt * sizeof seg[0] };
+        int saved = errno;
+        int64_t r = lat_call(wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD),
+                             rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV, &o, 1, NULL, 0, NULL);
+        if (r >= 0 || (errno != EOPNOTSUPP && errno != EFAULT))
+            return (ssize_t)r;
+        errno = saved;          /* not reachable that way: send the bytes */
+    }
     size_t done = 0;
     struct iovec part[IOV_MAX];
     do {

@@ -173,14 +173,49 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
 /* LAT_CTL_FENCE_OUT from the service node; -1 (why set) if malformed. */
 int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);
 
+/* ---- datapath.c: eager and rendezvous transfers, the I/O node's counters ---- */
+
+extern atomic_uint_fast64_t dp_ctr[LAT_CTR__END];
+void     datapath_init(void);
+uint64_t dp_now_ns(void);
+void     dp_account(unsigned call, uint64_t ns, uint64_t bytes);
+void     dp_ctr_max(enum lat_ctr i, uint64_t v);
+/* The LAT_CTL_COUNTERS reply in out (u64 words); 0 if cap is too small. */
+size_t   dp_counters(uint64_t *out, size_t cap);
+#define  DP_COUNTER_WORDS (NSYS + 2 + NSYS * (2 + LAT_HIST_BUCKETS) + LAT_CTR__END)
+/* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
+void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
+int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);
+int64_t  dp_rdv(pid_t pid, char *win, size_t winlen, bool wr, const struct iovec *segs, unsigned nseg,
+                uint64_t count, ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx,
+                int *err);
+
+/* ---- collective.c: shared read-only opens, stats and reads ---- */
+
+struct coll_ofd;
+struct stat;
+void collective_init(void);
+bool coll_on(void);
+int  coll_open(const struct ident *who, const char *path, int flags, struct coll_ofd **o, int *plain);
+struct coll_ofd *coll_dup(struct coll_ofd *o);
+void coll_close(struct coll_ofd *o);
+int  coll_fd(const struct coll_ofd *o);
+int64_t *coll_pos(struct coll_ofd *o);
+ssize_t coll_pread(struct coll_ofd *o, char *dst, size_t n, int64_t off);
+int  coll_stat(const struct ident *who, const char *path, int flags, struct stat *st);
+void coll_changed(void);
+
 /* ---- the three kinds of connection ---- */
 
 void control_serve(struct conn *c);
 void node_serve(struct conn *c, uint32_t node, uint32_t seq);
-void ship_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq);
+void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
+                uint32_t seq);
 
 /* session.c: the thread of every connection (hello, then the role). */
 void *session_main(void *arg);
 int   hello_ack(struct conn *c, uint32_t seq, int err);
+/* A PROC hello's ack with the data path it agreed (dp NULL: the old 16-byte ack). */
+int   hello_ack_dp(struct conn *c, uint32_t seq, int err, const struct lat_datapath *dp);
 
 #endif

@@ -43,12 +43,11 @@ static int on_status(struct conn *c, const struct lat_hdr *h, char *why, size_t 
 
 static int on_counters(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
-    uint64_t calls[NSYS];
+    static _Thread_local uint64_t words[DP_COUNTER_WORDS];
+    size_t n = dp_counters(words, DP_COUNTER_WORDS);
 
     (void)why, (void)whylen;
-    for (unsigned i = 0; i < NSYS; i++)
-        calls[i] = atomic_load(&sys_calls[i]);
-    return conn_send(c, h->type | LAT_REPLY, h->seq, calls, sizeof(calls)), 0;
+    return conn_send(c, h->type | LAT_REPLY, h->seq, words, n * sizeof(uint64_t)), 0;
 }
 
 static int on_kill(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)

@@ -142,6 +142,7 @@ int main(int argc, char **argv)
     /* Peers that vanish must cost an EPIPE, not the daemon. */
     signal(SIGPIPE, SIG_IGN);
     ident_init();
+    datapath_init();
     if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0
         || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
         logmsg("%s", err);

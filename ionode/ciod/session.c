@@ -12,12 +12,18 @@
 
 #define HELLO_TIMEOUT 30                /* seconds a new connection may stay silent */
 
-int hello_ack(struct conn *c, uint32_t seq, int err)
+int hello_ack_dp(struct conn *c, uint32_t seq, int err, const struct lat_datapath *dp)
 {
     struct lat_hello_ack a = { .err = err, .max_io = LAT_MAX_IO, .pset = cfg.pset,
                                .pset_size = cfg.pset_size };
+    struct iovec v[2] = { { &a, sizeof(a) }, { (void *)dp, dp ? sizeof(*dp) : 0 } };
 
-    return conn_send(c, LAT_HELLO | LAT_REPLY, seq, &a, sizeof(a));
+    return conn_sendv(c, LAT_HELLO | LAT_REPLY, seq, v, 2);
+}
+
+int hello_ack(struct conn *c, uint32_t seq, int err)
+{
+    return hello_ack_dp(c, seq, err, NULL);
 }
 
 /* Constant time: the comparison must not tell how much of a guess was right. */
@@ -47,6 +53,8 @@ void *session_main(void *arg)
     struct conn *c = arg;
     struct lat_hdr h;
     struct lat_hello hello;
+    struct lat_hello_proc hp;
+    bool has_hp;
     char why[CIOD_ERRLEN];
     int rc;
 
@@ -62,13 +70,17 @@ void *session_main(void *arg)
             ras_event(RAS_WARNING, cfg.location, "connection from %s closed: %s", c->peer, why);
         goto out;
     }
-    if (h.type != LAT_HELLO || h.len != sizeof(hello)) {
+    /* a PROC hello may carry lat_hello_proc (the data path, section 3.1) */
+    has_hp = h.len == sizeof(hello) + sizeof(hp);
+    if (h.type != LAT_HELLO || (h.len != sizeof(hello) && !has_hp)) {
         snprintf(why, sizeof(why), "first message is type 0x%04x with %u bytes, not a hello",
                  h.type, h.len);
         refuse(c, h.seq, EPROTO, why);
         goto out;
     }
     memcpy(&hello, c->buf, sizeof(hello));
+    if (has_hp)
+        memcpy(&hp, c->buf + sizeof(hello), sizeof(hp));
     if (!key_ok(hello.key)) {
         refuse(c, h.seq, EACCES, "wrong block key");
         goto out;
@@ -84,7 +96,7 @@ void *session_main(void *arg)
         node_serve(c, hello.node, h.seq);
         break;
     case LAT_ROLE_PROC:
-        ship_serve(c, &hello, h.seq);
+        ship_serve(c, &hello, has_hp ? &hp : NULL, h.seq);
         break;
     default:
         snprintf(why, sizeof(why), "unknown role %u", hello.role);

@@ -96,6 +96,10 @@ static bool arg_realfd(struct proc *p, struct call *k, int i, int *fd, int speci
 
     if (!r)
         return false;
+    if (r->kind == FD_COLL) {           /* the shared descriptor: same file, same rights */
+        *fd = coll_fd(r->co);
+        return true;
+    }
     if (r->kind != FD_REAL) {
         fail(k, special_err);
         return false;
@@ -132,7 +136,7 @@ static int fd_alloc(struct proc *p, enum fd_kind kind, int fd)
 {
     for (unsigned i = 0; i < LAT_MAX_FDS; i++) {
         if (p->fds[i].kind == FD_FREE) {
-            p->fds[i] = (struct rfd){ kind, fd };
+            p->fds[i] = (struct rfd){ kind, fd, NULL };
             return (int)i;
         }
     }
@@ -195,12 +199,41 @@ static void special_stat(struct proc *p, enum fd_kind kind, struct stat *st)
 
 /* ---- the calls, in wire order ---- */
 
+/* Collective I/O: 1 if the open was answered from or into the cache. */
+static int open_shared(struct proc *p, struct call *k, const char *path, int flags)
+{
+    struct coll_ofd *co;
+    int plain, r, err;
+
+    if (!coll_on())
+        return 0;
+    if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)))
+        coll_changed();                 /* it may write: cached answers may go stale */
+    err = coll_open(&p->who, path, flags, &co, &plain);
+    if (err < 0)
+        return 0;
+    if (err > 0)
+        return fail(k, err), 1;
+    r = co ? fd_alloc(p, FD_COLL, -1) : fd_alloc(p, FD_REAL, plain);
+    if (r < 0) {
+        if (co)
+            coll_close(co);
+        else
+            close(plain);
+        return fail(k, EMFILE), 1;
+    }
+    p->fds[r].co = co;
+    return result(k, r), 1;
+}
+
 static int sys_openat(struct proc *p, struct call *k)
 {
     const char *path = arg_path(k, 0, NULL);
     int dir, flags, mode, fd, r;
 
     if (!path || !arg_int(k, 1, &flags) || !arg_int(k, 2, &mode) || !arg_dirfd(p, k, 0, path, &dir))
+        return 0;
+    if (open_shared(p, k, path, flags))
         return 0;
     fd = openat(dir, path, flags | O_CLOEXEC, (mode_t)mode);
     if (fd < 0)
@@ -223,10 +256,90 @@ static int sys_close(struct proc *p, struct call *k)
         return 0;
     if (r->kind == FD_REAL)
         rc = close(r->fd);
-    *r = (struct rfd){ FD_FREE, -1 };
+    if (r->kind == FD_COLL)
+        coll_close(r->co);
+    *r = (struct rfd){ FD_FREE, -1, NULL };
     /* Linux frees the descriptor even when close reports an error */
     result(k, rc < 0 && errno != EINTR ? -1 : 0);
     return 0;
+}
+
+/* ---- rendezvous (datapath.c): the data moves between the file and the
+ * process's memory, never through the socket ---- */
+
+struct rdv_io {
+    int      fd;
+    struct coll_ofd *co;
+    int64_t  off;                       /* < 0: the file position */
+};
+
+static ssize_t rdv_read(void *ctx, char *buf, size_t n, uint64_t done)
+{
+    struct rdv_io *io = ctx;
+
+    if (io->co) {
+        int64_t at = io->off < 0 ? *coll_pos(io->co) : io->off + (int64_t)done;
+        ssize_t r = coll_pread(io->co, buf, n, at);
+        if (r > 0 && io->off < 0)
+            *coll_pos(io->co) += r;
+        return r;
+    }
+    return io->off < 0 ? read(io->fd, buf, n) : pread(io->fd, buf, n, (off_t)(io->off + (int64_t)done));
+}
+
+static ssize_t rdv_write(void *ctx, char *buf, size_t n, uint64_t done)
+{
+    struct rdv_io *io = ctx;
+    size_t put = 0;
+
+    while (put < n) {                   /* as write(2) on a regular file: all of it, or an error */
+        ssize_t w = io->off < 0 ? write(io->fd, buf + put, n - put)
+                                : pwrite(io->fd, buf + put, n - put, (off_t)(io->off + (int64_t)(done + put)));
+        if (w <= 0)
+            return put ? (ssize_t)put : w;
+        put += (size_t)w;
+    }
+    return (ssize_t)put;
+}
+
+/* READ/WRITE (off -1) or PREAD/PWRITE with a3 = LAT_RDV. */
+static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t off)
+{
+    struct iovec segs[LAT_RDV_MAXSEG];
+    struct rdv_io io = { r->fd, NULL, off };
+    unsigned nseg;
+    int err;
+
+    if (!(p->dp.flags & LAT_DP_VM))
+        return fail(k, EOPNOTSUPP);     /* not granted in the hello */
+    if ((err = dp_segments(k->data, k->dlen, k->rq.a[1], segs, &nseg)) != 0)
+        return fail(k, err);
+    if (r->kind == FD_STDIN && !wr)
+        return result(k, 0);
+    if (r->kind == FD_COLL && !wr)
+        io.co = r->co;
+    else if (r->kind == FD_COLL)
+        io.fd = coll_fd(r->co);         /* a write on a read-only descriptor: EBADF from the kernel */
+    else if (r->kind != FD_REAL)
+        return fail(k, EOPNOTSUPP);     /* standard streams: the client sends the bytes */
+    if (wr)
+        coll_changed();
+    int64_t done = dp_rdv(p->pid, outbuf(p), LAT_MAX_IO, wr, segs, nseg, (uint64_t)k->rq.a[1],
+                          wr ? rdv_write : rdv_read, &io, &err);
+    if (done == 0 && err)
+        return fail(k, err);
+    return result(k, done);
+}
+
+static int shipped_fd_rdv(struct proc *p, struct call *k, bool wr)
+{
+    int fd;
+
+    if (!arg_realfd(p, k, 0, &fd, ESPIPE))
+        return 0;
+    if (k->rq.a[2] < 0)
+        return fail(k, EINVAL);
+    return rdv(p, k, &p->fds[k->rq.a[0]], wr, k->rq.a[2]);
 }
 
 static int sys_read(struct proc *p, struct call *k)
@@ -235,13 +348,21 @@ static int sys_read(struct proc *p, struct call *k)
     size_t n;
     ssize_t got;
 
+    if (r && k->rq.a[3] == LAT_RDV)
+        return rdv(p, k, r, false, -1);
     if (!r || !arg_count(k, 1, &n))
         return 0;
     if (r->kind == FD_STDIN)
         return result(k, 0);            /* compute processes have no input */
-    if (r->kind != FD_REAL)
+    if (r->kind == FD_COLL) {
+        got = coll_pread(r->co, outbuf(p), n, *coll_pos(r->co));
+        if (got > 0)
+            *coll_pos(r->co) += got;
+    } else if (r->kind != FD_REAL) {
         return fail(k, EBADF);
-    got = read(r->fd, outbuf(p), n);
+    } else {
+        got = read(r->fd, outbuf(p), n);
+    }
     result(k, got);
     if (got > 0) {
         k->out = outbuf(p);
@@ -256,6 +377,8 @@ static int sys_write(struct proc *p, struct call *k)
 
     if (!r)
         return 0;
+    if (k->rq.a[3] == LAT_RDV)
+        return rdv(p, k, r, true, -1);
     if (k->dlen > LAT_MAX_IO)
         return fail(k, EINVAL);
     switch (r->kind) {
@@ -265,6 +388,7 @@ static int sys_write(struct proc *p, struct call *k)
                         k->data, k->dlen);
         return result(k, (int64_t)k->dlen);
     case FD_REAL:
+        coll_changed();
         return result(k, write(r->fd, k->data, k->dlen));
     default:
         return fail(k, EBADF);
@@ -278,9 +402,14 @@ static int sys_pread(struct proc *p, struct call *k)
     ssize_t got;
     int fd;
 
+    if (k->rq.a[3] == LAT_RDV)
+        return shipped_fd_rdv(p, k, false);
     if (!arg_realfd(p, k, 0, &fd, ESPIPE) || !arg_count(k, 1, &n))
         return 0;
-    got = pread(fd, outbuf(p), n, (off_t)k->rq.a[2]);
+    if (p->fds[k->rq.a[0]].kind == FD_COLL)
+        got = coll_pread(p->fds[k->rq.a[0]].co, outbuf(p), n, k->rq.a[2]);
+    else
+        got = pread(fd, outbuf(p), n, (off_t)k->rq.a[2]);
     result(k, got);
     if (got > 0) {
         k->out = outbuf(p);
@@ -293,10 +422,13 @@ static int sys_pwrite(struct proc *p, struct call *k)
 {
     int fd;
 
+    if (k->rq.a[3] == LAT_RDV)
+        return shipped_fd_rdv(p, k, true);
     if (!arg_realfd(p, k, 0, &fd, ESPIPE))
         return 0;
     if (k->dlen > LAT_MAX_IO)
         return fail(k, EINVAL);
+    coll_changed();
     result(k, pwrite(fd, k->data, k->dlen, (off_t)k->rq.a[2]));
     return 0;
 }
@@ -307,6 +439,20 @@ static int sys_lseek(struct proc *p, struct call *k)
 
     if (!arg_realfd(p, k, 0, &fd, ESPIPE) || !arg_int(k, 2, &whence))
         return 0;
+    if (p->fds[k->rq.a[0]].kind == FD_COLL) {
+        /* a shared open: its own position; the shared descriptor's is never used */
+        int64_t *pos = coll_pos(p->fds[k->rq.a[0]].co), to;
+        if (whence == SEEK_CUR) {
+            if (__builtin_add_overflow(*pos, k->rq.a[1], &to))
+                return fail(k, EOVERFLOW);
+            if (to < 0)
+                return fail(k, EINVAL);
+        } else if ((to = lseek(fd, (off_t)k->rq.a[1], whence)) < 0) {
+            return result(k, -1);
+        }
+        *pos = to;
+        return result(k, to);
+    }
     result(k, lseek(fd, (off_t)k->rq.a[1], whence));
     return 0;
 }
@@ -320,7 +466,7 @@ static bool empty_path_special(struct proc *p, struct call *k, const char *path,
     if (path[0] || !(flags & AT_EMPTY_PATH) || k->rq.a[0] == LAT_AT_FDCWD)
         return false;
     r = arg_fd(p, k, 0);
-    if (!r || r->kind == FD_REAL)
+    if (!r || r->kind == FD_REAL || r->kind == FD_COLL)
         return false;
     special_stat(p, r->kind, st);
     return true;
@@ -337,7 +483,10 @@ static int sys_fstatat(struct proc *p, struct call *k)
     if (!empty_path_special(p, k, path, flags, &st)) {
         if (k->err || !arg_dirfd(p, k, 0, path, &dir))
             return 0;
-        if (fstatat(dir, path, &st, flags) < 0)
+        int err = coll_on() ? coll_stat(&p->who, path, flags, &st) : -1;
+        if (err > 0)
+            return fail(k, err);
+        if (err < 0 && fstatat(dir, path, &st, flags) < 0)
             return result(k, -1);
     }
     to_lat_stat(&st, &k->small.st);
@@ -406,6 +555,7 @@ static int sys_unlinkat(struct proc *p, struct call *k)
 
     if (!path || !arg_int(k, 1, &flags) || !arg_dirfd(p, k, 0, path, &dir))
         return 0;
+    coll_changed();
     result(k, unlinkat(dir, path, flags));
     return 0;
 }
@@ -419,6 +569,7 @@ static int sys_renameat(struct proc *p, struct call *k)
     if (!to || !arg_int(k, 2, &flags) || !arg_dirfd(p, k, 0, from, &odir)
         || !arg_dirfd(p, k, 1, to, &ndir))
         return 0;
+    coll_changed();
     result(k, renameat2(odir, from, ndir, to, (unsigned)flags));
     return 0;
 }
@@ -430,6 +581,7 @@ static int sys_mkdirat(struct proc *p, struct call *k)
 
     if (!path || !arg_int(k, 1, &mode) || !arg_dirfd(p, k, 0, path, &dir))
         return 0;
+    coll_changed();
     result(k, mkdirat(dir, path, (mode_t)mode));
     return 0;
 }
@@ -479,8 +631,10 @@ static int sys_truncate(struct proc *p, struct call *k)
     const char *path = arg_path(k, 0, NULL);
 
     (void)p;
-    if (path)
+    if (path) {
+        coll_changed();
         result(k, truncate(path, (off_t)k->rq.a[1]));
+    }
     return 0;
 }
 
@@ -488,8 +642,10 @@ static int sys_ftruncate(struct proc *p, struct call *k)
 {
     int fd;
 
-    if (arg_realfd(p, k, 0, &fd, EINVAL))
+    if (arg_realfd(p, k, 0, &fd, EINVAL)) {
+        coll_changed();
         result(k, ftruncate(fd, (off_t)k->rq.a[1]));
+    }
     return 0;
 }
 
@@ -526,6 +682,8 @@ static int sys_dup(struct proc *p, struct call *k)
             close(fd);
         return fail(k, EMFILE);
     }
+    if (r->kind == FD_COLL)             /* shares the position, as dup(2) does */
+        p->fds[n].co = coll_dup(r->co);
     result(k, n);
     return 0;
 }
@@ -539,6 +697,8 @@ static int sys_fcntl(struct proc *p, struct call *k)
         return 0;
     if (cmd != F_GETFL && cmd != F_SETFL)
         return fail(k, EINVAL);
+    if (r->kind == FD_COLL)             /* a shared open: read-only, its flags are everyone's */
+        return result(k, cmd == F_SETFL ? 0 : fcntl(coll_fd(r->co), F_GETFL));
     if (r->kind != FD_REAL)             /* the standard streams keep their flags */
         return result(k, cmd == F_SETFL ? 0 : r->kind == FD_STDIN ? O_RDONLY : O_WRONLY);
     if (cmd == F_GETFL)
@@ -596,6 +756,7 @@ static int sys_fchmodat(struct proc *p, struct call *k)
 
     if (!path || !arg_int(k, 1, &mode) || !arg_int(k, 2, &flags) || !arg_dirfd(p, k, 0, path, &dir))
         return 0;
+    coll_changed();
     result(k, fchmodat(dir, path, (mode_t)mode, flags));
     return 0;
 }
@@ -607,9 +768,10 @@ static int sys_fchmod(struct proc *p, struct call *k)
 
     if (!r || !arg_int(k, 1, &mode))
         return 0;
-    if (r->kind != FD_REAL)
+    if (r->kind != FD_REAL && r->kind != FD_COLL)
         return result(k, 0);            /* like fchmod on a pipe: nothing to keep */
-    result(k, fchmod(r->fd, (mode_t)mode));
+    coll_changed();
+    result(k, fchmod(r->kind == FD_COLL ? coll_fd(r->co) : r->fd, (mode_t)mode));
     return 0;
 }
 
@@ -636,6 +798,7 @@ static int sys_utimensat(struct proc *p, struct call *k)
     }
     if (!arg_dirfd(p, k, 0, path, &dir))
         return 0;
+    coll_changed();
     result(k, utimensat(dir, path, k->rq.a[2] ? ts : NULL, flags));
     return 0;
 }
@@ -695,6 +858,22 @@ static const sys_fn calls[NSYS] = {
 
 /* ---- the connection ---- */
 
+/* Counters: time and bytes of each call; eager or rendezvous for the data calls. */
+static void account(uint16_t type, const struct call *k, uint64_t ns)
+{
+    bool data = type == LAT_SYS_READ || type == LAT_SYS_WRITE || type == LAT_SYS_PREAD ||
+                type == LAT_SYS_PWRITE;
+    uint64_t bytes = k->ret > 0 && (data || type == LAT_SYS_GETDENTS64) ? (uint64_t)k->ret
+                                                                        : k->dlen + k->outlen;
+
+    dp_account(type - LAT_SYS__BASE, ns, bytes);
+    if (data && k->rq.a[3] != LAT_RDV) {
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_EAGER], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_EAGER_BYTES], k->ret > 0 ? (uint64_t)k->ret : 0,
+                                  memory_order_relaxed);
+    }
+}
+
 static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen)
 {
     struct call k;
@@ -712,14 +891,16 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     k.data = p->c->buf + sizeof(k.rq);
     k.dlen = h->len - sizeof(k.rq);
     atomic_fetch_add(&sys_calls[h->type - LAT_SYS__BASE], 1);
+    uint64_t t0 = dp_now_ns();
     errno = 0;
     fn(p, &k);
-    return reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen) < 0
-               ? errprintf(why, whylen, "reply failed: %s", strerror(errno))
-               : 0;
+    int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
+    account(h->type, &k, dp_now_ns() - t0);
+    return rc < 0 ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
 }
 
-void ship_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
+void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
+                uint32_t seq)
 {
     struct proc *p = calloc(1, sizeof(*p));
     char cwd[LAT_MAX_PATH], why[CIOD_ERRLEN], loc[128], name[16];
@@ -749,13 +930,15 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
         goto refuse;
     }
     for (unsigned i = 0; i < LAT_MAX_FDS; i++)
-        p->fds[i] = (struct rfd){ FD_FREE, -1 };
+        p->fds[i] = (struct rfd){ FD_FREE, -1, NULL };
     p->fds[0].kind = FD_STDIN;
     p->fds[1].kind = FD_STDOUT;
     p->fds[2].kind = FD_STDERR;
     snprintf(name, sizeof(name), "ciod-proc%u", p->node & 0xffff);
     pthread_setname_np(pthread_self(), name);
-    if (hello_ack(c, seq, 0) < 0)
+    dp_hello(c, hp, &p->dp);
+    p->pid = hp ? (pid_t)hp->pid : 0;
+    if (hello_ack_dp(c, seq, 0, hp ? &p->dp : NULL) < 0)
         goto out;
 
     while ((rc = conn_recv(c, &h, why, sizeof(why))) > 0)
@@ -767,9 +950,12 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
         ras_event(RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
                   p->job, p->rank, why);
 out:
-    for (unsigned i = 0; i < LAT_MAX_FDS; i++)
+    for (unsigned i = 0; i < LAT_MAX_FDS; i++) {
         if (p->fds[i].kind == FD_REAL)
             close(p->fds[i].fd);
+        if (p->fds[i].kind == FD_COLL)
+            coll_close(p->fds[i].co);
+    }
     free(p);
     return;
 refuse:

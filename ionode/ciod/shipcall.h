@@ -11,11 +11,12 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 
-enum fd_kind { FD_FREE = 0, FD_REAL, FD_STDIN, FD_STDOUT, FD_STDERR };
+enum fd_kind { FD_FREE = 0, FD_REAL, FD_STDIN, FD_STDOUT, FD_STDERR, FD_COLL };
 
 struct rfd {
     enum fd_kind kind;
     int          fd;                    /* FD_REAL: our descriptor */
+    struct coll_ofd *co;                /* FD_COLL: a shared read-only open (collective.c) */
 };
 
 struct proc {
@@ -24,6 +25,8 @@ struct proc {
     int32_t      rank;
     uint32_t     node;
     struct ident who;
+    pid_t        pid;                   /* for rendezvous (datapath.c), if granted */
+    struct lat_datapath dp;
     struct rfd   fds[LAT_MAX_FDS];
 };
 

@@ -187,6 +187,79 @@ struct lat_hello_ack {
 };
 _Static_assert(sizeof(struct lat_hello_ack) == 16, "lat_hello_ack layout");
 
+/*
+ * Data path (docs/protocol.md sections 3 and 6.2).  A PROC hello MAY carry
+ * struct lat_hello_proc after struct lat_hello; ciod then answers with
+ * lat_hello_ack followed by struct lat_datapath, the thresholds it chose.
+ * A transfer of at most eager_max bytes travels in the messages (eager);
+ * one of at least rdv_min bytes, when LAT_DP_VM is granted, is a
+ * rendezvous: READ/PREAD/WRITE/PWRITE with a3 = LAT_RDV and, as data, the
+ * segments of the process's memory (struct lat_rdv_seg[]); ciod moves the
+ * bytes itself between the file and that memory (process_vm_readv/writev),
+ * at most `window` bytes buffered per process.
+ */
+struct lat_hello_proc {
+    uint32_t pid;           /* the compute process, on the host of the connection */
+    uint32_t flags;         /* LAT_DP_* the process can do */
+};
+_Static_assert(sizeof(struct lat_hello_proc) == 8, "lat_hello_proc layout");
+
+struct lat_datapath {
+    uint32_t eager_max;     /* largest data of one message (LAT_MAX_IO) */
+    uint32_t rdv_min;       /* transfers from this many bytes go rendezvous; 0 = never */
+    uint32_t flags;         /* LAT_DP_* granted */
+    uint32_t window;        /* bytes ciod buffers per process for a rendezvous */
+};
+_Static_assert(sizeof(struct lat_datapath) == 16, "lat_datapath layout");
+
+#define LAT_DP_VM       1u              /* ciod may reach the process's memory by pid */
+#define LAT_RDV         0x52445600      /* sysreq a3 of a rendezvous READ/PREAD/WRITE/PWRITE */
+#define LAT_RDV_MAXSEG  1024u           /* segments in one rendezvous request */
+
+struct lat_rdv_seg {
+    uint64_t addr;          /* in the compute process's address space */
+    uint64_t len;
+};
+_Static_assert(sizeof(struct lat_rdv_seg) == 16, "lat_rdv_seg layout");
+
+/*
+ * LAT_CTL_COUNTERS reply: uint64_t calls[nsys] (nsys = LAT_SYS__END -
+ * LAT_SYS__BASE), then nsys x { uint64_t bytes, nanoseconds, hist[nbuckets] }
+ * (hist[b]: calls that took [2^b, 2^(b+1)) ns, the last bucket everything
+ * longer), then uint64_t stat[nstats] (enum lat_ctr), and last struct
+ * lat_counters_ext, which says how to read the rest.
+ */
+struct lat_counters_ext {
+    uint32_t nsys;
+    uint32_t nbuckets;      /* LAT_HIST_BUCKETS */
+    uint32_t nstats;        /* LAT_CTR__END */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_counters_ext) == 16, "lat_counters_ext layout");
+#define LAT_HIST_BUCKETS 32u
+
+enum lat_ctr {
+    LAT_CTR_EAGER = 0,      /* reads/writes whose data travelled in messages */
+    LAT_CTR_EAGER_BYTES,
+    LAT_CTR_RDV,            /* rendezvous transfers */
+    LAT_CTR_RDV_BYTES,
+    LAT_CTR_RDV_FAULT,      /* rendezvous refused: memory not reachable (EFAULT) */
+    LAT_CTR_RDV_BUF_MAX,    /* largest rendezvous buffer held for one process, bytes */
+    LAT_CTR_COLL_OPEN_REQ,  /* collective I/O: read-only opens asked for ... */
+    LAT_CTR_COLL_OPEN_FS,   /* ... and opened on the file system */
+    LAT_CTR_COLL_STAT_REQ,  /* stats asked for ... */
+    LAT_CTR_COLL_STAT_FS,   /* ... and done on the file system */
+    LAT_CTR_COLL_READ_REQ,  /* reads of cached files asked for ... */
+    LAT_CTR_COLL_READ_FS,   /* ... and blocks read from the file system */
+    LAT_CTR_COLL_REVALIDATE,/* fstat of a cached file before serving it */
+    LAT_CTR_COLL_INVALIDATE,/* entries dropped: changed, written, renamed, unlinked */
+    LAT_CTR_COLL_BYTES,     /* bytes the cache holds now */
+    LAT_CTR_EAGER_MAX,      /* settings: what a PROC hello is offered ... */
+    LAT_CTR_RDV_MIN,        /* ... (0: rendezvous off) */
+    LAT_CTR_COLLECTIVE,     /* 1 if collective I/O is on */
+    LAT_CTR__END,
+};
+
 /* Generic result: syscall replies, control acks, LAT_ERROR. */
 struct lat_sysret {
     int64_t  ret;           /* result, or -1 */

@@ -5,6 +5,7 @@ import errno
 import os
 import socket
 import struct
+from dataclasses import dataclass, field
 
 from lattice import wire
 from lattice.errors import LatticeError
@@ -133,6 +134,41 @@ class Ciod:
         return nodes, pset_size, job
 
     def counters(self) -> dict[str, int]:
-        body = self.request(wire.CTL_COUNTERS)
-        values = struct.unpack(f"<{len(body) // 8}Q", body)
-        return dict(zip(wire.SYS_NAMES, values))
+        """Calls executed, by call name."""
+        return self.counters_full().calls
+
+    def counters_full(self) -> "Counters":
+        return parse_counters(self.request(wire.CTL_COUNTERS))
+
+
+@dataclass
+class Counters:
+    """A LAT_CTL_COUNTERS reply: per call count, bytes, time and latency
+    histogram (bucket b: [2^b, 2^(b+1)) ns), and the data path's counters."""
+    calls: dict[str, int]
+    bytes: dict[str, int] = field(default_factory=dict)
+    ns: dict[str, int] = field(default_factory=dict)
+    hist: dict[str, list[int]] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def parse_counters(body: bytes) -> Counters:
+    """calls[nsys] ... lat_counters_ext last; an old ciod sends calls[] only."""
+    names = list(wire.SYS_NAMES)
+    ext = wire.COUNTERS_EXT
+    if len(body) >= ext.size:
+        nsys, nb, nstats, _ = ext.unpack_from(body, len(body) - ext.size)
+        if 8 * (nsys * (3 + nb) + nstats) + ext.size == len(body):
+            words = struct.unpack_from(f"<{(len(body) - ext.size) // 8}Q", body)
+            label = [names[i] if i < len(names) else f"0x{wire.SYS_BASE + i:04x}" for i in range(nsys)]
+            c = Counters(calls=dict(zip(label, words[:nsys])))
+            at = nsys
+            for name in label:
+                c.bytes[name], c.ns[name] = words[at], words[at + 1]
+                c.hist[name] = list(words[at + 2:at + 2 + nb])
+                at += 2 + nb
+            stat_names = [wire.CTR_NAMES[i] if i < len(wire.CTR_NAMES) else f"stat{i}" for i in range(nstats)]
+            c.stats = dict(zip(stat_names, words[at:at + nstats]))
+            return c
+    values = struct.unpack(f"<{len(body) // 8}Q", body)
+    return Counters(calls=dict(zip(names, values)))

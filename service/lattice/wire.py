@@ -61,6 +61,17 @@ JOB_PLACED = 8           # the job carries slots and applications (lat_job_ext)
 JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE | JOB_VN | JOB_PLACED
 FENCE_MORE = 1           # lat_fence.flags: more messages of this fence follow
 
+# data path (lat_datapath) and I/O node counters (LAT_CTL_COUNTERS reply)
+DP_VM = 1                # ciod reaches the compute process's memory: rendezvous moves data once
+HIST_BUCKETS = 32        # latency histogram: bucket b counts calls of [2^b, 2^(b+1)) ns
+CTR_NAMES = (
+    "eager", "eager_bytes", "rdv", "rdv_bytes", "rdv_fault", "rdv_buf_max",
+    "coll_open_req", "coll_open_fs", "coll_stat_req", "coll_stat_fs", "coll_read_req", "coll_read_fs",
+    "coll_revalidate", "coll_invalidate", "coll_bytes",
+    "eager_max", "rdv_min", "collective",
+)
+CTR__END = len(CTR_NAMES)
+
 STDOUT, STDERR = 1, 2
 EXIT_CODE, EXIT_SIGNAL, EXIT_LAUNCH, EXIT_LOST = 1, 2, 3, 4
 
@@ -79,13 +90,16 @@ JOB_EXT = struct.Struct("<IIII")         # nslots, napps, ppn, pad
 SLOT = struct.Struct("<IIII")            # rank, node, t, app
 FENCE = struct.Struct("<QIIII")          # job, epoch, nkv, flags, pad
 ABORT = struct.Struct("<QIi")            # job, rank, code
+DATAPATH = struct.Struct("<IIII")        # eager_max, rdv_min, flags, window (after HELLO_ACK of a PROC)
+COUNTERS_EXT = struct.Struct("<IIII")    # nsys, nbuckets, nstats, pad (in the LAT_CTL_COUNTERS reply)
 
 SIZES = {
     "lat_hdr": HDR.size, "lat_hello": HELLO_MSG.size, "lat_hello_ack": HELLO_ACK.size,
     "lat_sysret": SYSRET.size, "lat_ctl_status": CTL_STATUS_MSG.size, "lat_job": JOB.size,
     "lat_kill": KILL.size, "lat_output": OUTPUT.size, "lat_exit": EXIT.size,
     "lat_job_end": JOB_END.size, "lat_job_ext": JOB_EXT.size, "lat_slot": SLOT.size,
-    "lat_fence": FENCE.size, "lat_abort": ABORT.size,
+    "lat_fence": FENCE.size, "lat_abort": ABORT.size, "lat_datapath": DATAPATH.size,
+    "lat_counters_ext": COUNTERS_EXT.size,
 }
 
 

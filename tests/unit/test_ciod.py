@@ -209,8 +209,11 @@ def counters(c: Ciod) -> dict[str, int]:
     with c.connect(ROLE_CONTROL) as s:
         send(s, CTL_COUNTERS, b"", 4)
         t, _, body = recv(s)
-        assert t == CTL_COUNTERS | REPLY and len(body) == 8 * NSYS
-        vals = struct.unpack(f"<{NSYS}Q", body)
+        # calls[nsys] first; the trailing lat_counters_ext says what nsys is
+        nsys, nbuckets, nstats, _ = struct.unpack("<IIII", body[-16:])
+        assert t == CTL_COUNTERS | REPLY and nsys >= NSYS
+        assert len(body) == 8 * (nsys * (3 + nbuckets) + nstats) + 16
+        vals = struct.unpack(f"<{NSYS}Q", body[:8 * NSYS])
         return {SYS_NAMES[0x300 + i]: v for i, v in enumerate(vals)}
 
 

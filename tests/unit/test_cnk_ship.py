@@ -163,7 +163,10 @@ class Pset:
         with self.connect(ROLE_CONTROL) as s:
             send(s, CTL_COUNTERS, b"", 4)
             typ, body = recv(s)
-            assert typ == CTL_COUNTERS | REPLY and len(body) == 8 * len(SYS)
+            # calls[nsys] first; the trailing lat_counters_ext says what nsys is
+            nsys = struct.unpack("<I", body[-16:-12])[0]
+            assert typ == CTL_COUNTERS | REPLY and nsys >= len(SYS)
+            body = body[:8 * len(SYS)]
             return dict(zip(SYS, struct.unpack(f"<{len(SYS)}Q", body)))
 
     def run(self, exe: Path, phase: str) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:

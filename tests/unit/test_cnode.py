@@ -62,9 +62,13 @@ def accept_hello(lst: socket.socket, role: int) -> tuple[socket.socket, tuple[in
     c, _ = lst.accept()
     c.settimeout(30)
     typ, body = recv(c)
-    assert typ == HELLO and len(body) == 48
-    hello = struct.unpack("<IIQ32s", body)
+    # a PROC hello carries lat_hello_proc { pid, flags } (the data path)
+    assert typ == HELLO and len(body) == (56 if role == 3 else 48)
+    hello = struct.unpack("<IIQ32s", body[:48])
     assert hello[0] == role, hello
+    if role == 3:
+        pid, _flags = struct.unpack("<II", body[48:])
+        assert Path(f"/proc/{pid}").exists()         # the process itself, not cnode
     c.sendall(struct.pack("<IHHII", MAGIC, VERSION, HELLO | REPLY, 16, 0) + struct.pack("<iIII", 0, 1 << 20, 0, 4))
     return c, hello
 

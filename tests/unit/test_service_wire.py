@@ -32,10 +32,12 @@ NOT_MIRRORED = {
     "LAT_ROLE_NODE", "LAT_ROLE_PROC",
     "LAT_NODE_JOB", "LAT_NODE_IMAGE", "LAT_NODE_START", "LAT_NODE_KILL", "LAT_NODE_SHUTDOWN",
     "LAT_NODE_OUTPUT", "LAT_NODE_EXIT", "LAT_NODE_PMI", "LAT_NODE_PMI_REPLY",
+    "LAT_RDV", "LAT_RDV_MAXSEG",
     "LAT_MAX_SOCKADDR", "LAT_MAX_SOCKOPT", "LAT_ERR_WAIT",
 }
 STRUCTS_NOT_MIRRORED = {"lat_sysreq", "lat_node_job", "lat_timespec", "lat_stat", "lat_statfs",
-                        "lat_node_app", "lat_pmi", "lat_sockname", "lat_pollfd"}
+                        "lat_node_app", "lat_pmi", "lat_hello_proc", "lat_rdv_seg",
+                        "lat_sockname", "lat_pollfd"}
 
 # wire.py's struct.Struct objects, by the C struct they mirror
 MIRRORS: dict[str, struct.Struct] = {
@@ -43,6 +45,7 @@ MIRRORS: dict[str, struct.Struct] = {
     "lat_sysret": wire.SYSRET, "lat_ctl_status": wire.CTL_STATUS_MSG, "lat_job": wire.JOB,
     "lat_kill": wire.KILL, "lat_output": wire.OUTPUT, "lat_exit": wire.EXIT, "lat_job_end": wire.JOB_END,
     "lat_job_ext": wire.JOB_EXT, "lat_slot": wire.SLOT, "lat_fence": wire.FENCE, "lat_abort": wire.ABORT,
+    "lat_datapath": wire.DATAPATH, "lat_counters_ext": wire.COUNTERS_EXT,
 }
 
 C_TYPES = {"uint8_t": "B", "int8_t": "b", "uint16_t": "H", "int16_t": "h", "uint32_t": "I", "int32_t": "i",
@@ -195,6 +198,7 @@ def test_every_mirrored_constant_equals_the_header(compiled: Compiled) -> None:
 def test_every_header_constant_is_mirrored_or_deliberately_not(compiled: Compiled) -> None:
     mine = set(mirrored_constants())
     sys_calls = {n for n in compiled.values if n.startswith("LAT_SYS_") and not n.startswith("LAT_SYS__")}
+    sys_calls |= {n for n in compiled.values if n.startswith("LAT_CTR_")}    # mirrored as CTR_NAMES
     unaccounted = set(compiled.values) - mine - sys_calls - NOT_MIRRORED
     assert not unaccounted, f"wire.h names not in wire.py (mirror them, or add to NOT_MIRRORED): {sorted(unaccounted)}"
     stale = NOT_MIRRORED - set(compiled.values)
@@ -210,6 +214,12 @@ def test_sys_names_are_the_header_calls_in_wire_order(header: str, compiled: Com
     assert (wire.SYS_BASE, wire.SYS_END) == (base, end)
     # LAT_CTL_COUNTERS replies with one u64 per call: SYS_NAMES labels them in order
     assert len(wire.SYS_NAMES) == end - base == len(set(wire.SYS_NAMES))
+
+
+def test_counter_names_are_the_header_enum(compiled: Compiled) -> None:
+    ctr = sorted((v, n) for n, v in compiled.values.items() if n.startswith("LAT_CTR_") and n != "LAT_CTR__END")
+    assert tuple(n.removeprefix("LAT_CTR_").lower() for _, n in ctr) == wire.CTR_NAMES
+    assert [v for v, _ in ctr] == list(range(len(wire.CTR_NAMES)))
 
 
 def test_limits_are_consistent() -> None:

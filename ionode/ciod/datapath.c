@@ -1,0 +1,249 @@
+/*
+ * datapath.c - how the bytes of a shipped read or write travel, and the
+ * I/O node's counters (docs/protocol.md sections 3.1 and 6.1).
+ *
+ * Eager: the data is in the request or the reply, at most LAT_MAX_IO per
+ * message.  Rendezvous: the request names segments of the compute process's
+ * memory and ciod moves the bytes itself with process_vm_readv/writev,
+ * through the connection's own receive buffer (window = LAT_MAX_IO), so a
+ * rendezvous costs no memory beyond what every connection already has.  The
+ * data then crosses memory twice (file <-> buffer <-> process) instead of
+ * three times (file <-> buffer <-> socket <-> process) and needs one round
+ * trip however large the transfer.
+ *
+ * Rendezvous is granted only on a unix-socket connection whose hello names
+ * a child of the peer (the compute node's cnode forked the process after
+ * connecting), so a process can never point ciod at someone else's memory.
+ *
+ * Settings (environment of ciod, read once at start):
+ *   LATTICE_RDV_MIN      bytes from which a transfer goes rendezvous
+ *                        (default 65536; 0 turns rendezvous off)
+ */
+#include "ciod.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RDV_MIN_DEFAULT (64u << 10)
+
+static uint32_t rdv_min = RDV_MIN_DEFAULT;
+
+atomic_uint_fast64_t dp_ctr[LAT_CTR__END];
+static atomic_uint_fast64_t call_bytes[NSYS], call_ns[NSYS];
+static atomic_uint_fast64_t call_hist[NSYS][LAT_HIST_BUCKETS];
+
+void datapath_init(void)
+{
+    const char *s = getenv("LATTICE_RDV_MIN");
+    char *end;
+
+    if (s && *s) {
+        unsigned long v = strtoul(s, &end, 0);
+        if (!*end && v <= LAT_MAX_IO * 64ul)
+            rdv_min = (uint32_t)v;
+        else
+            logmsg("ignoring LATTICE_RDV_MIN=%s", s);
+    }
+    collective_init();
+    atomic_store(&dp_ctr[LAT_CTR_EAGER_MAX], LAT_MAX_IO);
+    atomic_store(&dp_ctr[LAT_CTR_RDV_MIN], rdv_min);
+    atomic_store(&dp_ctr[LAT_CTR_COLLECTIVE], coll_on());
+}
+
+/* ---- counters ---- */
+
+uint64_t dp_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+void dp_account(unsigned call, uint64_t ns, uint64_t bytes)
+{
+    unsigned b = ns ? 63u - (unsigned)__builtin_clzll(ns) : 0;
+
+    if (call >= NSYS)
+        return;
+    if (b >= LAT_HIST_BUCKETS)
+        b = LAT_HIST_BUCKETS - 1;
+    atomic_fetch_add_explicit(&call_bytes[call], bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&call_ns[call], ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&call_hist[call][b], 1, memory_order_relaxed);
+}
+
+void dp_ctr_max(enum lat_ctr i, uint64_t v)
+{
+    uint_fast64_t cur = atomic_load(&dp_ctr[i]);
+    while (v > cur && !atomic_compare_exchange_weak(&dp_ctr[i], &cur, v))
+        ;
+}
+
+size_t dp_counters(uint64_t *out, size_t cap)
+{
+    size_t n = 0, need = NSYS + 2 + NSYS * (2 + LAT_HIST_BUCKETS) + LAT_CTR__END;
+    struct lat_counters_ext ext = { NSYS, LAT_HIST_BUCKETS, LAT_CTR__END, 0 };
+
+    if (cap < need)
+        return 0;
+    for (unsigned i = 0; i < NSYS; i++)
+        out[n++] = atomic_load(&sys_calls[i]);
+    for (unsigned i = 0; i < NSYS; i++) {
+        out[n++] = atomic_load(&call_bytes[i]);
+        out[n++] = atomic_load(&call_ns[i]);
+        for (unsigned b = 0; b < LAT_HIST_BUCKETS; b++)
+            out[n++] = atomic_load(&call_hist[i][b]);
+    }
+    for (unsigned i = 0; i < LAT_CTR__END; i++)
+        out[n++] = atomic_load(&dp_ctr[i]);
+    memcpy(&out[n], &ext, sizeof(ext));     /* last: how to read the rest */
+    n += sizeof(ext) / sizeof(uint64_t);
+    return n;
+}
+
+/* ---- the hello ---- */
+
+/* Is pid a child of the process at the other end of this unix socket? */
+static bool child_of_peer(int sock, uint32_t pid)
+{
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+    char path[64], line[256];
+    long ppid = -1;
+    FILE *f;
+
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.pid <= 0 || pid == 0)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%u/status", pid);
+    if (!(f = fopen(path, "re")))
+        return false;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "PPid: %ld", &ppid) == 1)
+            break;
+    fclose(f);
+    return ppid == cr.pid;
+}
+
+void dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+
+    *dp = (struct lat_datapath){ .eager_max = LAT_MAX_IO, .window = LAT_MAX_IO };
+    if (!hp || !(hp->flags & LAT_DP_VM) || rdv_min == 0)
+        return;
+    if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) < 0 || ss.ss_family != AF_UNIX)
+        return;                         /* another host: messages only */
+    if (!child_of_peer(c->fd, hp->pid)) {
+        ras_event(RAS_WARNING, cfg.location, "process connection from %s names pid %u, not a child of "
+                  "its node: no rendezvous", c->peer, hp->pid);
+        return;
+    }
+    dp->rdv_min = rdv_min;
+    dp->flags = LAT_DP_VM;
+}
+
+/* ---- rendezvous ---- */
+
+/* The segments of a rendezvous request, checked against its count. */
+int dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg)
+{
+    uint64_t sum = 0;
+    unsigned n = (unsigned)(dlen / sizeof(struct lat_rdv_seg));
+
+    if (dlen % sizeof(struct lat_rdv_seg) || n == 0 || n > LAT_RDV_MAXSEG || count < 0)
+        return EINVAL;
+    for (unsigned i = 0; i < n; i++) {
+        struct lat_rdv_seg s;
+        memcpy(&s, data + i * sizeof(s), sizeof(s));
+        if (s.len > (uint64_t)INT64_MAX - sum || s.addr + s.len < s.addr)
+            return EINVAL;
+        sum += s.len;
+        segs[i] = (struct iovec){ (void *)(uintptr_t)s.addr, (size_t)s.len };
+    }
+    if (sum != (uint64_t)count)
+        return EINVAL;
+    *nseg = n;
+    return 0;
+}
+
+/* The part [skip, skip + len) of the remote segments. */
+static int seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out)
+{
+    int k = 0;
+
+    for (unsigned i = 0; i < n && len > 0; i++) {
+        if (skip >= segs[i].iov_len) {
+            skip -= segs[i].iov_len;
+            continue;
+        }
+        size_t take = segs[i].iov_len - skip < len ? segs[i].iov_len - (size_t)skip : len;
+        out[k++] = (struct iovec){ (char *)segs[i].iov_base + skip, take };
+        skip = 0;
+        len -= take;
+    }
+    return k;
+}
+
+/* Moves count bytes between the process's memory and `src`/`dst`, one
+ * window at a time.  Returns bytes done; *err is set on a failure before
+ * anything moved (EFAULT when the memory is out of reach). */
+int64_t dp_rdv(pid_t pid, char *win, size_t winlen, bool wr, const struct iovec *segs, unsigned nseg,
+               uint64_t count, ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx,
+               int *err)
+{
+    struct iovec rv[LAT_RDV_MAXSEG];
+    uint64_t done = 0;
+
+    *err = 0;
+    dp_ctr_max(LAT_CTR_RDV_BUF_MAX, winlen < count ? winlen : count);
+    while (done < count) {
+        size_t n = count - done < winlen ? (size_t)(count - done) : winlen;
+        int k = seg_slice(segs, nseg, done, n, rv);
+        struct iovec lv = { win, n };
+        ssize_t m;
+
+        if (wr) {
+            m = process_vm_readv(pid, &lv, 1, rv, (unsigned long)k, 0);
+            if (m <= 0) {
+                atomic_fetch_add(&dp_ctr[LAT_CTR_RDV_FAULT], 1);
+                *err = m < 0 ? EFAULT : EIO;
+                break;
+            }
+            ssize_t w = io(ctx, win, (size_t)m, done);
+            if (w < 0) {
+                *err = errno;
+                break;
+            }
+            done += (uint64_t)w;
+            if ((size_t)w < n)
+                break;                  /* full disk, short write */
+        } else {
+            ssize_t r = io(ctx, win, n, done);
+            if (r < 0) {
+                *err = errno;
+                break;
+            }
+            lv.iov_len = (size_t)r;
+            k = seg_slice(segs, nseg, done, (size_t)r, rv);
+            m = r ? process_vm_writev(pid, &lv, 1, rv, (unsigned long)k, 0) : 0;
+            if (m < r) {
+                atomic_fetch_add(&dp_ctr[LAT_CTR_RDV_FAULT], 1);
+                *err = EFAULT;
+                break;
+            }
+            done += (uint64_t)r;
+            if ((size_t)r < n)
+                break;                  /* end of file */
+        }
+    }
+    atomic_fetch_add(&dp_ctr[LAT_CTR_RDV], 1);
+    atomic_fetch_add(&dp_ctr[LAT_CTR_RDV_BYTES], done);
+    return (int64_t)done;
+}
