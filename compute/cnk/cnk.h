@@ -202,6 +202,9 @@ long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int n
     X(epoll_wait) X(epoll_pwait)
 SOCK_HANDLERS(SOCK_HANDLER)
 
+/* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */
+long sys_lattice_zoid(struct cnk_call *c);
+
 /* ---- thread.c, signal.c ---- */
 /* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from
  * its new stack `frame` and returns into the program; parent gets the tid. */

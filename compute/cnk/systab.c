@@ -12,6 +12,9 @@
 
 #include "cnk.h"
 
+#include <lattice/zoid_nr.h>
+#define __NR_lattice_zoid LAT_NR_ZOID      /* Lattice-private: a plug-in call (plugin.c) */
+
 #define ENTRY(n, c, f, a) [__NR_##n] = { #n, c, f, a },
 #define L(n, a)     ENTRY(n, CNK_LOCAL, NULL, a)          /* local, as it is */
 #define H(n, f, a)  ENTRY(n, CNK_LOCAL, f, a)             /* local, by cnk */
@@ -35,6 +38,9 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     S(renameat2, "dsdsx") S(statx, "dsxxx") S(faccessat2, "dsxx") S(close_range, "ddx")
     S(preadv2, "dxdlx") S(pwritev2, "dxdlx") S(ioctl, "dxx") S(fadvise64, "dlld")
     S(sendfile, "ddxl") S(copy_file_range, "dxdxlx")
+
+    /* plug-in calls (plugin.c, docs/plugins.md): always shipped */
+    S(lattice_zoid, "ddxdxd")
 
     /* memory: big memory (bigmem.c) */
     H(brk, sys_brk, "x") H(mmap, sys_mmap, "xlxxdx") H(munmap, sys_munmap, "xl")

@@ -152,6 +152,17 @@ int  job_proc_attach(uint32_t node, uint32_t t, uint64_t id, struct ident *who, 
 /* A reference to the job's control connection if job `id` runs, else NULL. */
 struct conn *job_owner(uint64_t id);
 
+/* Where the process of `rank` stands among the job's processes of this pset
+ * (by rank), and how many there are; 0, 0 if the job is gone. */
+void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count);
+
+/* ---- plugin.c: plug-ins (docs/plugins.md) ---- */
+
+int  plugin_add(const char *spec, char *err, size_t errlen);    /* --plugin PATH[:LIMIT][;CONFIG] */
+int  plugin_load_all(char *err, size_t errlen);                /* dlopen + init, before serving */
+/* LAT_PLUG_CALL on a process connection; < 0 only if the reply could not be sent. */
+int  plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t rank, uint32_t node);
+
 /* ---- kvs.c: string table of the PMI key/value space ---- */
 
 struct kvs {

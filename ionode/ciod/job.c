@@ -411,3 +411,15 @@ struct conn *job_owner(uint64_t id)
     pthread_mutex_unlock(&g.lock);
     return ctl;
 }
+
+void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count)
+{
+    *index = *count = 0;
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == id) {
+        *count = g.job->nslots;
+        for (uint32_t i = 0; i < g.job->nslots; i++)
+            *index += g.job->slot[i].rank < rank;
+    }
+    pthread_mutex_unlock(&g.lock);
+}

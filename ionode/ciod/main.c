@@ -26,7 +26,7 @@ struct ciod_config cfg;
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ciod --block NAME --pset N --pset-size P --listen ADDR --key-file FILE\n"
-               "            --ras FILE --location LOC\n"
+               "            --ras FILE --location LOC [--plugin PATH[:LIMIT][;CONFIG]]...\n"
                "  ADDR is unix:/abs/path.sock or tcp:HOST:PORT\n");
 }
 
@@ -87,6 +87,7 @@ static int parse_args(int argc, char **argv, const char **keyfile, const char **
         { "key-file", required_argument, NULL, 'k' },
         { "ras", required_argument, NULL, 'r' },
         { "location", required_argument, NULL, 'L' },
+        { "plugin", required_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -114,6 +115,14 @@ static int parse_args(int argc, char **argv, const char **keyfile, const char **
             }
             have_size = true;
             break;
+        case 'P': {
+            char err[CIOD_ERRLEN];
+            if (plugin_add(optarg, err, sizeof(err)) < 0) {
+                fprintf(stderr, "ciod: %s\n", err);
+                return -1;
+            }
+            break;
+        }
         case 'h':
             usage(stdout);
             exit(0);
@@ -144,7 +153,7 @@ int main(int argc, char **argv)
     ident_init();
     datapath_init();
     if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0
-        || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
+        || plugin_load_all(err, sizeof(err)) < 0 || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
         logmsg("%s", err);
         return 1;
     }

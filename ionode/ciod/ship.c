@@ -879,6 +879,9 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     struct call k;
     sys_fn fn;
 
+    if (h->type == LAT_PLUG_CALL)       /* plugin.c */
+        return plugin_serve(p->c, h, p->job, p->rank, p->node) < 0
+                   ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
     if (h->type < LAT_SYS__BASE || h->type >= LAT_SYS__END || !(fn = calls[h->type - LAT_SYS__BASE])) {
         reply_error(p->c, h->seq, ENOSYS, "message type 0x%04x is not a shipped call", h->type);
         return 0;

@@ -139,6 +139,13 @@ enum lat_type {
     LAT_SYS_GETPEERNAME = 0x0327, /* a0 fd                                  -> sockaddr, ret len */
     LAT_SYS_POLL       = 0x0328,  /* a0 nfds, a1 wait; struct lat_pollfd[nfds] -> lat_pollfd[nfds] */
     LAT_SYS__END       = 0x0329,
+
+    /* plug-ins: compute process -> ciod (docs/plugins.md).  Request payload is
+     * struct lat_sysreq (a0 plug-in id, a1 function number, a2 reply bytes the
+     * caller can take) + marshalled arguments; reply struct lat_sysret (ret 0,
+     * or -1 and err: ENOENT no such plug-in, ENOSYS no such function, E2BIG
+     * over the plug-in's limit, EPROTO malformed) + marshalled results. */
+    LAT_PLUG_CALL      = 0x0400,
 };
 
 /* Sockets on the I/O node (LAT_SYS_SOCKET..LAT_SYS_POLL). */

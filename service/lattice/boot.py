@@ -58,6 +58,15 @@ def _start(argv: list[str], log: Path) -> int:
     return p.pid
 
 
+def plugin_options(m: Machine) -> list[str]:
+    """--plugin for each of [ionode] plugins; a relative path is the repository's."""
+    out = []
+    for spec in m.plugins:
+        path = spec if spec.startswith("/") else str(machine.prefix().parent / spec)
+        out += ["--plugin", path]
+    return out
+
+
 def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
     blocks.set_state(con, name, "Allocated", expect=("Free",))
     b = blocks.get(con, name)
@@ -87,7 +96,7 @@ def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
             pid = _start([str(bin_dir / "bin" / "ciod"), "--block", name, "--pset", str(p),
                           "--pset-size", str(m.pset_size), "--listen", addr, "--key-file", str(keyfile),
                           "--ras", str(ras.spool_dir() / f"{name}-ionode{p}.log"),
-                          "--location", m.io_location(p)], d / "log" / f"ciod-{p}.log")
+                          "--location", m.io_location(p), *plugin_options(m)], d / "log" / f"ciod-{p}.log")
             con.execute("INSERT INTO daemons (block, kind, node, pid, address) VALUES (?, 'ciod', ?, ?, ?)",
                         (name, p, pid, addr))
             for i in m.pset_nodes(p):

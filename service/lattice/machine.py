@@ -71,6 +71,7 @@ class Machine:
     placement: str = "local"
     hide: tuple[str, ...] = field(default_factory=tuple)
     cores: int = DEFAULT_CORES
+    plugins: tuple[str, ...] = field(default_factory=tuple)   # ciod --plugin specs (docs/plugins.md)
 
     def __post_init__(self) -> None:
         X, Y, Z = self.shape
@@ -136,6 +137,7 @@ class Machine:
             "node": {"memory": self.memory, "cores": self.cores},
             "placement": {"hosts": self.placement},
             "compute": {"hide": list(self.hide)},
+            **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
         }
 
     @classmethod
@@ -148,12 +150,15 @@ class Machine:
             hide = data.get("compute", {}).get("hide", [])  # type: ignore[attr-defined]
             if not isinstance(hide, list):
                 raise ValueError("compute.hide must be a list of paths")
+            plugins = data.get("ionode", {}).get("plugins", [])  # type: ignore[attr-defined]
+            if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
+                raise ValueError("ionode.plugins must be a list of PATH[:LIMIT][;CONFIG] strings")
             return cls(shape=(shape[0], shape[1], shape[2]),
                        pset_size=int(data["pset"]["size"]),  # type: ignore[index]
                        memory=int(data["node"]["memory"]),  # type: ignore[index]
                        cores=int(data["node"].get("cores", DEFAULT_CORES)),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
-                       hide=tuple(str(p) for p in hide))
+                       hide=tuple(str(p) for p in hide), plugins=tuple(plugins))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LatticeError(f"{source}: bad machine description: {e}") from e
 

@@ -40,6 +40,8 @@ CTL_ABORT = 0x0184       # one-way ciod->sn: a rank called PMI abort
 
 ROLE_CONTROL = 1
 
+PLUG_CALL = 0x0400       # compute process -> ciod: a call to a plug-in (docs/plugins.md)
+
 # shipped calls, in wire order from LAT_SYS__BASE: the names `lattice counters` prints
 SYS_BASE = 0x0300
 SYS_NAMES = (

@@ -1,0 +1,189 @@
+/*
+ * plugin.c - plug-ins (docs/plugins.md): load the shared objects named by
+ * --plugin PATH[:LIMIT][;CONFIG], run their init/fini hooks, and serve
+ * LAT_PLUG_CALL on a process's connection: decode -> check plug-in,
+ * function and size -> dispatch on the caller's own thread -> reply.
+ *
+ * The table is filled before any connection thread runs and is read-only
+ * afterwards.  A bad call gets an error reply and a RAS event; the
+ * connection stays up.
+ */
+#include "ciod.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/lattice/zoid_ion.h"
+
+#define MAX_PLUGINS   16
+#define LIMIT_DEFAULT (256u << 10)
+#define LIMIT_MAX     LAT_MAX_IO
+
+struct plugin {
+    char        *path;
+    char        *config;
+    size_t       limit;             /* per call, request and reply each */
+    void        *so;
+    const struct zoid_plugin *d;
+};
+
+static struct plugin plugins[MAX_PLUGINS];
+static unsigned nplugins;
+static _Thread_local struct zoid_caller current;
+
+static const struct zoid_caller *api_caller(void) { return &current; }
+
+static void api_ras(enum zoid_sev sev, const char *msg)
+{
+    ras_event(sev == ZOID_ERROR ? RAS_ERROR : sev == ZOID_WARNING ? RAS_WARNING : RAS_INFO,
+              cfg.location, "plug-in: %s", msg);
+}
+
+static struct zoid_api api = { .abi = ZOID_ABI, .caller = api_caller, .ras = api_ras };
+
+/* PATH[:LIMIT][;CONFIG], LIMIT in bytes with an optional K or M. */
+int plugin_add(const char *spec, char *err, size_t errlen)
+{
+    struct plugin *p = &plugins[nplugins];
+    const char *semi = strchr(spec, ';');
+    size_t plen = semi ? (size_t)(semi - spec) : strlen(spec);
+    char *colon;
+
+    if (nplugins == MAX_PLUGINS)
+        return errprintf(err, errlen, "--plugin: at most %u plug-ins", MAX_PLUGINS);
+    p->path = strndup(spec, plen);
+    p->config = strdup(semi ? semi + 1 : "");
+    if (!p->path || !p->config)
+        return errprintf(err, errlen, "--plugin: out of memory");
+    p->limit = LIMIT_DEFAULT;
+    colon = strrchr(p->path, ':');
+    if (colon) {
+        char *end;
+        unsigned long long v;
+        errno = 0;
+        v = strtoull(colon + 1, &end, 10);
+        if (*end == 'K' || *end == 'k')
+            v <<= 10, end++;
+        else if (*end == 'M' || *end == 'm')
+            v <<= 20, end++;
+        if (errno || end == colon + 1 || *end || colon[1] == '-' || v < 64 || v > LIMIT_MAX)
+            return errprintf(err, errlen, "--plugin %s: the limit must be 64..%u bytes", spec,
+                             LIMIT_MAX);
+        p->limit = (size_t)v;
+        *colon = 0;
+    }
+    if (p->path[0] == 0)
+        return errprintf(err, errlen, "--plugin %s: no path", spec);
+    nplugins++;
+    return 0;
+}
+
+static void fini_all(void)
+{
+    for (unsigned i = nplugins; i-- > 0;)
+        if (plugins[i].d && plugins[i].d->fini)
+            plugins[i].d->fini();
+}
+
+int plugin_load_all(char *err, size_t errlen)
+{
+    api.pset = cfg.pset;
+    api.pset_size = cfg.pset_size;
+    for (unsigned i = 0; i < nplugins; i++) {
+        struct plugin *p = &plugins[i];
+        p->so = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+        if (!p->so)
+            return errprintf(err, errlen, "plug-in %s: %s", p->path, dlerror());
+        const struct zoid_plugin *d = dlsym(p->so, "zoid_plugin");
+        if (!d || d->abi != ZOID_ABI || !d->dispatch || !d->api || !d->name)
+            return errprintf(err, errlen, "plug-in %s: no zoid_plugin descriptor of ABI %u "
+                             "(not built by lattice-pluggen?)", p->path, ZOID_ABI);
+        for (unsigned j = 0; j < i; j++)
+            if (plugins[j].d->id == d->id)
+                return errprintf(err, errlen, "plug-in %s: id %u is already taken by %s",
+                                 p->path, d->id, plugins[j].path);
+        *d->api = &api;
+        int rc = d->init ? d->init(p->config) : 0;
+        if (rc)
+            return errprintf(err, errlen, "plug-in %s (%s): init failed: %s", p->path, d->name,
+                             strerror(rc));
+        p->d = d;
+        ras_event(RAS_INFO, cfg.location, "plug-in %s (id %u, %u functions, %zu bytes per call) loaded from %s",
+                  d->name, d->id, d->nfuncs, p->limit, p->path);
+        if (i == 0)
+            atexit(fini_all);
+    }
+    return 0;
+}
+
+static int refuse(struct conn *c, const struct lat_hdr *h, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int refuse(struct conn *c, const struct lat_hdr *h, int err, const char *fmt, ...)
+{
+    char msg[CIOD_ERRLEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ras_event(RAS_WARNING, cfg.location, "plug-in call refused: %s", msg);
+    return reply_ret(c, h->type, h->seq, -1, err, NULL, 0);
+}
+
+int plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t rank, uint32_t node)
+{
+    struct lat_sysreq rq;
+    struct plugin *p = NULL;
+    struct zoid_reply rep;
+    struct lat_sysret rs = { 0, 0, 0 };
+    struct iovec v[ZOID_REPLY_IOV + 1];
+
+    if (h->len < sizeof(rq))
+        return refuse(c, h, EPROTO, "job %" PRIu64 " rank %d: %u bytes, less than a call", job, rank, h->len);
+    memcpy(&rq, c->buf, sizeof(rq));
+    for (unsigned i = 0; i < nplugins; i++)
+        if ((int64_t)plugins[i].d->id == rq.a[0])
+            p = &plugins[i];
+    if (!p)
+        return refuse(c, h, ENOENT, "job %" PRIu64 " rank %d: no plug-in with id %" PRId64,
+                      job, rank, rq.a[0]);
+    if (rq.a[1] < 0 || rq.a[1] >= p->d->nfuncs)
+        return refuse(c, h, ENOSYS, "job %" PRIu64 " rank %d: plug-in %s has no function %" PRId64,
+                      job, rank, p->d->name, rq.a[1]);
+    size_t len = h->len - sizeof(rq);
+    if (len > p->limit)
+        return refuse(c, h, E2BIG, "job %" PRIu64 " rank %d: %zu argument bytes for plug-in %s, over its limit of %zu",
+                      job, rank, len, p->d->name, p->limit);
+    current = (struct zoid_caller){ .job = job, .rank = rank, .node = node };
+    job_proc_place(job, rank, &current.index, &current.count);
+    memset(&rep, 0, sizeof(rep));
+    errno = 0;
+    int rc = p->d->dispatch((uint32_t)rq.a[1], c->buf + sizeof(rq), len, p->limit, &rep);
+    if (rc) {
+        if (rep.done)
+            rep.done(&rep);
+        return refuse(c, h, rc, "job %" PRIu64 " rank %d: plug-in %s function %" PRId64 ": %s",
+                      job, rank, p->d->name, rq.a[1], strerror(rc));
+    }
+    v[0] = (struct iovec){ &rs, sizeof(rs) };
+    size_t total = 0;
+    for (int i = 0; i < rep.n; i++) {
+        v[1 + i] = rep.iov[i];
+        total += rep.iov[i].iov_len;
+    }
+    if (rq.a[2] < 0 || total > (uint64_t)rq.a[2]) {
+        /* the stub could not take it: a stub of another version of the header */
+        rep.done(&rep);
+        return refuse(c, h, EMSGSIZE, "job %" PRIu64 " rank %d: plug-in %s function %" PRId64
+                      ": %zu reply bytes, the caller takes %" PRId64, job, rank, p->d->name,
+                      rq.a[1], total, rq.a[2]);
+    }
+    int r = conn_sendv(c, h->type | LAT_REPLY, h->seq, v, rep.n + 1);
+    if (rep.done)
+        rep.done(&rep);
+    return r;
+}

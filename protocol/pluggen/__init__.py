@@ -1,0 +1,1 @@
+"""lattice-pluggen: ZOID-style plug-ins from annotated C headers (docs/plugins.md)."""

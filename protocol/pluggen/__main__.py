@@ -1,0 +1,3 @@
+from pluggen.cli import main
+
+raise SystemExit(main())
