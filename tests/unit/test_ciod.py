@@ -788,3 +788,61 @@ def test_parallel_processes_and_output(ciod: Ciod, tmp_path: Path) -> None:
     assert len(got[(0, 1)]) + len(got[(1, 1)]) == nthreads * rounds
     for i in range(nthreads):
         assert (tmp_path / f"f{i}").read_bytes() == b"".join(struct.pack("<I", r) for r in range(rounds))
+
+
+# ---- the data path: PROC hello with the process, rendezvous requests ----
+
+RDV = 0x52445600        # lat_sysreq a3 of a rendezvous (wire.h LAT_RDV)
+
+
+def proc_hello(c: Ciod, job: int, pid: int, extra: bytes = b"") -> tuple[socket.socket, bytes]:
+    s = c.raw()
+    send(s, HELLO, struct.pack("<IIQ", ROLE_PROC, 0, job) + c.key + struct.pack("<II", pid, 1) + extra, 1)
+    typ, _, body = recv(s)
+    assert typ == HELLO | REPLY
+    return s, body
+
+
+def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path, job_id=9, ranks=(0, -1), image=b"img")  # noqa: F841 (keeps it running)
+    # a hello of neither length is refused
+    s, body = proc_hello(ciod, 9, os.getpid(), extra=b"x")
+    assert struct.unpack("<i", body[:4])[0] == errno.EPROTO
+    s.close()
+    # a pid that is not a child of the connecting process: messages only
+    s, body = proc_hello(ciod, 9, os.getppid())
+    assert len(body) == 32 and struct.unpack("<i", body[:4])[0] == 0
+    eager, rdv_min, flags, window = struct.unpack("<IIII", body[16:])
+    assert (eager, rdv_min, flags, window) == (MAX_IO, 0, 0, MAX_IO)
+    p = Proc(s)
+    fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "f"))
+    assert p.fails("write", fd, 16, 0, RDV, data=struct.pack("<QQ", 4096, 16)) == errno.EOPNOTSUPP
+    s.close()
+    # a child of ours: granted
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        s, body = proc_hello(ciod, 9, child.pid)
+        eager, rdv_min, flags, window = struct.unpack("<IIII", body[16:])
+        assert flags == 1 and 0 < rdv_min <= MAX_IO and window == MAX_IO
+        p = Proc(s)
+        fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "g"))
+        seg = struct.pack("<QQ", 4096, 16)
+        assert p.fails("write", fd, 16, 0, RDV, data=seg[:15]) == errno.EINVAL        # not whole segments
+        assert p.fails("write", fd, 0, 0, RDV, data=b"") == errno.EINVAL              # no segment
+        assert p.fails("write", fd, 10, 0, RDV, data=seg) == errno.EINVAL             # count != their sum
+        assert p.fails("write", fd, 1025, 0, RDV, data=struct.pack("<QQ", 4096, 1) * 1025) == errno.EINVAL
+        assert p.fails("write", fd, 2, 0, RDV, data=struct.pack("<QQ", 2**64 - 1, 2)) == errno.EINVAL
+        assert p.fails("pwrite", fd, 16, -1, RDV, data=seg) == errno.EINVAL           # negative offset
+        # memory the process does not have: EFAULT, nothing written
+        assert p.fails("write", fd, 16, 0, RDV, data=struct.pack("<QQ", 8, 16)) == errno.EFAULT
+        assert os.path.getsize(tmp_path / "g") == 0
+        p.ok("write", fd, data=b"0123456789")
+        assert p.fails("pread", fd, 10, 0, RDV, data=struct.pack("<QQ", 8, 10)) == errno.EFAULT
+        # still in step, and eager calls work as before
+        ret, out = p.ok("pread", fd, 4, 2)
+        assert (ret, out) == (4, b"2345")
+        p.ok("close", fd)
+    finally:
+        child.kill()
+        child.wait()
+    assert ciod.alive()

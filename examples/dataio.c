@@ -1,0 +1,179 @@
+/*
+ * dataio: the data path test program (tests/e2e/test_t0720_datapath.py).
+ *
+ *   dataio big PATH MIB      write MIB (>= 8) MiB + 12345 bytes of the pattern with
+ *                            writev and pwrite at odd sizes and offsets, read
+ *                            them back with pread, readv, one big read and
+ *                            small reads, then again through a read-only open
+ *   dataio hash PATH         read a file in 1 MiB reads: "size=N hash=H"
+ *   dataio twice PATH SEC    hash, sleep SEC seconds, hash again (reopened)
+ *
+ * The pattern: byte i is R[i % 65521], R from a fixed LCG, so a piece put at
+ * the wrong offset never matches.  Prints "ok ..." or why not, exit 0/1.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PERIOD 65521u
+
+static unsigned char R[PERIOD];
+
+static void pattern_init(void)
+{
+    uint32_t x = 12345;
+    for (unsigned i = 0; i < PERIOD; i++) {
+        x = x * 1103515245u + 12345u;
+        R[i] = (unsigned char)(x >> 16);
+    }
+}
+
+static void fill(unsigned char *b, size_t off, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = R[(off + i) % PERIOD];
+}
+
+static int check(const unsigned char *b, size_t off, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != R[(off + i) % PERIOD]) {
+            printf("%s: byte %zu (file offset %zu) differs\n", what, i, off + i);
+            return 1;
+        }
+    return 0;
+}
+
+static int fail(const char *what)
+{
+    printf("%s: %s\n", what, strerror(errno));
+    return 1;
+}
+
+static int big(const char *path, size_t mib)
+{
+    size_t size = (mib << 20) + 12345;
+    if (mib < 8) {                      /* the odd pieces below need room */
+        printf("dataio big: MIB must be at least 8\n");
+        return 64;
+    }
+    unsigned char *buf = malloc(size), *back = malloc(size);
+    if (!buf || !back)
+        return fail("malloc");
+    fill(buf, 0, size);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return fail("open");
+    /* writev of three odd pieces, then pwrite of odd-sized pieces at their offsets */
+    size_t a = 7, b = (1u << 20) + 3, c = (5u << 20) + 1;
+    struct iovec wv[3] = { { buf, a }, { buf + a, b }, { buf + a + b, c } };
+    if (writev(fd, wv, 3) != (ssize_t)(a + b + c))
+        return fail("writev");
+    for (size_t off = a + b + c; off < size;) {
+        size_t n = size - off < (3u << 20) + 17 ? size - off : (3u << 20) + 17;
+        if (pwrite(fd, buf + off, n, (off_t)off) != (ssize_t)n)
+            return fail("pwrite");
+        off += n;
+    }
+    /* pread of a large odd range */
+    size_t po = (1u << 20) + 5, pn = size - po - 1001;
+    memset(back, 0, size);
+    if (pread(fd, back, pn, (off_t)po) != (ssize_t)pn)
+        return fail("pread");
+    if (check(back, po, pn, "pread"))
+        return 1;
+    /* readv from the start into three segments, then one big read of the rest */
+    if (lseek(fd, 0, SEEK_SET) != 0)
+        return fail("lseek");
+    memset(back, 0, size);
+    struct iovec rv[3] = { { back, 4099 }, { back + 4099, (2u << 20) + 1 }, { back + 4099 + (2u << 20) + 1, 333 } };
+    size_t rvn = 4099 + (2u << 20) + 1 + 333;
+    if (readv(fd, rv, 3) != (ssize_t)rvn)
+        return fail("readv");
+    if (read(fd, back + rvn, size) != (ssize_t)(size - rvn))
+        return fail("read");
+    if (check(back, 0, size, "readv+read"))
+        return 1;
+    /* small reads: the eager path */
+    for (size_t off = 17; off < size; off += size / 7) {
+        unsigned char small[100];
+        ssize_t n = pread(fd, small, sizeof small, (off_t)off);
+        if (n < 0)
+            return fail("small pread");
+        if (check(small, off, (size_t)n, "small pread"))
+            return 1;
+    }
+    close(fd);
+    /* again through a read-only open (collective I/O on the I/O node) */
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return fail("open O_RDONLY");
+    memset(back, 0, size);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, back + got, size - got > (7u << 20) + 11 ? (7u << 20) + 11 : size - got);
+        if (n <= 0)
+            return n < 0 ? fail("read O_RDONLY") : (printf("short file: %zu of %zu\n", got, size), 1);
+        got += (size_t)n;
+    }
+    if (check(back, 0, size, "read-only read"))
+        return 1;
+    close(fd);
+    printf("ok size=%zu\n", size);
+    return 0;
+}
+
+static int hash(const char *path, uint64_t *h, size_t *size)
+{
+    static unsigned char b[1u << 20];
+    int fd = open(path, O_RDONLY);
+    ssize_t n;
+    if (fd < 0)
+        return fail(path);
+    *h = 1469598103934665603ull;
+    *size = 0;
+    while ((n = read(fd, b, sizeof b)) > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            *h = (*h ^ b[i]) * 1099511628211ull;
+        *size += (size_t)n;
+    }
+    close(fd);
+    return n < 0 ? fail("read") : 0;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t h;
+    size_t size;
+
+    pattern_init();
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc == 4 && !strcmp(argv[1], "big"))
+        return big(argv[2], strtoul(argv[3], NULL, 10));
+    if (argc == 3 && !strcmp(argv[1], "hash")) {
+        if (hash(argv[2], &h, &size))
+            return 1;
+        printf("size=%zu hash=%016llx\n", size, (unsigned long long)h);
+        return 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "twice")) {
+        for (int i = 0; i < 2; i++) {
+            if (hash(argv[2], &h, &size))
+                return 1;
+            printf("size=%zu hash=%016llx\n", size, (unsigned long long)h);
+            if (i == 0) {
+                struct timespec ts = { atoi(argv[3]), 0 };
+                nanosleep(&ts, NULL);
+            }
+        }
+        return 0;
+    }
+    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH SECONDS\n");
+    return 64;
+}
