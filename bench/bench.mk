@@ -33,3 +33,13 @@ $(BUILD)/bench/fft2d: bench/fft2d.c bench/pages.h
 $(BUILD)/bench/syscall_cost: bench/syscall_cost.c
 	@mkdir -p $(@D)
 	$(CC) $(BENCH_FLAGS) -o $@ $<
+
+# MPI benchmark programs: dynamic executables built with the distribution's
+# MPICH (as examples/mpi/), the same file for mpiexec.hydra and lattice run.
+MPICC ?= mpicc.mpich
+# Skipped with a note when MPICH is not installed.
+$(BUILD)/bench/launch_hello: bench/launch_hello.c
+	@mkdir -p $(@D)
+	@if command -v $(MPICC) >/dev/null 2>&1; then \
+	    echo "$(MPICC) $(BENCH_FLAGS) -o $@ $<"; $(MPICC) $(BENCH_FLAGS) -o $@ $<; \
+	else echo "$@: $(MPICC) not found (apt-get install mpich libmpich-dev)"; fi
