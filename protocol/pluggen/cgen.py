@@ -7,13 +7,14 @@ from pluggen.model import Function, Param
 RUNTIME = r"""
 #define ZP_AL(n) (((size_t)(n) + 7u) & ~(size_t)7u)
 #define ZP_NULL UINT64_MAX
+#define ZP_FN static __attribute__((unused))    /* not every file needs every helper */
 
 static const char zp_zero[8];
 
 /* A growing, 8-byte-aligned record of marshalled values. */
 struct zp_buf { char *p; size_t len, cap; int oom; };
 
-static void zp_raw(struct zp_buf *b, const void *src, size_t n)
+ZP_FN void zp_raw(struct zp_buf *b, const void *src, size_t n)
 {
     if (b->oom || n == 0)
         return;
@@ -33,18 +34,18 @@ static void zp_raw(struct zp_buf *b, const void *src, size_t n)
     b->len += n;
 }
 
-static void zp_pad(struct zp_buf *b)
+ZP_FN void zp_pad(struct zp_buf *b)
 {
     zp_raw(b, zp_zero, ZP_AL(b->len) - b->len);
 }
 
-static void zp_put(struct zp_buf *b, const void *src, size_t n)
+ZP_FN void zp_put(struct zp_buf *b, const void *src, size_t n)
 {
     zp_raw(b, src, n);
     zp_pad(b);
 }
 
-static void zp_u64(struct zp_buf *b, uint64_t v)
+ZP_FN void zp_u64(struct zp_buf *b, uint64_t v)
 {
     zp_put(b, &v, sizeof v);
 }
@@ -52,7 +53,7 @@ static void zp_u64(struct zp_buf *b, uint64_t v)
 /* Reading a record back: every take is bounds-checked; `bad` sticks. */
 struct zp_rd { const char *p; size_t len, off; int bad; };
 
-static const void *zp_take(struct zp_rd *r, size_t n)
+ZP_FN const void *zp_take(struct zp_rd *r, size_t n)
 {
     if (r->bad || n > r->len - r->off) {
         r->bad = 1;
@@ -63,7 +64,7 @@ static const void *zp_take(struct zp_rd *r, size_t n)
     return q;
 }
 
-static uint64_t zp_get64(struct zp_rd *r)
+ZP_FN uint64_t zp_get64(struct zp_rd *r)
 {
     uint64_t v;
     memcpy(&v, zp_take(r, sizeof v), sizeof v);

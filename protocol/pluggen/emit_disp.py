@@ -11,7 +11,7 @@ from pluggen.model import Function, Param, Plugin
 
 DISP_RUNTIME = r"""
 /* Zeroed memory owned by the reply (freed by zd_done), or NULL. */
-static void *zd_alloc(struct zoid_reply *rep, size_t n)
+ZP_FN void *zd_alloc(struct zoid_reply *rep, size_t n)
 {
     if (rep->nmem == ZOID_REPLY_IOV)
         return NULL;
@@ -21,7 +21,7 @@ static void *zd_alloc(struct zoid_reply *rep, size_t n)
     return p;
 }
 
-static void zd_iov(struct zoid_reply *rep, const void *p, size_t n)
+ZP_FN void zd_iov(struct zoid_reply *rep, const void *p, size_t n)
 {
     if (n && rep->n < ZOID_REPLY_IOV)
         rep->iov[rep->n++] = (struct iovec){ (void *)p, n };
