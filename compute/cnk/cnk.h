@@ -21,6 +21,7 @@
 struct cnk_config {
     uint64_t memory;                /* big memory bytes (--memory) */
     unsigned cores;                 /* thread limit (--cores), default 2 */
+    unsigned first_core;            /* --first-core: the node's CPUs start here (vn mode: t * cores) */
     unsigned comm_threads;          /* more threads for an MPI process's library (thread.c) */
     int trace;                      /* --trace */
     int rank;                       /* LATTICE_RANK, for trace lines */

@@ -12,7 +12,7 @@
 #define CONN_FD     3       /* LATTICE_IO_FD */
 #define IMAGE_FD    4
 #define DEFAULT_MEMORY (1ull << 30)     /* the service node's default */
-#define USAGE "usage: cnk [--memory BYTES] [--cores N] [--trace] -- PROGRAM [ARGS...]"
+#define USAGE "usage: cnk [--memory BYTES] [--cores N] [--first-core I] [--trace] -- PROGRAM [ARGS...]"
 
 struct cnk_config cnk = { .cores = 2, .conn_fd = -1, .image_fd = -1, .err_fd = 2 };
 
@@ -65,6 +65,10 @@ static void parse_args(int argc, char **argv)
         } else if (!strcmp(argv[i], "--cores") && i + 1 < argc && !kparse_u64(argv[i + 1], &v) &&
                    v && v <= 4096) {
             cnk.cores = (unsigned)v;
+            i++;
+        } else if (!strcmp(argv[i], "--first-core") && i + 1 < argc && !kparse_u64(argv[i + 1], &v) &&
+                   v < 4096) {
+            cnk.first_core = (unsigned)v;
             i++;
         } else {
             cnk_fail(EINVAL, "bad argument '%s'; " USAGE, argv[i]);

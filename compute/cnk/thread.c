@@ -112,18 +112,33 @@ long sys_prctl(struct cnk_call *c)
     }
 }
 
-/* The CPUs the program may use: those cnk started on, the first --cores of
- * them (what sched_getaffinity shows).  Filled at start-up. */
+/* The CPUs the program may use (what sched_getaffinity shows): --cores of
+ * those cnk started on, from the --first-core'th on, wrapping around when the
+ * host has fewer CPUs than its nodes have cores, so the processes of a node in
+ * virtual node mode get different cores.  Filled at start-up.  cnk pins
+ * nothing itself (many nodes share this host's CPUs); runtimes that bind
+ * their threads (hwloc, UCX) bind them to these. */
 #define MASK_BYTES 128      /* 1024 CPUs */
 static unsigned char allowed[MASK_BYTES];
 
+static int has(const unsigned char *m, long i) { return m[i / 8] & (1u << (i % 8)); }
+
 static void affinity_init(void)
 {
-    long r = ksys3(__NR_sched_getaffinity, 0, MASK_BYTES, allowed);
-    unsigned seen = 0;
+    unsigned char start[MASK_BYTES] = { 0 };
+    long r = ksys3(__NR_sched_getaffinity, 0, MASK_BYTES, start);
+    unsigned n = 0;
     for (long i = 0; i < r * 8; i++)
-        if (allowed[i / 8] & (1u << (i % 8)) && ++seen > cnk.cores)
-            allowed[i / 8] &= (unsigned char)~(1u << (i % 8));
+        n += has(start, i) != 0;
+    if (r <= 0 || !n)
+        return;
+    unsigned first = cnk.first_core % n, take = cnk.cores < n ? cnk.cores : n, k = 0;
+    for (long i = 0; i < r * 8; i++)
+        if (has(start, i)) {
+            unsigned pos = (k++ + n - first) % n;       /* this CPU's place counting from first */
+            if (pos < take)
+                allowed[i / 8] |= (unsigned char)(1u << (i % 8));
+        }
 }
 
 /* MPI runtimes and hwloc bind their threads (MPICH's progress thread to the
@@ -148,14 +163,13 @@ long sys_sched_setaffinity(struct cnk_call *c)
     return ksys3(__NR_sched_setaffinity, tid, MASK_BYTES, mask);
 }
 
-/* The node's CPUs, cut down to --cores: runtimes size their thread pools by it. */
+/* The node's CPUs (the --cores given to this process): runtimes size their
+ * thread pools by it. */
 long sys_sched_getaffinity(struct cnk_call *c)
 {
     long r = cnk_passthrough(c);
     unsigned char *mask = (unsigned char *)c->a[2];
-    unsigned seen = 0;
-    for (long i = 0; i < r * 8; i++)
-        if (mask[i / 8] & (1u << (i % 8)) && ++seen > cnk.cores)
-            mask[i / 8] &= (unsigned char)~(1u << (i % 8));
+    for (long i = 0; i < r && i < MASK_BYTES; i++)
+        mask[i] = allowed[i];
     return r;
 }

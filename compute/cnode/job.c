@@ -475,25 +475,28 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     return e;
 }
 
-/* argv for cnk: cnk --memory BYTES --cores N [--trace] -- ARGV... */
+/* argv for cnk: cnk --memory BYTES --cores N --first-core I [--trace] -- ARGV... */
 static char **make_cnk_argv(struct job *j, const struct proc *p)
 {
     char **argv = j->argv[p->app];
     size_t n = 0;
     while (argv[n])
         n++;
-    char **a = calloc(n + 8, sizeof *a);
+    char **a = calloc(n + 10, sizeof *a);     /* 9 of ours + argv + NULL */
     if (!a)
         return NULL;
-    static char mem[32], cores[16];
+    static char mem[32], cores[16], first[16];
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)proc_memory(j));
     snprintf(cores, sizeof cores, "%u", proc_cores(j));
+    snprintf(first, sizeof first, "%u", p->t * proc_cores(j));     /* vn: each process its own core */
     size_t k = 0;
     a[k++] = "cnk";
     a[k++] = "--memory";
     a[k++] = mem;
     a[k++] = "--cores";
     a[k++] = cores;
+    a[k++] = "--first-core";
+    a[k++] = first;
     if (j->nj.flags & LAT_JOB_TRACE)
         a[k++] = "--trace";
     a[k++] = "--";

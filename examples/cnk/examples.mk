@@ -15,7 +15,8 @@ CNK_EXAMPLES := $(addprefix $(CNK_EX_DIR)/, \
     unsupported unsupported-static \
     bigbss bigbss-static \
     fortran_file fortran_file-static \
-    launcher launcher-static execprobe execprobe-spie)
+    launcher launcher-static execprobe execprobe-spie \
+    affinity)
 
 # the personality API is being written beside this; build its example once it exists
 ifneq ($(wildcard compute/include/lattice/personality.h),)

@@ -180,3 +180,16 @@ def test_program_reads_its_personality(cnk_machine: Machine) -> None:
             assert ranks.get(r) == expected, (variant, r, ranks.get(r), expected)
         # the two nodes differ (coordinates, rank in pset): nothing is shared by mistake
         assert ranks[0] != ranks[1]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a host with two CPUs")
+def test_virtual_node_mode_gives_each_process_its_own_core(cnk_machine: Machine) -> None:
+    """vn mode: the two processes of a node see different cores (t = 0, 1);
+    co mode: the one process sees both of the node's cores."""
+    host = sorted(os.sched_getaffinity(0))[:2]
+    p = job(cnk_machine, "--mode", "vn", "--mapping", "TXYZ", "--hugepages", "keep", str(CNK_EX / "affinity"), n=4)
+    cpus = {int(m.group(1)): m.group(2) for m in re.finditer(r"affinity: rank (\d+) cpus (\S+)", p.stdout)}
+    # TXYZ: ranks 0 and 1 share node 0 (t = 0, 1), ranks 2 and 3 node 1
+    assert cpus == {0: str(host[0]), 1: str(host[1]), 2: str(host[0]), 3: str(host[1])}, p.stdout
+    p = job(cnk_machine, "--hugepages", "keep", str(CNK_EX / "affinity"))
+    assert re.findall(r"cpus (\S+)", p.stdout) == [f"{host[0]},{host[1]}"] * 2, p.stdout
