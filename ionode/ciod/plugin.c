@@ -11,6 +11,7 @@
 #include "ciod.h"
 
 #include <dlfcn.h>
+#include <poll.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -34,8 +35,17 @@ struct plugin {
 static struct plugin plugins[MAX_PLUGINS];
 static unsigned nplugins;
 static _Thread_local struct zoid_caller current;
+static _Thread_local int current_fd = -1;     /* the caller's connection */
 
 static const struct zoid_caller *api_caller(void) { return &current; }
+
+/* The process hung up (or died): nobody will read the reply. */
+static int api_gone(void)
+{
+    struct pollfd p = { .fd = current_fd, .events = POLLRDHUP };
+
+    return current_fd < 0 || (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
+}
 
 static void api_ras(enum zoid_sev sev, const char *msg)
 {
@@ -43,7 +53,7 @@ static void api_ras(enum zoid_sev sev, const char *msg)
               cfg.location, "plug-in: %s", msg);
 }
 
-static struct zoid_api api = { .abi = ZOID_ABI, .caller = api_caller, .ras = api_ras };
+static struct zoid_api api = { .abi = ZOID_ABI, .caller = api_caller, .ras = api_ras, .gone = api_gone };
 
 /* PATH[:LIMIT][;CONFIG], LIMIT in bytes with an optional K or M. */
 int plugin_add(const char *spec, char *err, size_t errlen)
@@ -159,6 +169,7 @@ int plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t 
         return refuse(c, h, E2BIG, "job %" PRIu64 " rank %d: %zu argument bytes for plug-in %s, over its limit of %zu",
                       job, rank, len, p->d->name, p->limit);
     current = (struct zoid_caller){ .job = job, .rank = rank, .node = node };
+    current_fd = c->fd;
     job_proc_place(job, rank, &current.index, &current.count);
     memset(&rep, 0, sizeof(rep));
     errno = 0;

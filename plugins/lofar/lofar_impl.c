@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <lattice/zoid_ion.h>
@@ -54,6 +55,22 @@ static struct {
 } L = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .sock = -1, .out = -1 };
 
 static _Thread_local uint64_t taken;    /* the piece lofar_alloc gave this thread */
+
+/* Wait for the condition, looking every 200 ms whether the caller is gone
+ * (a killed job must not leave a ciod thread waiting for data forever). */
+static int wait_caller_locked(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += 200 * 1000 * 1000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&L.cond, &L.lock, &t);
+    return zoid_caller_gone() || L.stop ? EINTR : 0;
+}
 
 static void *receiver(void *arg)
 {
@@ -172,8 +189,14 @@ void *lofar_alloc(uint32_t fn, unsigned arg, size_t bytes)
     pthread_mutex_lock(&L.lock);
     job_check_locked(c);
     uint64_t k = L.base + c->index + (uint64_t)c->count * L.next[c->index]++;
-    while (L.head <= k && !L.stop)
-        pthread_cond_wait(&L.cond, &L.lock);
+    while (L.head <= k) {
+        int err = wait_caller_locked();
+        if (err) {
+            pthread_mutex_unlock(&L.lock);
+            errno = err;
+            return NULL;
+        }
+    }
     struct slot *s = &L.ring[k % L.slots];
     s->state = TAKEN;
     taken = k;
@@ -209,8 +232,14 @@ int64_t lofar_put(const int64_t *vals, uint32_t n)
     }
     pthread_mutex_lock(&L.lock);
     job_check_locked(c);
-    while (L.mine[c->index] > L.round)
-        pthread_cond_wait(&L.cond, &L.lock);
+    while (L.mine[c->index] > L.round) {
+        int err = wait_caller_locked();
+        if (err) {
+            pthread_mutex_unlock(&L.lock);
+            errno = err;
+            return -1;
+        }
+    }
     if (L.contributed == 0)
         L.veclen = n;
     if (n != L.veclen) {

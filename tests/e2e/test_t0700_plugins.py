@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import secrets
+import signal
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -69,6 +71,34 @@ def test_scatter_round_robin_and_gather(lofar: tuple[Machine, int, socket.socket
     data, _ = collector.recvfrom(4096)
     assert struct.unpack("<3q", data) == (sum(len(p) for p in payloads), 1 + 2, N), out
     assert "gathered in round 0" in out
+
+
+def ciod_threads(m: Machine) -> int:
+    pids = m.processes("ciod", "L")
+    assert len(pids) == 1, pids
+    return len(list(Path(f"/proc/{pids[0]}/task").iterdir()))
+
+
+def test_killed_job_leaves_no_waiting_call(lofar: tuple[Machine, int, socket.socket]) -> None:
+    """No datagram comes: both processes wait in lofar_next on the I/O node.
+    Interrupting the run ends the job; the calls notice their callers are
+    gone and the serving threads end, and the block runs the next job."""
+    m, _, _ = lofar
+    before = ciod_threads(m)
+    run = m.popen("run", "--block", "L", "-n", "2", "--kernel", "cnk", "--hugepages", "keep",
+                  "--cwd", "/tmp", str(BUILD / "plugins" / "lofar_test"), "3")
+    deadline = time.monotonic() + 20
+    while ciod_threads(m) < before + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ciod_threads(m) >= before + 2 and run.poll() is None
+    run.send_signal(signal.SIGINT)
+    run.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while ciod_threads(m) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ciod_threads(m) <= before
+    r = m.run("run", "--block", "L", "-n", "2", "--cwd", "/tmp", str(BUILD / "examples" / "hello"))
+    assert "hello from rank 1 of 2" in r.stdout
 
 
 def test_plugin_loaded_with_ras_event(lofar: tuple[Machine, int, socket.socket]) -> None:

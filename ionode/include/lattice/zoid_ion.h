@@ -35,6 +35,7 @@ struct zoid_api {
     uint32_t pad;
     const struct zoid_caller *(*caller)(void);
     void (*ras)(enum zoid_sev sev, const char *msg);
+    int  (*gone)(void);
 };
 
 /* One reply being built by a dispatcher: ciod sends iov[0..n) after the
@@ -71,5 +72,8 @@ extern __attribute__((visibility("hidden"))) const struct zoid_api *zoid_api;
 static inline const struct zoid_caller *zoid_caller(void) { return zoid_api->caller(); }
 static inline uint32_t zoid_pset(void) { return zoid_api->pset; }
 static inline void zoid_ras(enum zoid_sev sev, const char *msg) { zoid_api->ras(sev, msg); }
+/* 1 once the calling process has gone (its connection closed): a call that
+ * waits for long should look now and then and give up (EINTR). */
+static inline int zoid_caller_gone(void) { return zoid_api->gone(); }
 
 #endif
