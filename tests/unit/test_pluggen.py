@@ -69,7 +69,8 @@ def test_round_trip(plugged: tuple[Machine, Path], kernel: str) -> None:
     for r in range(2):
         assert f"rank {r}: all ok" in out, out
         for name in ("obj", "ptr", "arr inout", "zerocopy out data", "zerocopy in", "str nullok",
-                     "arr2d inout", "nullok NULL", "caller", "userbuf data", "limit", "bad plug-in"):
+                     "arr2d inout", "nullok NULL", "caller", "userbuf data", "limit", "bad plug-in",
+                     "size mismatch", "huge count", "unterminated str", "NULL without nullok"):
             assert f"rank {r}: ok {name}\n" in out, (name, out)
 
 

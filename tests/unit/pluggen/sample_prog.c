@@ -129,6 +129,32 @@ int main(void)
     CHECK("bad function", zoid_call(7, 99, &rq, 1, &rp, 1) == -1 && errno == ENOSYS);
     errno = 0;
     CHECK("malformed", zoid_call(7, 0, &rq, 1, &rp, 1) == -1 && errno == EPROTO);
+    /* crafted requests the dispatcher must refuse before the implementation runs */
+    uint64_t w[8];
+    struct iovec cw = { w, 0 };
+    memset(w, 0, sizeof w);
+    w[0] = 2;                       /* t_sum: 2 elements, but n says 5 */
+    w[1] = 0x0000000200000001ull;
+    w[2] = 5;
+    w[3] = 1;
+    cw.iov_len = 4 * 8;
+    errno = 0;
+    CHECK("size mismatch", zoid_call(7, 2, &cw, 1, &rp, 1) == -1 && errno == EPROTO);
+    w[0] = 1ull << 40;              /* t_sum: more elements than the limit */
+    errno = 0;
+    CHECK("huge count", zoid_call(7, 2, &cw, 1, &rp, 1) == -1 && errno == E2BIG);
+    w[0] = 4;                       /* t_strlen: no NUL */
+    memcpy(&w[1], "abcdefgh", 8);
+    cw.iov_len = 2 * 8;
+    errno = 0;
+    CHECK("unterminated str", zoid_call(7, 6, &cw, 1, &rp, 1) == -1 && errno == EPROTO);
+    memset(w, 0, sizeof w);         /* t_scale: q NULL without nullok */
+    w[2] = 0;
+    w[3] = 1;
+    cw.iov_len = 5 * 8;
+    errno = 0;
+    CHECK("NULL without nullok", zoid_call(7, 1, &cw, 1, &rp, 1) == -1 && errno == EPROTO);
+    CHECK("still serving", t_add(2, 3) == 5);
     printf("rank %d: all ok\n", rank);
     return 0;
 }
