@@ -134,3 +134,19 @@ def test_generator_is_mypy_strict_clean() -> None:
         pytest.skip("mypy not installed in .venv")
     p = subprocess.run([str(mypy), "--strict", "pluggen"], cwd=ROOT / "protocol", capture_output=True, text=True)
     assert p.returncode == 0, p.stdout
+
+
+def test_machine_toml_names_plugins() -> None:
+    from lattice import boot, machine
+    from lattice.errors import LatticeError
+
+    m = machine.Machine(plugins=("build/plugins/liblofar_ciod.so:64K;port=9000", "/abs/x.so"))
+    data = m.to_toml()
+    assert data["ionode"] == {"plugins": list(m.plugins)}
+    assert machine.Machine.from_toml(data, "t") == m
+    assert "ionode" not in machine.Machine().to_toml()
+    assert boot.plugin_options(m) == [
+        "--plugin", str(machine.prefix().parent / "build/plugins/liblofar_ciod.so:64K;port=9000"),
+        "--plugin", "/abs/x.so"]
+    with pytest.raises(LatticeError, match="ionode.plugins"):
+        machine.Machine.from_toml({**data, "ionode": {"plugins": "x.so"}}, "t")
