@@ -43,3 +43,9 @@ $(BUILD)/bench/launch_hello: bench/launch_hello.c
 	@if command -v $(MPICC) >/dev/null 2>&1; then \
 	    echo "$(MPICC) $(BENCH_FLAGS) -o $@ $<"; $(MPICC) $(BENCH_FLAGS) -o $@ $<; \
 	else echo "$@: $(MPICC) not found (apt-get install mpich libmpich-dev)"; fi
+
+# sockets.py: a dynamic executable, so the same file runs directly, under cnk
+# and under the preload client of `--kernel linux`.
+$(BUILD)/bench/sock_tput: bench/sock_tput.c
+	@mkdir -p $(@D)
+	$(CC) $(BENCH_FLAGS) -o $@ $<

@@ -3,7 +3,8 @@
  * block (tests/e2e/test_t0710_sockets.py): its sockets are shipped to the
  * I/O node by cnk or the Linux-mode client.
  *
- *   sockets tcp PORT          connect, send, recv the echo, shutdown, recv EOF
+ *   sockets tcp PORT [ADDR]   connect (to 127.0.0.1 or ADDR), send, recv the echo,
+ *                             shutdown, recv EOF
  *   sockets udp PORT          bind, sendto, recvfrom the echo
  *   sockets poll PORT         poll, select and epoll on a shipped socket
  *   sockets wait PORT DIR     a thread does file I/O while rank 0 blocks in recv
@@ -37,9 +38,13 @@ static struct sockaddr_in loopback(int port)
     return a;
 }
 
+static const char *tcp_addr;   /* NULL: 127.0.0.1 */
+
 static int tcp_connect(int port)
 {
     struct sockaddr_in a = loopback(port);
+    if (tcp_addr && inet_pton(AF_INET, tcp_addr, &a.sin_addr) != 1)
+        die("inet_pton");
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
         die("connect");
@@ -224,8 +229,10 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "resolve"))
         return resolve(argc, argv);
     int port = atoi(argv[2]);
-    if (!strcmp(argv[1], "tcp"))
+    if (!strcmp(argv[1], "tcp")) {
+        tcp_addr = argc > 3 ? argv[3] : NULL;
         return tcp(port);
+    }
     if (!strcmp(argv[1], "udp"))
         return udp(port);
     if (!strcmp(argv[1], "poll"))

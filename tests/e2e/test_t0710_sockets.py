@@ -2,7 +2,9 @@
 "Sockets"): a program on the compute nodes talks TCP and UDP to servers this
 test runs on 127.0.0.1, outside the block; the I/O node's counters show the
 calls were shipped; a blocking recv waits while the other threads and ranks
-keep doing file I/O; poll/select/epoll and getaddrinfo work on compute nodes.
+keep doing file I/O; poll/select/epoll and getaddrinfo work on compute nodes;
+a connection to a compute node's address stays local.  Every test runs under
+cnk and in Linux mode (the preload client, compute/libcnclient/sock.c).
 
 One 1x1x2 machine (one pset of 2, 256 MiB per node) with block K.
 """
@@ -24,7 +26,7 @@ from cnk_helpers import by_rank
 
 N = 2
 PROG = EXAMPLES / "sockets"
-KERNELS = ["cnk"]
+KERNELS = ["cnk", "linux"]
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +157,37 @@ def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str) -> None:
     lines = p.stdout.splitlines()
     assert [i for i, l in enumerate(lines) if "rank 0: io done" in l][0] < \
         [i for i, l in enumerate(lines) if "recv got go" in l][0], p.stdout
+
+
+def node_address() -> str | None:
+    """A non-loopback IPv4 address of this host: a compute node's address."""
+    for fam, _, _, _, sa in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+        if not sa[0].startswith("127."):
+            return sa[0]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))      # no packet: just picks the source address
+            a = s.getsockname()[0]
+            return None if a.startswith("127.") else a
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_tcp_to_a_compute_node_address_stays_local(sk: Machine, kernel: str) -> None:
+    addr = node_address()
+    if addr is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    with serve(TCP((addr, 0), Echo)) as srv:
+        before = counters(sk)
+        p = run(sk, kernel, "tcp", str(srv.server_address[1]), addr)
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert "tcp ok" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    after = counters(sk)
+    for call in ("socket", "connect", "sendmsg", "recvmsg"):
+        assert after.get(call, 0) == before.get(call, 0), (call, before, after)
 
 
 def hosts_name() -> str | None:
