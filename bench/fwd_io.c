@@ -5,11 +5,19 @@
  *
  *   fwd_io rtt COUNT          8-byte writes to /dev/null: ns per call
  *   fwd_io seq PATH MIB       write then read MIB MiB in 1 MiB blocks: MB/s
+ *   fwd_io sweep write|read PATH MIB
+ *                             for buffers of 4 KiB .. 4 MiB (x4): MIB MiB moved
+ *                             with write/read calls of that size, one line
+ *                             "buf=N MBps=X" each.  PATH: a device (/dev/null,
+ *                             /dev/zero) or a directory, where the process uses
+ *                             its own file fwd.RANK (LATTICE_RANK); a file to
+ *                             read is written first, untimed (page cache warm).
  */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,12 +73,49 @@ static int seq(const char *path, long mib)
     return 0;
 }
 
+static int sweep(int wr, const char *where, long mib)
+{
+    char path[4096];
+    const char *rank = getenv("LATTICE_RANK");
+    struct stat st;
+    int is_dir = stat(where, &st) == 0 && S_ISDIR(st.st_mode);
+    size_t total = (size_t)mib << 20, max = 4u << 20;
+    char *buf = malloc(max);
+    if (!buf) return 1;
+    memset(buf, 0x5a, max);
+    if (is_dir)
+        snprintf(path, sizeof path, "%s/fwd.%s", where, rank ? rank : "0");
+    else
+        snprintf(path, sizeof path, "%s", where);
+    int fd = open(path, wr ? (O_WRONLY | (is_dir ? O_CREAT | O_TRUNC : 0)) : O_RDWR * is_dir | O_CREAT * is_dir, 0644);
+    if (fd < 0) { perror(path); return 1; }
+    if (!wr && is_dir)                  /* the data to read, untimed */
+        for (size_t off = 0; off < total; off += max)
+            if (write(fd, buf, max) != (ssize_t)max) { perror("write"); return 1; }
+    for (size_t b = 4096; b <= max; b *= 4) {
+        if (is_dir && lseek(fd, 0, SEEK_SET) != 0) { perror("lseek"); return 1; }
+        double t0 = now();
+        for (size_t done = 0; done < total; done += b) {
+            ssize_t n = wr ? write(fd, buf, b) : read(fd, buf, b);
+            if (n != (ssize_t)b) { perror(wr ? "write" : "read"); return 1; }
+        }
+        double t = now() - t0;
+        printf("buf=%zu MBps=%.1f\n", b, (double)total / t / 1e6);
+    }
+    close(fd);
+    if (is_dir)
+        unlink(path);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "sweep"))
+        return sweep(!strcmp(argv[2], "write"), argv[3], atol(argv[4]));
     if (argc == 3 && !strcmp(argv[1], "rtt"))
         return rtt(atol(argv[2]));
     if (argc == 4 && !strcmp(argv[1], "seq"))
         return seq(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: fwd_io rtt COUNT | fwd_io seq PATH MIB\n");
+    fprintf(stderr, "usage: fwd_io rtt COUNT | fwd_io seq PATH MIB | fwd_io sweep write|read PATH MIB\n");
     return 64;
 }

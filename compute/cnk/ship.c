@@ -254,13 +254,16 @@ static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *o
         return r;               /* a bad program buffer, nothing on the wire */
     if (r < 0)
         return broken("send", r);
-    if ((r = recv_all(&rh, sizeof rh, &n)) < 0)
+    /* every reply starts with a header and a lat_sysret: one read for both */
+    struct { struct lat_hdr h; struct lat_sysret rs; } head;
+    _Static_assert(sizeof head == sizeof rh + sizeof rs, "no padding");
+    if ((r = recv_all(&head, sizeof head, &n)) < 0)
         return broken("receive", r);
+    rh = head.h;
+    rs = head.rs;
     int is_error = (rh.type & ~LAT_REPLY) == LAT_ERROR;
     if (!reply_ok(&rh, type, h.seq, is_error))
         return broken("malformed reply", -EPROTO);
-    if ((r = recv_all(&rs, sizeof rs, &n)) < 0)
-        return broken("receive", r);
     size_t dlen = rh.len - sizeof rs;
     if (is_error || dlen > cap) {
         /* ciod could not decode it, or sent more than was asked for */

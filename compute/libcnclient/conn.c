@@ -239,22 +239,20 @@ int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
         goto out;
     }
 
-    struct lat_hdr rh;
-    struct lat_sysret r;
-    if (recv_all(&rh, sizeof rh) < 0) {
+    /* every reply starts with a header and a lat_sysret: one read for both */
+    struct { struct lat_hdr h; struct lat_sysret r; } head;
+    _Static_assert(sizeof head == sizeof(struct lat_hdr) + sizeof(struct lat_sysret), "no padding");
+    if (recv_all(&head, sizeof head) < 0) {
         broken("receive", errno);
         err = EIO;
         goto out;
     }
+    struct lat_hdr rh = head.h;
+    struct lat_sysret r = head.r;
     int is_error = rh.type == LAT_ERROR || rh.type == (LAT_ERROR | LAT_REPLY);
     if (rh.magic != LAT_MAGIC || rh.version != LAT_VERSION || rh.len > LAT_MAX_PAYLOAD ||
         rh.len < sizeof r || rh.seq != h.seq || (!is_error && rh.type != (type | LAT_REPLY))) {
         broken("malformed reply", EPROTO);
-        err = EIO;
-        goto out;
-    }
-    if (recv_all(&r, sizeof r) < 0) {
-        broken("receive", errno);
         err = EIO;
         goto out;
     }

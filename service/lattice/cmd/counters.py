@@ -54,6 +54,10 @@ def show(loc: str, c: Counters, verbose: bool) -> None:
     s = c.stats
     if not s:
         return
+    if not verbose:     # one "location name value" line each, like the calls
+        for name, v in s.items():
+            print(f"{loc:<18} {name:<12} {v}")
+        return
 
     def saved(req: str, fs: str) -> int:
         return max(0, s.get(req, 0) - s.get(fs, 0))

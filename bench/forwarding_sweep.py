@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Forwarded read and write throughput vs buffer size (the ZOID paper's
+Figures 4-7), and the Python import storm with and without collective I/O.
+
+Sweep: bench/fwd_io sweep moves MIB MiB with write()/read() calls of 4 KiB,
+16 KiB ... 4 MiB, by 1, 4 and 8 compute processes of one pset (one I/O node),
+  write: to /dev/null, to a tmpfs file, to a disk file
+  read:  from /dev/zero, from a tmpfs file, from a disk file (page cache warm)
+under cnk (shipped; rendezvous from rdv_min) and, as the baseline, the same
+program run directly on Linux by as many concurrent processes.  Throughput
+is the sum of the processes' own rates (each times its own calls).
+
+Import storm: RANKS ranks run `python3 -c "import json, email, http.client"`
+under cnk (every file call shipped), with collective I/O on and off (ciod
+started with LATTICE_COLLECTIVE=0): wall time of `lattice run` and the
+requests vs file-system calls on the I/O node.
+
+    .venv/bin/python bench/forwarding_sweep.py [--repeat 3] [--mib 64] [--procs 1,4,8] [--storm-ranks 16]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import benchlib as bl
+
+ROOT = Path(__file__).resolve().parent.parent
+FWD_IO = ROOT / "build" / "bench" / "fwd_io"
+STORM = 'import json, email, http.client'
+
+
+def rates(out: str) -> dict[int, float]:
+    """buf size -> MB/s, summed over the processes whose lines are in out."""
+    total: dict[int, float] = {}
+    for line in out.splitlines():
+        kv = dict(p.split("=") for p in line.split(": ", 1)[-1].split() if "=" in p)
+        if "buf" in kv:
+            b = int(kv["buf"])
+            total[b] = total.get(b, 0.0) + float(kv["MBps"])
+    return total
+
+
+class Machine:
+    def __init__(self, home: Path, nodes: int, env: dict[str, str]) -> None:
+        self.env = dict(os.environ, LATTICE_HOME=str(home), **env)
+        self.lat = bl.lattice_cmd()
+        self.run("init", "--shape", f"1x1x{nodes}", "--pset-size", str(nodes), "--memory", "512M")
+        self.run("block", "create", "B", "--shape", f"1x1x{nodes}")
+        self.run("boot", "B")
+
+    def run(self, *args: str, capture: bool = False) -> str:
+        p = subprocess.run([*self.lat, *args], env=self.env, check=True, capture_output=capture, text=True)
+        return p.stdout if capture else ""
+
+    def counters(self) -> dict[str, int]:
+        (ion,) = json.loads(self.run("counters", "B", "--json", capture=True))
+        out = dict(ion["stats"])
+        out["calls"] = sum(ion["calls"].values())
+        return out
+
+    def free(self) -> None:
+        subprocess.run([*self.lat, "free", "B"], env=self.env, capture_output=True)
+
+
+def direct(n: int, args: list[str]) -> str:
+    def one(r: int) -> str:
+        return subprocess.run([str(FWD_IO), *args], env=dict(os.environ, LATTICE_RANK=str(r)), check=True,
+                              capture_output=True, text=True).stdout
+    with ThreadPoolExecutor(n) as ex:
+        return "".join(ex.map(one, range(n)))
+
+
+def sweep(a: argparse.Namespace, home: Path) -> None:
+    tmpfs = Path(tempfile.mkdtemp(prefix="lattice-sweep-tmpfs-"))
+    disk = Path(tempfile.mkdtemp(prefix="lattice-sweep-disk-", dir="/var/tmp"))
+    procs = [int(x) for x in a.procs.split(",")]
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.mib * max(procs) + 256}m", "tmpfs", str(tmpfs)],
+                   check=True)
+    os.chmod(tmpfs, 0o777)
+    m = Machine(home / "sweep", max(procs), {})
+    cases = [("write", "/dev/null", "null"), ("write", str(tmpfs), "tmpfs"), ("write", str(disk), "disk"),
+             ("read", "/dev/zero", "zero"), ("read", str(tmpfs), "tmpfs"), ("read", str(disk), "disk")]
+    res: dict[tuple[str, str, int, str], dict[int, list[float]]] = {}
+    try:
+        for i in range(a.repeat):
+            for op, where, name in cases:
+                for n in procs:
+                    args = ["sweep", op, where, str(a.mib)]
+                    for kind in bl.rotations(["direct", "cnk"], i):
+                        out = direct(n, args) if kind == "direct" else m.run(
+                            "run", "--block", "B", "-n", str(n), "--kernel", "cnk", "--label", str(FWD_IO), *args,
+                            capture=True)
+                        for b, v in rates(out).items():
+                            res.setdefault((op, name, n, kind), {}).setdefault(b, []).append(v)
+                    print(f"  run {i + 1}/{a.repeat} {op} {name} x{n} done", file=sys.stderr)
+        print(f"\n### Forwarded throughput vs buffer size ({a.mib} MiB per process, median of {a.repeat}, MB/s summed "
+              "over processes; ratio = cnk/direct)\n")
+        sizes = sorted({b for v in res.values() for b in v})
+        print("| op | target | procs | " + " | ".join(f"{b >> 10} KiB" for b in sizes) + " |")
+        print("| --- | --- | --- | " + " | ".join("---" for _ in sizes) + " |")
+        for op, _, name in cases:
+            for n in procs:
+                d, c = res[(op, name, n, "direct")], res[(op, name, n, "cnk")]
+                cells = []
+                for b in sizes:
+                    md, mc = statistics.median(d[b]), statistics.median(c[b])
+                    cells.append(f"{mc:.0f} / {md:.0f} ({mc / md:.2f})")
+                print(f"| {op} | {name} | {n} | " + " | ".join(cells) + " |")
+        print("\ncells: cnk MB/s / direct MB/s (ratio)")
+        print("\n" + "\n".join(f"    {k}: {v}" for k, v in m.counters().items() if k.startswith(("rdv", "eager"))))
+    finally:
+        m.free()
+        subprocess.run(["umount", str(tmpfs)])
+        os.rmdir(tmpfs)
+        subprocess.run(["rm", "-rf", str(disk)])
+
+
+def storm(a: argparse.Namespace, home: Path) -> None:
+    print(f"\n### Python import storm: {a.storm_ranks} ranks, `python3 -c \"{STORM}\"` under cnk\n")
+    print("| collective I/O | wall s (median [min-max]) | requests | opens asked / on FS | stats asked / on FS "
+          "| reads asked / on FS |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for on in ("1", "0"):
+        m = Machine(home / f"storm{on}", a.storm_ranks, {"LATTICE_COLLECTIVE": on})
+        try:
+            walls = []
+            first: dict[str, int] = {}
+            for i in range(a.repeat):
+                before = m.counters()
+                t0 = time.monotonic()
+                m.run("run", "--block", "B", "-n", str(a.storm_ranks), "--kernel", "cnk", sys.executable, "-c", STORM)
+                walls.append(time.monotonic() - t0)
+                after = m.counters()
+                if i == 0:
+                    first = {k: after[k] - before.get(k, 0) for k in after}
+            f = first
+            print(f"| {'on' if on == '1' else 'off'} | {statistics.median(walls):.2f} [{min(walls):.2f}-{max(walls):.2f}] "
+                  f"| {f['calls']} | {f['coll_open_req']} / {f['coll_open_fs']} | {f['coll_stat_req']} / "
+                  f"{f['coll_stat_fs']} | {f['coll_read_req']} / {f['coll_read_fs']} |")
+        finally:
+            m.free()
+    print("\n(counts: the first run of each; with collective I/O off the cache is never asked, so every "
+          "request is a file-system call)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--mib", type=int, default=64)
+    ap.add_argument("--procs", default="1,4,8")
+    ap.add_argument("--storm-ranks", type=int, default=16)
+    ap.add_argument("--only", choices=["sweep", "storm"])
+    a = ap.parse_args()
+    bl.require_root("forwarding_sweep.py")
+    bl.require_built(FWD_IO)
+    home = Path(tempfile.mkdtemp(prefix="lattice-sweep-"))
+    print(bl.header("forwarding_sweep.py", sys.argv[1:]))
+    if a.only != "storm":
+        sweep(a, home)
+    if a.only != "sweep":
+        storm(a, home)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
