@@ -59,6 +59,8 @@ struct centry {                         /* a shared read-only open */
     uint64_t        born;
     int             refs;               /* table + ofds, under g.lock */
     bool            stale;              /* out of the table: reads go to fd directly */
+    bool            pending;            /* being opened: others wait on g.done */
+    int             err;                /* the open's errno, once not pending */
     pthread_mutex_t load;               /* one loader per block */
     size_t          nblocks;
     char          **block;
@@ -82,13 +84,14 @@ struct sentry {                         /* a shared stat */
 
 static struct {
     pthread_mutex_t lock;
+    pthread_cond_t  done;               /* a pending open finished */
     bool            on;
     uint64_t        ttl_ns;
     uint64_t        budget, bytes;
     unsigned        nentries;
     struct centry  *file[NBUCKET];
     struct sentry  *stat[NBUCKET];
-} g = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} g = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
 static atomic_uint nonempty;            /* entries of either kind: writes skip the lock when 0 */
 
@@ -211,12 +214,12 @@ static struct centry **find_file(const char *path, int nofollow, const struct wh
 
     while (*pp) {
         struct centry *e = *pp;
-        if (now - e->born > g.ttl_ns && e->refs == 1) {
+        if (now - e->born > g.ttl_ns && e->refs == 1 && !e->pending) {
             centry_drop(pp);            /* expired and unused */
             continue;
         }
         if (e->nofollow == nofollow && !strcmp(e->path, path) && same_who(&e->who, w))
-            return now - e->born > g.ttl_ns ? (centry_drop(pp), NULL) : pp;
+            return now - e->born > g.ttl_ns && !e->pending ? (centry_drop(pp), NULL) : pp;
         pp = &e->next;
     }
     return NULL;
@@ -247,7 +250,7 @@ static struct coll_ofd *new_ofd(struct centry *e)
 int coll_open(const struct ident *who, const char *path, int flags, struct coll_ofd **o, int *plain)
 {
     static _Thread_local struct who_key w;
-    int nofollow = flags & O_NOFOLLOW, fd;
+    int nofollow = flags & O_NOFOLLOW, fd, err;
     struct centry **pp, *e;
     struct stat st;
 
@@ -258,10 +261,21 @@ int coll_open(const struct ident *who, const char *path, int flags, struct coll_
     key_of(who, &w);
     atomic_fetch_add(&dp_ctr[LAT_CTR_COLL_OPEN_REQ], 1);
     pthread_mutex_lock(&g.lock);
-    pp = find_file(path, nofollow, &w, dp_now_ns());
-    if (pp) {
+    while ((pp = find_file(path, nofollow, &w, dp_now_ns()))) {
         e = *pp;
         e->refs++;
+        if (e->pending) {
+            /* another process of the pset is opening it: its answer is ours */
+            while (e->pending)
+                pthread_cond_wait(&g.done, &g.lock);
+            err = e->err;
+            centry_put(e);
+            if (err) {
+                pthread_mutex_unlock(&g.lock);
+                return err;
+            }
+            continue;                   /* shared, or not for the cache (then a miss) */
+        }
         pthread_mutex_unlock(&g.lock);
         if (revalidate(e) && (*o = new_ofd(e)))
             return 0;
@@ -269,53 +283,68 @@ int coll_open(const struct ident *who, const char *path, int flags, struct coll_
         for (pp = &g.file[hash(path, nofollow, &w)]; *pp && *pp != e; pp = &(*pp)->next)
             ;
         if (*pp)
-            centry_drop(pp);            /* changed: the next open makes a new one */
+            centry_drop(pp);            /* changed: open it again */
         centry_put(e);
+    }
+    /* a miss: the entry goes in first, pending, so that the others wait for this open */
+    e = calloc(1, sizeof(*e));
+    if (e && !(e->path = strdup(path))) {
+        free(e);
+        e = NULL;
+    }
+    if (e) {
+        unsigned b = hash(path, nofollow, &w);
+        e->nofollow = nofollow;
+        e->who = w;
+        e->fd = -1;
+        e->born = dp_now_ns();
+        e->pending = true;
+        e->refs = 2;                    /* the table and us */
+        pthread_mutex_init(&e->load, NULL);
+        e->next = g.file[b];
+        g.file[b] = e;
+        g.nentries++;
+        atomic_fetch_add(&nonempty, 1);
     }
     pthread_mutex_unlock(&g.lock);
 
     atomic_fetch_add(&dp_ctr[LAT_CTR_COLL_OPEN_FS], 1);
     fd = open(path, O_RDONLY | O_CLOEXEC | nofollow);
-    if (fd < 0)
-        return errno;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    err = fd < 0 ? errno : 0;
+    bool shared = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && e;
+    size_t nb = shared ? ((size_t)st.st_size + BLOCK - 1) / BLOCK : 0;
+    char **blocks = shared ? calloc(nb ? nb : 1, sizeof(char *)) : NULL;
+    struct coll_ofd *ofd = blocks ? new_ofd(e) : NULL;
+    if (!ofd) {
+        free(blocks);
+        shared = false;
+    }
+    if (!e) {
         *plain = fd;
-        return 0;
+        return err;
     }
-    e = calloc(1, sizeof(*e));
-    size_t nb = ((size_t)st.st_size + BLOCK - 1) / BLOCK;
-    if (e) {
-        e->path = strdup(path);
-        e->block = calloc(nb ? nb : 1, sizeof(char *));
-    }
-    if (!e || !e->path || !e->block || !(*o = new_ofd(e))) {
-        if (e)
-            free(e->path), free(e->block);
-        free(e);
-        *plain = fd;                    /* no memory: an ordinary open */
-        return 0;
-    }
-    e->nofollow = nofollow;
-    e->who = w;
-    e->fd = fd;
-    e->st = st;
-    e->born = dp_now_ns();
-    e->refs = 1;                        /* the ofd */
-    e->nblocks = nb;
-    pthread_mutex_init(&e->load, NULL);
     pthread_mutex_lock(&g.lock);
-    g.nentries++;
-    if (g.nentries <= MAX_ENTRIES && !find_file(path, nofollow, &w, e->born)) {
-        unsigned b = hash(path, nofollow, &w);
-        e->next = g.file[b];
-        g.file[b] = e;
-        e->refs++;                      /* the table */
-        atomic_fetch_add(&nonempty, 1);
+    e->pending = false;
+    pthread_cond_broadcast(&g.done);
+    if (shared) {
+        e->fd = fd;
+        e->st = st;
+        e->nblocks = nb;
+        e->block = blocks;
+        e->born = dp_now_ns();
+        *o = ofd;                       /* our reference is the ofd's */
     } else {
-        e->stale = true;                /* full, or another thread won: this one is private */
+        /* failed (the waiters get the same errno), or not a regular file */
+        e->err = err;
+        for (pp = &g.file[hash(path, nofollow, &w)]; *pp && *pp != e; pp = &(*pp)->next)
+            ;
+        if (*pp)
+            centry_drop(pp);
+        centry_put(e);
+        *plain = fd;
     }
     pthread_mutex_unlock(&g.lock);
-    return 0;
+    return err;
 }
 
 struct coll_ofd *coll_dup(struct coll_ofd *o)

@@ -615,7 +615,7 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
     # function shipping: unknown call, lying length, garbage after a good call
     job = Job(ciod, tmp_path, job_id=7, ranks=(0, -1), image=b"img")
     p = job.proc(0)
-    send(p.s, 0x031F, struct.pack("<4q", 0, 0, 0, 0), 5)
+    send(p.s, 0x03F0, struct.pack("<4q", 0, 0, 0, 0), 5)   # past LAT_SYS__END
     t, q, body = recv(p.s)
     assert (t, q) == (ERROR | REPLY, 5) and sysret(body)[:2] == (-1, errno.ENOSYS)
     assert p.fails("fstatfs", 12345) == errno.EBADF
