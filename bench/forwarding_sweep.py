@@ -35,6 +35,7 @@ import benchlib as bl
 ROOT = Path(__file__).resolve().parent.parent
 FWD_IO = ROOT / "build" / "bench" / "fwd_io"
 STORM = 'import json, email, http.client'
+PYTHON = "/usr/bin/python3"     # the distribution's Python 3.11 and its standard library
 
 
 def rates(out: str) -> dict[int, float]:
@@ -136,7 +137,7 @@ def storm(a: argparse.Namespace, home: Path) -> None:
             for i in range(a.repeat):
                 before = m.counters()
                 t0 = time.monotonic()
-                m.run("run", "--block", "B", "-n", str(a.storm_ranks), "--kernel", "cnk", sys.executable, "-c", STORM)
+                m.run("run", "--block", "B", "-n", str(a.storm_ranks), "--kernel", "cnk", PYTHON, "-c", STORM)
                 walls.append(time.monotonic() - t0)
                 after = m.counters()
                 if i == 0:

@@ -194,6 +194,8 @@ void     dp_ctr_max(enum lat_ctr i, uint64_t v);
 /* The LAT_CTL_COUNTERS reply in out (u64 words); 0 if cap is too small. */
 size_t   dp_counters(uint64_t *out, size_t cap);
 #define  DP_COUNTER_WORDS (NSYS + 2 + NSYS * (2 + LAT_HIST_BUCKETS) + LAT_CTR__END)
+/* Polls briefly for a process's next request (LATTICE_SPIN_US). */
+void     dp_spin(int fd, unsigned *skip);
 /* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
 void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
 int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);

@@ -18,6 +18,8 @@
  * Settings (environment of ciod, read once at start):
  *   LATTICE_RDV_MIN      bytes from which a transfer goes rendezvous
  *                        (default 65536; 0 turns rendezvous off)
+ *   LATTICE_SPIN_US      how long a process thread polls for the next request
+ *                        before it blocks (default 20; 0 never polls)
  */
 #include "ciod.h"
 
@@ -33,6 +35,7 @@
 #define RDV_MIN_DEFAULT (64u << 10)
 
 static uint32_t rdv_min = RDV_MIN_DEFAULT;
+static uint64_t spin_ns = 20000;
 
 atomic_uint_fast64_t dp_ctr[LAT_CTR__END];
 static atomic_uint_fast64_t call_bytes[NSYS], call_ns[NSYS];
@@ -50,6 +53,8 @@ void datapath_init(void)
         else
             logmsg("ignoring LATTICE_RDV_MIN=%s", s);
     }
+    if ((s = getenv("LATTICE_SPIN_US")) && *s)
+        spin_ns = strtoull(s, NULL, 10) * 1000;
     collective_init();
     atomic_store(&dp_ctr[LAT_CTR_EAGER_MAX], LAT_MAX_IO);
     atomic_store(&dp_ctr[LAT_CTR_RDV_MIN], rdv_min);
@@ -105,6 +110,30 @@ size_t dp_counters(uint64_t *out, size_t cap)
     memcpy(&out[n], &ext, sizeof(ext));     /* last: how to read the rest */
     n += sizeof(ext) / sizeof(uint64_t);
     return n;
+}
+
+/* ---- waiting for a request ---- */
+
+/* A process in a burst of calls sends the next one a few microseconds after
+ * our reply; polling for it that long saves waking a blocked thread, which
+ * costs more than the call.  A poll that found nothing makes the next few
+ * waits block at once, so a computing process costs little. */
+void dp_spin(int fd, unsigned *skip)
+{
+    char b;
+
+    if (!spin_ns)
+        return;
+    if (*skip) {
+        (*skip)--;
+        return;
+    }
+    uint64_t end = dp_now_ns() + spin_ns;
+    do {
+        if (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != -1 || errno != EAGAIN)
+            return;                     /* a request (or EOF, an error): conn_recv sees it */
+    } while (dp_now_ns() < end);
+    *skip = 8;
 }
 
 /* ---- the hello ---- */

@@ -944,7 +944,8 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_
     if (hello_ack_dp(c, seq, 0, hp ? &p->dp : NULL) < 0)
         goto out;
 
-    while ((rc = conn_recv(c, &h, why, sizeof(why))) > 0)
+    unsigned skip = 0;
+    while (dp_spin(c->fd, &skip), (rc = conn_recv(c, &h, why, sizeof(why))) > 0)
         if (serve_call(p, &h, why, sizeof(why)) < 0) {
             rc = -1;
             break;
