@@ -7,8 +7,11 @@
  * of cnk's descriptors gives EBADF, anything else becomes one request and one
  * reply (seq checked) under conn_lock, errno being the I/O node's.  Data moves
  * straight between the program's buffers and the socket: no copies, no
- * allocation.  Transfers above LAT_MAX_IO go as consecutive chunks, a short
- * one ending the transfer, as libcnclient does.
+ * allocation.  A transfer of at least rdv_min bytes (agreed in the hello,
+ * LATTICE_IO_DP) is one rendezvous request naming the program's buffers:
+ * ciod moves the bytes itself (docs/protocol.md section 6.2).  Otherwise,
+ * transfers above LAT_MAX_IO go as consecutive chunks, a short one ending
+ * the transfer, as libcnclient does.
  *
  * Calls the protocol has no message for are refused on shipped names
  * (link, symlink, chown: ENOSYS; locks: ENOLCK; flock: ENOSYS), as
