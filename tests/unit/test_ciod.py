@@ -213,8 +213,9 @@ def counters(c: Ciod) -> dict[str, int]:
         nsys, nbuckets, nstats, _ = struct.unpack("<IIII", body[-16:])
         assert t == CTL_COUNTERS | REPLY and nsys >= NSYS
         assert len(body) == 8 * (nsys * (3 + nbuckets) + nstats) + 16
-        vals = struct.unpack(f"<{NSYS}Q", body[:8 * NSYS])
-        return {SYS_NAMES[0x300 + i]: v for i, v in enumerate(vals)}
+        vals = struct.unpack(f"<{nsys}Q", body[:8 * nsys])
+        names = {v: k for k, v in SYS.items()}      # SYS as extended by other modules (sockets)
+        return {names.get(0x300 + i, hex(0x300 + i)): v for i, v in enumerate(vals)}
 
 
 def job_payload(job: int, exe: str, cwd: str, ranks: list[int], nranks: int,
