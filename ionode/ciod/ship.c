@@ -36,33 +36,6 @@ atomic_uint_fast64_t sys_calls[NSYS];
 
 /* ---- helpers: results, arguments, descriptors ---- */
 
-static int result(struct call *k, int64_t rv)
-{
-    k->ret = rv < 0 ? -1 : rv;
-    k->err = rv < 0 ? errno : 0;
-    return 0;
-}
-
-static int fail(struct call *k, int err)
-{
-    k->ret = -1;
-    k->err = err;
-    return 0;
-}
-
-/* A 32-bit int argument, given sign- or zero-extended. */
-static bool arg_int(struct call *k, int i, int *out)
-{
-    int64_t a = k->rq.a[i];
-
-    if (a < INT32_MIN || a > (int64_t)UINT32_MAX) {
-        fail(k, EINVAL);
-        return false;
-    }
-    *out = (int)(uint32_t)a;
-    return true;
-}
-
 /* The NUL-terminated path at data + off; *next is just past its NUL. */
 static const char *arg_path(struct call *k, size_t off, size_t *next)
 {

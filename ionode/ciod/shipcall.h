@@ -8,6 +8,9 @@
 
 #include "ciod.h"
 
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 
@@ -57,5 +60,35 @@ typedef int (*sys_fn)(struct proc *p, struct call *k);
 SOCK_HANDLERS(SOCK_PROTO)
 #define SOCK_ENTRY(T, n) [LAT_SYS_##T - LAT_SYS__BASE] = sock_##n,
 #define SOCK_CALLS SOCK_HANDLERS(SOCK_ENTRY)
+
+/* Results and arguments of a call, for every handler (ship.c, sock.c). */
+
+/* The call's result: rv, or -1 with errno. */
+static inline int result(struct call *k, int64_t rv)
+{
+    k->ret = rv < 0 ? -1 : rv;
+    k->err = rv < 0 ? errno : 0;
+    return 0;
+}
+
+static inline int fail(struct call *k, int err)
+{
+    k->ret = -1;
+    k->err = err;
+    return 0;
+}
+
+/* A 32-bit int argument, given sign- or zero-extended. */
+static inline bool arg_int(struct call *k, int i, int *out)
+{
+    int64_t a = k->rq.a[i];
+
+    if (a < INT32_MIN || a > (int64_t)UINT32_MAX) {
+        fail(k, EINVAL);
+        return false;
+    }
+    *out = (int)(uint32_t)a;
+    return true;
+}
 
 #endif

@@ -32,32 +32,6 @@
 
 /* ---- helpers ---- */
 
-static int done(struct call *k, int64_t rv)
-{
-    k->ret = rv < 0 ? -1 : rv;
-    k->err = rv < 0 ? errno : 0;
-    return 0;
-}
-
-static int fail(struct call *k, int err)
-{
-    k->ret = -1;
-    k->err = err;
-    return 0;
-}
-
-static bool arg_i32(struct call *k, int i, int *out)
-{
-    int64_t a = k->rq.a[i];
-
-    if (a < INT32_MIN || a > (int64_t)UINT32_MAX) {
-        fail(k, EINVAL);
-        return false;
-    }
-    *out = (int)(uint32_t)a;
-    return true;
-}
-
 /* The real socket behind remote descriptor a[i]. */
 static bool arg_sock(struct proc *p, struct call *k, int i, int *fd)
 {
@@ -150,7 +124,7 @@ int sock_socket(struct proc *p, struct call *k)
 {
     int domain, type, proto, fd;
 
-    if (!arg_i32(k, 0, &domain) || !arg_i32(k, 1, &type) || !arg_i32(k, 2, &proto))
+    if (!arg_int(k, 0, &domain) || !arg_int(k, 1, &type) || !arg_int(k, 2, &proto))
         return 0;
     /* AF_UNIX, netlink and packet sockets belong to the compute node */
     if (domain != AF_INET && domain != AF_INET6)
@@ -160,11 +134,11 @@ int sock_socket(struct proc *p, struct call *k)
         return fail(k, EPERM);          /* raw sockets need CAP_NET_RAW */
     fd = socket(domain, type | SOCK_CLOEXEC, proto);
     if (fd < 0)
-        return done(k, -1);
+        return result(k, -1);
     for (unsigned i = 0; i < LAT_MAX_FDS; i++)
         if (p->fds[i].kind == FD_FREE) {
             p->fds[i] = (struct rfd){ .kind = FD_REAL, .fd = fd };
-            return done(k, (int64_t)i);
+            return result(k, (int64_t)i);
         }
     close(fd);
     return fail(k, EMFILE);
@@ -178,18 +152,18 @@ int sock_connect(struct proc *p, struct call *k)
     if (!arg_sock(p, k, 0, &fd) || !arg_wait(k, 1, &ms) || !arg_addr(k, 0, k->dlen, &sa))
         return 0;
     if ((fl = fcntl(fd, F_GETFL)) < 0)
-        return done(k, -1);
+        return result(k, -1);
     if (fl & O_NONBLOCK)
-        return done(k, connect(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen));
+        return result(k, connect(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen));
     /* the program's connect blocks; ours must not, beyond the wait */
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     rc = connect(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen);
     e = errno;
     fcntl(fd, F_SETFL, fl);
     if (rc == 0)
-        return done(k, 0);
+        return result(k, 0);
     if (k->rq.a[2] && e == EISCONN)
-        return done(k, 0);              /* the waited connect has completed */
+        return result(k, 0);              /* the waited connect has completed */
     if (e != EINPROGRESS && !(k->rq.a[2] && e == EALREADY))
         return fail(k, e);
     int w = wait_ready(p, fd, POLLOUT, ms);
@@ -197,8 +171,8 @@ int sock_connect(struct proc *p, struct call *k)
         return waited(k, w);
     socklen_t len = sizeof(e);
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0)
-        return done(k, -1);
-    return e ? fail(k, e) : done(k, 0);
+        return result(k, -1);
+    return e ? fail(k, e) : result(k, 0);
 }
 
 int sock_bind(struct proc *p, struct call *k)
@@ -210,7 +184,7 @@ int sock_bind(struct proc *p, struct call *k)
         return 0;
     if (!port_allowed(p, &sa))
         return fail(k, EACCES);
-    return done(k, bind(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen));
+    return result(k, bind(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen));
 }
 
 #define SEND_FLAGS (MSG_DONTWAIT | MSG_OOB | MSG_EOR | MSG_MORE | MSG_NOSIGNAL | MSG_CONFIRM)
@@ -224,7 +198,7 @@ int sock_sendmsg(struct proc *p, struct call *k)
     int fd, flags, ms;
     int64_t nl = k->rq.a[2];
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_i32(k, 1, &flags) || !arg_wait(k, 3, &ms))
+    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &flags) || !arg_wait(k, 3, &ms))
         return 0;
     if (nl < 0 || (uint64_t)nl > k->dlen || (nl && !arg_addr(k, 0, (size_t)nl, &sa)))
         return k->err ? 0 : fail(k, EINVAL);
@@ -245,14 +219,14 @@ int sock_sendmsg(struct proc *p, struct call *k)
             socklen_t tl = sizeof(type);
             getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl);
             if (sent == len || nb || type != SOCK_STREAM)
-                return done(k, (int64_t)sent);
+                return result(k, (int64_t)sent);
             continue;
         }
         if (errno != EAGAIN || nb)
-            return sent ? done(k, (int64_t)sent) : done(k, -1);
+            return sent ? result(k, (int64_t)sent) : result(k, -1);
         int w = wait_ready(p, fd, POLLOUT, ms);
         if (w <= 0)
-            return sent ? done(k, (int64_t)sent) : waited(k, w);
+            return sent ? result(k, (int64_t)sent) : waited(k, w);
     }
 }
 
@@ -264,7 +238,7 @@ int sock_recvmsg(struct proc *p, struct call *k)
     int fd, flags, ms;
     int64_t count = k->rq.a[2];
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_i32(k, 1, &flags) || !arg_wait(k, 3, &ms))
+    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &flags) || !arg_wait(k, 3, &ms))
         return 0;
     if (count < 0 || (uint64_t)count > LAT_MAX_IO)
         return fail(k, EINVAL);
@@ -294,7 +268,7 @@ int sock_recvmsg(struct proc *p, struct call *k)
         if (errno != EAGAIN || nb || got) {
             if (got)
                 break;
-            return done(k, -1);
+            return result(k, -1);
         }
         int w = wait_ready(p, fd, (flags & MSG_OOB) ? POLLPRI : POLLIN, ms);
         if (w <= 0)
@@ -303,16 +277,16 @@ int sock_recvmsg(struct proc *p, struct call *k)
     /* MSG_TRUNC may report more than fits: only count bytes travel */
     k->out = sn;
     k->outlen = sizeof(*sn) + (got < (size_t)count ? got : (size_t)count);
-    return done(k, (int64_t)got);
+    return result(k, (int64_t)got);
 }
 
 int sock_shutdown(struct proc *p, struct call *k)
 {
     int fd, how;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_i32(k, 1, &how))
+    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &how))
         return 0;
-    return done(k, shutdown(fd, how));
+    return result(k, shutdown(fd, how));
 }
 
 /* Options that need CAP_NET_ADMIN or CAP_NET_RAW, which a root ciod has. */
@@ -332,13 +306,13 @@ int sock_setsockopt(struct proc *p, struct call *k)
 {
     int fd, level, name;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_i32(k, 1, &level) || !arg_i32(k, 2, &name))
+    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &level) || !arg_int(k, 2, &name))
         return 0;
     if (k->dlen > LAT_MAX_SOCKOPT)
         return fail(k, EINVAL);
     if (option_privileged(level, name) && !privileged(p))
         return fail(k, EPERM);
-    return done(k, setsockopt(fd, level, name, k->data, (socklen_t)k->dlen));
+    return result(k, setsockopt(fd, level, name, k->data, (socklen_t)k->dlen));
 }
 
 int sock_getsockopt(struct proc *p, struct call *k)
@@ -346,16 +320,16 @@ int sock_getsockopt(struct proc *p, struct call *k)
     int fd, level, name;
     int64_t want = k->rq.a[3];
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_i32(k, 1, &level) || !arg_i32(k, 2, &name))
+    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &level) || !arg_int(k, 2, &name))
         return 0;
     if (want < 0 || want > LAT_MAX_SOCKOPT)
         return fail(k, EINVAL);
     socklen_t len = (socklen_t)want;
     if (getsockopt(fd, level, name, p->c->buf, &len) < 0)
-        return done(k, -1);
+        return result(k, -1);
     k->out = p->c->buf;
     k->outlen = len < (socklen_t)want ? len : (size_t)want;
-    return done(k, (int64_t)k->outlen);
+    return result(k, (int64_t)k->outlen);
 }
 
 static int name_call(struct proc *p, struct call *k, int (*fn)(int, struct sockaddr *, socklen_t *))
@@ -366,10 +340,10 @@ static int name_call(struct proc *p, struct call *k, int (*fn)(int, struct socka
     if (!arg_sock(p, k, 0, &fd))
         return 0;
     if (fn(fd, (struct sockaddr *)p->c->buf, &len) < 0)
-        return done(k, -1);
+        return result(k, -1);
     k->out = p->c->buf;
     k->outlen = len < LAT_MAX_SOCKADDR ? len : LAT_MAX_SOCKADDR;
-    return done(k, (int64_t)k->outlen);
+    return result(k, (int64_t)k->outlen);
 }
 
 int sock_getsockname(struct proc *p, struct call *k) { return name_call(p, k, getsockname); }
@@ -409,7 +383,7 @@ int sock_poll(struct proc *p, struct call *k)
     while ((n = poll(pf, (nfds_t)nfds + 1, ready ? 0 : ms)) < 0 && errno == EINTR)
         ;
     if (n < 0)
-        return done(k, -1);
+        return result(k, -1);
     if (pf[nfds].revents)
         return fail(k, EINTR);          /* the process is gone */
     for (int64_t i = 0; i < nfds; i++)
@@ -420,5 +394,5 @@ int sock_poll(struct proc *p, struct call *k)
     /* the request's bytes are the reply's: the array is answered in place */
     k->out = lp;
     k->outlen = k->dlen;
-    return done(k, ready);
+    return result(k, ready);
 }
