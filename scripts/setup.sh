@@ -24,4 +24,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+# Byte-compile the service node now: with PYTHONDONTWRITEBYTECODE set, every
+# `lattice` command would otherwise compile its modules from source again.
+.venv/bin/python -m compileall -q service >/dev/null
 echo "setup: built build/ and installed .venv/bin/lattice"

@@ -7,12 +7,9 @@ nodes connected.  Free asks each ciod to shut down and kills what is left.
 """
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import signal
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
@@ -53,6 +50,7 @@ def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) 
 
 
 def _start(argv: list[str], log: Path) -> int:
+    import subprocess      # here, as json and secrets below: `lattice run` on a booted block starts nothing
     with open(log, "ab") as fh:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
     return p.pid
@@ -68,6 +66,8 @@ def plugin_options(m: Machine) -> list[str]:
 
 
 def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
+    import json
+    import secrets
     blocks.set_state(con, name, "Allocated", expect=("Free",))
     b = blocks.get(con, name)
     key = secrets.token_bytes(32)

@@ -69,6 +69,14 @@ class Ciod:
         that arrive meanwhile are kept for `frames()`)."""
         try:
             seq = self.send(typ, payload)
+        except OSError as e:
+            raise CiodError(f"lost I/O node {self.location}: {e.strerror or e}") from e
+        return self.reply(typ, seq)
+
+    def reply(self, typ: int, seq: int) -> bytes:
+        """The reply to request seq of type typ, sent earlier with `send()`
+        (so that several I/O nodes can work on their requests at once)."""
+        try:
             while True:
                 rtyp, rseq, body = self._read_frame()
                 if rtyp == wire.ERROR | wire.REPLY:
@@ -83,9 +91,7 @@ class Ciod:
 
     def call(self, typ: int, payload: bytes = b"") -> tuple[int, int, str]:
         """A request answered by lat_sysret + text: (ret, errno, text)."""
-        body = self.request(typ, payload)
-        ret, err, _ = wire.SYSRET.unpack_from(body)
-        return ret, err, body[wire.SYSRET.size:].decode(errors="replace").rstrip("\0")
+        return sysret(self.request(typ, payload))
 
     def _read_frame(self) -> tuple[int, int, bytes]:
         while True:
@@ -139,6 +145,12 @@ class Ciod:
 
     def counters_full(self) -> "Counters":
         return parse_counters(self.request(wire.CTL_COUNTERS))
+
+
+def sysret(body: bytes) -> tuple[int, int, str]:
+    """A reply of lat_sysret + text as (ret, errno, text)."""
+    ret, err, _ = wire.SYSRET.unpack_from(body)
+    return ret, err, body[wire.SYSRET.size:].decode(errors="replace").rstrip("\0")
 
 
 @dataclass

@@ -18,11 +18,17 @@ COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs",
             "personality")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, just that command's module is
+    imported and set up (the others stay names), which keeps a `lattice run`
+    from importing every other command's dependencies."""
     ap = argparse.ArgumentParser(prog="lattice", description="Lattice service node: machine, blocks and jobs. "
                                  "The machine lives in $LATTICE_HOME (default ~/.lattice).")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         mod = importlib.import_module(f"lattice.cmd.{name}")
         p = sub.add_parser(name, help=mod.description, description=mod.description)
         mod.setup_parser(p)
@@ -30,8 +36,16 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command argv names, if its first word is one (the top level has no
+    options but --help, which needs every command's description)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = parser(command_of(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except LatticeError as e:

@@ -34,7 +34,7 @@ from typing import BinaryIO
 
 from lattice import blocks, boot, db, hugepages, machine, placement, ras, wire
 from lattice.blocks import Block
-from lattice.ciodclient import Ciod
+from lattice.ciodclient import Ciod, CiodError, sysret
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 from lattice.placement import Placement
@@ -191,6 +191,7 @@ class Run:
         self.interrupted: int | None = None
         self.ciods: list[Ciod] = []
         self.lost_ionode = False
+        self.rank_rows: list[tuple[int, int, str, str, int, str | None, str | None]] = []   # not yet recorded
 
     def location(self, rank: int) -> str:
         return self.m.compute_location(self.nodes[rank])
@@ -205,9 +206,16 @@ class Run:
         mapping = placement.process_mapping(p)
         if len(mapping) > wire.PMI_VAL_MAX:     # MPICH then finds the node-sharing out by itself
             mapping = ""
-        for c in self.ciods:
-            first = c.pset * self.m.pset_size
-            mine = [(sl.rank, sl.node - first, sl.t, sl.app) for sl in p.slots if self.m.pset_of(sl.node) == c.pset]
+        by_pset: dict[int, list[tuple[int, int, int, int]]] = {c.pset: [] for c in self.ciods}
+        for sl in p.slots:
+            pset = self.m.pset_of(sl.node)
+            by_pset[pset].append((sl.rank, sl.node - pset * self.m.pset_size, sl.t, sl.app))
+        # Every I/O node gets the job before any reply is awaited, those with
+        # ranks first: they read the executable and start their nodes at once.
+        sent: list[tuple[Ciod, int]] = []
+        error: LatticeError | None = None
+        for c in sorted(self.ciods, key=lambda c: not by_pset[c.pset]):
+            mine = by_pset[c.pset]
             ranks = [-1] * self.m.pset_size
             for rank, local, t, _ in mine:
                 if t == 0:
@@ -216,11 +224,23 @@ class Run:
                 self.pmi_ciods.add(c)
             payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
                                               flags, p.ppn, mine, apps, mapping)
-            ret, err, text = c.call(wire.CTL_JOB, payload)
-            if ret < 0:
-                self.kill(signal.SIGKILL)
-                raise LatticeError(f"job refused by I/O node {c.location}: {text or os.strerror(err)}",
-                                   status=LAUNCH_FAILED)
+            try:
+                sent.append((c, c.send(wire.CTL_JOB, payload)))
+            except OSError as e:
+                error = CiodError(f"lost I/O node {c.location}: {e.strerror or e}")
+                break
+        for c, seq in sent:
+            try:
+                ret, err, text = sysret(c.reply(wire.CTL_JOB, seq))
+            except LatticeError as e:
+                error = error or e
+                continue
+            if ret < 0 and error is None:
+                error = LatticeError(f"job refused by I/O node {c.location}: {text or os.strerror(err)}",
+                                     status=LAUNCH_FAILED)
+        if error is not None:
+            self.kill(signal.SIGKILL)
+            raise error
 
     def kill(self, sig: int) -> None:
         for c in self.ciods:
@@ -243,9 +263,7 @@ class Run:
         self.outcome.ended[rank] = (kind, value, text)
         if report is not None:
             self.outcome.reports[rank] = report
-        self.con.execute("INSERT OR REPLACE INTO ranks (job, rank, location, how, value, message, report) "
-                         "VALUES (?,?,?,?,?,?,?)",
-                         (self.job, rank, self.location(rank), kind, value, text or None, report))
+        self.rank_rows.append((self.job, rank, self.location(rank), kind, value, text or None, report))
         if status != 0:
             message = f"rank {rank} ({self.location(rank)}) {words}"
             if self.outcome.first_failure is None:
@@ -374,6 +392,15 @@ class Run:
                 text = f"lost with I/O node {c.location}"
                 self.on_exit(wire.EXIT.pack(self.job, r, 0, wire.EXIT_LOST, 0) + text.encode())
 
+    def record_ranks(self) -> None:
+        """How each rank ended, into the job record: one transaction for the
+        ranks that ended so far, not one per rank while the others still run."""
+        if self.rank_rows:
+            with db.transaction(self.con):
+                self.con.executemany("INSERT OR REPLACE INTO ranks (job, rank, location, how, value, message, "
+                                     "report) VALUES (?,?,?,?,?,?,?)", self.rank_rows)
+            self.rank_rows = []
+
     def close(self) -> None:
         for c in self.ciods:
             c.close()
@@ -415,6 +442,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
         for s, h in handlers.items():
             signal.signal(s, h)
         r.close()
+        r.record_ranks()
         if pages is not None:
             for problem in hugepages.release(pages):
                 print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)

@@ -7,15 +7,12 @@ in the torus as on Blue Gene/L.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
-
-import tomli_w
 
 from lattice.errors import LatticeError
 
@@ -163,6 +160,7 @@ class Machine:
             raise LatticeError(f"{source}: bad machine description: {e}") from e
 
     def save(self, path: Path) -> None:
+        import tomli_w     # here, as hashlib below: only `lattice init` and deep homes need them
         path.write_text("# Lattice machine description (lattice init)\n" + tomli_w.dumps(self.to_toml()))
 
 
@@ -194,5 +192,6 @@ def socket_dir() -> Path:
     d = home() / "run"
     if len(str(d)) + 24 <= 107:
         return d
+    import hashlib
     digest = hashlib.sha256(str(home()).encode()).hexdigest()[:12]
     return Path(f"/tmp/lattice-{os.getuid()}-{digest}")

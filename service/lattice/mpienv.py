@@ -13,7 +13,6 @@ bindings).  Everything else gets no extra environment.
 """
 from __future__ import annotations
 
-import secrets
 import struct
 from pathlib import Path
 
@@ -126,6 +125,7 @@ def _job_id() -> int:
     files, so two jobs running at once must not share one.  ORTE reads the
     high 16 bits as the job family and local job 0 as its daemons: use a
     random family and local job 1."""
+    import secrets         # here: only Open MPI programs need it
     return (1 + secrets.randbelow(0x7FFF)) << 16 | 1
 
 

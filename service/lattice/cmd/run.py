@@ -3,7 +3,6 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
-import shutil
 import socket
 import sys
 import time
@@ -56,6 +55,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 def resolve_exe(exe: str, cwd: str) -> str:
     if "/" not in exe:
+        import shutil      # here: a path (the usual case) needs no search, and shutil's imports are many
         found = shutil.which(exe)
         if not found:
             raise LatticeError(f"{exe}: command not found in PATH")
