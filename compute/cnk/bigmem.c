@@ -342,6 +342,42 @@ static long place(uintptr_t addr, size_t len, int flags, int *dirty)
     return r < 0 ? r : (long)addr;
 }
 
+/* Map the cached copy of shipped fd's file for real (libcache.c). */
+static long map_cached(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)
+{
+    long cfd = libcache_open(fd);
+    if (cfd < 0)
+        return cfd;
+    long a = ksys6(__NR_mmap, addr, len, prot, flags, cfd, off);
+    ksys1(__NR_close, cfd);
+    if (a >= 0)
+        __atomic_fetch_add(&cnk.report->lib_maps, 1, __ATOMIC_RELAXED);
+    return a;
+}
+
+/* A private file mapping at a fixed address outside big memory (a segment
+ * ld.so places over a cached library): the cached copy, else anonymous
+ * memory filled by shipped reads. */
+static long map_outside(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)
+{
+    if ((flags & MAP_TYPE) != MAP_PRIVATE)
+        return -EINVAL;
+    long a = map_cached(addr, len, prot, flags, fd, off);
+    if (a >= 0)
+        return a;
+    __atomic_fetch_add(&cnk.report->lib_copied, 1, __ATOMIC_RELAXED);
+    a = ksys6(__NR_mmap, addr, len, PROT_READ | PROT_WRITE, (flags & ~MAP_TYPE) | MAP_PRIVATE | MAP_ANONYMOUS,
+              -1, 0);
+    if (a < 0)
+        return a;
+    long n = read_file(fd, (uintptr_t)a, len, off);
+    if (n < 0 || ((prot & PROT_WRITE) == 0 && ksys3(__NR_mprotect, a, len, prot) < 0)) {
+        ksys2(__NR_munmap, a, len);
+        return n < 0 ? n : -EINVAL;
+    }
+    return a;
+}
+
 long sys_mmap(struct cnk_call *c)
 {
     uintptr_t addr = (uintptr_t)c->a[0];
@@ -362,9 +398,18 @@ long sys_mmap(struct cnk_call *c)
     if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE))
         return -ENODEV;     /* a shared writable view of a file on the I/O node */
     if (fixed && !bigmem_contains(addr, len)) {
-        if (overlaps(addr, len) || (!anon && fd_is_shipped(fd)))
+        if (overlaps(addr, len))
             return -EINVAL;
+        if (!anon && fd_is_shipped(fd))     /* a segment over a cached library (or an address of its own) */
+            return map_outside(addr, len, prot, flags, fd, off);
         return cnk_passthrough(c);  /* the program insists on an address of its own */
+    }
+    /* a read-only private view of a shipped file (ld.so's first map of a
+     * library): the host's cached copy, outside big memory */
+    if (!fixed && !anon && type == MAP_PRIVATE && fd_is_shipped(fd) && !(prot & PROT_WRITE)) {
+        long a = map_cached(0, len, prot, flags, fd, off);
+        if (a >= 0)
+            return a;
     }
 
     int dirty;
@@ -375,6 +420,8 @@ long sys_mmap(struct cnk_call *c)
         return a;
     long n = 0;
     if (!anon) {
+        if (fd_is_shipped(fd))
+            __atomic_fetch_add(&cnk.report->lib_copied, 1, __ATOMIC_RELAXED);
         n = read_file(fd, (uintptr_t)a, len, off);
         if (n < 0) {
             give_back((uintptr_t)a, len);

@@ -118,6 +118,13 @@ long sys_mlockall(struct cnk_call *c);          /* mlockall, munlockall: same */
 long sys_shmat(struct cnk_call *c);             /* SysV segments: outside big memory */
 long sys_shmdt(struct cnk_call *c);
 
+/* ---- libcache.c: the host's read-only cache of shipped files (README "Library cache") ---- */
+void libcache_init(void);                       /* find and check the job's cache directory */
+/* A local read-only descriptor of the cached copy of the file behind
+ * shipped descriptor fd (fetched through the I/O node if this host has no
+ * copy of this version yet), or -errno: then copy as before. */
+long libcache_open(int fd);
+
 /* ---- loader.c ---- */
 /* Load the image (and its interpreter, through the I/O node), build the
  * stack, and return the entry point and initial stack pointer.  Calls

@@ -103,6 +103,7 @@ void cnk_main(long *sp)
     if (cnk.image_fd < 0)
         cnk_fail(EBADF, "no program image on descriptor %d", IMAGE_FD);
     cnk.conn_fd = move_fd(CONN_FD);
+    libcache_init();    /* before ship_init: its descriptor is one of cnk's own */
 
     int r = ship_init(cnk.conn_fd);
     if (r < 0)

@@ -827,7 +827,8 @@ static const char *page_name(uint64_t bytes, char *buf, size_t len)
 /*
  * The report line of a cnk job, one line of space-separated fields with the
  * free text last:
- *   kernel=cnk pages=2M bigmem=1073741824 local=N shipped=N unsupported=N why=TEXT
+ *   kernel=cnk pages=2M bigmem=1073741824 local=N shipped=N unsupported=N
+ *   libcache=DIR|off:WORD libmaps=N libfetched=BYTES libcopied=N why=TEXT
  * (docs/protocol.md, section 5).
  */
 static void report_line(const struct cnk_report *r, char *buf, size_t len)
@@ -839,10 +840,19 @@ static void report_line(const struct cnk_report *r, char *buf, size_t len)
     for (char *c = why; *c; c++)
         if (*c == '\n' || *c == '\r')
             *c = ' ';
-    snprintf(buf, len, "kernel=cnk pages=%s bigmem=%llu local=%llu shipped=%llu unsupported=%llu why=%s",
+    char lib[sizeof r->lib_dir + sizeof r->lib_off + 8];   /* one word: the cache or why not */
+    snprintf(lib, sizeof lib, "%.*s", (int)sizeof r->lib_dir, r->lib_dir);
+    if (!lib[0])
+        snprintf(lib, sizeof lib, "off:%.*s", (int)sizeof r->lib_off, r->lib_off[0] ? r->lib_off : "-");
+    for (char *c = lib; *c; c++)
+        if (*c == ' ' || *c == '\n')
+            *c = '_';
+    snprintf(buf, len, "kernel=cnk pages=%s bigmem=%llu local=%llu shipped=%llu unsupported=%llu "
+             "libcache=%s libmaps=%llu libfetched=%llu libcopied=%llu why=%s",
              page_name(r->page_size, pg, sizeof pg), (unsigned long long)r->bigmem_bytes,
              (unsigned long long)r->count[CNK_LOCAL], (unsigned long long)r->count[CNK_SHIPPED],
-             (unsigned long long)r->count[CNK_UNSUPPORTED], why[0] ? why : "-");
+             (unsigned long long)r->count[CNK_UNSUPPORTED], lib, (unsigned long long)r->lib_maps,
+             (unsigned long long)r->lib_fetched, (unsigned long long)r->lib_copied, why[0] ? why : "-");
 }
 
 static void finish(struct job *j, struct proc *p)

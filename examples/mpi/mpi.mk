@@ -8,7 +8,7 @@ MPIFC      ?= mpifort.mpich
 MPI_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra
 
 MPI_EXAMPLES := $(addprefix $(MPI_EX_DIR)/, \
-    hello ring allreduce collectives mpiio abort pingpong hello_f ring_f)
+    hello ring allreduce collectives mpiio abort pingpong hello_f ring_f libmaps)
 
 .PHONY: mpi-examples
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
@@ -25,6 +25,7 @@ $(MPI_EX_DIR)/hello: examples/mpi/hello.c $(BUILD)/lib/liblatpers.a \
 	@mkdir -p $(@D)
 	$(MPICC) $(MPI_CFLAGS) -Icompute/include -o $@ $< $(BUILD)/lib/liblatpers.a
 
+$(MPI_EX_DIR)/libmaps: examples/libmaps.h
 $(MPI_EX_DIR)/%: examples/mpi/%.c
 	@mkdir -p $(@D)
 	$(MPICC) $(MPI_CFLAGS) -o $@ $<

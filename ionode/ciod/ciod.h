@@ -156,6 +156,12 @@ struct conn *job_owner(uint64_t id);
  * (by rank), and how many there are; 0, 0 if the job is gone. */
 void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count);
 
+/* ---- libcache.c: the running job's library cache directory on the compute host ---- */
+
+void libcache_init(void);               /* at start: remove those of ciods that are gone */
+void libcache_job_start(uint64_t job, uint32_t uid, uint32_t gid);
+void libcache_job_end(void);            /* before JOB_END: empty and remove it */
+
 /* ---- plugin.c: plug-ins (docs/plugins.md) ---- */
 
 int  plugin_add(const char *spec, char *err, size_t errlen);    /* --plugin PATH[:LIMIT][;CONFIG] */

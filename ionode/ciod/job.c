@@ -196,6 +196,8 @@ out:
     if (j)
         free(j->slot);
     free(j);
+    if (!err)                           /* before the push: the ranks look for it */
+        libcache_job_start(js->hdr->job, js->who.uid, js->who.gid);
     return err;
 }
 
@@ -209,6 +211,8 @@ bool job_started(uint64_t id)
         g.job = NULL;
     }
     pthread_mutex_unlock(&g.lock);
+    if (done)
+        libcache_job_end();
     job_free(done);
     return done != NULL;
 }
@@ -362,6 +366,8 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
         }
     }                                   /* else somebody else reported it meanwhile */
     pthread_mutex_unlock(&g.lock);
+    if (last)                           /* gone before JOB_END: the next job makes its own */
+        libcache_job_end();
     if (report) {
         struct iovec v[2] = { { &out, sizeof(out) }, { (void *)msg, mlen } };
         conn_sendv_locked(ctl, LAT_CTL_EXIT, 0, v, 2);

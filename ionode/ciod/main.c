@@ -152,6 +152,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     ident_init();
     datapath_init();
+    libcache_init();
     if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0
         || plugin_load_all(err, sizeof(err)) < 0 || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
         logmsg("%s", err);

@@ -126,7 +126,27 @@ def summary(kernel: str, reports: dict[int, str], totals: dict[str, int] | None)
         lines.append("kernel cnk: no report from rank 0")
     if totals is not None:
         lines.append("system calls (all ranks): " + ", ".join(f"{totals[k]} {k}" for k in CLASSES))
+    lib = libcache_line(reports)
+    if lib:
+        lines.append(lib)
     return lines
+
+
+def libcache_line(reports: dict[int, str]) -> str | None:
+    """The host's library cache over all ranks (compute/cnk/README.md "Library cache")."""
+    parsed = [parse_report(r) for r in reports.values()]
+    parsed = [p for p in parsed if "libcache" in p]
+    if not parsed:
+        return None
+    maps, fetched, copied = (sum(int(p.get(k, "0")) for p in parsed if p.get(k, "").isdigit())
+                             for k in ("libmaps", "libfetched", "libcopied"))
+    where = sorted({p["libcache"] for p in parsed})
+    off = [w for w in where if w.startswith("off:")]
+    text = (f"library cache (all ranks): {maps} mappings from the cache, {fetched / 2**20:.1f} MiB fetched "
+            f"into it, {copied} file mappings copied into big memory")
+    if off:
+        text += " (cache off: " + ", ".join(w[4:] for w in off) + ")"
+    return text
 
 
 class Output:

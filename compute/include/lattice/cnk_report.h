@@ -29,6 +29,12 @@ struct cnk_report {
     uint64_t count[CNK_NCLASS]; /* system calls by class (enum cnk_class) */
     char     pages_why[160];    /* why this page size, e.g. "no 1 GiB pages free; 2 MiB hugetlb" */
     char     message[512];      /* the load failure, for the user */
+    /* the host's library cache (compute/cnk/libcache.c) */
+    uint64_t lib_maps;          /* file mappings served from the cache, outside big memory */
+    uint64_t lib_fetched;       /* bytes this process fetched into the cache for its pset */
+    uint64_t lib_copied;        /* private file mappings copied into big memory instead */
+    char     lib_dir[48];       /* the cache directory, "" if none */
+    char     lib_off[32];       /* why there is no cache (one word), "" if there is */
 };
 _Static_assert(sizeof(struct cnk_report) <= 4096, "cnk_report fits a page");
 

@@ -1,0 +1,192 @@
+/*
+ * libcache.c - the host's read-only cache of shipped library files.
+ *
+ * Without it every private file mapping of a shipped descriptor is filled
+ * by shipped preads into the rank's big memory, so each rank of an MPI job
+ * receives its own copy of every shared library.  With it, the first rank
+ * of a pset on this host to map a file fetches it once into a per-job
+ * directory on the host's tmpfs (created by the pset's ciod, mode 0700,
+ * owned by the job's user), and every rank maps that file for real,
+ * outside big memory: one copy of the pages per pset, shared copy-on-write.
+ *
+ * The directory is /dev/shm/lattice-libcache-PID, PID being ciod's, which
+ * cnk reads with SO_PEERCRED on its PROC connection (docs/protocol.md,
+ * "Library cache"): no message carries it.  A file is named by its
+ * (dev, ino, size, mtime) from a shipped fstat, so a changed file is never
+ * served stale.  Fetchers agree with flock on NAME.lock; the file appears
+ * by rename, complete.  Anything that goes wrong says "copy instead".
+ */
+#include <asm/unistd.h>
+#include <linux/errno.h>
+#include <linux/fcntl.h>
+#include <linux/mman.h>
+#include <linux/stat.h>
+#include <linux/uio.h>
+
+#include <lattice/wire.h>
+
+#include "cnk.h"
+
+#define SOL_SOCKET_  1
+#define SO_PEERCRED_ 17
+#define LOCK_EX_     2
+#define DIR_PREFIX   "/dev/shm/lattice-libcache-"
+
+struct kucred { int32_t pid; uint32_t uid, gid; };
+
+/* The parts of the kernel's struct stat (x86-64) the checks need. */
+struct kstat_ {
+    uint64_t dev, ino, nlink;
+    uint32_t mode, uid, gid, pad0;
+    uint64_t rdev;
+    int64_t size, blksize, blocks;
+    uint64_t times[6];
+    int64_t unused[3];
+};
+_Static_assert(sizeof(struct kstat_) == 144, "x86-64 struct stat");
+
+static int dirfd_ = -1;         /* the cache directory, one of cnk's own descriptors */
+
+/* Open and check the directory; NULL, or why there is no cache (one word,
+ * for the report line). */
+static const char *open_dir(char *path, size_t pathlen)
+{
+    const char *sw = kgetenv(cnk.envp, "LATTICE_LIBCACHE");
+    struct kucred cred = { 0 };
+    int len = sizeof cred;
+    struct kstat_ st;
+
+    if (sw && !strcmp(sw, "0"))
+        return "switched-off";
+    if (ksys5(__NR_getsockopt, cnk.conn_fd, SOL_SOCKET_, SO_PEERCRED_, &cred, &len) < 0 || cred.pid <= 0)
+        return "no-local-io-node";
+    kfmt(path, pathlen, DIR_PREFIX "%d", cred.pid);
+    long fd = ksys4(__NR_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd == -ENOENT)
+        return "no-directory";
+    if (fd < 0)
+        return fd == -ELOOP || fd == -ENOTDIR ? "refused-not-a-directory" : "cannot-open";
+    /* /dev/shm is anybody's: only a directory the I/O node made for this job's user will do */
+    int ok = ksys2(__NR_fstat, fd, &st) == 0 && S_ISDIR(st.mode) &&
+             st.uid == (uint32_t)ksys0(__NR_getuid) && (st.mode & 07777) == 0700;
+    long moved = ok ? ksys3(__NR_fcntl, fd, F_DUPFD_CLOEXEC, CNK_FD_FLOOR) : -1;
+    ksys1(__NR_close, fd);
+    if (!ok)
+        return "refused-owner-or-mode";
+    if (moved < 0)
+        return "cannot-open";
+    dirfd_ = (int)moved;
+    return NULL;
+}
+
+void libcache_init(void)
+{
+    char path[64];
+    const char *why = open_dir(path, sizeof path);
+    if (why)
+        kfmt(cnk.report->lib_off, sizeof cnk.report->lib_off, "%s", why);
+    else
+        kfmt(cnk.report->lib_dir, sizeof cnk.report->lib_dir, "%s", path);
+}
+
+/* fstat of a shipped descriptor, on the I/O node. */
+static long remote_stat(int fd, struct lat_stat *w)
+{
+    int remote;
+    size_t got = 0;
+    if (fd_route(fd, &remote) != ROUTE_SHIP)
+        return -EBADF;
+    int64_t a[4] = { remote, AT_EMPTY_PATH, 0, 0 };
+    struct iovec out = { (void *)"", 1 }, in = { w, sizeof *w };
+    long r = ship_call(LAT_SYS_FSTATAT, a, &out, 1, &in, 1, &got);
+    return r < 0 ? r : got == sizeof *w ? 0 : -EIO;
+}
+
+static int same_version(const struct lat_stat *a, const struct lat_stat *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_sec == b->mtime_sec &&
+           a->mtime_nsec == b->mtime_nsec;
+}
+
+/* The cache file of this version, if complete: descriptor or -errno. */
+static long open_cached(const char *name, int64_t size)
+{
+    struct kstat_ st;
+    long cfd = ksys4(__NR_openat, dirfd_, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (cfd >= 0 && (ksys2(__NR_fstat, cfd, &st) < 0 || !S_ISREG(st.mode) || st.size != size)) {
+        ksys1(__NR_close, cfd);
+        return -ESTALE;
+    }
+    return cfd;
+}
+
+/* Copy the file behind shipped fd into name (we hold its lock): the bytes
+ * travel once, through the pset's I/O node, straight into the tmpfs pages. */
+static long fetch(int fd, const struct lat_stat *w, const char *name)
+{
+    char tmp[96];
+    size_t size = (size_t)w->size, done = 0;
+    struct lat_stat after;
+    long r;
+
+    kfmt(tmp, sizeof tmp, "%s.part", name);
+    long tfd = ksys4(__NR_openat, dirfd_, tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0400);
+    if (tfd < 0)
+        return tfd;
+    /* reserve the pages first: a full tmpfs must be ENOSPC, not SIGBUS */
+    r = ksys4(__NR_fallocate, tfd, 0, 0, size);
+    long p = r < 0 ? r : ksys6(__NR_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
+    while (p >= 0 && done < size) {
+        r = ship_pread(fd, (char *)p + done, size - done, (int64_t)done);
+        if (r <= 0)
+            break;
+        done += (size_t)r;
+    }
+    if (p >= 0)
+        ksys2(__NR_munmap, p, size);
+    ksys1(__NR_close, tfd);
+    /* all of it, and the file did not change while we read it */
+    if (p >= 0 && done == size && remote_stat(fd, &after) == 0 && same_version(w, &after))
+        r = ksys4(__NR_renameat, dirfd_, tmp, dirfd_, name);
+    else
+        r = p < 0 ? p : r < 0 ? r : -ESTALE;
+    if (r < 0)
+        ksys3(__NR_unlinkat, dirfd_, tmp, 0);
+    else
+        __atomic_fetch_add(&cnk.report->lib_fetched, size, __ATOMIC_RELAXED);
+    return r;
+}
+
+long libcache_open(int fd)
+{
+    struct lat_stat w;
+    char name[96], lock[104];
+
+    if (dirfd_ < 0 || !fd_is_shipped(fd))
+        return -ENOENT;
+    long r = remote_stat(fd, &w);
+    if (r < 0)
+        return r;
+    if (!S_ISREG(w.mode) || w.size <= 0)
+        return -ENODEV;
+    kfmt(name, sizeof name, "%llx-%llx-%llx-%llx.%llx", (unsigned long long)w.dev,
+         (unsigned long long)w.ino, (unsigned long long)w.size, (unsigned long long)w.mtime_sec,
+         (unsigned long long)w.mtime_nsec);
+    long cfd = open_cached(name, w.size);
+    if (cfd >= 0)
+        return cfd;
+    /* the first rank here fetches; the others wait on the lock, then find it */
+    kfmt(lock, sizeof lock, "%s.lock", name);
+    long lfd = ksys4(__NR_openat, dirfd_, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lfd < 0)
+        return lfd;
+    while ((r = ksys2(__NR_flock, lfd, LOCK_EX_)) == -EINTR)
+        ;
+    cfd = r < 0 ? r : open_cached(name, w.size);
+    if (cfd == -ENOENT && (r = fetch(fd, &w, name)) == 0)
+        cfd = open_cached(name, w.size);
+    else if (cfd == -ENOENT)
+        cfd = r;
+    ksys1(__NR_close, lfd);     /* unlocks */
+    return cfd;
+}

@@ -1,0 +1,261 @@
+"""The host's library cache under cnk (compute/cnk/README.md "Library cache"):
+a dynamic program's shared libraries are fetched once per pset into the
+job's cache directory on the compute host and mapped from there by every
+rank, instead of being copied into each rank's big memory.
+
+Programs report where their libraries are mapped from (examples/libmaps.h,
+read from /proc/self/maps inside the rank), cnk's report line counts the
+mappings served and the bytes fetched, and the I/O nodes' counters show the
+shipped pread bytes.  One 1x2x4 machine (two psets of 4, 256 MiB and 2 cores
+per node) with block L over all of it serves the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from conftest import EXAMPLES, Machine, make_machine
+from cnk_helpers import by_rank, last_job, rank_rows
+
+PREFIX = "/dev/shm/lattice-libcache-"
+LIBMAPS = EXAMPLES / "libmaps"
+MPI_LIBMAPS = EXAMPLES / "mpi" / "libmaps"
+LINE = re.compile(r"^libmaps: (\S+) (-?\d+) (.*)$")
+
+
+def wait_for(cond: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    end = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < end, f"still waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def lc(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    assert shutil.which("mpicc.mpich"), "MPICH is not installed (apt-get install mpich libmpich-dev)"
+    assert LIBMAPS.exists() and MPI_LIBMAPS.exists(), "examples/libmaps missing: run make"
+    m = make_machine(tmp_path_factory.mktemp("libcache"), "--shape", "1x2x4", "--pset-size", "4",
+                     "--memory", "256M", "--cores", "2")
+    m.run("block", "create", "L", "--shape", "1x2x4")
+    m.run("boot", "L")
+    yield m
+    m.run("free", "L", check=False)
+
+
+def cache_dirs(m: Machine) -> dict[str, int]:
+    """The cache directory each of block L's I/O nodes would make -> its pset."""
+    out = {}
+    for pid in m.processes("ciod", "L"):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        out[f"{PREFIX}{pid}"] = int(argv[argv.index(b"--pset") + 1])
+    assert len(out) == 2, out
+    return out
+
+
+def maps_of(lines: list[str]) -> dict[str, tuple[int, str]]:
+    """libmaps lines of one rank: library path -> (file size, where it is mapped from)."""
+    out = {}
+    for line in lines:
+        mt = LINE.match(line)
+        if mt and mt.group(1) != "dir" and mt.group(1) != "allreduce":
+            out[mt.group(1)] = (int(mt.group(2)), mt.group(3))
+    return out
+
+
+def reports(m: Machine, job: int) -> dict[int, dict[str, str]]:
+    """Each rank's report line (kernel=cnk ... libcache=... libmaps=N ...) as fields."""
+    out = {}
+    for row in rank_rows(m, job):
+        rank, _, rest = row.strip().partition(" ")
+        head = rest.partition(" why=")[0]
+        out[int(rank)] = dict(f.split("=", 1) for f in head.split() if "=" in f)
+    return out
+
+
+def pread_bytes(m: Machine) -> dict[str, int]:
+    """Bytes of shipped preads each I/O node of block L executed so far."""
+    return {loc["location"]: int(loc["bytes"]["pread"])
+            for loc in json.loads(m.run("counters", "L", "--json").stdout)}
+
+
+def libc_of(maps: dict[str, tuple[int, str]]) -> tuple[int, str]:
+    (name,) = [k for k in maps if "/libc.so" in k]
+    return maps[name]
+
+
+def test_c_program_maps_its_libraries_from_the_cache_fetched_once_per_pset(lc: Machine) -> None:
+    dirs = cache_dirs(lc)
+    p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", str(LIBMAPS))
+    ranks = by_rank(p.stdout)
+    assert sorted(ranks) == list(range(8)), p.stdout
+    used: dict[str, set[int]] = {}
+    for r, lines in ranks.items():
+        size, src = libc_of(maps_of(lines))
+        d, _, name = src.rpartition("/")
+        assert d in dirs, f"rank {r}: libc mapped from {src}, not from a cache directory of {sorted(dirs)}"
+        assert f"-{size:x}-" in name, f"the cache file {name} is named by libc's size {size}"
+        used.setdefault(d, set()).add(r)
+    assert len(used) == 2, f"each pset has its own cache: {used}"
+    rep = reports(lc, last_job(lc))
+    libc_size = libc_of(maps_of(ranks[0]))[0]
+    for d, rs in used.items():
+        assert all(rep[r]["libcache"] == d for r in rs), rep
+        # ld.so maps its cache and libc, the only library: their bytes travelled
+        # once for the pset's four ranks
+        want = libc_size + os.path.getsize("/etc/ld.so.cache")
+        assert sum(int(rep[r]["libfetched"]) for r in rs) == want, (d, rep)
+        assert all(int(rep[r]["libmaps"]) >= 1 and rep[r]["libcopied"] == "0" for r in rs), rep
+    assert re.search(r"library cache \(all ranks\): \d+ mappings from the cache", p.stderr), p.stderr
+    for d in dirs:
+        assert not os.path.lexists(d), f"{d} outlived its job"
+
+
+def test_mpi_program_under_the_cache_and_without_it(lc: Machine) -> None:
+    dirs = cache_dirs(lc)
+    before = pread_bytes(lc)
+    p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", str(MPI_LIBMAPS), timeout=300)
+    assert "libmaps: allreduce ok (36)" in p.stdout, p.stdout
+    on = pread_bytes(lc)
+    ranks = by_rank(p.stdout)
+    rep = reports(lc, last_job(lc))
+    listed: dict[str, dict[str, int]] = {}
+    for r, lines in ranks.items():
+        maps = maps_of(lines)
+        (mpich,) = [k for k in maps if "/libmpich.so" in k]
+        assert maps[mpich][1].rpartition("/")[0] in dirs, f"rank {r}: {mpich} mapped from {maps[mpich][1]}"
+        for name, (size, src) in maps.items():
+            d = src.rpartition("/")[0]
+            if d in dirs:
+                listed.setdefault(d, {})[name] = size
+    assert len(listed) == 2, listed
+    for d, libs in listed.items():
+        fetched = sum(int(v["libfetched"]) for v in rep.values() if v["libcache"] == d)
+        # every library the pset's ranks show mapped from the cache was fetched
+        # once (ld.so also fetches UCX modules it then drops for missing libraries)
+        assert sum(libs.values()) <= fetched < 2 * sum(libs.values()), (d, fetched, sum(libs.values()))
+
+    # the same job copying into big memory: every rank ships every library
+    p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", "--env", "LATTICE_LIBCACHE=0",
+               str(MPI_LIBMAPS), timeout=300)
+    assert "libmaps: allreduce ok (36)" in p.stdout, p.stdout
+    assert "cache off: switched-off" in p.stderr, p.stderr
+    for r, lines in by_rank(p.stdout).items():
+        maps = maps_of(lines)
+        assert not any(src.startswith(PREFIX) for _, src in maps.values()), (r, maps)
+    off = pread_bytes(lc)
+    for loc in on:
+        with_cache, copying = on[loc] - before.get(loc, 0), off[loc] - on[loc]
+        assert copying > 3 * with_cache, f"{loc}: {copying} pread bytes copying vs {with_cache} with the cache"
+
+
+def test_a_file_changed_in_place_is_not_served_stale(lc: Machine) -> None:
+    work = Path(tempfile.mkdtemp(dir=lc.work))
+    os.chmod(work, 0o755)
+    for v in ("one", "two"):
+        (work / f"v{v}.c").write_text(f'const char *version(void) {{ return "{v}"; }}\n')
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(work / f"lib{v}.so"), str(work / f"v{v}.c")],
+                       check=True)
+    lib = work / "libver.so"
+    shutil.copyfile(work / "libone.so", lib)
+    assert lib.stat().st_size == (work / "libtwo.so").stat().st_size, "same size: only mtime tells them apart"
+    # in one job: load it, overwrite it in place (same inode, same size), load it again
+    p = lc.run("run", "--block", "L", "-n", "1", "-v", str(LIBMAPS), str(lib),
+               f"={work / 'libtwo.so'}:{lib}", str(lib))
+    assert re.findall(r"^version: \S+ (\w+)$", p.stdout, re.M) == ["one", "two"], p.stdout
+    assert (reports(lc, last_job(lc))[0]["libcopied"]) == "0"
+    # and in the next job, after the file is replaced again
+    shutil.copyfile(work / "libone.so", lib)
+    p = lc.run("run", "--block", "L", "-n", "2", "--label", str(LIBMAPS), str(lib))
+    assert sorted(re.findall(r"version: \S+ (\w+)", p.stdout)) == ["one", "one"], p.stdout
+
+
+def test_the_directory_belongs_to_the_jobs_user(lc: Machine) -> None:
+    nobody = pwd.getpwnam("nobody")
+    p = lc.run("run", "--block", "L", "-n", "2", "--label", "--user", "nobody", "--cwd", "/tmp", str(LIBMAPS))
+    for r, lines in by_rank(p.stdout).items():
+        (d,) = [l.split() for l in lines if l.startswith("libmaps: dir ")]
+        assert d[2] in cache_dirs(lc), d
+        assert (d[3], int(d[4]), int(d[5])) == ("700", nobody.pw_uid, nobody.pw_gid), d
+        assert libc_of(maps_of(lines))[1].startswith(d[2] + "/")
+
+
+def test_killed_job_leaves_no_cache_directory(lc: Machine) -> None:
+    dirs = cache_dirs(lc)
+    job = lc.popen("run", "--block", "L", "-n", "8", "--label", str(EXAMPLES / "sleeper"), "600")
+    assert job.stdout is not None
+    for _ in range(8):
+        assert "sleeping" in job.stdout.readline()
+    for d in dirs:     # each pset's ranks are in main(): libc is cached, complete
+        names = os.listdir(d)
+        assert any(not n.endswith((".lock", ".part")) for n in names), (d, names)
+        st = os.lstat(d)
+        assert (st.st_mode & 0o7777, st.st_uid) == (0o700, 0), (d, oct(st.st_mode))
+    job.send_signal(signal.SIGINT)
+    job.communicate(timeout=60)
+    assert job.returncode == 130
+    for d in dirs:
+        wait_for(lambda: not os.path.lexists(d), f"{d} to go with its killed job")
+
+
+@pytest.mark.parametrize("plant", ["symlink", "foreign-directory"])
+def test_a_planted_cache_path_is_refused_and_the_job_copies(lc: Machine, plant: str) -> None:
+    target = Path(tempfile.mkdtemp(prefix="lattice-planted-"))
+    os.chmod(target, 0o777)
+    nobody = pwd.getpwnam("nobody")
+    dirs = cache_dirs(lc)
+    try:
+        for d in dirs:
+            if plant == "symlink":
+                os.symlink(target, d)
+            else:
+                os.mkdir(d)
+                os.chmod(d, 0o777)
+                os.chown(d, nobody.pw_uid, nobody.pw_gid)
+        p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", str(LIBMAPS))
+        ranks = by_rank(p.stdout)
+        assert sorted(ranks) == list(range(8))
+        for r, lines in ranks.items():
+            src = libc_of(maps_of(lines))[1]
+            assert not src.startswith(PREFIX), f"rank {r} used a planted {plant}: {src}"
+        word = "refused-not-a-directory" if plant == "symlink" else "refused-owner-or-mode"
+        assert f"cache off: {word}" in p.stderr, p.stderr
+        assert "library cache" in lc.run("ras").stdout
+        assert os.listdir(target) == [], "nothing was written through the planted path"
+        for d in dirs:
+            assert os.path.islink(d) == (plant == "symlink"), f"{d}: somebody else's, left alone"
+    finally:
+        for d in dirs:
+            if os.path.islink(d):
+                os.unlink(d)
+            elif os.path.isdir(d):
+                shutil.rmtree(d)
+        shutil.rmtree(target)
+    p = lc.run("run", "--block", "L", "-n", "2", "--label", str(LIBMAPS))
+    assert all(libc_of(maps_of(ls))[1].startswith(PREFIX) for ls in by_rank(p.stdout).values()), p.stdout
+
+
+def test_a_new_ciod_removes_the_cache_of_one_that_is_gone(lc: Machine) -> None:
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text())
+    while os.path.exists(f"/proc/{dead}") or os.path.lexists(f"{PREFIX}{dead}"):
+        dead -= 1
+    left = Path(f"{PREFIX}{dead}")
+    left.mkdir(mode=0o700)
+    (left / "sub").mkdir()
+    (left / "sub" / "file").write_text("left over\n")
+    try:
+        lc.run("free", "L")
+        lc.run("boot", "L")
+        wait_for(lambda: not left.exists(), f"{left} to be removed by the new I/O nodes")
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
