@@ -6,6 +6,9 @@ executable for both sides): MPI_Init, one allreduce, MPI_Finalize.  Timed
 is the wall time of the whole command, from its start to its exit:
   hydra   mpiexec.hydra -n N launch_hello               (all ranks on this host)
   cnk     lattice run --block B -n N --kernel cnk   --hugepages keep ... launch_hello
+  cnk-copy  the same with --env LATTICE_LIBCACHE=0: libraries copied into each
+          rank's big memory instead of mapped from the host's library cache
+          (compute/cnk/README.md "Library cache"); ask for it with --kernels
   linux   lattice run --block B -n N --kernel linux --hugepages keep ... launch_hello
 Both sides run without MPICH's asynchronous progress thread (Hydra's default;
 `--env MPIR_CVAR_ASYNC_PROGRESS=0` for Lattice, whose --mode co would turn it
@@ -16,7 +19,9 @@ are interleaved, each configuration going first in turn.
 launch_hello's allreduce also says where the time went: the table of phases
 gives, from the command's start, when the first and the last rank entered
 main() and when the last MPI_Init returned (the rest is the allreduce,
-MPI_Finalize and the launcher's shutdown).
+MPI_Finalize and the launcher's shutdown).  The memory table gives how far
+MemAvailable fell below its value at the command's start (sampled every 20
+ms while it runs): the host memory a job of that size costs.
 
 The machine (default 8x8x4 = 256 compute nodes, psets of 64 so 4 I/O nodes,
 128 MiB and 2 cores per node, --mode co: one rank per node) holds the biggest
@@ -36,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -44,14 +50,17 @@ import benchlib as bl
 
 HELLO = bl.BENCH / "launch_hello"
 NO_PROGRESS = "MPIR_CVAR_ASYNC_PROGRESS=0"
-# Under cnk every rank gets its own copy of each shared library in its big
-# memory (cnk fills a file mapping with shipped preads): MemAvailable drops by
-# about 100 MiB per rank of launch_hello (measured with 64 ranks: 6.4 GiB).
+# Under cnk-copy every rank gets its own copy of each shared library in its
+# big memory (cnk fills a file mapping with shipped preads): MemAvailable drops
+# by about 100 MiB per rank of launch_hello (measured with 64 ranks: 6.4 GiB).
+# With the library cache the ranks of a pset share one copy (MemAvailable fell
+# by about 20 MiB per rank: big memory the ranks touch, thread stacks, UCX).
 # Linux-mode and Hydra ranks share the page cache.  A cnk size that would leave
 # less than MARGIN_MIB is skipped rather than run into the OOM killer of a
 # shared host.
-CNK_RANK_MIB = 100
+CNK_RANK_MIB = {"cnk": 20, "cnk-copy": 100}
 MARGIN_MIB = 3072
+COPY_ENV = "LATTICE_LIBCACHE=0"
 
 
 def mem_available_mib() -> int:
@@ -104,25 +113,53 @@ class Block:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def timed(cmd: list[str], env: dict[str, str] | None, timeout: float) -> tuple[float, float, str, str, int]:
-    """Run cmd; (wall seconds, start in epoch seconds, stdout, stderr, exit status)."""
+class MemDrop:
+    """How far MemAvailable falls below its starting value while a `with` runs."""
+
+    def __init__(self) -> None:
+        self.start = self.low = mem_available_mib()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        while not self.done.wait(0.02):
+            self.low = min(self.low, mem_available_mib())
+
+    def __enter__(self) -> "MemDrop":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    @property
+    def mib(self) -> int:
+        return self.start - self.low
+
+
+def timed(cmd: list[str], env: dict[str, str] | None, timeout: float) -> tuple[float, float, str, str, int, int]:
+    """Run cmd; (wall seconds, start in epoch seconds, stdout, stderr, exit
+    status, MiB MemAvailable fell by)."""
     start = time.time()
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = -1
-    return time.perf_counter() - t0, start, out, err, rc
+    with MemDrop() as mem:
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            out, err, rc = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            rc = -1
+    return time.perf_counter() - t0, start, out, err, rc, mem.mib
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="16,64,256", help="rank counts")
-    ap.add_argument("--kernels", default="cnk,linux", help="lattice kernels to run beside hydra")
+    ap.add_argument("--kernels", default="cnk,linux",
+                    help="lattice configurations to run beside hydra: cnk, cnk-copy, linux")
     ap.add_argument("--shape", default="8x8x4", help="the machine and its one block")
     ap.add_argument("--pset-size", type=int, default=64)
     ap.add_argument("--memory", default="128M", help="per compute node")
@@ -147,6 +184,7 @@ def main() -> int:
         opts += ("--env", NO_PROGRESS)
     walls: dict[int, dict[str, list[float]]] = {n: {c: [] for c in configs} for n in sizes}
     phases: dict[tuple[int, str], dict[str, list[float]]] = {}
+    drops: dict[int, dict[str, list[float]]] = {n: {c: [] for c in configs} for n in sizes}
     failures: list[str] = []
     print(bl.header("launch", sys.argv))
     print(f"machine {a.shape}, psets of {a.pset_size}, {a.memory} per node, --mode {a.mode}, "
@@ -156,20 +194,21 @@ def main() -> int:
         for i in range(a.repeat):
             for n in sizes:
                 for cfg in bl.rotations(configs, i):
-                    need = n * CNK_RANK_MIB + MARGIN_MIB
-                    if cfg == "cnk" and mem_available_mib() < need:
-                        failures.append(f"{n} ranks cnk run {i + 1}: skipped: needs ~{need} MiB available "
-                                        f"({n} x {CNK_RANK_MIB} MiB of private library copies + "
+                    need = n * CNK_RANK_MIB.get(cfg, 0) + MARGIN_MIB
+                    if cfg in CNK_RANK_MIB and mem_available_mib() < need:
+                        failures.append(f"{n} ranks {cfg} run {i + 1}: skipped: needs ~{need} MiB available "
+                                        f"({n} x {CNK_RANK_MIB[cfg]} MiB per rank + "
                                         f"{MARGIN_MIB} MiB margin), the host has {mem_available_mib()} MiB")
                         print(f"  run {i + 1}/{a.repeat} {n:4d} ranks {cfg:6s}: skipped (memory: needs ~{need} MiB, "
                               f"{mem_available_mib()} MiB available)", flush=True)
                         continue
                     if cfg == "hydra":
                         cmd = [hydra, "-n", str(n), "-env", *NO_PROGRESS.split("="), str(HELLO)]
-                        wall, start, out, err, rc = timed(cmd, None, a.timeout)
+                        wall, start, out, err, rc, drop = timed(cmd, None, a.timeout)
                     else:
-                        cmd = blk.run_cmd(n, HELLO, kernel=cfg, opts=opts)
-                        wall, start, out, err, rc = timed(cmd, blk.env, a.timeout)
+                        copy = ("--env", COPY_ENV) if cfg == "cnk-copy" else ()
+                        cmd = blk.run_cmd(n, HELLO, kernel=cfg.removesuffix("-copy"), opts=opts + copy)
+                        wall, start, out, err, rc, drop = timed(cmd, blk.env, a.timeout)
                     kv = {}
                     for line in out.splitlines():
                         if line.startswith("launch_hello:"):
@@ -182,13 +221,14 @@ def main() -> int:
                               flush=True)
                         continue
                     walls[n][cfg].append(wall)
+                    drops[n][cfg].append(float(drop))
                     ph = phases.setdefault((n, cfg), {"first main": [], "last main": [], "MPI_Init done": []})
                     ph["first main"].append(float(kv["first_main"]) - start)
                     ph["last main"].append(float(kv["last_main"]) - start)
                     ph["MPI_Init done"].append(float(kv["last_init"]) - start)
                     print(f"  run {i + 1}/{a.repeat} {n:4d} ranks {cfg:6s}: {wall:7.2f} s "
                           f"(mains {ph['first main'][-1]:.2f}–{ph['last main'][-1]:.2f} s, "
-                          f"MPI_Init done {ph['MPI_Init done'][-1]:.2f} s)", flush=True)
+                          f"MPI_Init done {ph['MPI_Init done'][-1]:.2f} s, MemAvailable -{drop} MiB)", flush=True)
         boot = blk.boot_s
     ratios = [(f"{k}/hydra", k, "hydra") for k in kernels]
     print()
@@ -203,6 +243,9 @@ def main() -> int:
             data = {c: phases[(n, c)][phase] for c in configs if (n, c) in phases}
             rows.append((f"{n} ranks: {phase}", data, []))
     print(bl.table("where the time went: s from the command's start, median [min–max]", configs, rows))
+    print()
+    print(bl.table("host memory: MiB MemAvailable fell by during the run, median [min–max]", configs,
+                   [(f"{n} ranks", drops[n], []) for n in sizes]))
     for n in sizes:
         for k in kernels:
             if walls[n][k] and walls[n]["hydra"]:
