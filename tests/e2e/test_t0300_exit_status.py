@@ -16,6 +16,14 @@ def test_rank_exit_code_is_the_jobs(default_machine: Machine) -> None:
     assert re.search(r"rank 5\b.*\b3\b", ras), ras
     jobs = m.run("jobs").stdout
     assert jobs.strip(), "the job is recorded"
+    # the record has every rank's end (recorded together when the job ends),
+    # and the job's status is the failing rank's
+    job_id = jobs.strip().splitlines()[-1].split()[0]
+    row = jobs.strip().splitlines()[-1].split()
+    assert row[5:7] == ["Terminated", "3"], jobs
+    lines = m.run("jobs", "--ranks", job_id).stdout.strip().splitlines()[1:]
+    ended = {int(f[0]): (f[2], int(f[3])) for f in (line.split() for line in lines)}
+    assert ended == {r: ("exit", 3 if r == 5 else 0) for r in range(16)}, lines
 
 
 def test_rank_killed_by_signal(default_machine: Machine) -> None:
