@@ -30,14 +30,17 @@ import struct
 import sys
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from lattice import blocks, boot, db, hugepages, machine, placement, ras, wire
+from lattice import blocks, boot, db, machine, placement, ras, wire
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError, sysret
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 from lattice.placement import Placement
+
+if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mode run needs none of it
+    from lattice import hugepages
 
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 NODE_LOST = 255
@@ -464,6 +467,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
         r.close()
         r.record_ranks()
         if pages is not None:
+            from lattice import hugepages
             for problem in hugepages.release(pages):
                 print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)
     status = r.outcome.status
@@ -479,6 +483,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
 
 def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
     """Huge pages for the job's big memory, from this host's pools."""
+    from lattice import hugepages
     res = hugepages.reserve(machine.home(), f"job-{job_id}", spec.nranks, m.memory // spec.placement.ppn,
                             fixed_address=hugepages.fixed_below_1g(spec.exe))
     if spec.verbose:
