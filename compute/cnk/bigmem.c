@@ -345,7 +345,7 @@ static long place(uintptr_t addr, size_t len, int flags, int *dirty)
 /* Map the cached copy of shipped fd's file for real (libcache.c). */
 static long map_cached(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)
 {
-    long cfd = libcache_open(fd);
+    long cfd = libcache_open(fd, len);
     if (cfd < 0)
         return cfd;
     long a = ksys6(__NR_mmap, addr, len, prot, flags, cfd, off);

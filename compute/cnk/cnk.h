@@ -122,8 +122,9 @@ long sys_shmdt(struct cnk_call *c);
 void libcache_init(void);                       /* find and check the job's cache directory */
 /* A local read-only descriptor of the cached copy of the file behind
  * shipped descriptor fd (fetched through the I/O node if this host has no
- * copy of this version yet), or -errno: then copy as before. */
-long libcache_open(int fd);
+ * copy of this version yet, unless a map of len bytes is a small window
+ * onto a big file), or -errno: then copy as before. */
+long libcache_open(int fd, size_t len);
 
 /* ---- loader.c ---- */
 /* Load the image (and its interpreter, through the I/O node), build the
@@ -187,6 +188,7 @@ int fd_install(int remote, int cloexec, int minfd);            /* program fd or 
 int fd_install_at(int remote, int cloexec, int fd, int *old);  /* *old: replaced remote or -1 */
 int fd_forget(int fd, int close_placeholder);   /* its remote descriptor or -1 */
 int fd_cloexec(int fd);
+unsigned fd_epoch(void);                        /* changes whenever a shipped descriptor goes or is replaced */
 void fd_set_cloexec(int fd, int on);
 int fd_next_shipped(unsigned from, unsigned last);   /* lowest shipped fd in range, or -1 */
 int fd_next_hidden(unsigned from, unsigned last);    /* lowest of cnk's own in range, or -1 */

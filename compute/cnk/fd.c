@@ -113,6 +113,13 @@ int fd_install(int remote, int cloexec, int minfd)
     return fd;
 }
 
+static unsigned epoch;          /* shipped descriptors closed or replaced so far */
+
+unsigned fd_epoch(void)
+{
+    return __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
+}
+
 int fd_install_at(int remote, int cloexec, int fd, int *old)
 {
     *old = -1;
@@ -127,6 +134,7 @@ int fd_install_at(int remote, int cloexec, int fd, int *old)
     if (r >= 0) {
         *old = (int)(slot[fd] & SLOT_FD) - 1;
         store(fd, (uint16_t)((remote + 1) | (cloexec ? SLOT_CLOEX : 0)));
+        __atomic_fetch_add(&epoch, 1, __ATOMIC_RELEASE);
     }
     kunlock(&fdlock);
     ksys1(__NR_close, ph);
@@ -140,6 +148,7 @@ int fd_forget(int fd, int close_placeholder)
     klock(&fdlock);
     int v = slot[fd] & SLOT_FD;
     store(fd, 0);
+    __atomic_fetch_add(&epoch, 1, __ATOMIC_RELEASE);
     /* cleared first: the number may be handed out as soon as it is closed */
     if (v && close_placeholder)
         ksys1(__NR_close, fd);

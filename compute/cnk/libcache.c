@@ -31,6 +31,7 @@
 #define SO_PEERCRED_ 17
 #define LOCK_EX_     2
 #define DIR_PREFIX   "/dev/shm/lattice-libcache-"
+#define WINDOW_MIN   (16l << 20)    /* a file this big is fetched only for a map of a quarter of it */
 
 struct kucred { int32_t pid; uint32_t uid, gid; };
 
@@ -46,6 +47,17 @@ struct kstat_ {
 _Static_assert(sizeof(struct kstat_) == 144, "x86-64 struct stat");
 
 static int dirfd_ = -1;         /* the cache directory, one of cnk's own descriptors */
+
+/* The version last served, by descriptor: ld.so maps a library's segments
+ * over its first map from the same descriptor, which needs no new fstat
+ * while no shipped descriptor has been closed or replaced meanwhile. */
+static struct klock memo_lock;
+static struct {
+    int fd, remote;
+    unsigned epoch;
+    int64_t size;
+    char name[96];
+} memo = { .fd = -1 };
 
 /* Open and check the directory; NULL, or why there is no cache (one word,
  * for the report line). */
@@ -157,24 +169,63 @@ static long fetch(int fd, const struct lat_stat *w, const char *name)
     return r;
 }
 
-long libcache_open(int fd)
+static void name_of(const struct lat_stat *w, char *name, size_t len)
+{
+    kfmt(name, len, "%llx-%llx-%llx-%llx.%llx", (unsigned long long)w->dev, (unsigned long long)w->ino,
+         (unsigned long long)w->size, (unsigned long long)w->mtime_sec, (unsigned long long)w->mtime_nsec);
+}
+
+/* The cached file last served for fd, if that still holds. */
+static long open_memo(int fd, int remote, unsigned epoch)
+{
+    char name[sizeof memo.name];
+    int64_t size = -1;
+    klock(&memo_lock);
+    if (memo.fd == fd && memo.remote == remote && memo.epoch == epoch) {
+        memcpy(name, memo.name, sizeof name);
+        size = memo.size;
+    }
+    kunlock(&memo_lock);
+    return size < 0 ? -ENOENT : open_cached(name, size);
+}
+
+static void remember(int fd, int remote, unsigned epoch, const char *name, int64_t size)
+{
+    klock(&memo_lock);
+    memo.fd = fd;
+    memo.remote = remote;
+    memo.epoch = epoch;
+    memo.size = size;
+    kfmt(memo.name, sizeof memo.name, "%s", name);
+    kunlock(&memo_lock);
+}
+
+long libcache_open(int fd, size_t len)
 {
     struct lat_stat w;
     char name[96], lock[104];
+    int remote;
 
-    if (dirfd_ < 0 || !fd_is_shipped(fd))
+    if (dirfd_ < 0 || fd_route(fd, &remote) != ROUTE_SHIP)
         return -ENOENT;
+    unsigned epoch = fd_epoch();        /* before the fstat: a close after it voids the memo */
+    long cfd = open_memo(fd, remote, epoch);
+    if (cfd >= 0)
+        return cfd;
     long r = remote_stat(fd, &w);
     if (r < 0)
         return r;
     if (!S_ISREG(w.mode) || w.size <= 0)
         return -ENODEV;
-    kfmt(name, sizeof name, "%llx-%llx-%llx-%llx.%llx", (unsigned long long)w.dev,
-         (unsigned long long)w.ino, (unsigned long long)w.size, (unsigned long long)w.mtime_sec,
-         (unsigned long long)w.mtime_nsec);
-    long cfd = open_cached(name, w.size);
-    if (cfd >= 0)
+    name_of(&w, name, sizeof name);
+    cfd = open_cached(name, w.size);
+    if (cfd >= 0) {
+        remember(fd, remote, epoch, name, w.size);
         return cfd;
+    }
+    /* a small window onto a big data file: not worth a copy of all of it */
+    if (w.size > WINDOW_MIN && len < (size_t)w.size / 4)
+        return -EFBIG;
     /* the first rank here fetches; the others wait on the lock, then find it */
     kfmt(lock, sizeof lock, "%s.lock", name);
     long lfd = ksys4(__NR_openat, dirfd_, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -188,5 +239,7 @@ long libcache_open(int fd)
     else if (cfd == -ENOENT)
         cfd = r;
     ksys1(__NR_close, lfd);     /* unlocks */
+    if (cfd >= 0)
+        remember(fd, remote, epoch, name, w.size);
     return cfd;
 }

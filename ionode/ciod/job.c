@@ -196,7 +196,7 @@ out:
     if (j)
         free(j->slot);
     free(j);
-    if (!err)                           /* before the push: the ranks look for it */
+    if (!err && (js->hdr->flags & LAT_JOB_CNK))   /* before the push: the ranks look for it */
         libcache_job_start(js->hdr->job, js->who.uid, js->who.gid);
     return err;
 }
