@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lattice import db
 from lattice.errors import LatticeError
@@ -12,8 +12,7 @@ from lattice.machine import Coord, Machine, shape_str
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-@dataclass(frozen=True)
-class Block:
+class Block(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     name: str
     corner: Coord
     shape: Coord

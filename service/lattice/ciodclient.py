@@ -5,7 +5,6 @@ import errno
 import os
 import socket
 import struct
-from dataclasses import dataclass, field
 
 from lattice import wire
 from lattice.errors import LatticeError
@@ -153,15 +152,17 @@ def sysret(body: bytes) -> tuple[int, int, str]:
     return ret, err, body[wire.SYSRET.size:].decode(errors="replace").rstrip("\0")
 
 
-@dataclass
 class Counters:
     """A LAT_CTL_COUNTERS reply: per call count, bytes, time and latency
-    histogram (bucket b: [2^b, 2^(b+1)) ns), and the data path's counters."""
-    calls: dict[str, int]
-    bytes: dict[str, int] = field(default_factory=dict)
-    ns: dict[str, int] = field(default_factory=dict)
-    hist: dict[str, list[int]] = field(default_factory=dict)
-    stats: dict[str, int] = field(default_factory=dict)
+    histogram (bucket b: [2^b, 2^(b+1)) ns), and the data path's counters.
+    (Not a dataclass: `lattice run` imports this module, see lattice.machine.Machine.)"""
+
+    def __init__(self, calls: dict[str, int]) -> None:
+        self.calls = calls
+        self.bytes: dict[str, int] = {}
+        self.ns: dict[str, int] = {}
+        self.hist: dict[str, list[int]] = {}
+        self.stats: dict[str, int] = {}
 
 
 def parse_counters(body: bytes) -> Counters:

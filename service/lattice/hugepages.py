@@ -26,7 +26,6 @@ import os
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -86,16 +85,18 @@ class Pools:
         raise ValueError(f"no MemAvailable in {self.meminfo}")
 
 
-@dataclass
 class Reservation:
-    """What one job added to the pools (kB page size -> pages), and what to tell the user."""
-    id: str
-    pages: dict[int, int] = field(default_factory=dict)
-    warning: str | None = None
-    notes: list[str] = field(default_factory=list)
-    home: Path | None = None
-    pools: Pools | None = None
-    recorded: bool = False      # an entry in the book that release() must remove
+    """What one job added to the pools (kB page size -> pages), and what to tell the user.
+    (Not a dataclass: a cnk `lattice run` imports this module, see lattice.machine.Machine.)"""
+
+    def __init__(self, id: str, home: Path | None = None, pools: Pools | None = None) -> None:
+        self.id = id
+        self.pages: dict[int, int] = {}
+        self.warning: str | None = None
+        self.notes: list[str] = []
+        self.home = home
+        self.pools = pools
+        self.recorded = False   # an entry in the book that release() must remove
 
 
 def pages_per_rank(memory: int, kb: int) -> int:

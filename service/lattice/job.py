@@ -28,9 +28,8 @@ import signal
 import sqlite3
 import struct
 import sys
-from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from lattice import blocks, boot, db, machine, placement, ras, wire
 from lattice.blocks import Block
@@ -46,8 +45,7 @@ LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 NODE_LOST = 255
 
 
-@dataclass
-class Spec:
+class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     exe: str
     args: list[str]
     cwd: str
@@ -69,12 +67,12 @@ KERNELS = ("cnk", "linux")
 CLASSES = ("local", "shipped", "unsupported")
 
 
-@dataclass
 class Outcome:
-    status: int = 0
-    first_failure: str | None = None
-    ended: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # rank -> (how, value, text)
-    reports: dict[int, str] = field(default_factory=dict)                  # rank -> report line
+    def __init__(self) -> None:
+        self.status = 0
+        self.first_failure: str | None = None
+        self.ended: dict[int, tuple[str, int, str]] = {}   # rank -> (how, value, text)
+        self.reports: dict[int, str] = {}                  # rank -> report line
 
     def totals(self) -> dict[str, int] | None:
         """System calls by class over every rank that reported them (cnk jobs)."""

@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, NamedTuple
 
 from lattice.errors import LatticeError
 
@@ -60,17 +59,27 @@ def shape_str(c: Coord) -> str:
     return "x".join(map(str, c))
 
 
-@dataclass(frozen=True)
-class Machine:
+class MachineFields(NamedTuple):
     shape: Coord = DEFAULT_SHAPE
     pset_size: int = DEFAULT_PSET
     memory: int = DEFAULT_MEMORY
     placement: str = "local"
-    hide: tuple[str, ...] = field(default_factory=tuple)
+    hide: tuple[str, ...] = ()
     cores: int = DEFAULT_CORES
-    plugins: tuple[str, ...] = field(default_factory=tuple)   # ciod --plugin specs (docs/plugins.md)
+    plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
 
-    def __post_init__(self) -> None:
+
+class Machine(MachineFields):
+    """A machine description, checked when made.  A NamedTuple rather than a
+    dataclass: importing dataclasses was a quarter of `lattice run`'s start-up."""
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Machine:
+        self = super().__new__(cls, *args, **kwargs)
+        self.check()
+        return self
+
+    def check(self) -> None:
         X, Y, Z = self.shape
         P, n = self.pset_size, X * Y * Z
         if not 1 <= P <= 128:
@@ -101,7 +110,7 @@ class Machine:
         X, Y, _ = self.shape
         return index % X, (index // X) % Y, index // (X * Y)
 
-    def index(self, c: Coord) -> int:
+    def index(self, c: Coord) -> int:  # type: ignore[override]  # a Machine is never searched as a tuple
         X, Y, _ = self.shape
         return c[0] + X * (c[1] + Y * c[2])
 

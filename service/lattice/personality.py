@@ -15,7 +15,7 @@ field, optional for readers (absent means 0) so older values still parse.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lattice import blocks
 from lattice.errors import LatticeError
@@ -24,8 +24,7 @@ from lattice.machine import Coord, Machine
 MODES = ("co", "vn")
 
 
-@dataclass(frozen=True)
-class Personality:
+class Personality(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     block: str
     location: str
     coords: Coord

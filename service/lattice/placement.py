@@ -17,7 +17,7 @@ a job starts, so a bad mapping costs nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from lattice.blocks import Block
 from lattice.errors import LatticeError
@@ -32,28 +32,27 @@ Coord4 = tuple[int, int, int, int]        # x, y, z, t relative to the block
 ORDER = re.compile(r"[XYZT]+", re.I)      # what is read as an order, not a file name
 
 
-@dataclass(frozen=True)
-class Slot:
+# NamedTuples, not dataclasses, here and in the modules `lattice run` loads
+# (lattice.machine says why).
+class Slot(NamedTuple):
     rank: int
     node: int       # the machine's compute node index (an element of Block.nodes(m))
     t: int          # the core within the node, 0..ppn-1
     app: int        # MPMD application number (PMI appnum)
 
 
-@dataclass
-class App:
+class App(NamedTuple):
     exe: str
     args: list[str]
     nranks: int
 
 
-@dataclass
-class Placement:
+class Placement(NamedTuple):
     mode: str
     ppn: int
     slots: list[Slot]                      # indexed by rank
     apps: list[App]
-    env: dict[str, str] = field(default_factory=dict)   # added to every rank's environment
+    env: dict[str, str]                    # added to every rank's environment
 
     @property
     def nranks(self) -> int:
