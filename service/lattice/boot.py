@@ -40,8 +40,10 @@ def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) 
                        (b.name,)).fetchall()
     out: list[Ciod] = []
     try:
-        for r in rows:
-            out.append(Ciod(r["address"], key, m.io_location(r["node"]), timeout))
+        for r in rows:      # every hello out before any answer is awaited
+            out.append(Ciod(r["address"], key, m.io_location(r["node"]), timeout, wait=False))
+        for c in out:
+            c.welcome()
     except LatticeError:
         for c in out:
             c.close()

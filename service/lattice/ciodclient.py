@@ -31,7 +31,9 @@ def open_socket(address: str, timeout: float) -> socket.socket:
 class Ciod:
     """Framed requests and replies; one-way messages are read with `frames()`."""
 
-    def __init__(self, address: str, key: bytes, location: str, timeout: float = 10.0) -> None:
+    def __init__(self, address: str, key: bytes, location: str, timeout: float = 10.0, wait: bool = True) -> None:
+        """Connect and say hello; with wait=False the answer is read by
+        `welcome()`, so that several I/O nodes can be greeted at once."""
         self.address = address
         self.location = location
         self.seq = 0
@@ -41,10 +43,19 @@ class Ciod:
             self.sock = open_socket(address, timeout)
         except OSError as e:
             raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
-        err, _, self.pset, self.pset_size = wire.HELLO_ACK.unpack(
-            self.request(wire.HELLO, wire.HELLO_MSG.pack(wire.ROLE_CONTROL, 0, 0, key)))
+        try:
+            self.hello = self.send(wire.HELLO, wire.HELLO_MSG.pack(wire.ROLE_CONTROL, 0, 0, key))
+        except OSError as e:
+            self.sock.close()
+            raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
+        if wait:
+            self.welcome()
+
+    def welcome(self) -> None:
+        """The I/O node's answer to our hello: its pset, or why it refused us."""
+        err, _, self.pset, self.pset_size = wire.HELLO_ACK.unpack(self.reply(wire.HELLO, self.hello))
         if err:
-            raise CiodError(f"I/O node {location} refused us: {os.strerror(err)}")
+            raise CiodError(f"I/O node {self.location} refused us: {os.strerror(err)}")
 
     def fileno(self) -> int:
         return self.sock.fileno()
