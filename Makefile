@@ -8,18 +8,33 @@ BUILD   := build
 CIOD_SRC   := $(wildcard ionode/ciod/*.c)
 CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
-HEADERS    := protocol/lattice/wire.h
+HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h
 
-.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean
+.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h
 all: ciod cnode cnk libcnclient liblatpers examples
+
+# The function shipping (LAT_SYS_*) is generated from one annotated header
+# (docs/plugins.md "Wire mode"): ciod's decoder, the implementations'
+# prototypes and the compute-side stubs go to build/gen/; the LAT_SYS block
+# of wire.h is committed (`make wire-h` rewrites it; a test checks it).
+FWD_HDR := protocol/lattice/fwd_posix.h
+FWD_GEN := $(BUILD)/gen/fwd_posix_ciod.c $(BUILD)/gen/fwd_posix_srv.h $(BUILD)/gen/fwd_posix_stubs.c
+FWD_PY  := $(wildcard protocol/pluggen/*.py)
+
+$(FWD_GEN) &: $(FWD_HDR) $(FWD_PY)
+	@mkdir -p $(BUILD)/gen
+	PYTHONPATH=protocol python3 -m pluggen --wire $(FWD_HDR) --out $(BUILD)/gen
+
+wire-h:
+	PYTHONPATH=protocol python3 -m pluggen --wire $(FWD_HDR) --out $(BUILD)/gen --wire-h protocol/lattice/wire.h
 
 ciod: $(BUILD)/bin/ciod
 cnode: $(BUILD)/bin/cnode
 libcnclient: $(BUILD)/lib/libcnclient.so
 
-$(BUILD)/bin/ciod: $(CIOD_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS)
+$(BUILD)/bin/ciod: $(CIOD_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -pthread -o $@ $(CIOD_SRC)
+	$(CC) $(CFLAGS) -pthread -Iionode/ciod -I$(BUILD)/gen -o $@ $(CIOD_SRC) $(BUILD)/gen/fwd_posix_ciod.c
 
 $(BUILD)/bin/cnode: $(CNODE_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
 	@mkdir -p $(@D)
@@ -34,13 +49,13 @@ CNK_CFLAGS := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -f
               -Wl,-z,noexecstack -Iprotocol -Icompute/include
 cnk: $(BUILD)/bin/cnk
 
-$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
+$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
-	$(CC) $(CNK_CFLAGS) -o $@ $(CNK_SRC)
+	$(CC) $(CNK_CFLAGS) -I$(BUILD)/gen -o $@ $(CNK_SRC)
 
-$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS)
+$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -fPIC -shared -pthread -o $@ $(CLIENT_SRC)
+	$(CC) $(CFLAGS) -fPIC -shared -pthread -I$(BUILD)/gen -o $@ $(CLIENT_SRC)
 
 # The personality API for programs: lattice/personality.h, -llatpers.
 PERS_SRC := compute/libpersonality/personality.c

@@ -34,6 +34,7 @@
 #include <linux/stat.h>
 #include <linux/uio.h>
 
+#include <lattice/fwd_posix.h>
 #include <lattice/wire.h>
 
 #include "cnk.h"
@@ -74,7 +75,7 @@ struct kmsghdr {
     unsigned flags, pad2;
 };
 _Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
-_Static_assert(sizeof(struct statx) == 256, "statx on the wire");
+_Static_assert(sizeof(struct statx) == sizeof(struct lat_statx), "statx on the wire");
 
 /* ---- the connection ---- */
 
@@ -320,25 +321,12 @@ long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int n
     return call(type, a, out, nout, in, nin, got);
 }
 
-static long call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2)
-{
-    int64_t a[4] = { a0, a1, a2, 0 };
-    return call(type, a, NULL, 0, NULL, 0, NULL);
-}
-
-/* A call whose only request data is a path; reply data into in. */
-static long call_path(uint16_t type, int64_t a0, int64_t a1, int64_t a2, const char *path,
-                      void *in, size_t inlen, size_t *got)
-{
-    int64_t a[4] = { a0, a1, a2, 0 };
-    struct iovec o = { (void *)path, strlen(path) + 1 };
-    struct iovec i = { in, inlen };
-    return call(type, a, &o, 1, &i, in ? 1 : 0, got);
-}
-
+/* The calls themselves are encoded by the stubs generated from
+ * lattice/fwd_posix.h (fwd.c), over ship_call(); only the chunked and
+ * rendezvous reads and writes below build their requests here. */
 static long rclose(int remote)
 {
-    return call0(LAT_SYS_CLOSE, remote, 0, 0);
+    return fwd_close(remote);
 }
 
 /* ---- chunked reads and writes ---- */
@@ -487,8 +475,7 @@ static int by_path(struct cnk_call *c, long dirfd, const char *path, int *rd, lo
 
 static long open_ship(int rd, const char *path, int flags, int mode)
 {
-    long r = call_path(LAT_SYS_OPENAT, rd, flags, NEEDS_MODE(flags) ? mode : 0, path, NULL, 0,
-                       NULL);
+    long r = fwd_openat(rd, flags, NEEDS_MODE(flags) ? mode : 0, path);
     if (r < 0)
         return r;
     int fd = fd_install((int)r, flags & O_CLOEXEC, 0);
@@ -622,7 +609,7 @@ static long rwv2(struct cnk_call *c, int wr)
         return answered(c, -EOPNOTSUPP);
     ret = rwv(c, wr, c->a[3] < -1 ? -2 : c->a[3]);
     if (ret >= 0 && wr && (flags & (RWF_DSYNC | RWF_SYNC))) {
-        long s = call0(flags & RWF_SYNC ? LAT_SYS_FSYNC : LAT_SYS_FDATASYNC, r, 0, 0);
+        long s = flags & RWF_SYNC ? fwd_fsync(r) : fwd_fdatasync(r);
         if (s < 0)
             ret = s;
     }
@@ -639,7 +626,7 @@ long sys_lseek(struct cnk_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return shipped(c, call0(LAT_SYS_LSEEK, r, c->a[1], (int)c->a[2]));
+    return shipped(c, fwd_lseek(r, c->a[1], (int)c->a[2]));
 }
 
 /* ---- for the loader and file-backed mappings ---- */
@@ -721,15 +708,12 @@ static long fstatat_ship(int rd, const char *path, int flags, void *buf)
 {
     struct lat_stat w;
     struct kstat k;
-    size_t got;
 
     if (!buf)
         return -EFAULT;
-    long r = call_path(LAT_SYS_FSTATAT, rd, flags, 0, path, &w, sizeof w, &got);
+    long r = fwd_fstatat(rd, flags, path, &w);
     if (r < 0)
         return r;
-    if (got != sizeof w)
-        return -EIO;
     stat_from_wire(&w, &k);
     memcpy(buf, &k, sizeof k);
     return 0;
@@ -778,18 +762,13 @@ long sys_statx(struct cnk_call *c)
     int flags = (int)c->a[2], rd;
     const char *path = empty_ok(PATH(1), flags);
     void *buf = (void *)c->a[4];
-    size_t got;
     long ret;
 
     if (!by_path(c, c->a[0], path, &rd, &ret))
         return ret;
     if (!buf)
         return shipped(c, -EFAULT);
-    ret = call_path(LAT_SYS_STATX, rd, flags, (unsigned)c->a[3], path, buf, sizeof(struct statx),
-                    &got);
-    if (ret >= 0 && got != sizeof(struct statx))
-        ret = -EIO;
-    return shipped(c, ret);
+    return shipped(c, fwd_statx(rd, flags, (int)c->a[3], path, buf));
 }
 
 static void statfs_from_wire(const struct lat_statfs *w, void *buf)
@@ -811,12 +790,10 @@ static void statfs_from_wire(const struct lat_statfs *w, void *buf)
     memcpy(buf, &k, sizeof k);
 }
 
-static long statfs_reply(long r, size_t got, const struct lat_statfs *w, void *buf)
+static long statfs_reply(long r, const struct lat_statfs *w, void *buf)
 {
     if (r < 0)
         return r;
-    if (got != sizeof *w)
-        return -EIO;
     statfs_from_wire(w, buf);
     return 0;
 }
@@ -824,7 +801,6 @@ static long statfs_reply(long r, size_t got, const struct lat_statfs *w, void *b
 long sys_statfs(struct cnk_call *c)
 {
     struct lat_statfs w;
-    size_t got;
     int rd;
     long ret;
 
@@ -832,16 +808,12 @@ long sys_statfs(struct cnk_call *c)
         return ret;
     if (!c->a[1])
         return shipped(c, -EFAULT);
-    ret = call_path(LAT_SYS_STATFS, 0, 0, 0, PATH(0), &w, sizeof w, &got);
-    return shipped(c, statfs_reply(ret, got, &w, (void *)c->a[1]));
+    return shipped(c, statfs_reply(fwd_statfs(PATH(0), &w), &w, (void *)c->a[1]));
 }
 
 long sys_fstatfs(struct cnk_call *c)
 {
     struct lat_statfs w;
-    int64_t a[4] = { 0, 0, 0, 0 };
-    struct iovec in = { &w, sizeof w };
-    size_t got;
     long ret;
     int r;
 
@@ -849,9 +821,7 @@ long sys_fstatfs(struct cnk_call *c)
         return ret;
     if (!c->a[1])
         return shipped(c, -EFAULT);
-    a[0] = r;
-    ret = call(LAT_SYS_FSTATFS, a, NULL, 0, &in, 1, &got);
-    return shipped(c, statfs_reply(ret, got, &w, (void *)c->a[1]));
+    return shipped(c, statfs_reply(fwd_fstatfs(r, &w), &w, (void *)c->a[1]));
 }
 
 /* ---- access, readlink ---- */
@@ -863,7 +833,7 @@ static long do_access(struct cnk_call *c, long dirfd, const char *path, int mode
 
     if (!by_path(c, dirfd, path, &rd, &ret))
         return ret;
-    return shipped(c, call_path(LAT_SYS_FACCESSAT, rd, mode, flags, path, NULL, 0, NULL));
+    return shipped(c, fwd_faccessat(rd, mode, flags, path));
 }
 
 long sys_access(struct cnk_call *c) { return do_access(c, AT_FDCWD, PATH(0), (int)c->a[1], 0); }
@@ -876,7 +846,6 @@ long sys_faccessat2(struct cnk_call *c)
 static long do_readlink(struct cnk_call *c, long dirfd, const char *path, char *buf, long size)
 {
     int rd;
-    size_t got;
     long ret;
 
     if (!by_path(c, dirfd, path, &rd, &ret))
@@ -884,8 +853,7 @@ static long do_readlink(struct cnk_call *c, long dirfd, const char *path, char *
     if ((int)size <= 0)
         return shipped(c, -EINVAL);
     size_t cap = MIN((size_t)(int)size, (size_t)LAT_MAX_IO);
-    ret = call_path(LAT_SYS_READLINKAT, rd, (int64_t)cap, 0, path, buf, cap, &got);
-    return shipped(c, ret < 0 ? ret : (long)got);
+    return shipped(c, fwd_readlinkat(rd, path, buf, (int64_t)cap));
 }
 
 long sys_readlink(struct cnk_call *c)
@@ -906,7 +874,7 @@ static long do_unlinkat(struct cnk_call *c, long dirfd, const char *path, int fl
 
     if (!by_path(c, dirfd, path, &rd, &ret))
         return ret;
-    return shipped(c, call_path(LAT_SYS_UNLINKAT, rd, flags, 0, path, NULL, 0, NULL));
+    return shipped(c, fwd_unlinkat(rd, flags, path));
 }
 
 long sys_unlink(struct cnk_call *c) { return do_unlinkat(c, AT_FDCWD, PATH(0), 0); }
@@ -940,9 +908,7 @@ static long do_rename(struct cnk_call *c, long od, const char *old, long nd, con
 
     if (!two_names(c, od, old, nd, new, &ro, &rn, &ret))
         return ret;
-    int64_t a[4] = { ro, rn, flags, 0 };
-    struct iovec out[2] = { { (void *)old, strlen(old) + 1 }, { (void *)new, strlen(new) + 1 } };
-    return shipped(c, call(LAT_SYS_RENAMEAT, a, out, 2, NULL, 0, NULL));
+    return shipped(c, fwd_renameat(ro, rn, (int)flags, old, new));
 }
 
 long sys_rename(struct cnk_call *c)
@@ -967,7 +933,7 @@ static long do_mkdirat(struct cnk_call *c, long dirfd, const char *path, int mod
 
     if (!by_path(c, dirfd, path, &rd, &ret))
         return ret;
-    return shipped(c, call_path(LAT_SYS_MKDIRAT, rd, mode, 0, path, NULL, 0, NULL));
+    return shipped(c, fwd_mkdirat(rd, mode, path));
 }
 
 long sys_mkdir(struct cnk_call *c) { return do_mkdirat(c, AT_FDCWD, PATH(0), (int)c->a[1]); }
@@ -1033,10 +999,8 @@ long sys_getdents64(struct cnk_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    int64_t a[4] = { r, MIN(count, LAT_MAX_IO), 0, 0 };
-    struct iovec in = { (void *)c->a[1], MIN(count, LAT_MAX_IO) };
     /* records arrive as the I/O node's getdents64 wrote them */
-    return shipped(c, call(LAT_SYS_GETDENTS64, a, NULL, 0, &in, 1, NULL));
+    return shipped(c, fwd_getdents64(r, (void *)c->a[1], MIN(count, LAT_MAX_IO)));
 }
 
 long sys_truncate(struct cnk_call *c)
@@ -1046,26 +1010,29 @@ long sys_truncate(struct cnk_call *c)
 
     if (!by_path(c, AT_FDCWD, PATH(0), &rd, &ret))
         return ret;
-    return shipped(c, call_path(LAT_SYS_TRUNCATE, 0, c->a[1], 0, PATH(0), NULL, 0, NULL));
+    return shipped(c, fwd_truncate(PATH(0), c->a[1]));
 }
 
-static long fd_call(struct cnk_call *c, uint16_t type, int64_t a1)
+/* A call on a descriptor with one more integer argument (fn2) or none (fn1). */
+static long fd_call(struct cnk_call *c, int64_t (*fn1)(int), int64_t (*fn2)(int, int64_t), int64_t a1)
 {
     int r;
     long ret;
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return shipped(c, call0(type, r, a1, 0));
+    return shipped(c, fn1 ? fn1(r) : fn2(r, a1));
 }
 
-long sys_ftruncate(struct cnk_call *c) { return fd_call(c, LAT_SYS_FTRUNCATE, c->a[1]); }
-long sys_fsync(struct cnk_call *c) { return fd_call(c, LAT_SYS_FSYNC, 0); }
-long sys_fdatasync(struct cnk_call *c) { return fd_call(c, LAT_SYS_FDATASYNC, 0); }
-long sys_fchmod(struct cnk_call *c) { return fd_call(c, LAT_SYS_FCHMOD, (int)c->a[1]); }
+static int64_t fchmod2(int fd, int64_t mode) { return fwd_fchmod(fd, (int)mode); }
+
+long sys_ftruncate(struct cnk_call *c) { return fd_call(c, NULL, fwd_ftruncate, c->a[1]); }
+long sys_fsync(struct cnk_call *c) { return fd_call(c, fwd_fsync, NULL, 0); }
+long sys_fdatasync(struct cnk_call *c) { return fd_call(c, fwd_fdatasync, NULL, 0); }
+long sys_fchmod(struct cnk_call *c) { return fd_call(c, NULL, fchmod2, (int)c->a[1]); }
 /* A local directory cannot become the I/O node's cwd: fchdir on one
  * changes only the unused local cwd, as in libcnclient. */
-long sys_fchdir(struct cnk_call *c) { return fd_call(c, LAT_SYS_FCHDIR, 0); }
+long sys_fchdir(struct cnk_call *c) { return fd_call(c, fwd_fchdir, NULL, 0); }
 
 /* ---- descriptors: dup, fcntl ---- */
 
@@ -1087,7 +1054,7 @@ long sys_dup(struct cnk_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return shipped(c, install_new(call0(LAT_SYS_DUP, r, 0, 0), 0, 0));
+    return shipped(c, install_new(fwd_dup(r), 0, 0));
 }
 
 /* A local descriptor dup'ed over a shipped one: the kernel replaced the
@@ -1123,7 +1090,7 @@ static long dup_to(struct cnk_call *c, int is_dup3)
     }
     if (o == ROUTE_LOCAL)
         return dup_local(c, newfd, n == ROUTE_SHIP);
-    long nr = call0(LAT_SYS_DUP, ro, 0, 0);
+    long nr = fwd_dup(ro);
     if (nr < 0)
         return shipped(c, nr);
     long ret = fd_install_at((int)nr, flags & O_CLOEXEC, newfd, &old);
@@ -1153,12 +1120,12 @@ long sys_fcntl(struct cnk_call *c)
         return answered(c, 0);
     case F_GETFL:
     case F_SETFL:
-        return shipped(c, call0(LAT_SYS_FCNTL, r, cmd, cmd == F_SETFL ? (int)arg : 0));
+        return shipped(c, fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0));
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         if (arg < 0 || arg > INT32_MAX)
             return answered(c, -EINVAL);
-        return shipped(c, install_new(call0(LAT_SYS_DUP, r, 0, 0), cmd == F_DUPFD_CLOEXEC,
+        return shipped(c, install_new(fwd_dup(r), cmd == F_DUPFD_CLOEXEC,
                                       (int)arg));
     case F_GETLK:
     case F_SETLK:
@@ -1216,19 +1183,16 @@ long sys_chdir(struct cnk_call *c)
         return local(c);
     if (strnlen(path, LAT_MAX_PATH) >= LAT_MAX_PATH)
         return answered(c, -ENAMETOOLONG);
-    return shipped(c, call_path(LAT_SYS_CHDIR, 0, 0, 0, path, NULL, 0, NULL));
+    return shipped(c, fwd_chdir(path));
 }
 
 /* The system call's contract: the length with the NUL, ERANGE if short. */
 long sys_getcwd(struct cnk_call *c)
 {
     size_t cap = MIN((size_t)c->a[1], (size_t)LAT_MAX_IO);
-    int64_t a[4] = { (int64_t)cap, 0, 0, 0 };
-    struct iovec in = { (void *)c->a[0], cap };
-    size_t got;
-    long ret = call(LAT_SYS_GETCWD, a, NULL, 0, &in, 1, &got);
+    long ret = fwd_getcwd((char *)c->a[0], (int64_t)cap);
 
-    if (ret > 0 && (got != (size_t)ret || ((char *)c->a[0])[got - 1] != '\0'))
+    if (ret > 0 && ((size_t)ret > cap || ((char *)c->a[0])[ret - 1] != '\0'))
         ret = -EIO;
     return shipped(c, ret);
 }
@@ -1237,7 +1201,7 @@ long sys_getcwd(struct cnk_call *c)
 long sys_umask(struct cnk_call *c)
 {
     long mine = ksys1(__NR_umask, c->a[0] & 0777);
-    long old = call0(LAT_SYS_UMASK, c->a[0] & 0777, 0, 0);
+    long old = fwd_umask(c->a[0] & 0777);
 
     return shipped(c, old < 0 ? mine : old);
 }
@@ -1249,7 +1213,7 @@ static long do_fchmodat(struct cnk_call *c, long dirfd, const char *path, int mo
 
     if (!by_path(c, dirfd, path, &rd, &ret))
         return ret;
-    return shipped(c, call_path(LAT_SYS_FCHMODAT, rd, mode, 0, path, NULL, 0, NULL));
+    return shipped(c, fwd_fchmodat(rd, mode, 0, path));
 }
 
 long sys_chmod(struct cnk_call *c) { return do_fchmodat(c, AT_FDCWD, PATH(0), (int)c->a[1]); }
@@ -1263,9 +1227,7 @@ static long utimens_ship(int rd, const char *path, const void *times, int flags)
     if (t)
         for (int i = 0; i < 2; i++)
             w[i] = (struct lat_timespec){ t[2 * i], t[2 * i + 1] };
-    int64_t a[4] = { rd, flags, t != NULL, 0 };
-    struct iovec out[2] = { { w, sizeof w }, { (void *)path, strlen(path) + 1 } };
-    return call(LAT_SYS_UTIMENSAT, a, out, 2, NULL, 0, NULL);
+    return fwd_utimensat(rd, flags, t != NULL, w, path);
 }
 
 /* A NULL path means the descriptor itself (futimens). */
@@ -1326,7 +1288,7 @@ static void end_unread(struct end *e, long n)
     if (e->off)
         *e->off -= n;
     else if (e->remote >= 0)
-        call0(LAT_SYS_LSEEK, e->remote, -n, 1 /* SEEK_CUR */);
+        fwd_lseek(e->remote, -n, 1 /* SEEK_CUR */);
     else
         ksys3(__NR_lseek, e->fd, -n, 1 /* SEEK_CUR */);
 }
@@ -1472,7 +1434,7 @@ long ship_exec_open(int dirfd, const char *path, int flags, int *owned)
         if (r == 0)
             r = ksys4(__NR_openat, dirfd, path, O_RDONLY | O_CLOEXEC | nofollow, 0);
     } else {
-        r = call_path(LAT_SYS_FACCESSAT, rd, 1 /* X_OK */, 0, path, NULL, 0, NULL);
+        r = fwd_faccessat(rd, 1 /* X_OK */, 0, path);
         if (r == 0)
             r = open_ship(rd, path, O_RDONLY | O_CLOEXEC | nofollow, 0);
     }

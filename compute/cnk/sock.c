@@ -25,6 +25,7 @@
 #include <linux/fcntl.h>
 #include <linux/uio.h>
 
+#include <lattice/fwd_posix.h>
 #include <lattice/wire.h>
 
 #include "cnk.h"
@@ -201,14 +202,6 @@ static int sockopt(int fd, int level, int name)
     return ksys5(__NR_getsockopt, fd, level, name, &v, &len) < 0 ? -1 : v;
 }
 
-static long call4(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
-                  const void *out, size_t outlen, void *in, size_t inlen, size_t *got)
-{
-    int64_t a[4] = { a0, a1, a2, a3 };
-    struct iovec o = { (void *)out, outlen }, i = { in, inlen };
-    return ship_call(type, a, &o, out ? 1 : 0, &i, in ? 1 : 0, got);
-}
-
 /* Make local socket fd a shipped one (module comment).  0 or -errno. */
 static long ship_socket(int fd)
 {
@@ -220,8 +213,7 @@ static long ship_socket(int fd)
 
     if (ksys3(__NR_getsockname, fd, bound, &blen) < 0)
         blen = 0;
-    long r = call4(LAT_SYS_SOCKET, dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK_ : 0),
-                   proto, 0, NULL, 0, NULL, 0, NULL);
+    long r = fwd_socket(dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK_ : 0), proto);
     if (r < 0)
         return r;
     static const int opts[][2] = { { SOL_SOCKET_, SO_REUSEADDR_ }, { SOL_SOCKET_, SO_REUSEPORT_ },
@@ -230,12 +222,12 @@ static long ship_socket(int fd)
     for (unsigned i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         int v = sockopt(fd, opts[i][0], opts[i][1]);
         if (v > 0)
-            call4(LAT_SYS_SETSOCKOPT, r, opts[i][0], opts[i][1], 0, &v, sizeof v, NULL, 0, NULL);
+            fwd_setsockopt((int)r, opts[i][0], opts[i][1], &v, sizeof v);
     }
     int old;
     long f = fd_install_at((int)r, fdfl > 0 && (fdfl & FD_CLOEXEC), fd, &old);  /* closes ours */
     if (f < 0) {
-        call4(LAT_SYS_CLOSE, r, 0, 0, 0, NULL, 0, NULL, 0, NULL);
+        fwd_close((int)r);
         return f;
     }
     /* a bound port (UDP bind before sending) moves with the socket */
@@ -243,7 +235,7 @@ static long ship_socket(int fd)
     if (blen >= 4)
         memcpy(&port, bound + 2, 2);
     if (port)
-        return call4(LAT_SYS_BIND, r, 0, 0, 0, bound, (size_t)blen, NULL, 0, NULL) < 0 ? -EADDRINUSE : 0;
+        return fwd_bind((int)r, bound, (uint32_t)blen) < 0 ? -EADDRINUSE : 0;
     return 0;
 }
 
@@ -277,17 +269,24 @@ static void nap(void)
     ksys2(__NR_nanosleep, &t, NULL);
 }
 
-/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT. */
+/* How long ciod may wait on the program's behalf: a slice if other
+ * threads may need the connection, else until done. */
+static int wait_ms(void)
+{
+    return thread_alive() > 1 ? SLICE_MS : -1;
+}
+
+/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT.  The
+ * vectored SENDMSG and RECVMSG (docs/protocol.md 6.1) build their requests
+ * here: the generated stubs take one buffer. */
 static long call_wait(uint16_t type, int64_t a[4], int w, const struct iovec *out, int nout,
                       const struct iovec *in, int nin, size_t *got)
 {
     for (;;) {
-        a[w] = thread_alive() > 1 ? SLICE_MS : -1;
+        a[w] = wait_ms();
         long r = ship_call(type, a, out, nout, in, nin, got);
         if (r != -LAT_ERR_WAIT)
             return r;
-        if (type == LAT_SYS_CONNECT)
-            a[2] = 1;           /* resume the connect in progress */
         nap();
     }
 }
@@ -387,9 +386,12 @@ long sock_connect(struct cnk_call *c)
         return local(c);
     if (c->a[2] < 2 || c->a[2] > LAT_MAX_SOCKADDR)
         return shipped(c, -EINVAL);
-    int64_t a[4] = { r, 0, 0, 0 };
-    struct iovec o = { (void *)c->a[1], (size_t)c->a[2] };
-    return shipped(c, call_wait(LAT_SYS_CONNECT, a, 1, &o, 1, NULL, 0, NULL));
+    for (int resume = 0;; resume = 1) {     /* the second time: the connect in progress */
+        long rc = fwd_connect(r, wait_ms(), resume, (const void *)c->a[1], (uint32_t)c->a[2]);
+        if (rc != -LAT_ERR_WAIT)
+            return shipped(c, rc);
+        nap();
+    }
 }
 
 /* Calls on a descriptor that is either shipped or local, never decided by them. */
@@ -412,7 +414,7 @@ long sock_bind(struct cnk_call *c)
         return ret;
     if (c->a[2] < 2 || c->a[2] > LAT_MAX_SOCKADDR)
         return shipped(c, -EINVAL);
-    return shipped(c, call4(LAT_SYS_BIND, r, 0, 0, 0, (void *)c->a[1], (size_t)c->a[2], NULL, 0, NULL));
+    return shipped(c, fwd_bind(r, (const void *)c->a[1], (uint32_t)c->a[2]));
 }
 
 /* Servers stay on the node: a listening socket is local for good. */
@@ -543,7 +545,7 @@ long sock_shutdown(struct cnk_call *c)
 
     if (!route(c, &r, &ret))
         return ret;
-    return shipped(c, call4(LAT_SYS_SHUTDOWN, r, c->a[1], 0, 0, NULL, 0, NULL, 0, NULL));
+    return shipped(c, fwd_shutdown(r, (int)c->a[1]));
 }
 
 long sock_setsockopt(struct cnk_call *c)
@@ -555,8 +557,7 @@ long sock_setsockopt(struct cnk_call *c)
         return ret;
     if (c->a[4] < 0 || c->a[4] > LAT_MAX_SOCKOPT)
         return shipped(c, -EINVAL);
-    return shipped(c, call4(LAT_SYS_SETSOCKOPT, r, c->a[1], c->a[2], 0, (void *)c->a[3],
-                            (size_t)c->a[4], NULL, 0, NULL));
+    return shipped(c, fwd_setsockopt(r, (int)c->a[1], (int)c->a[2], (const void *)c->a[3], (uint32_t)c->a[4]));
 }
 
 long sock_getsockopt(struct cnk_call *c)
@@ -569,7 +570,7 @@ long sock_getsockopt(struct cnk_call *c)
     if (!len || *len < 0)
         return shipped(c, -EINVAL);
     int want = *len > (int)LAT_MAX_SOCKOPT ? (int)LAT_MAX_SOCKOPT : *len;
-    ret = call4(LAT_SYS_GETSOCKOPT, r, c->a[1], c->a[2], want, NULL, 0, (void *)c->a[3], (size_t)want, NULL);
+    ret = fwd_getsockopt(r, (int)c->a[1], (int)c->a[2], (void *)c->a[3], (uint32_t)want);
     if (ret >= 0) {
         *len = (int)ret;
         ret = 0;
@@ -577,7 +578,7 @@ long sock_getsockopt(struct cnk_call *c)
     return shipped(c, ret);
 }
 
-static long name_call(struct cnk_call *c, uint16_t type)
+static long name_call(struct cnk_call *c, int64_t (*fn)(int, void *))
 {
     int r, *len = (int *)c->a[2];
     uint8_t sa[LAT_MAX_SOCKADDR];
@@ -587,7 +588,7 @@ static long name_call(struct cnk_call *c, uint16_t type)
         return ret;
     if (!len || *len < 0)
         return shipped(c, -EINVAL);
-    ret = call4(type, r, 0, 0, 0, NULL, 0, sa, sizeof sa, NULL);
+    ret = fn(r, sa);
     if (ret >= 0) {
         memcpy((void *)c->a[1], sa, ret < *len ? (size_t)ret : (size_t)*len);
         *len = (int)ret;
@@ -596,8 +597,8 @@ static long name_call(struct cnk_call *c, uint16_t type)
     return shipped(c, ret);
 }
 
-long sock_getsockname(struct cnk_call *c) { return name_call(c, LAT_SYS_GETSOCKNAME); }
-long sock_getpeername(struct cnk_call *c) { return name_call(c, LAT_SYS_GETPEERNAME); }
+long sock_getsockname(struct cnk_call *c) { return name_call(c, fwd_getsockname); }
+long sock_getpeername(struct cnk_call *c) { return name_call(c, fwd_getpeername); }
 
 /* ---- poll over shipped and local descriptors ---- */
 
@@ -642,9 +643,7 @@ static long mixed_poll(struct kpollfd *p, unsigned long n, long ms, int *any_shi
         if (left < 0 && end >= 0)
             left = 0;
         long w = nl ? 0 : (nlocal || thread_alive() > 1) ? (left < 0 || left > SLICE_MS ? SLICE_MS : left) : left;
-        int64_t a[4] = { ns, w, 0, 0 };
-        struct iovec io = { rp, (size_t)ns * sizeof rp[0] };
-        long rs = ship_call(LAT_SYS_POLL, a, &io, 1, &io, 1, NULL);
+        long rs = fwd_poll(rp, (uint32_t)ns, (int)w);
         if (rs < 0 && rs != -EINTR) {
             ready = rs;
             break;

@@ -10,6 +10,7 @@
  *   dir.c      DIR streams over shipped getdents64
  *   stdio.c    FILE streams over shipped descriptors; stdin/stdout/stderr
  *   misc.c     names (unlink, rename, mkdir...), cwd, umask, realpath, temp files
+ *   fwd.c      the encoding stubs fwd_*() generated from lattice/fwd_posix.h
  *
  * Every interposed function starts with lat_active(): when LATTICE_IO_FD is
  * not set, the library is inert and every call goes straight to libc.
@@ -22,6 +23,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <lattice/fwd_posix.h>
 #include <lattice/wire.h>
 
 #define LAT_HIDDEN __attribute__((visibility("hidden")))

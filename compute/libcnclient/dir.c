@@ -102,13 +102,11 @@ static struct dirent64 *next_entry(struct lat_dir *ld)
             lat_fail(EBADF);
             return NULL;
         }
-        size_t got;
-        struct iovec in = { ld->buf, sizeof ld->buf };
-        int64_t n = lat_call(LAT_SYS_GETDENTS64, r, sizeof ld->buf, 0, 0, NULL, 0, &in, 1, &got);
+        int64_t n = fwd_getdents64(r, ld->buf, sizeof ld->buf);
         if (n <= 0)
             return NULL;
         ld->pos = 0;
-        ld->len = got;
+        ld->len = (size_t)n;
     }
     const char *rec = ld->buf + ld->pos;
     struct dirent64 head;
@@ -240,10 +238,7 @@ ssize_t getdents64(int fd, void *buf, size_t n)
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP: {
         size_t cap = n > LAT_MAX_IO ? LAT_MAX_IO : n;
-        struct iovec in = { buf, cap };
-        size_t got;
-        int64_t ret = lat_call(LAT_SYS_GETDENTS64, r, (int64_t)cap, 0, 0, NULL, 0, &in, 1, &got);
-        return ret < 0 ? -1 : (ssize_t)got;
+        return (ssize_t)fwd_getdents64(r, buf, cap);
     }
     case LAT_HIDE:
         return lat_fail(EBADF);

@@ -38,7 +38,7 @@ int lat_ship_close(int rfd)
 {
     if (lat_forked())
         return 0;  /* the parent still owns it */
-    return (int)lat_call0(LAT_SYS_CLOSE, rfd, 0, 0);
+    return (int)fwd_close(rfd);
 }
 
 /* Copy the part [skip, skip+len) of iov into out (at most IOV_MAX entries). */
@@ -112,8 +112,7 @@ ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off
 
 static int ship_open(int rdirfd, const char *path, int flags, mode_t mode)
 {
-    int64_t r = lat_call_path(LAT_SYS_OPENAT, rdirfd, flags, NEEDS_MODE(flags) ? mode : 0, path,
-                              NULL, 0, NULL);
+    int64_t r = fwd_openat(rdirfd, flags, NEEDS_MODE(flags) ? (int)mode : 0, path);
     if (r < 0)
         return -1;
     return lat_fd_install((int)r, flags & O_CLOEXEC, 0);
@@ -387,7 +386,7 @@ static off_t do_lseek(int fd, off_t off, int whence)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (off_t)lat_call0(LAT_SYS_LSEEK, r, off, whence);
+        return (off_t)fwd_lseek(r, off, whence);
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -404,7 +403,7 @@ static int do_ftruncate(int fd, off_t len)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)lat_call0(LAT_SYS_FTRUNCATE, r, len, 0);
+        return (int)fwd_ftruncate(r, len);
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -421,7 +420,7 @@ static int do_truncate(const char *path, off_t len)
     int rd;
     switch (lat_path_route(AT_FDCWD, path, &rd)) {
     case LAT_SHIP:
-        return (int)lat_call_path(LAT_SYS_TRUNCATE, 0, len, 0, path, NULL, 0, NULL);
+        return (int)fwd_truncate(path, len);
     case LAT_LOCAL:
         return REAL(truncate)(path, len);
     default:
@@ -432,29 +431,29 @@ static int do_truncate(const char *path, off_t len)
 int truncate(const char *path, off_t len) { return do_truncate(path, len); }
 int truncate64(const char *path, off64_t len) { return do_truncate(path, len); }
 
-static int do_sync(int fd, uint16_t type)
+static int do_sync(int fd, int data_only)
 {
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)lat_call0(type, r, 0, 0);
+        return (int)(data_only ? fwd_fdatasync(r) : fwd_fsync(r));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
         break;
     }
-    return type == LAT_SYS_FSYNC ? REAL(fsync)(fd) : REAL(fdatasync)(fd);
+    return data_only ? REAL(fdatasync)(fd) : REAL(fsync)(fd);
 }
 
-int fsync(int fd) { return do_sync(fd, LAT_SYS_FSYNC); }
-int fdatasync(int fd) { return do_sync(fd, LAT_SYS_FDATASYNC); }
+int fsync(int fd) { return do_sync(fd, 0); }
+int fdatasync(int fd) { return do_sync(fd, 1); }
 
 /* ---- dup family ---- */
 
 /* A new remote descriptor sharing r's open file (and offset). */
 static int ship_dup(int r, int cx, int minfd)
 {
-    int64_t nr = lat_call0(LAT_SYS_DUP, r, 0, 0);
+    int64_t nr = fwd_dup(r);
     if (nr < 0)
         return -1;
     return lat_fd_install((int)nr, cx, minfd);
@@ -493,7 +492,7 @@ static int do_dup3(int oldfd, int newfd, int flags, int is_dup2)
         return REAL(dup2)(oldfd, newfd);
     }
     if (o == LAT_SHIP) {
-        int64_t nr = lat_call0(LAT_SYS_DUP, ro, 0, 0);
+        int64_t nr = fwd_dup(ro);
         if (nr < 0)
             return -1;
         return lat_fd_install_at((int)nr, flags & O_CLOEXEC, newfd);
@@ -519,7 +518,7 @@ static int ship_fcntl(int fd, int r, int cmd, long arg)
         return 0;
     case F_GETFL:
     case F_SETFL:
-        return (int)lat_call0(LAT_SYS_FCNTL, r, cmd, cmd == F_SETFL ? (int)arg : 0);
+        return (int)fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0);
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         if (arg < 0 || arg >= (long)lat_fd_limit())

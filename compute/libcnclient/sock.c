@@ -194,13 +194,6 @@ static int sockopt(int fd, int level, int name)
     return syscall(SYS_getsockopt, fd, level, name, &v, &len) < 0 ? -1 : v;
 }
 
-static int64_t call4(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
-                     const void *out, size_t outlen, void *in, size_t inlen, size_t *got)
-{
-    struct iovec o = { (void *)out, outlen }, i = { in, inlen };
-    return lat_call(type, a0, a1, a2, a3, &o, out ? 1 : 0, &i, in ? 1 : 0, got);
-}
-
 /* Make local socket fd a shipped one (module comment).  0 or -1/errno. */
 static int ship_socket(int fd)
 {
@@ -212,8 +205,7 @@ static int ship_socket(int fd)
 
     if (syscall(SYS_getsockname, fd, &bound, &blen) < 0)
         blen = 0;
-    int64_t r = call4(LAT_SYS_SOCKET, dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK : 0),
-                      proto, 0, NULL, 0, NULL, 0, NULL);
+    int64_t r = fwd_socket(dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK : 0), proto);
     if (r < 0)
         return -1;
     static const int opts[][2] = { { SOL_SOCKET, SO_REUSEADDR }, { SOL_SOCKET, SO_REUSEPORT },
@@ -222,7 +214,7 @@ static int ship_socket(int fd)
     for (unsigned i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         int v = sockopt(fd, opts[i][0], opts[i][1]);
         if (v > 0)
-            call4(LAT_SYS_SETSOCKOPT, r, opts[i][0], opts[i][1], 0, &v, sizeof v, NULL, 0, NULL);
+            fwd_setsockopt((int)r, opts[i][0], opts[i][1], &v, sizeof v);
     }
     /* replaces (closes) the local socket; on failure closes the remote one */
     if (lat_fd_install_at((int)r, fdfl > 0 && (fdfl & FD_CLOEXEC), fd) < 0)
@@ -231,7 +223,7 @@ static int ship_socket(int fd)
     in_port_t port = 0;
     if (blen >= 4)
         memcpy(&port, (char *)&bound + 2, 2);
-    if (port && call4(LAT_SYS_BIND, r, 0, 0, 0, &bound, blen, NULL, 0, NULL) < 0)
+    if (port && fwd_bind((int)r, &bound, blen) < 0)
         return lat_fail(EADDRINUSE);
     return 0;
 }
@@ -271,9 +263,20 @@ static void nap(void)
     nanosleep(&t, NULL);
 }
 
-/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT.  The first
- * try waits one slice (no thread count on the fast path); after that a
- * process with one thread waits until done. */
+/* The wait of the next try after ciod said LAT_ERR_WAIT: the first try
+ * waits one slice (no thread count on the fast path); after that a process
+ * with one thread waits until done. */
+static int next_wait(void)
+{
+    int w = multithreaded() ? SLICE_MS : -1;
+    if (w > 0)
+        nap();
+    return w;
+}
+
+/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT.  The
+ * vectored SENDMSG and RECVMSG build their requests here: the generated
+ * stubs (lattice/fwd_posix.h) take one buffer. */
 static int64_t call_wait(uint16_t type, int64_t a[4], int w, const struct iovec *out, int nout,
                          const struct iovec *in, int nin, size_t *got)
 {
@@ -282,11 +285,7 @@ static int64_t call_wait(uint16_t type, int64_t a[4], int w, const struct iovec 
         int64_t r = lat_call(type, a[0], a[1], a[2], a[3], out, nout, in, nin, got);
         if (r >= 0 || errno != LAT_ERR_WAIT)
             return r;
-        if (type == LAT_SYS_CONNECT)
-            a[2] = 1;           /* resume the connect in progress */
-        a[w] = multithreaded() ? SLICE_MS : -1;
-        if (a[w] > 0)
-            nap();
+        a[w] = next_wait();
     }
 }
 
@@ -396,9 +395,11 @@ int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
         return REAL(connect)(fd, addr, len);
     if (len < 2 || len > LAT_MAX_SOCKADDR)
         return lat_fail(EINVAL);
-    int64_t a[4] = { r, 0, 0, 0 };
-    struct iovec o = { (void *)SA(addr), len };
-    return (int)call_wait(LAT_SYS_CONNECT, a, 1, &o, 1, NULL, 0, NULL);
+    for (int w = SLICE_MS, resume = 0;; w = next_wait(), resume = 1) {   /* then: the connect in progress */
+        int64_t rc = fwd_connect(r, w, resume, SA(addr), len);
+        if (rc >= 0 || errno != LAT_ERR_WAIT)
+            return (int)rc;
+    }
 }
 
 /* Calls on a descriptor that is shipped or local, never decided by them:
@@ -423,7 +424,7 @@ int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
         return sh < 0 ? -1 : REAL(bind)(fd, addr, len);
     if (len < 2 || len > LAT_MAX_SOCKADDR)
         return lat_fail(EINVAL);
-    return (int)call4(LAT_SYS_BIND, r, 0, 0, 0, SA(addr), len, NULL, 0, NULL);
+    return (int)fwd_bind(r, SA(addr), len);
 }
 
 /* Servers stay on the node: a listening socket is local for good. */
@@ -590,7 +591,7 @@ int shutdown(int fd, int how)
 
     if (sh <= 0)
         return sh < 0 ? -1 : REAL(shutdown)(fd, how);
-    return (int)call4(LAT_SYS_SHUTDOWN, r, how, 0, 0, NULL, 0, NULL, 0, NULL);
+    return (int)fwd_shutdown(r, how);
 }
 
 int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
@@ -601,7 +602,7 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
         return sh < 0 ? -1 : REAL(setsockopt)(fd, level, name, val, len);
     if (len > LAT_MAX_SOCKOPT)
         return lat_fail(EINVAL);
-    return (int)call4(LAT_SYS_SETSOCKOPT, r, level, name, 0, val ? val : "", val ? len : 0, NULL, 0, NULL);
+    return (int)fwd_setsockopt(r, level, name, val ? val : "", val ? len : 0);
 }
 
 int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
@@ -613,14 +614,14 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
     if (lat_is_null(len) || (int)*len < 0)
         return lat_fail(EINVAL);
     socklen_t want = *len > LAT_MAX_SOCKOPT ? LAT_MAX_SOCKOPT : *len;
-    int64_t ret = call4(LAT_SYS_GETSOCKOPT, r, level, name, want, NULL, 0, val, want, NULL);
+    int64_t ret = fwd_getsockopt(r, level, name, val, want);
     if (ret < 0)
         return -1;
     *len = (socklen_t)ret;
     return 0;
 }
 
-static int name_call(int fd, uint16_t type, void *addr, socklen_t *len,
+static int name_call(int fd, int64_t (*fn)(int, void *), void *addr, socklen_t *len,
                      int (*real)(int, __SOCKADDR_ARG, socklen_t *))
 {
     int r, sh = route(fd, &r);
@@ -630,7 +631,8 @@ static int name_call(int fd, uint16_t type, void *addr, socklen_t *len,
         return sh < 0 ? -1 : real(fd, (struct sockaddr *)addr, len);
     if (lat_is_null(len) || (int)*len < 0)
         return lat_fail(EINVAL);
-    int64_t ret = call4(type, r, 0, 0, 0, NULL, 0, &sa, sizeof sa, NULL);
+    _Static_assert(sizeof sa == LAT_MAX_SOCKADDR, "sockaddr on the wire");
+    int64_t ret = fn(r, &sa);
     if (ret < 0)
         return -1;
     memcpy(addr, &sa, (socklen_t)ret < *len ? (size_t)ret : *len);
@@ -640,12 +642,12 @@ static int name_call(int fd, uint16_t type, void *addr, socklen_t *len,
 
 int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
-    return name_call(fd, LAT_SYS_GETSOCKNAME, SA(addr), len, REAL(getsockname));
+    return name_call(fd, fwd_getsockname, SA(addr), len, REAL(getsockname));
 }
 
 int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
-    return name_call(fd, LAT_SYS_GETPEERNAME, SA(addr), len, REAL(getpeername));
+    return name_call(fd, fwd_getpeername, SA(addr), len, REAL(getpeername));
 }
 
 /* ---- poll over shipped and local descriptors ---- */
@@ -696,8 +698,7 @@ static int mixed_poll(struct pollfd *p, nfds_t n, long ms, int *any_shipped)
         if (left < 0 && end >= 0)
             left = 0;
         long w = nl ? 0 : (nlocal || multithreaded()) ? (left < 0 || left > SLICE_MS ? SLICE_MS : left) : left;
-        struct iovec io = { rp, (size_t)ns * sizeof rp[0] };
-        int64_t rs = lat_call(LAT_SYS_POLL, ns, w, 0, 0, &io, 1, &io, 1, NULL);
+        int64_t rs = fwd_poll(rp, (uint32_t)ns, (int)w);
         if (rs < 0 && errno != EINTR) {
             ready = -1;
             err = errno;

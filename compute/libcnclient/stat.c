@@ -61,11 +61,8 @@ static void from_wire(const struct lat_stat *w, struct stat *st)
 static int ship_fstatat(int rdirfd, const char *path, struct stat *st, int flags)
 {
     struct lat_stat w;
-    size_t got;
-    if (lat_call_path(LAT_SYS_FSTATAT, rdirfd, flags, 0, path, &w, sizeof w, &got) < 0)
+    if (fwd_fstatat(rdirfd, flags, path, &w) < 0)
         return -1;
-    if (got != sizeof w)
-        return lat_fail(EIO);
     from_wire(&w, st);
     return 0;
 }
@@ -134,12 +131,7 @@ int statx(int dirfd, const char *path, int flags, unsigned int mask, struct stat
     /* statx(fd, "", AT_EMPTY_PATH) is how newer code spells fstat */
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP: {
-        size_t got;
-        if (lat_call_path(LAT_SYS_STATX, rd, flags, mask, path, stx, sizeof *stx, &got) < 0)
-            return -1;
-        if (got != sizeof *stx)
-            return lat_fail(EIO);
-        return 0;
+        return fwd_statx(rd, flags, (int)mask, path, (struct lat_statx *)stx) < 0 ? -1 : 0;
     }
     case LAT_LOCAL:
         return REAL(statx)(dirfd, path, flags, mask, stx);
@@ -147,7 +139,7 @@ int statx(int dirfd, const char *path, int flags, unsigned int mask, struct stat
         return -1;
     }
 }
-_Static_assert(sizeof(struct statx) == 256, "statx layout");
+_Static_assert(sizeof(struct statx) == sizeof(struct lat_statx), "statx on the wire");
 
 /* ---- statfs / statvfs ---- */
 
@@ -171,14 +163,13 @@ static void statfs_from_wire(const struct lat_statfs *w, struct statfs *b)
 static int ship_statfs(const char *path, int fd, struct statfs *b, int *ret)
 {
     struct lat_statfs w;
-    size_t got = 0;
     int64_t r;
     if (path) {
         int rd;
         int route = lat_path_route(AT_FDCWD, path, &rd);
         if (route == LAT_LOCAL)
             return 0;
-        r = route < 0 ? -1 : lat_call_path(LAT_SYS_STATFS, 0, 0, 0, path, &w, sizeof w, &got);
+        r = route < 0 ? -1 : fwd_statfs(path, &w);
     } else {
         int rfd;
         switch (lat_fd_route(fd, &rfd)) {
@@ -190,11 +181,8 @@ static int ship_statfs(const char *path, int fd, struct statfs *b, int *ret)
         case LAT_SHIP:
             break;
         }
-        struct iovec in = { &w, sizeof w };
-        r = lat_call(LAT_SYS_FSTATFS, rfd, 0, 0, 0, NULL, 0, &in, 1, &got);
+        r = fwd_fstatfs(rfd, &w);
     }
-    if (r >= 0 && got != sizeof w)
-        r = lat_fail(EIO);
     if (r >= 0)
         statfs_from_wire(&w, b);
     *ret = r < 0 ? -1 : 0;
@@ -265,7 +253,7 @@ int faccessat(int dirfd, const char *path, int mode, int flags)
     int rd;
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)lat_call_path(LAT_SYS_FACCESSAT, rd, mode, flags, path, NULL, 0, NULL);
+        return (int)fwd_faccessat(rd, mode, flags, path);
     case LAT_LOCAL:
         return REAL(faccessat)(dirfd, path, mode, flags);
     default:
@@ -287,9 +275,7 @@ ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len)
         if (len == 0)
             return lat_fail(EINVAL);
         size_t cap = len > LAT_MAX_PATH ? LAT_MAX_PATH : len;
-        size_t got;
-        int64_t r = lat_call_path(LAT_SYS_READLINKAT, rd, (int64_t)cap, 0, path, buf, cap, &got);
-        return r < 0 ? -1 : (ssize_t)got;
+        return (ssize_t)fwd_readlinkat(rd, path, buf, (int64_t)cap);
     }
     case LAT_LOCAL:
         return REAL(readlinkat)(dirfd, path, buf, len);
@@ -321,7 +307,7 @@ int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
     int rd;
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)lat_call_path(LAT_SYS_FCHMODAT, rd, mode, flags, path, NULL, 0, NULL);
+        return (int)fwd_fchmodat(rd, (int)mode, flags, path);
     case LAT_LOCAL:
         return REAL(fchmodat)(dirfd, path, mode, flags);
     default:
@@ -337,7 +323,7 @@ int fchmod(int fd, mode_t mode)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)lat_call0(LAT_SYS_FCHMOD, r, mode, 0);
+        return (int)fwd_fchmod(r, (int)mode);
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -354,8 +340,7 @@ static int ship_utimens(int rdirfd, const char *path, const struct timespec ts[2
     if (ts)
         for (int i = 0; i < 2; i++)
             w[i] = (struct lat_timespec){ ts[i].tv_sec, ts[i].tv_nsec };
-    struct iovec out[2] = { { w, sizeof w }, { (void *)path, strlen(path) + 1 } };
-    return (int)lat_call(LAT_SYS_UTIMENSAT, rdirfd, flags, ts != NULL, 0, out, 2, NULL, 0, NULL);
+    return (int)fwd_utimensat(rdirfd, flags, ts != NULL, w, path);
 }
 
 int utimensat(int dirfd, const char *path, const struct timespec ts[2], int flags)

@@ -16,6 +16,7 @@
  */
 #include "ciod.h"
 #include "shipcall.h"
+#include "fwd_posix_srv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,41 +35,12 @@ atomic_uint_fast64_t sys_calls[NSYS];
 
 /* struct proc, struct call, sys_fn: shipcall.h (shared with sock.c) */
 
-/* ---- helpers: results, arguments, descriptors ---- */
+/* ---- helpers: descriptors (requests are decoded by the generated
+ * fwd_posix_ciod.c, which calls the srv_* implementations below) ---- */
 
-/* The NUL-terminated path at data + off; *next is just past its NUL. */
-static const char *arg_path(struct call *k, size_t off, size_t *next)
+/* The real descriptor behind r; standard streams get special_err. */
+static bool real_fd(struct call *k, const struct rfd *r, int special_err, int *fd)
 {
-    const char *s = k->data + off, *nul;
-    size_t room = off <= k->dlen ? k->dlen - off : 0;
-
-    nul = memchr(s, '\0', room < LAT_MAX_PATH ? room : LAT_MAX_PATH);
-    if (!nul) {
-        fail(k, room >= LAT_MAX_PATH ? ENAMETOOLONG : EINVAL);
-        return NULL;
-    }
-    if (next)
-        *next = off + (size_t)(nul - s) + 1;
-    return s;
-}
-
-static struct rfd *arg_fd(struct proc *p, struct call *k, int i)
-{
-    int64_t n = k->rq.a[i];
-
-    if (n < 0 || n >= LAT_MAX_FDS || p->fds[n].kind == FD_FREE) {
-        fail(k, EBADF);
-        return NULL;
-    }
-    return &p->fds[n];
-}
-
-static bool arg_realfd(struct proc *p, struct call *k, int i, int *fd, int special_err)
-{
-    struct rfd *r = arg_fd(p, k, i);
-
-    if (!r)
-        return false;
     if (r->kind == FD_COLL) {           /* the shared descriptor: same file, same rights */
         *fd = coll_fd(r->co);
         return true;
@@ -82,27 +54,17 @@ static bool arg_realfd(struct proc *p, struct call *k, int i, int *fd, int speci
 }
 
 /* A dirfd for a *at call.  Linux ignores dirfd for absolute paths; so do we. */
-static bool arg_dirfd(struct proc *p, struct call *k, int i, const char *path, int *fd)
+static bool at_dir(struct proc *p, struct call *k, int dirfd, const char *path, int *fd)
 {
-    if (path && path[0] == '/') {
+    if ((path && path[0] == '/') || dirfd == LAT_AT_FDCWD) {
         *fd = AT_FDCWD;
         return true;
     }
-    if (k->rq.a[i] == LAT_AT_FDCWD) {
-        *fd = AT_FDCWD;
-        return true;
-    }
-    return arg_realfd(p, k, i, fd, ENOTDIR);
-}
-
-static bool arg_count(struct call *k, int i, size_t *n)
-{
-    if (k->rq.a[i] < 0 || (uint64_t)k->rq.a[i] > LAT_MAX_IO) {
-        fail(k, EINVAL);
+    if (dirfd < 0 || dirfd >= (int)LAT_MAX_FDS || p->fds[dirfd].kind == FD_FREE) {
+        fail(k, EBADF);
         return false;
     }
-    *n = (size_t)k->rq.a[i];
-    return true;
+    return real_fd(k, &p->fds[dirfd], ENOTDIR, fd);
 }
 
 static int fd_alloc(struct proc *p, enum fd_kind kind, int fd)
@@ -170,7 +132,6 @@ static void special_stat(struct proc *p, enum fd_kind kind, struct stat *st)
     st->st_blksize = 4096;
 }
 
-/* ---- the calls, in wire order ---- */
 
 /* Collective I/O: 1 if the open was answered from or into the cache. */
 static int open_shared(struct proc *p, struct call *k, const char *path, int flags)
@@ -199,12 +160,12 @@ static int open_shared(struct proc *p, struct call *k, const char *path, int fla
     return result(k, r), 1;
 }
 
-static int sys_openat(struct proc *p, struct call *k)
-{
-    const char *path = arg_path(k, 0, NULL);
-    int dir, flags, mode, fd, r;
 
-    if (!path || !arg_int(k, 1, &flags) || !arg_int(k, 2, &mode) || !arg_dirfd(p, k, 0, path, &dir))
+int srv_openat(struct proc *p, struct call *k, int dirfd, int flags, int mode, const char *path)
+{
+    int dir, fd, r;
+
+    if (!at_dir(p, k, dirfd, path, &dir))
         return 0;
     if (open_shared(p, k, path, flags))
         return 0;
@@ -216,25 +177,21 @@ static int sys_openat(struct proc *p, struct call *k)
         close(fd);
         return fail(k, EMFILE);
     }
-    result(k, r);
-    return 0;
+    return result(k, r);
 }
 
-static int sys_close(struct proc *p, struct call *k)
+int srv_close(struct proc *p, struct call *k, struct rfd *r)
 {
-    struct rfd *r = arg_fd(p, k, 0);
     int rc = 0;
 
-    if (!r)
-        return 0;
+    (void)p;
     if (r->kind == FD_REAL)
         rc = close(r->fd);
     if (r->kind == FD_COLL)
         coll_close(r->co);
     *r = (struct rfd){ FD_FREE, -1, NULL };
     /* Linux frees the descriptor even when close reports an error */
-    result(k, rc < 0 && errno != EINTR ? -1 : 0);
-    return 0;
+    return result(k, rc < 0 && errno != EINTR ? -1 : 0);
 }
 
 /* ---- rendezvous (datapath.c): the data moves between the file and the
@@ -304,157 +261,128 @@ static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t o
     return result(k, done);
 }
 
-static int shipped_fd_rdv(struct proc *p, struct call *k, bool wr)
+
+static int fd_rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t off)
 {
     int fd;
 
-    if (!arg_realfd(p, k, 0, &fd, ESPIPE))
+    if (!real_fd(k, r, ESPIPE, &fd))
         return 0;
-    if (k->rq.a[2] < 0)
+    if (off < 0)
         return fail(k, EINVAL);
-    return rdv(p, k, &p->fds[k->rq.a[0]], wr, k->rq.a[2]);
+    return rdv(p, k, r, wr, off);
 }
 
-static int sys_read(struct proc *p, struct call *k)
+int srv_read_rdv(struct proc *p, struct call *k, struct rfd *r) { return rdv(p, k, r, false, -1); }
+int srv_write_rdv(struct proc *p, struct call *k, struct rfd *r) { return rdv(p, k, r, true, -1); }
+int srv_pread_rdv(struct proc *p, struct call *k, struct rfd *r, int64_t off) { return fd_rdv(p, k, r, false, off); }
+int srv_pwrite_rdv(struct proc *p, struct call *k, struct rfd *r, int64_t off) { return fd_rdv(p, k, r, true, off); }
+
+int srv_read(struct proc *p, struct call *k, struct rfd *r, void *buf, uint64_t n)
 {
-    struct rfd *r = arg_fd(p, k, 0);
-    size_t n;
     ssize_t got;
 
-    if (r && k->rq.a[3] == LAT_RDV)
-        return rdv(p, k, r, false, -1);
-    if (!r || !arg_count(k, 1, &n))
-        return 0;
+    (void)p;
     if (r->kind == FD_STDIN)
         return result(k, 0);            /* compute processes have no input */
     if (r->kind == FD_COLL) {
-        got = coll_pread(r->co, outbuf(p), n, *coll_pos(r->co));
+        got = coll_pread(r->co, buf, n, *coll_pos(r->co));
         if (got > 0)
             *coll_pos(r->co) += got;
     } else if (r->kind != FD_REAL) {
         return fail(k, EBADF);
     } else {
-        got = read(r->fd, outbuf(p), n);
+        got = read(r->fd, buf, n);
     }
-    result(k, got);
-    if (got > 0) {
-        k->out = outbuf(p);
-        k->outlen = got;
-    }
-    return 0;
+    return result(k, got);
 }
 
-static int sys_write(struct proc *p, struct call *k)
+int srv_write(struct proc *p, struct call *k, struct rfd *r, const void *buf, uint64_t n)
 {
-    struct rfd *r = arg_fd(p, k, 0);
-
-    if (!r)
-        return 0;
-    if (k->rq.a[3] == LAT_RDV)
-        return rdv(p, k, r, true, -1);
-    if (k->dlen > LAT_MAX_IO)
-        return fail(k, EINVAL);
     switch (r->kind) {
     case FD_STDOUT:
     case FD_STDERR:
-        job_rank_output(p->rank, p->job, r->kind == FD_STDOUT ? LAT_STDOUT : LAT_STDERR,
-                        k->data, k->dlen);
-        return result(k, (int64_t)k->dlen);
+        job_rank_output(p->rank, p->job, r->kind == FD_STDOUT ? LAT_STDOUT : LAT_STDERR, buf, n);
+        return result(k, (int64_t)n);
     case FD_REAL:
         coll_changed();
-        return result(k, write(r->fd, k->data, k->dlen));
+        return result(k, write(r->fd, buf, n));
     default:
         return fail(k, EBADF);
     }
-    return 0;
 }
 
-static int sys_pread(struct proc *p, struct call *k)
-{
-    size_t n;
-    ssize_t got;
-    int fd;
-
-    if (k->rq.a[3] == LAT_RDV)
-        return shipped_fd_rdv(p, k, false);
-    if (!arg_realfd(p, k, 0, &fd, ESPIPE) || !arg_count(k, 1, &n))
-        return 0;
-    if (p->fds[k->rq.a[0]].kind == FD_COLL)
-        got = coll_pread(p->fds[k->rq.a[0]].co, outbuf(p), n, k->rq.a[2]);
-    else
-        got = pread(fd, outbuf(p), n, (off_t)k->rq.a[2]);
-    result(k, got);
-    if (got > 0) {
-        k->out = outbuf(p);
-        k->outlen = got;
-    }
-    return 0;
-}
-
-static int sys_pwrite(struct proc *p, struct call *k)
+int srv_pread(struct proc *p, struct call *k, struct rfd *r, void *buf, uint64_t n, int64_t off)
 {
     int fd;
 
-    if (k->rq.a[3] == LAT_RDV)
-        return shipped_fd_rdv(p, k, true);
-    if (!arg_realfd(p, k, 0, &fd, ESPIPE))
+    (void)p;
+    if (!real_fd(k, r, ESPIPE, &fd))
         return 0;
-    if (k->dlen > LAT_MAX_IO)
-        return fail(k, EINVAL);
+    if (r->kind == FD_COLL)
+        return result(k, coll_pread(r->co, buf, n, off));
+    return result(k, pread(fd, buf, n, (off_t)off));
+}
+
+int srv_pwrite(struct proc *p, struct call *k, struct rfd *r, const void *buf, uint64_t n, int64_t off)
+{
+    int fd;
+
+    (void)p;
+    if (!real_fd(k, r, ESPIPE, &fd))
+        return 0;
     coll_changed();
-    result(k, pwrite(fd, k->data, k->dlen, (off_t)k->rq.a[2]));
-    return 0;
+    return result(k, pwrite(fd, buf, n, (off_t)off));
 }
 
-static int sys_lseek(struct proc *p, struct call *k)
+int srv_lseek(struct proc *p, struct call *k, struct rfd *r, int64_t off, int whence)
 {
-    int fd, whence;
+    int fd;
 
-    if (!arg_realfd(p, k, 0, &fd, ESPIPE) || !arg_int(k, 2, &whence))
+    (void)p;
+    if (!real_fd(k, r, ESPIPE, &fd))
         return 0;
-    if (p->fds[k->rq.a[0]].kind == FD_COLL) {
+    if (r->kind == FD_COLL) {
         /* a shared open: its own position; the shared descriptor's is never used */
-        int64_t *pos = coll_pos(p->fds[k->rq.a[0]].co), to;
+        int64_t *pos = coll_pos(r->co), to;
         if (whence == SEEK_CUR) {
-            if (__builtin_add_overflow(*pos, k->rq.a[1], &to))
+            if (__builtin_add_overflow(*pos, off, &to))
                 return fail(k, EOVERFLOW);
             if (to < 0)
                 return fail(k, EINVAL);
-        } else if ((to = lseek(fd, (off_t)k->rq.a[1], whence)) < 0) {
+        } else if ((to = lseek(fd, (off_t)off, whence)) < 0) {
             return result(k, -1);
         }
         *pos = to;
         return result(k, to);
     }
-    result(k, lseek(fd, (off_t)k->rq.a[1], whence));
-    return 0;
+    return result(k, lseek(fd, (off_t)off, whence));
 }
 
-/* fstat of a remote descriptor arrives as ("", AT_EMPTY_PATH). */
-static bool empty_path_special(struct proc *p, struct call *k, const char *path, int flags,
-                               struct stat *st)
+/* fstat of a remote descriptor arrives as ("", AT_EMPTY_PATH): 1 if it
+ * names a standard stream (*st filled), 0 if not, -1 if a bad descriptor. */
+static int empty_path_special(struct proc *p, struct call *k, int dirfd, const char *path, int flags,
+                              struct stat *st)
 {
-    struct rfd *r;
-
-    if (path[0] || !(flags & AT_EMPTY_PATH) || k->rq.a[0] == LAT_AT_FDCWD)
-        return false;
-    r = arg_fd(p, k, 0);
-    if (!r || r->kind == FD_REAL || r->kind == FD_COLL)
-        return false;
-    special_stat(p, r->kind, st);
-    return true;
-}
-
-static int sys_fstatat(struct proc *p, struct call *k)
-{
-    const char *path = arg_path(k, 0, NULL);
-    struct stat st;
-    int dir, flags;
-
-    if (!path || !arg_int(k, 1, &flags))
+    if (path[0] || !(flags & AT_EMPTY_PATH) || dirfd == LAT_AT_FDCWD)
         return 0;
-    if (!empty_path_special(p, k, path, flags, &st)) {
-        if (k->err || !arg_dirfd(p, k, 0, path, &dir))
+    if (dirfd < 0 || dirfd >= (int)LAT_MAX_FDS || p->fds[dirfd].kind == FD_FREE)
+        return fail(k, EBADF), -1;
+    if (p->fds[dirfd].kind == FD_REAL || p->fds[dirfd].kind == FD_COLL)
+        return 0;
+    special_stat(p, p->fds[dirfd].kind, st);
+    return 1;
+}
+
+int srv_fstatat(struct proc *p, struct call *k, int dirfd, int flags, const char *path, struct lat_stat *out)
+{
+    struct stat st;
+    int dir, sp = empty_path_special(p, k, dirfd, path, flags, &st);
+
+    if (sp < 0)
+        return 0;
+    if (!sp) {
+        if (!at_dir(p, k, dirfd, path, &dir))
             return 0;
         int err = coll_on() ? coll_stat(&p->who, path, flags, &st) : -1;
         if (err > 0)
@@ -462,48 +390,45 @@ static int sys_fstatat(struct proc *p, struct call *k)
         if (err < 0 && fstatat(dir, path, &st, flags) < 0)
             return result(k, -1);
     }
-    to_lat_stat(&st, &k->small.st);
-    k->out = &k->small.st;
-    k->outlen = sizeof(k->small.st);
-    result(k, 0);
-    return 0;
+    to_lat_stat(&st, out);
+    return result(k, 0);
 }
 
-static int sys_statx(struct proc *p, struct call *k)
-{
-    const char *path = arg_path(k, 0, NULL);
-    struct stat st;
-    int dir, flags, mask;
+_Static_assert(sizeof(struct statx) == sizeof(struct lat_statx), "lat_statx is a struct statx");
 
-    if (!path || !arg_int(k, 1, &flags) || !arg_int(k, 2, &mask))
+int srv_statx(struct proc *p, struct call *k, int dirfd, int flags, int mask, const char *path,
+              struct lat_statx *out)
+{
+    struct statx stx;
+    struct stat st;
+    int dir, sp = empty_path_special(p, k, dirfd, path, flags, &st);
+
+    if (sp < 0)
         return 0;
-    memset(&k->small.stx, 0, sizeof(k->small.stx));
-    if (empty_path_special(p, k, path, flags, &st)) {
-        k->small.stx.stx_mask = STATX_BASIC_STATS;
-        k->small.stx.stx_mode = st.st_mode;
-        k->small.stx.stx_nlink = st.st_nlink;
-        k->small.stx.stx_uid = st.st_uid;
-        k->small.stx.stx_gid = st.st_gid;
-        k->small.stx.stx_blksize = st.st_blksize;
+    memset(&stx, 0, sizeof(stx));
+    if (sp) {
+        stx.stx_mask = STATX_BASIC_STATS;
+        stx.stx_mode = st.st_mode;
+        stx.stx_nlink = st.st_nlink;
+        stx.stx_uid = st.st_uid;
+        stx.stx_gid = st.st_gid;
+        stx.stx_blksize = st.st_blksize;
     } else {
-        if (k->err || !arg_dirfd(p, k, 0, path, &dir))
+        if (!at_dir(p, k, dirfd, path, &dir))
             return 0;
-        if (statx(dir, path, flags, (unsigned)mask, &k->small.stx) < 0)
+        if (statx(dir, path, flags, (unsigned)mask, &stx) < 0)
             return result(k, -1);
     }
-    k->out = &k->small.stx;
-    k->outlen = sizeof(k->small.stx);
-    result(k, 0);
-    return 0;
+    memcpy(out, &stx, sizeof(stx));
+    return result(k, 0);
 }
 
-static int sys_faccessat(struct proc *p, struct call *k)
+int srv_faccessat(struct proc *p, struct call *k, int dirfd, int mode, int flags, const char *path)
 {
-    const char *path = arg_path(k, 0, NULL);
-    int dir, mode, flags;
+    int dir;
     long rc;
 
-    if (!path || !arg_int(k, 1, &mode) || !arg_int(k, 2, &flags) || !arg_dirfd(p, k, 0, path, &dir))
+    if (!at_dir(p, k, dirfd, path, &dir))
         return 0;
     /* Plain access() checks the real uid -- ciod's, not the job's.  With
      * AT_EACCESS the kernel checks the fsuid/fsgid/groups this thread took,
@@ -517,136 +442,97 @@ static int sys_faccessat(struct proc *p, struct call *k)
             rc = -1;
         }
     }
-    result(k, rc);
-    return 0;
+    return result(k, rc);
 }
 
-static int sys_unlinkat(struct proc *p, struct call *k)
+int srv_unlinkat(struct proc *p, struct call *k, int dirfd, int flags, const char *path)
 {
-    const char *path = arg_path(k, 0, NULL);
-    int dir, flags;
-
-    if (!path || !arg_int(k, 1, &flags) || !arg_dirfd(p, k, 0, path, &dir))
-        return 0;
-    coll_changed();
-    result(k, unlinkat(dir, path, flags));
-    return 0;
-}
-
-static int sys_renameat(struct proc *p, struct call *k)
-{
-    size_t next;
-    const char *from = arg_path(k, 0, &next), *to = from ? arg_path(k, next, NULL) : NULL;
-    int odir, ndir, flags;
-
-    if (!to || !arg_int(k, 2, &flags) || !arg_dirfd(p, k, 0, from, &odir)
-        || !arg_dirfd(p, k, 1, to, &ndir))
-        return 0;
-    coll_changed();
-    result(k, renameat2(odir, from, ndir, to, (unsigned)flags));
-    return 0;
-}
-
-static int sys_mkdirat(struct proc *p, struct call *k)
-{
-    const char *path = arg_path(k, 0, NULL);
-    int dir, mode;
-
-    if (!path || !arg_int(k, 1, &mode) || !arg_dirfd(p, k, 0, path, &dir))
-        return 0;
-    coll_changed();
-    result(k, mkdirat(dir, path, (mode_t)mode));
-    return 0;
-}
-
-static int sys_getdents64(struct proc *p, struct call *k)
-{
-    size_t n;
-    long got;
-    int fd;
-
-    if (!arg_realfd(p, k, 0, &fd, ENOTDIR) || !arg_count(k, 1, &n))
-        return 0;
-    got = syscall(SYS_getdents64, fd, outbuf(p), n);
-    result(k, got);
-    if (got > 0) {
-        k->out = outbuf(p);
-        k->outlen = got;
-    }
-    return 0;
-}
-
-static int sys_readlinkat(struct proc *p, struct call *k)
-{
-    const char *path = arg_path(k, 0, NULL);
-    char copy[LAT_MAX_PATH];
-    ssize_t got;
     int dir;
 
-    if (!path || !arg_dirfd(p, k, 0, path, &dir))
+    if (!at_dir(p, k, dirfd, path, &dir))
         return 0;
-    if (k->rq.a[1] <= 0)
-        return fail(k, EINVAL);         /* as readlink(2) */
-    /* No link is longer than a page: a larger buffer is clamped, not refused. */
-    size_t n = (uint64_t)k->rq.a[1] > LAT_MAX_IO ? LAT_MAX_IO : (size_t)k->rq.a[1];
-    strcpy(copy, path);                 /* the reply overwrites the request */
-    got = readlinkat(dir, copy, outbuf(p), n);
-    result(k, got);
-    if (got > 0) {
-        k->out = outbuf(p);
-        k->outlen = got;
-    }
-    return 0;
+    coll_changed();
+    return result(k, unlinkat(dir, path, flags));
 }
 
-static int sys_truncate(struct proc *p, struct call *k)
+int srv_renameat(struct proc *p, struct call *k, int olddirfd, int newdirfd, int flags,
+                 const char *from, const char *to)
 {
-    const char *path = arg_path(k, 0, NULL);
+    int odir, ndir;
+
+    if (!at_dir(p, k, olddirfd, from, &odir) || !at_dir(p, k, newdirfd, to, &ndir))
+        return 0;
+    coll_changed();
+    return result(k, renameat2(odir, from, ndir, to, (unsigned)flags));
+}
+
+int srv_mkdirat(struct proc *p, struct call *k, int dirfd, int mode, const char *path)
+{
+    int dir;
+
+    if (!at_dir(p, k, dirfd, path, &dir))
+        return 0;
+    coll_changed();
+    return result(k, mkdirat(dir, path, (mode_t)mode));
+}
+
+int srv_getdents64(struct proc *p, struct call *k, struct rfd *r, void *buf, uint64_t n)
+{
+    int fd;
 
     (void)p;
-    if (path) {
-        coll_changed();
-        result(k, truncate(path, (off_t)k->rq.a[1]));
-    }
-    return 0;
+    if (!real_fd(k, r, ENOTDIR, &fd))
+        return 0;
+    return result(k, syscall(SYS_getdents64, fd, buf, n));
 }
 
-static int sys_ftruncate(struct proc *p, struct call *k)
+int srv_readlinkat(struct proc *p, struct call *k, int dirfd, const char *path, char *buf, int64_t n)
+{
+    int dir;
+
+    if (!at_dir(p, k, dirfd, path, &dir))
+        return 0;
+    return result(k, readlinkat(dir, path, buf, (size_t)n));
+}
+
+int srv_truncate(struct proc *p, struct call *k, const char *path, int64_t length)
+{
+    (void)p;
+    coll_changed();
+    return result(k, truncate(path, (off_t)length));
+}
+
+int srv_ftruncate(struct proc *p, struct call *k, struct rfd *r, int64_t length)
 {
     int fd;
 
-    if (arg_realfd(p, k, 0, &fd, EINVAL)) {
-        coll_changed();
-        result(k, ftruncate(fd, (off_t)k->rq.a[1]));
-    }
-    return 0;
+    (void)p;
+    if (!real_fd(k, r, EINVAL, &fd))
+        return 0;
+    coll_changed();
+    return result(k, ftruncate(fd, (off_t)length));
 }
 
-static int sys_fsync(struct proc *p, struct call *k)
+int srv_fsync(struct proc *p, struct call *k, struct rfd *r)
 {
     int fd;
 
-    if (arg_realfd(p, k, 0, &fd, EINVAL))
-        result(k, fsync(fd));
-    return 0;
+    (void)p;
+    return real_fd(k, r, EINVAL, &fd) ? result(k, fsync(fd)) : 0;
 }
 
-static int sys_fdatasync(struct proc *p, struct call *k)
+int srv_fdatasync(struct proc *p, struct call *k, struct rfd *r)
 {
     int fd;
 
-    if (arg_realfd(p, k, 0, &fd, EINVAL))
-        result(k, fdatasync(fd));
-    return 0;
+    (void)p;
+    return real_fd(k, r, EINVAL, &fd) ? result(k, fdatasync(fd)) : 0;
 }
 
-static int sys_dup(struct proc *p, struct call *k)
+int srv_dup(struct proc *p, struct call *k, struct rfd *r)
 {
-    struct rfd *r = arg_fd(p, k, 0);
     int fd = -1, n;
 
-    if (!r)
-        return 0;
     if (r->kind == FD_REAL && (fd = fcntl(r->fd, F_DUPFD_CLOEXEC, 0)) < 0)
         return result(k, -1);
     n = fd_alloc(p, r->kind, fd);
@@ -657,17 +543,12 @@ static int sys_dup(struct proc *p, struct call *k)
     }
     if (r->kind == FD_COLL)             /* shares the position, as dup(2) does */
         p->fds[n].co = coll_dup(r->co);
-    result(k, n);
-    return 0;
+    return result(k, n);
 }
 
-static int sys_fcntl(struct proc *p, struct call *k)
+int srv_fcntl(struct proc *p, struct call *k, struct rfd *r, int cmd, int arg)
 {
-    struct rfd *r = arg_fd(p, k, 0);
-    int cmd, arg;
-
-    if (!r || !arg_int(k, 1, &cmd))
-        return 0;
+    (void)p;
     if (cmd != F_GETFL && cmd != F_SETFL)
         return fail(k, EINVAL);
     if (r->kind == FD_COLL)             /* a shared open: read-only, its flags are everyone's */
@@ -676,158 +557,103 @@ static int sys_fcntl(struct proc *p, struct call *k)
         return result(k, cmd == F_SETFL ? 0 : r->kind == FD_STDIN ? O_RDONLY : O_WRONLY);
     if (cmd == F_GETFL)
         return result(k, fcntl(r->fd, F_GETFL));
-    if (arg_int(k, 2, &arg))
-        result(k, fcntl(r->fd, F_SETFL, arg));
-    return 0;
+    return result(k, fcntl(r->fd, F_SETFL, arg));
 }
 
-static int sys_chdir(struct proc *p, struct call *k)
+int srv_chdir(struct proc *p, struct call *k, const char *path)
 {
-    const char *path = arg_path(k, 0, NULL);
-
     (void)p;
-    if (path)
-        result(k, chdir(path));
-    return 0;
+    return result(k, chdir(path));
 }
 
-static int sys_fchdir(struct proc *p, struct call *k)
+int srv_fchdir(struct proc *p, struct call *k, struct rfd *r)
 {
     int fd;
 
-    if (arg_realfd(p, k, 0, &fd, ENOTDIR))
-        result(k, fchdir(fd));
-    return 0;
+    (void)p;
+    return real_fd(k, r, ENOTDIR, &fd) ? result(k, fchdir(fd)) : 0;
 }
 
-static int sys_getcwd(struct proc *p, struct call *k)
-{
-    size_t n = k->rq.a[0] < 0 ? 0 : (uint64_t)k->rq.a[0] > LAT_MAX_IO ? LAT_MAX_IO
-                                                                        : (size_t)k->rq.a[0];
-    /* the system call returns the length including the NUL, ERANGE if n is short */
-    long got = syscall(SYS_getcwd, outbuf(p), n);
-
-    result(k, got);
-    if (got > 0) {
-        k->out = outbuf(p);
-        k->outlen = got;
-    }
-    return 0;
-}
-
-static int sys_umask(struct proc *p, struct call *k)
+int srv_getcwd(struct proc *p, struct call *k, char *buf, int64_t n)
 {
     (void)p;
-    result(k, umask((mode_t)(k->rq.a[0] & 0777)));
-    return 0;
+    /* the system call returns the length including the NUL, ERANGE if n is short */
+    return result(k, syscall(SYS_getcwd, buf, (size_t)n));
 }
 
-static int sys_fchmodat(struct proc *p, struct call *k)
+int srv_umask(struct proc *p, struct call *k, int64_t mask)
 {
-    const char *path = arg_path(k, 0, NULL);
-    int dir, mode, flags;
+    (void)p;
+    return result(k, umask((mode_t)(mask & 0777)));
+}
 
-    if (!path || !arg_int(k, 1, &mode) || !arg_int(k, 2, &flags) || !arg_dirfd(p, k, 0, path, &dir))
+int srv_fchmodat(struct proc *p, struct call *k, int dirfd, int mode, int flags, const char *path)
+{
+    int dir;
+
+    if (!at_dir(p, k, dirfd, path, &dir))
         return 0;
     coll_changed();
-    result(k, fchmodat(dir, path, (mode_t)mode, flags));
-    return 0;
+    return result(k, fchmodat(dir, path, (mode_t)mode, flags));
 }
 
-static int sys_fchmod(struct proc *p, struct call *k)
+int srv_fchmod(struct proc *p, struct call *k, struct rfd *r, int mode)
 {
-    struct rfd *r = arg_fd(p, k, 0);
-    int mode;
-
-    if (!r || !arg_int(k, 1, &mode))
-        return 0;
+    (void)p;
     if (r->kind != FD_REAL && r->kind != FD_COLL)
         return result(k, 0);            /* like fchmod on a pipe: nothing to keep */
     coll_changed();
-    result(k, fchmod(r->kind == FD_COLL ? coll_fd(r->co) : r->fd, (mode_t)mode));
-    return 0;
+    return result(k, fchmod(r->kind == FD_COLL ? coll_fd(r->co) : r->fd, (mode_t)mode));
 }
 
-static int sys_utimensat(struct proc *p, struct call *k)
+int srv_utimensat(struct proc *p, struct call *k, int dirfd, int flags, int has_times,
+                  const struct lat_timespec *lt, const char *path)
 {
-    struct lat_timespec lt[2];
     struct timespec ts[2];
-    const char *path;
-    int dir, flags;
+    int dir;
 
-    if (k->dlen < sizeof(lt))
-        return fail(k, EINVAL);
-    memcpy(lt, k->data, sizeof(lt));
-    path = arg_path(k, sizeof(lt), NULL);
-    if (!path || !arg_int(k, 1, &flags))
-        return 0;
     for (int i = 0; i < 2; i++)
         ts[i] = (struct timespec){ .tv_sec = lt[i].sec, .tv_nsec = lt[i].nsec };
     if (!path[0] && (flags & AT_EMPTY_PATH)) {
         /* futimens(fd): the system call with a NULL path acts on dirfd */
-        if (!arg_realfd(p, k, 0, &dir, EINVAL))
+        if (dirfd < 0 || dirfd >= (int)LAT_MAX_FDS || p->fds[dirfd].kind == FD_FREE)
+            return fail(k, EBADF);
+        if (!real_fd(k, &p->fds[dirfd], EINVAL, &dir))
             return 0;
-        return result(k, syscall(SYS_utimensat, dir, NULL, k->rq.a[2] ? ts : NULL, 0));
+        return result(k, syscall(SYS_utimensat, dir, NULL, has_times ? ts : NULL, 0));
     }
-    if (!arg_dirfd(p, k, 0, path, &dir))
+    if (!at_dir(p, k, dirfd, path, &dir))
         return 0;
     coll_changed();
-    result(k, utimensat(dir, path, k->rq.a[2] ? ts : NULL, flags));
-    return 0;
+    return result(k, utimensat(dir, path, has_times ? ts : NULL, flags));
 }
 
-static int sys_statfs(struct proc *p, struct call *k)
+static int statfs_reply(struct call *k, int rc, const struct statfs *s, struct lat_statfs *out)
 {
-    const char *path = arg_path(k, 0, NULL);
+    if (rc < 0)
+        return result(k, -1);
+    to_lat_statfs(s, out);
+    return result(k, 0);
+}
+
+int srv_statfs(struct proc *p, struct call *k, const char *path, struct lat_statfs *out)
+{
     struct statfs s;
 
     (void)p;
-    if (!path)
-        return 0;
-    if (statfs(path, &s) < 0)
-        return result(k, -1);
-    to_lat_statfs(&s, &k->small.sfs);
-    k->out = &k->small.sfs;
-    k->outlen = sizeof(k->small.sfs);
-    result(k, 0);
-    return 0;
+    return statfs_reply(k, statfs(path, &s), &s, out);
 }
 
-static int sys_fstatfs(struct proc *p, struct call *k)
+int srv_fstatfs(struct proc *p, struct call *k, struct rfd *r, struct lat_statfs *out)
 {
     struct statfs s;
     int fd;
 
-    if (!arg_realfd(p, k, 0, &fd, EINVAL))
+    (void)p;
+    if (!real_fd(k, r, EINVAL, &fd))
         return 0;
-    if (fstatfs(fd, &s) < 0)
-        return result(k, -1);
-    to_lat_statfs(&s, &k->small.sfs);
-    k->out = &k->small.sfs;
-    k->outlen = sizeof(k->small.sfs);
-    result(k, 0);
-    return 0;
+    return statfs_reply(k, fstatfs(fd, &s), &s, out);
 }
-
-#define CALL(type, fn) [type - LAT_SYS__BASE] = fn
-static const sys_fn calls[NSYS] = {
-    CALL(LAT_SYS_OPENAT, sys_openat),         CALL(LAT_SYS_CLOSE, sys_close),
-    CALL(LAT_SYS_READ, sys_read),             CALL(LAT_SYS_WRITE, sys_write),
-    CALL(LAT_SYS_PREAD, sys_pread),           CALL(LAT_SYS_PWRITE, sys_pwrite),
-    CALL(LAT_SYS_LSEEK, sys_lseek),           CALL(LAT_SYS_FSTATAT, sys_fstatat),
-    CALL(LAT_SYS_STATX, sys_statx),           CALL(LAT_SYS_FACCESSAT, sys_faccessat),
-    CALL(LAT_SYS_UNLINKAT, sys_unlinkat),     CALL(LAT_SYS_RENAMEAT, sys_renameat),
-    CALL(LAT_SYS_MKDIRAT, sys_mkdirat),       CALL(LAT_SYS_GETDENTS64, sys_getdents64),
-    CALL(LAT_SYS_READLINKAT, sys_readlinkat), CALL(LAT_SYS_TRUNCATE, sys_truncate),
-    CALL(LAT_SYS_FTRUNCATE, sys_ftruncate),   CALL(LAT_SYS_FSYNC, sys_fsync),
-    CALL(LAT_SYS_FDATASYNC, sys_fdatasync),   CALL(LAT_SYS_DUP, sys_dup),
-    CALL(LAT_SYS_FCNTL, sys_fcntl),           CALL(LAT_SYS_CHDIR, sys_chdir),
-    CALL(LAT_SYS_FCHDIR, sys_fchdir),         CALL(LAT_SYS_GETCWD, sys_getcwd),
-    CALL(LAT_SYS_UMASK, sys_umask),           CALL(LAT_SYS_FCHMODAT, sys_fchmodat),
-    CALL(LAT_SYS_FCHMOD, sys_fchmod),         CALL(LAT_SYS_UTIMENSAT, sys_utimensat),
-    CALL(LAT_SYS_STATFS, sys_statfs),         CALL(LAT_SYS_FSTATFS, sys_fstatfs),
-    SOCK_CALLS                                /* sock.c */
-};
 
 /* ---- the connection ---- */
 
@@ -855,14 +681,14 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     if (h->type == LAT_PLUG_CALL)       /* plugin.c */
         return plugin_serve(p->c, h, p->job, p->rank, p->node) < 0
                    ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
-    if (h->type < LAT_SYS__BASE || h->type >= LAT_SYS__END || !(fn = calls[h->type - LAT_SYS__BASE])) {
+    if (h->type < LAT_SYS__BASE || h->type >= LAT_SYS__END || !(fn = fwd_calls[h->type - LAT_SYS__BASE])) {
         reply_error(p->c, h->seq, ENOSYS, "message type 0x%04x is not a shipped call", h->type);
         return 0;
     }
     if (h->len < sizeof(k.rq))
         return errprintf(why, whylen, "call 0x%04x with %u bytes, less than its arguments",
                          h->type, h->len);
-    memset(&k, 0, offsetof(struct call, small));
+    memset(&k, 0, sizeof(k));
     memcpy(&k.rq, p->c->buf, sizeof(k.rq));
     k.data = p->c->buf + sizeof(k.rq);
     k.dlen = h->len - sizeof(k.rq);

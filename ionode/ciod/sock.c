@@ -20,6 +20,7 @@
  * 1024, and the socket options that need CAP_NET_ADMIN/CAP_NET_RAW.
  */
 #include "shipcall.h"
+#include "fwd_posix_srv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,47 +31,24 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* ---- helpers ---- */
+/* ---- helpers (requests are decoded by the generated fwd_posix_ciod.c) ---- */
 
-/* The real socket behind remote descriptor a[i]. */
-static bool arg_sock(struct proc *p, struct call *k, int i, int *fd)
+/* The real socket behind an open remote descriptor. */
+static bool sock_fd(struct call *k, const struct rfd *r, int *fd)
 {
-    int64_t n = k->rq.a[i];
-
-    if (n < 0 || n >= LAT_MAX_FDS || p->fds[n].kind == FD_FREE) {
-        fail(k, EBADF);
-        return false;
-    }
-    if (p->fds[n].kind != FD_REAL) {
+    if (r->kind != FD_REAL) {
         fail(k, ENOTSOCK);              /* the standard streams */
         return false;
     }
-    *fd = p->fds[n].fd;
+    *fd = r->fd;
     return true;
 }
 
-static bool arg_wait(struct call *k, int i, int *ms)
+/* A sockaddr of len bytes (the decoder checked 2..LAT_MAX_SOCKADDR). */
+static void get_addr(const void *addr, size_t len, struct sockaddr_storage *sa)
 {
-    int64_t w = k->rq.a[i];
-
-    if (w < -1 || w > INT32_MAX) {
-        fail(k, EINVAL);
-        return false;
-    }
-    *ms = (int)w;
-    return true;
-}
-
-/* A sockaddr of len bytes at data + off. */
-static bool arg_addr(struct call *k, size_t off, size_t len, struct sockaddr_storage *sa)
-{
-    if (len < sizeof(sa_family_t) || len > LAT_MAX_SOCKADDR || off + len > k->dlen) {
-        fail(k, EINVAL);
-        return false;
-    }
     memset(sa, 0, sizeof(*sa));
-    memcpy(sa, k->data + off, len);
-    return true;
+    memcpy(sa, addr, len);
 }
 
 static bool privileged(const struct proc *p)
@@ -120,12 +98,10 @@ static int waited(struct call *k, int w)
 
 /* ---- the calls ---- */
 
-int sock_socket(struct proc *p, struct call *k)
+int srv_socket(struct proc *p, struct call *k, int domain, int type, int proto)
 {
-    int domain, type, proto, fd;
+    int fd;
 
-    if (!arg_int(k, 0, &domain) || !arg_int(k, 1, &type) || !arg_int(k, 2, &proto))
-        return 0;
     /* AF_UNIX, netlink and packet sockets belong to the compute node */
     if (domain != AF_INET && domain != AF_INET6)
         return fail(k, EAFNOSUPPORT);
@@ -144,27 +120,29 @@ int sock_socket(struct proc *p, struct call *k)
     return fail(k, EMFILE);
 }
 
-int sock_connect(struct proc *p, struct call *k)
+int srv_connect(struct proc *p, struct call *k, struct rfd *r, int ms, int resume, const void *addr,
+                uint32_t addrlen)
 {
     struct sockaddr_storage sa;
-    int fd, ms, fl, rc, e;
+    int fd, fl, rc, e;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_wait(k, 1, &ms) || !arg_addr(k, 0, k->dlen, &sa))
+    if (!sock_fd(k, r, &fd))
         return 0;
+    get_addr(addr, addrlen, &sa);
     if ((fl = fcntl(fd, F_GETFL)) < 0)
         return result(k, -1);
     if (fl & O_NONBLOCK)
-        return result(k, connect(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen));
+        return result(k, connect(fd, (struct sockaddr *)&sa, addrlen));
     /* the program's connect blocks; ours must not, beyond the wait */
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-    rc = connect(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen);
+    rc = connect(fd, (struct sockaddr *)&sa, addrlen);
     e = errno;
     fcntl(fd, F_SETFL, fl);
     if (rc == 0)
         return result(k, 0);
-    if (k->rq.a[2] && e == EISCONN)
+    if (resume && e == EISCONN)
         return result(k, 0);              /* the waited connect has completed */
-    if (e != EINPROGRESS && !(k->rq.a[2] && e == EALREADY))
+    if (e != EINPROGRESS && !(resume && e == EALREADY))
         return fail(k, e);
     int w = wait_ready(p, fd, POLLOUT, ms);
     if (w <= 0)
@@ -175,16 +153,17 @@ int sock_connect(struct proc *p, struct call *k)
     return e ? fail(k, e) : result(k, 0);
 }
 
-int sock_bind(struct proc *p, struct call *k)
+int srv_bind(struct proc *p, struct call *k, struct rfd *r, const void *addr, uint32_t addrlen)
 {
     struct sockaddr_storage sa;
     int fd;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_addr(k, 0, k->dlen, &sa))
+    if (!sock_fd(k, r, &fd))
         return 0;
+    get_addr(addr, addrlen, &sa);
     if (!port_allowed(p, &sa))
         return fail(k, EACCES);
-    return result(k, bind(fd, (struct sockaddr *)&sa, (socklen_t)k->dlen));
+    return result(k, bind(fd, (struct sockaddr *)&sa, addrlen));
 }
 
 #define SEND_FLAGS (MSG_DONTWAIT | MSG_OOB | MSG_EOR | MSG_MORE | MSG_NOSIGNAL | MSG_CONFIRM)
@@ -192,24 +171,24 @@ int sock_bind(struct proc *p, struct call *k)
 
 /* A blocking send of a stream sends everything, as Linux does; a wait
  * that runs out after some bytes went returns their count. */
-int sock_sendmsg(struct proc *p, struct call *k)
+int srv_sendmsg(struct proc *p, struct call *k, struct rfd *r, int flags, const void *name,
+                uint32_t nl, const void *buf, uint64_t len, int ms)
 {
     struct sockaddr_storage sa;
-    int fd, flags, ms;
-    int64_t nl = k->rq.a[2];
+    size_t sent = 0;
+    int fd;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &flags) || !arg_wait(k, 3, &ms))
+    if (!sock_fd(k, r, &fd))
         return 0;
-    if (nl < 0 || (uint64_t)nl > k->dlen || (nl && !arg_addr(k, 0, (size_t)nl, &sa)))
-        return k->err ? 0 : fail(k, EINVAL);
+    if (nl && nl < sizeof(sa_family_t))
+        return fail(k, EINVAL);
+    if (nl)
+        get_addr(name, nl, &sa);
     if (flags & ~SEND_FLAGS)
         return fail(k, EOPNOTSUPP);
-    size_t len = k->dlen - (size_t)nl, sent = 0;
-    if (len > LAT_MAX_IO)
-        return fail(k, EINVAL);
     bool nb = nonblocking(fd, flags);
     for (;;) {
-        struct iovec v = { k->data + nl + sent, len - sent };
+        struct iovec v = { (char *)buf + sent, len - sent };
         struct msghdr mh = { .msg_name = nl ? &sa : NULL, .msg_namelen = (socklen_t)nl,
                              .msg_iov = &v, .msg_iovlen = 1 };
         ssize_t n = sendmsg(fd, &mh, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -231,17 +210,14 @@ int sock_sendmsg(struct proc *p, struct call *k)
 }
 
 /* Reply: struct lat_sockname (sender, msg_flags), then the bytes. */
-int sock_recvmsg(struct proc *p, struct call *k)
+int srv_recvmsg(struct proc *p, struct call *k, struct rfd *r, int flags, struct lat_sockname *sn,
+                void *buf, uint64_t count, int ms)
 {
-    struct lat_sockname *sn = (struct lat_sockname *)p->c->buf;
-    char *data = p->c->buf + sizeof(*sn);
-    int fd, flags, ms;
-    int64_t count = k->rq.a[2];
+    char *data = buf;
+    int fd;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &flags) || !arg_wait(k, 3, &ms))
+    if (!sock_fd(k, r, &fd))
         return 0;
-    if (count < 0 || (uint64_t)count > LAT_MAX_IO)
-        return fail(k, EINVAL);
     if (flags & ~RECV_FLAGS)
         return fail(k, EOPNOTSUPP);
     bool nb = nonblocking(fd, flags);
@@ -274,19 +250,16 @@ int sock_recvmsg(struct proc *p, struct call *k)
         if (w <= 0)
             return waited(k, w);
     }
-    /* MSG_TRUNC may report more than fits: only count bytes travel */
-    k->out = sn;
-    k->outlen = sizeof(*sn) + (got < (size_t)count ? got : (size_t)count);
+    /* MSG_TRUNC may report more than fits: only count bytes travel (the decoder) */
     return result(k, (int64_t)got);
 }
 
-int sock_shutdown(struct proc *p, struct call *k)
+int srv_shutdown(struct proc *p, struct call *k, struct rfd *r, int how)
 {
-    int fd, how;
+    int fd;
 
-    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &how))
-        return 0;
-    return result(k, shutdown(fd, how));
+    (void)p;
+    return sock_fd(k, r, &fd) ? result(k, shutdown(fd, how)) : 0;
 }
 
 /* Options that need CAP_NET_ADMIN or CAP_NET_RAW, which a root ciod has. */
@@ -302,68 +275,66 @@ static bool option_privileged(int level, int name)
     return false;
 }
 
-int sock_setsockopt(struct proc *p, struct call *k)
-{
-    int fd, level, name;
-
-    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &level) || !arg_int(k, 2, &name))
-        return 0;
-    if (k->dlen > LAT_MAX_SOCKOPT)
-        return fail(k, EINVAL);
-    if (option_privileged(level, name) && !privileged(p))
-        return fail(k, EPERM);
-    return result(k, setsockopt(fd, level, name, k->data, (socklen_t)k->dlen));
-}
-
-int sock_getsockopt(struct proc *p, struct call *k)
-{
-    int fd, level, name;
-    int64_t want = k->rq.a[3];
-
-    if (!arg_sock(p, k, 0, &fd) || !arg_int(k, 1, &level) || !arg_int(k, 2, &name))
-        return 0;
-    if (want < 0 || want > LAT_MAX_SOCKOPT)
-        return fail(k, EINVAL);
-    socklen_t len = (socklen_t)want;
-    if (getsockopt(fd, level, name, p->c->buf, &len) < 0)
-        return result(k, -1);
-    k->out = p->c->buf;
-    k->outlen = len < (socklen_t)want ? len : (size_t)want;
-    return result(k, (int64_t)k->outlen);
-}
-
-static int name_call(struct proc *p, struct call *k, int (*fn)(int, struct sockaddr *, socklen_t *))
+int srv_setsockopt(struct proc *p, struct call *k, struct rfd *r, int level, int name, const void *val,
+                   uint32_t len)
 {
     int fd;
-    socklen_t len = LAT_MAX_SOCKADDR;
 
-    if (!arg_sock(p, k, 0, &fd))
+    if (!sock_fd(k, r, &fd))
         return 0;
-    if (fn(fd, (struct sockaddr *)p->c->buf, &len) < 0)
-        return result(k, -1);
-    k->out = p->c->buf;
-    k->outlen = len < LAT_MAX_SOCKADDR ? len : LAT_MAX_SOCKADDR;
-    return result(k, (int64_t)k->outlen);
+    if (option_privileged(level, name) && !privileged(p))
+        return fail(k, EPERM);
+    return result(k, setsockopt(fd, level, name, val, len));
 }
 
-int sock_getsockname(struct proc *p, struct call *k) { return name_call(p, k, getsockname); }
-int sock_getpeername(struct proc *p, struct call *k) { return name_call(p, k, getpeername); }
+int srv_getsockopt(struct proc *p, struct call *k, struct rfd *r, int level, int name, void *val,
+                   uint32_t want)
+{
+    socklen_t len = want;
+    int fd;
+
+    (void)p;
+    if (!sock_fd(k, r, &fd))
+        return 0;
+    if (getsockopt(fd, level, name, val, &len) < 0)
+        return result(k, -1);
+    return result(k, len < want ? len : want);
+}
+
+static int name_call(struct call *k, struct rfd *r, void *addr,
+                     int (*fn)(int, struct sockaddr *, socklen_t *))
+{
+    socklen_t len = LAT_MAX_SOCKADDR;
+    int fd;
+
+    if (!sock_fd(k, r, &fd))
+        return 0;
+    if (fn(fd, addr, &len) < 0)
+        return result(k, -1);
+    return result(k, len < LAT_MAX_SOCKADDR ? len : LAT_MAX_SOCKADDR);
+}
+
+int srv_getsockname(struct proc *p, struct call *k, struct rfd *r, void *addr)
+{
+    (void)p;
+    return name_call(k, r, addr, getsockname);
+}
+
+int srv_getpeername(struct proc *p, struct call *k, struct rfd *r, void *addr)
+{
+    (void)p;
+    return name_call(k, r, addr, getpeername);
+}
 
 /* poll(2) on remote descriptors, waiting at most the request's wait.  A
  * bad descriptor is POLLNVAL as on Linux; the standard streams are
  * always ready (0 reads end of file, 1 and 2 take output). */
-int sock_poll(struct proc *p, struct call *k)
+int srv_poll(struct proc *p, struct call *k, struct lat_pollfd *lp, uint32_t nfds, int ms)
 {
     static _Thread_local struct pollfd pf[LAT_MAX_FDS + 1];
-    struct lat_pollfd *lp = (struct lat_pollfd *)k->data;
-    int64_t nfds = k->rq.a[0];
-    int ms, n, ready = 0;
+    int n, ready = 0;
 
-    if (!arg_wait(k, 1, &ms))
-        return 0;
-    if (nfds < 0 || nfds > LAT_MAX_FDS || k->dlen != (size_t)nfds * sizeof(*lp))
-        return fail(k, EINVAL);
-    for (int64_t i = 0; i < nfds; i++) {
+    for (uint32_t i = 0; i < nfds; i++) {
         int32_t r = lp[i].fd;
         lp[i].revents = 0;
         pf[i] = (struct pollfd){ -1, 0, 0 };
@@ -386,13 +357,11 @@ int sock_poll(struct proc *p, struct call *k)
         return result(k, -1);
     if (pf[nfds].revents)
         return fail(k, EINTR);          /* the process is gone */
-    for (int64_t i = 0; i < nfds; i++)
+    for (uint32_t i = 0; i < nfds; i++)
         if (pf[i].fd >= 0 && pf[i].revents) {
             lp[i].revents = pf[i].revents;
             ready++;
         }
-    /* the request's bytes are the reply's: the array is answered in place */
-    k->out = lp;
-    k->outlen = k->dlen;
+    /* the request's bytes are the reply's: the array is answered in place (inout) */
     return result(k, ready);
 }

@@ -47,6 +47,7 @@ class Param:
     size: int | None = None      # index of the argument holding the length (rows for arr2d)
     size2: int | None = None     # arr2d: index of the argument holding the row length
     flags: set[str] = field(default_factory=set)
+    wire: dict[str, str] = field(default_factory=dict)   # wire mode options (pluggen.wire)
 
     @property
     def nullok(self) -> bool:
@@ -80,6 +81,7 @@ class Function:
     params: list[Param]
     line: int
     number: int
+    msg: int | None = None       # wire mode: the message type (msg=N before the prototype)
 
 
 @dataclass

@@ -11,6 +11,10 @@ from pluggen.errors import PluggenError
 from pluggen.lexer import Token, tokenize
 from pluggen.model import DIRECTIONS, FLAGS, KINDS, CType, Function, Param, Plugin
 
+# wire mode only (docs/plugins.md "Wire mode"): key=value options and flags
+WIRE_KEYS = ("a", "min", "max", "clamp", "len")
+WIRE_FLAGS = ("fd",)
+
 SKIP_STARTS = ("typedef", "struct", "union", "enum", "static")
 
 
@@ -54,7 +58,7 @@ def _ctype(words: list[Token], file: str) -> tuple[CType, str]:
     return CType(base, depth), name
 
 
-def _annotation(p: Param, text: str, file: str) -> None:
+def _annotation(p: Param, text: str, file: str, wire: bool = False) -> None:
     parts = [s.strip() for s in text.split(":")]
     if len(parts) < 2:
         raise PluggenError(file, p.line, f"{p.name}: annotation {text!r} needs direction:kind "
@@ -73,16 +77,24 @@ def _annotation(p: Param, text: str, file: str) -> None:
             if getattr(p, key) is not None:
                 raise PluggenError(file, p.line, f"{p.name}: {key}= given twice")
             setattr(p, key, int(val))
+        elif wire and opt.split("=", 1)[0] in WIRE_KEYS + WIRE_FLAGS:
+            key, _, val = opt.partition("=")
+            if key in p.wire:
+                raise PluggenError(file, p.line, f"{p.name}: {key} given twice")
+            if key in WIRE_KEYS and not val.strip():
+                raise PluggenError(file, p.line, f"{p.name}: {key}= needs a value")
+            p.wire[key] = val.strip()
         elif opt in FLAGS:
             if opt in p.flags:
                 raise PluggenError(file, p.line, f"{p.name}: {opt} given twice")
             p.flags.add(opt)
         else:
+            extra = f", {', '.join(k + '=' for k in WIRE_KEYS)}, {', '.join(WIRE_FLAGS)}" if wire else ""
             raise PluggenError(file, p.line, f"{p.name}: unknown annotation {opt!r} "
-                               f"(known: size=±N, size2=±N, {', '.join(FLAGS)})")
+                               f"(known: size=±N, size2=±N, {', '.join(FLAGS)}{extra})")
 
 
-def _check(f: Function, file: str) -> None:
+def _check(f: Function, file: str, wire: bool = False) -> None:
     n = len(f.params)
     for i, p in enumerate(f.params):
         where = f"{f.name}: {p.name}"
@@ -114,8 +126,9 @@ def _check(f: Function, file: str) -> None:
         elif p.kind == "arr":
             if p.ctype.depth != 1:
                 raise bad("arr needs a pointer to the array's first element")
-            if p.size is None:
-                raise bad("arr needs size=±N naming the argument that holds its length")
+            if p.size is None and not (wire and "len" in p.wire):
+                raise bad("arr needs size=±N naming the argument that holds its length"
+                          + (" (or len=N)" if wire else ""))
         elif p.kind == "arr2d":
             if p.ctype.depth != 2 or p.elem().is_void():
                 raise bad("arr2d needs T ** (an array of row pointers)")
@@ -149,13 +162,36 @@ def _check(f: Function, file: str) -> None:
                            "the compute node (return results through out arguments)")
 
 
-def _prototype(stmt: list[Token], file: str, number: int) -> Function:
+def _msg(stmt: list[Token], name: str, file: str, line: int) -> int:
+    """Wire mode: the msg=N comment just before a prototype."""
+    lead = []
+    for t in stmt:
+        if t.kind != "comment":
+            break
+        lead.append(t)
+    found = [t for t in lead if t.text.startswith("msg=")]
+    if len(found) != 1:
+        raise PluggenError(file, line, f"{name}: " + ("no message number (write /* msg=0x0300 */ "
+                           "before the prototype)" if not found else "more than one msg= comment"))
+    num = found[0].text.split()[0][4:]
+    try:
+        value = int(num, 0)
+    except ValueError:
+        raise PluggenError(file, found[0].line, f"{name}: msg={num!r} is not a number") from None
+    if not 0 < value < 0x8000:
+        raise PluggenError(file, found[0].line, f"{name}: msg={num} is outside 1..0x7fff (0x8000 marks replies)")
+    return value
+
+
+def _prototype(stmt: list[Token], file: str, number: int, wire: bool = False) -> Function:
     code = [t for t in stmt if t.kind != "comment"]
     lp = next(i for i, t in enumerate(code) if t.text == "(")
     if not code[-1].text == ";" or code[-2].text != ")":
         raise PluggenError(file, code[0].line, "a prototype must end with ');' (no definitions, no attributes)")
     ret, name = _ctype([t for t in code[:lp] if t.text != "extern"], file)
     f = Function(name, ret, [], code[0].line, number)
+    if wire:
+        f.msg = _msg(stmt, name, file, f.line)
     # parameters: split the tokens between the outer parentheses at top-level commas
     inner = stmt[stmt.index(next(t for t in stmt if t.text == "(")) + 1:]
     groups: list[list[Token]] = [[]]
@@ -191,13 +227,13 @@ def _prototype(stmt: list[Token], file: str, number: int) -> Function:
             raise PluggenError(file, p.line, f"{name}: {pname}: " + (
                 "no annotation (write e.g. /* in:obj */ after the name)" if not notes
                 else "more than one annotation comment"))
-        _annotation(p, notes[0].text, file)
+        _annotation(p, notes[0].text, file, wire)
         f.params.append(p)
-    _check(f, file)
+    _check(f, file, wire)
     return f
 
 
-def parse_header(text: str, file: str, name: str, plugin_id: int) -> Plugin:
+def parse_header(text: str, file: str, name: str, plugin_id: int, wire: bool = False) -> Plugin:
     funcs: list[Function] = []
     seen: dict[str, int] = {}
     for stmt in _statements(tokenize(text, file), file):
@@ -209,7 +245,7 @@ def parse_header(text: str, file: str, name: str, plugin_id: int) -> Plugin:
                 continue
         if not any(t.text == "(" for t in code):
             continue    # a variable or a forward declaration: nothing to forward
-        f = _prototype(stmt, file, len(funcs))
+        f = _prototype(stmt, file, len(funcs), wire)
         if f.name in seen:
             raise PluggenError(file, f.line, f"{f.name} declared twice (first at line {seen[f.name]})")
         seen[f.name] = f.line

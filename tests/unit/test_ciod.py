@@ -63,8 +63,12 @@ def ciod_bin() -> Path:
         subprocess.run(["make", "-s", "-C", str(ROOT), "ciod"], check=True)
     else:
         (ROOT / "build/bin").mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "protocol"))
+        subprocess.run(["python3", "-m", "pluggen", "--wire", "protocol/lattice/fwd_posix.h", "--out",
+                        "build/gen"], check=True, cwd=ROOT, env=env)
         subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra",
-                        "-Wimplicit-fallthrough", "-Iprotocol", "-pthread", "-o", "build/bin/ciod",
+                        "-Wimplicit-fallthrough", "-Iprotocol", "-Iionode/ciod", "-Ibuild/gen", "-pthread",
+                        "-o", "build/bin/ciod", "build/gen/fwd_posix_ciod.c",
                         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c"))],
                        check=True, cwd=ROOT)
     return ROOT / "build/bin/ciod"
@@ -643,6 +647,58 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
     assert p.ok("getcwd", 4096)[1] == path(tmp_path)
     ras = ciod.rastext()
     assert "bad magic" in ras and "claims" in ras and "truncated" in ras, ras
+
+
+LAT_RDV = 0x52445600
+
+
+def test_generated_decoder_refuses_what_the_annotations_forbid(ciod: Ciod, tmp_path: Path) -> None:
+    """Each annotation kind of lattice/fwd_posix.h, enforced by the generated
+    decoder (docs/plugins.md "Wire mode") before any implementation runs."""
+    job = Job(ciod, tmp_path, job_id=9, ranks=(0, -1), image=b"img")
+    p = job.proc(0)
+    f = tmp_path / "f"
+    f.write_bytes(b"hello")
+    (tmp_path / "l").symlink_to("target")
+    # str: no NUL in the payload, none within LAT_MAX_PATH, a second string missing
+    assert p.fails("openat", AT_FDCWD, O_RDONLY, 0, data=str(f).encode()) == errno.EINVAL
+    assert p.fails("openat", AT_FDCWD, O_RDONLY, 0, data=b"a" * 5000) == errno.ENAMETOOLONG
+    assert p.fails("renameat", AT_FDCWD, AT_FDCWD, 0, data=path(f)) == errno.EINVAL
+    assert f.exists()
+    # more payload than the arguments take, less than a fixed array (arr:len=2)
+    assert p.fails("openat", AT_FDCWD, O_RDONLY, 0, data=path(f) + b"x") == errno.EINVAL
+    assert p.fails("utimensat", AT_FDCWD, 0, 1, data=bytes(31) + path(f)[:0]) == errno.EINVAL
+    assert p.fails("fsync", 1, data=b"junk") == errno.EINVAL
+    # obj: an int slot outside 32 bits
+    assert p.fails("openat", AT_FDCWD, 1 << 40, 0, data=path(f)) == errno.EINVAL
+    # fd: not open, past the table, negative, past 32 bits
+    for bad in (77, 1024, -1, 1 << 40):
+        assert p.fails("fstatfs", bad) == errno.EBADF
+        assert p.fails("read", bad, 10) == errno.EBADF
+        assert p.fails("write", bad, data=b"x") == errno.EBADF
+    fd, _ = p.ok("openat", AT_FDCWD, O_RDONLY, 0, data=path(f))
+    # max=: counts over the agreed limits, also when the length is the payload's (a=none)
+    assert p.fails("read", fd, MAX_IO + 1) == errno.EINVAL
+    assert p.fails("pread", fd, -1, 0) == errno.EINVAL
+    assert p.fails("getdents64", fd, MAX_IO + 1) == errno.EINVAL
+    assert p.fails("getcwd", -1) == errno.EINVAL
+    assert p.fails("write", 1, data=bytes(MAX_IO + 1)) == errno.EINVAL
+    # min= and clamp=: a readlink buffer of 0 is refused, a huge one clamped
+    assert p.fails("readlinkat", AT_FDCWD, 0, data=path(tmp_path / "l")) == errno.EINVAL
+    assert p.ok("readlinkat", AT_FDCWD, 1 << 40, data=path(tmp_path / "l")) == (6, b"target")
+    # out arrays carry ret bytes; out objects their size; nothing on an error
+    assert p.ok("read", fd, 3) == (3, b"hel")
+    assert p.ok("pread", fd, 100, 1) == (4, b"ello")
+    ret, out = p.ok("fstatat", fd, AT_EMPTY_PATH, data=b"\0")
+    assert ret == 0 and STAT.unpack(out)[8] == 5
+    assert p.call("fstatat", AT_FDCWD, 0, data=path(tmp_path / "nope")) == (-1, errno.ENOENT, b"")
+    # zerocopy: a3 = LAT_RDV goes to the rendezvous implementation, past max= (not granted here)
+    ret, err, _ = p.call("read", fd, MAX_IO * 4, 0, LAT_RDV, data=struct.pack("<QQ", 4096, MAX_IO * 4))
+    assert (ret, err) == (-1, errno.EOPNOTSUPP)
+    assert p.fails("read", 99, 10, 0, LAT_RDV, data=b"") == errno.EBADF
+    # still serving
+    assert ciod.alive()
+    assert p.ok("getcwd", 4096)[1] == path(tmp_path)
 
 
 def test_node_dropping_mid_job_is_reported_lost(ciod: Ciod, tmp_path: Path) -> None:

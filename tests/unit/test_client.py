@@ -382,7 +382,7 @@ class FakeCiod(threading.Thread):
 ROOT = Path(__file__).resolve().parents[2]
 LIB_SRC = sorted((ROOT / "compute" / "libcnclient").glob("*.c"))
 CFLAGS = ["-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra", "-Wimplicit-fallthrough",
-          f"-I{ROOT / 'protocol'}"]
+          f"-I{ROOT / 'protocol'}", f"-I{ROOT / 'build' / 'gen'}"]   # gen: fwd.c's generated stubs
 
 PROG = r"""
 #include <dirent.h>
@@ -636,6 +636,8 @@ end program fio
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("client")
     lib = d / "libcnclient.so"
+    # fwd.c includes the stubs generated from lattice/fwd_posix.h
+    subprocess.run(["make", "-s", "-C", str(ROOT), "build/gen/fwd_posix_stubs.c"], check=True)
     p = subprocess.run(["gcc", *CFLAGS, "-fPIC", "-shared", "-pthread", "-o", str(lib), *map(str, LIB_SRC)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
