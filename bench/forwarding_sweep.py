@@ -116,7 +116,7 @@ def sweep(a: argparse.Namespace, home: Path) -> None:
                     cells.append(f"{mc:.0f} / {md:.0f} ({mc / md:.2f})")
                 print(f"| {op} | {name} | {n} | " + " | ".join(cells) + " |")
         print("\ncells: cnk MB/s / direct MB/s (ratio)")
-        print("\n" + "\n".join(f"    {k}: {v}" for k, v in m.counters().items() if k.startswith(("rdv", "eager"))))
+        print("\n" + "\n".join(f"    {k}: {v}" for k, v in m.counters().items() if k.startswith(("rdv", "eager", "shm", "pipe"))))
     finally:
         m.free()
         subprocess.run(["umount", str(tmpfs)])

@@ -7,6 +7,9 @@
  *                            small reads, then again through a read-only open
  *   dataio hash PATH         read a file in 1 MiB reads: "size=N hash=H"
  *   dataio twice PATH SEC    hash, sleep SEC seconds, hash again (reopened)
+ *   dataio put PATH OFF LEN  one pwrite of LEN pattern bytes at OFF (no truncation):
+ *                            "ret=N" or "ret=-1 errno=E" (short writes, full disks)
+ *   dataio spin PATH         pwrite 16 MiB at 0 over and over; "go" after the first
  *
  * The pattern: byte i is R[i % 65521], R from a fixed LCG, so a piece put at
  * the wrong offset never matches.  Prints "ok ..." or why not, exit 0/1.
@@ -147,6 +150,39 @@ static int hash(const char *path, uint64_t *h, size_t *size)
     return n < 0 ? fail("read") : 0;
 }
 
+static int put(const char *path, size_t off, size_t len)
+{
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf)
+        return fail("malloc");
+    fill(buf, off, len);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0)
+        return fail("open");
+    ssize_t r = pwrite(fd, buf, len, (off_t)off);
+    if (r < 0)
+        printf("ret=-1 errno=%d\n", errno);
+    else
+        printf("ret=%zd\n", r);
+    return close(fd) < 0 ? fail("close") : 0;
+}
+
+static int spin(const char *path)
+{
+    size_t len = 16u << 20;
+    unsigned char *buf = malloc(len);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (!buf || fd < 0)
+        return fail("spin");
+    fill(buf, 0, len);
+    for (int i = 0;; i++) {
+        if (pwrite(fd, buf, len, 0) != (ssize_t)len)
+            return fail("pwrite");
+        if (i == 0)
+            printf("go\n");
+    }
+}
+
 int main(int argc, char **argv)
 {
     uint64_t h;
@@ -174,6 +210,10 @@ int main(int argc, char **argv)
         }
         return 0;
     }
-    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH SECONDS\n");
+    if (argc == 5 && !strcmp(argv[1], "put"))
+        return put(argv[2], strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
+    if (argc == 3 && !strcmp(argv[1], "spin"))
+        return spin(argv[2]);
+    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH SECONDS | put PATH OFF LEN | spin PATH\n");
     return 64;
 }

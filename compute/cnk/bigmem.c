@@ -8,6 +8,8 @@
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
+#include <linux/fcntl.h>
+#include <linux/memfd.h>
 #include <linux/mman.h>
 
 #include "cnk.h"
@@ -43,10 +45,46 @@ static long map_region(uintptr_t base, size_t len, int flags)
     return r;
 }
 
-/* hugetlb pages of 1 << shift bytes; base 0: anywhere */
-static long map_huge(uintptr_t base, uint64_t size, unsigned shift)
+/* hugetlb pages of 1 << shift bytes in a memfd the I/O node maps too
+ * (ship_share), so a big transfer is copied once, between the file and
+ * this memory; sealed, so the file can never shrink under ciod's mapping.
+ * *fd: the memfd, to share and close. */
+static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int *fd)
+{
+    long r = ksys2(__NR_memfd_create, "cnk-bigmem",
+                   MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB | (shift << MFD_HUGE_SHIFT));
+    if (r < 0)
+        return r;
+    *fd = (int)r;
+    r = ksys2(__NR_ftruncate, *fd, len);
+    if (r >= 0)
+        r = ksys3(__NR_fcntl, *fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    if (r >= 0)
+        r = ksys6(__NR_mmap, base, len, PROT_RWX, MAP_SHARED | (base ? MAP_FIXED_NOREPLACE : 0), *fd, 0);
+    if (r >= 0 && base && (uintptr_t)r != base) {
+        ksys2(__NR_munmap, r, len);
+        r = -EEXIST;
+    }
+    if (r < 0) {
+        ksys1(__NR_close, *fd);
+        *fd = -1;
+    }
+    return r;
+}
+
+/* hugetlb pages of 1 << shift bytes; base 0: anywhere.  Shared with the
+ * I/O node when it can be (LATTICE_BIGMEM_SHARED=0: never), else private. */
+static long map_huge(uintptr_t base, uint64_t size, unsigned shift, int *fd)
 {
     uint64_t ps = 1ull << shift;
+    const char *s = kgetenv(cnk.envp, "LATTICE_BIGMEM_SHARED");
+
+    *fd = -1;
+    if (!s || *s != '0') {
+        long r = map_huge_shared(base, up(size, ps), shift, fd);
+        if (r >= 0 || r == -ENOMEM || r == -EEXIST)
+            return r;
+    }
     return map_region(base, up(size, ps), MAP_HUGETLB | (int)(shift << MAP_HUGE_SHIFT));
 }
 
@@ -87,14 +125,15 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     if (fixed_hi && (fixed_hi - b2 > size || !b2))
         return -ENOMEM;
     long r = -ENOMEM;
+    int fd = -1;
     int gb_fits = !fixed_hi || (b1 && fixed_hi - b1 <= size);
     if (gb_fits) {
-        r = map_huge(b1, size, 30);
+        r = map_huge(b1, size, 30, &fd);
         if (r >= 0)
             chose("1 GiB hugetlb pages", GB1);
     }
     if (r < 0) {
-        r = map_huge(b2, size, 21);
+        r = map_huge(b2, size, 21, &fd);
         if (r >= 0)
             chose(gb_fits ? "no free 1 GiB huge pages; 2 MiB hugetlb pages"
                           : "fixed-address program that 1 GiB pages cannot hold; 2 MiB hugetlb pages", MB2);
@@ -110,6 +149,10 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     }
     bigmem.base = (uintptr_t)r;
     bigmem.size = size;
+    if (fd >= 0) {              /* ciod keeps its own mapping: our descriptor is not needed */
+        bigmem.shared = ship_share(bigmem.base, up(size, bigmem.page_size), fd) == 0;
+        ksys1(__NR_close, fd);
+    }
     cnk.report->bigmem_bytes = size;
     fr[0] = (struct range){ bigmem.base, bigmem.base + size };
     nfree = 1;
@@ -121,6 +164,8 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
  * for the new program. */
 void bigmem_reset(void)
 {
+    if (bigmem.shared)          /* ciod lets go too, so the pages go back to the pool */
+        ship_share(0, 0, -1);
     if (bigmem.size)
         ksys2(__NR_munmap, bigmem.base, up(bigmem.size, bigmem.page_size ? bigmem.page_size : PAGE));
     bigmem = (struct bigmem){ 0 };

@@ -9,9 +9,10 @@
  * straight between the program's buffers and the socket: no copies, no
  * allocation.  A transfer of at least rdv_min bytes (agreed in the hello,
  * LATTICE_IO_DP) is one rendezvous request naming the program's buffers:
- * ciod moves the bytes itself (docs/protocol.md section 6.2).  Otherwise,
- * transfers above LAT_MAX_IO go as consecutive chunks, a short one ending
- * the transfer, as libcnclient does.
+ * ciod moves the bytes itself (docs/protocol.md section 6.2), straight on its
+ * mapping of big memory when cnk shared it (ship_share).  Otherwise,
+ * transfers above LAT_MAX_IO go as a pipelined series of chunks, a short
+ * one ending the transfer (ciod cancels the chunks after it).
  *
  * Calls the protocol has no message for are refused on shipped names
  * (link, symlink, chown: ENOSYS; locks: ENOLCK; flock: ENOSYS), as
@@ -90,7 +91,7 @@ static char sink[4096];
 static struct lat_rdv_seg segs[UIO_MAXIOV];
 /* the data path ciod agreed (LATTICE_IO_DP, set by cnode from the hello ack):
  * transfers of at least rdv_min bytes are a rendezvous; 0 = never */
-static uint64_t rdv_min;
+static uint64_t rdv_min, dp_flags;
 
 /* "eager_max,rdv_min,flags" */
 static void datapath_init(void)
@@ -109,6 +110,7 @@ static void datapath_init(void)
         v[i] = v[i] * 10 + (uint64_t)(*s - '0');
     }
     rdv_min = (v[2] & LAT_DP_VM) && i == 2 ? v[1] : 0;
+    dp_flags = rdv_min ? v[2] : 0;
 }
 
 int ship_init(int conn_fd)
@@ -244,30 +246,24 @@ static void spin_for_reply(void)
     skip = 8;
 }
 
-/* One request and its reply; conn_lock held.  ret >= 0 or -errno. */
-static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-                        const struct iovec *in, int nin, size_t *got)
+/* Sends one request; conn_lock held.  *sq: its seq.  0, -EFAULT (a bad
+ * program buffer, nothing on the wire) or -EIO (the connection broke). */
+static long send_req(uint16_t type, const int64_t a[4], const struct iovec *out, int nout, uint32_t *sq)
 {
     struct lat_sysreq req = { { a[0], a[1], a[2], a[3] } };
     struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, 0, 0 };
-    struct lat_hdr rh;
-    struct lat_sysret rs;
-    size_t outlen = 0, cap = 0, n;
+    size_t outlen = 0, n;
     long r;
 
-    if (got)
-        *got = 0;
     if (dead || conn < 0)
         return -EIO;
     for (int i = 0; i < nout; i++)
         outlen += out[i].iov_len;
-    for (int i = 0; i < nin; i++)
-        cap += in[i].iov_len;
     if (nout > UIO_MAXIOV || outlen > LAT_MAX_PAYLOAD - sizeof req)
         return -EINVAL;
     if (++seq == 0)
         seq = 1;
-    h.seq = seq;
+    h.seq = *sq = seq;
     h.len = (uint32_t)(sizeof req + outlen);
     sendv[0] = (struct iovec){ &h, sizeof h };
     sendv[1] = (struct iovec){ &req, sizeof req };
@@ -275,35 +271,58 @@ static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *o
         sendv[2 + i] = out[i];
     r = send_all(sendv, nout + 2, &n);
     if (r == -EFAULT && n == 0)
-        return r;               /* a bad program buffer, nothing on the wire */
-    if (r < 0)
-        return broken("send", r);
-    spin_for_reply();
-    /* every reply starts with a header and a lat_sysret: one read for both */
+        return r;
+    return r < 0 ? broken("send", r) : 0;
+}
+
+/* The reply to request sq, data into in; conn_lock held.  ret >= 0 or -errno. */
+static long recv_reply(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got)
+{
     struct { struct lat_hdr h; struct lat_sysret rs; } head;
-    _Static_assert(sizeof head == sizeof rh + sizeof rs, "no padding");
+    _Static_assert(sizeof head == sizeof(struct lat_hdr) + sizeof(struct lat_sysret), "no padding");
+    size_t cap = 0, n;
+    long r;
+
+    if (got)
+        *got = 0;
+    for (int i = 0; i < nin; i++)
+        cap += in[i].iov_len;
+    /* every reply starts with a header and a lat_sysret: one read for both */
     if ((r = recv_all(&head, sizeof head, &n)) < 0)
         return broken("receive", r);
-    rh = head.h;
-    rs = head.rs;
-    int is_error = (rh.type & ~LAT_REPLY) == LAT_ERROR;
-    if (!reply_ok(&rh, type, h.seq, is_error))
+    int is_error = (head.h.type & ~LAT_REPLY) == LAT_ERROR;
+    if (!reply_ok(&head.h, type, sq, is_error))
         return broken("malformed reply", -EPROTO);
-    size_t dlen = rh.len - sizeof rs;
+    size_t dlen = head.h.len - sizeof head.rs;
     if (is_error || dlen > cap) {
         /* ciod could not decode it, or sent more than was asked for */
         if ((r = discard(dlen)) < 0)
             return broken("receive", r);
-        return is_error ? -(rs.err > 0 ? rs.err : ENOSYS) : -EIO;
+        return is_error ? -(head.rs.err > 0 ? head.rs.err : ENOSYS) : -EIO;
     }
     r = recv_data(in, nin, dlen);
     if (r < 0 && r != -EFAULT)
         return broken("receive", r);
     if (got)
         *got = dlen;
-    if (rs.ret < 0)
-        return -(rs.err > 0 ? rs.err : EIO);
-    return r < 0 ? r : (long)rs.ret;
+    if (head.rs.ret < 0)
+        return -(head.rs.err > 0 ? head.rs.err : EIO);
+    return r < 0 ? r : (long)head.rs.ret;
+}
+
+/* One request and its reply; conn_lock held.  ret >= 0 or -errno. */
+static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+                        const struct iovec *in, int nin, size_t *got)
+{
+    uint32_t sq;
+    long r;
+
+    if (got)
+        *got = 0;
+    if ((r = send_req(type, a, out, nout, &sq)) < 0)
+        return r;
+    spin_for_reply();
+    return recv_reply(type, sq, in, nin, got);
 }
 
 static long call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
@@ -327,6 +346,19 @@ long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int n
 static long rclose(int remote)
 {
     return fwd_close(remote);
+}
+
+/* Big memory shared with ciod (LAT_DP_SHARE, docs/protocol.md section
+ * 6.2): a rendezvous inside it is one file system call on ciod's mapping of
+ * it, one copy.  len 0 drops the share (execve).  0 or -errno: then
+ * rendezvous goes through ciod's window. */
+int ship_share(uintptr_t base, size_t len, int memfd)
+{
+    int64_t a[4] = { (int64_t)base, (int64_t)len, memfd, 0 };
+
+    if (!(dp_flags & LAT_DP_SHM))
+        return -EOPNOTSUPP;
+    return (int)call(LAT_DP_SHARE, a, NULL, 0, NULL, 0, NULL);
 }
 
 /* ---- chunked reads and writes ---- */
@@ -362,7 +394,7 @@ static int iov_slice(const struct iovec *iov, int cnt, size_t skip, size_t len, 
     return n;
 }
 
-/* One chunk of a transfer; conn_lock held.  off < 0: the file position. */
+/* A transfer of at most LAT_MAX_IO; conn_lock held.  off < 0: the file position. */
 static long rw_chunk(int rfd, int wr, int n, size_t chunk, int64_t off)
 {
     int64_t a[4] = { rfd, wr ? 0 : (int64_t)chunk, off < 0 ? 0 : off, 0 };
@@ -374,6 +406,60 @@ static long rw_chunk(int rfd, int wr, int n, size_t chunk, int64_t off)
         return call_locked(type, a, slice, n, NULL, 0, NULL);
     long r = call_locked(type, a, NULL, 0, slice, n, &got);
     return r > (long)got ? (long)got : r;
+}
+
+/* A transfer above LAT_MAX_IO without rendezvous (another host, or
+ * LATTICE_DATAPATH=messages): chunks sent without waiting for each reply,
+ * LAT_PIPE_DEPTH in flight, so ciod works on one while the next arrives.
+ * ciod cancels the chunks after a short or failed one (ECANCELED), so
+ * nothing lands beyond the count returned.  conn_lock held. */
+static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t total, int64_t off)
+{
+    uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
+    uint32_t sqs[LAT_PIPE_DEPTH];
+    size_t sent = 0, done = 0;
+    unsigned head = 0, tail = 0;        /* chunks sent, replies received */
+    long r, err = 0;
+    int stop = 0;
+
+    while (tail < head || (!stop && sent < total)) {
+        size_t chunk = MIN(total - sent, (size_t)LAT_MAX_IO);
+        if (!stop && sent < total && head - tail < LAT_PIPE_DEPTH) {
+            int n = iov_slice(iov, cnt, sent, chunk, slice);
+            int64_t a[4] = { rfd, wr ? 0 : (int64_t)chunk, off < 0 ? 0 : off + (int64_t)sent,
+                             head ? LAT_PIPE_NEXT : LAT_PIPE_FIRST };
+            r = send_req(type, a, wr ? slice : NULL, wr ? n : 0, &sqs[head % LAT_PIPE_DEPTH]);
+            if (r == -EIO)
+                return r;
+            if (r < 0) {                /* a bad buffer: the chunks before it still count */
+                err = head ? 0 : r;
+                stop = 1;
+                continue;
+            }
+            head++;
+            sent += chunk;
+            continue;
+        }
+        /* the oldest chunk in flight started at tail * LAT_MAX_IO */
+        size_t at = (size_t)tail * LAT_MAX_IO, want = MIN(total - at, (size_t)LAT_MAX_IO), got = 0;
+        int n = wr ? 0 : iov_slice(iov, cnt, at, want, slice);
+        r = recv_reply(type, sqs[tail % LAT_PIPE_DEPTH], slice, n, &got);
+        tail++;
+        if (r == -EIO && dead)
+            return done ? (long)done : r;
+        if (!wr && r > (long)got)
+            r = (long)got;
+        if (stop)
+            continue;                   /* after a short one: ECANCELED */
+        if (r < 0) {
+            err = done ? 0 : r;
+            stop = 1;
+        } else {
+            done += (size_t)r;
+            stop = (size_t)r < want;    /* end of file, full disk... */
+        }
+    }
+    return done ? (long)done : err;
 }
 
 /* A rendezvous: one request naming the program's buffers; ciod moves the
@@ -394,7 +480,7 @@ static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t
  * interleave.  Zero-byte transfers are shipped too: errors stay exact. */
 static long ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t off)
 {
-    size_t total, done = 0;
+    size_t total;
     long r = iov_total(iov, cnt, &total);
 
     if (r < 0)
@@ -407,18 +493,14 @@ static long ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t o
             return r;
         }
     }
-    do {
-        size_t chunk = MIN(total - done, (size_t)LAT_MAX_IO);
-        int n = iov_slice(iov, cnt, done, chunk, slice);
-        r = rw_chunk(rfd, wr, n, chunk, off < 0 ? off : off + (int64_t)done);
-        if (r < 0)
-            break;
-        done += (size_t)r;
-        if ((size_t)r < chunk)
-            break;              /* end of file, full disk... */
-    } while (done < total);
+    if (total > LAT_MAX_IO) {
+        r = pipe_locked(rfd, wr, iov, cnt, total, off);
+    } else {                    /* one message each way */
+        int n = iov_slice(iov, cnt, 0, total, slice);
+        r = rw_chunk(rfd, wr, n, total, off);
+    }
     kunlock(&conn_lock);
-    return done ? (long)done : r;
+    return r;
 }
 
 /* ---- how a call was handled ---- */

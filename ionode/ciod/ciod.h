@@ -205,9 +205,17 @@ void     dp_spin(int fd, unsigned *skip);
 /* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
 void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
 int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);
-int64_t  dp_rdv(pid_t pid, char *win, size_t winlen, bool wr, const struct iovec *segs, unsigned nseg,
-                uint64_t count, ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx,
-                int *err);
+/* A region of a process's memory that ciod maps too (LAT_DP_SHARE). */
+struct dp_shm {
+    char    *map;                       /* NULL: none */
+    uint64_t base, len;                 /* in the process's address space */
+};
+/* LAT_DP_SHARE of process pid: 0 or an errno (refused, RAS event said why). */
+int      dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t fd);
+void     dp_unshare(struct dp_shm *shm);
+int64_t  dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bool wr,
+                const struct iovec *segs, unsigned nseg, uint64_t count,
+                ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx, int *err);
 
 /* ---- collective.c: shared read-only opens, stats and reads ---- */
 

@@ -11,11 +11,23 @@
  * three times (file <-> buffer <-> socket <-> process) and needs one round
  * trip however large the transfer.
  *
- * Rendezvous is granted only on a unix-socket connection whose hello names
- * a child of the peer (the compute node's cnode forked the process after
- * connecting), so a process can never point ciod at someone else's memory.
+ * Shared memory: a process granted LAT_DP_SHM may share a region of its
+ * memory (cnk's big memory, a sealed memfd) with LAT_DP_SHARE; ciod maps it
+ * and a rendezvous whose segments all lie in the region is one read(2) or
+ * write(2) between the file and that mapping: the bytes are copied once.
+ * Other segments (memory outside the region) go through the window.
+ *
+ * Rendezvous and sharing are granted only on a unix-socket connection whose
+ * hello names a child of the peer (the compute node's cnode forked the
+ * process after connecting), so a process can never point ciod at someone
+ * else's memory; a shared region is opened through that pid's own
+ * descriptor table, and every segment is bounded against it.
  *
  * Settings (environment of ciod, read once at start):
+ *   LATTICE_DATAPATH     shm (default): shared memory, else rendezvous;
+ *                        vm: rendezvous through the window only;
+ *                        messages: neither, as for a process on another
+ *                        host: big transfers are pipelined series of chunks
  *   LATTICE_RDV_MIN      bytes from which a transfer goes rendezvous
  *                        (default 65536; 0 turns rendezvous off)
  *   LATTICE_SPIN_US      how long a process thread polls for the next request
@@ -24,17 +36,25 @@
 #include "ciod.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RDV_MIN_DEFAULT (64u << 10)
 
+enum { DP_MESSAGES, DP_VMONLY, DP_SHARED };
+
 static uint32_t rdv_min = RDV_MIN_DEFAULT;
+static int mode = DP_SHARED;
 static uint64_t spin_ns = 20000;
 
 atomic_uint_fast64_t dp_ctr[LAT_CTR__END];
@@ -53,12 +73,23 @@ void datapath_init(void)
         else
             logmsg("ignoring LATTICE_RDV_MIN=%s", s);
     }
+    if ((s = getenv("LATTICE_DATAPATH")) && *s) {
+        if (!strcmp(s, "messages"))
+            mode = DP_MESSAGES;
+        else if (!strcmp(s, "vm"))
+            mode = DP_VMONLY;
+        else if (strcmp(s, "shm"))
+            logmsg("ignoring LATTICE_DATAPATH=%s (shm, vm or messages)", s);
+    }
+    if (mode == DP_MESSAGES)
+        rdv_min = 0;
     if ((s = getenv("LATTICE_SPIN_US")) && *s)
         spin_ns = strtoull(s, NULL, 10) * 1000;
     collective_init();
     atomic_store(&dp_ctr[LAT_CTR_EAGER_MAX], LAT_MAX_IO);
     atomic_store(&dp_ctr[LAT_CTR_RDV_MIN], rdv_min);
     atomic_store(&dp_ctr[LAT_CTR_COLLECTIVE], coll_on());
+    atomic_store(&dp_ctr[LAT_CTR_DATAPATH], rdv_min ? (unsigned)mode : DP_MESSAGES);
 }
 
 /* ---- counters ---- */
@@ -175,7 +206,112 @@ void dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapa
         return;
     }
     dp->rdv_min = rdv_min;
-    dp->flags = LAT_DP_VM;
+    dp->flags = LAT_DP_VM | (mode == DP_SHARED ? LAT_DP_SHM : 0);
+}
+
+/* ---- shared memory ---- */
+
+void dp_unshare(struct dp_shm *shm)
+{
+    if (shm->map)
+        munmap(shm->map, shm->len);
+    *shm = (struct dp_shm){ 0 };
+}
+
+static int share_refused(const char *loc, pid_t pid, int fd, int err, const char *why)
+{
+    atomic_fetch_add(&dp_ctr[LAT_CTR_SHM_REFUSED], 1);
+    ras_event(RAS_WARNING, loc, "process %d shares descriptor %d: %s; its transfers use the window",
+              (int)pid, fd, why);
+    return err;
+}
+
+/* The process's own descriptor, reopened through /proc: only a memfd
+ * (tmpfs or hugetlbfs, named "/memfd:...") sealed so it cannot shrink under
+ * our mapping (a shrunk file would fault ciod on access). */
+int dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t memfd)
+{
+    char path[64], target[64];
+    struct statfs sfs;
+    struct stat st;
+
+    dp_unshare(shm);
+    if (len == 0)
+        return 0;
+    if (memfd < 0 || memfd > INT32_MAX || base + len < base || len > (1ull << 46))
+        return share_refused(loc, pid, (int)memfd, EINVAL, "bad region");
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)memfd);
+    ssize_t tl = readlink(path, target, sizeof(target) - 1);
+    if (tl < 7 || strncmp(target, "/memfd:", 7))
+        return share_refused(loc, pid, (int)memfd, EBADF, "not a memfd");
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return share_refused(loc, pid, (int)memfd, errno, strerror(errno));
+    int seals = fcntl(fd, F_GET_SEALS);
+    int err = 0;
+    const char *why = NULL;
+    if (fstatfs(fd, &sfs) < 0 || (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
+        err = EBADF, why = "not a memfd";
+    else if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        err = EPERM, why = "not sealed against shrinking";
+    else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < len)
+        err = EINVAL, why = "smaller than the region";
+    if (!err) {
+        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+            err = errno, why = strerror(errno);
+        else
+            *shm = (struct dp_shm){ m, base, len };
+    }
+    close(fd);
+    if (err)
+        return share_refused(loc, pid, (int)memfd, err, why);
+    atomic_fetch_add(&dp_ctr[LAT_CTR_SHM_SHARES], 1);
+    return 0;
+}
+
+/* The segments as pointers into our mapping; false if one lies outside. */
+static bool shm_translate(const struct dp_shm *shm, const struct iovec *segs, unsigned n, struct iovec *out)
+{
+    if (!shm || !shm->map)
+        return false;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t a = (uint64_t)(uintptr_t)segs[i].iov_base, l = segs[i].iov_len;
+        if (a < shm->base || l > shm->len || a - shm->base > shm->len - l)
+            return false;
+        out[i] = (struct iovec){ shm->map + (a - shm->base), (size_t)l };
+    }
+    return true;
+}
+
+/* One copy: the file system call reads or fills our mapping of the
+ * process's memory, segment by segment, a short one ending the transfer. */
+static int64_t shm_rdv(const struct iovec *local, unsigned n, ssize_t (*io)(void *, char *, size_t, uint64_t),
+                       void *ctx, int *err)
+{
+    uint64_t done = 0;
+
+    for (unsigned i = 0; i < n; i++) {
+        size_t put = 0;
+        while (put < local[i].iov_len) {
+            size_t want = local[i].iov_len - put < (1u << 30) ? local[i].iov_len - put : 1u << 30;
+            ssize_t r = io(ctx, (char *)local[i].iov_base + put, want, done);
+            if (r < 0 && !done)
+                *err = errno;
+            if (r <= 0)
+                goto out;
+            put += (size_t)r;
+            done += (uint64_t)r;
+            if ((size_t)r < want)
+                goto out;               /* end of file, full disk */
+        }
+    }
+out:
+    atomic_fetch_add(&dp_ctr[LAT_CTR_SHM], 1);
+    atomic_fetch_add(&dp_ctr[LAT_CTR_SHM_BYTES], done);
+    atomic_fetch_add(&dp_ctr[LAT_CTR_RDV], 1);
+    atomic_fetch_add(&dp_ctr[LAT_CTR_RDV_BYTES], done);
+    return (int64_t)done;
 }
 
 /* ---- rendezvous ---- */
@@ -223,14 +359,16 @@ static int seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t
 /* Moves count bytes between the process's memory and `src`/`dst`, one
  * window at a time.  Returns bytes done; *err is set on a failure before
  * anything moved (EFAULT when the memory is out of reach). */
-int64_t dp_rdv(pid_t pid, char *win, size_t winlen, bool wr, const struct iovec *segs, unsigned nseg,
-               uint64_t count, ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx,
-               int *err)
+int64_t dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bool wr,
+               const struct iovec *segs, unsigned nseg, uint64_t count,
+               ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx, int *err)
 {
     struct iovec rv[LAT_RDV_MAXSEG];
     uint64_t done = 0;
 
     *err = 0;
+    if (shm_translate(shm, segs, nseg, rv))
+        return shm_rdv(rv, nseg, io, ctx, err);
     dp_ctr_max(LAT_CTR_RDV_BUF_MAX, winlen < count ? winlen : count);
     while (done < count) {
         size_t n = count - done < winlen ? (size_t)(count - done) : winlen;

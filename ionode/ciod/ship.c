@@ -254,7 +254,7 @@ static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t o
         return fail(k, EOPNOTSUPP);     /* standard streams: the client sends the bytes */
     if (wr)
         coll_changed();
-    int64_t done = dp_rdv(p->pid, outbuf(p), LAT_MAX_IO, wr, segs, nseg, (uint64_t)k->rq.a[1],
+    int64_t done = dp_rdv(p->pid, &p->shm, outbuf(p), LAT_MAX_IO, wr, segs, nseg, (uint64_t)k->rq.a[1],
                           wr ? rdv_write : rdv_read, &io, &err);
     if (done == 0 && err)
         return fail(k, err);
@@ -673,6 +673,58 @@ static void account(uint16_t type, const struct call *k, uint64_t ns)
     }
 }
 
+/* A chunk of a pipelined series (docs/protocol.md section 6.2): -1 when it
+ * must not run (an earlier one was short or failed), 1 when it runs (a3
+ * cleared: the handler sees a plain call), 0 for any other call. */
+static int pipe_chunk(struct proc *p, uint16_t type, struct call *k)
+{
+    bool data = type == LAT_SYS_READ || type == LAT_SYS_WRITE || type == LAT_SYS_PREAD ||
+                type == LAT_SYS_PWRITE;
+    int64_t a3 = k->rq.a[3];
+
+    if (!data || (a3 != LAT_PIPE_FIRST && a3 != LAT_PIPE_NEXT))
+        return 0;
+    k->rq.a[3] = 0;
+    if (a3 == LAT_PIPE_FIRST) {
+        p->pipe_broken = false;
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_PIPE_SERIES], 1, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_PIPE_CHUNKS], 1, memory_order_relaxed);
+    if (!p->pipe_broken)
+        return 1;
+    atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_PIPE_CANCELLED], 1, memory_order_relaxed);
+    k->ret = -1;
+    k->err = ECANCELED;
+    return -1;
+}
+
+/* After a chunk ran: a failed or short one breaks its series. */
+static void pipe_after(struct proc *p, uint16_t type, const struct call *k)
+{
+    int64_t want = type == LAT_SYS_READ || type == LAT_SYS_PREAD ? k->rq.a[1] : (int64_t)k->dlen;
+
+    if (k->ret < 0 || k->ret < want)
+        p->pipe_broken = true;
+}
+
+static int serve_share(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    struct lat_sysreq rq;
+    int err = EPERM;
+
+    if (h->len != sizeof(rq)) {
+        reply_error(p->c, h->seq, EINVAL, "LAT_DP_SHARE of %u bytes, not %zu", h->len, sizeof(rq));
+        return 0;
+    }
+    memcpy(&rq, p->c->buf, sizeof(rq));
+    if (p->dp.flags & LAT_DP_SHM)       /* granted in the hello: pid is our node's child */
+        err = dp_share(&p->shm, p->pid, cfg.location, (uint64_t)rq.a[0], (uint64_t)rq.a[1], rq.a[2]);
+
+    if (reply_ret(p->c, h->type, h->seq, err ? -1 : 0, err, NULL, 0) < 0)
+        return errprintf(why, whylen, "reply failed: %s", strerror(errno));
+    return 0;
+}
+
 static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen)
 {
     struct call k;
@@ -681,6 +733,8 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     if (h->type == LAT_PLUG_CALL)       /* plugin.c */
         return plugin_serve(p->c, h, p->job, p->rank, p->node) < 0
                    ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
+    if (h->type == LAT_DP_SHARE)
+        return serve_share(p, h, why, whylen);
     if (h->type < LAT_SYS__BASE || h->type >= LAT_SYS__END || !(fn = fwd_calls[h->type - LAT_SYS__BASE])) {
         reply_error(p->c, h->seq, ENOSYS, "message type 0x%04x is not a shipped call", h->type);
         return 0;
@@ -694,8 +748,12 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     k.dlen = h->len - sizeof(k.rq);
     atomic_fetch_add(&sys_calls[h->type - LAT_SYS__BASE], 1);
     uint64_t t0 = dp_now_ns();
+    int piped = pipe_chunk(p, h->type, &k);
     errno = 0;
-    fn(p, &k);
+    if (piped >= 0)
+        fn(p, &k);
+    if (piped > 0)
+        pipe_after(p, h->type, &k);
     int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
     account(h->type, &k, dp_now_ns() - t0);
     return rc < 0 ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
@@ -753,6 +811,7 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_
         ras_event(RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
                   p->job, p->rank, why);
 out:
+    dp_unshare(&p->shm);
     for (unsigned i = 0; i < LAT_MAX_FDS; i++) {
         if (p->fds[i].kind == FD_REAL)
             close(p->fds[i].fd);

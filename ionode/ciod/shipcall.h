@@ -31,6 +31,8 @@ struct proc {
     struct ident who;
     pid_t        pid;                   /* for rendezvous (datapath.c), if granted */
     struct lat_datapath dp;
+    struct dp_shm shm;                  /* memory the process shares, if any */
+    bool         pipe_broken;           /* a chunk of the current series was short or failed */
     struct rfd   fds[LAT_MAX_FDS];
 };
 

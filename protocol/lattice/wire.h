@@ -61,6 +61,9 @@ _Static_assert(sizeof(struct lat_hdr) == 16, "lat_hdr layout");
 enum lat_type {
     /* session: first message on every connection to ciod */
     LAT_HELLO          = 0x0001,  /* struct lat_hello -> struct lat_hello_ack */
+    LAT_DP_SHARE       = 0x0002,  /* PROC connection, process -> ciod: struct lat_sysreq
+                                     (a0 base, a1 len, a2 fd) -> struct lat_sysret
+                                     (docs/protocol.md section 6.2) */
     LAT_ERROR          = 0x00FF,  /* reply to a request ciod could not decode:
                                      struct lat_sysret (ret -1, err) + message text */
 
@@ -204,6 +207,17 @@ _Static_assert(sizeof(struct lat_hello_ack) == 16, "lat_hello_ack layout");
  * segments of the process's memory (struct lat_rdv_seg[]); ciod moves the
  * bytes itself between the file and that memory (process_vm_readv/writev),
  * at most `window` bytes buffered per process.
+ *
+ * With LAT_DP_SHM granted too, the process may share a region of its memory
+ * (cnk's big memory, a sealed memfd) with LAT_DP_SHARE; a rendezvous whose
+ * segments all lie in it is done by ciod straight on its own mapping of the
+ * region: the file system call copies the bytes once.
+ *
+ * Without rendezvous (another host, or LATTICE_DATAPATH=messages), a
+ * transfer above eager_max is a series of chunks sent without waiting for
+ * each reply: a3 = LAT_PIPE_FIRST on the first, LAT_PIPE_NEXT on the rest.
+ * After a chunk of a series fails or comes back short, ciod answers the
+ * series' remaining chunks with err ECANCELED without running them.
  */
 struct lat_hello_proc {
     uint32_t pid;           /* the compute process, on the host of the connection */
@@ -220,7 +234,17 @@ struct lat_datapath {
 _Static_assert(sizeof(struct lat_datapath) == 16, "lat_datapath layout");
 
 #define LAT_DP_VM       1u              /* ciod may reach the process's memory by pid */
+#define LAT_DP_SHM      2u              /* ciod maps memory the process shares (LAT_DP_SHARE) */
 #define LAT_RDV         0x52445600      /* sysreq a3 of a rendezvous READ/PREAD/WRITE/PWRITE */
+#define LAT_PIPE_FIRST  0x50495046      /* sysreq a3: first chunk of a pipelined series */
+#define LAT_PIPE_NEXT   0x5049504e      /* sysreq a3: a later chunk of the same series */
+#define LAT_PIPE_DEPTH  4u              /* chunks a process keeps in flight */
+
+/* LAT_DP_SHARE (a0 base, a1 len, a2 fd): ciod opens the process's
+ * descriptor fd (/proc/PID/fd/FD), which must be a memfd sealed against
+ * shrinking, of at least len bytes, and maps it; [base, base + len) of the
+ * process's address space is then that mapping.  A new share replaces the
+ * old one (execve); len 0 drops it. */
 #define LAT_RDV_MAXSEG  1024u           /* segments in one rendezvous request */
 
 struct lat_rdv_seg {
@@ -264,6 +288,14 @@ enum lat_ctr {
     LAT_CTR_EAGER_MAX,      /* settings: what a PROC hello is offered ... */
     LAT_CTR_RDV_MIN,        /* ... (0: rendezvous off) */
     LAT_CTR_COLLECTIVE,     /* 1 if collective I/O is on */
+    LAT_CTR_SHM,            /* rendezvous (counted above too) done on a shared mapping: one copy */
+    LAT_CTR_SHM_BYTES,
+    LAT_CTR_SHM_SHARES,     /* LAT_DP_SHARE regions mapped ... */
+    LAT_CTR_SHM_REFUSED,    /* ... and refused */
+    LAT_CTR_PIPE_SERIES,    /* pipelined series of chunks ... */
+    LAT_CTR_PIPE_CHUNKS,    /* ... and their chunks ... */
+    LAT_CTR_PIPE_CANCELLED, /* ... answered ECANCELED after a short or failed one */
+    LAT_CTR_DATAPATH,       /* setting: 2 shm + rendezvous, 1 rendezvous, 0 messages only */
     LAT_CTR__END,
 };
 

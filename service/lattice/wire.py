@@ -65,12 +65,14 @@ FENCE_MORE = 1           # lat_fence.flags: more messages of this fence follow
 
 # data path (lat_datapath) and I/O node counters (LAT_CTL_COUNTERS reply)
 DP_VM = 1                # ciod reaches the compute process's memory: rendezvous moves data once
+DP_SHM = 2               # ciod maps memory the process shares (LAT_DP_SHARE): one copy
 HIST_BUCKETS = 32        # latency histogram: bucket b counts calls of [2^b, 2^(b+1)) ns
 CTR_NAMES = (
     "eager", "eager_bytes", "rdv", "rdv_bytes", "rdv_fault", "rdv_buf_max",
     "coll_open_req", "coll_open_fs", "coll_stat_req", "coll_stat_fs", "coll_read_req", "coll_read_fs",
     "coll_revalidate", "coll_invalidate", "coll_bytes",
     "eager_max", "rdv_min", "collective",
+    "shm", "shm_bytes", "shm_shares", "shm_refused", "pipe_series", "pipe_chunks", "pipe_cancelled", "datapath",
 )
 CTR__END = len(CTR_NAMES)
 

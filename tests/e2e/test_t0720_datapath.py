@@ -4,10 +4,12 @@ I/O) yet never stale and never past a permission check; ciod's memory stays
 bounded."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Iterator
@@ -49,8 +51,8 @@ def dp_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     m.run("free", "D", check=False)
 
 
-def counters(m: Machine) -> dict[str, int]:
-    (ion,) = json.loads(m.run("counters", "D", "--json").stdout)
+def counters(m: Machine, block: str = "D") -> dict[str, int]:
+    (ion,) = json.loads(m.run("counters", block, "--json").stdout)
     out: dict[str, int] = dict(ion["stats"])
     out.update({f"calls.{k}": v for k, v in ion["calls"].items()})
     return out
@@ -77,6 +79,10 @@ def test_big_transfers_are_exact_and_rendezvous(dp_machine: Machine, kernel: str
     # a 64 MiB write is one request: far fewer than the 64+ chunks of the eager path
     assert d["calls.write"] + d["calls.pwrite"] <= 40, d
     assert counters(m)["rdv_buf_max"] <= MIB                          # the window, whatever the size
+    if kernel == "cnk":     # big memory is shared with ciod: the program's transfers are copied once
+        assert d["shm_shares"] >= 1 and d["shm"] >= 8 and d["shm_bytes"] >= 4 * 64 * MIB - 2 * MIB, d
+    else:                   # a Linux process's memory is its own: through the window
+        assert d["shm"] == 0, d
 
 
 @pytest.mark.parametrize("kernel", ["linux", "cnk"])
@@ -150,3 +156,155 @@ def test_memory_bound(dp_machine: Machine) -> None:
     grown_mib = (ciod_hwm_kib(m) - hwm) / 1024
     assert grown_mib <= 32 + 8 * 1.1 + 16, grown_mib                # cache + windows + slack (stacks, malloc)
     assert counters(m)["coll_bytes"] <= 32 * MIB
+
+
+# ---- the other paths: rendezvous through the window, pipelined messages ----
+
+@pytest.fixture(scope="module", params=["vm", "messages"])
+def path_machine(request: pytest.FixtureRequest, built: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    """A pset of 2 whose ciod runs with LATTICE_DATAPATH=vm (rendezvous through
+    its window, no shared memory) or messages (neither, as for processes on
+    another host: big transfers are pipelined chunks); no collective cache."""
+    m = make_machine(tmp_path_factory.mktemp(f"dp-{request.param}"), "--shape", "1x1x2", "--pset-size", "2",
+                     "--memory", "256M")
+    m.run("block", "create", "P", "--shape", "1x1x2")
+    m.env = dict(m.env, LATTICE_DATAPATH=request.param, LATTICE_COLLECTIVE="0")
+    m.run("boot", "P")
+    m.datapath = request.param  # type: ignore[attr-defined]
+    yield m
+    m.run("free", "P", check=False)
+
+
+def pcounters(m: Machine) -> dict[str, int]:
+    return counters(m, "P")
+
+
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_big_transfers_are_exact_on_every_path(path_machine: Machine, kernel: str) -> None:
+    m = path_machine
+    f = m.work / f"path-{kernel}.dat"
+    before = pcounters(m)
+    p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, "--cwd", str(m.work), DATAIO, "big", f.name,
+              "40", timeout=300)
+    assert p.stdout.strip() == f"ok size={40 * MIB + 12345}", p.stdout + p.stderr
+    assert f.read_bytes() == pattern(40 * MIB + 12345)
+    d = delta(before, pcounters(m))
+    assert d["shm"] == 0 and d["shm_shares"] == 0, d
+    if m.datapath == "vm":  # type: ignore[attr-defined]
+        assert d["rdv"] >= 8 and d["pipe_chunks"] == 0, d
+    else:
+        assert d["rdv"] == 0, d
+        assert d["calls.write"] + d["calls.pwrite"] >= 40, d              # 1 MiB chunks
+        if kernel == "cnk":     # cnk pipelines them; libcnclient sends one at a time
+            assert d["pipe_series"] >= 8 and d["pipe_chunks"] >= 4 * 40, d
+
+
+def full_tmpfs(m: Machine, name: str, prefill: int = 0) -> Path:
+    """A 4 MiB tmpfs under the job's directory; `f` holds prefill bytes of 0xEE
+    at 1 MiB (pages already allocated), a filler file takes all the rest."""
+    d = m.work / name
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0777", "tmpfs", str(d)], check=True)
+    if prefill:
+        with open(d / "f", "wb") as fh:
+            fh.seek(MIB)
+            fh.write(b"\xee" * prefill)
+    with open(d / "filler", "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    return d
+
+
+def umount(d: Path) -> None:
+    subprocess.run(["umount", str(d)], check=True)
+
+
+def stops_exactly(m: Machine, block: str, tag: str) -> None:
+    """A write into a full file system returns ENOSPC or exactly the bytes
+    that landed, and nothing lands beyond them: the pages at 1..4 MiB are
+    already allocated, so only the hole at 0..1 MiB is short of space; a
+    chunk that ran after the failed first one would overwrite them."""
+    d = full_tmpfs(m, f"full-{tag}", prefill=3 * MIB)
+    try:
+        p = m.run("run", "--block", block, "-n", "1", "--kernel", "cnk", DATAIO, "put", str(d / "f"), "0",
+                  str(4 * MIB))
+        assert p.stdout.strip() == f"ret=-1 errno={errno.ENOSPC}", p.stdout + p.stderr
+        assert (d / "f").read_bytes() == bytes(MIB) + b"\xee" * (3 * MIB)       # untouched
+    finally:
+        umount(d)
+    # a short write: what fits lands, and the count says exactly how much
+    d = full_tmpfs(m, f"short-{tag}")
+    try:
+        free = 1536 * 1024
+        (d / "filler").write_bytes(b"\0" * (os.path.getsize(d / "filler") - free))
+        p = m.run("run", "--block", block, "-n", "1", "--kernel", "cnk", DATAIO, "put", str(d / "f"), "0",
+                  str(4 * MIB))
+        n = int(p.stdout.strip().removeprefix("ret="))
+        assert 0 < n < 4 * MIB and abs(n - free) <= 64 * 1024, p.stdout
+        assert (d / "f").read_bytes() == pattern(n)
+    finally:
+        umount(d)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
+def test_a_full_file_system_stops_a_shared_memory_write_exactly(dp_machine: Machine) -> None:
+    before = counters(dp_machine)
+    stops_exactly(dp_machine, "D", "shm")
+    assert delta(before, counters(dp_machine))["shm"] >= 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
+def test_a_full_file_system_stops_a_big_write_exactly(path_machine: Machine) -> None:
+    before = pcounters(path_machine)
+    stops_exactly(path_machine, "P", path_machine.datapath)  # type: ignore[attr-defined]
+    d = delta(before, pcounters(path_machine))
+    if path_machine.datapath == "messages":  # type: ignore[attr-defined]
+        assert d["pipe_cancelled"] >= 3, d      # the chunks in flight after the failed one did not run
+
+
+def test_ciod_survives_a_process_killed_mid_transfer(path_machine: Machine) -> None:
+    m = path_machine
+    (ciod,) = m.processes("ciod", "P")
+    f = m.work / "spin.dat"
+    proc = m.popen("run", "--block", "P", "-n", "1", "--kernel", "cnk", DATAIO, "spin", str(f))
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "go"
+    victims = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
+               and str(f).encode() in _cmdline(d) and b"spin" in _cmdline(d) and int(d.name) != proc.pid]
+    assert victims
+    for pid in victims:
+        os.kill(pid, 9)             # mid-write: 16 MiB transfers back to back
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert m.processes("ciod", "P") == [ciod]
+    p = m.run("run", "--block", "P", "-n", "1", "--kernel", "cnk", "--cwd", str(m.work), DATAIO, "big", "after.dat",
+              "8")
+    assert p.stdout.strip() == f"ok size={8 * MIB + 12345}"
+
+
+def _cmdline(d: Path) -> bytes:
+    try:
+        return (d / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_memory_bound_without_rendezvous(path_machine: Machine) -> None:
+    """Pipelined or not, ciod holds one LAT_MAX_PAYLOAD buffer per process:
+    the chunks in flight wait in the socket, not in ciod."""
+    m = path_machine
+    (pid,) = m.processes("ciod", "P")
+    hwm = ciod_hwm_kib_pid(pid)
+    m.run("run", "--block", "P", "-n", "2", "--cwd", str(m.work), "--kernel", "cnk", "--label", DATAIO, "big",
+          "mem.dat", "24", check=False, timeout=600)
+    grown_mib = (ciod_hwm_kib_pid(pid) - hwm) / 1024
+    assert grown_mib <= 2 * 1.1 + 16, grown_mib                       # 2 buffers + slack (stacks, malloc)
+
+
+def ciod_hwm_kib_pid(pid: int) -> int:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", text)[1])  # type: ignore[index]

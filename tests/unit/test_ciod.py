@@ -880,7 +880,7 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
     try:
         s, body = proc_hello(ciod, 9, child.pid)
         eager, rdv_min, flags, window = struct.unpack("<IIII", body[16:])
-        assert flags == 1 and 0 < rdv_min <= MAX_IO and window == MAX_IO
+        assert flags == 1 | 2 and 0 < rdv_min <= MAX_IO and window == MAX_IO   # rendezvous, shared memory
         p = Proc(s)
         fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "g"))
         seg = struct.pack("<QQ", 4096, 16)
@@ -902,4 +902,129 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
     finally:
         child.kill()
         child.wait()
+    assert ciod.alive()
+
+
+# ---- shared memory (LAT_DP_SHARE) and pipelined series ----
+
+DP_SHARE = 0x0002
+PIPE_FIRST, PIPE_NEXT = 0x50495046, 0x5049504E     # wire.h LAT_PIPE_FIRST / LAT_PIPE_NEXT
+SHM_BASE = 0x7E0000000000                          # where the fake process "has" its region (unmapped there)
+
+HOLDER = """
+import fcntl, os, sys, time
+def memfd(seal):
+    fd = os.memfd_create("cnk-bigmem", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 1 << 20)
+    os.pwrite(fd, bytes(range(256)) * 4096, 0)
+    if seal:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
+plain = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+os.ftruncate(plain, 1 << 20)
+print(memfd(True), memfd(False), plain, flush=True)
+time.sleep(60)
+"""
+
+
+def stats(c: Ciod) -> dict[str, int]:
+    """The data path counters of LAT_CTL_COUNTERS, by lattice's names for them."""
+    from lattice import wire
+    with c.connect(ROLE_CONTROL) as s:
+        send(s, CTL_COUNTERS, b"", 4)
+        _, _, body = recv(s)
+    nsys, nbuckets, nstats, _ = struct.unpack("<IIII", body[-16:])
+    off = 8 * nsys * (3 + nbuckets)
+    return dict(zip(wire.CTR_NAMES, struct.unpack_from(f"<{nstats}Q", body, off)))
+
+
+def share(p: Proc, base: int, length: int, fd: int) -> tuple[int, int]:
+    p.seq += 1
+    ret, err, _ = request(p.s, DP_SHARE, struct.pack("<QQqq", base, length, fd, 0), p.seq)
+    return ret, err
+
+
+def test_shared_memory_is_mapped_only_for_a_child_and_bounded(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path, job_id=11, ranks=(0, -1), image=b"img")  # noqa: F841 (keeps it running)
+    holder = subprocess.Popen(["python3", "-c", HOLDER, str(tmp_path / "plain")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        sealed, unsealed, plain = map(int, holder.stdout.readline().split())
+        # the holder is not a child of this connection's peer... from a pid we did not fork: refused
+        s, body = proc_hello(ciod, 11, os.getppid())
+        assert struct.unpack("<IIII", body[16:])[2] == 0                    # neither VM nor SHM granted
+        assert share(Proc(s), SHM_BASE, 1 << 20, sealed) == (-1, errno.EPERM)
+        s.close()
+        # our child: both granted, but only a sealed memfd is mapped
+        s, body = proc_hello(ciod, 11, holder.pid)
+        assert struct.unpack("<IIII", body[16:])[2] == 1 | 2
+        p = Proc(s)
+        before = stats(ciod)
+        assert share(p, SHM_BASE, 1 << 20, unsealed) == (-1, errno.EPERM)   # could shrink under ciod
+        assert share(p, SHM_BASE, 1 << 20, plain) == (-1, errno.EBADF)      # a file, not memory
+        assert share(p, SHM_BASE, 1 << 20, 999) == (-1, errno.EBADF)        # no such descriptor
+        assert share(p, SHM_BASE, 2 << 20, sealed) == (-1, errno.EINVAL)    # larger than the memfd
+        assert share(p, 2**64 - 4096, 8192, sealed) == (-1, errno.EINVAL)   # wraps around
+        assert stats(ciod)["shm_refused"] - before["shm_refused"] == 5
+        assert share(p, SHM_BASE, 1 << 20, sealed) == (0, 0)
+        # a rendezvous inside the region reads the memfd: the address is not mapped in the
+        # holder, so process_vm_readv could not have done it
+        fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "out"))
+        odd = 123457
+        ret, _ = p.ok("write", fd, odd, 0, RDV, data=struct.pack("<QQ", SHM_BASE + 1000, odd))
+        assert ret == odd
+        assert (tmp_path / "out").read_bytes() == (bytes(range(256)) * 4096)[1000:1000 + odd]
+        # two segments, one read into the region
+        ret, _ = p.ok("pread", fd, 300, 10, RDV, data=struct.pack("<QQQQ", SHM_BASE + 5, 100, SHM_BASE + 9000, 200))
+        assert ret == 300
+        with open(f"/proc/{holder.pid}/fd/{sealed}", "rb") as m:
+            mem = m.read()
+        src = (tmp_path / "out").read_bytes()
+        assert mem[5:105] == src[10:110] and mem[9000:9200] == src[110:310]
+        d = {k: v - before[k] for k, v in stats(ciod).items() if k in before}
+        assert d["shm"] == 2 and d["shm_bytes"] == odd + 300 and d["shm_shares"] == 1, d
+        # a segment running past the region's end is not ciod's to touch there: it falls back to
+        # process_vm_*, where the holder has no such memory: EFAULT, nothing written
+        assert p.fails("pwrite", fd, 16, 0, RDV, data=struct.pack("<QQ", SHM_BASE + (1 << 20) - 8, 16)) == errno.EFAULT
+        assert (tmp_path / "out").read_bytes() == src
+        # dropped (execve): the region is gone for good
+        assert share(p, 0, 0, -1) == (0, 0)
+        assert p.fails("pwrite", fd, 16, 0, RDV, data=struct.pack("<QQ", SHM_BASE, 16)) == errno.EFAULT
+        # a malformed share is refused and the connection stays in step
+        p.seq += 1
+        send(p.s, DP_SHARE, b"short", p.seq)
+        t, _, body = recv(p.s)
+        assert t in (ERROR, ERROR | REPLY) and sysret(body)[1] == errno.EINVAL
+        p.ok("close", fd)
+        s.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert ciod.alive()
+
+
+def test_a_failed_chunk_cancels_the_rest_of_its_series(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path, job_id=12, ranks=(0, -1), image=b"img")  # noqa: F841
+    p = job.proc(0)
+    fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "f"))
+    before = stats(ciod)
+    # a write series whose first chunk fails (bad descriptor): the next ones do not run
+    assert p.fails("pwrite", 77, 0, 0, PIPE_FIRST, data=b"a" * 10) == errno.EBADF
+    assert p.fails("pwrite", fd, 0, 10, PIPE_NEXT, data=b"b" * 10) == errno.ECANCELED
+    assert p.fails("pwrite", fd, 0, 20, PIPE_NEXT, data=b"c" * 10) == errno.ECANCELED
+    assert (tmp_path / "f").read_bytes() == b""
+    # a new series starts afresh; its chunks run in order
+    assert p.ok("pwrite", fd, 0, 0, PIPE_FIRST, data=b"x" * 10)[0] == 10
+    assert p.ok("pwrite", fd, 0, 10, PIPE_NEXT, data=b"y" * 10)[0] == 10
+    assert (tmp_path / "f").read_bytes() == b"x" * 10 + b"y" * 10
+    # a short read (end of file) ends a read series: the position does not move past it
+    p.ok("lseek", fd, 15, 0)
+    ret, out = p.ok("read", fd, 8, 0, PIPE_FIRST)
+    assert (ret, out) == (5, b"yyyyy")
+    p.ok("pwrite", fd, 0, 20, 0, data=b"z" * 8)                             # the file grows meanwhile
+    assert p.fails("read", fd, 8, 0, PIPE_NEXT) == errno.ECANCELED
+    assert p.ok("lseek", fd, 0, 1)[0] == 20
+    d = {k: v - before[k] for k, v in stats(ciod).items() if k in before}
+    assert d["pipe_series"] == 3 and d["pipe_chunks"] == 7 and d["pipe_cancelled"] == 3, d
+    p.ok("close", fd)
     assert ciod.alive()
