@@ -250,18 +250,30 @@ class Run:
             except OSError as e:
                 error = CiodError(f"lost I/O node {c.location}: {e.strerror or e}")
                 break
+        accepted: list[Ciod] = []
         for c, seq in sent:
             try:
                 ret, err, text = sysret(c.reply(wire.CTL_JOB, seq))
             except LatticeError as e:
                 error = error or e
                 continue
-            if ret < 0 and error is None:
+            if ret >= 0:
+                accepted.append(c)
+            elif error is None:
                 error = LatticeError(f"job refused by I/O node {c.location}: {text or os.strerror(err)}",
                                      status=LAUNCH_FAILED)
         if error is not None:
-            self.kill(signal.SIGKILL)
+            self.abandon(accepted, error.message)
             raise error
+
+    def abandon(self, accepted: list[Ciod], why: str) -> None:
+        """The job could not start everywhere: end it on the I/O nodes that
+        took it and wait for their end of job, so the block is free again
+        when the run returns."""
+        self.killed = True
+        self.ended_by = f"ended by lattice: {why}"
+        self.kill(signal.SIGKILL)
+        self.wait(accepted)
 
     def kill(self, sig: int) -> None:
         for c in self.ciods:
@@ -362,11 +374,13 @@ class Run:
             print(f"lattice: {signal.Signals(signum).name}: ending job {self.job}", file=sys.stderr, flush=True)
             self.kill(signal.SIGKILL)
 
-    def wait(self) -> None:
+    def wait(self, ciods: list[Ciod] | None = None) -> None:
+        """Until each of ciods (default: the block's) ended the job or was lost."""
+        ciods = self.ciods if ciods is None else ciods
         sel = selectors.DefaultSelector()
-        open_ciods = set(self.ciods)
-        ready: list[tuple[Ciod, list[tuple[int, bytes]] | None]] = [(c, c.buffered()) for c in self.ciods]
-        for c in self.ciods:
+        open_ciods = set(ciods)
+        ready: list[tuple[Ciod, list[tuple[int, bytes]] | None]] = [(c, c.buffered()) for c in ciods]
+        for c in ciods:
             sel.register(c, selectors.EVENT_READ, c)
         while open_ciods:
             for c, frames in ready:
