@@ -77,6 +77,7 @@ $(BUILD)/lib/liblatpers.so: $(BUILD)/obj/liblatpers.o
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)) \
             $(patsubst examples/%.f90,$(BUILD)/examples/%,$(wildcard examples/*.f90))
 examples: $(EXAMPLES)
+$(BUILD)/examples/libmaps: examples/libmaps.h
 
 $(BUILD)/examples/%: examples/%.c
 	@mkdir -p $(@D)
