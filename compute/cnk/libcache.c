@@ -142,7 +142,8 @@ static long fetch(int fd, const struct lat_stat *w, const char *name)
     long r;
 
     kfmt(tmp, sizeof tmp, "%s.part", name);
-    long tfd = ksys4(__NR_openat, dirfd_, tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0400);
+    ksys3(__NR_unlinkat, dirfd_, tmp, 0);      /* of a fetcher that died: its mode is read-only */
+    long tfd = ksys4(__NR_openat, dirfd_, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
     if (tfd < 0)
         return tfd;
     /* reserve the pages first: a full tmpfs must be ENOSPC, not SIGBUS */
