@@ -213,7 +213,8 @@ struct dp_shm {
 /* LAT_DP_SHARE of process pid: 0 or an errno (refused, RAS event said why). */
 int      dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t fd);
 void     dp_unshare(struct dp_shm *shm);
-int64_t  dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bool wr,
+/* pos: the file offset the transfer starts at, -1 if unknown */
+int64_t  dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bool wr, int64_t pos,
                 const struct iovec *segs, unsigned nseg, uint64_t count,
                 ssize_t (*io)(void *ctx, char *buf, size_t n, uint64_t done), void *ctx, int *err);
 

@@ -254,7 +254,8 @@ static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t o
         return fail(k, EOPNOTSUPP);     /* standard streams: the client sends the bytes */
     if (wr)
         coll_changed();
-    int64_t done = dp_rdv(p->pid, &p->shm, outbuf(p), LAT_MAX_IO, wr, segs, nseg, (uint64_t)k->rq.a[1],
+    int64_t pos = wr || off >= 0 ? off : io.co ? *coll_pos(io.co) : (int64_t)lseek(io.fd, 0, SEEK_CUR);
+    int64_t done = dp_rdv(p->pid, &p->shm, outbuf(p), LAT_MAX_IO, wr, pos, segs, nseg, (uint64_t)k->rq.a[1],
                           wr ? rdv_write : rdv_read, &io, &err);
     if (done == 0 && err)
         return fail(k, err);
