@@ -18,7 +18,7 @@ all: ciod cnode cnk libcnclient liblatpers examples
 # prototypes and the compute-side stubs go to build/gen/; the LAT_SYS block
 # of wire.h is committed (`make wire-h` rewrites it; a test checks it).
 FWD_HDR := protocol/lattice/fwd_posix.h
-FWD_GEN := $(BUILD)/gen/fwd_posix_ciod.c $(BUILD)/gen/fwd_posix_srv.h $(BUILD)/gen/fwd_posix_stubs.c
+FWD_GEN := $(BUILD)/gen/fwd_posix_ciod.c $(BUILD)/gen/fwd_posix_srv.h $(BUILD)/gen/fwd_posix_stubs.c $(BUILD)/gen/fwd_posix_stubs.h
 FWD_PY  := $(wildcard protocol/pluggen/*.py)
 
 $(FWD_GEN) &: $(FWD_HDR) $(FWD_PY)

@@ -28,6 +28,8 @@
 #include <lattice/fwd_posix.h>
 #include <lattice/wire.h>
 
+#include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
+
 #include "cnk.h"
 
 #define AF_INET_      2
@@ -276,20 +278,6 @@ static int wait_ms(void)
     return thread_alive() > 1 ? SLICE_MS : -1;
 }
 
-/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT.  The
- * vectored SENDMSG and RECVMSG (docs/protocol.md 6.1) build their requests
- * here: the generated stubs take one buffer. */
-static long call_wait(uint16_t type, int64_t a[4], int w, const struct iovec *out, int nout,
-                      const struct iovec *in, int nin, size_t *got)
-{
-    for (;;) {
-        a[w] = wait_ms();
-        long r = ship_call(type, a, out, nout, in, nin, got);
-        if (r != -LAT_ERR_WAIT)
-            return r;
-        nap();
-    }
-}
 
 static long epipe(long r, int flags)
 {
@@ -302,7 +290,7 @@ static long epipe(long r, int flags)
  * bytes a message (streams continue with the rest). */
 static long send_ship(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags)
 {
-    struct iovec out[UIO_MAXIOV + 1], part[UIO_MAXIOV];
+    struct iovec part[UIO_MAXIOV];
     size_t total = 0, done = 0;
 
     if (cnt < 0 || cnt > UIO_MAXIOV || nlen < 0 || nlen > LAT_MAX_SOCKADDR)
@@ -312,7 +300,6 @@ static long send_ship(int r, const void *name, long nlen, const struct iovec *io
     do {
         size_t chunk = total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, skip = done, left = chunk;
         int n = 0;
-        out[0] = (struct iovec){ (void *)name, name ? (size_t)nlen : 0 };
         for (long i = 0; i < cnt && left; i++) {
             if (skip >= iov[i].iov_len) {
                 skip -= iov[i].iov_len;
@@ -323,9 +310,10 @@ static long send_ship(int r, const void *name, long nlen, const struct iovec *io
             skip = 0;
             left -= take;
         }
-        memcpy(out + 1, part, (size_t)n * sizeof part[0]);
-        int64_t a[4] = { r, flags & ~MSG_NOSIGNAL_, name ? nlen : 0, 0 };
-        long s = call_wait(LAT_SYS_SENDMSG, a, 3, out, n + 1, NULL, 0, NULL);
+        long s;
+        while ((s = fwd_sendmsg_v(r, flags & ~MSG_NOSIGNAL_, name, name ? (uint32_t)nlen : 0, part, n,
+                                  wait_ms())) == -LAT_ERR_WAIT)
+            nap();              /* asked again while ciod says LAT_ERR_WAIT */
         if (s < 0)
             return done ? (long)done : epipe(s, flags);
         done += (size_t)s;
@@ -339,23 +327,19 @@ static long send_ship(int r, const void *name, long nlen, const struct iovec *io
 static long recv_ship(int r, void *name, int *nlen, const struct iovec *iov, long cnt, int flags,
                       unsigned *mflags)
 {
-    struct iovec in[UIO_MAXIOV + 1];
     struct lat_sockname sn;
-    size_t total = 0, got;
+    size_t total = 0;
+    long n;
 
     if (cnt < 0 || cnt > UIO_MAXIOV)
         return -EINVAL;
-    in[0] = (struct iovec){ &sn, sizeof sn };
-    for (long i = 0; i < cnt; i++) {
-        in[i + 1] = iov[i];
+    for (long i = 0; i < cnt; i++)
         total += iov[i].iov_len;
-    }
-    int64_t a[4] = { r, flags, total < LAT_MAX_IO ? (int64_t)total : LAT_MAX_IO, 0 };
-    long n = call_wait(LAT_SYS_RECVMSG, a, 3, NULL, 0, in, (int)cnt + 1, &got);
+    while ((n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO,
+                              wait_ms())) == -LAT_ERR_WAIT)
+        nap();                  /* asked again while ciod says LAT_ERR_WAIT */
     if (n < 0)
         return n;
-    if (got < sizeof sn)
-        return -EIO;
     if (name && nlen) {
         int room = *nlen < 0 ? 0 : *nlen;
         memcpy(name, sn.addr, sn.len < (uint32_t)room ? sn.len : (uint32_t)room);

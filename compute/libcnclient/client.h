@@ -26,6 +26,8 @@
 #include <lattice/fwd_posix.h>
 #include <lattice/wire.h>
 
+#include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
+
 #define LAT_HIDDEN __attribute__((visibility("hidden")))
 
 /* REAL(fn): the next definition of fn (libc's), for calls on local objects.

@@ -91,16 +91,10 @@ ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off
         size_t chunk = total - done > LAT_MAX_IO ? LAT_MAX_IO : total - done;
         int n = iov_slice(iov, cnt, done, chunk, part);
         int64_t r;
-        size_t got;
         if (wr)
-            r = lat_call(off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE, rfd, 0, off < 0 ? 0 : off + (off_t)done,
-                         0, part, n, NULL, 0, NULL);
-        else {
-            r = lat_call(off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD, rfd, (int64_t)chunk,
-                         off < 0 ? 0 : off + (off_t)done, 0, NULL, 0, part, n, &got);
-            if (r > (int64_t)got)
-                r = (int64_t)got;
-        }
+            r = off < 0 ? fwd_write_v(rfd, part, n) : fwd_pwrite_v(rfd, part, n, off + (off_t)done);
+        else
+            r = off < 0 ? fwd_read_v(rfd, part, n, chunk) : fwd_pread_v(rfd, part, n, chunk, off + (off_t)done);
         if (r < 0)
             return done ? (ssize_t)done : -1;
         done += (size_t)r;

@@ -274,20 +274,6 @@ static int next_wait(void)
     return w;
 }
 
-/* a[w] is the wait; asked again while ciod says LAT_ERR_WAIT.  The
- * vectored SENDMSG and RECVMSG build their requests here: the generated
- * stubs (lattice/fwd_posix.h) take one buffer. */
-static int64_t call_wait(uint16_t type, int64_t a[4], int w, const struct iovec *out, int nout,
-                         const struct iovec *in, int nin, size_t *got)
-{
-    a[w] = SLICE_MS;
-    for (;;) {
-        int64_t r = lat_call(type, a[0], a[1], a[2], a[3], out, nout, in, nin, got);
-        if (r >= 0 || errno != LAT_ERR_WAIT)
-            return r;
-        a[w] = next_wait();
-    }
-}
 
 static ssize_t epipe(ssize_t r, int flags)
 {
@@ -304,7 +290,7 @@ static ssize_t epipe(ssize_t r, int flags)
 static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct iovec *iov, size_t cnt,
                          int flags)
 {
-    struct iovec out[IOV_MAX];
+    struct iovec part[IOV_MAX - 1];     /* and the name: IOV_MAX to send */
     size_t total = 0, done = 0;
 
     if (cnt > IOV_MAX || nlen > LAT_MAX_SOCKADDR || (cnt && !iov))
@@ -316,9 +302,8 @@ static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct i
     }
     do {
         size_t skip = done, chunk = 0;
-        int n = 1;
-        out[0] = (struct iovec){ (void *)name, name ? (size_t)nlen : 0 };
-        for (size_t i = 0; i < cnt && chunk < LAT_MAX_IO && n < IOV_MAX; i++) {
+        int n = 0;
+        for (size_t i = 0; i < cnt && chunk < LAT_MAX_IO && n < IOV_MAX - 1; i++) {
             if (skip >= iov[i].iov_len) {
                 skip -= iov[i].iov_len;
                 continue;
@@ -326,12 +311,16 @@ static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct i
             size_t take = iov[i].iov_len - skip;
             if (take > LAT_MAX_IO - chunk)
                 take = LAT_MAX_IO - chunk;
-            out[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
+            part[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
             skip = 0;
             chunk += take;
         }
-        int64_t a[4] = { r, flags & ~MSG_NOSIGNAL, name ? nlen : 0, 0 };
-        int64_t s = call_wait(LAT_SYS_SENDMSG, a, 3, out, n, NULL, 0, NULL);
+        int64_t s;
+        for (int w = SLICE_MS;; w = next_wait()) {     /* again while ciod says LAT_ERR_WAIT */
+            s = fwd_sendmsg_v(r, flags & ~MSG_NOSIGNAL, name, name ? nlen : 0, part, n, w);
+            if (s >= 0 || errno != LAT_ERR_WAIT)
+                break;
+        }
         if (s < 0)
             return done ? (ssize_t)done : epipe(-1, flags);
         done += (size_t)s;
@@ -345,23 +334,21 @@ static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct i
 static ssize_t recv_ship(int r, void *name, socklen_t *nlen, const struct iovec *iov, size_t cnt, int flags,
                          int *mflags)
 {
-    struct iovec in[IOV_MAX + 1];
     struct lat_sockname sn;
-    size_t total = 0, got;
+    size_t total = 0;
 
     if (cnt > IOV_MAX || (cnt && !iov))
         return lat_fail(EINVAL);
-    in[0] = (struct iovec){ &sn, sizeof sn };
-    for (size_t i = 0; i < cnt; i++) {
-        in[i + 1] = iov[i];
+    for (size_t i = 0; i < cnt; i++)
         total += iov[i].iov_len;
+    int64_t n;
+    for (int w = SLICE_MS;; w = next_wait()) {         /* again while ciod says LAT_ERR_WAIT */
+        n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO, w);
+        if (n >= 0 || errno != LAT_ERR_WAIT)
+            break;
     }
-    int64_t a[4] = { r, flags, total < LAT_MAX_IO ? (int64_t)total : LAT_MAX_IO, 0 };
-    int64_t n = call_wait(LAT_SYS_RECVMSG, a, 3, NULL, 0, in, (int)cnt + 1, &got);
     if (n < 0)
         return -1;
-    if (got < sizeof sn)
-        return lat_fail(EIO);
     if (name && nlen) {
         socklen_t room = *nlen;
         memcpy(name, sn.addr, sn.len < room ? sn.len : room);

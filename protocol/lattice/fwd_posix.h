@@ -22,8 +22,9 @@
  * pointers and out arrays are the reply data, in order (an out array
  * carries ret elements, at most its length; an inout array comes back
  * whole).  zerocopy marks the data array of a call that may go rendezvous
- * (a3 = LAT_RDV, docs/protocol.md section 6.2).  The stubs return ret or
- * the side's error (cnk: -errno; libcnclient: -1 and errno).
+ * (a3 = LAT_RDV, docs/protocol.md section 6.2).  vec: the stub also comes
+ * as fwd_NAME_v, taking that array as the program's iovecs.  The stubs
+ * return ret or the side's error (cnk: -errno; libcnclient: -1 and errno).
  *
  * The prototypes are the compute-side stubs; hidden, so libcnclient.so
  * does not export them.
@@ -49,16 +50,16 @@ int64_t fwd_openat(int dirfd /* in:obj */, int flags /* in:obj */, int mode /* i
 /* msg=0x0301 */
 int64_t fwd_close(int fd /* in:obj:fd */);
 /* msg=0x0302 */
-int64_t fwd_read(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1:zerocopy */,
+int64_t fwd_read(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1:zerocopy:vec */,
                  uint64_t count /* in:obj:max=LAT_MAX_IO */);
 /* msg=0x0303 */
-int64_t fwd_write(int fd /* in:obj:fd */, const void *buf /* in:arr:size=+1:zerocopy */,
+int64_t fwd_write(int fd /* in:obj:fd */, const void *buf /* in:arr:size=+1:zerocopy:vec */,
                   uint64_t count /* in:obj:a=none:max=LAT_MAX_IO */);
 /* msg=0x0304 */
-int64_t fwd_pread(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1:zerocopy */,
+int64_t fwd_pread(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1:zerocopy:vec */,
                   uint64_t count /* in:obj:max=LAT_MAX_IO */, int64_t offset /* in:obj */);
 /* msg=0x0305 */
-int64_t fwd_pwrite(int fd /* in:obj:fd */, const void *buf /* in:arr:size=+1:zerocopy */,
+int64_t fwd_pwrite(int fd /* in:obj:fd */, const void *buf /* in:arr:size=+1:zerocopy:vec */,
                    uint64_t count /* in:obj:a=none:max=LAT_MAX_IO */, int64_t offset /* in:obj:a=2 */);
 /* msg=0x0306 */
 int64_t fwd_lseek(int fd /* in:obj:fd */, int64_t offset /* in:obj */, int whence /* in:obj */);
@@ -133,11 +134,11 @@ int64_t fwd_bind(int fd /* in:obj:fd */, const void *addr /* in:arr:size=+1 */,
 /* msg=0x0321  ret: bytes sent */
 int64_t fwd_sendmsg(int fd /* in:obj:fd */, int flags /* in:obj */,
                     const void *name /* in:arr:size=+1 */, uint32_t namelen /* in:obj:max=LAT_MAX_SOCKADDR */,
-                    const void *buf /* in:arr:size=+1 */, uint64_t len /* in:obj:a=none:max=LAT_MAX_IO */,
+                    const void *buf /* in:arr:size=+1:vec */, uint64_t len /* in:obj:a=none:max=LAT_MAX_IO */,
                     int wait /* in:obj:min=-1:max=INT32_MAX */);
 /* msg=0x0322  ret: bytes received (more than count with MSG_TRUNC) */
 int64_t fwd_recvmsg(int fd /* in:obj:fd */, int flags /* in:obj */,
-                    struct lat_sockname *from /* out:ptr */, void *buf /* out:arr:size=+1 */,
+                    struct lat_sockname *from /* out:ptr */, void *buf /* out:arr:size=+1:vec */,
                     uint64_t count /* in:obj:max=LAT_MAX_IO */, int wait /* in:obj:min=-1:max=INT32_MAX */);
 /* msg=0x0323 */
 int64_t fwd_shutdown(int fd /* in:obj:fd */, int how /* in:obj */);

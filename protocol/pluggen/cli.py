@@ -4,8 +4,9 @@ NAME_stubs.c (the compute-side library) and NAME_ciod.c (the dispatcher);
 
 lattice-pluggen --wire HEADER [--out DIR] [--wire-h WIRE_H]: the function
 shipping (docs/plugins.md "Wire mode"): NAME_ciod.c (ciod's decoder),
-NAME_srv.h (its implementations' prototypes), NAME_stubs.c (the compute
-side's stubs); with --wire-h, rewrites that file's generated LAT_SYS block."""
+NAME_srv.h (its implementations' prototypes), NAME_stubs.c and NAME_stubs.h
+(the compute side's stubs, and the vectored ones' prototypes); with
+--wire-h, rewrites that file's generated LAT_SYS block."""
 from __future__ import annotations
 
 import argparse
@@ -83,5 +84,6 @@ def _wire(header: Path, name: str, out: Path, wire_h: Path | None) -> int:
     shown = f"lattice/{header.name}"
     (out / f"{name}_ciod.c").write_text(emit_wire.emit_decoder(calls, shown))
     (out / f"{name}_srv.h").write_text(emit_wire.srv_header(calls, shown))
-    (out / f"{name}_stubs.c").write_text(emit_wire.emit_stubs(calls, shown))
+    (out / f"{name}_stubs.c").write_text(emit_wire.emit_stubs(calls, shown, name))
+    (out / f"{name}_stubs.h").write_text(emit_wire.emit_stubs_h(calls, shown))
     return 0

@@ -13,7 +13,7 @@ from pluggen.model import DIRECTIONS, FLAGS, KINDS, CType, Function, Param, Plug
 
 # wire mode only (docs/plugins.md "Wire mode"): key=value options and flags
 WIRE_KEYS = ("a", "min", "max", "clamp", "len")
-WIRE_FLAGS = ("fd",)
+WIRE_FLAGS = ("fd", "vec")
 
 SKIP_STARTS = ("typedef", "struct", "union", "enum", "static")
 

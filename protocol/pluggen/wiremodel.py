@@ -42,6 +42,11 @@ class Call:
     def param(self, i: int) -> Param:
         return self.f.params[i]
 
+    @property
+    def vec(self) -> int | None:
+        """The byte array that the _v stub takes as iovecs."""
+        return next((i for i, p in enumerate(self.f.params) if "vec" in p.wire), None)
+
     def sized_by(self, j: int) -> Param | None:
         """The array whose length param j holds."""
         return next((p for p in self.f.params if p.kind == "arr" and p.size == j), None)
@@ -65,14 +70,17 @@ def _call(f: Function, file: str) -> Call:
     nxt = 0
     for i, p in enumerate(f.params):
         w = p.wire
-        if "fd" in w and w["fd"]:
-            raise bad(p, "fd takes no value")
+        for flag in ("fd", "vec"):
+            if flag in w and w[flag]:
+                raise bad(p, f"{flag} takes no value")
+        if "vec" in w and not (p.kind == "arr" and p.elem().is_void() and p.size is not None):
+            raise bad(p, "vec is for a byte array (void *) with size=")
         if p.nullok or p.userbuf:
             raise bad(p, "the wire has no NULL pointers or plug-in buffers (nullok, userbuf)")
         if p.kind == "arr2d":
             raise bad(p, "arr2d does not travel on the shipping wire")
-        if p.kind != "obj" and set(w) - {"len"}:
-            raise bad(p, f"{', '.join(sorted(set(w) - {'len'}))} belong to in:obj integers")
+        if p.kind != "obj" and set(w) - {"len", "vec"}:
+            raise bad(p, f"{', '.join(sorted(set(w) - {'len', 'vec'}))} belong to in:obj integers")
         if "len" in w and (p.kind != "arr" or p.size is not None):
             raise bad(p, "len= is the fixed length of an arr without size=")
         if p.kind == "obj":
@@ -112,6 +120,8 @@ def _call(f: Function, file: str) -> Call:
                 c.data.append(i)
             if p.returns:
                 c.reply.append(i)
+            if "vec" in w and any("vec" in q.wire for q in f.params[:i]):
+                raise bad(p, "one vec array per call")
             if p.zerocopy:
                 if c.zerocopy is not None:
                     raise bad(p, "one zerocopy array per call")

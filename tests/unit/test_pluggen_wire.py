@@ -62,12 +62,22 @@ def test_every_call_has_a_decoder_entry_an_implementation_and_a_stub(calls: list
         assert f"FWD_TRANSPORT(LAT_SYS_{c.name}," in stubs, c.name
     # the zero-copy data calls also go to a rendezvous implementation
     assert sorted(c.fn for c in calls if c.zerocopy is not None) == ["pread", "pwrite", "read", "write"]
+    # the calls with a vec array also have a vectored stub, declared in the generated header
+    vec = sorted(c.fn for c in calls if c.vec is not None)
+    assert vec == ["pread", "pwrite", "read", "recvmsg", "sendmsg", "write"]
+    stubs_h = (generated / "fwd_posix_stubs.h").read_text()
+    for fn in vec:
+        assert re.search(rf"^FWD_API int64_t fwd_{fn}_v\(.*const struct iovec \*buf_iov, int buf_cnt", stubs, re.M), fn
+        assert re.search(rf"^int64_t fwd_{fn}_v\(", stubs_h, re.M), fn
+    # WRITE's length is the payload's (a=none): the vectored stub has none
+    assert "int64_t fwd_write_v(int fd, const struct iovec *buf_iov, int buf_cnt);" in stubs_h
     # the built programs hold them: ciod's implementations, cnk's and libcnclient's stubs
     syms = subprocess.run(["nm", str(ROOT / "build/bin/ciod")], capture_output=True, text=True).stdout
     assert all(f" srv_{c.fn}\n" in syms for c in calls)
     for prog in ("build/bin/cnk", "build/lib/libcnclient.so"):
         syms = subprocess.run(["nm", str(ROOT / prog)], capture_output=True, text=True).stdout
         missing = [c.fn for c in calls if f" fwd_{c.fn}\n" not in syms]
+        missing += [f"{c.fn}_v" for c in calls if c.vec is not None and f" fwd_{c.fn}_v\n" not in syms]
         assert not missing, (prog, missing)
     dyn = subprocess.run(["nm", "-D", "--defined-only", str(ROOT / "build/lib/libcnclient.so")],
                          capture_output=True, text=True).stdout
@@ -87,7 +97,7 @@ def test_numbers_agree_with_wire_h_and_wire_py(calls: list[Call]) -> None:
 def test_committed_and_built_outputs_are_current(calls: list[Call], generated: Path) -> None:
     text = WIRE_H.read_text()
     assert emit_wire.update_wire_h(text, calls) == text, "wire.h is stale: run `make wire-h`"
-    for name in ("fwd_posix_ciod.c", "fwd_posix_srv.h", "fwd_posix_stubs.c"):
+    for name in ("fwd_posix_ciod.c", "fwd_posix_srv.h", "fwd_posix_stubs.c", "fwd_posix_stubs.h"):
         built = ROOT / "build" / "gen" / name
         assert built.read_text() == (generated / name).read_text(), f"build/gen/{name} is stale: run make"
 
@@ -140,6 +150,11 @@ BAD = [
      "len= is the fixed length"),
     ("/* msg=0x0301 */\nint64_t fwd_x(int fd /* in:obj:bogus */);\n", 5, "unknown annotation 'bogus'"),
     ("/* msg=0x0301 */\nint64_t fwd_x(void *b /* out:arr */);\n", 5, "(or len=N)"),
+    ("/* msg=0x0301 */\nint64_t fwd_x(int *b /* out:arr:size=+1:vec */, int n /* in:obj */);\n", 5,
+     "vec is for a byte array"),
+    ("/* msg=0x0301 */\nint64_t fwd_x(int n /* in:obj:vec */);\n", 5, "vec is for a byte array"),
+    ("/* msg=0x0301 */\nint64_t fwd_x(void *a /* out:arr:size=+2:vec */, void *b /* out:arr:size=+1:vec */,\n"
+     "    int n /* in:obj */);\n", 5, "one vec array per call"),
 ]
 
 
