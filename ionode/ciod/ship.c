@@ -35,6 +35,17 @@ atomic_uint_fast64_t sys_calls[NSYS];
 
 /* struct proc, struct call, sys_fn: shipcall.h (shared with sock.c) */
 
+/* The generated decoder met a request whose encoding is wrong. */
+int fwd_malformed(struct proc *p, struct call *k, const char *call, const char *why)
+{
+    char loc[128];
+
+    node_location(p->node, loc, sizeof(loc));
+    ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %d: malformed %s request (%zu data bytes): %s",
+              p->job, p->rank, call, k->dlen, why);
+    return fail(k, EINVAL);
+}
+
 /* ---- helpers: descriptors (requests are decoded by the generated
  * fwd_posix_ciod.c, which calls the srv_* implementations below) ---- */
 

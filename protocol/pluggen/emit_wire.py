@@ -84,7 +84,10 @@ def srv_header(calls: list[Call], header: str) -> str:
            " * fail() (shipcall.h) and returns 0; out arguments point into the reply. */",
            "#ifndef CIOD_FWD_POSIX_SRV_H", "#define CIOD_FWD_POSIX_SRV_H", "",
            '#include "shipcall.h"', "#include <lattice/fwd_posix.h>", "",
-           "extern const sys_fn fwd_calls[NSYS];", ""]
+           "extern const sys_fn fwd_calls[NSYS];",
+           "/* A request no correct client sends (its encoding, not its values, is",
+           " * wrong): EINVAL and a RAS warning naming the process and the call. */",
+           "int fwd_malformed(struct proc *p, struct call *k, const char *call, const char *why);", ""]
     for c in calls:
         out.append(f"int srv_{c.fn}(struct proc *p, struct call *k{_impl_params(c)});")
         if c.zerocopy is not None:
@@ -106,14 +109,18 @@ static struct rfd *fwd_fd(struct proc *p, struct call *k, int64_t n)
     return &p->fds[n];
 }
 
-/* A NUL-terminated string at data + *off, at most LAT_MAX_PATH with its NUL. */
-static const char *fwd_str(struct call *k, size_t *off)
+/* A NUL-terminated string at data + *off, at most LAT_MAX_PATH with its NUL
+ * (a longer one is a program's too long path, not a malformed request). */
+static const char *fwd_str(struct proc *p, struct call *k, size_t *off, const char *call)
 {
     size_t room = k->dlen - *off;
     const char *s = k->data + *off, *nul = memchr(s, '\0', room < LAT_MAX_PATH ? room : LAT_MAX_PATH);
 
     if (!nul) {
-        fail(k, room >= LAT_MAX_PATH ? ENAMETOOLONG : EINVAL);
+        if (room >= LAT_MAX_PATH)
+            fail(k, ENAMETOOLONG);
+        else
+            fwd_malformed(p, k, call, "a string without its NUL");
         return NULL;
     }
     *off += (size_t)(nul - s) + 1;
@@ -163,18 +170,20 @@ def _decoder(c: Call) -> list[str]:
         p = c.param(i)
         n = p.name
         if p.kind == "str":
-            L.append(f"    const char *v_{n} = fwd_str(k, &off);\n    if (!v_{n})\n        return 0;")
+            L.append(f"    const char *v_{n} = fwd_str(p, k, &off, \"{c.name}\");\n    if (!v_{n})\n        return 0;")
             continue
         if p.size is not None and p.size == c.rest:
             if _es(p) != "1":
-                L.append(f"    if ((k->dlen - off) % {_es(p)})\n        return fail(k, EINVAL);")
+                L.append(f"    if ((k->dlen - off) % {_es(p)})\n"
+                         f"        return fwd_malformed(p, k, \"{c.name}\", \"{n}: not whole elements\");")
             L += _dec_obj(c, c.rest, f"(int64_t)((k->dlen - off) / {_es(p)})")
         L += [f"    uint64_t n_{n} = {_count(c, p)};",
-              f"    if (n_{n} > (k->dlen - off) / {_es(p)})\n        return fail(k, EINVAL);",
+              f"    if (n_{n} > (k->dlen - off) / {_es(p)})\n"
+              f"        return fwd_malformed(p, k, \"{c.name}\", \"shorter than {n} needs\");",
               f"    {_impl_type(p)}v_{n} = ({_impl_type(p)})(k->data + off);"
               if _impl_type(p).endswith("*") else f"    {_impl_type(p)} v_{n} = (void *)(k->data + off);",
               f"    off += n_{n} * {_es(p)};"]
-    L.append("    if (off != k->dlen)\n        return fail(k, EINVAL);     /* more bytes than the arguments take */")
+    L.append(f"    if (off != k->dlen)\n        return fwd_malformed(p, k, \"{c.name}\", \"longer than its arguments\");")
     outs = [c.param(i) for i in c.reply if c.param(i).direction == "out"]
     if outs:
         L += ["    /* reply data: in the receive buffer, after the request */",

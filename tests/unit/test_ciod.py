@@ -696,9 +696,15 @@ def test_generated_decoder_refuses_what_the_annotations_forbid(ciod: Ciod, tmp_p
     ret, err, _ = p.call("read", fd, MAX_IO * 4, 0, LAT_RDV, data=struct.pack("<QQ", 4096, MAX_IO * 4))
     assert (ret, err) == (-1, errno.EOPNOTSUPP)
     assert p.fails("read", 99, 10, 0, LAT_RDV, data=b"") == errno.EBADF
-    # still serving
+    # still serving; the malformed encodings (not the bad values) were RAS events
     assert ciod.alive()
     assert p.ok("getcwd", 4096)[1] == path(tmp_path)
+    ras = ciod.rastext()
+    for what in ("malformed OPENAT request (", "): a string without its NUL", "malformed RENAMEAT request",
+                 "OPENAT request (", "): longer than its arguments", "malformed UTIMENSAT request (31 data bytes)",
+                 "shorter than times needs", "malformed FSYNC request (4 data bytes)"):
+        assert what in ras, (what, ras)
+    assert "job 9 rank 0" in ras and "READ request" not in ras and ras.count("malformed") == 5, ras
 
 
 def test_node_dropping_mid_job_is_reported_lost(ciod: Ciod, tmp_path: Path) -> None:
