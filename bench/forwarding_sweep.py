@@ -16,6 +16,7 @@ started with LATTICE_COLLECTIVE=0): wall time of `lattice run` and the
 requests vs file-system calls on the I/O node.
 
     .venv/bin/python bench/forwarding_sweep.py [--repeat 3] [--mib 64] [--procs 1,4,8] [--storm-ranks 16]
+        [--datapath shm|vm|messages]
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def sweep(a: argparse.Namespace, home: Path) -> None:
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.mib * max(procs) + 256}m", "tmpfs", str(tmpfs)],
                    check=True)
     os.chmod(tmpfs, 0o777)
-    m = Machine(home / "sweep", max(procs), {})
+    m = Machine(home / "sweep", max(procs), {"LATTICE_DATAPATH": a.datapath} if a.datapath else {})
     cases = [("write", "/dev/null", "null"), ("write", str(tmpfs), "tmpfs"), ("write", str(disk), "disk"),
              ("read", "/dev/zero", "zero"), ("read", str(tmpfs), "tmpfs"), ("read", str(disk), "disk")]
     res: dict[tuple[str, str, int, str], dict[int, list[float]]] = {}
@@ -159,6 +160,8 @@ def main() -> int:
     ap.add_argument("--procs", default="1,4,8")
     ap.add_argument("--storm-ranks", type=int, default=16)
     ap.add_argument("--only", choices=["sweep", "storm"])
+    ap.add_argument("--datapath", choices=["shm", "vm", "messages"],
+                    help="ciod's LATTICE_DATAPATH for the sweep (docs/protocol.md 6.2; default: ciod's, shm)")
     a = ap.parse_args()
     bl.require_root("forwarding_sweep.py")
     bl.require_built(FWD_IO)
