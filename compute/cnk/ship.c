@@ -41,7 +41,6 @@
 #include "cnk.h"
 
 #define MSG_NOSIGNAL 0x4000
-#define MSG_PEEK 2
 #define MSG_DONTWAIT_ 0x40
 #define NEEDS_MODE(f) (((f) & O_CREAT) || ((f) & O_TMPFILE) == O_TMPFILE)
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -229,21 +228,27 @@ static int reply_ok(const struct lat_hdr *rh, uint16_t type, uint32_t want_seq, 
 }
 
 /* A small call's reply comes within microseconds: polling for it a little
- * saves the wakeup of a blocked read, which costs more.  A poll that found
- * nothing makes the next few calls block at once. */
-static void spin_for_reply(void)
+ * saves the wakeup of a blocked read, which costs more.  The polls are
+ * non-blocking reads of the reply's head, so the one that finds it has
+ * already read it.  A poll that found nothing makes the next few calls
+ * block at once.  Returns the bytes of head read (0: read it all). */
+static size_t spin_for_reply(void *head, size_t len)
 {
     static unsigned skip;
-    char b;
 
     if (skip) {
         skip--;
-        return;
+        return 0;
     }
-    for (int i = 0; i < 64; i++)
-        if (ksys6(__NR_recvfrom, conn, (long)&b, 1, MSG_PEEK | MSG_DONTWAIT_, 0, 0) != -EAGAIN)
-            return;
+    for (int i = 0; i < 64; i++) {
+        long n = ksys6(__NR_recvfrom, conn, (long)head, (long)len, MSG_DONTWAIT_, 0, 0);
+        if (n > 0)
+            return (size_t)n;
+        if (n != -EAGAIN)
+            return 0;                   /* EOF, EINTR...: the blocking read sees it again */
+    }
     skip = 8;
+    return 0;
 }
 
 /* Sends one request; conn_lock held.  *sq: its seq.  0, -EFAULT (a bad
@@ -275,12 +280,13 @@ static long send_req(uint16_t type, const int64_t a[4], const struct iovec *out,
     return r < 0 ? broken("send", r) : 0;
 }
 
-/* The reply to request sq, data into in; conn_lock held.  ret >= 0 or -errno. */
-static long recv_reply(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got)
+/* The reply to request sq, data into in; conn_lock held.  spin: poll for
+ * it first (a call that waits for its reply at once).  ret >= 0 or -errno. */
+static long recv_reply(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got, int spin)
 {
     struct { struct lat_hdr h; struct lat_sysret rs; } head;
     _Static_assert(sizeof head == sizeof(struct lat_hdr) + sizeof(struct lat_sysret), "no padding");
-    size_t cap = 0, n;
+    size_t cap = 0, n, pre = spin ? spin_for_reply(&head, sizeof head) : 0;
     long r;
 
     if (got)
@@ -288,7 +294,7 @@ static long recv_reply(uint16_t type, uint32_t sq, const struct iovec *in, int n
     for (int i = 0; i < nin; i++)
         cap += in[i].iov_len;
     /* every reply starts with a header and a lat_sysret: one read for both */
-    if ((r = recv_all(&head, sizeof head, &n)) < 0)
+    if ((r = recv_all((char *)&head + pre, sizeof head - pre, &n)) < 0)
         return broken("receive", r);
     int is_error = (head.h.type & ~LAT_REPLY) == LAT_ERROR;
     if (!reply_ok(&head.h, type, sq, is_error))
@@ -321,8 +327,7 @@ static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *o
         *got = 0;
     if ((r = send_req(type, a, out, nout, &sq)) < 0)
         return r;
-    spin_for_reply();
-    return recv_reply(type, sq, in, nin, got);
+    return recv_reply(type, sq, in, nin, got, 1);
 }
 
 static long call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
@@ -443,7 +448,7 @@ static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_
         /* the oldest chunk in flight started at tail * LAT_MAX_IO */
         size_t at = (size_t)tail * LAT_MAX_IO, want = MIN(total - at, (size_t)LAT_MAX_IO), got = 0;
         int n = wr ? 0 : iov_slice(iov, cnt, at, want, slice);
-        r = recv_reply(type, sqs[tail % LAT_PIPE_DEPTH], slice, n, &got);
+        r = recv_reply(type, sqs[tail % LAT_PIPE_DEPTH], slice, n, &got, 0);
         tail++;
         if (r == -EIO && dead)
             return done ? (long)done : r;
