@@ -45,12 +45,18 @@ extern atomic_uint_fast64_t sys_calls[NSYS];
 
 /* ---- net.c: addresses, connections, framed messages ---- */
 
+#define CONN_RA 4096
+
 struct conn {
     int             fd;
     atomic_int      refs;           /* the thread serving it + anyone sending to it */
     pthread_mutex_t wlock;          /* one writer at a time: messages never interleave */
     char           *buf;            /* the only receive buffer: LAT_MAX_PAYLOAD bytes */
     char            peer[96];       /* for diagnostics */
+    /* read-ahead: a small message arrives in one read, header and payload
+     * (conn_recv, dp_spin); the bytes of the next message may wait here */
+    uint32_t        ra_pos, ra_len;
+    char            ra[CONN_RA];
 };
 
 int  net_listen(const char *addr, char *err, size_t errlen);
@@ -201,7 +207,7 @@ void     dp_ctr_max(enum lat_ctr i, uint64_t v);
 size_t   dp_counters(uint64_t *out, size_t cap);
 #define  DP_COUNTER_WORDS (NSYS + 2 + NSYS * (2 + LAT_HIST_BUCKETS) + LAT_CTR__END)
 /* Polls briefly for a process's next request (LATTICE_SPIN_US). */
-void     dp_spin(int fd, unsigned *skip);
+void     dp_spin(struct conn *c, unsigned *skip);
 /* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
 void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
 int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);

@@ -147,13 +147,13 @@ size_t dp_counters(uint64_t *out, size_t cap)
 
 /* A process in a burst of calls sends the next one a few microseconds after
  * our reply; polling for it that long saves waking a blocked thread, which
- * costs more than the call.  A poll that found nothing makes the next few
- * waits block at once, so a computing process costs little. */
-void dp_spin(int fd, unsigned *skip)
+ * costs more than the call.  The polls are non-blocking reads into the
+ * connection's read-ahead, so the one that finds the request has read it.
+ * A poll that found nothing makes the next few waits block at once, so a
+ * computing process costs little. */
+void dp_spin(struct conn *c, unsigned *skip)
 {
-    char b;
-
-    if (!spin_ns)
+    if (!spin_ns || c->ra_pos < c->ra_len)
         return;
     if (*skip) {
         (*skip)--;
@@ -161,8 +161,14 @@ void dp_spin(int fd, unsigned *skip)
     }
     uint64_t end = dp_now_ns() + spin_ns;
     do {
-        if (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != -1 || errno != EAGAIN)
-            return;                     /* a request (or EOF, an error): conn_recv sees it */
+        ssize_t n = recv(c->fd, c->ra, CONN_RA, MSG_DONTWAIT);
+        if (n > 0) {
+            c->ra_pos = 0;
+            c->ra_len = (uint32_t)n;
+            return;
+        }
+        if (n == 0 || errno != EAGAIN)
+            return;                     /* EOF or an error: conn_recv's read sees it */
     } while (dp_now_ns() < end);
     *skip = 8;
 }

@@ -185,9 +185,38 @@ static int read_full(int fd, void *p, size_t len)
     return 1;
 }
 
+/* len bytes of the stream: what the read-ahead holds first, then the
+ * socket.  As read_full; EOF after bytes from the read-ahead is midway. */
+static int take(struct conn *c, void *p, size_t len)
+{
+    size_t have = c->ra_len - c->ra_pos, n = have < len ? have : len;
+
+    memcpy(p, c->ra + c->ra_pos, n);
+    c->ra_pos += (uint32_t)n;
+    if (n == len)
+        return 1;
+    int rc = read_full(c->fd, (char *)p + n, len - n);
+    if (rc == 0 && n > 0) {
+        errno = EPIPE;
+        return -1;
+    }
+    return rc;
+}
+
 int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
 {
-    int rc = read_full(c->fd, h, sizeof(*h));
+    if (c->ra_pos == c->ra_len) {       /* one read for a small message, header and payload */
+        ssize_t n;
+        while ((n = recv(c->fd, c->ra, CONN_RA, 0)) < 0 && errno == EINTR)
+            ;
+        c->ra_pos = 0;
+        c->ra_len = n > 0 ? (uint32_t)n : 0;
+        if (n == 0)
+            return 0;
+        if (n < 0)
+            return errprintf(why, whylen, "receive failed: %s", strerror(errno));
+    }
+    int rc = take(c, h, sizeof(*h));
 
     if (rc == 0)
         return 0;
@@ -203,7 +232,7 @@ int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
     if (h->len > LAT_MAX_PAYLOAD)
         return errprintf(why, whylen, "type 0x%04x claims %u payload bytes (limit %u)",
                          h->type, h->len, LAT_MAX_PAYLOAD);
-    if (h->len && read_full(c->fd, c->buf, h->len) != 1)
+    if (h->len && take(c, c->buf, h->len) != 1)
         return errprintf(why, whylen, "truncated payload of type 0x%04x (%u bytes announced)",
                          h->type, h->len);
     return 1;

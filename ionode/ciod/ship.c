@@ -814,7 +814,7 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_
         goto out;
 
     unsigned skip = 0;
-    while (dp_spin(c->fd, &skip), (rc = conn_recv(c, &h, why, sizeof(why))) > 0)
+    while (dp_spin(c, &skip), (rc = conn_recv(c, &h, why, sizeof(why))) > 0)
         if (serve_call(p, &h, why, sizeof(why)) < 0) {
             rc = -1;
             break;
