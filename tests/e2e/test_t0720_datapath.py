@@ -266,11 +266,10 @@ def test_a_full_file_system_stops_a_big_write_exactly(path_machine: Machine) -> 
         assert d["pipe_cancelled"] >= 3, d      # the chunks in flight after the failed one did not run
 
 
-def test_ciod_survives_a_process_killed_mid_transfer(path_machine: Machine) -> None:
-    m = path_machine
-    (ciod,) = m.processes("ciod", "P")
-    f = m.work / "spin.dat"
-    proc = m.popen("run", "--block", "P", "-n", "1", "--kernel", "cnk", DATAIO, "spin", str(f))
+def killed_mid_transfer(m: Machine, block: str) -> None:
+    (ciod,) = m.processes("ciod", block)
+    f = m.work / f"spin-{block}-{getattr(m, 'datapath', 'shm')}.dat"
+    proc = m.popen("run", "--block", block, "-n", "1", "--kernel", "cnk", DATAIO, "spin", str(f))
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "go"
     victims = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
@@ -280,10 +279,20 @@ def test_ciod_survives_a_process_killed_mid_transfer(path_machine: Machine) -> N
         os.kill(pid, 9)             # mid-write: 16 MiB transfers back to back
     proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert m.processes("ciod", "P") == [ciod]
-    p = m.run("run", "--block", "P", "-n", "1", "--kernel", "cnk", "--cwd", str(m.work), DATAIO, "big", "after.dat",
-              "8")
+    assert m.processes("ciod", block) == [ciod]
+    p = m.run("run", "--block", block, "-n", "1", "--kernel", "cnk", "--cwd", str(m.work), DATAIO, "big",
+              "after.dat", "8")
     assert p.stdout.strip() == f"ok size={8 * MIB + 12345}"
+
+
+def test_ciod_survives_a_process_killed_mid_transfer(path_machine: Machine) -> None:
+    killed_mid_transfer(path_machine, "P")
+
+
+def test_ciod_survives_a_process_killed_mid_shared_memory_transfer(dp_machine: Machine) -> None:
+    before = counters(dp_machine)
+    killed_mid_transfer(dp_machine, "D")        # ciod's mapping outlives the process: no fault
+    assert delta(before, counters(dp_machine))["shm"] >= 2
 
 
 def _cmdline(d: Path) -> bytes:
