@@ -803,6 +803,29 @@ def test_tcp_address(ciod_bin: Path, tmp_path: Path) -> None:
         job = Job(c, tmp_path, job_id=3, ranks=(0, -1), image=b"x" * 100)
         p = job.proc(0)
         assert p.ok("getcwd", 4096)[1] == path(tmp_path)
+        # another host: no rendezvous, no shared memory, even for a child of ours...
+        child = subprocess.Popen(["sleep", "60"])
+        try:
+            s, body = proc_hello(c, 3, child.pid)
+            assert struct.unpack("<IIII", body[16:])[1:3] == (0, 0)         # rdv_min 0, flags 0
+            q = Proc(s)
+            assert share(q, SHM_BASE, 1 << 20, 3) == (-1, errno.EPERM)
+            # ... big transfers are pipelined series: sent back to back, answered in order
+            fd, _ = q.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "t"))
+            chunks = [random.Random(i).randbytes(MAX_IO) for i in range(3)] + [b"tail"]
+            for i, data in enumerate(chunks):
+                q.seq += 1
+                args = struct.pack("<4q", fd, 0, i * MAX_IO, PIPE_NEXT if i else PIPE_FIRST)
+                send(q.s, SYS["pwrite"], args + data, q.seq)
+            for i, data in enumerate(chunks):
+                t, seq, body = recv(q.s)
+                assert (t, seq) == (SYS["pwrite"] | REPLY, q.seq - len(chunks) + 1 + i)
+                assert sysret(body)[:2] == (len(data), 0)
+            assert (tmp_path / "t").read_bytes() == b"".join(chunks)
+            s.close()
+        finally:
+            child.kill()
+            child.wait()
         assert c.alive()
     finally:
         c.proc.terminate()
