@@ -5,10 +5,13 @@
  * stdout/stderr and PMI traffic, report how each ended.  When every process
  * has sent its LAT_NODE_EXIT the node is ready for the next job.
  *
- * PMI: each process gets one end of a socketpair as PMI_FD (descriptor 8,
- * above the slots below, so it stays an ordinary local descriptor under cnk
- * too); whatever it writes there goes to ciod as LAT_NODE_PMI with its rank,
- * and LAT_NODE_PMI_REPLY bytes are written back (docs/protocol.md, 10).
+ * PMI: each process gets as PMI_FD (descriptor 8, above the slots below, so
+ * it stays an ordinary local descriptor under cnk too) a connection of its
+ * own to ciod (LAT_ROLE_PMI, raw PMI after the hello), so that its requests
+ * skip this supervisor.  If ciod will not open one, it gets one end of a
+ * socketpair instead: whatever it writes there goes to ciod as LAT_NODE_PMI
+ * with its rank, and LAT_NODE_PMI_REPLY bytes are written back
+ * (docs/protocol.md, 10).
  *
  * The compute process runs from a memfd holding the pushed executable (the
  * node never looks the program up in a file system, as CNK), with its own
@@ -604,28 +607,61 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     child_fail(f, errno);
 }
 
+/* The process's own PMI connection to ciod, or -1 (then we relay; always
+ * with LATTICE_PMI_RELAY=1 in our environment, for comparison and tests). */
+static int pmi_connect(const struct job *j, const struct proc *pr)
+{
+    const char *relay = getenv("LATTICE_PMI_RELAY");
+    if (relay && !strcmp(relay, "1"))
+        return -1;
+    int fd = net_connect(j->pers->ciod, 2.0);
+    if (fd < 0)
+        return -1;
+    if (net_hello(fd, LAT_ROLE_PMI, j->pers->node | pr->t << 16, j->nj.job, j->pers->key) < 0) {
+        say("job %llu rank %u: no PMI connection of its own (%s); relaying its PMI",
+            (unsigned long long)j->nj.job, pr->rank, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void launch(struct job *j, struct proc *pr)
 {
+    int direct = pmi_connect(j, pr);    /* first: its hello is answered before the child's */
     int procfd = net_connect(j->pers->ciod, 2.0);
     if (procfd < 0) {
+        if (direct >= 0)
+            close(direct);
         proc_failed(j, pr, errno, "cannot connect to the I/O node: %s", strerror(errno));
         return;
     }
     /* the hello is the child's: it names the process (its pid) for the data path */
     int outp[2], errp[2], failp[2], pmip[2];
     if (pipe2(outp, O_CLOEXEC) < 0) {
+        int e = errno;
         close(procfd);
-        proc_failed(j, pr, errno, "pipe: %s", strerror(errno));
+        if (direct >= 0)
+            close(direct);
+        proc_failed(j, pr, e, "pipe: %s", strerror(e));
         return;
     }
     if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(failp, O_CLOEXEC) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pmip) < 0) {
         int e = errno;
         close(procfd);
+        if (direct >= 0)
+            close(direct);
         close(outp[0]);
         close(outp[1]);
         proc_failed(j, pr, e, "pipe: %s", strerror(e));
         return;
+    }
+    if (direct >= 0) {          /* nothing to relay: the child gets the connection itself */
+        close(pmip[0]);
+        close(pmip[1]);
+        pmip[0] = -1;
+        pmip[1] = direct;
     }
     int cnk = is_cnk(j);
     if (cnk) {

@@ -193,6 +193,7 @@ void pmi_job_end(uint64_t id);
 /* Bytes a rank wrote on its PMI_FD, relayed by its node. */
 void pmi_rank_exit(uint32_t rank, int status);
 void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, size_t len);
+void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq);
 /* LAT_CTL_FENCE_OUT from the service node; -1 (why set) if malformed. */
 int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);
 

@@ -12,6 +12,13 @@
  * with LAT_CTL_FENCE_OUT once every pset of the job has entered; its keys
  * go into the cache and every process gets its barrier_out.
  *
+ * A process's PMI bytes come one of two ways: relayed by its cnode
+ * (LAT_NODE_PMI, answered with LAT_NODE_PMI_REPLY), or, when its cnode could
+ * open one, over a PMI connection of its own to ciod (LAT_ROLE_PMI: the
+ * descriptor the process got as PMI_FD), raw in both directions.  The
+ * second saves two hops per request: under MPICH every rank is its own node,
+ * so each fetches every other rank's business card, N^2 gets per job.
+ *
  * State is under `P.lock`, never held while writing to a socket: replies
  * are collected in an outbox and sent after unlocking.  A process has one
  * request outstanding at a time, so its replies cannot overtake each other.
@@ -23,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #define MAX_TOKENS 32
 
@@ -38,6 +47,7 @@ struct prank {
     char     waitthr[32];
     char    *buf;                   /* partial input */
     size_t   len;
+    struct conn *direct;            /* its own PMI connection (a reference), or NULL: relayed */
 };
 
 static struct {
@@ -52,12 +62,19 @@ static struct {
     char         *pend;             /* this epoch's puts: key \0 value \0 ... */
     size_t        pendlen, pendcap;
     uint32_t      npend;
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    pthread_cond_t gone;            /* a process's own PMI connection ended */
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER };
+
+/* How long an exit waits for the rest of the process's own PMI connection
+ * (its last bytes, e.g. an abort, then EOF): only a descriptor the process
+ * handed on to a survivor keeps it open this long. */
+#define DIRECT_DRAIN_MS 2000
 
 /* ---- outbox: replies to send once the lock is dropped ---- */
 
 struct out {
     struct out *next;
+    struct conn *direct;            /* the process's PMI connection (a reference), or NULL */
     uint32_t    node, rank;
     size_t      len;
     char        data[];
@@ -82,6 +99,7 @@ static void ob_add(struct outbox *o, const struct prank *r, const char *data, si
         return;
     }
     e->next = NULL;
+    e->direct = conn_get(r->direct);
     e->node = r->node;
     e->rank = r->rank;
     e->len = len;
@@ -90,7 +108,33 @@ static void ob_add(struct outbox *o, const struct prank *r, const char *data, si
     o->tail = &e->next;
 }
 
-/* Sends every reply; nc is the node connection of `node` (or NULL: look it up). */
+/* Raw bytes to a process's own PMI connection; a process that went away just loses them. */
+static void send_direct(struct conn *c, const char *data, size_t len)
+{
+    pthread_mutex_lock(&c->wlock);
+    while (len) {
+        ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        data += n;
+        len -= (size_t)n;
+    }
+    pthread_mutex_unlock(&c->wlock);
+}
+
+/* Whether some reply goes through a node connection (not a process's own). */
+static bool ob_relayed(const struct outbox *o)
+{
+    for (const struct out *e = o->head; e; e = e->next)
+        if (!e->direct)
+            return true;
+    return false;
+}
+
+/* Sends every reply: over the process's own PMI connection, else relayed
+ * through nodes[its node]. */
 static void ob_send(struct outbox *o, struct conn *nodes[LAT_MAX_PSET])
 {
     for (struct out *e = o->head, *n; e; e = n) {
@@ -98,8 +142,11 @@ static void ob_send(struct outbox *o, struct conn *nodes[LAT_MAX_PSET])
         struct conn *c = e->node < LAT_MAX_PSET ? nodes[e->node] : NULL;
         struct lat_pmi h = { .rank = e->rank };
         struct iovec v[2] = { { &h, sizeof(h) }, { e->data, e->len } };
-        if (c)
+        if (e->direct)
+            send_direct(e->direct, e->data, e->len);
+        else if (c)
             conn_sendv(c, LAT_NODE_PMI_REPLY, 0, v, 2);
+        conn_put(e->direct);
         free(e);
     }
     ob_init(o);
@@ -767,11 +814,67 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
     struct prank me = *r;
     pthread_mutex_unlock(&P.lock);
 
-    nodes[node] = nc;
-    ob_send(&o, nodes);
+    if (nc) {
+        nodes[node] = nc;
+        ob_send(&o, nodes);
+    } else {                            /* from a process's own connection */
+        bool relayed = ob_relayed(&o);
+        if (relayed)
+            job_nodes(nodes, false, NULL);
+        ob_send(&o, nodes);
+        for (uint32_t i = 0; relayed && i < cfg.pset_size; i++)
+            conn_put(nodes[i]);
+    }
     send_up(job, &up);
     if (aborted)
         do_abort(&me, code, msg);
+}
+
+/* A process's own PMI connection (LAT_ROLE_PMI): the hello names its node,
+ * its index t there (bits 16..31 of hello->node) and the job; the rank is
+ * what the job placed there.  Then raw PMI until the process closes it. */
+void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
+{
+    uint32_t node = hello->node & 0xffff, t = hello->node >> 16;
+    struct ident who;
+    char cwd[LAT_MAX_PATH], buf[16384];
+    int32_t rank = -1;
+    struct conn *drop = NULL;
+    bool ok = false;
+
+    if (node < cfg.pset_size && job_proc_attach(node, t, hello->job, &who, cwd, sizeof(cwd), &rank) == 0) {
+        pthread_mutex_lock(&P.lock);
+        struct prank *r = P.job == hello->job ? find_rank((uint32_t)rank) : NULL;
+        if ((ok = r && r->node == node && !r->direct))
+            r->direct = conn_get(c);
+        pthread_mutex_unlock(&P.lock);
+    }
+    if (!ok) {
+        ras_event(RAS_WARNING, cfg.location, "PMI connection from %s for node %u process %u of job %" PRIu64
+                  " refused: no such process, or it has one", c->peer, node, t, hello->job);
+        hello_ack(c, seq, EACCES);
+        return;
+    }
+    pthread_setname_np(pthread_self(), "ciod-pmi");
+    if (hello_ack(c, seq, 0) == 0) {
+        for (;;) {
+            ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            pmi_input(node, NULL, (uint32_t)rank, buf, (size_t)n);
+        }
+    }
+    pthread_mutex_lock(&P.lock);
+    struct prank *r = P.job == hello->job ? find_rank((uint32_t)rank) : NULL;
+    if (r && r->direct == c) {
+        r->direct = NULL;
+        drop = c;
+    }
+    pthread_cond_broadcast(&P.gone);
+    pthread_mutex_unlock(&P.lock);
+    conn_put(drop);
 }
 
 /* A rank ended.  One that used PMI but never finalized has left MPI: the
@@ -782,9 +885,18 @@ void pmi_rank_exit(uint32_t rank, int status)
 {
     struct prank me;
     bool left = false;
+    struct timespec until;
 
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DIRECT_DRAIN_MS / 1000;
     pthread_mutex_lock(&P.lock);
-    struct prank *r = P.job ? find_rank(rank) : NULL;
+    uint64_t job = P.job;
+    struct prank *r = job ? find_rank(rank) : NULL;
+    /* Its own PMI connection is not ordered with the node's exit report: let
+     * its last requests (a finalize, an abort) be served first.  The process
+     * is gone, so the connection ends as soon as they are read. */
+    while (r && r->direct && pthread_cond_timedwait(&P.gone, &P.lock, &until) == 0)
+        r = P.job == job ? find_rank(rank) : NULL;
     if (r && r->version && !r->done) {
         r->done = true;
         left = true;
@@ -866,8 +978,10 @@ int pmi_fence_out(const char *p, size_t len, char *why, size_t whylen)
 
 static void clear_locked(void)
 {
-    for (uint32_t i = 0; i < P.nslots; i++)
+    for (uint32_t i = 0; i < P.nslots; i++) {
         free(P.r[i].buf);
+        conn_put(P.r[i].direct);
+    }
     free(P.r);
     free(P.pend);
     kvs_free(P.kv);

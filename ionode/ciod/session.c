@@ -98,6 +98,9 @@ void *session_main(void *arg)
     case LAT_ROLE_PROC:
         ship_serve(c, &hello, has_hp ? &hp : NULL, h.seq);
         break;
+    case LAT_ROLE_PMI:
+        pmi_serve(c, &hello, h.seq);
+        break;
     default:
         snprintf(why, sizeof(why), "unknown role %u", hello.role);
         refuse(c, h.seq, EPROTO, why);

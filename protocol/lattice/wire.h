@@ -178,13 +178,14 @@ enum lat_role {
     LAT_ROLE_CONTROL = 1,   /* the service node */
     LAT_ROLE_NODE    = 2,   /* a compute node's supervisor */
     LAT_ROLE_PROC    = 3,   /* a compute process shipping its calls */
+    LAT_ROLE_PMI     = 4,   /* a compute process's own PMI connection (raw PMI after the hello) */
 };
 
 struct lat_hello {
     uint32_t role;                  /* enum lat_role */
-    uint32_t node;                  /* pset-local node index (NODE, PROC); for PROC the
-                                       process's index t on its node in bits 16..31 */
-    uint64_t job;                   /* job id (PROC), else 0 */
+    uint32_t node;                  /* pset-local node index (NODE, PROC, PMI); for PROC and
+                                       PMI the process's index t on its node in bits 16..31 */
+    uint64_t job;                   /* job id (PROC, PMI), else 0 */
     uint8_t  key[LAT_KEY_BYTES];    /* the block's security key */
 };
 _Static_assert(sizeof(struct lat_hello) == 48, "lat_hello layout");

@@ -271,6 +271,7 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
                                          len(env), 0) + strings)
         _send(nodec, 0x0201, image)
         _send(nodec, 0x0202, struct.pack("<Q", 9))
+        pmi = _hello(fake_ciod)                     # its own PMI connection, opened first: unused here
         proc = _hello(fake_ciod)                    # its PROC connection: nothing is shipped here
         out = b""
         while True:
@@ -281,6 +282,7 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
                 assert typ == 0x0281
                 break
         proc.close()
+        pmi.close()
         job, rank, _, how, value = struct.unpack_from("<QIIIi", body)
         assert (job, how, value) == (9, 1, 0), body
         assert body[24:].decode() == "kernel=linux", "a Linux-mode job's report line"

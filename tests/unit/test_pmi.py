@@ -25,11 +25,16 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
-    m = make_machine(tmp_path_factory.mktemp("pmi-m"), "--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
+@pytest.fixture(scope="module", params=["own", "relayed"])
+def machine(request: pytest.FixtureRequest, built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    """Each process's PMI_FD its own connection to ciod (the default), or
+    relayed by its cnode (LATTICE_PMI_RELAY=1 at boot): every test runs both."""
+    m = make_machine(tmp_path_factory.mktemp(f"pmi-{request.param}-"), "--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
     m.run("block", "create", "S", "--shape", "1x1x4")
+    if request.param == "relayed":
+        m.env["LATTICE_PMI_RELAY"] = "1"
     m.run("boot", "S")
+    m.env.pop("LATTICE_PMI_RELAY", None)
     yield m
     m.run("free", "S", check=False)
 
@@ -47,7 +52,7 @@ INIT1 = "1:cmd=init pmi_version=1 pmi_subversion=1"
 
 
 def test_pmi1_put_fence_get_across_psets(machine: Machine, client: Path) -> None:
-    p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(client), "env:", INIT1,
+    p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(client), "env:", "peer:", INIT1,
                     "1:cmd=get_maxes", "1:cmd=get_appnum", "1:cmd=get_universe_size", "1:cmd=get_my_kvsname",
                     "1:cmd=put kvsname=%j key=card-%r value=addr-%r-x=y/z", "1:cmd=barrier_in",
                     "1:cmd=get kvsname=%j key=card-%o", "1:cmd=get kvsname=%j key=PMI_process_mapping",
@@ -60,7 +65,9 @@ def test_pmi1_put_fence_get_across_psets(machine: Machine, client: Path) -> None
         o = (r + 1) % 4
         assert lines[0].startswith(f"PMI_FD=8 PMI_RANK={r} PMI_SIZE=4 PMI_JOBID=lattice-")
         kvs = lines[0].rsplit("=", 1)[1]
-        assert lines[1:] == [
+        # PMI_FD's other end: ciod itself, or the cnode that relays
+        assert lines[1] == f"peer={'ciod' if 'pmi-own-' in str(machine.home) else 'cnode'}", lines
+        assert lines[2:] == [
             "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1",
             "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024",
             "cmd=appnum rc=0 appnum=0", "cmd=universe_size rc=0 size=4", f"cmd=my_kvsname rc=0 kvsname={kvs}",

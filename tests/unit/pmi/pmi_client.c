@@ -8,12 +8,15 @@
  *     s:TEXT   send TEXT as it is ("\n" in TEXT is a newline), read nothing
  *     r1: r2:  read and print one PMI-1 / PMI-2 reply
  *     env:     print PMI_FD, PMI_RANK, PMI_SIZE, PMI_JOBID
+ *     peer:    print the name of the process at the other end of PMI_FD (SO_PEERCRED)
  * In TEXT, %r is the rank, %n the size, %o the next rank (mod size), %j PMI_JOBID.
  * Each reply is printed as "<rank>> <reply>"; a read that fails prints "<rank>> EOF".
  */
+#define _GNU_SOURCE             /* struct ucred, SO_PEERCRED */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static int fd, rank, size;
@@ -113,6 +116,20 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "env:")) {
             printf("%d> PMI_FD=%s PMI_RANK=%s PMI_SIZE=%s PMI_JOBID=%s\n", rank, f, r, s, jobid);
+        } else if (!strcmp(a, "peer:")) {
+            struct ucred cr;
+            socklen_t len = sizeof cr;
+            char path[64], comm[64] = "?";
+            FILE *cf;
+            if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+                snprintf(path, sizeof path, "/proc/%d/comm", (int)cr.pid);
+                if ((cf = fopen(path, "r"))) {
+                    if (fgets(comm, sizeof comm, cf))
+                        comm[strcspn(comm, "\n")] = '\0';
+                    fclose(cf);
+                }
+            }
+            printf("%d> peer=%s\n", rank, comm);
         } else if (!strcmp(a, "r1:")) {
             reply1();
         } else if (!strcmp(a, "r2:")) {
