@@ -85,6 +85,20 @@ def test_big_transfers_are_exact_and_rendezvous(dp_machine: Machine, kernel: str
         assert d["shm"] == 0, d
 
 
+def test_private_big_memory_goes_through_the_window(dp_machine: Machine) -> None:
+    """LATTICE_BIGMEM_SHARED=0 (the job's environment) keeps cnk's big memory
+    private: nothing is shared, every rendezvous goes through ciod's window."""
+    m = dp_machine
+    f = m.work / "private.dat"
+    before = counters(m)
+    p = m.run("run", "--block", "D", "-n", "1", "--kernel", "cnk", "--env", "LATTICE_BIGMEM_SHARED=0", "--cwd",
+              str(m.work), DATAIO, "big", f.name, "16", timeout=300)
+    assert p.stdout.strip() == f"ok size={16 * MIB + 12345}", p.stdout + p.stderr
+    assert f.read_bytes() == pattern(16 * MIB + 12345)
+    d = delta(before, counters(m))
+    assert d["shm_shares"] == 0 and d["shm"] == 0 and d["rdv"] >= 8 and d["rdv_fault"] == 0, d
+
+
 @pytest.mark.parametrize("kernel", ["linux", "cnk"])
 def test_eight_ranks_one_open_and_one_read_per_block(dp_machine: Machine, kernel: str) -> None:
     m = dp_machine
