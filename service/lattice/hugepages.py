@@ -11,9 +11,12 @@ MemAvailable.  What the kernel would not give, and everything when we are
 not root, is left to cnk's fallback (2 MiB pages, then transparent huge
 pages) with one warning line.
 
-Bookkeeping: $LATTICE_HOME/hugepages.json, under an flock on
-$LATTICE_HOME/hugepages.lock, lists each running job's additions (with the
-pid and start time of the `lattice run` that made them).  Release lowers a
+Bookkeeping: BOOK_DIR/hugepages.json, under an flock on
+BOOK_DIR/hugepages.lock, lists each running job's additions (with the
+pid and start time of the `lattice run` that made them).  The pools belong to
+the host, not to one machine, so the book does too: a run of a machine whose
+$LATTICE_HOME was deleted after it was killed is still reaped by the next run
+of any machine on the host.  Release lowers a
 pool by this job's addition only, so concurrent runs never trample each
 other, and what a run killed outright had added is given back by the next
 run that takes the lock.
@@ -35,6 +38,7 @@ GIB_KB = 1 << 20
 MIB2_KB = 2 << 10
 LIMIT = 0.75            # of MemAvailable, at most, for what a job adds
 RELEASE_WAIT = 3.0      # seconds to wait for pages a just-ended process still holds
+BOOK_DIR = Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))   # host-wide, like the pools
 
 
 def page_name(kb: int) -> str:

@@ -496,7 +496,8 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
 def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
     """Huge pages for the job's big memory, from this host's pools."""
     from lattice import hugepages
-    res = hugepages.reserve(machine.home(), f"job-{job_id}", spec.nranks, m.memory // spec.placement.ppn,
+    # one book per host: name the run by its machine too, job ids repeat across machines
+    res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", spec.nranks, m.memory // spec.placement.ppn,
                             fixed_address=hugepages.fixed_below_1g(spec.exe))
     if spec.verbose:
         for note in res.notes:

@@ -102,6 +102,11 @@ class HugePagePools:
     def path(kb: int) -> Path:
         return HUGE / f"hugepages-{kb}kB" / "nr_hugepages"
 
+    @classmethod
+    def nr(cls, kb: int) -> int:
+        """Pages in the pool now (0 for a page size this kernel lacks)."""
+        return int(cls.path(kb).read_text()) if cls.path(kb).exists() else 0
+
     def _set(self, kb: int, n: int) -> int:
         try:
             self.path(kb).write_text(f"{n}\n")

@@ -8,8 +8,11 @@ The huge page pools are global: each test sets them for its own jobs (as root)
 and puts back what they held before."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -162,3 +165,47 @@ def test_malloc_beyond_the_node_gets_enomem(mem_machine: Machine) -> None:
         p = m.run("run", "--block", "C", "-n", "2", "--label", "--kernel", "cnk", "--cwd", "/tmp",
                   str(CNK_EX / exe), str(NODE_MIB // 2))
         assert p.stdout.count(f"touched {NODE_MIB // 2} MiB ok") == 2, p.stdout
+
+
+def test_pages_of_a_killed_run_come_back_after_its_machine_is_gone(built: Path, tmp_path: Path) -> None:
+    """The book of reservations belongs to the host, like the pools: a `lattice
+    run` killed outright whose $LATTICE_HOME is then deleted still has its pages
+    given back, by the next cnk run of another machine."""
+    book = tmp_path / "book"
+    machines = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        m = make_machine(tmp_path / name, "--shape", "1x1x1", "--pset-size", "1", "--memory", f"{NODE_MIB}M")
+        m.env["LATTICE_HUGEPAGES_BOOK"] = str(book)
+        m.run("block", "create", "C", "--shape", "1x1x1")
+        m.run("boot", "C")
+        machines.append(m)
+    a, b = machines
+    with HugePagePools({GIB_KB: 0, MIB2_KB: 0}) as pools:
+        if any(pools.got.values()):
+            pytest.skip(f"huge pages in use elsewhere cannot be released: {pools.got}")
+        run = a.popen("run", "--block", "C", "-n", "1", "--kernel", "cnk", "--hugepages", "reserve",
+                      "/bin/sleep", "60")
+        entry: dict[str, object] = {}
+        for _ in range(200):                    # until a's reservation is in the book
+            try:
+                entries = json.loads((book / "hugepages.json").read_text())
+            except (OSError, ValueError):
+                entries = {}
+            entry = next((e for k, e in entries.items() if k.startswith(str(a.home.resolve()))), {})
+            if entry.get("pages"):
+                break
+            time.sleep(0.05)
+        assert entry.get("pages"), f"no reservation of machine a in the book: {entries}"
+        assert sum(HugePagePools.nr(kb) for kb in (GIB_KB, MIB2_KB)) > 0
+        run.kill()                              # no chance to give anything back
+        run.wait()
+        a.run("free", "C", check=False)         # its ranks end; the book still lists the pages
+        shutil.rmtree(a.home)
+        p = b.run("run", "--block", "C", "-n", "1", "--kernel", "cnk", "--hugepages", "reserve", "-v",
+                  "/bin/true")
+        after = {kb: HugePagePools.nr(kb) for kb in (GIB_KB, MIB2_KB)}
+    b.run("free", "C", check=False)
+    assert "gave back the huge pages of an ended run" in p.stderr, p.stderr
+    assert after == {GIB_KB: 0, MIB2_KB: 0}, f"pools not given back: {after}"
+    assert json.loads((book / "hugepages.json").read_text()) == {}
