@@ -53,7 +53,7 @@ $(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice
 	@mkdir -p $(@D)
 	$(CC) $(CNK_CFLAGS) -I$(BUILD)/gen -o $@ $(CNK_SRC)
 
-$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS) $(FWD_GEN)
+$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS) compute/include/lattice/pipe_series.h $(FWD_GEN)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -shared -pthread -I$(BUILD)/gen -o $@ $(CLIENT_SRC)
 

@@ -2,7 +2,8 @@
  * client.h - internals shared by the files of libcnclient.so, the LD_PRELOAD
  * library that ships a compute process's file calls to its I/O node (ciod).
  *
- *   conn.c     the PROC connection: start-up, one request/one reply RPC
+ *   conn.c     the PROC connection: start-up, one request/one reply RPC, and
+ *              the same in parts for pipelined series
  *   fdtable.c  app-visible descriptor -> remote descriptor, placeholders
  *   path.c     the rule deciding which paths stay on the compute node
  *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
@@ -48,9 +49,19 @@ LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: shipping is off *
 LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
                             const struct iovec *out, int nout,
                             const struct iovec *in, int nin, size_t *got);
-/* Shorthands: no data / a path as the only data. */
+/* The same in parts, for requests sent without waiting for each reply (a
+ * pipelined series): with the connection locked, send requests (*sq: the
+ * seq of each) and receive their replies in the same order.  0 / ret >= 0,
+ * or -errno; -EIO with lat_conn_lost() once the connection is broken. */
+LAT_HIDDEN void lat_conn_lock(void);
+LAT_HIDDEN void lat_conn_unlock(void);
+LAT_HIDDEN int lat_conn_lost(void);
+LAT_HIDDEN int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+                                   uint32_t *sq);
+LAT_HIDDEN int64_t lat_recv_locked(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got);
 /* Transfers of at least this many bytes go rendezvous; 0 = never. */
 LAT_HIDDEN uint64_t lat_rdv_min(void);
+/* Shorthands: no data / a path as the only data. */
 LAT_HIDDEN int64_t lat_call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2);
 LAT_HIDDEN int64_t lat_call_path(uint16_t type, int64_t a0, int64_t a1, int64_t a2,
                                  const char *path, void *in, size_t inlen, size_t *got);
@@ -83,7 +94,8 @@ LAT_HIDDEN int lat_path_route(int dirfd, const char *path, int *rdirfd);
  * NULL test inside an interposed function would be optimised away. */
 LAT_HIDDEN int lat_is_null(const void *p);
 
-/* file.c: shipped I/O on a remote descriptor (chunked); off < 0: no offset */
+/* file.c: shipped I/O on a remote descriptor (rendezvous, one chunk, or a
+ * pipelined series of chunks); off < 0: no offset */
 LAT_HIDDEN ssize_t lat_ship_rw(int rfd, int write, const struct iovec *iov, int cnt, off_t off);
 LAT_HIDDEN int lat_ship_close(int rfd);
 

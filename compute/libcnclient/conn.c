@@ -2,9 +2,9 @@
  * conn.c - the function-shipping connection (role PROC) and its RPC.
  *
  * cnode opened and authenticated the connection before exec and left its
- * number in LATTICE_IO_FD.  Requests and replies strictly alternate, so one
- * mutex serialises whole calls (thread safety); the seq number is checked
- * on every reply.  Socket I/O uses raw system calls: our own read/write are
+ * number in LATTICE_IO_FD.  One mutex serialises whole calls, and whole
+ * pipelined series of chunks (file.c), so the replies come in the order of
+ * their requests (thread safety); the seq number is checked on every reply.  Socket I/O uses raw system calls: our own read/write are
  * interposed.
  */
 #include <dlfcn.h>
@@ -199,90 +199,102 @@ static int recv_iov(const struct iovec *in, int nin, size_t len)
     return 0;
 }
 
-int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
-                 const struct iovec *out, int nout, const struct iovec *in, int nin, size_t *got)
+void lat_conn_lock(void)
 {
-    if (got)
-        *got = 0;
-    if (!active || dead || forked)
-        return lat_fail(EIO);
+    pthread_mutex_lock(&lock);
+}
 
-    size_t outlen = 0, cap = 0;
+void lat_conn_unlock(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+int lat_conn_lost(void)
+{
+    return dead;
+}
+
+/* Once the stream is out of step, every call fails: -EIO. */
+static int64_t lost(const char *why, int err)
+{
+    broken(why, err);
+    return -EIO;
+}
+
+int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout, uint32_t *sq)
+{
+    if (!active || dead || forked)
+        return -EIO;
+    size_t outlen = 0;
     for (int i = 0; i < nout; i++)
         outlen += out[i].iov_len;
-    for (int i = 0; i < nin; i++)
-        cap += in[i].iov_len;
-    if (nout > IOV_MAX || outlen > LAT_MAX_PAYLOAD - sizeof(struct lat_sysreq))
-        return lat_fail(EINVAL);
+    if (nout < 0 || nout > IOV_MAX || outlen > LAT_MAX_PAYLOAD - sizeof(struct lat_sysreq))
+        return -EINVAL;
 
-    struct lat_sysreq req = { { a0, a1, a2, a3 } };
+    struct lat_sysreq req = { { a[0], a[1], a[2], a[3] } };
     struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(sizeof req + outlen), 0 };
     struct iovec v[IOV_MAX + 2];
     v[0] = (struct iovec){ &h, sizeof h };
     v[1] = (struct iovec){ &req, sizeof req };
     for (int i = 0; i < nout; i++)
         v[2 + i] = out[i];
-
-    int err = 0;
-    int64_t ret = -1;
-    pthread_mutex_lock(&lock);
-    if (dead) {
-        err = EIO;
-        goto out;
-    }
     if (++seq == 0)
         seq = 1;
-    h.seq = seq;
-    if (send_all(v, nout + 2) < 0) {
-        broken("send", errno);
-        err = EIO;
-        goto out;
-    }
+    h.seq = *sq = seq;
+    if (send_all(v, nout + 2) < 0)
+        return lost("send", errno);
+    return 0;
+}
+
+int64_t lat_recv_locked(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got)
+{
+    size_t cap = 0;
+    for (int i = 0; i < nin; i++)
+        cap += in[i].iov_len;
+    if (got)
+        *got = 0;
 
     /* every reply starts with a header and a lat_sysret: one read for both */
     struct { struct lat_hdr h; struct lat_sysret r; } head;
     _Static_assert(sizeof head == sizeof(struct lat_hdr) + sizeof(struct lat_sysret), "no padding");
-    if (recv_all(&head, sizeof head) < 0) {
-        broken("receive", errno);
-        err = EIO;
-        goto out;
-    }
+    if (recv_all(&head, sizeof head) < 0)
+        return lost("receive", errno);
     struct lat_hdr rh = head.h;
     struct lat_sysret r = head.r;
     int is_error = rh.type == LAT_ERROR || rh.type == (LAT_ERROR | LAT_REPLY);
     if (rh.magic != LAT_MAGIC || rh.version != LAT_VERSION || rh.len > LAT_MAX_PAYLOAD ||
-        rh.len < sizeof r || rh.seq != h.seq || (!is_error && rh.type != (type | LAT_REPLY))) {
-        broken("malformed reply", EPROTO);
-        err = EIO;
-        goto out;
-    }
+        rh.len < sizeof r || rh.seq != sq || (!is_error && rh.type != (type | LAT_REPLY)))
+        return lost("malformed reply", EPROTO);
     size_t dlen = rh.len - sizeof r;
     if (is_error || dlen > cap) {
         /* ciod refused the request (or sent more than asked for) */
-        if (discard(dlen) < 0) {
-            broken("receive", errno);
-            err = EIO;
-            goto out;
-        }
-        err = is_error ? (r.err > 0 ? r.err : ENOSYS) : EIO;
-        goto out;
+        if (discard(dlen) < 0)
+            return lost("receive", errno);
+        return is_error ? -(r.err > 0 ? r.err : ENOSYS) : -EIO;
     }
-    if (recv_iov(in, nin, dlen) < 0) {
-        broken("receive", errno);
-        err = EIO;
-        goto out;
-    }
+    if (recv_iov(in, nin, dlen) < 0)
+        return lost("receive", errno);
     if (got)
         *got = dlen;
     if (r.ret < 0)
-        err = r.err > 0 ? r.err : EIO;
-    else
-        ret = r.ret;
-out:
+        return -(r.err > 0 ? r.err : EIO);
+    return r.ret;
+}
+
+int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
+                 const struct iovec *out, int nout, const struct iovec *in, int nin, size_t *got)
+{
+    const int64_t a[4] = { a0, a1, a2, a3 };
+    uint32_t sq;
+
+    if (got)
+        *got = 0;
+    pthread_mutex_lock(&lock);
+    int64_t r = lat_send_locked(type, a, out, nout, &sq);
+    if (r == 0)
+        r = lat_recv_locked(type, sq, in, nin, got);
     pthread_mutex_unlock(&lock);
-    if (err)
-        return lat_fail(err);
-    return ret;
+    return r < 0 ? lat_fail((int)-r) : r;
 }
 
 int64_t lat_call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2)

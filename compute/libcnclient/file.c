@@ -4,7 +4,8 @@
  *
  * Pattern of every call: route the descriptor or path; local -> libc;
  * the shipping socket itself -> EBADF (the program must not see it);
- * remote -> one request per LAT_MAX_IO chunk, errno from the I/O node.
+ * remote -> one request (a rendezvous, or data up to LAT_MAX_IO; above
+ * that a pipelined series of chunks), errno from the I/O node.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,8 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include "../include/lattice/pipe_series.h"   /* shared with cnk: freestanding */
 
 #include "client.h"
 
@@ -60,6 +63,41 @@ static int iov_slice(const struct iovec *iov, int cnt, size_t skip, size_t len, 
     return n;
 }
 
+/* A transfer above LAT_MAX_IO without rendezvous (another host, or
+ * LATTICE_DATAPATH=messages): a pipelined series of chunks, the requests
+ * built here from the program's vectors (lattice/pipe_series.h). */
+struct series {
+    int rfd, wr;
+    uint16_t type;
+    const struct iovec *iov;
+    int cnt;
+    off_t off;
+    struct iovec part[IOV_MAX];
+};
+
+static long series_send(void *ctx, size_t at, size_t len, int64_t a3, uint32_t *sq)
+{
+    struct series *s = ctx;
+    int64_t a[4] = { s->rfd, s->wr ? 0 : (int64_t)len, s->off < 0 ? 0 : s->off + (off_t)at, a3 };
+    int n = s->wr ? iov_slice(s->iov, s->cnt, at, len, s->part) : 0;
+    return (long)lat_send_locked(s->type, a, s->part, n, sq);
+}
+
+static long series_recv(void *ctx, uint32_t sq, size_t at, size_t len)
+{
+    struct series *s = ctx;
+    size_t got = 0;
+    int n = s->wr ? 0 : iov_slice(s->iov, s->cnt, at, len, s->part);
+    int64_t r = lat_recv_locked(s->type, sq, s->part, n, &got);
+    return !s->wr && r > (int64_t)got ? (long)got : (long)r;
+}
+
+static int series_lost(void *ctx)
+{
+    (void)ctx;
+    return lat_conn_lost();
+}
+
 ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off)
 {
     if (cnt < 0 || cnt > IOV_MAX)
@@ -70,6 +108,7 @@ ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off
             return lat_fail(EINVAL);
         total += iov[i].iov_len;
     }
+    uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
     uint64_t rdv = lat_rdv_min();
     if (rdv && total >= rdv && cnt > 0) {
         /* rendezvous: ciod moves the bytes itself (docs/protocol.md section 6.2) */
@@ -78,30 +117,26 @@ ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off
             seg[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
         struct iovec o = { seg, (size_t)cnt * sizeof seg[0] };
         int saved = errno;
-        int64_t r = lat_call(wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD),
-                             rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV, &o, 1, NULL, 0, NULL);
+        int64_t r = lat_call(type, rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV, &o, 1, NULL, 0, NULL);
         if (r >= 0 || (errno != EOPNOTSUPP && errno != EFAULT))
             return (ssize_t)r;
         errno = saved;          /* not reachable that way: send the bytes */
     }
-    size_t done = 0;
+    if (total > LAT_MAX_IO) {
+        struct series s = { rfd, wr, type, iov, cnt, off, { { 0 } } };
+        struct lat_pipe_io io = { &s, series_send, series_recv, series_lost };
+        lat_conn_lock();        /* the whole series: chunks of two threads never interleave */
+        long r = lat_pipe_series(&io, total, LAT_MAX_IO);
+        lat_conn_unlock();
+        return r < 0 ? lat_fail((int)-r) : (ssize_t)r;
+    }
+    /* one message each way; zero-byte transfers are shipped too: they
+     * report EBADF etc. exactly */
     struct iovec part[IOV_MAX];
-    do {
-        /* zero-byte transfers are shipped too: they report EBADF etc. exactly */
-        size_t chunk = total - done > LAT_MAX_IO ? LAT_MAX_IO : total - done;
-        int n = iov_slice(iov, cnt, done, chunk, part);
-        int64_t r;
-        if (wr)
-            r = off < 0 ? fwd_write_v(rfd, part, n) : fwd_pwrite_v(rfd, part, n, off + (off_t)done);
-        else
-            r = off < 0 ? fwd_read_v(rfd, part, n, chunk) : fwd_pread_v(rfd, part, n, chunk, off + (off_t)done);
-        if (r < 0)
-            return done ? (ssize_t)done : -1;
-        done += (size_t)r;
-        if ((size_t)r < chunk)
-            break;  /* short transfer: end of file, full disk... */
-    } while (done < total);
-    return (ssize_t)done;
+    int n = iov_slice(iov, cnt, 0, total, part);
+    if (wr)
+        return off < 0 ? fwd_write_v(rfd, part, n) : fwd_pwrite_v(rfd, part, n, off);
+    return off < 0 ? fwd_read_v(rfd, part, n, total) : fwd_pread_v(rfd, part, n, total, off);
 }
 
 static int ship_open(int rdirfd, const char *path, int flags, mode_t mode)

@@ -210,8 +210,27 @@ def test_big_transfers_are_exact_on_every_path(path_machine: Machine, kernel: st
     else:
         assert d["rdv"] == 0, d
         assert d["calls.write"] + d["calls.pwrite"] >= 40, d              # 1 MiB chunks
-        if kernel == "cnk":     # cnk pipelines them; libcnclient sends one at a time
-            assert d["pipe_series"] >= 8 and d["pipe_chunks"] >= 4 * 40, d
+        # pipelined by cnk and by libcnclient alike: writev, pwrites, pread, readv, read
+        assert d["pipe_series"] >= 8 and d["pipe_chunks"] >= 4 * 40, d
+
+
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_reads_cut_short_by_the_end_of_file_are_exact(path_machine: Machine, kernel: str) -> None:
+    """dd's 3 MiB reads: the one across the end of the file comes back short in
+    its second chunk, the one at the end with 0 bytes in its first; the
+    chunks after them are cancelled and the copy is exact."""
+    m = path_machine
+    src, dst = m.work / f"eof-src-{kernel}.dat", m.work / f"eof-dst-{kernel}.dat"
+    data = os.urandom(10 * MIB + 12345)
+    src.write_bytes(data)
+    before = pcounters(m)
+    p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, "/usr/bin/dd", f"if={src}", f"of={dst}",
+              f"bs={3 * MIB}")
+    assert "3+1 records in" in p.stderr and "3+1 records out" in p.stderr, p.stderr
+    assert dst.read_bytes() == data
+    d = delta(before, pcounters(m))
+    if m.datapath == "messages":  # type: ignore[attr-defined]
+        assert d["pipe_series"] >= 4 + 4 and d["pipe_cancelled"] >= 1 + 2, d
 
 
 def full_tmpfs(m: Machine, name: str, prefill: int = 0) -> Path:
@@ -237,14 +256,14 @@ def umount(d: Path) -> None:
     subprocess.run(["umount", str(d)], check=True)
 
 
-def stops_exactly(m: Machine, block: str, tag: str) -> None:
+def stops_exactly(m: Machine, block: str, tag: str, kernel: str = "cnk") -> None:
     """A write into a full file system returns ENOSPC or exactly the bytes
     that landed, and nothing lands beyond them: the pages at 1..4 MiB are
     already allocated, so only the hole at 0..1 MiB is short of space; a
     chunk that ran after the failed first one would overwrite them."""
     d = full_tmpfs(m, f"full-{tag}", prefill=3 * MIB)
     try:
-        p = m.run("run", "--block", block, "-n", "1", "--kernel", "cnk", DATAIO, "put", str(d / "f"), "0",
+        p = m.run("run", "--block", block, "-n", "1", "--kernel", kernel, DATAIO, "put", str(d / "f"), "0",
                   str(4 * MIB))
         assert p.stdout.strip() == f"ret=-1 errno={errno.ENOSPC}", p.stdout + p.stderr
         assert (d / "f").read_bytes() == bytes(MIB) + b"\xee" * (3 * MIB)       # untouched
@@ -255,7 +274,7 @@ def stops_exactly(m: Machine, block: str, tag: str) -> None:
     try:
         free = 1536 * 1024
         (d / "filler").write_bytes(b"\0" * (os.path.getsize(d / "filler") - free))
-        p = m.run("run", "--block", block, "-n", "1", "--kernel", "cnk", DATAIO, "put", str(d / "f"), "0",
+        p = m.run("run", "--block", block, "-n", "1", "--kernel", kernel, DATAIO, "put", str(d / "f"), "0",
                   str(4 * MIB))
         n = int(p.stdout.strip().removeprefix("ret="))
         assert 0 < n < 4 * MIB and abs(n - free) <= 64 * 1024, p.stdout
@@ -272,9 +291,10 @@ def test_a_full_file_system_stops_a_shared_memory_write_exactly(dp_machine: Mach
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
-def test_a_full_file_system_stops_a_big_write_exactly(path_machine: Machine) -> None:
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_a_full_file_system_stops_a_big_write_exactly(path_machine: Machine, kernel: str) -> None:
     before = pcounters(path_machine)
-    stops_exactly(path_machine, "P", path_machine.datapath)  # type: ignore[attr-defined]
+    stops_exactly(path_machine, "P", f"{path_machine.datapath}-{kernel}", kernel)  # type: ignore[attr-defined]
     d = delta(before, pcounters(path_machine))
     if path_machine.datapath == "messages":  # type: ignore[attr-defined]
         assert d["pipe_cancelled"] >= 3, d      # the chunks in flight after the failed one did not run
