@@ -149,6 +149,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     }
     bigmem.base = (uintptr_t)r;
     bigmem.size = size;
+    ship_bigmem(bigmem.base, size);
     if (fd >= 0) {              /* ciod keeps its own mapping: our descriptor is not needed */
         bigmem.shared = ship_share(bigmem.base, up(size, bigmem.page_size), fd) == 0;
         ksys1(__NR_close, fd);
@@ -169,6 +170,7 @@ void bigmem_reset(void)
     if (bigmem.size)
         ksys2(__NR_munmap, bigmem.base, up(bigmem.size, bigmem.page_size ? bigmem.page_size : PAGE));
     bigmem = (struct bigmem){ 0 };
+    ship_bigmem(0, 0);
     nfree = 0;
     brk_lo = brk_cur = 0;
 }

@@ -149,6 +149,7 @@ long sys_execveat(struct cnk_call *c);
 /* ---- ship.c, fd.c, path.c: shipped calls ---- */
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
 int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
+void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */
 int fd_is_shipped(int fd);                      /* program descriptor stands for a remote one */
 int fd_is_hidden(int fd);                       /* one of cnk's own */
 int path_is_local(const char *path);            /* the path rule (README "Node-local files") */

@@ -12,7 +12,10 @@
  * ciod moves the bytes itself (docs/protocol.md section 6.2), straight on its
  * mapping of big memory when cnk shared it (ship_share).  Otherwise,
  * transfers above LAT_MAX_IO go as a pipelined series of chunks, a short
- * one ending the transfer (ciod cancels the chunks after it).
+ * one ending the transfer (ciod cancels the chunks after it).  A small
+ * call whose buffers lie in big memory goes through the mailbox shared with
+ * ciod instead of the socket (docs/protocol.md section 6.4; LATTICE_MAILBOX=0:
+ * never).
  *
  * Calls the protocol has no message for are refused on shipped names
  * (link, symlink, chown: ENOSYS; locks: ENOLCK; flock: ENOSYS), as
@@ -32,6 +35,9 @@
 #include <linux/fadvise.h>
 #include <linux/fcntl.h>
 #include <linux/fs.h>
+#include <linux/futex.h>
+#include <linux/memfd.h>
+#include <linux/mman.h>
 #include <linux/stat.h>
 #include <linux/uio.h>
 
@@ -42,6 +48,7 @@
 
 #define MSG_NOSIGNAL 0x4000
 #define MSG_DONTWAIT_ 0x40
+#define MSG_PEEK_ 0x2
 #define NEEDS_MODE(f) (((f) & O_CREAT) || ((f) & O_TMPFILE) == O_TMPFILE)
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
@@ -91,6 +98,7 @@ static struct lat_rdv_seg segs[UIO_MAXIOV];
 /* the data path ciod agreed (LATTICE_IO_DP, set by cnode from the hello ack):
  * transfers of at least rdv_min bytes are a rendezvous; 0 = never */
 static uint64_t rdv_min, dp_flags;
+static void mailbox_init(void);
 
 /* "eager_max,rdv_min,flags" */
 static void datapath_init(void)
@@ -129,6 +137,7 @@ int ship_init(int conn_fd)
     dead = 0;
     datapath_init();
     fd_setup();
+    mailbox_init();
     return 0;
 }
 
@@ -316,6 +325,150 @@ static long recv_reply(uint16_t type, uint32_t sq, const struct iovec *in, int n
     return r < 0 ? r : (long)head.rs.ret;
 }
 
+/* ---- the mailbox (docs/protocol.md section 6.4) ----
+ *
+ * A small call travels through a page pair shared with ciod instead of the
+ * socket: when ciod's thread is polling (srv_spin) no system call is made
+ * at all; otherwise one LAT_MBOX_RING message wakes it.  We poll rep_seq
+ * about 40 us, then sleep on it (FUTEX_WAIT; ciod wakes us when cli_wait
+ * is set), checking every 100 ms that the connection still lives. */
+
+static struct lat_mbox *mbox;           /* NULL: every call on the socket */
+static uintptr_t mem_lo;                /* big memory: [mem_lo, mem_lo + mem_len) */
+static size_t mem_len;
+
+void ship_bigmem(uintptr_t base, size_t len)
+{
+    mem_lo = base;
+    mem_len = len;
+}
+
+#define MBOX_SPIN_TSC 100000ull         /* TSC ticks of polling: ~40 us at 2.5 GHz */
+
+/* cnk copies the program's buffers itself here, so only memory known to be
+ * mapped qualifies: big memory (elsewhere the socket's EFAULT must stay). */
+static int mbox_bufs(const struct iovec *v, int n, size_t max, size_t *total)
+{
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i].iov_len > max - *total)
+            return 0;
+        uintptr_t a = (uintptr_t)v[i].iov_base;
+        if (v[i].iov_len && (a < mem_lo || v[i].iov_len > mem_len || a - mem_lo > mem_len - v[i].iov_len))
+            return 0;
+        *total += v[i].iov_len;
+    }
+    return 1;
+}
+
+/* A file call (socket calls may wait, and ciod's waits watch the socket)
+ * without rendezvous or series whose request and largest reply fit the
+ * slots. */
+static int mbox_fits(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+                     const struct iovec *in, int nin)
+{
+    size_t o, i;
+
+    return mbox && !dead && type >= LAT_SYS__BASE && type < LAT_SYS_SOCKET && a[3] != LAT_RDV &&
+           a[3] != LAT_PIPE_FIRST && a[3] != LAT_PIPE_NEXT &&
+           mbox_bufs(out, nout, LAT_MBOX_REQ_MAX - sizeof(struct lat_sysreq), &o) &&
+           mbox_bufs(in, nin, LAT_MBOX_REP_MAX - sizeof(struct lat_sysret), &i);
+}
+
+/* Sleeps until rep_seq is sq.  0 or -EIO (the connection is gone). */
+static long mbox_sleep(uint32_t sq)
+{
+    long r = 0;
+
+    for (;;) {
+        __atomic_store_n(&mbox->cli_wait, 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        uint32_t v = __atomic_load_n(&mbox->rep_seq, __ATOMIC_ACQUIRE);
+        if (v == sq)
+            break;
+        struct { long s, ns; } ts = { 0, 100000000 };
+        char b;
+        if (ksys6(__NR_futex, (long)&mbox->rep_seq, FUTEX_WAIT, v, (long)&ts, 0, 0) == -ETIMEDOUT &&
+            ksys6(__NR_recvfrom, conn, (long)&b, 1, MSG_DONTWAIT_ | MSG_PEEK_, 0, 0) == 0) {
+            r = broken("mailbox: end of file", -ECONNRESET);
+            break;
+        }
+    }
+    __atomic_store_n(&mbox->cli_wait, 0, __ATOMIC_RELAXED);
+    return r;
+}
+
+/* Until rep_seq is sq: polled, then asleep.  0 or -EIO. */
+static long mbox_wait(uint32_t sq)
+{
+    uint64_t end = __builtin_ia32_rdtsc() + MBOX_SPIN_TSC;
+
+    while (__atomic_load_n(&mbox->rep_seq, __ATOMIC_ACQUIRE) != sq) {
+        if (__builtin_ia32_rdtsc() > end)
+            return mbox_sleep(sq);
+        __builtin_ia32_pause();
+    }
+    return 0;
+}
+
+/* One call through the mailbox; conn_lock held.  ret >= 0 or -errno. */
+static long mbox_call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+                      const struct iovec *in, int nin, size_t *got)
+{
+    struct lat_sysreq req = { { a[0], a[1], a[2], a[3] } };
+    uint8_t *body = mbox->req + sizeof(struct lat_hdr);
+    size_t len = sizeof req;
+    long r;
+
+    memcpy(body, &req, sizeof req);
+    for (int i = 0; i < nout; i++) {
+        memcpy(body + len, out[i].iov_base, out[i].iov_len);
+        len += out[i].iov_len;
+    }
+    if (++seq == 0)
+        seq = 1;
+    uint32_t sq = seq;
+    struct lat_hdr rq = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)len, sq };
+    memcpy(mbox->req, &rq, sizeof rq);
+    __atomic_store_n(&mbox->req_seq, sq, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&mbox->srv_spin, __ATOMIC_RELAXED)) {
+        struct lat_hdr ring = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, 0 };
+        struct iovec v = { &ring, sizeof ring };
+        size_t n;
+        if ((r = send_all(&v, 1, &n)) < 0)
+            return broken("send", r);
+    }
+    if ((r = mbox_wait(sq)) < 0)
+        return r;
+
+    const uint8_t *rep = mbox->rep + sizeof(struct lat_hdr);
+    struct lat_hdr h;
+    struct lat_sysret rs;
+    memcpy(&h, mbox->rep, sizeof h);
+    memcpy(&rs, rep, sizeof rs);
+    int is_error = (h.type & ~LAT_REPLY) == LAT_ERROR;
+    if (!reply_ok(&h, type, sq, is_error) || h.len > LAT_MBOX_REP_MAX)
+        return broken("malformed mailbox reply", -EPROTO);
+    size_t dlen = h.len - sizeof rs, cap = 0, at = sizeof rs;
+    for (int i = 0; i < nin; i++)
+        cap += in[i].iov_len;
+    if (is_error)
+        return -(rs.err > 0 ? rs.err : ENOSYS);
+    if (dlen > cap)
+        return -EIO;
+    for (int i = 0; i < nin && at < sizeof rs + dlen; i++) {
+        size_t n = MIN(in[i].iov_len, sizeof rs + dlen - at);
+        memcpy(in[i].iov_base, rep + at, n);
+        at += n;
+    }
+    if (got)
+        *got = dlen;
+    if (rs.ret < 0)
+        return -(rs.err > 0 ? rs.err : EIO);
+    return (long)rs.ret;
+}
+
 /* One request and its reply; conn_lock held.  ret >= 0 or -errno. */
 static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
                         const struct iovec *in, int nin, size_t *got)
@@ -325,6 +478,8 @@ static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *o
 
     if (got)
         *got = 0;
+    if (mbox_fits(type, a, out, nout, in, nin))
+        return mbox_call(type, a, out, nout, in, nin, got);
     if ((r = send_req(type, a, out, nout, &sq)) < 0)
         return r;
     return recv_reply(type, sq, in, nin, got, 1);
@@ -364,6 +519,31 @@ int ship_share(uintptr_t base, size_t len, int memfd)
     if (!(dp_flags & LAT_DP_SHM))
         return -EOPNOTSUPP;
     return (int)call(LAT_DP_SHARE, a, NULL, 0, NULL, 0, NULL);
+}
+
+/* After the hello: LAT_DP_SHM granted, and not LATTICE_MAILBOX=0. */
+static void mailbox_init(void)
+{
+    const char *s = kgetenv(cnk.envp, "LATTICE_MAILBOX");
+
+    if (!(dp_flags & LAT_DP_SHM) || (s && s[0] == '0' && !s[1]))
+        return;
+    long fd = ksys2(__NR_memfd_create, "cnk-mailbox", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return;
+    long r = ksys2(__NR_ftruncate, fd, LAT_MBOX_SIZE);
+    if (r >= 0)
+        r = ksys3(__NR_fcntl, fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    if (r >= 0)
+        r = ksys6(__NR_mmap, 0, LAT_MBOX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r >= 0) {
+        int64_t a[4] = { fd, 0, 0, 0 };
+        if (call(LAT_MBOX_SHARE, a, NULL, 0, NULL, 0, NULL) == 0)
+            mbox = (struct lat_mbox *)r;
+        else
+            ksys2(__NR_munmap, r, LAT_MBOX_SIZE);
+    }
+    ksys1(__NR_close, fd);
 }
 
 /* ---- chunked reads and writes ---- */

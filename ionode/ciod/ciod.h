@@ -208,7 +208,6 @@ void     dp_ctr_max(enum lat_ctr i, uint64_t v);
 size_t   dp_counters(uint64_t *out, size_t cap);
 #define  DP_COUNTER_WORDS (NSYS + 2 + NSYS * (2 + LAT_HIST_BUCKETS) + LAT_CTR__END)
 /* Polls briefly for a process's next request (LATTICE_SPIN_US). */
-void     dp_spin(struct conn *c, unsigned *skip);
 /* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
 void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
 int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);
@@ -220,6 +219,14 @@ struct dp_shm {
 /* LAT_DP_SHARE of process pid: 0 or an errno (refused, RAS event said why). */
 int      dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t fd);
 void     dp_unshare(struct dp_shm *shm);
+/* Polls the socket and the mailbox (mb->map NULL: none) for the next
+ * request; true: one waits in the mailbox (seq != done). */
+bool     dp_spin(struct conn *c, unsigned *skip, const struct dp_shm *mb, uint32_t done);
+int      dp_mbox_share(struct dp_shm *mb, pid_t pid, const char *loc, int64_t fd, uint32_t *done);
+int      dp_mbox_take(const struct dp_shm *mb, uint32_t seq, struct lat_hdr *h, char *buf, char *why,
+                      size_t whylen);
+void     dp_mbox_reply(const struct dp_shm *mb, uint16_t type, uint32_t seq, int64_t ret, int err,
+                       const void *data, size_t len);
 /* pos: the file offset the transfer starts at, -1 if unknown */
 int64_t  dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bool wr, int64_t pos,
                 const struct iovec *segs, unsigned nseg, uint64_t count,

@@ -31,12 +31,18 @@
  *   LATTICE_RDV_MIN      bytes from which a transfer goes rendezvous
  *                        (default 65536; 0 turns rendezvous off)
  *   LATTICE_SPIN_US      how long a process thread polls for the next request
- *                        before it blocks (default 20; 0 never polls)
+ *                        (its socket and its mailbox) before it blocks
+ *                        (default 20; 0 never polls)
+ *
+ * Mailbox: a process granted LAT_DP_SHM may share a page pair (struct
+ * lat_mbox) through which its small calls travel without the socket; ciod
+ * copies each request out before checking it, as a socket message.
  */
 #include "ciod.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +51,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,32 +152,62 @@ size_t dp_counters(uint64_t *out, size_t cap)
 
 /* ---- waiting for a request ---- */
 
+static bool mbox_waiting(const struct lat_mbox *x, uint32_t done)
+{
+    return x && __atomic_load_n(&x->req_seq, __ATOMIC_ACQUIRE) != done;
+}
+
 /* A process in a burst of calls sends the next one a few microseconds after
  * our reply; polling for it that long saves waking a blocked thread, which
  * costs more than the call.  The polls are non-blocking reads into the
- * connection's read-ahead, so the one that finds the request has read it.
- * A poll that found nothing makes the next few waits block at once, so a
- * computing process costs little. */
-void dp_spin(struct conn *c, unsigned *skip)
+ * connection's read-ahead, so the one that finds the request has read it,
+ * and loads of the mailbox's req_seq (mb: the process's mailbox, map NULL
+ * if none; done: the last seq served from it), with srv_spin set meanwhile
+ * so the process need not ring.  A poll that found nothing makes the next
+ * few waits block at once, so a computing process costs little.  Returns
+ * true when a request waits in the mailbox. */
+bool dp_spin(struct conn *c, unsigned *skip, const struct dp_shm *mb, uint32_t done)
 {
+    struct lat_mbox *x = (struct lat_mbox *)mb->map;
+
     if (!spin_ns || c->ra_pos < c->ra_len)
-        return;
+        goto last;
     if (*skip) {
         (*skip)--;
-        return;
+        goto last;
     }
+    if (x)
+        __atomic_store_n(&x->srv_spin, 1, __ATOMIC_RELAXED);
     uint64_t end = dp_now_ns() + spin_ns;
-    do {
+    for (unsigned i = 0;; i++) {
+        if (mbox_waiting(x, done))
+            goto last;
+        /* with a mailbox, the socket (big transfers only) is polled one
+         * time in 32: each poll is a system call the mailbox waits behind */
+        if (x && i % 32) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        if (dp_now_ns() >= end)
+            break;
         ssize_t n = recv(c->fd, c->ra, CONN_RA, MSG_DONTWAIT);
         if (n > 0) {
             c->ra_pos = 0;
             c->ra_len = (uint32_t)n;
-            return;
+            goto last;
         }
         if (n == 0 || errno != EAGAIN)
-            return;                     /* EOF or an error: conn_recv's read sees it */
-    } while (dp_now_ns() < end);
+            goto last;                  /* EOF or an error: conn_recv's read sees it */
+    }
     *skip = 8;
+last:
+    if (!x)
+        return false;
+    /* about to block: from now on the process rings; a request stored
+     * before it could see that is found here */
+    __atomic_store_n(&x->srv_spin, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return mbox_waiting(x, done);
 }
 
 /* ---- the hello ---- */
@@ -232,48 +269,123 @@ static int share_refused(const char *loc, pid_t pid, int fd, int err, const char
     return err;
 }
 
-/* The process's own descriptor, reopened through /proc: only a memfd
- * (tmpfs or hugetlbfs, named "/memfd:...") sealed so it cannot shrink under
- * our mapping (a shrunk file would fault ciod on access). */
-int dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t memfd)
+/* The process's own descriptor, reopened through /proc and mapped: only a
+ * memfd (tmpfs or hugetlbfs, named "/memfd:...") sealed so it cannot shrink
+ * under our mapping (a shrunk file would fault ciod on access), of at least
+ * len bytes.  0 or an errno, *why saying why. */
+static int map_memfd(pid_t pid, int64_t memfd, uint64_t len, char **map, const char **why)
 {
     char path[64], target[64];
     struct statfs sfs;
     struct stat st;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)memfd);
+    ssize_t tl = readlink(path, target, sizeof(target) - 1);
+    if (tl < 7 || strncmp(target, "/memfd:", 7))
+        return *why = "not a memfd", EBADF;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return *why = strerror(errno), errno;
+    int seals = fcntl(fd, F_GET_SEALS);
+    int err = 0;
+    if (fstatfs(fd, &sfs) < 0 || (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
+        err = EBADF, *why = "not a memfd";
+    else if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        err = EPERM, *why = "not sealed against shrinking";
+    else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < len)
+        err = EINVAL, *why = "smaller than the region";
+    if (!err) {
+        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+            err = errno, *why = strerror(errno);
+        else
+            *map = m;
+    }
+    close(fd);
+    return err;
+}
+
+int dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t memfd)
+{
+    const char *why = NULL;
+    char *m = NULL;
 
     dp_unshare(shm);
     if (len == 0)
         return 0;
     if (memfd < 0 || memfd > INT32_MAX || base + len < base || len > (1ull << 46))
         return share_refused(loc, pid, (int)memfd, EINVAL, "bad region");
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)memfd);
-    ssize_t tl = readlink(path, target, sizeof(target) - 1);
-    if (tl < 7 || strncmp(target, "/memfd:", 7))
-        return share_refused(loc, pid, (int)memfd, EBADF, "not a memfd");
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return share_refused(loc, pid, (int)memfd, errno, strerror(errno));
-    int seals = fcntl(fd, F_GET_SEALS);
-    int err = 0;
-    const char *why = NULL;
-    if (fstatfs(fd, &sfs) < 0 || (sfs.f_type != TMPFS_MAGIC && sfs.f_type != HUGETLBFS_MAGIC))
-        err = EBADF, why = "not a memfd";
-    else if (seals < 0 || !(seals & F_SEAL_SHRINK))
-        err = EPERM, why = "not sealed against shrinking";
-    else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < len)
-        err = EINVAL, why = "smaller than the region";
-    if (!err) {
-        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED)
-            err = errno, why = strerror(errno);
-        else
-            *shm = (struct dp_shm){ m, base, len };
-    }
-    close(fd);
+    int err = map_memfd(pid, memfd, len, &m, &why);
     if (err)
         return share_refused(loc, pid, (int)memfd, err, why);
+    *shm = (struct dp_shm){ m, base, len };
     atomic_fetch_add(&dp_ctr[LAT_CTR_SHM_SHARES], 1);
     return 0;
+}
+
+/* ---- the mailbox (docs/protocol.md section 6.4) ---- */
+
+/* Maps the process's mailbox memfd; *done: the seq it holds now (served). */
+int dp_mbox_share(struct dp_shm *mb, pid_t pid, const char *loc, int64_t memfd, uint32_t *done)
+{
+    const char *why = "bad descriptor";
+    char *m = NULL;
+    int err = EBADF;
+
+    dp_unshare(mb);
+    if (memfd >= 0 && memfd <= INT32_MAX)
+        err = map_memfd(pid, memfd, LAT_MBOX_SIZE, &m, &why);
+    if (err) {
+        ras_event(RAS_WARNING, loc, "process %d shares descriptor %d as its mailbox: %s; its calls use the socket",
+                  (int)pid, (int)memfd, why);
+        return err;
+    }
+    *mb = (struct dp_shm){ m, 0, LAT_MBOX_SIZE };
+    *done = __atomic_load_n(&((struct lat_mbox *)m)->req_seq, __ATOMIC_ACQUIRE);
+    atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_SHARES], 1);
+    return 0;
+}
+
+/* Copies request seq out of the mailbox into h and buf (at least
+ * LAT_MBOX_REQ_MAX bytes): the process may scribble on the page meanwhile,
+ * so only the copy is checked and used.  0, or -1 with why. */
+int dp_mbox_take(const struct dp_shm *mb, uint32_t seq, struct lat_hdr *h, char *buf, char *why, size_t whylen)
+{
+    const struct lat_mbox *x = (const struct lat_mbox *)mb->map;
+
+    memcpy(h, x->req, sizeof(*h));
+    if (h->magic != LAT_MAGIC || h->version != LAT_VERSION)
+        return errprintf(why, whylen, "bad header (magic 0x%08x version %u)", h->magic, h->version);
+    if (h->seq != seq)
+        return errprintf(why, whylen, "header seq %u, req_seq %u", h->seq, seq);
+    if (h->len > LAT_MBOX_REQ_MAX)
+        return errprintf(why, whylen, "%u bytes, beyond the mailbox's %u", h->len, LAT_MBOX_REQ_MAX);
+    memcpy(buf, x->req + sizeof(*h), h->len);
+    return 0;
+}
+
+/* The reply, exactly as reply_ret would send it, then rep_seq; the process
+ * is woken if it sleeps.  Data that does not fit (the process asked for
+ * more than the mailbox holds) is an EIO reply. */
+void dp_mbox_reply(const struct dp_shm *mb, uint16_t type, uint32_t seq, int64_t ret, int err,
+                   const void *data, size_t len)
+{
+    struct lat_mbox *x = (struct lat_mbox *)mb->map;
+    struct lat_sysret r = { .ret = ret, .err = err };
+
+    if (len > LAT_MBOX_REP_MAX - sizeof(r)) {
+        r = (struct lat_sysret){ .ret = -1, .err = EIO };
+        len = 0;
+    }
+    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, (uint16_t)(type | LAT_REPLY), (uint32_t)(sizeof(r) + len), seq };
+    memcpy(x->rep, &h, sizeof(h));
+    memcpy(x->rep + sizeof(h), &r, sizeof(r));
+    if (len)
+        memcpy(x->rep + sizeof(h) + sizeof(r), data, len);
+    __atomic_store_n(&x->rep_seq, seq, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&x->cli_wait, __ATOMIC_RELAXED))
+        syscall(SYS_futex, &x->rep_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* The segments as pointers into our mapping; false if one lies outside. */

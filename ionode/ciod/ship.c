@@ -719,22 +719,49 @@ static void pipe_after(struct proc *p, uint16_t type, const struct call *k)
         p->pipe_broken = true;
 }
 
+/* LAT_DP_SHARE (big memory) and LAT_MBOX_SHARE (the mailbox): a struct
+ * lat_sysreq naming the process's memfd, granted only with LAT_DP_SHM. */
 static int serve_share(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen)
 {
+    const char *what = h->type == LAT_DP_SHARE ? "LAT_DP_SHARE" : "LAT_MBOX_SHARE";
     struct lat_sysreq rq;
     int err = EPERM;
 
     if (h->len != sizeof(rq)) {
-        reply_error(p->c, h->seq, EINVAL, "LAT_DP_SHARE of %u bytes, not %zu", h->len, sizeof(rq));
+        reply_error(p->c, h->seq, EINVAL, "%s of %u bytes, not %zu", what, h->len, sizeof(rq));
         return 0;
     }
     memcpy(&rq, p->c->buf, sizeof(rq));
-    if (p->dp.flags & LAT_DP_SHM)       /* granted in the hello: pid is our node's child */
+    /* granted in the hello: pid is our node's child */
+    if ((p->dp.flags & LAT_DP_SHM) && h->type == LAT_DP_SHARE)
         err = dp_share(&p->shm, p->pid, cfg.location, (uint64_t)rq.a[0], (uint64_t)rq.a[1], rq.a[2]);
+    else if (p->dp.flags & LAT_DP_SHM)
+        err = dp_mbox_share(&p->mbox, p->pid, cfg.location, rq.a[0], &p->mbox_done);
 
     if (reply_ret(p->c, h->type, h->seq, err ? -1 : 0, err, NULL, 0) < 0)
         return errprintf(why, whylen, "reply failed: %s", strerror(errno));
     return 0;
+}
+
+static sys_fn call_fn(uint16_t type)
+{
+    return type >= LAT_SYS__BASE && type < LAT_SYS__END ? fwd_calls[type - LAT_SYS__BASE] : NULL;
+}
+
+/* Runs shipped call h, its payload (at least a lat_sysreq) in p->c->buf. */
+static void run_call(struct proc *p, const struct lat_hdr *h, sys_fn fn, struct call *k)
+{
+    memset(k, 0, sizeof(*k));
+    memcpy(&k->rq, p->c->buf, sizeof(k->rq));
+    k->data = p->c->buf + sizeof(k->rq);
+    k->dlen = h->len - sizeof(k->rq);
+    atomic_fetch_add(&sys_calls[h->type - LAT_SYS__BASE], 1);
+    int piped = pipe_chunk(p, h->type, k);
+    errno = 0;
+    if (piped >= 0)
+        fn(p, k);
+    if (piped > 0)
+        pipe_after(p, h->type, k);
 }
 
 static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen)
@@ -745,30 +772,66 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     if (h->type == LAT_PLUG_CALL)       /* plugin.c */
         return plugin_serve(p->c, h, p->job, p->rank, p->node) < 0
                    ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
-    if (h->type == LAT_DP_SHARE)
+    if (h->type == LAT_DP_SHARE || h->type == LAT_MBOX_SHARE)
         return serve_share(p, h, why, whylen);
-    if (h->type < LAT_SYS__BASE || h->type >= LAT_SYS__END || !(fn = fwd_calls[h->type - LAT_SYS__BASE])) {
+    if (!(fn = call_fn(h->type))) {
         reply_error(p->c, h->seq, ENOSYS, "message type 0x%04x is not a shipped call", h->type);
         return 0;
     }
     if (h->len < sizeof(k.rq))
         return errprintf(why, whylen, "call 0x%04x with %u bytes, less than its arguments",
                          h->type, h->len);
-    memset(&k, 0, sizeof(k));
-    memcpy(&k.rq, p->c->buf, sizeof(k.rq));
-    k.data = p->c->buf + sizeof(k.rq);
-    k.dlen = h->len - sizeof(k.rq);
-    atomic_fetch_add(&sys_calls[h->type - LAT_SYS__BASE], 1);
     uint64_t t0 = dp_now_ns();
-    int piped = pipe_chunk(p, h->type, &k);
-    errno = 0;
-    if (piped >= 0)
-        fn(p, &k);
-    if (piped > 0)
-        pipe_after(p, h->type, &k);
+    run_call(p, h, fn, &k);
     int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
     account(h->type, &k, dp_now_ns() - t0);
     return rc < 0 ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
+}
+
+/* The request waiting in the mailbox, answered there.  Only file calls
+ * travel through it; anything else, or a request that does not fit the
+ * mailbox, is answered LAT_ERROR EINVAL with a RAS warning, and the
+ * process's next call is served as usual. */
+static void serve_mbox(struct proc *p)
+{
+    struct lat_mbox *x = (struct lat_mbox *)p->mbox.map;
+    uint32_t sq = __atomic_load_n(&x->req_seq, __ATOMIC_ACQUIRE);
+    char why[CIOD_ERRLEN], loc[128];
+    struct lat_hdr h;
+    struct call k;
+    sys_fn fn = NULL;
+
+    p->mbox_done = sq;
+    if (dp_mbox_take(&p->mbox, sq, &h, p->c->buf, why, sizeof(why)) == 0) {
+        if (!(fn = call_fn(h.type)) || h.type >= LAT_SYS_SOCKET)     /* socket waits watch the socket */
+            snprintf(why, sizeof(why), "message type 0x%04x is not a file call", h.type);
+        else if (h.len < sizeof(k.rq))
+            snprintf(why, sizeof(why), "call 0x%04x with %u bytes, less than its arguments", h.type, h.len);
+        else {
+            uint64_t t0 = dp_now_ns();
+            run_call(p, &h, fn, &k);
+            atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_CALLS], 1);    /* counted before the process can look */
+            dp_mbox_reply(&p->mbox, h.type, sq, k.ret, k.err, k.out, k.outlen);
+            account(h.type, &k, dp_now_ns() - t0);
+            return;
+        }
+    }
+    atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_BAD], 1);
+    node_location(p->node, loc, sizeof(loc));
+    ras_event(RAS_WARNING, loc, "mailbox of job %" PRIu64 " rank %d: request %u: %s; answered EINVAL",
+              p->job, p->rank, sq, why);
+    dp_mbox_reply(&p->mbox, LAT_ERROR, sq, -1, EINVAL, NULL, 0);
+}
+
+/* LAT_MBOX_RING: the process stored a request while we were not polling
+ * (it may have been served since: then there is nothing to do). */
+static void serve_ring(struct proc *p)
+{
+    struct lat_mbox *x = (struct lat_mbox *)p->mbox.map;
+
+    atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_RINGS], 1);
+    if (x && __atomic_load_n(&x->req_seq, __ATOMIC_ACQUIRE) != p->mbox_done)
+        serve_mbox(p);
 }
 
 void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
@@ -814,16 +877,26 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_
         goto out;
 
     unsigned skip = 0;
-    while (dp_spin(c, &skip), (rc = conn_recv(c, &h, why, sizeof(why))) > 0)
-        if (serve_call(p, &h, why, sizeof(why)) < 0) {
+    for (;;) {
+        if (dp_spin(c, &skip, &p->mbox, p->mbox_done)) {
+            serve_mbox(p);
+            continue;
+        }
+        if ((rc = conn_recv(c, &h, why, sizeof(why))) <= 0)
+            break;
+        if (h.type == LAT_MBOX_RING)
+            serve_ring(p);
+        else if (serve_call(p, &h, why, sizeof(why)) < 0) {
             rc = -1;
             break;
         }
+    }
     if (rc < 0)
         ras_event(RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
                   p->job, p->rank, why);
 out:
     dp_unshare(&p->shm);
+    dp_unshare(&p->mbox);
     for (unsigned i = 0; i < LAT_MAX_FDS; i++) {
         if (p->fds[i].kind == FD_REAL)
             close(p->fds[i].fd);

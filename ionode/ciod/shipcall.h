@@ -32,6 +32,8 @@ struct proc {
     pid_t        pid;                   /* for rendezvous (datapath.c), if granted */
     struct lat_datapath dp;
     struct dp_shm shm;                  /* memory the process shares, if any */
+    struct dp_shm mbox;                 /* its mailbox (struct lat_mbox), if any */
+    uint32_t     mbox_done;             /* the last seq served from it */
     bool         pipe_broken;           /* a chunk of the current series was short or failed */
     struct rfd   fds[LAT_MAX_FDS];
 };

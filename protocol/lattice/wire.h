@@ -64,6 +64,10 @@ enum lat_type {
     LAT_DP_SHARE       = 0x0002,  /* PROC connection, process -> ciod: struct lat_sysreq
                                      (a0 base, a1 len, a2 fd) -> struct lat_sysret
                                      (docs/protocol.md section 6.2) */
+    LAT_MBOX_SHARE     = 0x0003,  /* PROC connection, process -> ciod: struct lat_sysreq
+                                     (a0 fd of its mailbox memfd) -> struct lat_sysret
+                                     (docs/protocol.md section 6.4) */
+    LAT_MBOX_RING      = 0x0004,  /* one-way, empty: a request waits in the mailbox */
     LAT_ERROR          = 0x00FF,  /* reply to a request ciod could not decode:
                                      struct lat_sysret (ret -1, err) + message text */
 
@@ -246,6 +250,37 @@ _Static_assert(sizeof(struct lat_datapath) == 16, "lat_datapath layout");
  * shrinking, of at least len bytes, and maps it; [base, base + len) of the
  * process's address space is then that mapping.  A new share replaces the
  * old one (execve); len 0 drops it. */
+/*
+ * Mailbox (docs/protocol.md section 6.4): with LAT_DP_SHM granted, a
+ * process may share one more sealed memfd of LAT_MBOX_SIZE bytes
+ * (LAT_MBOX_SHARE); a small call then travels through it instead of the
+ * socket.  The process writes req (header and payload), then stores req_seq = its seq
+ * (release); unless srv_spin is 1 it sends LAT_MBOX_RING on the socket.
+ * ciod copies the request out, checks it as a socket message, writes rep
+ * (a reply exactly as on the socket), stores rep_seq = its seq and,
+ * if cli_wait is 1, FUTEX_WAKEs rep_seq.  Each side stores its flag, then
+ * (full fence) loads the other's word, so one of them always sees the
+ * other.  Only file calls (LAT_SYS_OPENAT..LAT_SYS_FSTATFS) without
+ * rendezvous or pipelining travel here; everything else stays on the socket.
+ */
+#define LAT_MBOX_SIZE     16384u
+#define LAT_MBOX_REQ_SLOT 8064u         /* the request: struct lat_hdr + payload */
+#define LAT_MBOX_REP_SLOT 8192u         /* the reply: struct lat_hdr + payload */
+#define LAT_MBOX_REQ_MAX  (LAT_MBOX_REQ_SLOT - 16u)  /* request payload (lat_sysreq + data) */
+#define LAT_MBOX_REP_MAX  (LAT_MBOX_REP_SLOT - 16u)  /* reply payload (lat_sysret + data) */
+
+struct lat_mbox {
+    uint32_t req_seq;       /* process: the request in req has this seq */
+    uint32_t srv_spin;      /* ciod: 1 while it polls req_seq (no LAT_MBOX_RING needed) */
+    uint32_t pad0[14];
+    uint32_t rep_seq;       /* ciod: the reply in rep answers this seq */
+    uint32_t cli_wait;      /* process: 1 while it sleeps on rep_seq (FUTEX_WAIT) */
+    uint32_t pad1[14];
+    uint8_t  req[LAT_MBOX_REQ_SLOT];
+    uint8_t  rep[LAT_MBOX_REP_SLOT];
+};
+_Static_assert(sizeof(struct lat_mbox) == LAT_MBOX_SIZE, "lat_mbox layout");
+
 #define LAT_RDV_MAXSEG  1024u           /* segments in one rendezvous request */
 
 struct lat_rdv_seg {
@@ -297,6 +332,10 @@ enum lat_ctr {
     LAT_CTR_PIPE_CHUNKS,    /* ... and their chunks ... */
     LAT_CTR_PIPE_CANCELLED, /* ... answered ECANCELED after a short or failed one */
     LAT_CTR_DATAPATH,       /* setting: 2 shm + rendezvous, 1 rendezvous, 0 messages only */
+    LAT_CTR_MBOX_SHARES,    /* mailboxes mapped (LAT_MBOX_SHARE) ... */
+    LAT_CTR_MBOX_CALLS,     /* ... calls served through them ... */
+    LAT_CTR_MBOX_RINGS,     /* ... of which woke ciod with LAT_MBOX_RING ... */
+    LAT_CTR_MBOX_BAD,       /* ... and requests refused as malformed */
     LAT_CTR__END,
 };
 

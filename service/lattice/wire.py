@@ -73,6 +73,7 @@ CTR_NAMES = (
     "coll_revalidate", "coll_invalidate", "coll_bytes",
     "eager_max", "rdv_min", "collective",
     "shm", "shm_bytes", "shm_shares", "shm_refused", "pipe_series", "pipe_chunks", "pipe_cancelled", "datapath",
+    "mbox_shares", "mbox_calls", "mbox_rings", "mbox_bad",
 )
 CTR__END = len(CTR_NAMES)
 

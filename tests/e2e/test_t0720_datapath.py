@@ -351,3 +351,30 @@ def test_memory_bound_without_rendezvous(path_machine: Machine) -> None:
 def ciod_hwm_kib_pid(pid: int) -> int:
     text = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmHWM:\s+(\d+) kB", text)[1])  # type: ignore[index]
+
+
+def test_small_calls_through_the_mailbox_match_the_socket(dp_machine: Machine) -> None:
+    """cnk's small calls go through the mailbox shared with ciod (docs/protocol.md
+    6.4); LATTICE_MAILBOX=0 sends them on the socket.  The Fortran file test's
+    output and files are identical either way, and the counters show which."""
+    from cnk_helpers import CNK_EX
+    m = dp_machine
+    out: dict[str, tuple[str, dict[str, bytes]]] = {}
+    for how in ("on", "off"):
+        work = m.work / f"mailbox-{how}"
+        work.mkdir()
+        os.chmod(work, 0o777)
+        env = ["--env", "LATTICE_MAILBOX=0"] if how == "off" else []
+        before = counters(m)
+        p = m.run("run", "--block", "D", "-n", "2", "--kernel", "cnk", *env, "--cwd", str(work),
+                  str(CNK_EX / "fortran_file"), "200", timeout=300)
+        d = delta(before, counters(m))
+        files = {f.name: f.read_bytes() for f in sorted(work.iterdir())}
+        out[how] = ("".join(sorted(p.stdout.splitlines(keepends=True))), files)   # ranks in any order
+        if how == "on":
+            assert d["mbox_shares"] == 2 and d["mbox_calls"] > 400 and d["mbox_bad"] == 0, d
+        else:
+            assert d["mbox_shares"] == 0 and d["mbox_calls"] == 0, d
+    assert "fortran file i/o ok records=200" in out["on"][0], out["on"][0]
+    assert out["on"][0] == out["off"][0]
+    assert out["on"][1] == out["off"][1] and len(out["on"][1]) == 4

@@ -34,10 +34,12 @@ NOT_MIRRORED = {
     "LAT_NODE_OUTPUT", "LAT_NODE_EXIT", "LAT_NODE_PMI", "LAT_NODE_PMI_REPLY",
     "LAT_RDV", "LAT_RDV_MAXSEG", "LAT_DP_SHARE", "LAT_PIPE_FIRST", "LAT_PIPE_NEXT", "LAT_PIPE_DEPTH",
     "LAT_MAX_SOCKADDR", "LAT_MAX_SOCKOPT", "LAT_ERR_WAIT",
+    "LAT_MBOX_SHARE", "LAT_MBOX_RING", "LAT_MBOX_SIZE", "LAT_MBOX_REQ_SLOT", "LAT_MBOX_REP_SLOT",
+    "LAT_MBOX_REQ_MAX", "LAT_MBOX_REP_MAX",
 }
 STRUCTS_NOT_MIRRORED = {"lat_sysreq", "lat_node_job", "lat_timespec", "lat_stat", "lat_statfs",
                         "lat_node_app", "lat_pmi", "lat_hello_proc", "lat_rdv_seg",
-                        "lat_sockname", "lat_pollfd"}
+                        "lat_sockname", "lat_pollfd", "lat_mbox"}
 
 # wire.py's struct.Struct objects, by the C struct they mirror
 MIRRORS: dict[str, struct.Struct] = {
