@@ -49,7 +49,7 @@ CNK_CFLAGS := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -f
               -Wl,-z,noexecstack -Iprotocol -Icompute/include
 cnk: $(BUILD)/bin/cnk
 
-$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h $(HEADERS) $(FWD_GEN)
+$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h compute/include/lattice/pipe_series.h $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
 	$(CC) $(CNK_CFLAGS) -I$(BUILD)/gen -o $@ $(CNK_SRC)
 

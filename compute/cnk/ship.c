@@ -42,6 +42,7 @@
 #include <linux/uio.h>
 
 #include <lattice/fwd_posix.h>
+#include <lattice/pipe_series.h>
 #include <lattice/wire.h>
 
 #include "cnk.h"
@@ -598,53 +599,47 @@ static long rw_chunk(int rfd, int wr, int n, size_t chunk, int64_t off)
  * LAT_PIPE_DEPTH in flight, so ciod works on one while the next arrives.
  * ciod cancels the chunks after a short or failed one (ECANCELED), so
  * nothing lands beyond the count returned.  conn_lock held. */
+/* One pipelined series (lattice/pipe_series.h, shared with libcnclient):
+ * cnk's side of moving chunk bytes [at, at + len).  conn_lock held. */
+struct pipe_ctx {
+    int rfd, wr, cnt;
+    const struct iovec *iov;
+    int64_t off;
+    uint16_t type;
+};
+
+static long pipe_send(void *ctx, size_t at, size_t len, int64_t a3, uint32_t *sq)
+{
+    struct pipe_ctx *p = ctx;
+    int n = p->wr ? iov_slice(p->iov, p->cnt, at, len, slice) : 0;
+    int64_t a[4] = { p->rfd, p->wr ? 0 : (int64_t)len, p->off < 0 ? 0 : p->off + (int64_t)at, a3 };
+
+    return send_req(p->type, a, p->wr ? slice : NULL, n, sq);
+}
+
+static long pipe_recv(void *ctx, uint32_t sq, size_t at, size_t len)
+{
+    struct pipe_ctx *p = ctx;
+    int n = p->wr ? 0 : iov_slice(p->iov, p->cnt, at, len, slice);
+    size_t got = 0;
+    long r = recv_reply(p->type, sq, slice, n, &got, 0);
+
+    return !p->wr && r > (long)got ? (long)got : r;
+}
+
+static int pipe_lost(void *ctx)
+{
+    (void)ctx;
+    return dead;
+}
+
 static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t total, int64_t off)
 {
-    uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
-    uint32_t sqs[LAT_PIPE_DEPTH];
-    size_t sent = 0, done = 0;
-    unsigned head = 0, tail = 0;        /* chunks sent, replies received */
-    long r, err = 0;
-    int stop = 0;
+    struct pipe_ctx p = { rfd, wr, cnt, iov, off,
+                          wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD) };
+    struct lat_pipe_io io = { &p, pipe_send, pipe_recv, pipe_lost };
 
-    while (tail < head || (!stop && sent < total)) {
-        size_t chunk = MIN(total - sent, (size_t)LAT_MAX_IO);
-        if (!stop && sent < total && head - tail < LAT_PIPE_DEPTH) {
-            int n = iov_slice(iov, cnt, sent, chunk, slice);
-            int64_t a[4] = { rfd, wr ? 0 : (int64_t)chunk, off < 0 ? 0 : off + (int64_t)sent,
-                             head ? LAT_PIPE_NEXT : LAT_PIPE_FIRST };
-            r = send_req(type, a, wr ? slice : NULL, wr ? n : 0, &sqs[head % LAT_PIPE_DEPTH]);
-            if (r == -EIO)
-                return r;
-            if (r < 0) {                /* a bad buffer: the chunks before it still count */
-                err = head ? 0 : r;
-                stop = 1;
-                continue;
-            }
-            head++;
-            sent += chunk;
-            continue;
-        }
-        /* the oldest chunk in flight started at tail * LAT_MAX_IO */
-        size_t at = (size_t)tail * LAT_MAX_IO, want = MIN(total - at, (size_t)LAT_MAX_IO), got = 0;
-        int n = wr ? 0 : iov_slice(iov, cnt, at, want, slice);
-        r = recv_reply(type, sqs[tail % LAT_PIPE_DEPTH], slice, n, &got, 0);
-        tail++;
-        if (r == -EIO && dead)
-            return done ? (long)done : r;
-        if (!wr && r > (long)got)
-            r = (long)got;
-        if (stop)
-            continue;                   /* after a short one: ECANCELED */
-        if (r < 0) {
-            err = done ? 0 : r;
-            stop = 1;
-        } else {
-            done += (size_t)r;
-            stop = (size_t)r < want;    /* end of file, full disk... */
-        }
-    }
-    return done ? (long)done : err;
+    return lat_pipe_series(&io, total, LAT_MAX_IO);
 }
 
 /* A rendezvous: one request naming the program's buffers; ciod moves the
