@@ -147,6 +147,19 @@ long sys_execve(struct cnk_call *c);
 long sys_execveat(struct cnk_call *c);
 
 /* ---- ship.c, fd.c, path.c: shipped calls ---- */
+/* The kernel's x86-64 struct msghdr (cnk has no libc headers): ship.c sends
+ * with it, sock.c reads programs' sendmsg/recvmsg arguments as it. */
+struct kmsghdr {
+    void *name;
+    int namelen, pad;
+    struct iovec *iov;
+    size_t iovlen;
+    void *control;
+    size_t controllen;
+    unsigned flags, pad2;
+};
+_Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
+
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
 int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
 void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */

@@ -73,16 +73,6 @@ struct kstatfs {
 };
 _Static_assert(sizeof(struct kstatfs) == 120, "x86-64 struct statfs");
 
-struct kmsghdr {
-    void *name;
-    int namelen, pad;
-    struct iovec *iov;
-    size_t iovlen;
-    void *control;
-    size_t controllen;
-    unsigned flags, pad2;
-};
-_Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
 _Static_assert(sizeof(struct statx) == sizeof(struct lat_statx), "statx on the wire");
 
 /* ---- the connection ---- */

@@ -62,15 +62,6 @@
 #define MAX_SHIPPED 128         /* shipped descriptors in one poll/select/epoll set */
 #define MAX_EREG    256         /* shipped descriptors registered in epoll sets */
 
-struct kmsghdr {
-    void *name;
-    int namelen, pad;
-    struct iovec *iov;
-    size_t iovlen;
-    void *control;
-    size_t controllen;
-    unsigned flags, pad2;
-};
 struct kmmsghdr { struct kmsghdr hdr; unsigned len, pad; };
 struct kpollfd { int fd; short events, revents; };
 struct kepoll_event { uint32_t events; uint64_t data; } __attribute__((packed));
