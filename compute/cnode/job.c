@@ -405,7 +405,7 @@ static int is_cnk(const struct job *j)
 /* Is s one of the variables the node sets itself? */
 static int ours_var(const char *s, int cnk)
 {
-    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_DP=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
+    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
                                          "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
                                          "PMI_JOBID=", "PMI_PORT=", "PMI_ID=" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -434,7 +434,7 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     size_t n = 0;
     while (j->env[n])
         n++;
-    char **e = calloc(n + OURS + 2, sizeof *e);     /* + LATTICE_IO_DP, set by the child */
+    char **e = calloc(n + OURS + 3, sizeof *e);     /* + LATTICE_IO_DP and _PID, set by the child */
     if (!e)
         return NULL;
     size_t k = 0;
@@ -530,12 +530,14 @@ static char *utoa_end(char *end, unsigned long v)
 
 /* In the child: the PROC hello with our pid (exec keeps it), then what
  * ciod agreed for the program's client: LATTICE_IO_DP=eager_max,rdv_min,flags
- * (docs/protocol.md section 3).  Added in envp's spare slot (make_env). */
+ * (docs/protocol.md section 3), and LATTICE_IO_PID=<the pid that said hello>:
+ * ciod finds shared memory through that pid, so a forked child that execs
+ * must not share any.  Added in envp's spare slots (make_env). */
 static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, char **envp)
 {
     struct lat_hello_proc hp = { .pid = (uint32_t)getpid(), .flags = LAT_DP_VM };
     struct lat_datapath dp;
-    static char var[80];
+    static char var[80], pidvar[40];
 
     if (net_hello_proc(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, &hp,
                        &dp) < 0)
@@ -547,10 +549,17 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
         for (const char *s = parts[i]; *s; s++)
             *w++ = *s;
     *w = '\0';
+    w = pidvar;
+    for (const char *s = "LATTICE_IO_PID="; *s; s++)
+        *w++ = *s;
+    for (const char *s = utoa_end(num[0] + 24, hp.pid); *s; s++)
+        *w++ = *s;
+    *w = '\0';
     size_t k = 0;
     while (envp[k])
         k++;
-    envp[k] = var;                      /* envp[k + 1] is the spare NULL */
+    envp[k] = var;
+    envp[k + 1] = pidvar;               /* envp[k + 2] is the spare NULL */
 }
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */

@@ -12,6 +12,8 @@
  *   stdio.c    FILE streams over shipped descriptors; stdin/stdout/stderr
  *   misc.c     names (unlink, rename, mkdir...), cwd, umask, realpath, temp files
  *   fwd.c      the encoding stubs fwd_*() generated from lattice/fwd_posix.h
+ *   mbox.c     the mailbox: small file calls through memory shared with ciod
+ *   usercopy.c copying the program's buffers for it without a crash on EFAULT
  *
  * Every interposed function starts with lat_active(): when LATTICE_IO_FD is
  * not set, the library is inert and every call goes straight to libc.
@@ -59,6 +61,8 @@ LAT_HIDDEN int lat_conn_lost(void);
 LAT_HIDDEN int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
                                    uint32_t *sq);
 LAT_HIDDEN int64_t lat_recv_locked(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got);
+/* The stream is out of step or gone: every call fails from now on.  -EIO. */
+LAT_HIDDEN int64_t lat_conn_broken(const char *why, int err);
 /* Transfers of at least this many bytes go rendezvous; 0 = never. */
 LAT_HIDDEN uint64_t lat_rdv_min(void);
 /* Shorthands: no data / a path as the only data. */
@@ -98,6 +102,27 @@ LAT_HIDDEN int lat_is_null(const void *p);
  * pipelined series of chunks); off < 0: no offset */
 LAT_HIDDEN ssize_t lat_ship_rw(int rfd, int write, const struct iovec *iov, int cnt, off_t off);
 LAT_HIDDEN int lat_ship_close(int rfd);
+
+/* mbox.c: the mailbox (docs/protocol.md section 6.4).  Set up at start
+ * (conn is the shipping socket, dp_flags what ciod granted); forgotten in a
+ * fork()ed child.  lat_mbox_takes: this call may go through it; then
+ * lat_mbox_call_locked sends it with seq sq (the connection's lock held):
+ * ret >= 0 or -errno, -EIO with lat_conn_broken. */
+#define LAT_MBOX_MAXIOV 64
+LAT_HIDDEN void lat_mbox_init(int conn, unsigned dp_flags);
+LAT_HIDDEN void lat_mbox_forget(void);
+LAT_HIDDEN int lat_mbox_takes(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+                              const struct iovec *in, int nin);
+LAT_HIDDEN int64_t lat_mbox_call_locked(uint32_t sq, uint16_t type, const int64_t a[4], const struct iovec *out,
+                                        int nout, const struct iovec *in, int nin, size_t *got);
+
+/* usercopy.c: the program's buffers to (read) and from (write) the
+ * mailbox; -EFAULT where the kernel would say so.  lat_user_copyable: the
+ * buffers can be copied that way at all (wr: written). */
+LAT_HIDDEN void lat_usercopy_init(void);
+LAT_HIDDEN int lat_user_copyable(const struct iovec *v, int n, int wr);
+LAT_HIDDEN int lat_user_read(void *dst, const struct iovec *v, int n, size_t total);
+LAT_HIDDEN int lat_user_write(const struct iovec *v, int n, const void *src, size_t len);
 
 /* stat.c */
 struct stat;

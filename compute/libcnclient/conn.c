@@ -5,7 +5,8 @@
  * number in LATTICE_IO_FD.  One mutex serialises whole calls, and whole
  * pipelined series of chunks (file.c), so the replies come in the order of
  * their requests (thread safety); the seq number is checked on every reply.  Socket I/O uses raw system calls: our own read/write are
- * interposed.
+ * interposed.  A small file call may go through the mailbox instead
+ * (mbox.c), under the same lock and seq numbers.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -60,18 +61,23 @@ static void atfork_child(void)
 {
     pthread_mutex_unlock(&lock);
     forked = 1;
+    lat_mbox_forget();
 }
 
 /* The data path ciod agreed, LATTICE_IO_DP=eager_max,rdv_min,flags (set by
- * cnode from the hello ack): transfers from rdv_min bytes are a rendezvous. */
+ * cnode from the hello ack): transfers from rdv_min bytes are a rendezvous;
+ * LAT_DP_SHM allows a mailbox. */
 static uint64_t rdv_min;
+static unsigned dp_flags;
 
 static void datapath_init(void)
 {
     const char *s = getenv("LATTICE_IO_DP");
     unsigned long eager, rdv, flags;
-    if (s && sscanf(s, "%lu,%lu,%lu", &eager, &rdv, &flags) == 3 && (flags & LAT_DP_VM))
+    if (s && sscanf(s, "%lu,%lu,%lu", &eager, &rdv, &flags) == 3 && (flags & LAT_DP_VM)) {
         rdv_min = rdv;
+        dp_flags = (unsigned)flags;
+    }
 }
 
 uint64_t lat_rdv_min(void)
@@ -98,6 +104,7 @@ static void init(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init_std();
     active = 1;
+    lat_mbox_init(conn, dp_flags);
     lat_stdio_init();
 }
 
@@ -215,7 +222,7 @@ int lat_conn_lost(void)
 }
 
 /* Once the stream is out of step, every call fails: -EIO. */
-static int64_t lost(const char *why, int err)
+int64_t lat_conn_broken(const char *why, int err)
 {
     broken(why, err);
     return -EIO;
@@ -242,7 +249,7 @@ int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *o
         seq = 1;
     h.seq = *sq = seq;
     if (send_all(v, nout + 2) < 0)
-        return lost("send", errno);
+        return lat_conn_broken("send", errno);
     return 0;
 }
 
@@ -258,22 +265,22 @@ int64_t lat_recv_locked(uint16_t type, uint32_t sq, const struct iovec *in, int 
     struct { struct lat_hdr h; struct lat_sysret r; } head;
     _Static_assert(sizeof head == sizeof(struct lat_hdr) + sizeof(struct lat_sysret), "no padding");
     if (recv_all(&head, sizeof head) < 0)
-        return lost("receive", errno);
+        return lat_conn_broken("receive", errno);
     struct lat_hdr rh = head.h;
     struct lat_sysret r = head.r;
     int is_error = rh.type == LAT_ERROR || rh.type == (LAT_ERROR | LAT_REPLY);
     if (rh.magic != LAT_MAGIC || rh.version != LAT_VERSION || rh.len > LAT_MAX_PAYLOAD ||
         rh.len < sizeof r || rh.seq != sq || (!is_error && rh.type != (type | LAT_REPLY)))
-        return lost("malformed reply", EPROTO);
+        return lat_conn_broken("malformed reply", EPROTO);
     size_t dlen = rh.len - sizeof r;
     if (is_error || dlen > cap) {
         /* ciod refused the request (or sent more than asked for) */
         if (discard(dlen) < 0)
-            return lost("receive", errno);
+            return lat_conn_broken("receive", errno);
         return is_error ? -(r.err > 0 ? r.err : ENOSYS) : -EIO;
     }
     if (recv_iov(in, nin, dlen) < 0)
-        return lost("receive", errno);
+        return lat_conn_broken("receive", errno);
     if (got)
         *got = dlen;
     if (r.ret < 0)
@@ -290,8 +297,12 @@ int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
     if (got)
         *got = 0;
     pthread_mutex_lock(&lock);
-    int64_t r = lat_send_locked(type, a, out, nout, &sq);
-    if (r == 0)
+    int64_t r;
+    if (!dead && !forked && lat_mbox_takes(type, a, out, nout, in, nin)) {
+        if (++seq == 0)
+            seq = 1;
+        r = lat_mbox_call_locked(seq, type, a, out, nout, in, nin, got);
+    } else if ((r = lat_send_locked(type, a, out, nout, &sq)) == 0)
         r = lat_recv_locked(type, sq, in, nin, got);
     pthread_mutex_unlock(&lock);
     return r < 0 ? lat_fail((int)-r) : r;
