@@ -10,15 +10,22 @@
  *   fork FILE             a forked child gets EIO; a forked child that
  *                         execs writes through the socket; the parent goes on
  *   exec FILE             the same process execs "small FILE 16"
+ *   signals FILE N        N records or more, until a 100 us timer (no
+ *                         SA_RESTART) fired 50 times: no call may fail with
+ *                         EINTR; prints how many records
+ *   fifo FIFO             open and read 8 bytes of a FIFO on the I/O node:
+ *                         calls that wait there (the client sleeps)
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -190,6 +197,46 @@ static int forks(const char *self, const char *path)
     return 0;
 }
 
+static volatile sig_atomic_t ticks;
+
+static void tick(int sig)
+{
+    (void)sig;
+    ticks++;
+}
+
+static int signals(const char *path, unsigned n)
+{
+    struct sigaction sa = { .sa_handler = tick };     /* no SA_RESTART */
+    struct itimerval it = { { 0, 100 }, { 0, 100 } };
+    int fd = open(path, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    if (fd < 0 || sigaction(SIGALRM, &sa, NULL) < 0 || setitimer(ITIMER_REAL, &it, NULL) < 0)
+        die("setup");
+    unsigned i;
+    for (i = 0; i < n || ticks < 50; i++) {     /* at least n records and 50 interruptions */
+        char want[REC + 1], b[REC];
+        record(want, 0, i);
+        put(fd, want, (off_t)i * REC);
+        check(fd, b, want, (off_t)i * REC);
+    }
+    it = (struct itimerval){ { 0, 0 }, { 0, 0 } };
+    setitimer(ITIMER_REAL, &it, NULL);
+    close(fd);
+    printf("signals ok %u\n", i);
+    return 0;
+}
+
+static int fifo(const char *path)
+{
+    char b[REC + 1] = { 0 };
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || read(fd, b, REC) != REC)
+        die("fifo");
+    close(fd);
+    printf("fifo ok %s\n", b);
+    return 0;
+}
+
 static int child_exec(const char *path)
 {
     int fd = open(path, O_RDWR);
@@ -208,6 +255,10 @@ int main(int argc, char **argv)
         return efault(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "fork"))
         return forks("/proc/self/exe", argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "signals"))
+        return signals(argv[2], (unsigned)atoi(argv[3]));
+    if (argc == 3 && !strcmp(argv[1], "fifo"))
+        return fifo(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "child-exec"))
         return child_exec(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "exec")) {
@@ -218,6 +269,6 @@ int main(int argc, char **argv)
         execl("/proc/self/exe", argv[0], "small", argv[2], "16", (char *)NULL);
         die("exec");
     }
-    fprintf(stderr, "usage: lmbox_probe small|threads|efault|fork|exec FILE ...\n");
+    fprintf(stderr, "usage: lmbox_probe small|threads|efault|fork|exec|signals|fifo FILE ...\n");
     return 2;
 }
