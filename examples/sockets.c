@@ -8,9 +8,16 @@
  *   sockets udp PORT          bind, sendto, recvfrom the echo
  *   sockets poll PORT         poll, select and epoll on a shipped socket
  *   sockets wait PORT DIR     a thread does file I/O while rank 0 blocks in recv
+ *   sockets big PORT BYTES    one send() of BYTES of pattern 1, then the echo of
+ *                             pattern 2: a peek, a MSG_WAITALL half, the rest in big recvs
+ *   sockets nb PORT BYTES DIR non-blocking: a send() of BYTES the server does not
+ *                             read yet goes in part, then EAGAIN; then DIR/sent.RANK
+ *                             lets the server read and count what came
  *   sockets resolve NAME...   getaddrinfo
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -200,6 +207,117 @@ static int wait_mode(int port)
     return 0;
 }
 
+/* Byte i of pattern k (tests/e2e/test_t0710_sockets.py has the same). */
+static unsigned char pat(size_t i, int k)
+{
+    return (unsigned char)((i % 4093) * (k ? 13 : 7) + i / 4093 + (size_t)k);
+}
+
+static char *pattern_buf(size_t n, int k)
+{
+    char *b = malloc(n ? n : 1);
+    if (!b)
+        die("malloc");
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)pat(i, k);
+    return b;
+}
+
+static size_t first_wrong(const char *b, size_t n, int k)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)b[i] != pat(i, k))
+            return i;
+    return n;
+}
+
+/* One large send, then the server's answer of as many bytes: a peek, a
+ * MSG_WAITALL half, and the rest in large plain recvs, checked byte for byte. */
+static int big(int port, size_t n)
+{
+    int s = tcp_connect(port);
+    char *out = pattern_buf(n, 0), *in = calloc(1, n);
+
+    if (!in)
+        die("calloc");
+    ssize_t w = send(s, out, n, 0);
+    if (w != (ssize_t)n) {
+        printf("rank %d: big send returned %zd of %zu\n", rank, w, n);
+        return 1;
+    }
+    ssize_t pk = recv(s, in, n, MSG_PEEK);
+    if (pk <= 0 || first_wrong(in, (size_t)pk, 1) != (size_t)pk)
+        die("peek");
+    memset(in, 0, (size_t)pk);
+    ssize_t half = recv(s, in, n / 2, MSG_WAITALL);
+    if (half != (ssize_t)(n / 2)) {
+        printf("rank %d: MSG_WAITALL recv returned %zd of %zu\n", rank, half, n / 2);
+        return 1;
+    }
+    size_t got = (size_t)half, calls = 1;
+    while (got < n) {
+        ssize_t r = recv(s, in + got, n - got, 0);
+        if (r <= 0)
+            die("recv");
+        got += (size_t)r;
+        calls++;
+    }
+    if (recv(s, in, 1, 0) != 0)
+        die("eof");
+    size_t bad = first_wrong(in, n, 1);
+    if (bad != n) {
+        printf("rank %d: byte %zu received wrong\n", rank, bad);
+        return 1;
+    }
+    close(s);
+    printf("rank %d: big ok sent=%zd got=%zu peek=%zd recvs=%zu\n", rank, w, got, pk, calls);
+    return 0;
+}
+
+/* Non-blocking: the server reads nothing until DIR/sent.RANK exists, so
+ * one send() of n bytes can only go in part, and the next is EAGAIN; a
+ * recv with nothing there is EAGAIN too.  Then the server reads to end of
+ * file and answers the count it got, which must be ours. */
+static int nonblocking(int port, size_t n, const char *d)
+{
+    int s = tcp_connect(port);
+    char *out = pattern_buf(n, 0), in[64], path[512];
+
+    if (fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK) < 0)
+        die("fcntl");
+    ssize_t w = send(s, out, n, 0);
+    if (w <= 0 || (size_t)w >= n) {
+        printf("rank %d: non-blocking send returned %zd of %zu\n", rank, w, n);
+        return 1;
+    }
+    size_t sent = (size_t)w;
+    ssize_t again;
+    while ((again = send(s, out + sent, n - sent, 0)) > 0)    /* what the buffers still took */
+        sent += (size_t)again;
+    if (again != -1 || errno != EAGAIN)
+        die("send EAGAIN");
+    char *big_in = malloc(n);
+    if (!big_in || recv(s, big_in, n, MSG_DONTWAIT) != -1 || errno != EAGAIN)
+        die("recv EAGAIN");
+    snprintf(path, sizeof path, "%s/sent.%d", d, rank);
+    FILE *f = fopen(path, "w");
+    if (!f || fclose(f))
+        die("sent file");
+    if (shutdown(s, SHUT_WR) < 0 || fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK) < 0)
+        die("shutdown");
+    ssize_t r = recv(s, in, sizeof in - 1, MSG_WAITALL);
+    if (r <= 0)
+        die("count");
+    in[r] = 0;
+    if (strtoull(in, NULL, 10) != sent) {
+        printf("rank %d: sent %zu, the server got %s\n", rank, sent, in);
+        return 1;
+    }
+    close(s);
+    printf("rank %d: nb ok first=%zd sent=%zu of %zu\n", rank, w, sent, n);
+    return 0;
+}
+
 static int resolve(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++) {
@@ -223,7 +341,7 @@ int main(int argc, char **argv)
     rank = r ? atoi(r) : 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: sockets tcp|udp|poll|wait|resolve ARG...\n");
+        fprintf(stderr, "usage: sockets tcp|udp|poll|wait|big|nb|resolve ARG...\n");
         return 2;
     }
     if (!strcmp(argv[1], "resolve"))
@@ -237,6 +355,10 @@ int main(int argc, char **argv)
         return udp(port);
     if (!strcmp(argv[1], "poll"))
         return polls(port);
+    if (!strcmp(argv[1], "big") && argc > 3)
+        return big(port, strtoul(argv[3], NULL, 0));
+    if (!strcmp(argv[1], "nb") && argc > 4)
+        return nonblocking(port, strtoul(argv[3], NULL, 0), argv[4]);
     if (!strcmp(argv[1], "wait") && argc > 3) {
         dir = argv[3];
         return wait_mode(port);

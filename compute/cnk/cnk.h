@@ -218,6 +218,8 @@ void ship_exec_cloexec(void);                   /* close shipped descriptors mar
 struct iovec;
 long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
                const struct iovec *in, int nin, size_t *got);
+/* Transfers of at least this many bytes go rendezvous (agreed in the hello); 0 = never. */
+uint64_t ship_rdv_min(void);
 
 /* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
 #define SOCK_HANDLER(name) long sock_##name(struct cnk_call *c);

@@ -491,6 +491,11 @@ long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int n
     return call(type, a, out, nout, in, nin, got);
 }
 
+uint64_t ship_rdv_min(void)
+{
+    return rdv_min;
+}
+
 /* The calls themselves are encoded by the stubs generated from
  * lattice/fwd_posix.h (fwd.c), over ship_call(); only the chunked and
  * rendezvous reads and writes below build their requests here. */

@@ -277,8 +277,34 @@ static long epipe(long r, int flags)
     return r;
 }
 
-/* sendmsg on a shipped socket: name, then the vectors, at most LAT_MAX_IO
- * bytes a message (streams continue with the rest). */
+/* A socket rendezvous (docs/protocol.md 6.1): the request names the
+ * program's buffers and ciod sends from them or receives into them, on its
+ * mapping of big memory when that is shared (one copy).  Its own frame
+ * keeps the segment table off send_ship's.  -EOPNOTSUPP or -EFAULT with
+ * nothing done: the caller moves the bytes in messages instead. */
+__attribute__((noinline)) static long sock_rdv(int r, int send, const void *name, long nlen, const struct iovec *iov,
+                                               long cnt, int flags, struct lat_sockname *sn)
+{
+    struct lat_rdv_seg segs[UIO_MAXIOV];
+    long n;
+
+    for (long i = 0; i < cnt; i++)
+        segs[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
+    while ((n = send ? fwd_send_rdv(r, flags, name, name ? (uint32_t)nlen : 0, segs, (uint32_t)cnt, wait_ms())
+                     : fwd_recv_rdv(r, flags, sn, segs, (uint32_t)cnt, wait_ms())) == -LAT_ERR_WAIT)
+        nap();                  /* asked again while ciod says LAT_ERR_WAIT */
+    return n;
+}
+
+static int goes_rdv(size_t total, long cnt)
+{
+    uint64_t min = ship_rdv_min();
+    return min && total >= min && cnt > 0;
+}
+
+/* sendmsg on a shipped socket: a rendezvous from rdv_min bytes, else the
+ * name and the vectors in messages of at most LAT_MAX_IO bytes (streams
+ * continue with the rest). */
 static long send_ship(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags)
 {
     struct iovec part[UIO_MAXIOV];
@@ -288,6 +314,11 @@ static long send_ship(int r, const void *name, long nlen, const struct iovec *io
         return -EINVAL;
     for (long i = 0; i < cnt; i++)
         total += iov[i].iov_len;
+    if (goes_rdv(total, cnt)) {
+        long s = sock_rdv(r, 1, name, nlen, iov, cnt, flags & ~MSG_NOSIGNAL_, NULL);
+        if (s != -EOPNOTSUPP && s != -EFAULT)
+            return s < 0 ? epipe(s, flags) : s;
+    }
     do {
         size_t chunk = total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, skip = done, left = chunk;
         int n = 0;
@@ -314,21 +345,25 @@ static long send_ship(int r, const void *name, long nlen, const struct iovec *io
     return (long)done;
 }
 
-/* recvmsg on a shipped socket into the vectors; sender into name. */
+/* recvmsg on a shipped socket into the vectors (a rendezvous from rdv_min
+ * bytes); sender into name. */
 static long recv_ship(int r, void *name, int *nlen, const struct iovec *iov, long cnt, int flags,
                       unsigned *mflags)
 {
     struct lat_sockname sn;
     size_t total = 0;
-    long n;
+    long n = -EOPNOTSUPP;
 
     if (cnt < 0 || cnt > UIO_MAXIOV)
         return -EINVAL;
     for (long i = 0; i < cnt; i++)
         total += iov[i].iov_len;
-    while ((n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO,
-                              wait_ms())) == -LAT_ERR_WAIT)
-        nap();                  /* asked again while ciod says LAT_ERR_WAIT */
+    if (goes_rdv(total, cnt))
+        n = sock_rdv(r, 0, NULL, 0, iov, cnt, flags, &sn);
+    if (n == -EOPNOTSUPP || n == -EFAULT)
+        while ((n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO,
+                                  wait_ms())) == -LAT_ERR_WAIT)
+            nap();              /* asked again while ciod says LAT_ERR_WAIT */
     if (n < 0)
         return n;
     if (name && nlen) {

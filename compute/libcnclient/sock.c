@@ -275,6 +275,14 @@ static int next_wait(void)
 }
 
 
+/* The first wait of a call whose bytes may go in part (a large send, a
+ * MSG_WAITALL receive): ciod returns the part that went when a wait runs
+ * out, so a process with one thread waits until done, as Linux does. */
+static int exact_wait(void)
+{
+    return multithreaded() ? SLICE_MS : -1;
+}
+
 static ssize_t epipe(ssize_t r, int flags)
 {
     if (r < 0 && errno == EPIPE && !(flags & MSG_NOSIGNAL)) {
@@ -285,8 +293,42 @@ static ssize_t epipe(ssize_t r, int flags)
     return r;
 }
 
-/* sendmsg on a shipped socket: name, then the vectors, at most LAT_MAX_IO
- * bytes a message (streams continue with the rest). */
+/* A socket rendezvous (docs/protocol.md 6.1): the request names the
+ * program's buffers and ciod sends from them or receives into them with
+ * process_vm_readv/writev.  Its own frame keeps the segment table off the
+ * callers'.  -1 with errno EOPNOTSUPP or EFAULT and nothing done: the
+ * caller moves the bytes in messages instead. */
+__attribute__((noinline)) static int64_t sock_rdv(int r, int send, const void *name, socklen_t nlen,
+                                                  const struct iovec *iov, size_t cnt, int flags,
+                                                  struct lat_sockname *sn)
+{
+    struct lat_rdv_seg segs[IOV_MAX];
+    int64_t n;
+
+    for (size_t i = 0; i < cnt; i++)
+        segs[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
+    for (int w = exact_wait();; w = next_wait()) {     /* again while ciod says LAT_ERR_WAIT */
+        n = send ? fwd_send_rdv(r, flags, name, name ? nlen : 0, segs, (uint32_t)cnt, w)
+                 : fwd_recv_rdv(r, flags, sn, segs, (uint32_t)cnt, w);
+        if (n >= 0 || errno != LAT_ERR_WAIT)
+            return n;
+    }
+}
+
+static int goes_rdv(size_t total, size_t cnt)
+{
+    uint64_t min = lat_rdv_min();
+    return min && total >= min && cnt > 0;
+}
+
+static int eager_instead(int64_t n)
+{
+    return n < 0 && (errno == EOPNOTSUPP || errno == EFAULT);
+}
+
+/* sendmsg on a shipped socket: a rendezvous from rdv_min bytes, else the
+ * name and the vectors in messages of at most LAT_MAX_IO bytes (streams
+ * continue with the rest). */
 static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct iovec *iov, size_t cnt,
                          int flags)
 {
@@ -299,6 +341,11 @@ static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct i
         if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
             return lat_fail(EINVAL);
         total += iov[i].iov_len;
+    }
+    if (goes_rdv(total, cnt)) {
+        int64_t s = sock_rdv(r, 1, name, nlen, iov, cnt, flags & ~MSG_NOSIGNAL, NULL);
+        if (!eager_instead(s))
+            return s < 0 ? epipe(-1, flags) : (ssize_t)s;
     }
     do {
         size_t skip = done, chunk = 0;
@@ -330,7 +377,8 @@ static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct i
     return (ssize_t)done;
 }
 
-/* recvmsg on a shipped socket into the vectors; sender into name. */
+/* recvmsg on a shipped socket into the vectors (a rendezvous from rdv_min
+ * bytes); sender into name. */
 static ssize_t recv_ship(int r, void *name, socklen_t *nlen, const struct iovec *iov, size_t cnt, int flags,
                          int *mflags)
 {
@@ -341,12 +389,13 @@ static ssize_t recv_ship(int r, void *name, socklen_t *nlen, const struct iovec 
         return lat_fail(EINVAL);
     for (size_t i = 0; i < cnt; i++)
         total += iov[i].iov_len;
-    int64_t n;
-    for (int w = SLICE_MS;; w = next_wait()) {         /* again while ciod says LAT_ERR_WAIT */
-        n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO, w);
-        if (n >= 0 || errno != LAT_ERR_WAIT)
-            break;
-    }
+    int64_t n = goes_rdv(total, cnt) ? sock_rdv(r, 0, NULL, 0, iov, cnt, flags, &sn) : lat_fail(EOPNOTSUPP);
+    if (eager_instead(n))
+        for (int w = (flags & MSG_WAITALL) ? exact_wait() : SLICE_MS;; w = next_wait()) {
+            n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO, w);
+            if (n >= 0 || errno != LAT_ERR_WAIT)
+                break;
+        }
     if (n < 0)
         return -1;
     if (name && nlen) {

@@ -211,6 +211,8 @@ size_t   dp_counters(uint64_t *out, size_t cap);
 /* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
 void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
 int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);
+/* The part [skip, skip + len) of the segments, into out: how many. */
+int      dp_seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out);
 /* A region of a process's memory that ciod maps too (LAT_DP_SHARE). */
 struct dp_shm {
     char    *map;                       /* NULL: none */
@@ -219,6 +221,9 @@ struct dp_shm {
 /* LAT_DP_SHARE of process pid: 0 or an errno (refused, RAS event said why). */
 int      dp_share(struct dp_shm *shm, pid_t pid, const char *loc, uint64_t base, uint64_t len, int64_t fd);
 void     dp_unshare(struct dp_shm *shm);
+/* The process's segments as pointers into our mapping of its shared
+ * region (sock.c sends and receives there); false if one lies outside. */
+bool     dp_shm_translate(const struct dp_shm *shm, const struct iovec *segs, unsigned n, struct iovec *out);
 /* Polls the socket and the mailbox (mb->map NULL: none) for the next
  * request; true: one waits in the mailbox (seq != done). */
 bool     dp_spin(struct conn *c, unsigned *skip, const struct dp_shm *mb, uint32_t done);

@@ -402,6 +402,11 @@ static bool shm_translate(const struct dp_shm *shm, const struct iovec *segs, un
     return true;
 }
 
+bool dp_shm_translate(const struct dp_shm *shm, const struct iovec *segs, unsigned n, struct iovec *out)
+{
+    return shm_translate(shm, segs, n, out);
+}
+
 /* One copy: the file system call reads or fills our mapping of the
  * process's memory, segment by segment, a short one ending the transfer.
  * Except for reads whose memory and file offset disagree modulo 64 (pos:
@@ -481,6 +486,11 @@ static int seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t
         len -= take;
     }
     return k;
+}
+
+int dp_seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out)
+{
+    return seg_slice(segs, n, skip, len, out);
 }
 
 /* Moves count bytes between the process's memory and `src`/`dst`, one

@@ -674,8 +674,8 @@ static void account(uint16_t type, const struct call *k, uint64_t ns)
 {
     bool data = type == LAT_SYS_READ || type == LAT_SYS_WRITE || type == LAT_SYS_PREAD ||
                 type == LAT_SYS_PWRITE;
-    uint64_t bytes = k->ret > 0 && (data || type == LAT_SYS_GETDENTS64) ? (uint64_t)k->ret
-                                                                        : k->dlen + k->outlen;
+    bool moved = data || type == LAT_SYS_GETDENTS64 || type == LAT_SYS_SEND_RDV || type == LAT_SYS_RECV_RDV;
+    uint64_t bytes = k->ret > 0 && moved ? (uint64_t)k->ret : k->dlen + k->outlen;
 
     dp_account(type - LAT_SYS__BASE, ns, bytes);
     if (data && k->rq.a[3] != LAT_RDV) {

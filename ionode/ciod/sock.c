@@ -27,8 +27,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ---- helpers (requests are decoded by the generated fwd_posix_ciod.c) ---- */
@@ -169,14 +172,101 @@ int srv_bind(struct proc *p, struct call *k, struct rfd *r, const void *addr, ui
 #define SEND_FLAGS (MSG_DONTWAIT | MSG_OOB | MSG_EOR | MSG_MORE | MSG_NOSIGNAL | MSG_CONFIRM)
 #define RECV_FLAGS (MSG_DONTWAIT | MSG_OOB | MSG_PEEK | MSG_TRUNC | MSG_WAITALL)
 
+static bool is_stream(int fd)
+{
+    int type = 0;
+    socklen_t tl = sizeof(type);
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl);
+    return type == SOCK_STREAM;
+}
+
+/* Drops the first n bytes of v[0..*cnt) (a partial send or receive). */
+static void iov_advance(struct iovec **v, size_t *cnt, size_t n)
+{
+    while (*cnt && n >= (*v)->iov_len) {
+        n -= (*v)->iov_len;
+        (*v)++;
+        (*cnt)--;
+    }
+    if (*cnt) {
+        (*v)->iov_base = (char *)(*v)->iov_base + n;
+        (*v)->iov_len -= n;
+    }
+}
+
+/* A send, as Linux does it: a blocking stream sends all len bytes of
+ * v[0..cnt) (v is consumed), waiting up to ms each time the socket is
+ * full; a wait that runs out after some bytes went returns their count.
+ * Returns bytes sent, or -1 with *err when nothing went (LAT_ERR_WAIT: the
+ * wait ran out; EINTR: the process's connection spoke). */
+static int64_t send_iov(struct proc *p, int fd, struct msghdr *mh, struct iovec *v, size_t cnt, uint64_t len,
+                        int flags, int ms, int *err)
+{
+    bool nb = nonblocking(fd, flags), stream = is_stream(fd);
+    uint64_t sent = 0;
+
+    for (;;) {
+        mh->msg_iov = v;
+        mh->msg_iovlen = cnt;
+        ssize_t n = sendmsg(fd, mh, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n >= 0) {
+            sent += (uint64_t)n;
+            if (sent >= len || nb || !stream)
+                return (int64_t)sent;
+            iov_advance(&v, &cnt, (size_t)n);
+            continue;
+        }
+        if (errno != EAGAIN || nb)
+            return sent ? (int64_t)sent : (*err = errno, -1);
+        int w = wait_ready(p, fd, POLLOUT, ms);
+        if (w <= 0)
+            return sent ? (int64_t)sent : (*err = w == 0 ? LAT_ERR_WAIT : EINTR, -1);
+    }
+}
+
+/* A receive into v[0..cnt) of count bytes (v is consumed); sender and
+ * msg_flags into sn.  MSG_WAITALL on a blocking stream waits for count
+ * bytes, each wait up to ms (one that runs out returns what came).
+ * Returns bytes received, or -1 with *err as send_iov. */
+static int64_t recv_iov(struct proc *p, int fd, struct lat_sockname *sn, struct iovec *v, size_t cnt,
+                        uint64_t count, int flags, int ms, int *err)
+{
+    bool nb = nonblocking(fd, flags);
+    short ev = (flags & MSG_OOB) ? POLLPRI : POLLIN;
+    uint64_t got = 0;
+
+    memset(sn, 0, sizeof(*sn));
+    for (;;) {
+        struct sockaddr_storage sa;
+        struct msghdr mh = { .msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = v, .msg_iovlen = cnt };
+        ssize_t n = recvmsg(fd, &mh, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+        if (n >= 0) {
+            if (!got) {
+                sn->len = mh.msg_namelen <= sizeof(sn->addr) ? mh.msg_namelen : 0;
+                memcpy(sn->addr, &sa, sn->len);
+            }
+            sn->flags = (uint32_t)mh.msg_flags;
+            got += (uint64_t)n;
+            if (n == 0 || got >= count || nb || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
+                return (int64_t)got;
+            iov_advance(&v, &cnt, (size_t)n);
+            continue;
+        }
+        if (errno != EAGAIN || nb)
+            return got ? (int64_t)got : (*err = errno, -1);
+        int w = wait_ready(p, fd, ev, ms);
+        if (w <= 0)
+            return got ? (int64_t)got : (*err = w == 0 ? LAT_ERR_WAIT : EINTR, -1);
+    }
+}
+
 /* A blocking send of a stream sends everything, as Linux does; a wait
  * that runs out after some bytes went returns their count. */
 int srv_sendmsg(struct proc *p, struct call *k, struct rfd *r, int flags, const void *name,
                 uint32_t nl, const void *buf, uint64_t len, int ms)
 {
     struct sockaddr_storage sa;
-    size_t sent = 0;
-    int fd;
+    int fd, err;
 
     if (!sock_fd(k, r, &fd))
         return 0;
@@ -186,72 +276,193 @@ int srv_sendmsg(struct proc *p, struct call *k, struct rfd *r, int flags, const 
         get_addr(name, nl, &sa);
     if (flags & ~SEND_FLAGS)
         return fail(k, EOPNOTSUPP);
-    bool nb = nonblocking(fd, flags);
-    for (;;) {
-        struct iovec v = { (char *)buf + sent, len - sent };
-        struct msghdr mh = { .msg_name = nl ? &sa : NULL, .msg_namelen = (socklen_t)nl,
-                             .msg_iov = &v, .msg_iovlen = 1 };
-        ssize_t n = sendmsg(fd, &mh, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n >= 0) {
-            sent += (size_t)n;
-            int type = 0;
-            socklen_t tl = sizeof(type);
-            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl);
-            if (sent == len || nb || type != SOCK_STREAM)
-                return result(k, (int64_t)sent);
-            continue;
-        }
-        if (errno != EAGAIN || nb)
-            return sent ? result(k, (int64_t)sent) : result(k, -1);
-        int w = wait_ready(p, fd, POLLOUT, ms);
-        if (w <= 0)
-            return sent ? result(k, (int64_t)sent) : waited(k, w);
-    }
+    struct iovec v = { (void *)buf, len };
+    struct msghdr mh = { .msg_name = nl ? &sa : NULL, .msg_namelen = (socklen_t)nl };
+    int64_t n = send_iov(p, fd, &mh, &v, 1, len, flags, ms, &err);
+    return n < 0 ? fail(k, err) : result(k, n);
 }
 
 /* Reply: struct lat_sockname (sender, msg_flags), then the bytes. */
 int srv_recvmsg(struct proc *p, struct call *k, struct rfd *r, int flags, struct lat_sockname *sn,
                 void *buf, uint64_t count, int ms)
 {
-    char *data = buf;
-    int fd;
+    int fd, err;
 
     if (!sock_fd(k, r, &fd))
         return 0;
     if (flags & ~RECV_FLAGS)
         return fail(k, EOPNOTSUPP);
-    bool nb = nonblocking(fd, flags);
-    size_t got = 0;
-    memset(sn, 0, sizeof(*sn));
-    for (;;) {
-        struct sockaddr_storage sa;
-        struct iovec v = { data + got, (size_t)count - got };
-        struct msghdr mh = { .msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = &v,
-                             .msg_iovlen = 1 };
-        ssize_t n = recvmsg(fd, &mh, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
-        if (n >= 0) {
-            if (!got) {
-                sn->len = mh.msg_namelen <= sizeof(sn->addr) ? mh.msg_namelen : 0;
-                memcpy(sn->addr, &sa, sn->len);
-            }
-            sn->flags = (uint32_t)mh.msg_flags;
-            got += (size_t)n;
-            /* MSG_WAITALL: a blocking stream receive waits for count bytes */
-            if (n == 0 || got >= (size_t)count || nb || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
-                break;
-            continue;
-        }
-        if (errno != EAGAIN || nb || got) {
-            if (got)
-                break;
-            return result(k, -1);
-        }
-        int w = wait_ready(p, fd, (flags & MSG_OOB) ? POLLPRI : POLLIN, ms);
-        if (w <= 0)
-            return waited(k, w);
-    }
+    struct iovec v = { buf, count };
+    int64_t n = recv_iov(p, fd, sn, &v, 1, count, flags, ms, &err);
     /* MSG_TRUNC may report more than fits: only count bytes travel (the decoder) */
-    return result(k, (int64_t)got);
+    return n < 0 ? fail(k, err) : result(k, n);
+}
+
+/* ---- rendezvous: the bytes stay in the process's memory (section 6.1) ----
+ *
+ * With its big memory shared (LAT_DP_SHARE) the socket call runs on our
+ * mapping of it: one copy, as the program's own call would do.  Otherwise
+ * the bytes go through the connection's buffer, a window at a time, with
+ * process_vm_readv/writev.  A receive through the window peeks, writes the
+ * process's memory, and only then drops what it wrote from the socket, so
+ * memory the process cannot have written (EFAULT) loses no data. */
+
+/* The request's segments (unaligned in the payload), checked. */
+static int rdv_segs(const struct lat_rdv_seg *segs, uint32_t n, struct iovec *rv, uint64_t *total)
+{
+    uint64_t sum = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        struct lat_rdv_seg s;
+        memcpy(&s, (const char *)segs + i * sizeof(s), sizeof(s));
+        if (s.len > (uint64_t)SSIZE_MAX - sum || s.addr + s.len < s.addr)
+            return EINVAL;
+        sum += s.len;
+        rv[i] = (struct iovec){ (void *)(uintptr_t)s.addr, (size_t)s.len };
+    }
+    *total = sum;
+    return 0;
+}
+
+/* What SEND_RDV and RECV_RDV check first (bad: flags they do not pass
+ * on); false when the call already has its error. */
+static bool rdv_begin(struct proc *p, struct call *k, struct rfd *r, int bad, const struct lat_rdv_seg *segs,
+                      uint32_t nseg, struct iovec *rv, uint64_t *total, int *fd)
+{
+    int err;
+
+    if (!sock_fd(k, r, fd))
+        return false;
+    if (!(p->dp.flags & LAT_DP_VM))
+        return fail(k, EOPNOTSUPP), false;      /* not granted in the hello: send the bytes */
+    if (bad)
+        return fail(k, EOPNOTSUPP), false;
+    if ((err = rdv_segs(segs, nseg, rv, total)) != 0)
+        return fail(k, err), false;
+    return true;
+}
+
+static void rdv_count(bool shm, int64_t n)
+{
+    uint64_t b = n > 0 ? (uint64_t)n : 0;
+
+    atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_SOCK_RDV], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_SOCK_RDV_BYTES], b, memory_order_relaxed);
+    if (shm) {
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_SOCK_SHM], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_SOCK_SHM_BYTES], b, memory_order_relaxed);
+    }
+}
+
+static int rdv_fault(void)
+{
+    atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_RDV_FAULT], 1, memory_order_relaxed);
+    return EFAULT;
+}
+
+/* Through the window: read a window of the process's memory, send it all
+ * (as send_iov), the next; a short send ends it. */
+static int64_t send_window(struct proc *p, int fd, struct msghdr *mh, const struct iovec *rv, unsigned n,
+                           uint64_t total, int flags, int ms, int *err)
+{
+    char *win = p->c->buf;
+    struct iovec part[LAT_RDV_MAXSEG];
+    uint64_t done = 0;
+
+    if (!is_stream(fd) && total > LAT_MAX_IO)
+        return *err = EMSGSIZE, -1;     /* a datagram is one send; none is that large */
+    do {
+        size_t want = total - done < LAT_MAX_IO ? (size_t)(total - done) : LAT_MAX_IO;
+        int k = dp_seg_slice(rv, n, done, want, part);
+        struct iovec lv = { win, want };
+        ssize_t m = want ? process_vm_readv(p->pid, &lv, 1, part, (unsigned long)k, 0) : 0;
+        if (m < 0 || (size_t)m < want)
+            return done ? (int64_t)done : (*err = rdv_fault(), -1);
+        int64_t s = send_iov(p, fd, mh, &lv, 1, want, flags, ms, err);
+        if (s < 0)
+            return done ? (int64_t)done : -1;
+        done += (uint64_t)s;
+        if ((size_t)s < want)
+            break;
+    } while (done < total);
+    return (int64_t)done;
+}
+
+/* Through the window: peek, write the process's memory, drop what was
+ * written; then (a blocking stream with MSG_WAITALL: until total) more if
+ * it is there at once.  A datagram is one window (no datagram is larger). */
+static int64_t recv_window(struct proc *p, int fd, struct lat_sockname *sn, const struct iovec *rv,
+                           unsigned n, uint64_t total, int flags, int ms, int *err)
+{
+    char *win = p->c->buf;
+    struct iovec part[LAT_RDV_MAXSEG];
+    bool stream = is_stream(fd);
+    uint64_t got = 0;
+
+    for (;;) {
+        size_t want = total - got < LAT_MAX_IO ? (size_t)(total - got) : LAT_MAX_IO;
+        struct iovec lv = { win, want };
+        struct lat_sockname more;
+        int f = (flags & ~MSG_WAITALL) | MSG_PEEK | (got && !(flags & MSG_WAITALL) ? MSG_DONTWAIT : 0);
+        int64_t r = recv_iov(p, fd, got ? &more : sn, &lv, 1, want, f, ms, err);
+        if (r < 0)
+            return got ? (int64_t)got : -1;
+        size_t m = (uint64_t)r < want ? (size_t)r : want;   /* MSG_TRUNC: r may be the datagram's length */
+        int k = dp_seg_slice(rv, n, got, m, part);
+        if (m && process_vm_writev(p->pid, &lv, 1, part, (unsigned long)k, 0) != (ssize_t)m)
+            return got ? (int64_t)got : (*err = rdv_fault(), -1);
+        if (!(flags & MSG_PEEK))        /* now it may go: MSG_TRUNC drops without copying */
+            recv(fd, NULL, stream ? m : 0, MSG_TRUNC | MSG_DONTWAIT);
+        if (!stream || (flags & MSG_PEEK))
+            return r;
+        got += m;
+        if (r == 0 || got >= total)
+            return (int64_t)got;
+    }
+}
+
+int srv_send_rdv(struct proc *p, struct call *k, struct rfd *r, int flags, const void *name, uint32_t nl,
+                 const struct lat_rdv_seg *segs, uint32_t nseg, int ms)
+{
+    struct iovec rv[LAT_RDV_MAXSEG], lv[LAT_RDV_MAXSEG];
+    struct sockaddr_storage sa;
+    uint64_t total;
+    int fd, err;
+
+    if (!rdv_begin(p, k, r, flags & ~SEND_FLAGS, segs, nseg, rv, &total, &fd))
+        return 0;
+    if (nl && nl < sizeof(sa_family_t))
+        return fail(k, EINVAL);
+    if (nl)
+        get_addr(name, nl, &sa);
+    struct msghdr mh = { .msg_name = nl ? &sa : NULL, .msg_namelen = (socklen_t)nl };
+    bool shm = dp_shm_translate(&p->shm, rv, nseg, lv);
+    int64_t n = shm ? send_iov(p, fd, &mh, lv, nseg, total, flags, ms, &err)
+                    : send_window(p, fd, &mh, rv, nseg, total, flags, ms, &err);
+    if (n < 0)
+        return fail(k, err);
+    rdv_count(shm, n);
+    return result(k, n);
+}
+
+int srv_recv_rdv(struct proc *p, struct call *k, struct rfd *r, int flags, struct lat_sockname *from,
+                 const struct lat_rdv_seg *segs, uint32_t nseg, int ms)
+{
+    struct iovec rv[LAT_RDV_MAXSEG], lv[LAT_RDV_MAXSEG];
+    struct lat_sockname sn;
+    uint64_t total;
+    int fd, err;
+
+    if (!rdv_begin(p, k, r, flags & ~RECV_FLAGS, segs, nseg, rv, &total, &fd))
+        return 0;
+    bool shm = dp_shm_translate(&p->shm, rv, nseg, lv);
+    int64_t n = shm ? recv_iov(p, fd, &sn, lv, nseg, total, flags, ms, &err)
+                    : recv_window(p, fd, &sn, rv, nseg, total, flags, ms, &err);
+    if (n < 0)
+        return fail(k, err);
+    rdv_count(shm, n < (int64_t)total ? n : (int64_t)total);
+    *from = sn;     /* last: the window may have covered the reply's place in the buffer */
+    return result(k, n);
 }
 
 int srv_shutdown(struct proc *p, struct call *k, struct rfd *r, int how)

@@ -1,7 +1,7 @@
 /*
  * lattice/fwd_posix.h - the POSIX function shipping (files and sockets) as
  * one annotated header: the only description of LAT_SYS_OPENAT ..
- * LAT_SYS_POLL.  `lattice-pluggen --wire` (docs/plugins.md "Wire mode")
+ * LAT_SYS_RECV_RDV.  `lattice-pluggen --wire` (docs/plugins.md "Wire mode")
  * turns it into
  *   - the LAT_SYS_* block of wire.h (committed; a test and the generated
  *     decoder's _Static_asserts check it is current: `make wire-h`),
@@ -155,6 +155,21 @@ int64_t fwd_getpeername(int fd /* in:obj:fd */, void *addr /* out:arr:len=LAT_MA
 /* msg=0x0328  ret: descriptors ready; fds comes back with revents */
 int64_t fwd_poll(struct lat_pollfd *fds /* inout:arr:size=+1 */, uint32_t nfds /* in:obj:max=LAT_MAX_FDS */,
                  int wait /* in:obj:min=-1:max=INT32_MAX */);
+/* msg=0x0329  SENDMSG whose bytes stay in the process's memory, named by
+ * segs (a socket rendezvous, docs/protocol.md section 6.1): ciod sends them
+ * from there.  ret: bytes sent */
+int64_t fwd_send_rdv(int fd /* in:obj:fd */, int flags /* in:obj */,
+                     const void *name /* in:arr:size=+1 */, uint32_t namelen /* in:obj:max=LAT_MAX_SOCKADDR */,
+                     const struct lat_rdv_seg *segs /* in:arr:size=+1 */,
+                     uint32_t nseg /* in:obj:a=none:min=1:max=LAT_RDV_MAXSEG */,
+                     int wait /* in:obj:min=-1:max=INT32_MAX */);
+/* msg=0x032A  RECVMSG into the process's memory named by segs (a socket
+ * rendezvous): ciod receives straight there.  ret: bytes received (more
+ * than the segments hold with MSG_TRUNC) */
+int64_t fwd_recv_rdv(int fd /* in:obj:fd */, int flags /* in:obj */, struct lat_sockname *from /* out:ptr */,
+                     const struct lat_rdv_seg *segs /* in:arr:size=+1 */,
+                     uint32_t nseg /* in:obj:a=none:min=1:max=LAT_RDV_MAXSEG */,
+                     int wait /* in:obj:min=-1:max=INT32_MAX */);
 
 #pragma GCC visibility pop
 

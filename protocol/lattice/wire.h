@@ -144,7 +144,9 @@ enum lat_type {
     LAT_SYS_GETSOCKNAME = 0x0326,  /* a0 fd -> addr */
     LAT_SYS_GETPEERNAME = 0x0327,  /* a0 fd -> addr */
     LAT_SYS_POLL       = 0x0328,  /* a0 nfds, a1 wait; fds -> fds */
-    LAT_SYS__END       = 0x0329,
+    LAT_SYS_SEND_RDV   = 0x0329,  /* a0 fd, a1 flags, a2 namelen, a3 wait; name, segs */
+    LAT_SYS_RECV_RDV   = 0x032A,  /* a0 fd, a1 flags, a2 wait; segs -> from */
+    LAT_SYS__END       = 0x032B,
     /* END generated */
 
     /* plug-ins: compute process -> ciod (docs/plugins.md).  Request payload is
@@ -336,6 +338,10 @@ enum lat_ctr {
     LAT_CTR_MBOX_CALLS,     /* ... calls served through them ... */
     LAT_CTR_MBOX_RINGS,     /* ... of which woke ciod with LAT_MBOX_RING ... */
     LAT_CTR_MBOX_BAD,       /* ... and requests refused as malformed */
+    LAT_CTR_SOCK_RDV,       /* socket sends/receives done rendezvous (SEND_RDV, RECV_RDV) ... */
+    LAT_CTR_SOCK_RDV_BYTES,
+    LAT_CTR_SOCK_SHM,       /* ... of which on the shared mapping: one copy */
+    LAT_CTR_SOCK_SHM_BYTES,
     LAT_CTR__END,
 };
 

@@ -51,7 +51,7 @@ SYS_NAMES = (
     "fchmodat", "fchmod", "utimensat", "statfs", "fstatfs",
     # sockets (protocol.md 6.1)
     "socket", "connect", "bind", "sendmsg", "recvmsg", "shutdown", "setsockopt", "getsockopt",
-    "getsockname", "getpeername", "poll",
+    "getsockname", "getpeername", "poll", "send_rdv", "recv_rdv",
 )
 SYS_END = SYS_BASE + len(SYS_NAMES)
 
@@ -74,6 +74,7 @@ CTR_NAMES = (
     "eager_max", "rdv_min", "collective",
     "shm", "shm_bytes", "shm_shares", "shm_refused", "pipe_series", "pipe_chunks", "pipe_cancelled", "datapath",
     "mbox_shares", "mbox_calls", "mbox_rings", "mbox_bad",
+    "sock_rdv", "sock_rdv_bytes", "sock_shm", "sock_shm_bytes",
 )
 CTR__END = len(CTR_NAMES)
 

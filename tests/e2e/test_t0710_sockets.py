@@ -3,13 +3,18 @@
 test runs on 127.0.0.1, outside the block; the I/O node's counters show the
 calls were shipped; a blocking recv waits while the other threads and ranks
 keep doing file I/O; poll/select/epoll and getaddrinfo work on compute nodes;
-a connection to a compute node's address stays local.  Every test runs under
-cnk and in Linux mode (the preload client, compute/libcnclient/sock.c).
+a connection to a compute node's address stays local; large sends and
+receives are a rendezvous (ciod sends from and receives into the program's
+memory: on its mapping of cnk's big memory, through its window in Linux
+mode), byte-exact, with peeks, MSG_WAITALL and non-blocking partial sends.
+Every test runs under cnk and in Linux mode (the preload client,
+compute/libcnclient/sock.c).
 
 One 1x1x2 machine (one pset of 2, 256 MiB per node) with block K.
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
@@ -63,8 +68,8 @@ def serve(server: socketserver.BaseServer) -> socketserver.BaseServer:
     return server
 
 
-def run(m: Machine, kernel: str, *args: str, n: int = N):
-    return m.run("run", "--block", "K", "-n", str(n), "--label", "--kernel", kernel, "--hugepages", "keep",
+def run(m: Machine, kernel: str, *args: str, n: int = N, pages: str = "keep"):
+    return m.run("run", "--block", "K", "-n", str(n), "--label", "--kernel", kernel, "--hugepages", pages,
                  "--cwd", str(m.work), str(PROG), *args, timeout=120)
 
 
@@ -90,6 +95,108 @@ def test_tcp_to_a_server_outside_the_block(sk: Machine, kernel: str) -> None:
     for call in ("socket", "connect", "sendmsg", "recvmsg", "shutdown", "getpeername", "setsockopt",
                  "getsockopt"):
         assert after.get(call, 0) - before.get(call, 0) >= N, (call, after)
+
+
+def stats(m: Machine) -> dict[str, int]:
+    """The I/O node's data path counters and calls (`lattice counters --json`)."""
+    (ion,) = json.loads(m.run("counters", "K", "--json").stdout)
+    out: dict[str, int] = dict(ion["stats"])
+    out.update({f"calls.{k}": v for k, v in ion["calls"].items()})
+    return out
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+BIG = 6 * (1 << 20) + 12345         # several MiB, not a multiple of anything
+
+
+def pat(n: int, k: int) -> bytes:
+    """examples/sockets.c's pattern k: byte i = (i % 4093) * (13 if k else 7) + i // 4093 + k."""
+    base = bytes(((j * (13 if k else 7)) + k) & 0xFF for j in range(4093))
+    shift = [bytes((x + b) & 0xFF for x in range(256)) for b in range(256)]
+    return b"".join(base.translate(shift[b & 0xFF]) for b in range(n // 4093 + 1))[:n]
+
+
+def recv_exact(c: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n and (r := c.recv_into(view[got:])) > 0:
+        got += r
+    return bytes(buf[:got])
+
+
+class BigEcho(socketserver.BaseRequestHandler):
+    """Reads BIG bytes, records whether they are pattern 0, answers BIG bytes of pattern 1."""
+    checked: list[bool] = []
+
+    def handle(self) -> None:
+        self.checked.append(recv_exact(self.request, BIG) == pat(BIG, 0))
+        self.request.sendall(pat(BIG, 1))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_large_send_and_recv_are_rendezvous_and_exact(sk: Machine, kernel: str) -> None:
+    """One send() of BIG bytes and the answer received with a peek, a
+    MSG_WAITALL half and large recvs: byte for byte both ways, and every
+    one of those calls a rendezvous -- on the shared mapping of big memory
+    under cnk (one copy), through ciod's window in Linux mode."""
+    BigEcho.checked = []
+    with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
+        before = stats(sk)
+        p = run(sk, kernel, "big", str(srv.server_address[1]), str(BIG), pages="reserve")   # hugetlb: shared
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    assert BigEcho.checked == [True] * N, BigEcho.checked
+    d = delta(before, stats(sk))
+    assert d["calls.send_rdv"] == N and d["calls.sendmsg"] == 0, d        # one request per send, no messages
+    assert d["calls.recv_rdv"] >= 3 * N and d["rdv_fault"] == 0, d       # peek, MSG_WAITALL, the rest
+    assert d["sock_rdv_bytes"] >= 2 * N * BIG, d
+    if kernel == "cnk":     # the buffers are in big memory: where ciod maps it (hugetlb), one copy
+        assert d["shm_shares"] == N, d
+        assert d["sock_shm"] == d["sock_rdv"] and d["sock_shm_bytes"] >= 2 * N * BIG, d
+    else:                   # a Linux process's memory is its own: through the window
+        assert d["sock_shm"] == 0, d
+
+
+class HeldSink(socketserver.BaseRequestHandler):
+    """Reads nothing until every rank's sent.RANK file exists in `where`, then
+    reads to end of file and answers the count if the bytes are pattern 0."""
+    where = Path("/nonexistent")
+
+    def handle(self) -> None:
+        deadline = time.monotonic() + 60
+        while not all((self.where / f"sent.{r}").exists() for r in range(N)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        data = recv_exact(self.request, 1 << 30)
+        self.request.sendall(str(len(data)).encode() if data == pat(len(data), 0) else b"garbled")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_nonblocking_large_send_goes_in_part(sk: Machine, kernel: str) -> None:
+    """O_NONBLOCK: a 64 MiB send() to a server that reads nothing yet returns
+    the part the buffers took, the next send EAGAIN, a large recv with
+    nothing there EAGAIN; the server then gets exactly the bytes counted."""
+    work = sk.work / f"nb-{kernel}"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o777)
+    HeldSink.where = work
+    size = 64 << 20
+    with serve(TCP(("127.0.0.1", 0), HeldSink)) as srv:
+        before = stats(sk)
+        p = run(sk, kernel, "nb", str(srv.server_address[1]), str(size), str(work))
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        line = " ".join(out.get(r, []))
+        m = re.search(r"nb ok first=(\d+) sent=(\d+)", line)
+        assert m, p.stdout + p.stderr
+        assert 0 < int(m[1]) <= int(m[2]) < size, line
+    d = delta(before, stats(sk))
+    assert d["calls.send_rdv"] >= 2 * N and d["calls.recv_rdv"] >= N, d
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -12,7 +12,8 @@ from pathlib import Path
 from test_ciod import SYS, Ciod, Job, Proc, ciod, ciod_bin  # noqa: F401  (fixtures)
 
 SOCK = dict(socket=0x31E, connect=0x31F, bind=0x320, sendmsg=0x321, recvmsg=0x322, shutdown=0x323,
-            setsockopt=0x324, getsockopt=0x325, getsockname=0x326, getpeername=0x327, poll=0x328)
+            setsockopt=0x324, getsockopt=0x325, getsockname=0x326, getpeername=0x327, poll=0x328,
+            send_rdv=0x329, recv_rdv=0x32A)
 SYS.update(SOCK)
 ERR_WAIT = 0x10000
 MAX_IO = 1 << 20
@@ -64,4 +65,26 @@ def test_malformed_socket_calls_get_errors_and_ciod_keeps_serving(ciod: Ciod, tm
     assert p.ok("sendmsg", s, 0, 16, -1, data=sockaddr(port) + b"ping")[0] == 4
     n, out = p.ok("recvmsg", s, 0, 100, -1)
     assert n == 4 and out[136:] == b"ping" and struct.unpack_from("<I", out)[0] == 16
+    p.ok("close", s)
+
+
+def test_socket_rendezvous_requests_are_checked(ciod: Ciod, tmp_path: Path) -> None:
+    """SEND_RDV / RECV_RDV name segments of the process's memory: their
+    encoding is checked, and a connection not granted LAT_DP_VM in its hello
+    (this one offered nothing) is told to send the bytes instead."""
+    job = Job(ciod, tmp_path)
+    p: Proc = job.proc(0)
+    s, _ = p.ok("socket", socket.AF_INET, socket.SOCK_DGRAM, 0)
+    seg = struct.pack("<QQ", 0x10000, 100)
+    assert p.fails("send_rdv", s, 0, 0, -1, data=b"") == errno.EINVAL               # no segment
+    assert p.fails("send_rdv", s, 0, 0, -1, data=seg[:12]) == errno.EINVAL          # part of one
+    assert p.fails("recv_rdv", s, 0, -1, data=seg * 1025) == errno.EINVAL           # past LAT_RDV_MAXSEG
+    assert p.fails("send_rdv", s, 0, 64, -1, data=sockaddr(1) + seg) == errno.EINVAL    # name past the data
+    assert p.fails("recv_rdv", 999, 0, -1, data=seg) == errno.EBADF
+    assert p.fails("recv_rdv", 1, 0, -1, data=seg) == errno.ENOTSOCK
+    assert p.fails("recv_rdv", s, 0, -2, data=seg) == errno.EINVAL                  # a wait below -1
+    assert p.fails("send_rdv", s, 0, 16, -1, data=sockaddr(1) + seg) == errno.EOPNOTSUPP
+    assert p.fails("recv_rdv", s, 0, 0, data=seg) == errno.EOPNOTSUPP
+    # and the connection still serves
+    assert p.ok("getsockname", s)[0] == 16
     p.ok("close", s)
