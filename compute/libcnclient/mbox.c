@@ -7,8 +7,8 @@
  * cli_wait is set), checking every 100 ms that the connection still lives.
  *
  * Only the process that said hello shares one (ciod opens our memfd through
- * /proc/<that pid>/fd: LATTICE_IO_PID); a fork()ed child drops the mapping,
- * an exec()'d program shares a new one.  Calls hold conn.c's lock.
+ * /proc/<that pid>/fd: LATTICE_IO_PID); a fork()ed child has none, an
+ * exec()'d program shares a new one.  Calls hold conn.c's lock.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +27,24 @@
 #define LIVE_NS  100000000L             /* a sleep's slice: then the socket is checked */
 
 static struct lat_mbox *mbox;           /* NULL: every call on the socket */
+static volatile char *ours;             /* 1 in this process; a wipe-on-fork page */
 static int conn = -1;
+
+/* A child forked without the atfork handlers (a raw fork or clone system
+ * call) has no mailbox mapping (MADV_DONTFORK) and reads 0 from ours
+ * (MADV_WIPEONFORK), so it never touches its parent's mailbox. */
+static int fork_guard(void *page)
+{
+    char *g = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g == MAP_FAILED || madvise(g, 4096, MADV_WIPEONFORK) < 0 || madvise(page, LAT_MBOX_SIZE, MADV_DONTFORK) < 0) {
+        if (g != MAP_FAILED)
+            munmap(g, 4096);
+        return -1;
+    }
+    *g = 1;
+    ours = g;
+    return 0;
+}
 
 /* The process cnode started (the pid of the hello), with LAT_DP_SHM granted
  * and not LATTICE_MAILBOX=0: a sealed memfd, mapped and shared, then closed
@@ -45,6 +62,10 @@ void lat_mbox_init(int fd, unsigned dp_flags)
     if (syscall(SYS_ftruncate, m, (long)LAT_MBOX_SIZE) == 0 &&
         syscall(SYS_fcntl, m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
         p = mmap(NULL, LAT_MBOX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+    if (p != MAP_FAILED && fork_guard(p) < 0) {
+        munmap(p, LAT_MBOX_SIZE);
+        p = MAP_FAILED;
+    }
     if (p != MAP_FAILED) {
         lat_usercopy_init();
         conn = fd;
@@ -56,11 +77,10 @@ void lat_mbox_init(int fd, unsigned dp_flags)
     syscall(SYS_close, m);
 }
 
-/* In a fork()ed child: the page is the parent's conversation. */
+/* In a fork()ed child: the page is the parent's conversation (and not
+ * mapped here). */
 void lat_mbox_forget(void)
 {
-    if (mbox)
-        munmap(mbox, LAT_MBOX_SIZE);
     mbox = NULL;
 }
 
@@ -84,7 +104,7 @@ int lat_mbox_takes(uint16_t type, const int64_t a[4], const struct iovec *out, i
     const size_t omax = LAT_MBOX_REQ_MAX - sizeof(struct lat_sysreq);
     const size_t imax = LAT_MBOX_REP_MAX - sizeof(struct lat_sysret);
 
-    return mbox && type >= LAT_SYS__BASE && type < LAT_SYS_SOCKET && a[3] != LAT_RDV &&
+    return mbox && *ours && type >= LAT_SYS__BASE && type < LAT_SYS_SOCKET && a[3] != LAT_RDV &&
            a[3] != LAT_PIPE_FIRST && a[3] != LAT_PIPE_NEXT && nout >= 0 && nout <= LAT_MBOX_MAXIOV &&
            nin >= 0 && nin <= LAT_MBOX_MAXIOV && iov_sum(out, nout, omax) <= omax &&
            iov_sum(in, nin, imax) <= imax && lat_user_copyable(out, nout, 0) && lat_user_copyable(in, nin, 1);

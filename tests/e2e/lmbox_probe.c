@@ -8,7 +8,8 @@
  *   threads FILE T N      T threads, N records each, concurrently
  *   efault FILE           bad buffers give EFAULT, the connection lives on
  *   fork FILE             a forked child gets EIO; a forked child that
- *                         execs writes through the socket; the parent goes on
+ *                         execs writes through the socket; so does a child of
+ *                         a raw fork system call; the parent goes on
  *   exec FILE             the same process execs "small FILE 16"
  *   signals FILE N        N records or more, until a 100 us timer (no
  *                         SA_RESTART) fired 50 times: no call may fail with
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -191,6 +193,15 @@ static int forks(const char *self, const char *path)
     char b[REC];
     check(fd, b, "exec-kid", 2 * REC);
     put(fd, "parent-3", 3 * REC);
+    /* a fork without pthread_atfork's handlers: the child must not crash on
+     * (nor use) the parent's mailbox; it gets the socket, as before mailboxes */
+    if ((c = (pid_t)syscall(SYS_fork)) == 0) {
+        long r = pwrite(fd, "raw-kid!", REC, 4 * REC);
+        syscall(SYS_exit_group, r == REC || (r == -1 && errno == EIO) ? 0 : 1);
+    }
+    if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        die("the raw forked child failed");
+    put(fd, "parent-4", 5 * REC);
     check(fd, b, "parent-1", 0);
     close(fd);
     printf("fork ok\n");
