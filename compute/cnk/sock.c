@@ -2,16 +2,13 @@
  * sock.c - sockets: which stay on the compute node and which are shipped to
  * the I/O node (README "Sockets"), and the calls on shipped ones.
  *
- * The rule.  Every socket is created local.  An AF_INET/AF_INET6 socket
- * that is not yet connected, bound-and-listening or decided is decided by
- * the first destination it connects or sends to: an address of the block's
- * compute nodes (here: this host's non-loopback interface addresses, where
- * every compute node runs) keeps it local for good -- MPI's TCP traffic and
- * anything listening or accepting stays on the node; any other address,
- * loopback included, ships it: a socket of the same domain, type and
- * protocol is made on the I/O node, the options that differ from the
- * defaults and a bound address are replayed there, and the local socket is
- * replaced by a placeholder (fd.c).  AF_UNIX, netlink and the rest stay local.
+ * The rule is lattice/sock_rule.h's, shared with the Linux-mode client:
+ * every socket is created local; the first destination an AF_INET/AF_INET6
+ * socket connects or sends to decides it -- a compute node's address keeps
+ * it local for good, any other (loopback included) ships it: a socket of
+ * the same domain, type and protocol is made on the I/O node, the options
+ * that differ from the defaults and a bound address are replayed there, and
+ * the local socket is replaced by a placeholder (fd.c).
  *
  * Blocking.  A shipped call that may block carries a wait: until done when
  * the program has a single thread, else slices of SLICE_MS after which ciod
@@ -28,28 +25,15 @@
 #include <lattice/fwd_posix.h>
 #include <lattice/wire.h>
 
-#include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
-
 #include "cnk.h"
 
-#define AF_INET_      2
-#define AF_INET6_     10
-#define SOL_SOCKET_   1
-#define SO_REUSEADDR_ 2
-#define SO_TYPE_      3
-#define SO_BROADCAST_ 6
-#define SO_KEEPALIVE_ 9
-#define SO_REUSEPORT_ 15
-#define SO_ACCEPTCONN_ 30
-#define SO_PROTOCOL_  38
-#define SO_DOMAIN_    39
-#define IPPROTO_TCP_  6
-#define TCP_NODELAY_  1
-#define SOCK_STREAM_  1
-#define SOCK_NONBLOCK_ 04000
+#define LAT_SOCK_SYSCALL(nr, a, b, c, d, e) ksys6((nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+#include <lattice/sock_rule.h>
+
+#include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
+
 #define MSG_DONTWAIT_ 0x40
 #define MSG_NOSIGNAL_ 0x4000
-#define SIOCGIFCONF_  0x8912
 #define POLLIN_   0x1
 #define POLLOUT_  0x4
 #define POLLERR_  0x8
@@ -87,148 +71,29 @@ static long now_ms(void)
     return t.sec * 1000 + t.nsec / 1000000;
 }
 
-/* ---- the block's compute node addresses ---- */
+/* ---- deciding a local socket (lattice/sock_rule.h) ---- */
 
-static struct klock addr_lock;
-static int addrs_known;
-static uint32_t v4[64];
-static int nv4;
-static uint8_t v6[32][16];
-static int nv6;
-
-static int hexval(char h)
-{
-    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
-}
-
-/* This host's interface addresses, loopback excluded: SIOCGIFCONF for IPv4,
- * /proc/net/if_inet6 (a node-local path) for IPv6. */
-static void load_addrs(void)
-{
-    struct { char name[16]; uint16_t family, port; uint32_t addr; char pad[16]; } req[64];
-    struct { int len, pad; void *buf; } ifc = { sizeof req, 0, req };
-    int s = (int)ksys3(__NR_socket, AF_INET_, 2 /* SOCK_DGRAM */ | 02000000, 0);
-
-    if (s >= 0 && ksys3(__NR_ioctl, s, SIOCGIFCONF_, &ifc) == 0)
-        for (int i = 0; i < ifc.len / (int)sizeof req[0] && nv4 < 64; i++)
-            if (req[i].family == AF_INET_ && (req[i].addr & 0xff) != 127)
-                v4[nv4++] = req[i].addr;
-    if (s >= 0)
-        ksys1(__NR_close, s);
-    static char buf[4096];
-    int f = (int)ksys4(__NR_openat, AT_FDCWD, "/proc/net/if_inet6", O_RDONLY | O_CLOEXEC, 0);
-    long n = f >= 0 ? ksys3(__NR_read, f, buf, sizeof buf - 1) : -1;
-    if (f >= 0)
-        ksys1(__NR_close, f);
-    for (long i = 0; n > 0 && i + 32 < n && nv6 < 32;) {
-        int ok = 1;
-        for (int j = 0; j < 16; j++) {
-            int h = hexval(buf[i + 2 * j]), l = hexval(buf[i + 2 * j + 1]);
-            ok &= h >= 0 && l >= 0;
-            v6[nv6][j] = (uint8_t)(h << 4 | l);
-        }
-        long e = i;
-        while (e < n && buf[e] != '\n')
-            e++;
-        int lo = e - i >= 3 && buf[e - 1] == 'o' && buf[e - 2] == 'l' && buf[e - 3] == ' ';
-        if (ok && !lo)
-            nv6++;
-        i = e + 1;
-    }
-    addrs_known = 1;
-}
-
-/* 1: dest is a compute node's address (stays local); 0: ship. */
-static int dest_is_node(const uint8_t *sa, long len)
-{
-    uint16_t fam;
-
-    if (len < 2)
-        return 1;
-    memcpy(&fam, sa, 2);
-    if (!__atomic_load_n(&addrs_known, __ATOMIC_ACQUIRE)) {
-        klock(&addr_lock);
-        if (!addrs_known)
-            load_addrs();
-        kunlock(&addr_lock);
-    }
-    if (fam == AF_INET_ && len >= 8) {
-        uint32_t a;
-        memcpy(&a, sa + 4, 4);
-        for (int i = 0; i < nv4; i++)
-            if (v4[i] == a)
-                return 1;
-        return 0;
-    }
-    if (fam == AF_INET6_ && len >= 24) {
-        static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-        if (!memcmp(sa + 8, mapped, 12)) {
-            uint8_t s4[8] = { AF_INET_, 0 };
-            memcpy(s4 + 4, sa + 20, 4);
-            return dest_is_node(s4, 8);
-        }
-        for (int i = 0; i < nv6; i++)
-            if (!memcmp(v6[i], sa + 8, 16))
-                return 1;
-        return 0;
-    }
-    return 1;                   /* AF_UNSPEC and others: the kernel judges */
-}
-
-/* ---- deciding a local socket ---- */
-
-static uint8_t pinned[65536 / 8];   /* decided local: bit per descriptor */
-
-static int is_pinned(int fd) { return pinned[fd >> 3] >> (fd & 7) & 1; }
-static void set_pinned(int fd, int on)
-{
-    uint8_t bit = (uint8_t)(1u << (fd & 7));
-    if (on)
-        __atomic_fetch_or(&pinned[fd >> 3], bit, __ATOMIC_RELAXED);
-    else
-        __atomic_fetch_and(&pinned[fd >> 3], (uint8_t)~bit, __ATOMIC_RELAXED);
-}
-
-static int sockopt(int fd, int level, int name)
-{
-    int v = 0, len = sizeof v;
-    return ksys5(__NR_getsockopt, fd, level, name, &v, &len) < 0 ? -1 : v;
-}
+static struct lat_sock_rule rule;
 
 /* Make local socket fd a shipped one (module comment).  0 or -errno. */
 static long ship_socket(int fd)
 {
-    int dom = sockopt(fd, SOL_SOCKET_, SO_DOMAIN_), type = sockopt(fd, SOL_SOCKET_, SO_TYPE_);
-    int proto = sockopt(fd, SOL_SOCKET_, SO_PROTOCOL_);
-    long fl = ksys2(__NR_fcntl, fd, F_GETFL), fdfl = ksys2(__NR_fcntl, fd, F_GETFD);
-    uint8_t bound[LAT_MAX_SOCKADDR];
-    int blen = sizeof bound;
+    struct lat_sock_carry sc;
 
-    if (ksys3(__NR_getsockname, fd, bound, &blen) < 0)
-        blen = 0;
-    long r = fwd_socket(dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK_ : 0), proto);
+    lat_sock_carry(fd, &sc);
+    long r = fwd_socket(sc.domain, sc.type, sc.protocol);
     if (r < 0)
         return r;
-    static const int opts[][2] = { { SOL_SOCKET_, SO_REUSEADDR_ }, { SOL_SOCKET_, SO_REUSEPORT_ },
-                                   { SOL_SOCKET_, SO_KEEPALIVE_ }, { SOL_SOCKET_, SO_BROADCAST_ },
-                                   { IPPROTO_TCP_, TCP_NODELAY_ } };
-    for (unsigned i = 0; i < sizeof opts / sizeof opts[0]; i++) {
-        int v = sockopt(fd, opts[i][0], opts[i][1]);
-        if (v > 0)
-            fwd_setsockopt((int)r, opts[i][0], opts[i][1], &v, sizeof v);
-    }
+    for (int i = 0; i < sc.nopt; i++)
+        fwd_setsockopt((int)r, sc.opt[i][0], sc.opt[i][1], &sc.opt[i][2], sizeof sc.opt[i][2]);
     int old;
-    long f = fd_install_at((int)r, fdfl > 0 && (fdfl & FD_CLOEXEC), fd, &old);  /* closes ours */
+    long f = fd_install_at((int)r, sc.cloexec, fd, &old);  /* closes ours */
     if (f < 0) {
         fwd_close((int)r);
         return f;
     }
-    /* a bound port (UDP bind before sending) moves with the socket */
-    uint16_t port = 0;
-    if (blen >= 4)
-        memcpy(&port, bound + 2, 2);
-    if (port)
-        return fwd_bind((int)r, bound, (uint32_t)blen) < 0 ? -EADDRINUSE : 0;
+    if (sc.blen)                /* a bound port moves with the socket */
+        return fwd_bind((int)r, sc.bound, sc.blen) < 0 ? -EADDRINUSE : 0;
     return 0;
 }
 
@@ -237,17 +102,8 @@ static int decide(int fd, const void *dest, long dlen, int *remote)
 {
     int rt = fd_route(fd, remote);
 
-    if (rt != ROUTE_LOCAL || !dest || fd < 0 || fd >= 65536 || is_pinned(fd))
+    if (rt != ROUTE_LOCAL || !lat_sock_ships(&rule, fd, dest, dlen))
         return rt;
-    int dom = sockopt(fd, SOL_SOCKET_, SO_DOMAIN_);
-    if ((dom != AF_INET_ && dom != AF_INET6_) || sockopt(fd, SOL_SOCKET_, SO_ACCEPTCONN_) > 0)
-        return ROUTE_LOCAL;
-    uint8_t peer[LAT_MAX_SOCKADDR];
-    int plen = sizeof peer;
-    if (ksys3(__NR_getpeername, fd, peer, &plen) == 0 || dest_is_node(dest, dlen)) {
-        set_pinned(fd, 1);      /* already connected locally, or a node: local for good */
-        return ROUTE_LOCAL;
-    }
     long r = ship_socket(fd);
     if (r < 0)
         return (int)r;
@@ -381,8 +237,7 @@ static long recv_ship(int r, void *name, int *nlen, const struct iovec *iov, lon
 long sock_socket(struct cnk_call *c)
 {
     long fd = local(c);
-    if (fd >= 0 && fd < 65536)
-        set_pinned((int)fd, 0);     /* a new socket is undecided */
+    lat_sock_pin(&rule, (int)fd, 0);    /* a new socket is undecided */
     return fd;
 }
 
@@ -434,8 +289,8 @@ long sock_listen(struct cnk_call *c)
     long ret;
 
     if (!route(c, &r, &ret)) {
-        if (ret == 0 && c->a[0] >= 0 && c->a[0] < 65536)
-            set_pinned((int)c->a[0], 1);
+        if (ret == 0)
+            lat_sock_pin(&rule, (int)c->a[0], 1);
         return ret;
     }
     return shipped(c, -EOPNOTSUPP);

@@ -1,20 +1,17 @@
 /*
  * sock.c - sockets in Linux mode: which stay on the compute node and which
  * are shipped to the I/O node, and the calls on shipped ones.  The same rule
- * and the same messages as cnk (compute/cnk/sock.c, compute/cnk/README.md
- * "Sockets", docs/protocol.md section 6.1).
- *
- * The rule.  Every socket is created local.  An AF_INET/AF_INET6 socket
- * that is not yet connected, listening or decided is decided by the first
- * destination it connects or sends to: an address of the block's compute
- * nodes (this host's non-loopback interface addresses) keeps it local for
- * good -- MPI's TCP traffic and anything listening or accepting stays on the
- * node; any other address, loopback included, ships it: a socket of the same
- * domain, type and protocol is made on the I/O node, the options that differ
- * from the defaults, O_NONBLOCK and a bound port are replayed there, and the
- * local socket is replaced by a placeholder (lat_fd_install_at).  AF_UNIX,
- * netlink and socketpairs stay local.  read/write/close/dup/fcntl of a
- * shipped socket are file.c's (the file messages work on remote sockets).
+ * (lattice/sock_rule.h, shared with cnk) and the same messages as cnk
+ * (compute/cnk/sock.c, compute/cnk/README.md "Sockets", docs/protocol.md
+ * section 6.1): the first destination an AF_INET/AF_INET6 socket connects
+ * or sends to decides it -- a compute node's address keeps it local for
+ * good, any other (loopback included) ships it: a socket of the same
+ * domain, type and protocol is made on the I/O node, the options that
+ * differ from the defaults, O_NONBLOCK and a bound port are replayed there,
+ * and the local socket is replaced by a placeholder (lat_fd_install_at).
+ * AF_UNIX, netlink and socketpairs stay local.  read/write/close/dup/fcntl
+ * of a shipped socket are file.c's (the file messages work on remote
+ * sockets).
  *
  * Blocking.  A shipped call that may block carries a wait: until done while
  * the process has one thread, else slices of SLICE_MS after which ciod
@@ -30,7 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -38,7 +34,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -48,10 +43,18 @@
 
 #include "client.h"
 
+/* raw system calls for the rule: nothing there is shipped */
+static long rule_syscall(long nr, long a, long b, long c, long d, long e)
+{
+    long r = syscall(nr, a, b, c, d, e);
+    return r < 0 ? -errno : r;
+}
+#define LAT_SOCK_SYSCALL(nr, a, b, c, d, e) rule_syscall((nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e))
+#include "../include/lattice/sock_rule.h"   /* shared with cnk: freestanding */
+
 #define SLICE_MS    10          /* longest a shipped wait holds the connection with other threads */
 #define MAX_SHIPPED 128         /* shipped descriptors in one poll/select/epoll set */
 #define MAX_EREG    256         /* shipped descriptors registered in epoll sets */
-#define FD_BITS     65536
 
 _Static_assert(sizeof(struct pollfd) == sizeof(struct lat_pollfd), "pollfd on the wire");
 
@@ -86,144 +89,25 @@ static int multithreaded(void)
     return st.st_nlink > 3;
 }
 
-/* ---- the block's compute node addresses ---- */
+/* ---- deciding a local socket (lattice/sock_rule.h) ---- */
 
-static pthread_once_t addr_once = PTHREAD_ONCE_INIT;
-static uint32_t v4[64];
-static int nv4;
-static uint8_t v6[32][16];
-static int nv6;
-
-static int hexval(char h)
-{
-    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
-}
-
-/* This host's interface addresses, loopback excluded: SIOCGIFCONF for IPv4,
- * /proc/net/if_inet6 for IPv6 (raw calls: nothing here is shipped). */
-static void load_addrs(void)
-{
-    struct ifreq req[64];
-    struct ifconf ifc = { .ifc_len = sizeof req, .ifc_req = req };
-    int s = (int)syscall(SYS_socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-    if (s >= 0 && syscall(SYS_ioctl, s, SIOCGIFCONF, &ifc) == 0)
-        for (int i = 0; i < ifc.ifc_len / (int)sizeof req[0] && nv4 < 64; i++) {
-            struct sockaddr_in a;
-            memcpy(&a, &req[i].ifr_addr, sizeof a);
-            if (a.sin_family == AF_INET && (ntohl(a.sin_addr.s_addr) >> 24) != 127)
-                v4[nv4++] = a.sin_addr.s_addr;
-        }
-    if (s >= 0)
-        syscall(SYS_close, s);
-    static char buf[4096];
-    int f = (int)syscall(SYS_openat, AT_FDCWD, "/proc/net/if_inet6", O_RDONLY | O_CLOEXEC);
-    long n = f >= 0 ? syscall(SYS_read, f, buf, sizeof buf - 1) : -1;
-    if (f >= 0)
-        syscall(SYS_close, f);
-    for (long i = 0; n > 0 && i + 32 < n && nv6 < 32;) {
-        int ok = 1;
-        for (int j = 0; j < 16; j++) {
-            int h = hexval(buf[i + 2 * j]), l = hexval(buf[i + 2 * j + 1]);
-            ok &= h >= 0 && l >= 0;
-            v6[nv6][j] = (uint8_t)(h << 4 | l);
-        }
-        long e = i;
-        while (e < n && buf[e] != '\n')
-            e++;
-        int lo = e - i >= 3 && buf[e - 1] == 'o' && buf[e - 2] == 'l' && buf[e - 3] == ' ';
-        if (ok && !lo)
-            nv6++;
-        i = e + 1;
-    }
-}
-
-/* 1: dest is a compute node's address (stays local); 0: ship. */
-static int dest_is_node(const void *dest, socklen_t len)
-{
-    const uint8_t *sa = dest;
-    sa_family_t fam;
-
-    if (len < sizeof fam)
-        return 1;
-    memcpy(&fam, sa, sizeof fam);
-    pthread_once(&addr_once, load_addrs);
-    if (fam == AF_INET && len >= sizeof(struct sockaddr_in)) {
-        uint32_t a;
-        memcpy(&a, sa + 4, 4);
-        for (int i = 0; i < nv4; i++)
-            if (v4[i] == a)
-                return 1;
-        return 0;
-    }
-    if (fam == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-        static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-        if (!memcmp(sa + 8, mapped, 12)) {
-            struct sockaddr_in s4 = { .sin_family = AF_INET };
-            memcpy(&s4.sin_addr, sa + 20, 4);
-            return dest_is_node(&s4, sizeof s4);
-        }
-        for (int i = 0; i < nv6; i++)
-            if (!memcmp(v6[i], sa + 8, 16))
-                return 1;
-        return 0;
-    }
-    return 1;                   /* AF_UNSPEC and others: the kernel judges */
-}
-
-/* ---- deciding a local socket ---- */
-
-static uint8_t pinned[FD_BITS / 8];     /* decided local: bit per descriptor */
-
-static int is_pinned(int fd) { return pinned[fd >> 3] >> (fd & 7) & 1; }
-static void set_pinned(int fd, int on)
-{
-    if (fd < 0 || fd >= FD_BITS)
-        return;
-    uint8_t bit = (uint8_t)(1u << (fd & 7));
-    if (on)
-        __atomic_fetch_or(&pinned[fd >> 3], bit, __ATOMIC_RELAXED);
-    else
-        __atomic_fetch_and(&pinned[fd >> 3], (uint8_t)~bit, __ATOMIC_RELAXED);
-}
-
-static int sockopt(int fd, int level, int name)
-{
-    int v = 0;
-    socklen_t len = sizeof v;
-    return syscall(SYS_getsockopt, fd, level, name, &v, &len) < 0 ? -1 : v;
-}
+static struct lat_sock_rule rule;
 
 /* Make local socket fd a shipped one (module comment).  0 or -1/errno. */
 static int ship_socket(int fd)
 {
-    int dom = sockopt(fd, SOL_SOCKET, SO_DOMAIN), type = sockopt(fd, SOL_SOCKET, SO_TYPE);
-    int proto = sockopt(fd, SOL_SOCKET, SO_PROTOCOL);
-    long fl = syscall(SYS_fcntl, fd, F_GETFL), fdfl = syscall(SYS_fcntl, fd, F_GETFD);
-    struct sockaddr_storage bound;
-    socklen_t blen = sizeof bound;
+    struct lat_sock_carry sc;
 
-    if (syscall(SYS_getsockname, fd, &bound, &blen) < 0)
-        blen = 0;
-    int64_t r = fwd_socket(dom, type | ((fl > 0 && (fl & O_NONBLOCK)) ? SOCK_NONBLOCK : 0), proto);
+    lat_sock_carry(fd, &sc);
+    int64_t r = fwd_socket(sc.domain, sc.type, sc.protocol);
     if (r < 0)
         return -1;
-    static const int opts[][2] = { { SOL_SOCKET, SO_REUSEADDR }, { SOL_SOCKET, SO_REUSEPORT },
-                                   { SOL_SOCKET, SO_KEEPALIVE }, { SOL_SOCKET, SO_BROADCAST },
-                                   { IPPROTO_TCP, TCP_NODELAY } };
-    for (unsigned i = 0; i < sizeof opts / sizeof opts[0]; i++) {
-        int v = sockopt(fd, opts[i][0], opts[i][1]);
-        if (v > 0)
-            fwd_setsockopt((int)r, opts[i][0], opts[i][1], &v, sizeof v);
-    }
+    for (int i = 0; i < sc.nopt; i++)
+        fwd_setsockopt((int)r, sc.opt[i][0], sc.opt[i][1], &sc.opt[i][2], sizeof sc.opt[i][2]);
     /* replaces (closes) the local socket; on failure closes the remote one */
-    if (lat_fd_install_at((int)r, fdfl > 0 && (fdfl & FD_CLOEXEC), fd) < 0)
+    if (lat_fd_install_at((int)r, sc.cloexec, fd) < 0)
         return -1;
-    /* a bound port (UDP bind before sending) moves with the socket */
-    in_port_t port = 0;
-    if (blen >= 4)
-        memcpy(&port, (char *)&bound + 2, 2);
-    if (port && fwd_bind((int)r, &bound, blen) < 0)
+    if (sc.blen && fwd_bind((int)r, sc.bound, sc.blen) < 0)  /* a bound port moves with the socket */
         return lat_fail(EADDRINUSE);
     return 0;
 }
@@ -234,22 +118,8 @@ static int decide(int fd, const void *dest, socklen_t dlen, int *remote)
 {
     int rt = lat_fd_route(fd, remote);
 
-    if (rt != LAT_LOCAL || !dest || fd < 0 || fd >= FD_BITS || is_pinned(fd) || !lat_active() ||
-        lat_forked())
+    if (rt != LAT_LOCAL || !lat_active() || lat_forked() || !lat_sock_ships(&rule, fd, dest, dlen))
         return rt;              /* inert library or forked child: no connection to ship on */
-    int dom = sockopt(fd, SOL_SOCKET, SO_DOMAIN);
-    if (dom < 0)
-        return LAT_LOCAL;       /* not a socket: the kernel says so */
-    if ((dom != AF_INET && dom != AF_INET6) || sockopt(fd, SOL_SOCKET, SO_ACCEPTCONN) > 0) {
-        set_pinned(fd, 1);
-        return LAT_LOCAL;
-    }
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof peer;
-    if (syscall(SYS_getpeername, fd, &peer, &plen) == 0 || dest_is_node(dest, dlen)) {
-        set_pinned(fd, 1);      /* already connected locally, or a node: local for good */
-        return LAT_LOCAL;
-    }
     if (ship_socket(fd) < 0)
         return -1;
     return lat_fd_route(fd, remote);
@@ -415,7 +285,7 @@ static ssize_t recv_ship(int r, void *name, socklen_t *nlen, const struct iovec 
 int socket(int domain, int type, int protocol)
 {
     int fd = REAL(socket)(domain, type, protocol);
-    set_pinned(fd, 0);          /* a new socket is undecided */
+    lat_sock_pin(&rule, fd, 0);     /* a new socket is undecided */
     return fd;
 }
 
@@ -474,7 +344,7 @@ int listen(int fd, int backlog)
         return -1;
     int ret = REAL(listen)(fd, backlog);
     if (ret == 0)
-        set_pinned(fd, 1);
+        lat_sock_pin(&rule, fd, 1);
     return ret;
 }
 
@@ -485,7 +355,7 @@ int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
     if (sh)
         return sh < 0 ? -1 : lat_fail(EINVAL);     /* a shipped socket never listens */
     int s = REAL(accept)(fd, addr, len);
-    set_pinned(s, 1);
+    lat_sock_pin(&rule, s, 1);
     return s;
 }
 
@@ -496,7 +366,7 @@ int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
     if (sh)
         return sh < 0 ? -1 : lat_fail(EINVAL);
     int s = REAL(accept4)(fd, addr, len, flags);
-    set_pinned(s, 1);
+    lat_sock_pin(&rule, s, 1);
     return s;
 }
 
