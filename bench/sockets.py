@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """TCP throughput of a shipped socket vs the same program run directly.
 
-bench/sock_tput.c connects to a sink this driver runs on 127.0.0.1 (outside
-the block: the socket rule ships it to the I/O node), sends MIB MiB in send()
-calls of 4 KiB, 64 KiB, 1 MiB and 4 MiB, shuts down and waits for the sink's
-count.  The same dynamic executable runs, interleaved, REPEAT times each:
+bench/sock_tput.c connects to a server this driver runs on 127.0.0.1
+(outside the block: the socket rule ships it to the I/O node) and either
+sends MIB MiB in send() calls of 4 KiB, 64 KiB, 1 MiB and 4 MiB to a sink,
+shuts down and waits for its count, or (--dirs recv) receives MIB MiB from a
+source in recv() calls of those sizes.  The same dynamic executable runs,
+interleaved, REPEAT times each:
   native  plain Linux
   linux   a one-rank job with `lattice run --kernel linux` (preload client)
   cnk     a one-rank job with `lattice run --kernel cnk`
-on a 1x1x2 machine (psets of 2, --memory 256M, --hugepages keep).  The table
+on a 1x1x2 machine (psets of 2, --memory 256M, --hugepages reserve: cnk's
+big memory is hugetlb pages, which it shares with ciod, so its large sends
+and receives are copied once; outside the timed span).  The table
 gives MB/s, median [min–max], and each mode's ratio to native.
 
-    .venv/bin/python bench/sockets.py [--repeat 5] [--mib 256] [--quick]
+    .venv/bin/python bench/sockets.py [--repeat 5] [--mib 256] [--dirs send,recv] [--quick]
 """
 from __future__ import annotations
 
@@ -62,6 +66,22 @@ class Sink:
         self.lsn.close()
 
 
+class Source(Sink):
+    """A TCP server on 127.0.0.1 that reads an 8-byte count (native endian)
+    from each connection, sends that many bytes and closes it."""
+
+    @staticmethod
+    def drain(c: socket.socket) -> None:
+        buf = memoryview(bytes(4 << 20))
+        with c:
+            want = c.recv(8, socket.MSG_WAITALL)
+            (left,) = struct.unpack("=Q", want)
+            while left:
+                n = min(left, len(buf))
+                c.sendall(buf[:n])
+                left -= n
+
+
 class Machine:
     """A 1x1x2 machine (psets of 2) in a temporary LATTICE_HOME, block `bench` booted."""
 
@@ -83,7 +103,7 @@ class Machine:
         return self
 
     def run(self, kernel: str, *args: str) -> str:
-        return self.lattice("run", "--block", "bench", "-n", "1", "--kernel", kernel, "--hugepages", "keep",
+        return self.lattice("run", "--block", "bench", "-n", "1", "--kernel", kernel, "--hugepages", "reserve",
                             "--cwd", "/tmp", str(TPUT), *args)
 
     def __exit__(self, *exc: object) -> None:
@@ -96,6 +116,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--mib", type=int, default=256, help="MiB sent per run")
     ap.add_argument("--kernels", default="linux,cnk", help="lattice kernels to run beside native")
+    ap.add_argument("--dirs", default="send,recv", help="send (to a sink), recv (from a source) or both")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, 16 MiB, 4 KiB and 1 MiB messages")
     a = ap.parse_args()
     sizes = dict(SIZES)
@@ -105,27 +126,30 @@ def main() -> int:
     bl.require_root("sockets.py")
     bl.require_built(TPUT)
     kernels = [k for k in a.kernels.split(",") if k]
+    dirs = [d for d in a.dirs.split(",") if d in ("send", "recv")]
     configs = ["native", *kernels]
-    data: dict[str, dict[str, list[float]]] = {s: {c: [] for c in configs} for s in sizes}
+    rows = [(d, name) for d in dirs for name in sizes]
+    data: dict[tuple[str, str], dict[str, list[float]]] = {r: {c: [] for c in configs} for r in rows}
     print(bl.header("sockets", sys.argv))
-    sink = Sink()
+    servers = {"send": Sink(), "recv": Source()}
     try:
         with Machine("256M") as m:
             for i in range(a.repeat):
                 for cfg in bl.rotations(configs, i):
-                    for name, size in sizes.items():
-                        args = (str(sink.port), str(size), str(a.mib))
+                    for d, name in rows:
+                        args = (str(servers[d].port), str(sizes[name]), str(a.mib), d)
                         out = bl.native(TPUT, *args) if cfg == "native" else m.run(cfg, *args)
-                        data[name][cfg].append(float(bl.parse_kv(out)["MBps"]))
+                        data[(d, name)][cfg].append(float(bl.parse_kv(out)["MBps"]))
                     print(f"  run {i + 1}/{a.repeat} {cfg}: " +
-                          ", ".join(f"{n} {data[n][cfg][-1]:.0f} MB/s" for n in sizes), flush=True)
+                          ", ".join(f"{d} {n} {data[(d, n)][cfg][-1]:.0f} MB/s" for d, n in rows), flush=True)
     finally:
-        sink.close()
+        for srv in servers.values():
+            srv.close()
     ratios = [(f"{k}/native", k, "native") for k in kernels]
     print()
-    print(bl.table(f"{a.repeat} interleaved runs each, {a.mib} MiB over TCP to 127.0.0.1, MB/s, "
+    print(bl.table(f"{a.repeat} interleaved runs each, {a.mib} MiB over TCP with 127.0.0.1, MB/s, "
                    "median [min–max]", configs,
-                   [(f"send() of {n}", data[n], ratios) for n in sizes]))
+                   [(f"{d}() of {n}", data[(d, n)], ratios) for d, n in rows]))
     return 0
 
 

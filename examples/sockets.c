@@ -7,12 +7,15 @@
  *                             shutdown, recv EOF
  *   sockets udp PORT          bind, sendto, recvfrom the echo
  *   sockets poll PORT         poll, select and epoll on a shipped socket
- *   sockets wait PORT DIR     a thread does file I/O while rank 0 blocks in recv
+ *   sockets wait PORT DIR [N] a thread does file I/O while rank 0 blocks in a recv
+ *                             into N bytes (default 16; large: a rendezvous)
  *   sockets big PORT BYTES    one send() of BYTES of pattern 1, then the echo of
  *                             pattern 2: a peek, a MSG_WAITALL half, the rest in big recvs
  *   sockets nb PORT BYTES DIR non-blocking: a send() of BYTES the server does not
  *                             read yet goes in part, then EAGAIN; then DIR/sent.RANK
  *                             lets the server read and count what came
+ *   sockets pipe PORT BYTES   sends of BYTES to a server that closed: EPIPE, with
+ *                             SIGPIPE only without MSG_NOSIGNAL
  *   sockets resolve NAME...   getaddrinfo
  */
 #include <arpa/inet.h>
@@ -22,6 +25,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,21 +189,24 @@ static void *file_io(void *arg)
     return NULL;
 }
 
-static int wait_mode(int port)
+static int wait_mode(int port, size_t room)
 {
     pthread_t t;
     int s = rank == 0 ? tcp_connect(port) : -1;
-    char b[16] = { 0 };
+    char *b = calloc(1, room + 1);
 
+    if (!b)
+        die("calloc");
     if (s >= 0)
         send(s, "waiting", 7, 0);
     if (pthread_create(&t, NULL, file_io, NULL))
         die("pthread_create");
     if (s >= 0) {
         /* blocks until the server has seen every rank's done file */
-        ssize_t n = recv(s, b, sizeof b - 1, 0);
+        ssize_t n = recv(s, b, room, 0);
         if (n <= 0)
             die("blocking recv");
+        b[n] = 0;
         printf("rank %d: recv got %s\n", rank, b);
         close(s);
     }
@@ -318,6 +325,44 @@ static int nonblocking(int port, size_t n, const char *d)
     return 0;
 }
 
+static volatile sig_atomic_t sigpipes;
+
+static void on_sigpipe(int sig)
+{
+    (void)sig;
+    sigpipes++;
+}
+
+/* The server closes at once: sends go on until the connection's error
+ * shows (ECONNRESET or EPIPE), then EPIPE, with SIGPIPE only when the send
+ * did not say MSG_NOSIGNAL. */
+static int broken_pipe(int port, size_t n)
+{
+    int s = tcp_connect(port);
+    char *out = pattern_buf(n, 0);
+    ssize_t w;
+    long tries = 0;
+
+    signal(SIGPIPE, on_sigpipe);
+    while ((w = send(s, out, n, MSG_NOSIGNAL)) >= 0 || errno != EPIPE) {
+        if (w < 0 && errno != ECONNRESET)
+            die("send before EPIPE");
+        if (++tries > 100000)
+            die("send never failed");
+    }
+    if (sigpipes != 0) {
+        printf("rank %d: SIGPIPE despite MSG_NOSIGNAL\n", rank);
+        return 1;
+    }
+    if (send(s, out, n, 0) != -1 || errno != EPIPE || sigpipes != 1) {
+        printf("rank %d: send without MSG_NOSIGNAL: errno %d, %d SIGPIPE\n", rank, errno, (int)sigpipes);
+        return 1;
+    }
+    close(s);
+    printf("rank %d: epipe ok sigpipe=%d\n", rank, (int)sigpipes);
+    return 0;
+}
+
 static int resolve(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++) {
@@ -341,7 +386,7 @@ int main(int argc, char **argv)
     rank = r ? atoi(r) : 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: sockets tcp|udp|poll|wait|big|nb|resolve ARG...\n");
+        fprintf(stderr, "usage: sockets tcp|udp|poll|wait|big|nb|pipe|resolve ARG...\n");
         return 2;
     }
     if (!strcmp(argv[1], "resolve"))
@@ -359,9 +404,11 @@ int main(int argc, char **argv)
         return big(port, strtoul(argv[3], NULL, 0));
     if (!strcmp(argv[1], "nb") && argc > 4)
         return nonblocking(port, strtoul(argv[3], NULL, 0), argv[4]);
+    if (!strcmp(argv[1], "pipe") && argc > 3)
+        return broken_pipe(port, strtoul(argv[3], NULL, 0));
     if (!strcmp(argv[1], "wait") && argc > 3) {
         dir = argv[3];
-        return wait_mode(port);
+        return wait_mode(port, argc > 4 ? strtoul(argv[4], NULL, 0) : 15);
     }
     return 2;
 }

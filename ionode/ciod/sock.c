@@ -409,7 +409,8 @@ static int64_t recv_window(struct proc *p, int fd, struct lat_sockname *sn, cons
             return got ? (int64_t)got : -1;
         size_t m = (uint64_t)r < want ? (size_t)r : want;   /* MSG_TRUNC: r may be the datagram's length */
         int k = dp_seg_slice(rv, n, got, m, part);
-        if (m && process_vm_writev(p->pid, &lv, 1, part, (unsigned long)k, 0) != (ssize_t)m)
+        bool copied = !(stream && (flags & MSG_TRUNC));     /* TCP's MSG_TRUNC drops without copying */
+        if (m && copied && process_vm_writev(p->pid, &lv, 1, part, (unsigned long)k, 0) != (ssize_t)m)
             return got ? (int64_t)got : (*err = rdv_fault(), -1);
         if (!(flags & MSG_PEEK))        /* now it may go: MSG_TRUNC drops without copying */
             recv(fd, NULL, stream ? m : 0, MSG_TRUNC | MSG_DONTWAIT);

@@ -156,8 +156,10 @@ def test_large_send_and_recv_are_rendezvous_and_exact(sk: Machine, kernel: str) 
     assert d["calls.recv_rdv"] >= 3 * N and d["rdv_fault"] == 0, d       # peek, MSG_WAITALL, the rest
     assert d["sock_rdv_bytes"] >= 2 * N * BIG, d
     if kernel == "cnk":     # the buffers are in big memory: where ciod maps it (hugetlb), one copy
-        assert d["shm_shares"] == N, d
-        assert d["sock_shm"] == d["sock_rdv"] and d["sock_shm_bytes"] >= 2 * N * BIG, d
+        # each rank whose pages came from the pool (reserve grows it; a box
+        # short of memory may leave a rank on private pages) shared them
+        assert d["shm_shares"] >= 1, ("no rank got hugetlb pages", d)
+        assert d["sock_shm"] >= 4 * d["shm_shares"] and d["sock_shm_bytes"] >= 2 * BIG * d["shm_shares"], d
     else:                   # a Linux process's memory is its own: through the window
         assert d["sock_shm"] == 0, d
 
@@ -199,6 +201,25 @@ def test_nonblocking_large_send_goes_in_part(sk: Machine, kernel: str) -> None:
     assert d["calls.send_rdv"] >= 2 * N and d["calls.recv_rdv"] >= N, d
 
 
+class Closer(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.close()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_large_send_to_a_closed_peer_is_epipe(sk: Machine, kernel: str) -> None:
+    """Rendezvous sends to a server that closed: ECONNRESET or EPIPE, then
+    EPIPE; SIGPIPE is raised by the client only without MSG_NOSIGNAL."""
+    with serve(TCP(("127.0.0.1", 0), Closer)) as srv:
+        before = stats(sk)
+        p = run(sk, kernel, "pipe", str(srv.server_address[1]), str(1 << 20))
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert f"rank {r}: epipe ok sigpipe=1" in out.get(r, []), p.stdout + p.stderr
+    assert delta(before, stats(sk))["calls.send_rdv"] >= 2 * N
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_udp_bind_sendto_recvfrom(sk: Machine, kernel: str) -> None:
     with serve(socketserver.ThreadingUDPServer(("127.0.0.1", 0), UDPEcho)) as srv:
@@ -226,13 +247,15 @@ def test_poll_select_epoll_on_shipped_sockets(sk: Machine, kernel: str) -> None:
     assert counters(sk).get("poll", 0) - before.get("poll", 0) >= 3 * N
 
 
+@pytest.mark.parametrize("room", [15, 1 << 20], ids=["messages", "rendezvous"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str) -> None:
-    """Rank 0's main thread blocks in recv on a shipped socket; its own
-    second thread and rank 1 do 400 shipped file calls each meanwhile.  The
-    server answers only once every rank's done file exists: if the blocked
-    recv held rank 0's connection, its thread could never finish."""
-    work = sk.work / f"wait-{kernel}"
+def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str, room: int) -> None:
+    """Rank 0's main thread blocks in recv on a shipped socket (into 15
+    bytes, in messages, or into 1 MiB, a rendezvous); its own second thread
+    and rank 1 do 400 shipped file calls each meanwhile.  The server answers
+    only once every rank's done file exists: if the blocked recv held rank
+    0's connection, its thread could never finish."""
+    work = sk.work / f"wait-{kernel}-{room}"
     work.mkdir(exist_ok=True)
     work.chmod(0o777)
     lsn = socket.create_server(("127.0.0.1", 0))
@@ -252,7 +275,8 @@ def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str) -> None:
 
     t = threading.Thread(target=server, daemon=True)
     t.start()
-    p = run(sk, kernel, "wait", str(port), str(work))
+    before = stats(sk)
+    p = run(sk, kernel, "wait", str(port), str(work), str(room))
     t.join(5)
     lsn.close()
     out = by_rank(p.stdout)
@@ -264,6 +288,8 @@ def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str) -> None:
     lines = p.stdout.splitlines()
     assert [i for i, l in enumerate(lines) if "rank 0: io done" in l][0] < \
         [i for i, l in enumerate(lines) if "recv got go" in l][0], p.stdout
+    rdv = delta(before, stats(sk))["calls.recv_rdv"]
+    assert rdv >= 1 if room >= 65536 else rdv == 0, rdv
 
 
 def node_address() -> str | None:
