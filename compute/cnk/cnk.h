@@ -242,6 +242,7 @@ long sys_clone(struct cnk_call *c);
 long sys_exit(struct cnk_call *c);
 long sys_rseq(struct cnk_call *c);              /* ENOSYS: glibc runs without it */
 long sys_prctl(struct cnk_call *c);
+long sys_arch_prctl(struct cnk_call *c);        /* ARCH_SET_GS refused: %gs is cnk's (lib.h) */
 void thread_init(void);                         /* thread limit and usable CPUs, before the trap */
 unsigned thread_alive(void);                    /* the program's threads, main included */
 void thread_exec(void);                         /* execve: communication threads by the new environment */

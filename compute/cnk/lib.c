@@ -286,14 +286,33 @@ void kexit(int code)
         ksys1(__NR_exit_group, code);
 }
 
-/* ---- lock: 0 free, 1 held, 2 held with waiters (Drepper, "Futexes are tricky") ---- */
+/* ---- the thread's block, and the lock ---- */
 
-#define SIG_SETMASK_ 2
+#define ARCH_SET_GS_ 0x1001
+#define SIG_UNBLOCK_ 1
 
+static struct kthread main_thread;
+
+void kthread_enter(struct kthread *t)
+{
+    t->self = t;
+    ksys2(__NR_arch_prctl, ARCH_SET_GS_, t);
+}
+
+void kthread_main(void)
+{
+    main_thread.used = 1;
+    kthread_enter(&main_thread);
+}
+
+/* 0 free, 1 held, 2 held with waiters (Drepper, "Futexes are tricky").
+ * crit goes up before the lock is taken and down after it is released, so
+ * a signal arriving in between finds it raised and waits (signal.c). */
 void klock(struct klock *l)
 {
-    uint64_t all = ~0ull, old;
-    ksys4(__NR_rt_sigprocmask, SIG_SETMASK_, &all, &old, sizeof all);
+    struct kthread *t = kthread_self();
+    __atomic_add_fetch(&t->crit, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
     int c = 0;
     if (!__atomic_compare_exchange_n(&l->v, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
         if (c != 2)
@@ -303,13 +322,19 @@ void klock(struct klock *l)
             c = __atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE);
         }
     }
-    l->mask = old;
 }
 
 void kunlock(struct klock *l)
 {
-    uint64_t old = l->mask;
+    struct kthread *t = kthread_self();
     if (__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2)
         ksys3(__NR_futex, &l->v, FUTEX_WAKE_PRIVATE, 1);
-    ksys4(__NR_rt_sigprocmask, SIG_SETMASK_, &old, NULL, sizeof old);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_sub_fetch(&t->crit, 1, __ATOMIC_RELAXED))
+        return;
+    /* the signals held back meanwhile are pending and blocked: unblocking
+     * them delivers them here, on the way out of cnk */
+    uint64_t held = __atomic_exchange_n(&t->deferred, 0, __ATOMIC_RELAXED);
+    if (held)
+        ksys4(__NR_rt_sigprocmask, SIG_UNBLOCK_, &held, NULL, sizeof held);
 }

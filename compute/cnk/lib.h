@@ -52,10 +52,31 @@ int kwrite_all(int fd, const void *buf, size_t n);          /* 0 or -errno */
 int kread_all(int fd, void *buf, size_t n);                 /* 0, -EPIPE on EOF, or -errno */
 __attribute__((noreturn)) void kexit(int code);            /* exit_group */
 
+/* Each thread of the program has one of these, found through %gs (the
+ * program owns %fs; x86-64 Linux programs leave %gs alone, and cnk refuses
+ * them ARCH_SET_GS).  crit counts the klocks the thread holds: while it is
+ * not 0 a signal for one of the program's handlers is held back (signal.c)
+ * and its bit set in deferred, and the last kunlock lets it through. */
+struct kthread {
+    struct kthread *self;           /* %gs:0 */
+    int crit;                       /* klocks held */
+    int used;                       /* thread.c: the slot belongs to a live thread */
+    uint64_t deferred;              /* signals held back, blocked in the thread's mask */
+};
+static inline struct kthread *kthread_self(void)
+{
+    struct kthread *t;
+    __asm__("mov %%gs:0, %0" : "=r"(t));
+    return t;
+}
+void kthread_enter(struct kthread *t);  /* this thread's block from now on (ARCH_SET_GS) */
+void kthread_main(void);                /* the main thread's, first thing at start */
+
 /* A futex mutex between the program's threads (cnk's shipping connection).
- * The holder has every signal blocked, so a program signal handler cannot
- * run on top of it and deadlock on the same lock. */
-struct klock { int v; uint64_t mask; };
+ * No program signal handler runs on the holder's thread while it holds one
+ * (kthread.crit), so none can deadlock on the same lock; holding it costs no
+ * system call. */
+struct klock { int v; };
 void klock(struct klock *l);
 void kunlock(struct klock *l);
 

@@ -84,6 +84,7 @@ __attribute__((noreturn)) void cnk_main(long *sp);
 
 void cnk_main(long *sp)
 {
+    kthread_main();     /* klock needs it */
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
     cnk.envp = argv + argc + 1;

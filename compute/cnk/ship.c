@@ -25,9 +25,10 @@
  *
  * Limits: program pointers are trusted to be mapped, except that reply data
  * landing in a bad buffer gives EFAULT (the kernel checks it for us, and the
- * rest of the reply is drained so the connection stays in step).  klock
- * blocks signals while held, so no program signal handler can ship on top
- * of a call in flight; a call in flight is never abandoned (EINTR retried).
+ * rest of the reply is drained so the connection stays in step).  While
+ * a thread holds conn_lock the program's signal handlers wait (signal.c),
+ * so none can ship on top of a call in flight; a call in flight is never
+ * abandoned (EINTR retried).
  */
 #include <asm/unistd.h>
 #include <linux/close_range.h>

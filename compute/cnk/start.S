@@ -51,9 +51,11 @@ enter_program:
 
 /* long cnk_clone(flags, frame, ptid, ctid, tls): the child starts on the
  * new stack `frame`, a struct clone_frame (thread.c) whose last word,
- * rip, sits just below the program's child stack pointer.  It pops the
- * trapped registers, gets rax = 0 and returns to the trapped rip with
- * rsp = the program's child stack, as if clone had run there. */
+ * rip, sits just below the program's child stack pointer.  It makes its
+ * block its %gs (lib.h), takes the program's signal mask (it started with
+ * every signal blocked), pops the trapped registers, gets rax = 0 and
+ * returns to the trapped rip with rsp = the program's child stack, as if
+ * clone had run there. */
     .globl cnk_clone
     .hidden cnk_clone
     .type cnk_clone, @function
@@ -63,6 +65,18 @@ cnk_clone:
     syscall
     test %rax, %rax
     jnz 1f
+    pop %rsi                    /* frame->kthread */
+    mov %rsi, (%rsi)            /* its self pointer, %gs:0 */
+    mov $0x1001, %edi           /* ARCH_SET_GS */
+    mov $__NR_arch_prctl, %eax
+    syscall
+    mov $2, %edi                /* SIG_SETMASK, frame->sigmask */
+    mov %rsp, %rsi
+    xor %edx, %edx
+    mov $8, %r10d
+    mov $__NR_rt_sigprocmask, %eax
+    syscall
+    add $8, %rsp
     pop %r8
     pop %r9
     pop %r10

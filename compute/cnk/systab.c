@@ -57,7 +57,7 @@ const struct cnk_sysent cnk_systab[CNK_NSYS] = {
     /* threads (thread.c) */
     H(clone, sys_clone, "xxxxx") H(exit, sys_exit, "d") L(exit_group, "d") L(futex, "xdxxxx")
     L(futex_waitv, "xdxxd") L(set_tid_address, "x") L(set_robust_list, "xl")
-    L(get_robust_list, "dxx") H(rseq, sys_rseq, "xddx") L(arch_prctl, "xx") H(prctl, sys_prctl, "dxxxx")
+    L(get_robust_list, "dxx") H(rseq, sys_rseq, "xddx") H(arch_prctl, sys_arch_prctl, "xx") H(prctl, sys_prctl, "dxxxx")
     L(membarrier, "ddd") L(sched_yield, "") H(sched_getaffinity, sys_sched_getaffinity, "ddx")
     H(sched_setaffinity, sys_sched_setaffinity, "ddx")
     L(getcpu, "xxx") L(sched_getparam, "dx") L(sched_getscheduler, "d")

@@ -18,17 +18,40 @@
 
 #include "cnk.h"
 
+#define SIG_SETMASK_ 2
+#define ARCH_SET_GS_ 0x1001
 #define THREAD_FLAGS (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND | CLONE_FILES)
 #define ALLOWED_FLAGS (THREAD_FLAGS | CLONE_FS | CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID | \
                        CLONE_CHILD_CLEARTID | CLONE_CHILD_SETTID | CLONE_DETACHED)
 
-/* What the child pops in cnk_clone (start.S), in this order: the trapped
+/* What the child pops in cnk_clone (start.S), in this order: its block
+ * (lib.h, for %gs) and the signal mask it starts with, then the trapped
  * registers; rip last, right below the program's child stack pointer. */
 struct clone_frame {
+    struct kthread *kthread;
+    uint64_t sigmask;
     uint64_t r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx, rdx, rcx, rflags, rip;
 };
 
 static unsigned alive = 1;      /* threads of the program */
+
+/* The blocks of threads other than the main one (lib.c has that one):
+ * --cores is at most 4096, plus the communication threads. */
+#define MAX_THREADS (4096 + 8)
+static struct kthread blocks[MAX_THREADS];
+
+static struct kthread *block_get(void)
+{
+    for (unsigned i = 0; i < MAX_THREADS; i++) {
+        int free_ = 0;
+        if (__atomic_compare_exchange_n(&blocks[i].used, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            blocks[i].crit = 0;
+            blocks[i].deferred = 0;
+            return &blocks[i];
+        }
+    }
+    return NULL;
+}
 
 #define COMM_THREADS 2
 
@@ -67,22 +90,45 @@ long sys_clone(struct cnk_call *c)
         __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
         return -EAGAIN;
     }
-    const struct cnk_mcontext *m = &((struct cnk_ucontext *)c->uc)->mc;
-    struct clone_frame *f = (struct clone_frame *)stack - 1;
-    *f = (struct clone_frame){ m->r8, m->r9, m->r10, m->r11, m->r12, m->r13, m->r14, m->r15, m->rdi,
-                               m->rsi, m->rbp, m->rbx, m->rdx, m->rcx, m->eflags, m->rip };
-    long r = cnk_clone(flags, f, (int *)c->a[2], (int *)c->a[3], (unsigned long)c->a[4]);
-    if (r < 0)
+    struct kthread *kt = block_get();
+    if (!kt) {
         __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
+        return -EAGAIN;
+    }
+    const struct cnk_ucontext *uc = c->uc;
+    const struct cnk_mcontext *m = &uc->mc;
+    struct clone_frame *f = (struct clone_frame *)stack - 1;
+    *f = (struct clone_frame){ kt, uc->sigmask, m->r8, m->r9, m->r10, m->r11, m->r12, m->r13, m->r14,
+                               m->r15, m->rdi, m->rsi, m->rbp, m->rbx, m->rdx, m->rcx, m->eflags, m->rip };
+    /* the child starts with every signal blocked, so none finds it before
+     * its %gs is its own; it then takes the program's mask (start.S) */
+    uint64_t all = ~0ull, old;
+    ksys4(__NR_rt_sigprocmask, SIG_SETMASK_, &all, &old, sizeof all);
+    long r = cnk_clone(flags, f, (int *)c->a[2], (int *)c->a[3], (unsigned long)c->a[4]);
+    ksys4(__NR_rt_sigprocmask, SIG_SETMASK_, &old, NULL, sizeof old);
+    if (r < 0) {
+        __atomic_store_n(&kt->used, 0, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
+    }
     return r;
 }
 
-/* One thread ends (exit_group ends them all and needs no count). */
+/* One thread ends (exit_group ends them all and needs no count).  No
+ * signal reaches it once its block may go to a new thread. */
 long sys_exit(struct cnk_call *c)
 {
+    uint64_t all = ~0ull;
+    ksys4(__NR_rt_sigprocmask, SIG_SETMASK_, &all, NULL, sizeof all);
+    __atomic_store_n(&kthread_self()->used, 0, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
     for (;;)
         ksys1(__NR_exit, c->a[0]);
+}
+
+/* %gs holds the thread's block (lib.h): the program may not move it. */
+long sys_arch_prctl(struct cnk_call *c)
+{
+    return c->a[0] == ARCH_SET_GS_ ? -EPERM : cnk_passthrough(c);
 }
 
 long sys_rseq(struct cnk_call *c)

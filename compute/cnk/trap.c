@@ -10,8 +10,8 @@
  * The handler is SA_NODEFER with an empty sa_mask: it runs with exactly the
  * program's signal mask, as the kernel would run the call, so a blocking
  * call stays interruptible and a thread cloned from here inherits the
- * program's mask.  cnk code that must not be re-entered holds a klock,
- * which blocks signals.
+ * program's mask.  cnk code that must not be re-entered holds a klock:
+ * the program's signal handlers wait until it lets go (signal.c).
  */
 #include <asm/unistd.h>
 #include <linux/audit.h>
