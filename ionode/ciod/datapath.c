@@ -165,7 +165,10 @@ static bool mbox_waiting(const struct lat_mbox *x, uint32_t done)
  * if none; done: the last seq served from it), with srv_spin set meanwhile
  * so the process need not ring.  A poll that found nothing makes the next
  * few waits block at once, so a computing process costs little.  Returns
- * true when a request waits in the mailbox. */
+ * true when a request waits in the mailbox: srv_spin then stays 1 while it
+ * is served (the process sends nothing before our reply, and we come back
+ * here after it), so the next request needs no ring even if we are slow
+ * to return, and the line holding req_seq is not written on the way. */
 bool dp_spin(struct conn *c, unsigned *skip, const struct dp_shm *mb, uint32_t done)
 {
     struct lat_mbox *x = (struct lat_mbox *)mb->map;
@@ -176,15 +179,15 @@ bool dp_spin(struct conn *c, unsigned *skip, const struct dp_shm *mb, uint32_t d
         (*skip)--;
         goto last;
     }
-    if (x)
+    if (x && !__atomic_load_n(&x->srv_spin, __ATOMIC_RELAXED))
         __atomic_store_n(&x->srv_spin, 1, __ATOMIC_RELAXED);
     uint64_t end = dp_now_ns() + spin_ns;
     for (unsigned i = 0;; i++) {
         if (mbox_waiting(x, done))
-            goto last;
+            return true;
         /* with a mailbox, the socket (big transfers only) is polled one
-         * time in 32: each poll is a system call the mailbox waits behind */
-        if (x && i % 32) {
+         * time in 128: each poll is a system call the mailbox waits behind */
+        if (x && i % 128) {
             __builtin_ia32_pause();
             continue;
         }
