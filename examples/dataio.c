@@ -10,6 +10,8 @@
  *   dataio put PATH OFF LEN  one pwrite of LEN pattern bytes at OFF (no truncation):
  *                            "ret=N" or "ret=-1 errno=E" (short writes, full disks)
  *   dataio spin PATH         pwrite 16 MiB at 0 over and over; "go" after the first
+ *   dataio slow PATH MIB     one write of MIB MiB of the pattern to PATH (a FIFO read late):
+ *                            "ok fd=F wrote=N wall_ms=W cpu_ms=C", C the process's CPU time
  *
  * The pattern: byte i is R[i % 65521], R from a fixed LCG, so a piece put at
  * the wrong offset never matches.  Prints "ok ..." or why not, exit 0/1.
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -183,6 +186,37 @@ static int spin(const char *path)
     }
 }
 
+static double ms(struct timeval t)
+{
+    return (double)t.tv_sec * 1e3 + (double)t.tv_usec / 1e3;
+}
+
+static int slow(const char *path, size_t mib)
+{
+    size_t len = mib << 20;
+    unsigned char *buf = malloc(len);
+    struct timespec t0, t1;
+    struct rusage r0, r1;
+
+    if (!buf)
+        return fail("malloc");
+    fill(buf, 0, len);
+    int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return fail("open");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    getrusage(RUSAGE_SELF, &r0);
+    ssize_t n = write(fd, buf, len);
+    getrusage(RUSAGE_SELF, &r1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (n < 0)
+        return fail("write");
+    double wall = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    double cpu = ms(r1.ru_utime) + ms(r1.ru_stime) - ms(r0.ru_utime) - ms(r0.ru_stime);
+    printf("ok fd=%d wrote=%zd wall_ms=%.0f cpu_ms=%.0f\n", fd, n, wall, cpu);
+    return close(fd) < 0 ? fail("close") : 0;
+}
+
 int main(int argc, char **argv)
 {
     uint64_t h;
@@ -214,6 +248,9 @@ int main(int argc, char **argv)
         return put(argv[2], strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
     if (argc == 3 && !strcmp(argv[1], "spin"))
         return spin(argv[2]);
-    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH SECONDS | put PATH OFF LEN | spin PATH\n");
+    if (argc == 4 && !strcmp(argv[1], "slow"))
+        return slow(argv[2], strtoul(argv[3], NULL, 10));
+    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH SECONDS | put PATH OFF LEN | spin PATH"
+                    " | slow PATH MIB\n");
     return 64;
 }

@@ -40,6 +40,7 @@
 #include <linux/memfd.h>
 #include <linux/mman.h>
 #include <linux/stat.h>
+#include <linux/timerfd.h>
 #include <linux/uio.h>
 
 #include <lattice/fwd_posix.h>
@@ -91,6 +92,7 @@ static struct lat_rdv_seg segs[UIO_MAXIOV];
  * transfers of at least rdv_min bytes are a rendezvous; 0 = never */
 static uint64_t rdv_min, dp_flags;
 static void mailbox_init(void);
+static void rdv_wait_init(void);
 
 /* "eager_max,rdv_min,flags" */
 static void datapath_init(void)
@@ -110,6 +112,8 @@ static void datapath_init(void)
     }
     rdv_min = (v[2] & LAT_DP_VM) && i == 2 ? v[1] : 0;
     dp_flags = rdv_min ? v[2] : 0;
+    if (rdv_min)
+        rdv_wait_init();
 }
 
 int ship_init(int conn_fd)
@@ -638,6 +642,109 @@ static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_
     return lat_pipe_series(&io, total, LAT_MAX_IO);
 }
 
+/* ---- waiting for a rendezvous reply ----
+ *
+ * A rendezvous lasts as long as ciod's read or write: ~200 us for 1 MiB to
+ * tmpfs here.  Blocked in read, we ran 10-20 us after the reply came (a
+ * halted virtual CPU wakes slowly), too late for ciod's 20 us poll for our
+ * next request, so ciod slept too and took as long to wake: ~45 us a call
+ * beyond the write (ftrace; compute/cnk/README.md "What a shipped call
+ * costs").  Polling the whole time would take a core from ciod's threads
+ * when several processes ship at once.  So we sleep until shortly before
+ * the reply is due, judged from the last transfers' time per byte, then
+ * poll.  We sleep in ppoll on the connection for POLLIN only (a blocked
+ * read is also woken, for nothing, when ciod takes the request off the
+ * socket) and a timerfd (exact: ppoll's own timeout fires up to the 50 us
+ * timer slack late).  A poll that ends without the reply means the CPU is
+ * shared (with ciod's thread, or another job): polling only delays the
+ * reply then, so the next few waits just sleep. */
+
+#define RDV_LEAD_NS 30000ull            /* wake this long before the reply is due */
+#define RDV_POLL_NS 30000ull            /* and poll until this long past it, plus a quarter */
+#define RDV_WAKE_NS 15000ull            /* how late a sleeping cnk sees the reply */
+
+struct rdv_pollfd { int fd; short events, revents; };
+struct rdv_ts { long sec, nsec; };
+
+static int rdv_tfd = -1;                /* cnk's own (fd_setup hides it); -1: no sleeping early */
+static uint64_t rdv_ps[2];              /* picoseconds a byte, [wr]: 0 unknown */
+static unsigned rdv_skip;               /* waits left that only sleep */
+
+/* Before fd_setup, so the timer is one of cnk's hidden descriptors. */
+static void rdv_wait_init(void)
+{
+    long t = ksys2(__NR_timerfd_create, 1 /* CLOCK_MONOTONIC */, TFD_CLOEXEC | TFD_NONBLOCK);
+
+    if (t < 0)
+        return;
+    rdv_tfd = (int)ksys3(__NR_fcntl, t, F_DUPFD_CLOEXEC, CNK_FD_FLOOR);
+    ksys1(__NR_close, t);
+}
+
+static uint64_t now_ns(void)
+{
+    struct rdv_ts t;
+
+    ksys2(__NR_clock_gettime, 1 /* CLOCK_MONOTONIC */, &t);
+    return (uint64_t)t.sec * 1000000000u + (uint64_t)t.nsec;
+}
+
+/* Until the connection has bytes (or EOF, an error: the read that follows
+ * sees them), or until `until` (0: no limit; look: just look).  1 when the
+ * connection is ready. */
+static int conn_ready(uint64_t until, int look)
+{
+    struct rdv_pollfd p[2] = { { conn, 1 /* POLLIN */, 0 }, { rdv_tfd, 1, 0 } };
+    struct rdv_ts zero = { 0, 0 };
+    struct { struct rdv_ts interval, value; } at = { { 0, 0 }, { (long)(until / 1000000000u),
+                                                                   (long)(until % 1000000000u) } };
+    int n = 1;
+
+    if (until && ksys4(__NR_timerfd_settime, rdv_tfd, TFD_TIMER_ABSTIME, &at, 0) == 0)
+        n = 2;
+    for (;;) {
+        long r = ksys4(__NR_ppoll, p, n, look ? &zero : 0, 0);
+        if (r != -EINTR)
+            return r < 0 || p[0].revents != 0;
+    }
+}
+
+/* Returns once the reply to a rendezvous of `bytes` sent at t0 can be read,
+ * and learns how long such a transfer takes.  A reply that came while we
+ * slept was late by our wakeup: the next one is expected earlier at once.
+ * One found by polling says when it came: earlier moves the expectation
+ * half way, later a quarter, so we tend to wake early (a little polling)
+ * rather than late (a wakeup). */
+static void rdv_wait(int wr, uint64_t bytes, uint64_t t0)
+{
+    uint64_t est = rdv_ps[wr] * bytes / 1000, due = t0 + est, now = now_ns();
+    int late = 0;
+
+    if (rdv_skip) {
+        rdv_skip--;
+        late = conn_ready(0, 0);
+    } else {
+        if (rdv_ps[wr] && due > now + 2 * RDV_LEAD_NS && rdv_tfd >= 0)
+            late = conn_ready(due - RDV_LEAD_NS, 0);
+        uint64_t stop = (due > now ? due : now) + RDV_POLL_NS + est / 4;
+        while (!late && !conn_ready(0, 1))
+            if (now_ns() > stop) {
+                rdv_skip = 8;
+                late = conn_ready(0, 0);
+            }
+    }
+    uint64_t took = now_ns() - t0;
+    if (late && took > RDV_WAKE_NS)
+        took -= RDV_WAKE_NS;
+    if (!rdv_ps[wr] || (late && took < est))
+        est = took;
+    else if (took < est)
+        est -= (est - took) / 2;
+    else
+        est += (took - est) / 4;
+    rdv_ps[wr] = est * 1000 / (bytes ? bytes : 1);
+}
+
 /* A rendezvous: one request naming the program's buffers; ciod moves the
  * bytes itself (docs/protocol.md section 6.2).  -EOPNOTSUPP or -EFAULT
  * with nothing done: send the bytes instead.  conn_lock held. */
@@ -646,10 +753,16 @@ static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t
     int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV };
     uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
     struct iovec o = { segs, (size_t)cnt * sizeof segs[0] };
+    uint64_t t0 = now_ns();
+    uint32_t sq;
+    long r;
 
     for (int i = 0; i < cnt; i++)
         segs[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
-    return call_locked(type, a, &o, 1, NULL, 0, NULL);
+    if ((r = send_req(type, a, &o, 1, &sq)) < 0)
+        return r;
+    rdv_wait(wr, total, t0);
+    return recv_reply(type, sq, NULL, 0, NULL, 0);
 }
 
 /* The whole transfer holds the connection, so chunks of two threads never

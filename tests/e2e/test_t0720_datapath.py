@@ -10,6 +10,7 @@ import os
 import pwd
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -327,6 +328,39 @@ def test_ciod_survives_a_process_killed_mid_shared_memory_transfer(dp_machine: M
     before = counters(dp_machine)
     killed_mid_transfer(dp_machine, "D")        # ciod's mapping outlives the process: no fault
     assert delta(before, counters(dp_machine))["shm"] >= 2
+
+
+def test_a_long_rendezvous_is_slept_through_not_polled(dp_machine: Machine) -> None:
+    """A rendezvous write ciod cannot finish for 1.5 s (a FIFO read late):
+    cnk polls for a rendezvous reply only around when it is due, judged from
+    earlier transfers, and sleeps otherwise, so the process's CPU time stays
+    well under the wait; the bytes arrive exact; cnk's timer for those
+    sleeps is none of the program's descriptors (its first open is 3)."""
+    m = dp_machine
+    fifo = m.work / "late.fifo"
+    os.mkfifo(fifo)
+    os.chmod(fifo, 0o666)
+    got = bytearray()
+
+    def reader() -> None:
+        with open(fifo, "rb") as f:             # until ciod opens it for the rank
+            time.sleep(1.5)
+            while chunk := f.read(1 << 16):
+                got.extend(chunk)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    before = counters(m)
+    p = m.run("run", "--block", "D", "-n", "1", "--kernel", "cnk", "--cwd", str(m.work), DATAIO, "slow", fifo.name,
+              "4", timeout=120)
+    t.join(60)
+    assert p.stdout.startswith("ok "), p.stdout + p.stderr
+    kv = dict(x.split("=") for x in p.stdout.split()[1:])
+    assert kv["fd"] == "3" and int(kv["wrote"]) == 4 * MIB, kv
+    assert bytes(got) == pattern(4 * MIB)
+    assert delta(before, counters(m))["rdv"] >= 1         # a rendezvous, however long
+    assert int(kv["wall_ms"]) >= 1000, kv                 # the reader held it back
+    assert int(kv["cpu_ms"]) < int(kv["wall_ms"]) // 2, kv  # polling it all would burn the whole wait
 
 
 def _cmdline(d: Path) -> bytes:
