@@ -6,7 +6,7 @@ keep doing file I/O; poll/select/epoll and getaddrinfo work on compute nodes;
 a connection to a compute node's address stays local; large sends and
 receives are a rendezvous (ciod sends from and receives into the program's
 memory: on its mapping of cnk's big memory, through its window in Linux
-mode), byte-exact, with peeks, MSG_WAITALL and non-blocking partial sends.
+mode or from cnk's private big memory), byte-exact, with peeks, MSG_WAITALL and non-blocking partial sends.
 Every test runs under cnk and in Linux mode (the preload client,
 compute/libcnclient/sock.c).
 
@@ -68,9 +68,9 @@ def serve(server: socketserver.BaseServer) -> socketserver.BaseServer:
     return server
 
 
-def run(m: Machine, kernel: str, *args: str, n: int = N, pages: str = "keep"):
+def run(m: Machine, kernel: str, *args: str, n: int = N, pages: str = "keep", env: tuple[str, ...] = ()):
     return m.run("run", "--block", "K", "-n", str(n), "--label", "--kernel", kernel, "--hugepages", pages,
-                 "--cwd", str(m.work), str(PROG), *args, timeout=120)
+                 *[f"--env={e}" for e in env], "--cwd", str(m.work), str(PROG), *args, timeout=120)
 
 
 def counters(m: Machine) -> dict[str, int]:
@@ -162,6 +162,25 @@ def test_large_send_and_recv_are_rendezvous_and_exact(sk: Machine, kernel: str) 
         assert d["sock_shm"] >= 4 * d["shm_shares"] and d["sock_shm_bytes"] >= 2 * BIG * d["shm_shares"], d
     else:                   # a Linux process's memory is its own: through the window
         assert d["sock_shm"] == 0, d
+
+
+def test_large_send_and_recv_from_private_big_memory_go_through_the_window(sk: Machine) -> None:
+    """LATTICE_BIGMEM_SHARED=0 keeps cnk's big memory private: the same
+    transfers are rendezvous through ciod's window (process_vm_readv and
+    writev on the cnk process), still byte for byte."""
+    BigEcho.checked = []
+    with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
+        before = stats(sk)
+        p = run(sk, "cnk", "big", str(srv.server_address[1]), str(BIG), pages="reserve",
+                env=("LATTICE_BIGMEM_SHARED=0",))
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    assert BigEcho.checked == [True] * N, BigEcho.checked
+    d = delta(before, stats(sk))
+    assert d["shm_shares"] == 0 and d["sock_shm"] == 0 and d["rdv_fault"] == 0, d
+    assert d["calls.send_rdv"] == N and d["sock_rdv_bytes"] >= 2 * N * BIG, d
 
 
 class HeldSink(socketserver.BaseRequestHandler):
