@@ -29,10 +29,12 @@
 
 #define LAT_SOCK_SYSCALL(nr, a, b, c, d, e) ksys6((nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
 #include <lattice/sock_rule.h>
+#include <lattice/iov_slice.h>
 
 #include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
 
-#define MSG_DONTWAIT_ 0x40
+#define MSG_PEEK_     0x2
+#define MSG_WAITALL_  0x100
 #define MSG_NOSIGNAL_ 0x4000
 #define POLLIN_   0x1
 #define POLLOUT_  0x4
@@ -158,36 +160,18 @@ static int goes_rdv(size_t total, long cnt)
     return min && total >= min && cnt > 0;
 }
 
-/* sendmsg on a shipped socket: a rendezvous from rdv_min bytes, else the
- * name and the vectors in messages of at most LAT_MAX_IO bytes (streams
- * continue with the rest). */
-static long send_ship(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags)
+/* The bytes in messages of at most LAT_MAX_IO (streams continue with the
+ * rest); its own frame, as sock_rdv's. */
+__attribute__((noinline)) static long send_eager(int r, const void *name, long nlen, const struct iovec *iov,
+                                                 long cnt, size_t total, int flags)
 {
     struct iovec part[UIO_MAXIOV];
-    size_t total = 0, done = 0;
+    size_t done = 0;
 
-    if (cnt < 0 || cnt > UIO_MAXIOV || nlen < 0 || nlen > LAT_MAX_SOCKADDR)
-        return -EINVAL;
-    for (long i = 0; i < cnt; i++)
-        total += iov[i].iov_len;
-    if (goes_rdv(total, cnt)) {
-        long s = sock_rdv(r, 1, name, nlen, iov, cnt, flags & ~MSG_NOSIGNAL_, NULL);
-        if (s != -EOPNOTSUPP && s != -EFAULT)
-            return s < 0 ? epipe(s, flags) : s;
-    }
     do {
-        size_t chunk = total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, skip = done, left = chunk;
-        int n = 0;
-        for (long i = 0; i < cnt && left; i++) {
-            if (skip >= iov[i].iov_len) {
-                skip -= iov[i].iov_len;
-                continue;
-            }
-            size_t take = iov[i].iov_len - skip < left ? iov[i].iov_len - skip : left;
-            part[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
-            skip = 0;
-            left -= take;
-        }
+        size_t chunk;
+        int n = lat_iov_slice(iov, (size_t)cnt, done, total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, part,
+                              UIO_MAXIOV, &chunk);
         long s;
         while ((s = fwd_sendmsg_v(r, flags & ~MSG_NOSIGNAL_, name, name ? (uint32_t)nlen : 0, part, n,
                                   wait_ms())) == -LAT_ERR_WAIT)
@@ -201,8 +185,52 @@ static long send_ship(int r, const void *name, long nlen, const struct iovec *io
     return (long)done;
 }
 
+/* sendmsg on a shipped socket: a rendezvous from rdv_min bytes, else in
+ * messages. */
+static long send_ship(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags)
+{
+    size_t total = 0;
+
+    if (cnt < 0 || cnt > UIO_MAXIOV || nlen < 0 || nlen > LAT_MAX_SOCKADDR)
+        return -EINVAL;
+    for (long i = 0; i < cnt; i++)
+        total += iov[i].iov_len;
+    if (goes_rdv(total, cnt)) {
+        long s = sock_rdv(r, 1, name, nlen, iov, cnt, flags & ~MSG_NOSIGNAL_, NULL);
+        if (s != -EOPNOTSUPP && s != -EFAULT)
+            return s < 0 ? epipe(s, flags) : s;
+    }
+    return send_eager(r, name, nlen, iov, cnt, total, flags);
+}
+
+/* Received in messages of at most LAT_MAX_IO: a stream's MSG_WAITALL asks
+ * again for the rest after a full one.  Sender into *sn. */
+__attribute__((noinline)) static long recv_eager(int r, const struct iovec *iov, long cnt, size_t total, int flags,
+                                                 struct lat_sockname *sn)
+{
+    struct iovec part[UIO_MAXIOV];
+    struct lat_sockname more;
+    size_t done = 0;
+
+    for (;;) {
+        size_t want;
+        int np = lat_iov_slice(iov, (size_t)cnt, done, total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, part,
+                               UIO_MAXIOV, &want);
+        long m;
+        while ((m = fwd_recvmsg_v(r, flags, done ? &more : sn, part, np, want, wait_ms())) == -LAT_ERR_WAIT)
+            nap();              /* asked again while ciod says LAT_ERR_WAIT */
+        if (m < 0)
+            return done ? (long)done : m;
+        if ((size_t)m == want && done + want < total && (flags & MSG_WAITALL_) && !(flags & MSG_PEEK_)) {
+            done += want;       /* only the message's size stopped it */
+            continue;
+        }
+        return (long)(done + (size_t)m);
+    }
+}
+
 /* recvmsg on a shipped socket into the vectors (a rendezvous from rdv_min
- * bytes); sender into name. */
+ * bytes, else in messages); sender into name. */
 static long recv_ship(int r, void *name, int *nlen, const struct iovec *iov, long cnt, int flags,
                       unsigned *mflags)
 {
@@ -217,9 +245,7 @@ static long recv_ship(int r, void *name, int *nlen, const struct iovec *iov, lon
     if (goes_rdv(total, cnt))
         n = sock_rdv(r, 0, NULL, 0, iov, cnt, flags, &sn);
     if (n == -EOPNOTSUPP || n == -EFAULT)
-        while ((n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO,
-                                  wait_ms())) == -LAT_ERR_WAIT)
-            nap();              /* asked again while ciod says LAT_ERR_WAIT */
+        n = recv_eager(r, iov, cnt, total, flags, &sn);
     if (n < 0)
         return n;
     if (name && nlen) {

@@ -51,6 +51,7 @@ static long rule_syscall(long nr, long a, long b, long c, long d, long e)
 }
 #define LAT_SOCK_SYSCALL(nr, a, b, c, d, e) rule_syscall((nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e))
 #include "../include/lattice/sock_rule.h"   /* shared with cnk: freestanding */
+#include "../include/lattice/iov_slice.h"
 
 #define SLICE_MS    10          /* longest a shipped wait holds the connection with other threads */
 #define MAX_SHIPPED 128         /* shipped descriptors in one poll/select/epoll set */
@@ -196,44 +197,20 @@ static int eager_instead(int64_t n)
     return n < 0 && (errno == EOPNOTSUPP || errno == EFAULT);
 }
 
-/* sendmsg on a shipped socket: a rendezvous from rdv_min bytes, else the
- * name and the vectors in messages of at most LAT_MAX_IO bytes (streams
- * continue with the rest). */
-static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct iovec *iov, size_t cnt,
-                         int flags)
+/* The bytes in messages of at most LAT_MAX_IO (streams continue with the
+ * rest); its own frame, as sock_rdv's. */
+__attribute__((noinline)) static ssize_t send_eager(int r, const void *name, socklen_t nlen, const struct iovec *iov,
+                                                    size_t cnt, size_t total, int flags)
 {
     struct iovec part[IOV_MAX - 1];     /* and the name: IOV_MAX to send */
-    size_t total = 0, done = 0;
+    size_t done = 0;
 
-    if (cnt > IOV_MAX || nlen > LAT_MAX_SOCKADDR || (cnt && !iov))
-        return lat_fail(EINVAL);
-    for (size_t i = 0; i < cnt; i++) {
-        if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
-            return lat_fail(EINVAL);
-        total += iov[i].iov_len;
-    }
-    if (goes_rdv(total, cnt)) {
-        int64_t s = sock_rdv(r, 1, name, nlen, iov, cnt, flags & ~MSG_NOSIGNAL, NULL);
-        if (!eager_instead(s))
-            return s < 0 ? epipe(-1, flags) : (ssize_t)s;
-    }
     do {
-        size_t skip = done, chunk = 0;
-        int n = 0;
-        for (size_t i = 0; i < cnt && chunk < LAT_MAX_IO && n < IOV_MAX - 1; i++) {
-            if (skip >= iov[i].iov_len) {
-                skip -= iov[i].iov_len;
-                continue;
-            }
-            size_t take = iov[i].iov_len - skip;
-            if (take > LAT_MAX_IO - chunk)
-                take = LAT_MAX_IO - chunk;
-            part[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
-            skip = 0;
-            chunk += take;
-        }
+        size_t chunk;
+        int n = lat_iov_slice(iov, cnt, done, total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, part,
+                              IOV_MAX - 1, &chunk);
         int64_t s;
-        for (int w = SLICE_MS;; w = next_wait()) {     /* again while ciod says LAT_ERR_WAIT */
+        for (int w = exact_wait();; w = next_wait()) {  /* again while ciod says LAT_ERR_WAIT */
             s = fwd_sendmsg_v(r, flags & ~MSG_NOSIGNAL, name, name ? nlen : 0, part, n, w);
             if (s >= 0 || errno != LAT_ERR_WAIT)
                 break;
@@ -247,8 +224,59 @@ static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct i
     return (ssize_t)done;
 }
 
+/* sendmsg on a shipped socket: a rendezvous from rdv_min bytes, else in
+ * messages. */
+static ssize_t send_ship(int r, const void *name, socklen_t nlen, const struct iovec *iov, size_t cnt,
+                         int flags)
+{
+    size_t total = 0;
+
+    if (cnt > IOV_MAX || nlen > LAT_MAX_SOCKADDR || (cnt && !iov))
+        return lat_fail(EINVAL);
+    for (size_t i = 0; i < cnt; i++) {
+        if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
+            return lat_fail(EINVAL);
+        total += iov[i].iov_len;
+    }
+    if (goes_rdv(total, cnt)) {
+        int64_t s = sock_rdv(r, 1, name, nlen, iov, cnt, flags & ~MSG_NOSIGNAL, NULL);
+        if (!eager_instead(s))
+            return s < 0 ? epipe(-1, flags) : (ssize_t)s;
+    }
+    return send_eager(r, name, nlen, iov, cnt, total, flags);
+}
+
+/* Received in messages of at most LAT_MAX_IO: a stream's MSG_WAITALL asks
+ * again for the rest after a full one.  Sender into *sn. */
+__attribute__((noinline)) static int64_t recv_eager(int r, const struct iovec *iov, size_t cnt, size_t total,
+                                                    int flags, struct lat_sockname *sn)
+{
+    struct iovec part[IOV_MAX - 1];
+    struct lat_sockname more;
+    size_t done = 0;
+
+    for (;;) {
+        size_t want;
+        int np = lat_iov_slice(iov, cnt, done, total - done < LAT_MAX_IO ? total - done : LAT_MAX_IO, part,
+                               IOV_MAX - 1, &want);
+        int64_t m;
+        for (int w = (flags & MSG_WAITALL) ? exact_wait() : SLICE_MS;; w = next_wait()) {
+            m = fwd_recvmsg_v(r, flags, done ? &more : sn, part, np, want, w);
+            if (m >= 0 || errno != LAT_ERR_WAIT)
+                break;
+        }
+        if (m < 0)
+            return done ? (int64_t)done : -1;
+        if ((size_t)m == want && done + want < total && (flags & MSG_WAITALL) && !(flags & MSG_PEEK)) {
+            done += want;       /* only the message's size stopped it */
+            continue;
+        }
+        return (int64_t)(done + (size_t)m);
+    }
+}
+
 /* recvmsg on a shipped socket into the vectors (a rendezvous from rdv_min
- * bytes); sender into name. */
+ * bytes, else in messages); sender into name. */
 static ssize_t recv_ship(int r, void *name, socklen_t *nlen, const struct iovec *iov, size_t cnt, int flags,
                          int *mflags)
 {
@@ -261,11 +289,7 @@ static ssize_t recv_ship(int r, void *name, socklen_t *nlen, const struct iovec 
         total += iov[i].iov_len;
     int64_t n = goes_rdv(total, cnt) ? sock_rdv(r, 0, NULL, 0, iov, cnt, flags, &sn) : lat_fail(EOPNOTSUPP);
     if (eager_instead(n))
-        for (int w = (flags & MSG_WAITALL) ? exact_wait() : SLICE_MS;; w = next_wait()) {
-            n = fwd_recvmsg_v(r, flags, &sn, iov, (int)cnt, total < LAT_MAX_IO ? total : LAT_MAX_IO, w);
-            if (n >= 0 || errno != LAT_ERR_WAIT)
-                break;
-        }
+        n = recv_eager(r, iov, cnt, total, flags, &sn);
     if (n < 0)
         return -1;
     if (name && nlen) {

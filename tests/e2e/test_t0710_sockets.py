@@ -183,6 +183,42 @@ def test_large_send_and_recv_from_private_big_memory_go_through_the_window(sk: M
     assert d["calls.send_rdv"] == N and d["sock_rdv_bytes"] >= 2 * N * BIG, d
 
 
+@pytest.fixture(scope="module")
+def sk_messages(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    """Block M, whose ciod runs with LATTICE_DATAPATH=messages: what a
+    process on another host gets (no rendezvous, no shared memory)."""
+    m = make_machine(tmp_path_factory.mktemp("sockets-msg"), "--shape", "1x1x2", "--pset-size", "2",
+                     "--memory", "256M", "--cores", "2")
+    m.env = dict(m.env, LATTICE_DATAPATH="messages")
+    m.run("block", "create", "M", "--shape", "1x1x2")
+    m.run("boot", "M")
+    yield m
+    m.run("free", "M", check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_large_send_and_recv_without_rendezvous_travel_in_messages(sk_messages: Machine, kernel: str) -> None:
+    """Between hosts the same transfers go in SENDMSG/RECVMSG messages of
+    at most 1 MiB, byte for byte, and no SEND_RDV/RECV_RDV is even tried."""
+    m = sk_messages
+    BigEcho.checked = []
+    (ion,) = json.loads(m.run("counters", "M", "--json").stdout)
+    with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
+        p = m.run("run", "--block", "M", "-n", str(N), "--label", "--kernel", kernel, "--hugepages", "reserve",
+                  "--cwd", str(m.work), str(PROG), "big", str(srv.server_address[1]), str(BIG), timeout=120)
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    assert BigEcho.checked == [True] * N, BigEcho.checked
+    (after,) = json.loads(m.run("counters", "M", "--json").stdout)
+    calls = {k: v - ion["calls"].get(k, 0) for k, v in after["calls"].items()}
+    assert calls["send_rdv"] == 0 and calls["recv_rdv"] == 0, calls
+    assert calls["sendmsg"] >= N * (BIG >> 20) and calls["recvmsg"] >= N * (BIG >> 20), calls
+    assert after["stats"]["sock_rdv"] == 0, after["stats"]
+
+
 class HeldSink(socketserver.BaseRequestHandler):
     """Reads nothing until every rank's sent.RANK file exists in `where`, then
     reads to end of file and answers the count if the bytes are pattern 0."""
