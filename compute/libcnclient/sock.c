@@ -194,7 +194,7 @@ static int goes_rdv(size_t total, size_t cnt)
 
 static int eager_instead(int64_t n)
 {
-    return n < 0 && (errno == EOPNOTSUPP || errno == EFAULT);
+    return n < 0 && (errno == EOPNOTSUPP || errno == EFAULT || errno == ENOSYS);    /* ENOSYS: an older ciod */
 }
 
 /* The bytes in messages of at most LAT_MAX_IO (streams continue with the
