@@ -8,7 +8,11 @@ Sweep: bench/fwd_io sweep moves MIB MiB with write()/read() calls of 4 KiB,
   read:  from /dev/zero, from a tmpfs file, from a disk file (page cache warm)
 under cnk (shipped; rendezvous from rdv_min) and, as the baseline, the same
 program run directly on Linux by as many concurrent processes.  Throughput
-is the sum of the processes' own rates (each times its own calls).
+is all processes' bytes over the span from the first one's start to the last
+one's end for that buffer size; the processes pass a barrier (files in a
+shared directory) before each buffer size, so they really run at the same
+time (a sum of each process's own rate would count processes that drifted
+apart as concurrent).
 
 Import storm: RANKS ranks run `python3 -c "import json, email, http.client"`
 under cnk (every file call shipped), with collective I/O on and off (ciod
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,14 +45,17 @@ PYTHON = "/usr/bin/python3"     # the distribution's Python 3.11 and its standar
 
 
 def rates(out: str) -> dict[int, float]:
-    """buf size -> MB/s, summed over the processes whose lines are in out."""
-    total: dict[int, float] = {}
+    """buf size -> MB/s of the processes whose lines are in out: their bytes over
+    the span from the earliest start to the latest end (CLOCK_MONOTONIC is one
+    clock for every process on this host)."""
+    spans: dict[int, tuple[float, float, float]] = {}     # buf -> (MB, first t0, last t1)
     for line in out.splitlines():
         kv = dict(p.split("=") for p in line.split(": ", 1)[-1].split() if "=" in p)
         if "buf" in kv:
-            b = int(kv["buf"])
-            total[b] = total.get(b, 0.0) + float(kv["MBps"])
-    return total
+            b, t0, t1 = int(kv["buf"]), float(kv["t0"]), float(kv["t1"])
+            mb, lo, hi = spans.get(b, (0.0, t0, t1))
+            spans[b] = (mb + float(kv["MBps"]) * (t1 - t0), min(lo, t0), max(hi, t1))
+    return {b: mb / max(hi - lo, 1e-9) for b, (mb, lo, hi) in spans.items()}
 
 
 class Machine:
@@ -74,7 +82,8 @@ class Machine:
 
 def direct(n: int, args: list[str]) -> str:
     def one(r: int) -> str:
-        return subprocess.run([str(FWD_IO), *args], env=dict(os.environ, LATTICE_RANK=str(r)), check=True,
+        return subprocess.run([str(FWD_IO), *args], env=dict(os.environ, LATTICE_RANK=str(r), LATTICE_SIZE=str(n)),
+                              check=True,
                               capture_output=True, text=True).stdout
     with ThreadPoolExecutor(n) as ex:
         return "".join(ex.map(one, range(n)))
@@ -95,16 +104,19 @@ def sweep(a: argparse.Namespace, home: Path) -> None:
         for i in range(a.repeat):
             for op, where, name in cases:
                 for n in procs:
-                    args = ["sweep", op, where, str(a.mib)]
                     for kind in bl.rotations(["direct", "cnk"], i):
+                        bar = Path(tempfile.mkdtemp(prefix="bar-", dir=home))
+                        os.chmod(bar, 0o777)
+                        args = ["sweep", op, where, str(a.mib), str(bar)]
                         out = direct(n, args) if kind == "direct" else m.run(
                             "run", "--block", "B", "-n", str(n), "--kernel", "cnk", "--label", str(FWD_IO), *args,
                             capture=True)
                         for b, v in rates(out).items():
                             res.setdefault((op, name, n, kind), {}).setdefault(b, []).append(v)
+                        shutil.rmtree(bar)
                     print(f"  run {i + 1}/{a.repeat} {op} {name} x{n} done", file=sys.stderr)
-        print(f"\n### Forwarded throughput vs buffer size ({a.mib} MiB per process, median of {a.repeat}, MB/s summed "
-              "over processes; ratio = cnk/direct)\n")
+        print(f"\n### Forwarded throughput vs buffer size ({a.mib} MiB per process, median of {a.repeat}, MB/s of all "
+              "processes over their common span; ratio = cnk/direct)\n")
         sizes = sorted({b for v in res.values() for b in v})
         print("| op | target | procs | " + " | ".join(f"{b >> 10} KiB" for b in sizes) + " |")
         print("| --- | --- | --- | " + " | ".join("---" for _ in sizes) + " |")
@@ -167,10 +179,13 @@ def main() -> int:
     bl.require_built(FWD_IO)
     home = Path(tempfile.mkdtemp(prefix="lattice-sweep-"))
     print(bl.header("forwarding_sweep.py", sys.argv[1:]))
-    if a.only != "storm":
-        sweep(a, home)
-    if a.only != "sweep":
-        storm(a, home)
+    try:
+        if a.only != "storm":
+            sweep(a, home)
+        if a.only != "sweep":
+            storm(a, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)     # the machines' homes (logs, database)
     return 0
 
 

@@ -73,7 +73,31 @@ static int seq(const char *path, long mib)
     return 0;
 }
 
-static int sweep(int wr, const char *where, long mib)
+/* A barrier of the job's processes before each buffer size, so that they
+ * move data together (each phase takes milliseconds, while launches and the
+ * 4 KiB phase put seconds between processes): every process creates
+ * DIR/PHASE.RANK and waits until all LATTICE_SIZE of them exist.  DIR is
+ * on a file system every process sees (shipped calls under cnk). */
+static int barrier(const char *dir, size_t phase)
+{
+    const char *rank = getenv("LATTICE_RANK"), *size = getenv("LATTICE_SIZE");
+    int n = size ? atoi(size) : 1;
+    char path[4096];
+    struct stat st;
+
+    snprintf(path, sizeof path, "%s/%zu.%s", dir, phase, rank ? rank : "0");
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) { perror(path); return -1; }
+    close(fd);
+    for (int r = 0; r < n; r++) {
+        snprintf(path, sizeof path, "%s/%zu.%d", dir, phase, r);
+        while (stat(path, &st) != 0)
+            nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+    }
+    return 0;
+}
+
+static int sweep(int wr, const char *where, long mib, const char *bar)
 {
     char path[4096];
     const char *rank = getenv("LATTICE_RANK");
@@ -94,13 +118,15 @@ static int sweep(int wr, const char *where, long mib)
             if (write(fd, buf, max) != (ssize_t)max) { perror("write"); return 1; }
     for (size_t b = 4096; b <= max; b *= 4) {
         if (is_dir && lseek(fd, 0, SEEK_SET) != 0) { perror("lseek"); return 1; }
+        if (bar && barrier(bar, b) != 0) return 1;
         double t0 = now();
         for (size_t done = 0; done < total; done += b) {
             ssize_t n = wr ? write(fd, buf, b) : read(fd, buf, b);
             if (n != (ssize_t)b) { perror(wr ? "write" : "read"); return 1; }
         }
         double t = now() - t0;
-        printf("buf=%zu MBps=%.1f\n", b, (double)total / t / 1e6);
+        /* t0/t1 let the driver take the span of all processes, not a sum of own rates */
+        printf("buf=%zu MBps=%.1f t0=%.9f t1=%.9f\n", b, (double)total / t / 1e6, t0, t0 + t);
     }
     close(fd);
     if (is_dir)
@@ -110,12 +136,12 @@ static int sweep(int wr, const char *where, long mib)
 
 int main(int argc, char **argv)
 {
-    if (argc == 5 && !strcmp(argv[1], "sweep"))
-        return sweep(!strcmp(argv[2], "write"), argv[3], atol(argv[4]));
+    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "sweep"))
+        return sweep(!strcmp(argv[2], "write"), argv[3], atol(argv[4]), argc == 6 ? argv[5] : NULL);
     if (argc == 3 && !strcmp(argv[1], "rtt"))
         return rtt(atol(argv[2]));
     if (argc == 4 && !strcmp(argv[1], "seq"))
         return seq(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: fwd_io rtt COUNT | fwd_io seq PATH MIB | fwd_io sweep write|read PATH MIB\n");
+    fprintf(stderr, "usage: fwd_io rtt COUNT | fwd_io seq PATH MIB | fwd_io sweep write|read PATH MIB [BARRIER_DIR]\n");
     return 64;
 }
