@@ -19,7 +19,8 @@ under cnk (every file call shipped), with collective I/O on and off (ciod
 started with LATTICE_COLLECTIVE=0): wall time of `lattice run` and the
 requests vs file-system calls on the I/O node.
 
-    .venv/bin/python bench/forwarding_sweep.py [--repeat 3] [--mib 64] [--procs 1,4,8] [--storm-ranks 16]
+    .venv/bin/python bench/forwarding_sweep.py [--repeat 3] [--mib 64] [--procs 1,4,8] [--min-buf 4096]
+        [--storm-ranks 16]
         [--datapath shm|vm|messages]
 """
 from __future__ import annotations
@@ -107,7 +108,7 @@ def sweep(a: argparse.Namespace, home: Path) -> None:
                     for kind in bl.rotations(["direct", "cnk"], i):
                         bar = Path(tempfile.mkdtemp(prefix="bar-", dir=home))
                         os.chmod(bar, 0o777)
-                        args = ["sweep", op, where, str(a.mib), str(bar)]
+                        args = ["sweep", op, where, str(a.mib), str(bar), str(a.min_buf)]
                         out = direct(n, args) if kind == "direct" else m.run(
                             "run", "--block", "B", "-n", str(n), "--kernel", "cnk", "--label", str(FWD_IO), *args,
                             capture=True)
@@ -170,6 +171,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--procs", default="1,4,8")
+    ap.add_argument("--min-buf", type=int, default=4096,
+                    help="smallest buffer of the sweep (x4 up to 4 MiB); e.g. 1048576 with a large --mib "
+                         "for long phases at the sizes the 90%% goal is about")
     ap.add_argument("--storm-ranks", type=int, default=16)
     ap.add_argument("--only", choices=["sweep", "storm"])
     ap.add_argument("--datapath", choices=["shm", "vm", "messages"],

@@ -5,8 +5,8 @@
  *
  *   fwd_io rtt COUNT          8-byte writes to /dev/null: ns per call
  *   fwd_io seq PATH MIB       write then read MIB MiB in 1 MiB blocks: MB/s
- *   fwd_io sweep write|read PATH MIB
- *                             for buffers of 4 KiB .. 4 MiB (x4): MIB MiB moved
+ *   fwd_io sweep write|read PATH MIB [BARRIER_DIR [MIN_BUF]]
+ *                             for buffers of MIN_BUF (4 KiB) .. 4 MiB (x4): MIB MiB moved
  *                             with write/read calls of that size, one line
  *                             "buf=N MBps=X" each.  PATH: a device (/dev/null,
  *                             /dev/zero) or a directory, where the process uses
@@ -97,13 +97,14 @@ static int barrier(const char *dir, size_t phase)
     return 0;
 }
 
-static int sweep(int wr, const char *where, long mib, const char *bar)
+static int sweep(int wr, const char *where, long mib, const char *bar, size_t min)
 {
     char path[4096];
     const char *rank = getenv("LATTICE_RANK");
     struct stat st;
     int is_dir = stat(where, &st) == 0 && S_ISDIR(st.st_mode);
     size_t total = (size_t)mib << 20, max = 4u << 20;
+    if (min < 1 || min > max) { fprintf(stderr, "MIN_BUF must be 1 .. %zu\n", max); return 2; }
     char *buf = malloc(max);
     if (!buf) return 1;
     memset(buf, 0x5a, max);
@@ -113,10 +114,10 @@ static int sweep(int wr, const char *where, long mib, const char *bar)
         snprintf(path, sizeof path, "%s", where);
     int fd = open(path, wr ? (O_WRONLY | (is_dir ? O_CREAT | O_TRUNC : 0)) : O_RDWR * is_dir | O_CREAT * is_dir, 0644);
     if (fd < 0) { perror(path); return 1; }
-    if (!wr && is_dir)                  /* the data to read, untimed */
+    if (is_dir)     /* untimed: the data to read, or the pages to overwrite (no phase pays for allocating them) */
         for (size_t off = 0; off < total; off += max)
             if (write(fd, buf, max) != (ssize_t)max) { perror("write"); return 1; }
-    for (size_t b = 4096; b <= max; b *= 4) {
+    for (size_t b = min; b <= max; b *= 4) {
         if (is_dir && lseek(fd, 0, SEEK_SET) != 0) { perror("lseek"); return 1; }
         if (bar && barrier(bar, b) != 0) return 1;
         double t0 = now();
@@ -136,12 +137,13 @@ static int sweep(int wr, const char *where, long mib, const char *bar)
 
 int main(int argc, char **argv)
 {
-    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "sweep"))
-        return sweep(!strcmp(argv[2], "write"), argv[3], atol(argv[4]), argc == 6 ? argv[5] : NULL);
+    if (argc >= 5 && argc <= 7 && !strcmp(argv[1], "sweep"))
+        return sweep(!strcmp(argv[2], "write"), argv[3], atol(argv[4]), argc >= 6 ? argv[5] : NULL,
+                     argc == 7 ? strtoul(argv[6], NULL, 0) : 4096);
     if (argc == 3 && !strcmp(argv[1], "rtt"))
         return rtt(atol(argv[2]));
     if (argc == 4 && !strcmp(argv[1], "seq"))
         return seq(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: fwd_io rtt COUNT | fwd_io seq PATH MIB | fwd_io sweep write|read PATH MIB [BARRIER_DIR]\n");
+    fprintf(stderr, "usage: fwd_io rtt COUNT | fwd_io seq PATH MIB | fwd_io sweep write|read PATH MIB [BARRIER_DIR [MIN_BUF]]\n");
     return 64;
 }
