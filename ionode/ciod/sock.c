@@ -292,9 +292,14 @@ int srv_recvmsg(struct proc *p, struct call *k, struct rfd *r, int flags, struct
         return 0;
     if (flags & ~RECV_FLAGS)
         return fail(k, EOPNOTSUPP);
+    /* A stream's MSG_TRUNC drops bytes without copying them, but the reply
+     * carries min(result, count) bytes of buf: receive them for real instead
+     * (consumed all the same), so the program never gets stale buffer bytes. */
+    if ((flags & MSG_TRUNC) && is_stream(fd))
+        flags &= ~MSG_TRUNC;
     struct iovec v = { buf, count };
     int64_t n = recv_iov(p, fd, sn, &v, 1, count, flags, ms, &err);
-    /* MSG_TRUNC may report more than fits: only count bytes travel (the decoder) */
+    /* a datagram's MSG_TRUNC may report more than fits: only count bytes travel (the decoder) */
     return n < 0 ? fail(k, err) : result(k, n);
 }
 

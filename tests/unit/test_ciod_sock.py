@@ -88,3 +88,25 @@ def test_socket_rendezvous_requests_are_checked(ciod: Ciod, tmp_path: Path) -> N
     # and the connection still serves
     assert p.ok("getsockname", s)[0] == 16
     p.ok("close", s)
+
+
+def test_stream_recv_with_msg_trunc_never_returns_stale_bytes(ciod: Ciod, tmp_path: Path) -> None:
+    """MSG_TRUNC on a stream drops the bytes; the reply still carries a
+    buffer's worth, which must be those bytes, not what ciod's buffer held
+    from an earlier receive."""
+    job = Job(ciod, tmp_path)
+    p: Proc = job.proc(0)
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        s, _ = p.ok("socket", socket.AF_INET, socket.SOCK_STREAM, 0)
+        p.ok("connect", s, -1, 0, data=sockaddr(srv.getsockname()[1]))
+        peer, _ = srv.accept()
+        with peer:
+            peer.sendall(b"A" * 64)
+            n, out = p.ok("recvmsg", s, socket.MSG_WAITALL, 64, -1)
+            assert n == 64 and out[136:] == b"A" * 64
+            peer.sendall(b"bbbbcccc")
+            n, out = p.ok("recvmsg", s, socket.MSG_TRUNC | socket.MSG_WAITALL, 4, -1)
+            assert n == 4 and out[136:] in (b"", b"bbbb")       # never the stale "AAAA"
+            n, out = p.ok("recvmsg", s, 0, 64, -1)               # the dropped bytes are gone
+            assert out[136:] == b"cccc"
+        p.ok("close", s)
