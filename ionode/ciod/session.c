@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -51,7 +52,7 @@ static void refuse(struct conn *c, uint32_t seq, int err, const char *why)
 void *session_main(void *arg)
 {
     struct conn *c = arg;
-    struct lat_hdr h;
+    struct lat_hdr h = { 0 };
     struct lat_hello hello;
     struct lat_hello_proc hp;
     bool has_hp;
@@ -59,7 +60,8 @@ void *session_main(void *arg)
     int rc;
 
     pthread_setname_np(pthread_self(), "ciod-hello");
-    set_timeout(c, HELLO_TIMEOUT);
+    const char *t = getenv("LATTICE_HELLO_TIMEOUT");     /* tests shorten it */
+    set_timeout(c, t && atoi(t) > 0 ? atoi(t) : HELLO_TIMEOUT);
     rc = conn_recv(c, &h, why, sizeof(why));
     if (rc == 0)
         goto out;                       /* connected and left: a probe */

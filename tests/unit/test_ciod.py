@@ -1066,3 +1066,24 @@ def test_a_failed_chunk_cancels_the_rest_of_its_series(ciod: Ciod, tmp_path: Pat
     assert d["pipe_series"] == 3 and d["pipe_chunks"] == 7 and d["pipe_cancelled"] == 3, d
     p.ok("close", fd)
     assert ciod.alive()
+
+
+def test_a_silent_connection_is_dropped_and_ciod_keeps_serving(ciod_bin: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer that connects and never says hello must not hold a thread:
+    after LATTICE_HELLO_TIMEOUT (30 s by default) ciod closes it with a RAS
+    warning, while others are served meanwhile."""
+    monkeypatch.setenv("LATTICE_HELLO_TIMEOUT", "1")
+    c = Ciod(ciod_bin, tmp_path)
+    try:
+        silent = c.raw()
+        assert status(c) == (0, PSET_SIZE, 0)         # served while the silent one waits
+        t0 = time.monotonic()
+        assert closed(silent)                          # raw() sockets give up after 10 s
+        assert time.monotonic() - t0 < 9
+        assert "closed: receive failed" in c.rastext()
+        assert status(c) == (0, PSET_SIZE, 0)
+    finally:
+        c.proc.terminate()
+        c.proc.wait(10)
+        c.log.close()
