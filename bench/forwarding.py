@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,7 @@ def main() -> int:
         subprocess.run([str(LATTICE), "free", "bench"], env=env, capture_output=True)
         subprocess.run(["umount", str(tmpfs)])
         os.rmdir(tmpfs)
+        shutil.rmtree(home, ignore_errors=True)     # the machine's database and logs
     return 0
 
 
