@@ -210,6 +210,7 @@ size_t   dp_counters(uint64_t *out, size_t cap);
 /* Polls briefly for a process's next request (LATTICE_SPIN_US). */
 /* The thresholds a PROC hello gets (hp NULL: an old-style hello). */
 void     dp_hello(struct conn *c, const struct lat_hello_proc *hp, struct lat_datapath *dp);
+int      dp_seg_iovecs(const void *data, unsigned n, struct iovec *segs, uint64_t *total);
 int      dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg);
 /* The part [skip, skip + len) of the segments, into out: how many. */
 int      dp_seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out);

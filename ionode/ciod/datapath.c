@@ -392,7 +392,7 @@ void dp_mbox_reply(const struct dp_shm *mb, uint16_t type, uint32_t seq, int64_t
 }
 
 /* The segments as pointers into our mapping; false if one lies outside. */
-static bool shm_translate(const struct dp_shm *shm, const struct iovec *segs, unsigned n, struct iovec *out)
+bool dp_shm_translate(const struct dp_shm *shm, const struct iovec *segs, unsigned n, struct iovec *out)
 {
     if (!shm || !shm->map)
         return false;
@@ -403,11 +403,6 @@ static bool shm_translate(const struct dp_shm *shm, const struct iovec *segs, un
         out[i] = (struct iovec){ shm->map + (a - shm->base), (size_t)l };
     }
     return true;
-}
-
-bool dp_shm_translate(const struct dp_shm *shm, const struct iovec *segs, unsigned n, struct iovec *out)
-{
-    return shm_translate(shm, segs, n, out);
 }
 
 /* One copy: the file system call reads or fills our mapping of the
@@ -451,30 +446,39 @@ out:
 
 /* ---- rendezvous ---- */
 
-/* The segments of a rendezvous request, checked against its count. */
-int dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg)
+/* n segments (unaligned in a payload) as iovecs, and their sum; EINVAL if
+ * one wraps or the sum passes INT64_MAX (a call's result must hold it). */
+int dp_seg_iovecs(const void *data, unsigned n, struct iovec *segs, uint64_t *total)
 {
     uint64_t sum = 0;
-    unsigned n = (unsigned)(dlen / sizeof(struct lat_rdv_seg));
 
-    if (dlen % sizeof(struct lat_rdv_seg) || n == 0 || n > LAT_RDV_MAXSEG || count < 0)
-        return EINVAL;
     for (unsigned i = 0; i < n; i++) {
         struct lat_rdv_seg s;
-        memcpy(&s, data + i * sizeof(s), sizeof(s));
+        memcpy(&s, (const char *)data + i * sizeof(s), sizeof(s));
         if (s.len > (uint64_t)INT64_MAX - sum || s.addr + s.len < s.addr)
             return EINVAL;
         sum += s.len;
         segs[i] = (struct iovec){ (void *)(uintptr_t)s.addr, (size_t)s.len };
     }
-    if (sum != (uint64_t)count)
+    *total = sum;
+    return 0;
+}
+
+/* The segments of a rendezvous request, checked against its count. */
+int dp_segments(const char *data, size_t dlen, int64_t count, struct iovec *segs, unsigned *nseg)
+{
+    unsigned n = (unsigned)(dlen / sizeof(struct lat_rdv_seg));
+    uint64_t sum;
+
+    if (dlen % sizeof(struct lat_rdv_seg) || n == 0 || n > LAT_RDV_MAXSEG || count < 0 ||
+        dp_seg_iovecs(data, n, segs, &sum) != 0 || sum != (uint64_t)count)
         return EINVAL;
     *nseg = n;
     return 0;
 }
 
 /* The part [skip, skip + len) of the remote segments. */
-static int seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out)
+int dp_seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out)
 {
     int k = 0;
 
@@ -491,11 +495,6 @@ static int seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t
     return k;
 }
 
-int dp_seg_slice(const struct iovec *segs, unsigned n, uint64_t skip, size_t len, struct iovec *out)
-{
-    return seg_slice(segs, n, skip, len, out);
-}
-
 /* Moves count bytes between the process's memory and `src`/`dst`, one
  * window at a time.  Returns bytes done; *err is set on a failure before
  * anything moved (EFAULT when the memory is out of reach). */
@@ -507,12 +506,12 @@ int64_t dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bo
     uint64_t done = 0;
 
     *err = 0;
-    if (shm_translate(shm, segs, nseg, rv))
+    if (dp_shm_translate(shm, segs, nseg, rv))
         return shm_rdv(rv, nseg, wr, pos, win, winlen, io, ctx, err);
     dp_ctr_max(LAT_CTR_RDV_BUF_MAX, winlen < count ? winlen : count);
     while (done < count) {
         size_t n = count - done < winlen ? (size_t)(count - done) : winlen;
-        int k = seg_slice(segs, nseg, done, n, rv);
+        int k = dp_seg_slice(segs, nseg, done, n, rv);
         struct iovec lv = { win, n };
         ssize_t m;
 
@@ -538,7 +537,7 @@ int64_t dp_rdv(pid_t pid, const struct dp_shm *shm, char *win, size_t winlen, bo
                 break;
             }
             lv.iov_len = (size_t)r;
-            k = seg_slice(segs, nseg, done, (size_t)r, rv);
+            k = dp_seg_slice(segs, nseg, done, (size_t)r, rv);
             m = r ? process_vm_writev(pid, &lv, 1, rv, (unsigned long)k, 0) : 0;
             if (m < r) {
                 atomic_fetch_add(&dp_ctr[LAT_CTR_RDV_FAULT], 1);

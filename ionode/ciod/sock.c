@@ -312,23 +312,6 @@ int srv_recvmsg(struct proc *p, struct call *k, struct rfd *r, int flags, struct
  * process's memory, and only then drops what it wrote from the socket, so
  * memory the process cannot have written (EFAULT) loses no data. */
 
-/* The request's segments (unaligned in the payload), checked. */
-static int rdv_segs(const struct lat_rdv_seg *segs, uint32_t n, struct iovec *rv, uint64_t *total)
-{
-    uint64_t sum = 0;
-
-    for (uint32_t i = 0; i < n; i++) {
-        struct lat_rdv_seg s;
-        memcpy(&s, (const char *)segs + i * sizeof(s), sizeof(s));
-        if (s.len > (uint64_t)SSIZE_MAX - sum || s.addr + s.len < s.addr)
-            return EINVAL;
-        sum += s.len;
-        rv[i] = (struct iovec){ (void *)(uintptr_t)s.addr, (size_t)s.len };
-    }
-    *total = sum;
-    return 0;
-}
-
 /* What SEND_RDV and RECV_RDV check first (bad: flags they do not pass
  * on); false when the call already has its error. */
 static bool rdv_begin(struct proc *p, struct call *k, struct rfd *r, int bad, const struct lat_rdv_seg *segs,
@@ -342,7 +325,7 @@ static bool rdv_begin(struct proc *p, struct call *k, struct rfd *r, int bad, co
         return fail(k, EOPNOTSUPP), false;      /* not granted in the hello: send the bytes */
     if (bad)
         return fail(k, EOPNOTSUPP), false;
-    if ((err = rdv_segs(segs, nseg, rv, total)) != 0)
+    if ((err = dp_seg_iovecs(segs, nseg, rv, total)) != 0)
         return fail(k, err), false;
     return true;
 }
