@@ -136,22 +136,29 @@ class BigEcho(socketserver.BaseRequestHandler):
         self.request.sendall(pat(BIG, 1))
 
 
+def big_exchange(sk: Machine, kernel: str, env: tuple[str, ...] = ()) -> dict[str, int]:
+    """Every rank sends BIG bytes to an echo server and receives them back
+    (the `big` mode of examples/sockets.c); checks both directions byte for
+    byte and returns the I/O node's counter deltas."""
+    BigEcho.checked = []
+    with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
+        before = stats(sk)
+        p = run(sk, kernel, "big", str(srv.server_address[1]), str(BIG), pages="reserve", env=env)  # hugetlb: shared
+        srv.shutdown()
+    out = by_rank(p.stdout)
+    for r in range(N):
+        assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
+    assert BigEcho.checked == [True] * N, BigEcho.checked
+    return delta(before, stats(sk))
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_large_send_and_recv_are_rendezvous_and_exact(sk: Machine, kernel: str) -> None:
     """One send() of BIG bytes and the answer received with a peek, a
     MSG_WAITALL half and large recvs: byte for byte both ways, and every
     one of those calls a rendezvous -- on the shared mapping of big memory
     under cnk (one copy), through ciod's window in Linux mode."""
-    BigEcho.checked = []
-    with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
-        before = stats(sk)
-        p = run(sk, kernel, "big", str(srv.server_address[1]), str(BIG), pages="reserve")   # hugetlb: shared
-        srv.shutdown()
-    out = by_rank(p.stdout)
-    for r in range(N):
-        assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
-    assert BigEcho.checked == [True] * N, BigEcho.checked
-    d = delta(before, stats(sk))
+    d = big_exchange(sk, kernel)
     assert d["calls.send_rdv"] == N and d["calls.sendmsg"] == 0, d        # one request per send, no messages
     assert d["calls.recv_rdv"] >= 3 * N and d["rdv_fault"] == 0, d       # peek, MSG_WAITALL, the rest
     assert d["sock_rdv_bytes"] >= 2 * N * BIG, d
@@ -168,17 +175,7 @@ def test_large_send_and_recv_from_private_big_memory_go_through_the_window(sk: M
     """LATTICE_BIGMEM_SHARED=0 keeps cnk's big memory private: the same
     transfers are rendezvous through ciod's window (process_vm_readv and
     writev on the cnk process), still byte for byte."""
-    BigEcho.checked = []
-    with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
-        before = stats(sk)
-        p = run(sk, "cnk", "big", str(srv.server_address[1]), str(BIG), pages="reserve",
-                env=("LATTICE_BIGMEM_SHARED=0",))
-        srv.shutdown()
-    out = by_rank(p.stdout)
-    for r in range(N):
-        assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
-    assert BigEcho.checked == [True] * N, BigEcho.checked
-    d = delta(before, stats(sk))
+    d = big_exchange(sk, "cnk", env=("LATTICE_BIGMEM_SHARED=0",))
     assert d["shm_shares"] == 0 and d["sock_shm"] == 0 and d["rdv_fault"] == 0, d
     assert d["calls.send_rdv"] == N and d["sock_rdv_bytes"] >= 2 * N * BIG, d
 
