@@ -28,6 +28,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -562,6 +564,23 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
     envp[k + 1] = pidvar;               /* envp[k + 2] is the spare NULL */
 }
 
+/* A job of root is root without capabilities (as its I/O worker on the I/O
+ * node is, so the kernel lets the worker reach its memory): none held, none
+ * in the bounding set, and SECBIT_NOROOT so that exec gives none back. */
+static int drop_capabilities(void)
+{
+    struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct caps[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
+
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+              SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+        return -1;
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap) < 0 && errno != EINVAL)
+            return -1;
+    return (int)syscall(SYS_capset, &hdr, caps);
+}
+
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
 static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
                   char **argv, char **envp, pid_t parent)
@@ -604,6 +623,8 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
             groups[i] = j->groups[i];
         if (setgroups(ng, groups) < 0 || setgid(j->nj.gid) < 0 || setuid(j->nj.uid) < 0)
             child_fail(f, -errno);  /* negative: identity, not exec */
+        if (j->nj.uid == 0 && drop_capabilities() < 0)
+            child_fail(f, -errno);
     }
     /* after any identity change (which clears it): die with cnode */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
