@@ -37,11 +37,14 @@ struct ciod_config {
     const char *listen;
     const char *location;           /* this I/O node's location */
     uint8_t     key[LAT_KEY_BYTES];
+    char       *title;                  /* argv's bytes, for a worker's name in ps */
+    size_t      titlelen;
 };
 extern struct ciod_config cfg;
 
-/* Shipped calls executed since start, indexed by type - LAT_SYS__BASE. */
-extern atomic_uint_fast64_t sys_calls[NSYS];
+/* Shipped calls executed since start, indexed by type - LAT_SYS__BASE
+ * (in memory the workers share with the monitor: datapath_init). */
+extern atomic_uint_fast64_t *sys_calls;
 
 /* ---- net.c: addresses, connections, framed messages ---- */
 
@@ -86,25 +89,19 @@ int reply_error(struct conn *c, uint32_t seq, int err, const char *fmt, ...)
 
 enum ras_sev { RAS_INFO, RAS_WARNING, RAS_ERROR, RAS_FATAL };
 int  ras_open(const char *path, char *err, size_t errlen);
+int  ras_fd(void);                     /* the spool, which the worker keeps */
+void ras_after_fork(void);
 void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int  errprintf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void node_location(uint32_t node, char *buf, size_t len);
 
-/* ---- identity.c: the job owner's file-system identity, per thread ---- */
-
+/* The job owner: what its I/O worker becomes (worker.c). */
 struct ident {
     uint32_t uid, gid, ngroups;
     gid_t    groups[CIOD_MAX_GROUPS];
 };
-
-void ident_init(void);
-bool ident_is_root(void);
-int  ident_enter(const struct ident *who);     /* 0 or an errno */
-void ident_leave(void);
-struct stat;
-bool ident_may(const struct ident *who, const struct stat *st, int mode);
 
 /* ---- job.c: nodes and the running job, shared under one mutex ---- */
 
@@ -152,9 +149,13 @@ void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data,
 void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen);
 void job_rank_output(int32_t rank, uint64_t id, uint32_t stream, const void *data, size_t len);
 
-/* PROC hello: checks job id, node and process index, copies what the thread needs. */
-int  job_proc_attach(uint32_t node, uint32_t t, uint64_t id, struct ident *who, char *cwd,
-                     size_t cwdlen, int32_t *rank);
+/* PROC hello: checks job id, node and process index: 0 (*rank set), EACCES
+ * (no such process), EBUSY (it is connected already: one connection at a time). */
+int  job_proc_attach(uint32_t node, uint32_t t, uint64_t id, int32_t *rank);
+/* Its connection closed (the worker said so): it may say hello again. */
+void job_proc_detach(uint32_t node, uint32_t t, uint64_t id);
+/* The rank of process t of node in job id: 0 or EACCES (PMI connections). */
+int  job_proc_rank(uint32_t node, uint32_t t, uint64_t id, int32_t *rank);
 /* A reference to the job's control connection if job `id` runs, else NULL. */
 struct conn *job_owner(uint64_t id);
 
@@ -165,13 +166,14 @@ void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count)
 /* ---- libcache.c: the running job's library cache directory on the compute host ---- */
 
 void libcache_init(void);               /* at start: remove those of ciods that are gone */
-void libcache_job_start(uint64_t job, uint32_t uid, uint32_t gid);
-void libcache_job_end(void);            /* before JOB_END: empty and remove it */
+void libcache_job_start(uint64_t job);  /* in the job's worker, as the owner */
+void libcache_job_end(void);            /* the worker at its end, the monitor after reaping it */
 
 /* ---- plugin.c: plug-ins (docs/plugins.md) ---- */
 
 int  plugin_add(const char *spec, char *err, size_t errlen);    /* --plugin PATH[:LIMIT][;CONFIG] */
 int  plugin_load_all(char *err, size_t errlen);                /* dlopen + init, before serving */
+unsigned plugin_count(void);
 /* LAT_PLUG_CALL on a process connection; < 0 only if the reply could not be sent. */
 int  plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t rank, uint32_t node);
 
@@ -199,7 +201,7 @@ int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);
 
 /* ---- datapath.c: eager and rendezvous transfers, the I/O node's counters ---- */
 
-extern atomic_uint_fast64_t dp_ctr[LAT_CTR__END];
+extern atomic_uint_fast64_t *dp_ctr;   /* [LAT_CTR__END], shared with the workers */
 void     datapath_init(void);
 uint64_t dp_now_ns(void);
 void     dp_account(unsigned call, uint64_t ns, uint64_t bytes);
@@ -257,8 +259,38 @@ void coll_changed(void);
 
 void control_serve(struct conn *c);
 void node_serve(struct conn *c, uint32_t node, uint32_t seq);
-void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
-                uint32_t seq);
+
+/* ---- worker.c: the job's I/O worker process, as the owner ---- */
+
+struct wproc {                          /* a process's connection, handed to the worker */
+    uint64_t job;
+    int32_t  rank;
+    uint32_t node, t;                   /* pset-local node, process index on it */
+    uint32_t index, count;              /* among the job's processes of the pset (plug-ins) */
+    uint32_t pid;                       /* the process that said hello (0: unknown) */
+    uint32_t last_seq;                  /* the hello's */
+    uint32_t ralen;                     /* bytes read past the hello */
+    struct lat_datapath dp;             /* agreed in the hello */
+    char     ra[CONN_RA];
+};
+
+/* The monitor: */
+int  worker_start(const struct job_spec *js, char *why, size_t whylen);    /* 0 or an errno */
+int  worker_open_exe(const char *path, int *fd, char *why, size_t whylen);  /* 0 or an errno */
+int  worker_run(void);                  /* after the push: its messages are served */
+void worker_end(uint64_t job);          /* the job ended: the worker finishes */
+void worker_abort(uint64_t job);        /* the job was refused before it ran */
+int  worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd);
+/* A PROC hello: checked, acknowledged, handed over (true: the caller must
+ * not hang up on the connection, which is the worker's now). */
+bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
+                      uint32_t seq);
+/* The worker: */
+bool worker_is_self(void);
+void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len);
+/* ship.c: serves a process's calls in the worker; plug NULL: no plug-in line. */
+void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const struct ident *who,
+                const char *cwd);
 
 /* session.c: the thread of every connection (hello, then the role). */
 void *session_main(void *arg);

@@ -290,30 +290,19 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
     return 0;
 }
 
-/* As the job owner: one executable, read once. */
-static int load_image(const struct job_spec *js, const char *exe, char **image, size_t *size,
-                      char *why, size_t whylen)
+/* One executable, opened by the job's worker (the kernel checked that the
+ * owner may execute it), read once here. */
+static int load_image(const char *exe, char **image, size_t *size, char *why, size_t whylen)
 {
     struct stat st;
     char *buf = NULL;
     size_t got = 0;
     int fd, err;
 
-    fd = open(exe, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0)
-        goto syserr_read;
+    if ((err = worker_open_exe(exe, &fd, why, whylen)) != 0)
+        return err;
     if (fstat(fd, &st) < 0)
         goto syserr_read;
-    if (!S_ISREG(st.st_mode)) {
-        errno = EACCES;                 /* what execve says about non-files */
-        errprintf(why, whylen, "cannot execute %s: not a regular file", exe);
-        goto fail;
-    }
-    if (!ident_may(&js->who, &st, X_OK)) {
-        errno = EACCES;
-        errprintf(why, whylen, "cannot execute %s: %s", exe, strerror(errno));
-        goto fail;
-    }
     if ((unsigned long long)st.st_size > LAT_MAX_IMAGE) {
         errno = EFBIG;
         errprintf(why, whylen, "cannot load %s: %lld bytes, more than the %llu a job may have",
@@ -345,41 +334,23 @@ syserr_read:
     errprintf(why, whylen, "cannot read %s: %s", exe, strerror(errno));
 fail:
     err = errno;
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     free(buf);
     return err ? err : EIO;
 }
 
-/* As the job owner: each application this pset runs, read once, and a usable
- * working directory. */
+/* Each application this pset runs, read once. */
 static int load_job_files(const struct job_spec *js, char *image[LAT_MAX_APPS], size_t size[LAT_MAX_APPS],
                           char *why, size_t whylen)
 {
-    int dfd, err;
+    int err;
 
     for (uint32_t a = 0; a < js->napps; a++) {
         bool used = false;
         for (uint32_t i = 0; i < js->nslots && !used; i++)
             used = js->slot[i].app == a;
-        if (used && (err = load_image(js, js->app[a].exe, &image[a], &size[a], why, whylen)) != 0)
+        if (used && (err = load_image(js->app[a].exe, &image[a], &size[a], why, whylen)) != 0)
             return err;
-    }
-    dfd = open(js->cwd, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        /* looking up "." needs search permission on the directory itself */
-        int fd2 = openat(dfd, ".", O_PATH | O_CLOEXEC);
-        err = errno;
-        close(dfd);
-        if (fd2 >= 0)
-            close(fd2);
-        dfd = fd2;
-        errno = err;
-    }
-    if (dfd < 0) {
-        err = errno;
-        errprintf(why, whylen, "cannot use working directory %s: %s", js->cwd, strerror(err));
-        return err ? err : EIO;
     }
     return 0;
 }
@@ -476,7 +447,7 @@ static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t why
         goto refused;
     }
     /* authorize */
-    if (!ident_is_root() && js->who.uid != getuid()) {
+    if (geteuid() != 0 && js->who.uid != getuid()) {
         snprintf(text, sizeof(text), "ciod runs as uid %u and cannot act as uid %u",
                  (unsigned)getuid(), js->who.uid);
         err = EPERM;
@@ -487,19 +458,18 @@ static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t why
         err = EBUSY;
         goto refused;
     }
-    /* act: read as the owner, then hand out */
-    err = ident_enter(&js->who);
-    if (err) {
-        snprintf(text, sizeof(text), "cannot take the identity of uid %u: %s", js->who.uid,
-                 strerror(err));
+    /* act: the job's worker becomes the owner and opens its files, then hand out */
+    if ((err = worker_start(js, text, sizeof(text))) != 0)
         goto refused;
-    }
     err = load_job_files(js, image, size, text, sizeof(text));
-    ident_leave();
     if (!err)
         err = job_register(js, c, nodes, text, sizeof(text));
-    if (err)
+    if (err) {
+        worker_abort(js->hdr->job);
         goto refused;
+    }
+    if ((err = worker_run()) != 0)
+        logmsg("job %" PRIu64 ": cannot watch its I/O worker: %s", js->hdr->job, strerror(err));
     if (pmi_job_start(js, text, sizeof(text)) != 0)
         ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 ": no PMI service: %s", js->hdr->job, text);
     logmsg("job %" PRIu64 " from %s: %s, uid %u, %u ranks (%u here, %u per node, %u applications), kernel %s%s",

@@ -64,14 +64,32 @@ static uint32_t rdv_min = RDV_MIN_DEFAULT;
 static int mode = DP_SHARED;
 static uint64_t spin_ns = 20000;
 
-atomic_uint_fast64_t dp_ctr[LAT_CTR__END];
-static atomic_uint_fast64_t call_bytes[NSYS], call_ns[NSYS];
-static atomic_uint_fast64_t call_hist[NSYS][LAT_HIST_BUCKETS];
+/* The counters live in one shared anonymous mapping made before any
+ * worker is forked: what the job's worker counts, the monitor reports. */
+struct counters {
+    atomic_uint_fast64_t sys_calls[NSYS];
+    atomic_uint_fast64_t call_bytes[NSYS], call_ns[NSYS];
+    atomic_uint_fast64_t call_hist[NSYS][LAT_HIST_BUCKETS];
+    atomic_uint_fast64_t ctr[LAT_CTR__END];
+};
+atomic_uint_fast64_t *dp_ctr, *sys_calls;
+static atomic_uint_fast64_t *call_bytes, *call_ns, (*call_hist)[LAT_HIST_BUCKETS];
 
 void datapath_init(void)
 {
     const char *s = getenv("LATTICE_RDV_MIN");
     char *end;
+    struct counters *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    if (k == MAP_FAILED) {
+        logmsg("cannot map the counters: %s", strerror(errno));
+        exit(1);
+    }
+    sys_calls = k->sys_calls;
+    call_bytes = k->call_bytes;
+    call_ns = k->call_ns;
+    call_hist = k->call_hist;
+    dp_ctr = k->ctr;
 
     if (s && *s) {
         unsigned long v = strtoul(s, &end, 0);

@@ -22,6 +22,7 @@ struct jslot {                          /* one process of the job in this pset *
     int32_t      rank;
     uint32_t     node, t;
     bool         running;
+    bool         connected;             /* its PROC connection is open: one at a time */
 };
 
 struct job {
@@ -196,8 +197,6 @@ out:
     if (j)
         free(j->slot);
     free(j);
-    if (!err && (js->hdr->flags & LAT_JOB_CNK))   /* before the push: the ranks look for it */
-        libcache_job_start(js->hdr->job, js->who.uid, js->who.gid);
     return err;
 }
 
@@ -212,7 +211,7 @@ bool job_started(uint64_t id)
     }
     pthread_mutex_unlock(&g.lock);
     if (done)
-        libcache_job_end();
+        worker_end(id);
     job_free(done);
     return done != NULL;
 }
@@ -366,8 +365,8 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
         }
     }                                   /* else somebody else reported it meanwhile */
     pthread_mutex_unlock(&g.lock);
-    if (last)                           /* gone before JOB_END: the next job makes its own */
-        libcache_job_end();
+    if (last)                           /* its worker finishes before JOB_END goes out */
+        worker_end(ex->job);
     if (report) {
         struct iovec v[2] = { { &out, sizeof(out) }, { (void *)msg, mlen } };
         conn_sendv_locked(ctl, LAT_CTL_EXIT, 0, v, 2);
@@ -387,24 +386,47 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     conn_put(ctl);
 }
 
-int job_proc_attach(uint32_t node, uint32_t t, uint64_t id, struct ident *who, char *cwd,
-                    size_t cwdlen, int32_t *rank)
+/* The slot of process t of node in job id, under g.lock; NULL if none. */
+static struct jslot *proc_slot(uint32_t node, uint32_t t, uint64_t id)
+{
+    for (uint32_t i = 0; g.job && g.job->id == id && !g.job->orphaned && i < g.job->nslots; i++)
+        if (g.job->slot[i].node == node && g.job->slot[i].t == t)
+            return &g.job->slot[i];
+    return NULL;
+}
+
+int job_proc_rank(uint32_t node, uint32_t t, uint64_t id, int32_t *rank)
+{
+    pthread_mutex_lock(&g.lock);
+    struct jslot *s = proc_slot(node, t, id);
+    if (s)
+        *rank = s->rank;
+    pthread_mutex_unlock(&g.lock);
+    return s ? 0 : EACCES;
+}
+
+int job_proc_attach(uint32_t node, uint32_t t, uint64_t id, int32_t *rank)
 {
     int err = EACCES;
 
     pthread_mutex_lock(&g.lock);
-    for (uint32_t i = 0; g.job && g.job->id == id && !g.job->orphaned && i < g.job->nslots; i++) {
-        const struct jslot *s = &g.job->slot[i];
-        if (s->node == node && s->t == t) {
-            *who = g.job->who;
-            snprintf(cwd, cwdlen, "%s", g.job->cwd);
-            *rank = s->rank;
-            err = 0;
-            break;
-        }
+    struct jslot *s = proc_slot(node, t, id);
+    if (s) {
+        *rank = s->rank;
+        err = s->connected ? EBUSY : 0;
+        s->connected = true;
     }
     pthread_mutex_unlock(&g.lock);
     return err;
+}
+
+void job_proc_detach(uint32_t node, uint32_t t, uint64_t id)
+{
+    pthread_mutex_lock(&g.lock);
+    struct jslot *s = proc_slot(node, t, id);
+    if (s)
+        s->connected = false;
+    pthread_mutex_unlock(&g.lock);
 }
 
 struct conn *job_owner(uint64_t id)

@@ -2,11 +2,12 @@
  * libcache.c - the life of the running job's library cache directory on
  * the compute host (compute/cnk/libcache.c fills and uses it).
  *
- * /dev/shm/lattice-libcache-PID (PID: this ciod; cnk finds it with
- * SO_PEERCRED on its PROC connection) exists exactly while a job runs:
- * made at registration with mode 0700 for the job's user, emptied and
- * removed when the job ends, however it ends, and at shutdown; a new ciod
- * removes those of ciods that are gone.  /dev/shm is world-writable, so
+ * /dev/shm/lattice-libcache-PID (PID: this ciod's monitor; cnk finds it
+ * with SO_PEERCRED on its PROC connection) exists exactly while a job runs:
+ * made by the job's I/O worker, as the owner, mode 0700, before the push;
+ * emptied and removed by the worker when the job ends and again by the
+ * monitor once the worker is reaped (however it ended), and at shutdown; a
+ * new ciod removes those of ciods that are gone.  /dev/shm is world-writable, so
  * nothing found there is trusted: a path that already exists is left alone
  * and the job runs without a cache (cnk copies, as before); removal never
  * follows a symbolic link.  Placement is local today (ciod and its compute
@@ -29,8 +30,8 @@
 #define PREFIX      "lattice-libcache-"
 #define MAX_DEPTH   4                   /* deeper than cnk makes: left for the host's tmpfs */
 
-static char dir[64];                    /* the current job's, "" if none */
-static pthread_mutex_t dir_lock = PTHREAD_MUTEX_INITIALIZER;
+static char dir[64];                    /* the monitor's, "" before libcache_init */
+static pid_t monitor;
 
 /* Empty the directory open on fd (closed here), never following links. */
 static void empty(int fd, int depth)
@@ -68,53 +69,29 @@ static void remove_dir(const char *path)
         logmsg("library cache %s: cannot remove: %s", path, strerror(errno));
 }
 
-void libcache_job_start(uint64_t job, uint32_t uid, uint32_t gid)
+void libcache_job_start(uint64_t job)
 {
     const char *sw = getenv("LATTICE_LIBCACHE");
-    char path[sizeof(dir)];
-    int fd;
 
-    if (sw && !strcmp(sw, "0"))
+    if ((sw && !strcmp(sw, "0")) || !dir[0])
         return;
-    snprintf(path, sizeof(path), SHM_DIR "/" PREFIX "%ld", (long)getpid());
-    if (mkdir(path, 0700) < 0) {
+    /* in a sticky directory: made by the owner, nobody else can swap it */
+    if (mkdir(dir, 0700) < 0)
         ras_event(RAS_WARNING, cfg.location, "job %" PRIu64 ": library cache %s: %s%s; libraries are "
-                  "copied into each rank", job, path, strerror(errno),
+                  "copied into each rank", job, dir, strerror(errno),
                   errno == EEXIST ? " (not made by this I/O node: left alone)" : "");
-        return;
-    }
-    /* ours now: made by us, and in a sticky directory nobody else can swap it */
-    fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || fchown(fd, uid, gid) < 0 || fchmod(fd, 0700) < 0) {
-        logmsg("job %" PRIu64 ": library cache %s: %s; libraries are copied into each rank", job, path,
-               strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        rmdir(path);
-        return;
-    }
-    close(fd);
-    pthread_mutex_lock(&dir_lock);
-    memcpy(dir, path, sizeof(dir));
-    pthread_mutex_unlock(&dir_lock);
 }
 
 void libcache_job_end(void)
 {
-    char path[sizeof(dir)];
-
-    pthread_mutex_lock(&dir_lock);
-    memcpy(path, dir, sizeof(dir));
-    dir[0] = '\0';
-    pthread_mutex_unlock(&dir_lock);
-    if (path[0])
-        remove_dir(path);
+    if (dir[0])
+        remove_dir(dir);
 }
 
 /* At exit (shutdown): no locks, the process is going. */
 static void at_exit(void)
 {
-    if (dir[0])
+    if (dir[0] && getpid() == monitor)
         remove_dir(dir);
 }
 
@@ -136,6 +113,8 @@ void libcache_init(void)
     DIR *d = opendir(SHM_DIR);
     struct dirent *e;
 
+    monitor = getpid();
+    snprintf(dir, sizeof(dir), SHM_DIR "/" PREFIX "%ld", (long)monitor);
     atexit(at_exit);
     if (!d)
         return;

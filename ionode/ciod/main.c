@@ -148,9 +148,16 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &keyfile, &ras) < 0)
         return 2;
+    /* a worker writes its name over argv: keep nothing there */
+    cfg.block = strdup(cfg.block);
+    cfg.listen = strdup(cfg.listen);
+    cfg.location = strdup(cfg.location);
+    if (!cfg.block || !cfg.listen || !cfg.location)
+        return 1;
+    cfg.title = argv[0];
+    cfg.titlelen = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) - argv[0]);
     /* Peers that vanish must cost an EPIPE, not the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    ident_init();
     datapath_init();
     libcache_init();
     if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0

@@ -198,3 +198,8 @@ int plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t 
         rep.done(&rep);
     return r;
 }
+
+unsigned plugin_count(void)
+{
+    return nplugins;
+}

@@ -836,13 +836,12 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
 void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
 {
     uint32_t node = hello->node & 0xffff, t = hello->node >> 16;
-    struct ident who;
-    char cwd[LAT_MAX_PATH], buf[16384];
+    char buf[16384];
     int32_t rank = -1;
     struct conn *drop = NULL;
     bool ok = false;
 
-    if (node < cfg.pset_size && job_proc_attach(node, t, hello->job, &who, cwd, sizeof(cwd), &rank) == 0) {
+    if (node < cfg.pset_size && job_proc_rank(node, t, hello->job, &rank) == 0) {
         pthread_mutex_lock(&P.lock);
         struct prank *r = P.job == hello->job ? find_rank((uint32_t)rank) : NULL;
         if ((ok = r && r->node == node && !r->direct))

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int ras_fd = -1;
+static int spool = -1;
 static const char *const sev_name[] = { "INFO", "WARNING", "ERROR", "FATAL" };
 
 int errprintf(char *buf, size_t len, const char *fmt, ...)
@@ -37,8 +37,8 @@ int errprintf(char *buf, size_t len, const char *fmt, ...)
 
 int ras_open(const char *path, char *err, size_t errlen)
 {
-    ras_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (ras_fd < 0)
+    spool = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (spool < 0)
         return errprintf(err, errlen, "cannot open RAS spool %s: %s", path, strerror(errno));
     return 0;
 }
@@ -89,7 +89,7 @@ void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
         if (*p == '\t' || *p == '\n' || *p == '\r')
             *p = ' ';
     logmsg("RAS %s %s: %s", sev_name[sev], location, msg);
-    if (ras_fd < 0)
+    if (spool < 0)
         return;
     stamp(ts, sizeof(ts), false);
     n = snprintf(line, sizeof(line), "%s\t%s\tCIOD\t%s\t%s\n", ts, sev_name[sev], location, msg);
@@ -97,7 +97,7 @@ void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
         n = sizeof(line) - 1;
         line[n - 1] = '\n';
     }
-    if (write(ras_fd, line, n) < 0)
+    if (write(spool, line, n) < 0)
         logmsg("cannot write RAS spool: %s", strerror(errno));
 }
 
@@ -117,4 +117,14 @@ void node_location(uint32_t node, char *buf, size_t len)
     int plen = io ? (int)(io - loc) : (int)strlen(loc);
 
     snprintf(buf, len, "%.*s-C:J%02lu", plen, loc, nn);
+}
+
+int ras_fd(void)
+{
+    return spool;
+}
+
+/* In a forked worker: nothing of the monitor's threads is held here. */
+void ras_after_fork(void)
+{
 }

@@ -97,8 +97,11 @@ void *session_main(void *arg)
     case LAT_ROLE_NODE:
         node_serve(c, hello.node, h.seq);
         break;
-    case LAT_ROLE_PROC:
-        ship_serve(c, &hello, has_hp ? &hp : NULL, h.seq);
+    case LAT_ROLE_PROC:                 /* served by the job's worker, as its owner */
+        if (worker_take_proc(c, &hello, has_hp ? &hp : NULL, h.seq)) {
+            conn_put(c);                /* the worker has the socket now: no hang-up */
+            return NULL;
+        }
         break;
     case LAT_ROLE_PMI:
         pmi_serve(c, &hello, h.seq);

@@ -2,9 +2,11 @@
  * ship.c - function shipping: one compute process's I/O system calls,
  * reissued here as the job owner.
  *
+ * It runs in the job's I/O worker (worker.c), a process holding the job
+ * owner's identity and no capabilities: the kernel checks every call.
  * The thread owns everything of the process on this side: its working
- * directory and umask (unshare(CLONE_FS)), its file-system identity
- * (identity.c) and a table of LAT_MAX_FDS remote descriptors.  Remote
+ * directory and umask (unshare(CLONE_FS)) and a table of LAT_MAX_FDS
+ * remote descriptors.  Remote
  * descriptors 0, 1 and 2 are not files: 0 reads end-of-file, 1 and 2
  * turn writes into the rank's output on the control connection.
  *
@@ -22,6 +24,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +34,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-atomic_uint_fast64_t sys_calls[NSYS];
-
 /* struct proc, struct call, sys_fn: shipcall.h (shared with sock.c) */
+
+static int plug_forward(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen);
 
 /* The generated decoder met a request whose encoding is wrong. */
 int fwd_malformed(struct proc *p, struct call *k, const char *call, const char *why)
@@ -253,6 +256,8 @@ static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t o
 
     if (!(p->dp.flags & LAT_DP_VM))
         return fail(k, EOPNOTSUPP);     /* not granted in the hello */
+    if (!proc_same_image(p))
+        return fail(k, EFAULT);         /* it exec'd or ended: the connection closes */
     if ((err = dp_segments(k->data, k->dlen, k->rq.a[1], segs, &nseg)) != 0)
         return fail(k, err);
     if (r->kind == FD_STDIN && !wr)
@@ -314,7 +319,7 @@ int srv_write(struct proc *p, struct call *k, struct rfd *r, const void *buf, ui
     switch (r->kind) {
     case FD_STDOUT:
     case FD_STDERR:
-        job_rank_output(p->rank, p->job, r->kind == FD_STDOUT ? LAT_STDOUT : LAT_STDERR, buf, n);
+        worker_output(p->rank, p->job, r->kind == FD_STDOUT ? LAT_STDOUT : LAT_STDERR, buf, n);
         return result(k, (int64_t)n);
     case FD_REAL:
         coll_changed();
@@ -442,18 +447,10 @@ int srv_faccessat(struct proc *p, struct call *k, int dirfd, int mode, int flags
 
     if (!at_dir(p, k, dirfd, path, &dir))
         return 0;
-    /* Plain access() checks the real uid -- ciod's, not the job's.  With
-     * AT_EACCESS the kernel checks the fsuid/fsgid/groups this thread took,
-     * and for the job real and effective ids are the same. */
-    rc = syscall(SYS_faccessat2, dir, path, mode, flags | AT_EACCESS);
-    if (rc < 0 && errno == ENOSYS) {
-        struct stat st;
-        rc = fstatat(dir, path, &st, flags & AT_SYMLINK_NOFOLLOW);
-        if (rc == 0 && mode != F_OK && !ident_may(&p->who, &st, mode)) {
-            errno = EACCES;
-            rc = -1;
-        }
-    }
+    /* the worker's real and effective ids are both the owner's */
+    rc = syscall(SYS_faccessat2, dir, path, mode, flags);
+    if (rc < 0 && errno == ENOSYS)
+        rc = faccessat(dir, path, mode, flags);
     return result(k, rc);
 }
 
@@ -733,7 +730,9 @@ static int serve_share(struct proc *p, const struct lat_hdr *h, char *why, size_
     }
     memcpy(&rq, p->c->buf, sizeof(rq));
     /* granted in the hello: pid is our node's child */
-    if ((p->dp.flags & LAT_DP_SHM) && h->type == LAT_DP_SHARE)
+    if ((p->dp.flags & LAT_DP_SHM) && !proc_same_image(p))
+        err = EFAULT;
+    else if ((p->dp.flags & LAT_DP_SHM) && h->type == LAT_DP_SHARE)
         err = dp_share(&p->shm, p->pid, cfg.location, (uint64_t)rq.a[0], (uint64_t)rq.a[1], rq.a[2]);
     else if (p->dp.flags & LAT_DP_SHM)
         err = dp_mbox_share(&p->mbox, p->pid, cfg.location, rq.a[0], &p->mbox_done);
@@ -769,9 +768,8 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     struct call k;
     sys_fn fn;
 
-    if (h->type == LAT_PLUG_CALL)       /* plugin.c */
-        return plugin_serve(p->c, h, p->job, p->rank, p->node) < 0
-                   ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
+    if (h->type == LAT_PLUG_CALL)
+        return plug_forward(p, h, why, whylen);
     if (h->type == LAT_DP_SHARE || h->type == LAT_MBOX_SHARE)
         return serve_share(p, h, why, whylen);
     if (!(fn = call_fn(h->type))) {
@@ -834,35 +832,119 @@ static void serve_ring(struct proc *p)
         serve_mbox(p);
 }
 
-void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
-                uint32_t seq)
+/* A plug-in call goes to the monitor, which loaded the plug-ins, over this
+ * process's line; its reply comes back here.  While the call waits (a
+ * plug-in may block), a process that hangs up closes the line, which tells
+ * the plug-in its caller is gone. */
+static int plug_forward(struct proc *p, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    struct iovec v = { p->c->buf, h->len };
+    struct lat_hdr rh;
+
+    if (!p->plug) {
+        reply_ret(p->c, h->type, h->seq, -1, ENOENT, NULL, 0);
+        return 0;
+    }
+    if (conn_sendv(p->plug, h->type, h->seq, &v, 1) < 0)
+        return errprintf(why, whylen, "plug-in line: %s", strerror(errno));
+    for (;;) {
+        struct pollfd pf[2] = { { p->plug->fd, POLLIN, 0 }, { p->c->fd, POLLRDHUP, 0 } };
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            return errprintf(why, whylen, "poll: %s", strerror(errno));
+        if (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+            return errprintf(why, whylen, "the process hung up during a plug-in call");
+        if (pf[0].revents)
+            break;
+    }
+    if (conn_recv(p->plug, &rh, why, whylen) <= 0)
+        return errprintf(why, whylen, "plug-in line closed");
+    v = (struct iovec){ p->plug->buf, rh.len };
+    return conn_sendv(p->c, rh.type, rh.seq, &v, 1) < 0 ? errprintf(why, whylen, "reply failed: %s",
+                                                                    strerror(errno)) : 0;
+}
+
+/*
+ * The connection is bound to its process, not to a pid: at the first request
+ * (the process runs its program by then; its node said the hello before the
+ * exec) the worker takes a pidfd of it and opens /proc/PID/mem, which holds
+ * that address space.  Before the process's memory is touched, reading
+ * address 0 of it fails with EIO while the address space lives, and reads
+ * nothing once the process exec'd or ended.  A process that lives on in a
+ * new program (the pidfd says so) is bound to it again only if the kernel
+ * lets the owner open its memory now: a setuid or otherwise non-dumpable
+ * program is not, and the connection closes.  Opening is the kernel's
+ * ptrace check, made as the owner.
+ */
+static bool mem_open(struct proc *p)
+{
+    char path[48];
+
+    snprintf(path, sizeof(path), "/proc/%d/mem", (int)p->pid);
+    p->mem = open(path, O_RDONLY | O_CLOEXEC);
+    return p->mem >= 0;
+}
+
+static void proc_bind(struct proc *p)
+{
+    if (p->mem != -1 || !p->pid || !(p->dp.flags & LAT_DP_VM))
+        return;
+    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    if (p->pidfd < 0 || !mem_open(p))
+        p->mem = -2;                    /* never bound: its memory will not be touched */
+}
+
+bool proc_same_image(struct proc *p)
+{
+    char b, loc[128];
+    const char *why = "cannot be reached as the job owner";
+
+    if (p->mem >= 0 && pread(p->mem, &b, 1, 0) < 0 && errno == EIO)
+        return true;
+    if (p->mem >= 0) {
+        close(p->mem);
+        p->mem = -2;
+        why = "ended";
+        if (syscall(SYS_pidfd_send_signal, p->pidfd, 0, NULL, 0) == 0) {
+            if (mem_open(p) && pread(p->mem, &b, 1, 0) < 0 && errno == EIO)
+                return true;            /* exec'd a program the owner may reach */
+            why = "exec'd a program the job owner may not reach";
+        }
+    }
+    if (!p->exec_gone) {
+        node_location(p->node, loc, sizeof(loc));
+        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %d: process %d %s: its I/O connection is closed",
+                  p->job, p->rank, (int)p->pid, why);
+    }
+    p->exec_gone = true;
+    return false;
+}
+
+void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const struct ident *who,
+                const char *job_cwd)
 {
     struct proc *p = calloc(1, sizeof(*p));
-    char cwd[LAT_MAX_PATH], why[CIOD_ERRLEN], loc[128], name[16];
+    char why[CIOD_ERRLEN], loc[128], name[16];
     struct lat_hdr h;
-    int err, rc;
+    int rc = 0;
 
-    if (!p) {
-        hello_ack(c, seq, ENOMEM);
+    if (!p)
         return;
-    }
     p->c = c;
-    p->job = hello->job;
-    p->node = hello->node & 0xffff;     /* bits 16..31: the process's index on its node */
-    err = job_proc_attach(p->node, hello->node >> 16, hello->job, &p->who, cwd, sizeof(cwd), &p->rank);
-    if (err) {
-        ras_event(RAS_WARNING, cfg.location,
-                  "process connection from %s for job %" PRIu64 " node %u process %u refused: no such job there",
-                  c->peer, hello->job, p->node, hello->node >> 16);
-        goto refuse;
-    }
+    p->plug = plug;
+    p->job = wp->job;
+    p->node = wp->node;
+    p->rank = wp->rank;
+    p->who = *who;
+    p->pid = (pid_t)wp->pid;
+    p->dp = wp->dp;
+    p->mem = p->pidfd = -1;
     node_location(p->node, loc, sizeof(loc));
-    /* own cwd and umask; then every path is resolved as the job owner */
-    if (unshare(CLONE_FS) < 0 || (err = ident_enter(&p->who)) != 0 || chdir(cwd) < 0) {
-        err = err ? err : errno;
+    /* its own cwd and umask; the worker's identity is the owner's */
+    if (unshare(CLONE_FS) < 0 || chdir(job_cwd) < 0) {
         ras_event(RAS_ERROR, loc, "cannot set up file access for job %" PRIu64 " rank %d in %s: %s",
-                  p->job, p->rank, cwd, strerror(err));
-        goto refuse;
+                  p->job, p->rank, job_cwd, strerror(errno));
+        free(p);
+        return;
     }
     for (unsigned i = 0; i < LAT_MAX_FDS; i++)
         p->fds[i] = (struct rfd){ FD_FREE, -1, NULL };
@@ -871,10 +953,6 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_
     p->fds[2].kind = FD_STDERR;
     snprintf(name, sizeof(name), "ciod-proc%u", p->node & 0xffff);
     pthread_setname_np(pthread_self(), name);
-    dp_hello(c, hp, &p->dp);
-    p->pid = hp ? (pid_t)hp->pid : 0;
-    if (hello_ack_dp(c, seq, 0, hp ? &p->dp : NULL) < 0)
-        goto out;
 
     unsigned skip = 0;
     for (;;) {
@@ -884,28 +962,32 @@ void ship_serve(struct conn *c, const struct lat_hello *hello, const struct lat_
         }
         if ((rc = conn_recv(c, &h, why, sizeof(why))) <= 0)
             break;
+        proc_bind(p);
         if (h.type == LAT_MBOX_RING)
             serve_ring(p);
         else if (serve_call(p, &h, why, sizeof(why)) < 0) {
             rc = -1;
             break;
         }
+        if (p->exec_gone) {
+            rc = 0;                     /* said in a RAS event already */
+            break;
+        }
     }
     if (rc < 0)
         ras_event(RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
                   p->job, p->rank, why);
-out:
     dp_unshare(&p->shm);
     dp_unshare(&p->mbox);
+    if (p->mem >= 0)
+        close(p->mem);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
     for (unsigned i = 0; i < LAT_MAX_FDS; i++) {
         if (p->fds[i].kind == FD_REAL)
             close(p->fds[i].fd);
         if (p->fds[i].kind == FD_COLL)
             coll_close(p->fds[i].co);
     }
-    free(p);
-    return;
-refuse:
-    hello_ack(c, seq, err);
     free(p);
 }

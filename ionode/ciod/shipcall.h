@@ -30,6 +30,11 @@ struct proc {
     uint32_t     node;
     struct ident who;
     pid_t        pid;                   /* for rendezvous (datapath.c), if granted */
+    int          pidfd;                 /* the process, taken at its first request */
+    int          mem;                   /* /proc/pid/mem: the address space the connection is
+                                           bound to (-1: not yet, -2: none) */
+    struct conn *plug;                  /* the line to the monitor's plug-ins, or NULL */
+    bool         exec_gone;             /* proc_same_image said no: close after this reply */
     struct lat_datapath dp;
     struct dp_shm shm;                  /* memory the process shares, if any */
     struct dp_shm mbox;                 /* its mailbox (struct lat_mbox), if any */
@@ -51,6 +56,11 @@ struct call {
 };
 
 typedef int (*sys_fn)(struct proc *p, struct call *k);
+
+/* Before its memory is touched: is the process that said hello still there
+ * and still running the program it ran at its first request?  false: it
+ * exec'd or ended, and the connection is to be closed (ship.c). */
+bool proc_same_image(struct proc *p);
 
 /* The result of a call, for every implementation (ship.c, sock.c). */
 

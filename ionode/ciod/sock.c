@@ -14,10 +14,9 @@
  * thread stuck on a socket.  The program's own O_NONBLOCK (set by FCNTL)
  * and MSG_DONTWAIT keep their meaning: one attempt, EAGAIN as Linux says.
  *
- * ciod may run as root: this thread's file-system identity is the job
- * owner's but its network capabilities are not, so what needs privilege
- * is refused here for other users: raw and packet sockets, ports below
- * 1024, and the socket options that need CAP_NET_ADMIN/CAP_NET_RAW.
+ * This runs in the job's I/O worker, as the owner with no capabilities:
+ * raw sockets, ports below 1024 and the options that need CAP_NET_ADMIN
+ * or CAP_NET_RAW are the kernel's to refuse, as on any Linux node.
  */
 #include "shipcall.h"
 #include "fwd_posix_srv.h"
@@ -52,23 +51,6 @@ static void get_addr(const void *addr, size_t len, struct sockaddr_storage *sa)
 {
     memset(sa, 0, sizeof(*sa));
     memcpy(sa, addr, len);
-}
-
-static bool privileged(const struct proc *p)
-{
-    return p->who.uid == 0;
-}
-
-/* Binding below 1024 needs root on a Linux node too. */
-static bool port_allowed(const struct proc *p, const struct sockaddr_storage *sa)
-{
-    in_port_t port = 0;
-
-    if (sa->ss_family == AF_INET)
-        port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
-    else if (sa->ss_family == AF_INET6)
-        port = ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-    return port == 0 || port >= 1024 || privileged(p);
 }
 
 static bool nonblocking(int fd, int flags)
@@ -108,9 +90,6 @@ int srv_socket(struct proc *p, struct call *k, int domain, int type, int proto)
     /* AF_UNIX, netlink and packet sockets belong to the compute node */
     if (domain != AF_INET && domain != AF_INET6)
         return fail(k, EAFNOSUPPORT);
-    int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (kind != SOCK_STREAM && kind != SOCK_DGRAM && !privileged(p))
-        return fail(k, EPERM);          /* raw sockets need CAP_NET_RAW */
     fd = socket(domain, type | SOCK_CLOEXEC, proto);
     if (fd < 0)
         return result(k, -1);
@@ -163,10 +142,9 @@ int srv_bind(struct proc *p, struct call *k, struct rfd *r, const void *addr, ui
 
     if (!sock_fd(k, r, &fd))
         return 0;
+    (void)p;
     get_addr(addr, addrlen, &sa);
-    if (!port_allowed(p, &sa))
-        return fail(k, EACCES);
-    return result(k, bind(fd, (struct sockaddr *)&sa, addrlen));
+    return result(k, bind(fd, (struct sockaddr *)&sa, addrlen));    /* low ports: the kernel says */
 }
 
 #define SEND_FLAGS (MSG_DONTWAIT | MSG_OOB | MSG_EOR | MSG_MORE | MSG_NOSIGNAL | MSG_CONFIRM)
@@ -323,6 +301,8 @@ static bool rdv_begin(struct proc *p, struct call *k, struct rfd *r, int bad, co
         return false;
     if (!(p->dp.flags & LAT_DP_VM))
         return fail(k, EOPNOTSUPP), false;      /* not granted in the hello: send the bytes */
+    if (!proc_same_image(p))
+        return fail(k, EFAULT), false;          /* it exec'd or ended: the connection closes */
     if (bad)
         return fail(k, EOPNOTSUPP), false;
     if ((err = dp_seg_iovecs(segs, nseg, rv, total)) != 0)
@@ -462,28 +442,14 @@ int srv_shutdown(struct proc *p, struct call *k, struct rfd *r, int how)
     return sock_fd(k, r, &fd) ? result(k, shutdown(fd, how)) : 0;
 }
 
-/* Options that need CAP_NET_ADMIN or CAP_NET_RAW, which a root ciod has. */
-static bool option_privileged(int level, int name)
-{
-    if (level == SOL_SOCKET)
-        return name == SO_BINDTODEVICE || name == SO_MARK || name == SO_PRIORITY ||
-               name == SO_DEBUG || name == SO_RCVBUFFORCE || name == SO_SNDBUFFORCE;
-    if (level == IPPROTO_IP)
-        return name == IP_TRANSPARENT;
-    if (level == IPPROTO_IPV6)
-        return name == IPV6_TRANSPARENT;
-    return false;
-}
-
 int srv_setsockopt(struct proc *p, struct call *k, struct rfd *r, int level, int name, const void *val,
                    uint32_t len)
 {
     int fd;
 
+    (void)p;
     if (!sock_fd(k, r, &fd))
         return 0;
-    if (option_privileged(level, name) && !privileged(p))
-        return fail(k, EPERM);
     return result(k, setsockopt(fd, level, name, val, len));
 }
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from test_ciod import (AT_FDCWD, ERROR, MAGIC, O_CREAT, O_RDWR, O_TRUNC, REPLY, STAT, SYS, VERSION, Ciod,  # noqa: F401
+from test_ciod import (AT_FDCWD, as_job, ERROR, MAGIC, O_CREAT, O_RDWR, O_TRUNC, REPLY, STAT, SYS, VERSION, Ciod,  # noqa: F401
                        Job, Proc, ciod, ciod_bin, path, proc_hello, recv, request, send, stats)
 
 MBOX_SHARE, MBOX_RING, DP_SHARE, PLUG_CALL, SYS_SOCKET = 0x0003, 0x0004, 0x0002, 0x0400, 0x031E
@@ -38,7 +38,7 @@ time.sleep(60)
 
 
 def holder(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
-    h = subprocess.Popen(["python3", "-c", HOLDER, str(tmp_path / "plain")], stdout=subprocess.PIPE, text=True)
+    h = subprocess.Popen(as_job(["python3", "-c", HOLDER, str(tmp_path / "plain")]), stdout=subprocess.PIPE, text=True)
     assert h.stdout is not None
     return h, [int(x) for x in h.stdout.readline().split()]
 

@@ -1,0 +1,775 @@
+/*
+ * worker.c - the job's I/O worker: everything ciod does for a job (files,
+ * sockets, the compute processes' memory) happens in one process per job
+ * that holds the job owner's uids, gids and groups and no capabilities, so
+ * the kernel enforces the owner's rights (docs/security.md).
+ *
+ * The root part of ciod (the monitor, as OpenSSH calls it) keeps the
+ * listening socket, the key, the control, node and PMI connections.  At
+ * LAT_CTL_JOB it forks the worker, which drops every privilege before it
+ * reads anything the job sent; the monitor then asks it to open the job's
+ * executables (the kernel checks the owner may execute them) and hands it
+ * each compute process's connection once the hello is authenticated and
+ * acknowledged.  The two talk over SOCK_SEQPACKET socketpairs (struct
+ * wmsg, descriptors as SCM_RIGHTS): on one the monitor asks and the worker
+ * answers (opened executables); on the other the worker sends the ranks'
+ * standard output, each message acknowledged once the monitor passed it on,
+ * so that a rank's output always reaches the service node before its exit.  Plug-in calls, the one
+ * service the monitor keeps (plug-ins are the site's code, loaded at boot),
+ * reach it over a socketpair per process (plugin.c serves it unchanged).
+ *
+ * The worker is forked, not executed anew, so it never re-reads anything
+ * as root; it wipes the block key from its copy of the monitor's memory,
+ * closes every descriptor it did not get for the job, and is not dumpable,
+ * so the job's own processes cannot trace it.  It ends when the monitor
+ * closes the channel (the job ended) and dies with the monitor.  One worker
+ * runs at a time: a new job waits for the previous one to be reaped.
+ */
+#include "ciod.h"
+#include "shipcall.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define WMSG_DATA   65536u              /* output bytes per channel message */
+#define END_GRACE_S 5                   /* a worker that outlives its job this long is killed */
+#define WORKER_STACK (512u * 1024u)     /* as a connection thread in main.c */
+
+enum wmsg_type {
+    W_READY = 1,    /* worker -> monitor: err, text: it runs as the owner, or why not */
+    W_EXE,          /* monitor -> worker: path: open it to execute */
+    W_EXE_R,        /* worker -> monitor: err, text; the descriptor on success */
+    W_PROC,         /* monitor -> worker: struct wproc; the connection (+ plug-in line) */
+    W_OUTPUT,       /* worker -> monitor (output channel): rank, stream, data: a rank wrote on 1 or 2 */
+    W_OUTPUT_ACK,   /* monitor -> worker (output channel): passed on, or noted */
+    W_PROC_GONE,    /* worker -> monitor (output channel): node, t: its connection closed */
+};
+
+struct wmsg {
+    uint32_t type, len;                 /* len: bytes after this header */
+    int32_t  err, rank;
+    uint32_t stream, node, t, pad;
+    uint64_t job;
+};
+
+/* ---- the channel: one message, up to two descriptors ---- */
+
+static int wsend(int ch, const struct wmsg *m, const void *data, const int *fds, int nfd)
+{
+    struct iovec v[2] = { { (void *)m, sizeof(*m) }, { (void *)data, m->len } };
+    union { char buf[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } u;
+    struct msghdr mh = { .msg_iov = v, .msg_iovlen = m->len ? 2 : 1 };
+
+    if (nfd > 0) {
+        mh.msg_control = u.buf;
+        mh.msg_controllen = CMSG_SPACE(nfd * sizeof(int));
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(nfd * sizeof(int));
+        memcpy(CMSG_DATA(cm), fds, nfd * sizeof(int));
+    }
+    ssize_t n;
+    do
+        n = sendmsg(ch, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)(sizeof(*m) + m->len) ? 0 : -1;
+}
+
+/* 1: a message (data NUL-terminated in buf), 0: EOF, -1: error or malformed.
+ * Received descriptors go to fds (-1 where none came). */
+static int wrecv(int ch, struct wmsg *m, char *buf, size_t cap, int fds[2])
+{
+    struct iovec v[2] = { { m, sizeof(*m) }, { buf, cap - 1 } };
+    union { char buf[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } u;
+    struct msghdr mh = { .msg_iov = v, .msg_iovlen = 2, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf) };
+    ssize_t n;
+
+    fds[0] = fds[1] = -1;
+    do
+        n = recvmsg(ch, &mh, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return n == 0 ? 0 : -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            memcpy(fds, CMSG_DATA(cm), (k > 2 ? 2 : k) * sizeof(int));
+            for (size_t i = 2; i < k; i++) {        /* never more than two: not ours to keep */
+                int extra;
+                memcpy(&extra, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                close(extra);
+            }
+        }
+    if ((size_t)n < sizeof(*m) || (size_t)n != sizeof(*m) + m->len || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+        errno = EPROTO;
+        return -1;
+    }
+    buf[m->len] = '\0';
+    return 1;
+}
+
+/* ================= the worker process ================= */
+
+static struct {
+    int             ch, out;
+    uint64_t        job;
+    const struct ident *who;
+    const char     *cwd;
+    pthread_mutex_t send_lock;          /* W_OUTPUT from many threads; one message each */
+    pthread_mutex_t lock;
+    struct conn    *live[LAT_MAX_PSET * LAT_MAX_PPN];
+    unsigned        nlive;
+    pthread_cond_t  gone;
+} wk = { .ch = -1, .out = -1, .send_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
+         .gone = PTHREAD_COND_INITIALIZER };
+
+bool worker_is_self(void)
+{
+    return wk.ch >= 0;
+}
+
+/* W_PROC_GONE, acknowledged: once the process sees its connection closed,
+ * the monitor knows it may say hello again. */
+static void proc_gone(uint32_t node, uint32_t t)
+{
+    struct wmsg m = { .type = W_PROC_GONE, .node = node, .t = t, .job = wk.job }, ack;
+    char none[1];
+    int fds[2];
+
+    pthread_mutex_lock(&wk.send_lock);
+    if (wsend(wk.out, &m, NULL, NULL, 0) == 0)
+        wrecv(wk.out, &ack, none, sizeof(none), fds);
+    pthread_mutex_unlock(&wk.send_lock);
+}
+
+void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len)
+{
+    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job };
+    const char *p = data;
+
+    struct wmsg ack;
+    char none[1];
+    int fds[2];
+
+    pthread_mutex_lock(&wk.send_lock);
+    do {
+        m.len = (uint32_t)(len < WMSG_DATA ? len : WMSG_DATA);
+        if (wsend(wk.out, &m, p, NULL, 0) < 0 || wrecv(wk.out, &ack, none, sizeof(none), fds) <= 0)
+            break;                      /* the monitor is gone: so is the job */
+        p += m.len;
+        len -= m.len;
+    } while (len);
+    pthread_mutex_unlock(&wk.send_lock);
+}
+
+/* Every capability gone for good, then the owner's ids: real, effective,
+ * saved and file-system, its groups.  An owner of uid 0 is root without
+ * capabilities (SECBIT_NOROOT: not even an exec gives them back). */
+static int drop_privileges(const struct ident *who, char *why, size_t whylen)
+{
+    struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct caps[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
+    uid_t r, e, s;
+    gid_t gr, ge, gs;
+
+    if (geteuid() == 0) {
+        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                  SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+            return errprintf(why, whylen, "securebits: %s", strerror(errno));
+        for (int cap = 0; cap <= 63; cap++)
+            if (prctl(PR_CAPBSET_DROP, cap) < 0 && errno != EINVAL)
+                return errprintf(why, whylen, "dropping capability %d: %s", cap, strerror(errno));
+        if (setgroups(who->ngroups, who->groups) < 0 || setresgid(who->gid, who->gid, who->gid) < 0
+            || setresuid(who->uid, who->uid, who->uid) < 0)
+            return errprintf(why, whylen, "cannot become uid %u gid %u: %s", who->uid, who->gid,
+                             strerror(errno));
+    } else if (who->uid != getuid()) {
+        return errprintf(why, whylen, "ciod runs as uid %u and cannot act as uid %u",
+                         (unsigned)getuid(), who->uid);
+    }
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    if (syscall(SYS_capset, &hdr, caps) < 0)
+        return errprintf(why, whylen, "capset: %s", strerror(errno));
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0) < 0)
+        return errprintf(why, whylen, "prctl: %s", strerror(errno));
+    /* trust, but read back */
+    if (getresuid(&r, &e, &s) < 0 || getresgid(&gr, &ge, &gs) < 0 || r != who->uid || e != who->uid
+        || s != who->uid || gr != who->gid || ge != who->gid || gs != who->gid
+        || syscall(SYS_capget, &hdr, caps) < 0 || caps[0].effective || caps[0].permitted
+        || caps[1].effective || caps[1].permitted)
+        return errprintf(why, whylen, "the worker's identity did not take");
+    return 0;
+}
+
+/* The working directory must be usable by the owner ("." looked up in it). */
+static int check_cwd(const char *cwd, char *why, size_t whylen)
+{
+    int fd = open(cwd, O_PATH | O_DIRECTORY | O_CLOEXEC), fd2 = -1;
+
+    if (fd >= 0) {
+        fd2 = openat(fd, ".", O_PATH | O_CLOEXEC);
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    if (fd2 < 0)
+        return errprintf(why, whylen, "cannot use working directory %s: %s", cwd, strerror(errno));
+    close(fd2);
+    return 0;
+}
+
+/* W_EXE: the executable, opened by the owner; the kernel says whether the
+ * owner may execute it. */
+static void open_exe(const char *path)
+{
+    struct wmsg r = { .type = W_EXE_R };
+    char text[CIOD_ERRLEN + LAT_MAX_PATH] = "";
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        r.err = errno;
+        snprintf(text, sizeof(text), "cannot read %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        r.err = EACCES;                 /* what execve says about non-files */
+        snprintf(text, sizeof(text), "cannot execute %s: not a regular file", path);
+    } else if (syscall(SYS_faccessat2, fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) < 0) {
+        r.err = errno;
+        snprintf(text, sizeof(text), "cannot execute %s: %s", path, strerror(errno));
+    }
+    if (r.err && fd >= 0) {
+        close(fd);
+        fd = -1;
+    }
+    r.len = (uint32_t)strlen(text);
+    wsend(wk.ch, &r, text, &fd, fd >= 0);
+    if (fd >= 0)
+        close(fd);
+}
+
+struct wstart {
+    struct conn *c, *plug;
+    struct wproc wp;
+};
+
+static void *proc_main(void *arg)
+{
+    struct wstart *s = arg;
+
+    ship_serve(s->c, s->plug, &s->wp, wk.who, wk.cwd);
+    proc_gone(s->wp.node, s->wp.t);
+    pthread_mutex_lock(&wk.lock);
+    for (unsigned i = 0; i < wk.nlive; i++)
+        if (wk.live[i] == s->c) {
+            wk.live[i] = wk.live[--wk.nlive];
+            break;
+        }
+    pthread_cond_broadcast(&wk.gone);
+    pthread_mutex_unlock(&wk.lock);
+    conn_hangup(s->c);
+    conn_put(s->c);
+    if (s->plug) {
+        conn_hangup(s->plug);
+        conn_put(s->plug);
+    }
+    free(s);
+    return NULL;
+}
+
+/* W_PROC: serve the process on a thread of its own. */
+static void take_proc(const char *data, size_t len, int fds[2])
+{
+    struct wstart *s = calloc(1, sizeof(*s));
+    pthread_attr_t attr;
+    pthread_t t;
+
+    if (!s || len != sizeof(s->wp) || fds[0] < 0 || !(s->c = conn_new(fds[0]))) {
+        logmsg("worker of job %" PRIu64 ": a process connection could not be taken", wk.job);
+        goto fail;
+    }
+    fds[0] = -1;
+    memcpy(&s->wp, data, sizeof(s->wp));
+    if (fds[1] >= 0 && !(s->plug = conn_new(fds[1])))
+        goto fail;
+    fds[1] = -1;
+    if (s->wp.ralen > CONN_RA)
+        goto fail;
+    memcpy(s->c->ra, s->wp.ra, s->wp.ralen);    /* bytes the monitor read past the hello */
+    s->c->ra_len = s->wp.ralen;
+    pthread_mutex_lock(&wk.lock);
+    if (wk.nlive == sizeof(wk.live) / sizeof(wk.live[0])) {
+        pthread_mutex_unlock(&wk.lock);
+        goto fail;
+    }
+    wk.live[wk.nlive++] = s->c;
+    pthread_mutex_unlock(&wk.lock);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, WORKER_STACK);
+    if (pthread_create(&t, &attr, proc_main, s) == 0)
+        return;
+    pthread_mutex_lock(&wk.lock);
+    wk.live[--wk.nlive] = NULL;
+    pthread_mutex_unlock(&wk.lock);
+fail:
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (s) {
+        if (s->c)
+            conn_put(s->c);
+        if (s->plug)
+            conn_put(s->plug);
+        free(s);
+    }
+}
+
+/* The job ended: hang up on the processes still connected, give their
+ * threads a moment to close their files, and go. */
+static void finish(void)
+{
+    struct timespec until;
+
+    pthread_mutex_lock(&wk.lock);
+    for (unsigned i = 0; i < wk.nlive; i++)
+        conn_hangup(wk.live[i]);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    while (wk.nlive && pthread_cond_timedwait(&wk.gone, &wk.lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&wk.lock);
+    libcache_job_end();
+    _exit(0);
+}
+
+/* Closes every descriptor above 2 but keep[0..n) (-1s ignored). */
+static void close_all_but(const int *keep, int n)
+{
+    int from = 3;
+
+    for (;;) {
+        int next = -1;                  /* the lowest kept descriptor >= from */
+        for (int i = 0; i < n; i++)
+            if (keep[i] >= from && (next < 0 || keep[i] < next))
+                next = keep[i];
+        if (next < 0)
+            break;
+        if (next > from)
+            syscall(SYS_close_range, (unsigned)from, (unsigned)next - 1, 0);
+        from = next + 1;
+    }
+    syscall(SYS_close_range, (unsigned)from, ~0u, 0);
+}
+
+/* In the forked child: never returns. */
+static void worker_main(int ch, int out, const struct job_spec *js) __attribute__((noreturn));
+static void worker_main(int ch, int out, const struct job_spec *js)
+{
+    static char buf[LAT_MAX_PATH + 64];
+    struct wmsg r = { .type = W_READY };
+    char why[CIOD_ERRLEN] = "";
+    int fds[2];
+
+    explicit_bzero(cfg.key, sizeof(cfg.key));
+    prctl(PR_SET_NAME, "ciod-worker");
+    if (cfg.title && cfg.titlelen > 1) {  /* ps tells the worker from its monitor */
+        memset(cfg.title, 0, cfg.titlelen);
+        snprintf(cfg.title, cfg.titlelen, "ciod-worker");
+        size_t n = strlen(cfg.title) + 1;
+        if (n < cfg.titlelen)
+            snprintf(cfg.title + n, cfg.titlelen - n, "job %" PRIu64 " uid %u block %s pset %u",
+                     js->hdr->job, js->who.uid, cfg.block, cfg.pset);
+    }
+    int keep[] = { ch, out, ras_fd() }; /* the channels, the RAS spool and the standard streams */
+    close_all_but(keep, 3);
+    ras_after_fork();
+    wk.ch = ch;
+    wk.out = out;
+    wk.job = js->hdr->job;
+    wk.who = &js->who;
+    wk.cwd = js->cwd;
+    signal(SIGPIPE, SIG_IGN);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0)
+        r.err = errno ? errno : EPERM;
+    if (!r.err && (js->hdr->flags & LAT_JOB_CNK))     /* before the push: the ranks look for it */
+        libcache_job_start(js->hdr->job);
+    r.len = (uint32_t)strlen(why);
+    if (wsend(ch, &r, why, NULL, 0) < 0 || r.err)
+        _exit(1);
+    for (;;) {
+        struct wmsg m;
+        int rc = wrecv(ch, &m, buf, sizeof(buf), fds);
+        if (rc <= 0)
+            finish();
+        if (m.type == W_EXE)
+            open_exe(buf);
+        else if (m.type == W_PROC)
+            take_proc(buf, m.len, fds);
+        else
+            logmsg("worker of job %" PRIu64 ": message %u from the monitor ignored", wk.job, m.type);
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+    }
+}
+
+/* ================= the monitor's side ================= */
+
+struct worker {
+    pid_t     pid;
+    int       ch, out;
+    uint64_t  job;
+    pthread_t reader;
+    atomic_bool ending;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct worker  *cur;                /* the running job's */
+    struct worker  *old;                /* ended, not yet reaped */
+} W = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Reads what the worker sends until it is gone, then reaps it. */
+static void *reader_main(void *arg)
+{
+    struct worker *w = arg;
+    char *buf = malloc(WMSG_DATA + 1);
+    int fds[2], status = 0;
+    bool killed = false;
+
+    pthread_setname_np(pthread_self(), "ciod-wreader");
+    for (;;) {
+        struct pollfd pf = { w->out, POLLIN, 0 };
+        int n = poll(&pf, 1, atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
+        if (n == 0) {
+            if (atomic_load(&w->ending) && !killed) {
+                ras_event(RAS_WARNING, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) outlived "
+                          "its job by %d s: killed", w->job, (int)w->pid, END_GRACE_S);
+                kill(w->pid, SIGKILL);
+                killed = true;
+            }
+            continue;
+        }
+        struct wmsg m;
+        int rc = buf ? wrecv(w->out, &m, buf, WMSG_DATA + 1, fds) : -1;
+        for (int i = 0; i < 2 && rc >= 0; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+        if (rc <= 0)
+            break;
+        if (m.type == W_PROC_GONE && m.job == w->job) {
+            job_proc_detach(m.node, m.t, m.job);
+        } else if (m.type == W_OUTPUT) {
+            if (m.job == w->job && (m.stream == LAT_STDOUT || m.stream == LAT_STDERR))
+                job_rank_output(m.rank, m.job, m.stream, buf, m.len);
+        } else {
+            logmsg("I/O worker of job %" PRIu64 ": unexpected message %u ignored", w->job, m.type);
+            continue;
+        }
+        struct wmsg ack = { .type = W_OUTPUT_ACK, .job = m.job };
+        wsend(w->out, &ack, NULL, NULL, 0);
+    }
+    while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!atomic_load(&w->ending) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        ras_event(RAS_ERROR, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended %s %d%s",
+                  w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                  atomic_load(&w->ending) ? "" : " while its job ran: the job's processes lose their I/O");
+    libcache_job_end();                 /* if it could not: it makes it, we make sure it goes */
+    close(w->ch);
+    close(w->out);
+    free(buf);
+    return NULL;
+}
+
+/* Waits for the worker of an earlier job (bounded: its reader kills it). */
+static void reap_old(void)
+{
+    struct worker *old;
+
+    pthread_mutex_lock(&W.lock);
+    old = W.old;
+    W.old = NULL;
+    pthread_mutex_unlock(&W.lock);
+    if (old) {
+        pthread_join(old->reader, NULL);
+        free(old);
+    }
+}
+
+int worker_start(const struct job_spec *js, char *why, size_t whylen)
+{
+    struct worker *w = calloc(1, sizeof(*w));
+    int sv[2], ov[2], fds[2];
+    struct wmsg m;
+    char text[CIOD_ERRLEN];
+
+    reap_old();
+    pthread_mutex_lock(&W.lock);
+    bool busy = W.cur != NULL;
+    pthread_mutex_unlock(&W.lock);
+    if (busy || !w) {
+        free(w);
+        return busy ? (errprintf(why, whylen, "a job is running on this I/O node"), EBUSY)
+                    : (errprintf(why, whylen, "out of memory"), ENOMEM);
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        free(w);
+        return errprintf(why, whylen, "socketpair: %s", strerror(errno)), errno;
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ov) < 0) {
+        int e = errno;
+        close(sv[0]);
+        close(sv[1]);
+        free(w);
+        return errprintf(why, whylen, "socketpair: %s", strerror(e)), e;
+    }
+    w->job = js->hdr->job;
+    w->ch = sv[0];
+    w->out = ov[0];
+    w->pid = fork();
+    if (w->pid == 0) {
+        close(sv[0]);
+        close(ov[0]);
+        worker_main(sv[1], ov[1], js);
+    }
+    int err = errno;
+    close(sv[1]);
+    close(ov[1]);
+    if (w->pid < 0) {
+        close(sv[0]);
+        close(ov[0]);
+        free(w);
+        return errprintf(why, whylen, "cannot start the job's I/O worker: %s", strerror(err)), err;
+    }
+    /* its first word: it is the owner now, or why it could not be */
+    int rc = wrecv(w->ch, &m, text, sizeof(text), fds);
+    if (rc <= 0 || m.type != W_READY || m.err) {
+        err = rc > 0 && m.type == W_READY && m.err ? m.err : EIO;
+        errprintf(why, whylen, "%s", rc > 0 && m.len ? text : "the job's I/O worker failed to start");
+        kill(w->pid, SIGKILL);
+        while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        close(w->ch);
+        close(w->out);
+        free(w);
+        return err;
+    }
+    pthread_mutex_lock(&W.lock);
+    W.cur = w;
+    pthread_mutex_unlock(&W.lock);
+    return 0;
+}
+
+/* Synchronous, before the reader runs: only on_job talks to it then. */
+int worker_open_exe(const char *path, int *fd, char *why, size_t whylen)
+{
+    struct worker *w = W.cur;
+    struct wmsg m = { .type = W_EXE, .len = (uint32_t)strlen(path) };
+    char text[CIOD_ERRLEN + LAT_MAX_PATH];
+    int fds[2];
+
+    *fd = -1;
+    if (!w || wsend(w->ch, &m, path, NULL, 0) < 0
+        || wrecv(w->ch, &m, text, sizeof(text), fds) <= 0 || m.type != W_EXE_R) {
+        errprintf(why, whylen, "cannot read %s: the job's I/O worker is gone", path);
+        return EIO;
+    }
+    if (m.err || fds[0] < 0) {
+        if (fds[0] >= 0)
+            close(fds[0]);
+        errprintf(why, whylen, "%s", text);
+        return m.err ? m.err : EIO;
+    }
+    if (fds[1] >= 0)
+        close(fds[1]);
+    *fd = fds[0];
+    return 0;
+}
+
+int worker_run(void)
+{
+    struct worker *w = W.cur;
+
+    return w ? pthread_create(&w->reader, NULL, reader_main, w) : EINVAL;
+}
+
+void worker_end(uint64_t job)
+{
+    struct worker *w = NULL;
+
+    pthread_mutex_lock(&W.lock);
+    if (W.cur && W.cur->job == job) {
+        w = W.cur;
+        W.cur = NULL;
+        W.old = w;
+    }
+    pthread_mutex_unlock(&W.lock);
+    if (!w)
+        return;
+    atomic_store(&w->ending, true);
+    shutdown(w->ch, SHUT_WR);           /* EOF: the worker finishes and exits */
+}
+
+/* Never started its reader (the job was refused): end it here. */
+void worker_abort(uint64_t job)
+{
+    struct worker *w = NULL;
+
+    pthread_mutex_lock(&W.lock);
+    if (W.cur && W.cur->job == job) {
+        w = W.cur;
+        W.cur = NULL;
+    }
+    pthread_mutex_unlock(&W.lock);
+    if (!w)
+        return;
+    kill(w->pid, SIGKILL);
+    while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    close(w->ch);
+    close(w->out);
+    libcache_job_end();
+    free(w);
+}
+
+int worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd)
+{
+    struct wmsg m = { .type = W_PROC, .len = sizeof(*wp), .job = job };
+    int fds[2] = { fd, plugfd }, rc = -1;
+
+    pthread_mutex_lock(&W.lock);
+    if (W.cur && W.cur->job == job)
+        rc = wsend(W.cur->ch, &m, wp, fds, plugfd >= 0 ? 2 : 1);
+    pthread_mutex_unlock(&W.lock);
+    return rc;
+}
+
+/* A process's plug-in calls, forwarded by its worker thread: served here,
+ * where the plug-ins were loaded at boot, with the caller's identity as the
+ * monitor knows it (never as the worker says). */
+struct plugline {
+    struct conn *c;
+    uint64_t     job;
+    int32_t      rank;
+    uint32_t     node;
+};
+
+static void *plugline_main(void *arg)
+{
+    struct plugline *pl = arg;
+    char why[CIOD_ERRLEN];
+    struct lat_hdr h;
+    int rc;
+
+    pthread_setname_np(pthread_self(), "ciod-plugline");
+    while ((rc = conn_recv(pl->c, &h, why, sizeof(why))) > 0) {
+        if (h.type != LAT_PLUG_CALL) {
+            snprintf(why, sizeof(why), "message type 0x%04x on a plug-in line", h.type);
+            rc = -1;
+            break;
+        }
+        if (plugin_serve(pl->c, &h, pl->job, pl->rank, pl->node) < 0)
+            break;
+    }
+    if (rc < 0)
+        logmsg("plug-in line of job %" PRIu64 " rank %d: %s; closing", pl->job, pl->rank, why);
+    conn_hangup(pl->c);
+    conn_put(pl->c);
+    free(pl);
+    return NULL;
+}
+
+/* The monitor's end of a new plug-in line, served on a thread; the worker's end, or -1. */
+static int plugline_open(uint64_t job, int32_t rank, uint32_t node)
+{
+    struct plugline *pl = calloc(1, sizeof(*pl));
+    pthread_attr_t attr;
+    pthread_t t;
+    int sv[2];
+
+    if (!pl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        free(pl);
+        return -1;
+    }
+    *pl = (struct plugline){ .c = conn_new(sv[0]), .job = job, .rank = rank, .node = node };
+    if (!pl->c) {
+        close(sv[0]);
+        close(sv[1]);
+        free(pl);
+        return -1;
+    }
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, WORKER_STACK);
+    if (pthread_create(&t, &attr, plugline_main, pl) != 0) {
+        conn_put(pl->c);
+        free(pl);
+        close(sv[1]);
+        return -1;
+    }
+    return sv[1];
+}
+
+bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
+                      uint32_t seq)
+{
+    struct wproc wp = { .job = hello->job, .node = hello->node & 0xffff, .t = hello->node >> 16,
+                        .pid = hp ? hp->pid : 0, .last_seq = seq };
+    char loc[128];
+    int err, plugfd = -1;
+
+    node_location(wp.node, loc, sizeof(loc));
+    err = job_proc_attach(wp.node, wp.t, wp.job, &wp.rank);
+    if (err) {
+        ras_event(RAS_WARNING, cfg.location, "process connection from %s for job %" PRIu64 " node %u "
+                  "process %u refused: %s", c->peer, wp.job, wp.node, wp.t,
+                  err == EBUSY ? "that process is already connected" : "no such job there");
+        hello_ack(c, seq, err);
+        return false;
+    }
+    job_proc_place(wp.job, wp.rank, &wp.index, &wp.count);
+    dp_hello(c, hp, &wp.dp);
+    if (plugin_count() && (plugfd = plugline_open(wp.job, wp.rank, wp.node)) < 0)
+        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %d: no plug-in line: %s", wp.job, wp.rank,
+                  strerror(errno));
+    if (hello_ack_dp(c, seq, 0, hp ? &wp.dp : NULL) < 0)
+        goto fail;
+    wp.ralen = c->ra_len - c->ra_pos;
+    memcpy(wp.ra, c->ra + c->ra_pos, wp.ralen);
+    if (worker_give_proc(wp.job, &wp, c->fd, plugfd) < 0) {
+        ras_event(RAS_ERROR, loc, "job %" PRIu64 " rank %d: its I/O worker is gone: connection closed",
+                  wp.job, wp.rank);
+        goto fail;
+    }
+    if (plugfd >= 0)
+        close(plugfd);
+    return true;
+fail:
+    if (plugfd >= 0)
+        close(plugfd);
+    return false;
+}
