@@ -263,7 +263,8 @@ class Owner(threading.Thread):
 class Sink(threading.Thread):
     """127.0.0.1 TCP and UDP ports of ours: the only peers a shipped socket
     call may name (addresses are rewritten to them).  Accepted connections
-    are held silent until the end of the round."""
+    never send (a READ on them waits) and are read and dropped, until the
+    end of the round."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True, name="sink")
@@ -277,12 +278,26 @@ class Sink(threading.Thread):
         self.lock = threading.Lock()
 
     def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.tcp, selectors.EVENT_READ)
         try:
             while True:
-                c, _ = self.tcp.accept()
-                with self.lock:
-                    self.held.append(c)
-        except OSError:
+                for key, _ in sel.select():
+                    if key.fileobj is self.tcp:
+                        c, _ = self.tcp.accept()
+                        c.setblocking(False)
+                        with self.lock:
+                            self.held.append(c)
+                        sel.register(c, selectors.EVENT_READ)
+                        continue
+                    try:
+                        if key.fileobj.recv(1 << 20) == b"":   # type: ignore[union-attr]
+                            raise OSError
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        sel.unregister(key.fileobj)
+        except (OSError, ValueError):
             pass
 
     def release(self) -> None:
@@ -449,11 +464,12 @@ class Target:
                     raise FuzzFailure(f"{name}: type 0x{typ:04x} seq {rseq} ret {ret} {os.strerror(err)}")
                 return ret, body[16:]
 
-            fd, _ = call("openat", -100, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644, data=b"after-fuzz\0")
+            name = f"normal-{time.time_ns()}"          # no case names it
+            fd, _ = call("openat", -100, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o644, data=name.encode() + b"\0")
             assert call("write", fd, data=data)[0] == len(data)
             got = call("pread", fd, len(data), 0)[1]
             call("close", fd)
-            if got != data or (self.work / "after-fuzz").read_bytes() != data:
+            if got != data or (self.work / name).read_bytes() != data:
                 raise FuzzFailure("a normal session read back other bytes than it wrote")
         finally:
             s.close()
@@ -532,7 +548,7 @@ class Case:
 INTS = [0, 1, -1, 2, 3, 4, 5, 7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 1023, 1024, 1025, 4095, 4096,
         4097, 65535, 65536, MAX_IO - 1, MAX_IO, MAX_IO + 1, 2**31 - 1, 2**31, -2**31, 2**32 - 1, 2**32, 2**63 - 1,
         -2**63, -100, RDV, PIPE_FIRST, PIPE_NEXT, 0x1000, 0x200, 0o100 | 2, 0o200000, 0o1000 | 1, 0o4000]
-NAMES = [b"f0", b"f1", b"f2", b"d0", b"d0/f1", b"d1/d2/f3", b"after-fuzz", b"", b".", b"d0/", b"x" * 255,
+NAMES = [b"f0", b"f1", b"f2", b"d0", b"d0/f1", b"d1/d2/f3", b"", b".", b"d0/", b"x" * 255,
          b"x" * 256, b"d0/" * 1400, b"f\xff\xfe", b"sp ace", FUZZ_ABS + b"/a", b"n" * 4095]
 PATH_CALLS = {"openat", "fstatat", "statx", "faccessat", "unlinkat", "renameat", "mkdirat", "readlinkat",
               "truncate", "chdir", "fchmodat", "utimensat", "statfs"}
@@ -1040,7 +1056,7 @@ def resanitize(msg: bytes, ctx: Ctx) -> bytes:
     return head + body
 
 
-KINDS: list[tuple[str, float]] = [("prehello", 0.22), ("control", 0.14), ("node", 0.14), ("proc", 0.34), ("pmi", 0.16)]
+KINDS: list[tuple[str, float]] = [("prehello", 0.3), ("control", 0.13), ("node", 0.13), ("proc", 0.29), ("pmi", 0.15)]
 
 
 def case_seed(seed: int, index: int) -> int:
@@ -1076,6 +1092,7 @@ def generate(seed: int, index: int, ctx: Ctx, key: bytes, files: tuple[str, str]
 # ---- running a case ----
 
 HANG_S = 30.0       # a session ciod does not finish within this is a hang
+STALL_S = 0.5       # ciod reads nothing of a session for this long: stop sending, hang up
 
 
 @dataclass
@@ -1126,7 +1143,12 @@ def run_case(t: Target, case: Case) -> Result:
         cur = memoryview(b"")
         wclosed = peer_gone = False
         deadline = time.monotonic() + HANG_S
+        progress = time.monotonic()
         while True:
+            if (cur or items) and not wclosed and time.monotonic() - progress > STALL_S:
+                # ciod stopped reading: a call blocks on a peer of ours that never reads or
+                # sends, as it would for a real process.  Hang up: that must free it.
+                cur, items = memoryview(b""), []
             if not cur and items and not peer_gone:
                 it = items.pop(0)
                 res.inputs += 1
@@ -1155,6 +1177,8 @@ def run_case(t: Target, case: Case) -> Result:
                         data = b""
                     if data == b"":
                         return res
+                    if data:
+                        progress = time.monotonic()
                     if data and parse:
                         rbuf += data
                         check_replies(rbuf, seqs, case)
@@ -1162,6 +1186,7 @@ def run_case(t: Target, case: Case) -> Result:
                     try:
                         n = s.send(cur)
                         cur = cur[n:]
+                        progress = time.monotonic()
                     except (BlockingIOError, InterruptedError):
                         pass
                     except OSError:         # ciod closed on a bad message: the rest is not sent
