@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -85,7 +86,7 @@ static int fd_alloc(struct proc *p, enum fd_kind kind, int fd)
 {
     for (unsigned i = 0; i < LAT_MAX_FDS; i++) {
         if (p->fds[i].kind == FD_FREE) {
-            p->fds[i] = (struct rfd){ kind, fd, NULL };
+            p->fds[i] = (struct rfd){ kind, fd, NULL, false };
             return (int)i;
         }
     }
@@ -203,16 +204,50 @@ int srv_close(struct proc *p, struct call *k, struct rfd *r)
         rc = close(r->fd);
     if (r->kind == FD_COLL)
         coll_close(r->co);
-    *r = (struct rfd){ FD_FREE, -1, NULL };
+    *r = (struct rfd){ FD_FREE, -1, NULL, false };
     /* Linux frees the descriptor even when close reports an error */
     return result(k, rc < 0 && errno != EINTR ? -1 : 0);
+}
+
+/* READ/WRITE on a socket: a peer that never sends (or never reads) must not
+ * hold this thread in read(2)/write(2) for ever, and with it the socket and
+ * the process's connection, after the process is gone.  The call is made
+ * without blocking and waited for in poll together with the connection:
+ * EINTR if the process hangs up meanwhile.  O_NONBLOCK set by the process
+ * gives EAGAIN as before.  A write sends everything, as write(2) would. */
+static ssize_t sock_rw(const struct proc *p, int fd, bool wr, void *buf, size_t n)
+{
+    size_t done = 0;
+
+    for (;;) {
+        ssize_t m = wr ? send(fd, (char *)buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL)
+                       : recv(fd, buf, n, MSG_DONTWAIT);
+        if (m >= 0 && wr && (done += (size_t)m) < n)
+            continue;
+        if (m >= 0)
+            return wr ? (ssize_t)done : m;
+        int err = errno, fl = fcntl(fd, F_GETFL);
+        if ((err != EAGAIN && err != EWOULDBLOCK && err != EINTR) || (fl >= 0 && (fl & O_NONBLOCK))) {
+            errno = err;
+            return done ? (ssize_t)done : -1;
+        }
+        struct pollfd pf[2] = { { fd, wr ? POLLOUT : POLLIN, 0 }, { p->c->fd, POLLRDHUP, 0 } };
+        while (poll(pf, 2, -1) < 0 && errno == EINTR)
+            ;
+        if (!pf[0].revents && pf[1].revents) {
+            errno = EINTR;
+            return done ? (ssize_t)done : -1;
+        }
+    }
 }
 
 /* ---- rendezvous (datapath.c): the data moves between the file and the
  * process's memory, never through the socket ---- */
 
 struct rdv_io {
+    const struct proc *p;
     int      fd;
+    bool     sock;
     struct coll_ofd *co;
     int64_t  off;                       /* < 0: the file position */
 };
@@ -228,6 +263,8 @@ static ssize_t rdv_read(void *ctx, char *buf, size_t n, uint64_t done)
             *coll_pos(io->co) += r;
         return r;
     }
+    if (io->sock)
+        return sock_rw(io->p, io->fd, false, buf, n);
     return io->off < 0 ? read(io->fd, buf, n) : pread(io->fd, buf, n, (off_t)(io->off + (int64_t)done));
 }
 
@@ -236,6 +273,8 @@ static ssize_t rdv_write(void *ctx, char *buf, size_t n, uint64_t done)
     struct rdv_io *io = ctx;
     size_t put = 0;
 
+    if (io->sock)
+        return sock_rw(io->p, io->fd, true, buf, n);
     while (put < n) {                   /* as write(2) on a regular file: all of it, or an error */
         ssize_t w = io->off < 0 ? write(io->fd, buf + put, n - put)
                                 : pwrite(io->fd, buf + put, n - put, (off_t)(io->off + (int64_t)(done + put)));
@@ -250,7 +289,7 @@ static ssize_t rdv_write(void *ctx, char *buf, size_t n, uint64_t done)
 static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t off)
 {
     struct iovec segs[LAT_RDV_MAXSEG];
-    struct rdv_io io = { r->fd, NULL, off };
+    struct rdv_io io = { p, r->fd, r->kind == FD_REAL && r->sock, NULL, off };
     unsigned nseg;
     int err;
 
@@ -299,7 +338,6 @@ int srv_read(struct proc *p, struct call *k, struct rfd *r, void *buf, uint64_t 
 {
     ssize_t got;
 
-    (void)p;
     if (r->kind == FD_STDIN)
         return result(k, 0);            /* compute processes have no input */
     if (r->kind == FD_COLL) {
@@ -309,7 +347,7 @@ int srv_read(struct proc *p, struct call *k, struct rfd *r, void *buf, uint64_t 
     } else if (r->kind != FD_REAL) {
         return fail(k, EBADF);
     } else {
-        got = read(r->fd, buf, n);
+        got = r->sock ? sock_rw(p, r->fd, false, buf, n) : read(r->fd, buf, n);
     }
     return result(k, got);
 }
@@ -323,7 +361,7 @@ int srv_write(struct proc *p, struct call *k, struct rfd *r, const void *buf, ui
         return result(k, (int64_t)n);
     case FD_REAL:
         coll_changed();
-        return result(k, write(r->fd, buf, n));
+        return result(k, r->sock ? sock_rw(p, r->fd, true, (void *)buf, n) : write(r->fd, buf, n));
     default:
         return fail(k, EBADF);
     }
@@ -550,6 +588,7 @@ int srv_dup(struct proc *p, struct call *k, struct rfd *r)
             close(fd);
         return fail(k, EMFILE);
     }
+    p->fds[n].sock = r->sock;
     if (r->kind == FD_COLL)             /* shares the position, as dup(2) does */
         p->fds[n].co = coll_dup(r->co);
     return result(k, n);
@@ -947,7 +986,7 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
         return;
     }
     for (unsigned i = 0; i < LAT_MAX_FDS; i++)
-        p->fds[i] = (struct rfd){ FD_FREE, -1, NULL };
+        p->fds[i] = (struct rfd){ FD_FREE, -1, NULL, false };
     p->fds[0].kind = FD_STDIN;
     p->fds[1].kind = FD_STDOUT;
     p->fds[2].kind = FD_STDERR;

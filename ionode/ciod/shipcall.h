@@ -21,6 +21,7 @@ struct rfd {
     enum fd_kind kind;
     int          fd;                    /* FD_REAL: our descriptor */
     struct coll_ofd *co;                /* FD_COLL: a shared read-only open (collective.c) */
+    bool         sock;                  /* FD_REAL: a socket (sock.c); READ/WRITE must not block on it */
 };
 
 struct proc {

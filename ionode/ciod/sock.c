@@ -95,7 +95,7 @@ int srv_socket(struct proc *p, struct call *k, int domain, int type, int proto)
         return result(k, -1);
     for (unsigned i = 0; i < LAT_MAX_FDS; i++)
         if (p->fds[i].kind == FD_FREE) {
-            p->fds[i] = (struct rfd){ .kind = FD_REAL, .fd = fd };
+            p->fds[i] = (struct rfd){ .kind = FD_REAL, .fd = fd, .sock = true };
             return result(k, (int64_t)i);
         }
     close(fd);

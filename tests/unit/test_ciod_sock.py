@@ -5,11 +5,13 @@ answers LAT_ERR_WAIT and the connection keeps serving."""
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import struct
+import time
 from pathlib import Path
 
-from test_ciod import SYS, Ciod, Job, Proc, ciod, ciod_bin  # noqa: F401  (fixtures)
+from test_ciod import SYS, Ciod, Job, Proc, ciod, ciod_bin, recv, send  # noqa: F401  (fixtures)
 
 SOCK = dict(socket=0x31E, connect=0x31F, bind=0x320, sendmsg=0x321, recvmsg=0x322, shutdown=0x323,
             setsockopt=0x324, getsockopt=0x325, getsockname=0x326, getpeername=0x327, poll=0x328,
@@ -110,3 +112,71 @@ def test_stream_recv_with_msg_trunc_never_returns_stale_bytes(ciod: Ciod, tmp_pa
             n, out = p.ok("recvmsg", s, 0, 64, -1)               # the dropped bytes are gone
             assert out[136:] == b"cccc"
         p.ok("close", s)
+
+
+def _tasks_and_fds(c: Ciod) -> tuple[int, int]:
+    pid = c.proc.pid
+    return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_read_or_write_on_a_silent_socket_does_not_outlive_the_process(ciod: Ciod, tmp_path: Path) -> None:
+    """Found by the fuzzer (tests/fuzz/ciodfuzz.py): READ on a connected
+    socket whose peer never sends held ciod's thread in read(2) for ever,
+    with the socket and the process's connection, after the process hung
+    up.  READ/WRITE on a socket now wait with the connection: a process
+    that goes away frees them, and the calls still work as before."""
+    job = Job(ciod, tmp_path, image=b"x")  # noqa: F841 (keeps it running)
+    time.sleep(0.2)
+    base = _tasks_and_fds(ciod)
+    with socket.socket() as srv, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as dgram:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        dgram.bind(("127.0.0.1", 0))
+        for how in ("tcp read", "udp read", "tcp write"):
+            p = job.proc(0)
+            kind = socket.SOCK_DGRAM if how == "udp read" else socket.SOCK_STREAM
+            fd, _ = p.ok("socket", socket.AF_INET, kind, 0)
+            port = (dgram if kind == socket.SOCK_DGRAM else srv).getsockname()[1]
+            p.ok("connect", fd, -1, data=sockaddr(port))
+            peer = srv.accept()[0] if kind == socket.SOCK_STREAM else None
+            if how == "tcp write":      # more than the socket buffers hold: the peer never reads
+                p.s.settimeout(1)
+                try:                    # until ciod stops reading: it waits on the socket
+                    for _ in range(64):
+                        p.seq += 1
+                        send(p.s, SYS["write"], struct.pack("<4q", fd, 0, 0, 0) + bytes(MAX_IO), p.seq)
+                except TimeoutError:
+                    pass
+            else:
+                p.seq += 1
+                send(p.s, SYS["read"], struct.pack("<4q", fd, 100, 0, 0), p.seq)
+            time.sleep(0.3)
+            p.s.close()                 # the process is gone while ciod waits on its socket
+            deadline = time.time() + 5
+            while _tasks_and_fds(ciod) != base:
+                assert time.time() < deadline, (how, _tasks_and_fds(ciod), base)
+                time.sleep(0.05)
+            if peer:
+                peer.close()
+        # the calls as they were: data that arrives is read, a write goes out whole
+        p = job.proc(0)
+        fd, _ = p.ok("socket", socket.AF_INET, socket.SOCK_STREAM, 0)
+        p.ok("connect", fd, -1, data=sockaddr(srv.getsockname()[1]))
+        peer = srv.accept()[0]
+        p.seq += 1
+        send(p.s, SYS["read"], struct.pack("<4q", fd, 100, 0, 0), p.seq)
+        time.sleep(0.2)
+        peer.sendall(b"late bytes")
+        t, _, body = recv(p.s)
+        assert struct.unpack_from("<qi", body) == (10, 0) and body[16:] == b"late bytes"
+        data = bytes(range(256)) * 4096
+        assert p.ok("write", fd, data=data)[0] == len(data)
+        got = b""
+        while len(got) < len(data):
+            got += peer.recv(1 << 20)
+        assert got == data
+        # a non-blocking socket answers EAGAIN at once, as read(2) would
+        p.ok("fcntl", fd, 4, os.O_RDWR | os.O_NONBLOCK)      # F_SETFL
+        assert p.fails("read", fd, 100) == errno.EAGAIN
+        peer.close()
+    assert ciod.alive()

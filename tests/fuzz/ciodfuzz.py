@@ -1,0 +1,1325 @@
+#!/usr/bin/env python3
+"""ciodfuzz: a protocol fuzzer for ciod, the I/O node daemon.
+
+It starts a standalone ciod as the unit tests do (tests/unit/test_ciod.py:
+a unix socket in a private directory, the test key), plays the service
+node and two compute nodes so that a job runs (then PROC and PMI hellos
+are accepted), and throws random and structure-aware inputs at every kind
+of connection: garbage before the hello and bad hellos; after a valid
+hello, control, node, proc (function shipping, data path, mailbox,
+plug-in calls) and PMI (PMI-1 lines, PMI-2 length-prefixed commands).
+After each round it checks that ciod still runs, that a fresh control
+session answers CTL_STATUS, and that its threads and descriptors went
+back to what they were; at the end a normal process session writes and
+reads back a file.
+
+Used by tests/unit/test_ciod_fuzz.py (about 10^5 inputs) and as a script
+(scripts/fuzz.sh, `python3 tests/fuzz/ciodfuzz.py --inputs N --seed S`).
+Everything a case sends is a function of (seed, case index) and of the
+target's ids (job id, holder pid): a failure prints both and the bytes.
+
+Every connection is set up by open_session(): the hello is there and only
+there, so a change of handshake is a change in one function.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import mmap
+import os
+import random
+import re
+import selectors
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "service"))
+from lattice import wire  # noqa: E402  (the Python mirror of wire.h: layouts and payload builders)
+
+
+# ---- the protocol's numbers, read from the one header ----
+
+def wire_numbers(path: Path = ROOT / "protocol/lattice/wire.h") -> dict[str, int]:
+    """Every enumerator and plain numeric #define of wire.h, by name: new
+    message types and roles are fuzzed as soon as they are declared."""
+    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+    out: dict[str, int] = {}
+    for m in re.finditer(r"\b(LAT_[A-Z0-9_]+)\s*=\s*(0x[0-9A-Fa-f]+|\d+)\s*,", text):
+        out[m[1]] = int(m[2], 0)
+    for m in re.finditer(r"#define\s+(LAT_[A-Z0-9_]+)\s+\(?(0x[0-9A-Fa-f]+|\d+)u?\)?\s*$", text, flags=re.M):
+        out[m[1]] = int(m[2], 0)
+    return out
+
+
+W = wire_numbers()
+MAGIC, VERSION, REPLY = W["LAT_MAGIC"], W["LAT_VERSION"], W["LAT_REPLY"]
+MAX_IO, MAX_PAYLOAD = wire.MAX_IO, wire.MAX_PAYLOAD
+HDR = wire.HDR
+HELLO, ERROR = W["LAT_HELLO"], W["LAT_ERROR"]
+ROLE_CONTROL, ROLE_NODE, ROLE_PROC, ROLE_PMI = (W[f"LAT_ROLE_{r}"] for r in ("CONTROL", "NODE", "PROC", "PMI"))
+SYS = {k[8:].lower(): v for k, v in W.items() if k.startswith("LAT_SYS_") and not k.startswith("LAT_SYS__")}
+CTL = {k[8:].lower(): v for k, v in W.items() if k.startswith("LAT_CTL_")}
+NODE = {k[9:].lower(): v for k, v in W.items() if k.startswith("LAT_NODE_")}
+_ENUM = re.search(r"enum lat_type \{(.*?)\};", re.sub(r"/\*.*?\*/", "", (ROOT / "protocol/lattice/wire.h").read_text(),
+                                                        flags=re.S), re.S)
+ALL_TYPES = sorted({int(v, 0) for k, v in re.findall(r"\b(LAT_[A-Z0-9_]+)\s*=\s*(0x[0-9A-Fa-f]+)", _ENUM[1] if _ENUM else "")
+                    if not k.startswith("LAT_SYS__")})
+DP_SHARE, MBOX_SHARE, MBOX_RING, PLUG_CALL = W["LAT_DP_SHARE"], W["LAT_MBOX_SHARE"], W["LAT_MBOX_RING"], W["LAT_PLUG_CALL"]
+RDV, PIPE_FIRST, PIPE_NEXT = W["LAT_RDV"], W["LAT_PIPE_FIRST"], W["LAT_PIPE_NEXT"]
+MBOX_SIZE, MBOX_REQ_SLOT = W["LAT_MBOX_SIZE"], W["LAT_MBOX_REQ_SLOT"]
+PSET, PSET_SIZE = 1, 4          # nodes 0, 1 run the job; 2, 3 are for node sessions
+FUZZ_ABS = b"/nonexistent-lattice-fuzz"   # the only absolute paths a process case names
+# CTL_SHUTDOWN ends ciod by design: a control case never sends it
+NEVER_ON_CONTROL = {CTL["shutdown"]}
+
+
+TYPE_NAMES = {int(v, 0): k for k, v in re.findall(r"\b(LAT_[A-Z0-9_]+)\s*=\s*(0x[0-9A-Fa-f]+)", _ENUM[1] if _ENUM else "")
+              if not k.startswith("LAT_SYS__")}
+
+
+class FuzzFailure(AssertionError):
+    """ciod died, hung, leaked or answered out of protocol."""
+
+
+# ---- sessions: the one place a connection is set up ----
+
+def connect(addr: str, timeout: float = 10) -> socket.socket:
+    if addr.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(addr[5:])
+        return s
+    host, port = addr[4:].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    b = b""
+    while len(b) < n:
+        chunk = s.recv(n - len(b))
+        if not chunk:
+            raise EOFError("connection closed early")
+        b += chunk
+    return b
+
+
+def recv_msg(s: socket.socket) -> tuple[int, int, bytes]:
+    magic, version, typ, ln, seq = HDR.unpack(recv_exact(s, HDR.size))
+    if (magic, version) != (MAGIC, VERSION) or ln > MAX_PAYLOAD:
+        raise FuzzFailure(f"reply header magic 0x{magic:x} version {version} len {ln}")
+    return typ, seq, recv_exact(s, ln)
+
+
+@dataclass
+class Session:
+    sock: socket.socket
+    err: int                    # the hello's answer: 0 or an errno
+    ack: bytes                  # the hello ack's payload
+    seq: int = 1                # last seq used on this connection (the hello's)
+
+    def next_seq(self) -> int:
+        """Requests of a valid session are numbered 1, 2, 3... per connection."""
+        self.seq += 1
+        return self.seq
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def hello_bytes(key: bytes, role: int, node: int = 0, job: int = 0, extra: bytes = b"", seq: int = 1) -> bytes:
+    """The bytes of today's hello (struct lat_hello, key in clear, + extra)."""
+    body = struct.pack("<IIQ", role, node, job) + key + extra
+    return HDR.pack(MAGIC, VERSION, HELLO, len(body), seq) + body
+
+
+def open_session(addr: str, key: bytes, role: int, node: int = 0, job: int = 0, extra: bytes = b"",
+                 timeout: float = 10) -> Session:
+    """Connects and says hello as `role`: every fuzz connection past the
+    hello, and every health check, is set up here (the same bytes as
+    tests/unit/test_ciod.py Ciod.hello).  When the hello becomes a
+    challenge-response, this is the function to change."""
+    s = connect(addr, timeout)
+    try:
+        s.sendall(hello_bytes(key, role, node, job, extra, seq=1))
+        typ, seq, body = recv_msg(s)
+    except BaseException:
+        s.close()
+        raise
+    if typ != HELLO | REPLY or seq != 1 or len(body) < 16:
+        s.close()
+        raise FuzzFailure(f"hello answered with type 0x{typ:04x} seq {seq}, {len(body)} bytes")
+    return Session(s, struct.unpack_from("<i", body)[0], body)
+
+
+# ---- the target: ciod, the service node, two compute nodes, a job ----
+
+HOLDER = r"""
+import fcntl, os, sys, time
+def memfd(size):
+    fd = os.memfd_create("cnk-bigmem", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
+print(memfd(1 << 20), memfd(int(sys.argv[1])), flush=True)
+time.sleep(1e9)
+"""
+
+
+def ciod_binary() -> Path:
+    if os.environ.get("CIOD_BIN"):
+        return Path(os.environ["CIOD_BIN"])
+    subprocess.run(["make", "-s", "-C", str(ROOT), "ciod"], check=True)
+    return ROOT / "build/bin/ciod"
+
+
+class FakeNode(threading.Thread):
+    """A compute node that takes its pushes and, like cnode, reports an
+    exit when a job other than the fixture's is killed."""
+
+    def __init__(self, target: "Target", node: int) -> None:
+        super().__init__(daemon=True, name=f"fake-node{node}")
+        self.t, self.node = target, node
+        self.s = open_session(target.addr, target.key, ROLE_NODE, node)
+        if self.s.err:
+            raise FuzzFailure(f"node {node} hello refused: {os.strerror(self.s.err)}")
+        self.jobs: dict[int, int] = {}          # job id -> rank here
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            while True:
+                typ, _, body = recv_msg(self.s.sock)
+                if typ == NODE["job"]:
+                    job, _size, rank = struct.unpack_from("<QQI", body)
+                    self.jobs[job] = rank
+                elif typ == NODE["kill"] and self.jobs:
+                    for job, rank in list(self.jobs.items()):
+                        if job != self.t.job_id:
+                            self.exit(job, rank, wire.EXIT_SIGNAL, 9)
+        except (OSError, EOFError, FuzzFailure):
+            pass
+
+    def exit(self, job: int, rank: int, how: int = wire.EXIT_CODE, value: int = 0) -> None:
+        self.jobs.pop(job, None)
+        with self.lock:
+            self.s.sock.sendall(HDR.pack(MAGIC, VERSION, NODE["exit"], 24, 0)
+                                + wire.EXIT.pack(job, rank, self.node, how, value))
+
+
+class Owner(threading.Thread):
+    """The service node's control connection that owns the job: drains what
+    ciod sends it and completes every fence (CTL_FENCE -> CTL_FENCE_OUT)."""
+
+    def __init__(self, target: "Target") -> None:
+        super().__init__(daemon=True, name="fake-service-node")
+        self.t = target
+        self.s = open_session(target.addr, target.key, ROLE_CONTROL)
+        self.cv = threading.Condition()
+        self.replies: dict[int, bytes] = {}
+        self.ended: set[int] = set()
+        self.counts: dict[int, int] = {}
+
+    def run(self) -> None:
+        try:
+            while True:
+                typ, seq, body = recv_msg(self.s.sock)
+                self.counts[typ] = self.counts.get(typ, 0) + 1
+                if typ == CTL["fence"] and len(body) >= wire.FENCE.size:
+                    job, epoch, nkv, flags, _ = wire.FENCE.unpack_from(body)
+                    if not flags & wire.FENCE_MORE:
+                        self.send(CTL["fence_out"], wire.FENCE.pack(job, epoch, nkv, 0, 0) + body[wire.FENCE.size:])
+                with self.cv:
+                    if typ & REPLY:
+                        self.replies[seq] = body
+                    elif typ == CTL["job_end"]:
+                        self.ended.add(struct.unpack("<Q", body)[0])
+                    self.cv.notify_all()
+        except (OSError, EOFError, FuzzFailure):
+            pass
+
+    def send(self, typ: int, payload: bytes) -> int:
+        with self.cv:
+            seq = self.s.next_seq()
+        self.s.sock.sendall(HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload)
+        return seq
+
+    def wait(self, pred: Callable[[], bool], what: str, timeout: float = 20) -> None:
+        with self.cv:
+            if not self.cv.wait_for(pred, timeout):
+                raise FuzzFailure(f"the service node waited {timeout:.0f} s for {what}")
+
+
+class Sink(threading.Thread):
+    """127.0.0.1 TCP and UDP ports of ours: the only peers a shipped socket
+    call may name (addresses are rewritten to them).  Accepted connections
+    never send (a READ on them waits) and are read and dropped, until the
+    end of the round."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="sink")
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(64)
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.ports = (self.tcp.getsockname()[1], self.udp.getsockname()[1])
+        self.held: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.tcp, selectors.EVENT_READ)
+        try:
+            while True:
+                for key, _ in sel.select():
+                    if key.fileobj is self.tcp:
+                        c, _ = self.tcp.accept()
+                        c.setblocking(False)
+                        with self.lock:
+                            self.held.append(c)
+                        sel.register(c, selectors.EVENT_READ)
+                        continue
+                    try:
+                        if key.fileobj.recv(1 << 20) == b"":   # type: ignore[union-attr]
+                            raise OSError
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        sel.unregister(key.fileobj)
+        except (OSError, ValueError):
+            pass
+
+    def release(self) -> None:
+        with self.lock:
+            for c in self.held:
+                c.close()
+            self.held.clear()
+        try:
+            while True:
+                self.udp.recv(1 << 16, socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+
+
+class Target:
+    """A running ciod with a job on nodes 0 and 1, ready to be fuzzed."""
+
+    def __init__(self, binary: Path | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="ciodfuzz-", dir="/tmp"))
+        os.chmod(self.dir, 0o755)
+        self.key = bytes(random.Random(7).getrandbits(8) for _ in range(32))
+        (self.dir / "key").write_text(self.key.hex() + "\n")
+        (self.dir / "key").chmod(0o600)
+        # the job's files: a tree of its own, nothing else under it, open to the job's owner
+        self.workroot = Path(tempfile.mkdtemp(prefix="ciodfuzz-work-", dir="/tmp"))
+        os.chmod(self.workroot, 0o755)
+        self.work = self.workroot / "w"
+        self.work.mkdir()
+        os.chmod(self.work, 0o777)
+        self.exe = self.workroot / "prog"
+        self.exe.write_bytes(b"\x7fELF fuzz image\n")
+        self.exe.chmod(0o755)
+        # as root, the job runs as nobody: shipped calls must not act as root on this box
+        self.uid, self.gid = (65534, 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+        self.addr = f"unix:{self.dir / 'ciod.sock'}"
+        self.ras = self.dir / "ras.log"
+        self.logf = open(self.dir / "ciod.log", "ab")
+        env = dict(os.environ, LATTICE_HELLO_TIMEOUT="5")
+        self.proc = subprocess.Popen(
+            [str(binary or ciod_binary()), "--block", "F", "--pset", str(PSET), "--pset-size", str(PSET_SIZE),
+             "--listen", self.addr, "--key-file", str(self.dir / "key"), "--ras", str(self.ras),
+             "--location", "R00-M0-N00-I:J01"], stdout=self.logf, stderr=subprocess.STDOUT, env=env)
+        self.holder: subprocess.Popen[str] | None = None
+        try:
+            end = time.time() + 10
+            while not (self.dir / "ciod.sock").exists():
+                if self.proc.poll() is not None or time.time() > end:
+                    raise FuzzFailure(f"ciod did not start:\n{self.logtext()}")
+                time.sleep(0.02)
+            self.holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(MBOX_SIZE)], stdout=subprocess.PIPE,
+                                           text=True)
+            assert self.holder.stdout is not None
+            self.shm_fd, self.mbox_fd = map(int, self.holder.stdout.readline().split())
+            with open(f"/proc/{self.holder.pid}/fd/{self.mbox_fd}", "r+b") as f:
+                self.mbox = mmap.mmap(f.fileno(), MBOX_SIZE)
+            self.sink = Sink()
+            self.sink.start()
+            self.job_id = 0
+            self.owner = Owner(self)
+            self.owner.start()
+            self.nodes = [FakeNode(self, n) for n in (0, 1)]
+            for n in self.nodes:
+                n.start()
+            self.rank_locks = [threading.Lock(), threading.Lock()]     # one PMI connection per rank
+            self.node_locks = {2: threading.Lock(), 3: threading.Lock()}
+            self.start_job(1001)
+            self.settle_base()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- the job --
+
+    def start_job(self, job: int) -> None:
+        payload = wire.job_payload(job, self.uid, self.gid, [self.gid], [0, 1, -1, -1], 2, str(self.exe),
+                                   str(self.work), ["prog", "-x"], ["A=1"])
+        seq = self.owner.send(CTL["job"], payload)
+        self.owner.wait(lambda: seq in self.owner.replies, "the CTL_JOB reply")
+        ret, err, _ = wire.SYSRET.unpack_from(self.owner.replies.pop(seq))
+        if ret != 0:
+            raise FuzzFailure(f"job {job} refused: {os.strerror(err)}")
+        self.job_id = job
+
+    def restart_job(self) -> None:
+        """Ends the job as two nodes would (an exit per rank) and starts the
+        next: PMI state that a case broke starts afresh."""
+        old = self.job_id
+        for rank, n in enumerate(self.nodes):
+            n.exit(old, rank)
+        self.owner.wait(lambda: old in self.owner.ended, f"JOB_END of job {old}")
+        self.start_job(old + 1)
+
+    @property
+    def kvsname(self) -> str:
+        return f"lattice-{self.job_id}"
+
+    # -- health --
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def counts(self) -> tuple[int, int, int]:
+        """ciod's threads, open descriptors and resident kB."""
+        pid = self.proc.pid
+        st = Path(f"/proc/{pid}/status").read_text()
+        threads = int(re.search(r"^Threads:\s+(\d+)", st, re.M)[1])  # type: ignore[index]
+        rss = int(re.search(r"^VmRSS:\s+(\d+)", st, re.M)[1])       # type: ignore[index]
+        return threads, len(os.listdir(f"/proc/{pid}/fd")), rss
+
+    def status(self) -> tuple[int, int, int]:
+        s = open_session(self.addr, self.key, ROLE_CONTROL)
+        try:
+            if s.err:
+                raise FuzzFailure(f"control hello refused: {os.strerror(s.err)}")
+            seq = s.next_seq()
+            s.sock.sendall(HDR.pack(MAGIC, VERSION, CTL["status"], 0, seq))
+            typ, rseq, body = recv_msg(s.sock)
+            if (typ, rseq, len(body)) != (CTL["status"] | REPLY, seq, 16):
+                raise FuzzFailure(f"CTL_STATUS answered with type 0x{typ:04x} seq {rseq}")
+            return struct.unpack("<IIQ", body)    # type: ignore[return-value]
+        finally:
+            s.close()
+
+    def settle_base(self) -> None:
+        time.sleep(0.2)
+        self.base = self.counts()
+
+    def check(self, slack_fds: int = 16, wait: float = 10) -> None:
+        """ciod runs, answers a fresh control session, the job is intact, and
+        its threads and descriptors are back to the baseline."""
+        if not self.alive():
+            raise FuzzFailure(f"ciod exited with {self.proc.returncode}:\n{self.logtext()[-3000:]}")
+        try:
+            st = self.status()
+        except (OSError, EOFError) as e:
+            raise FuzzFailure(f"CTL_STATUS failed: {e!r}") from e
+        if st[2] != self.job_id or st[0] < 2:
+            raise FuzzFailure(f"status {st}: job {self.job_id} on 2 nodes expected")
+        end = time.time() + wait
+        while True:
+            threads, fds, _ = self.counts()
+            if threads <= self.base[0] and fds <= self.base[1] + slack_fds:
+                return
+            if time.time() > end:
+                raise FuzzFailure(f"ciod holds {threads} threads and {fds} descriptors "
+                                  f"(baseline {self.base[0]} and {self.base[1]}): a leak or a stuck thread")
+            time.sleep(0.05)
+
+    def normal_session(self) -> None:
+        """A process of the job opens, writes, reads back and closes a file."""
+        s = open_session(self.addr, self.key, ROLE_PROC, 0, self.job_id)
+        try:
+            if s.err:
+                raise FuzzFailure(f"PROC hello refused: {os.strerror(s.err)}")
+            data = random.Random(self.job_id).randbytes(100_000)
+
+            def call(name: str, *a: int, data: bytes = b"") -> tuple[int, bytes]:
+                seq = s.next_seq()
+                args = struct.pack("<4q", *(list(a) + [0, 0, 0, 0])[:4])
+                s.sock.sendall(HDR.pack(MAGIC, VERSION, SYS[name], 32 + len(data), seq) + args + data)
+                typ, rseq, body = recv_msg(s.sock)
+                ret, err, _ = wire.SYSRET.unpack_from(body)
+                if (typ, rseq) != (SYS[name] | REPLY, seq) or ret < 0:
+                    raise FuzzFailure(f"{name}: type 0x{typ:04x} seq {rseq} ret {ret} {os.strerror(err)}")
+                return ret, body[16:]
+
+            name = f"normal-{time.time_ns()}"          # no case names it
+            fd, _ = call("openat", -100, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o644, data=name.encode() + b"\0")
+            assert call("write", fd, data=data)[0] == len(data)
+            got = call("pread", fd, len(data), 0)[1]
+            call("close", fd)
+            if got != data or (self.work / name).read_bytes() != data:
+                raise FuzzFailure("a normal session read back other bytes than it wrote")
+        finally:
+            s.close()
+
+    def trim(self) -> None:
+        """Between rounds of a long run: empty the job's directory and the
+        logs (ciod appends to both), so 10^7 inputs fit on the disk."""
+        for p in self.work.iterdir():
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        for f in (self.ras, self.dir / "ciod.log"):
+            if f.exists() and f.stat().st_size > 64 << 20:
+                os.truncate(f, 0)
+
+    def logtext(self) -> str:
+        self.logf.flush()
+        return (self.dir / "ciod.log").read_text(errors="replace")
+
+    def rastext(self) -> str:
+        return self.ras.read_text(errors="replace") if self.ras.exists() else ""
+
+    def close(self) -> None:
+        for closer in (lambda: self.proc.terminate(), lambda: self.proc.wait(10),
+                       lambda: self.holder and self.holder.kill(), lambda: self.holder and self.holder.wait(),
+                       lambda: self.mbox.close(), lambda: self.sink.tcp.close(), lambda: self.sink.udp.close(),
+                       lambda: self.sink.release(), lambda: self.logf.close()):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001  (best effort: some parts may not exist)
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.workroot, ignore_errors=True)
+
+
+# ---- generation ----
+
+@dataclass
+class Poke:
+    """Bytes written into the shared mailbox (not on the socket)."""
+    off: int
+    data: bytes
+
+
+Item = bytes | Poke
+
+
+@dataclass
+class Case:
+    index: int
+    seed: int
+    kind: str
+    hello: tuple[int, int, int, bytes] | None        # role, node, job, extra; None: raw bytes from the start
+    items: list[Item] = field(default_factory=list)  # each one input
+    framed: bool = True         # every item a well-framed message: replies must echo our seqs
+    abrupt: bool = False        # close without reading the answers
+    lock: str = ""              # "rank0", "node2"...: one such connection at a time
+
+    def describe(self, limit: int = 2000) -> str:
+        lines = [f"case {self.index} (case seed {self.seed}): {self.kind}, hello {self.hello}, "
+                 f"{len(self.items)} inputs, abrupt={self.abrupt}"]
+        for i, it in enumerate(self.items):
+            b = it.data if isinstance(it, Poke) else it
+            where = f"mailbox+{it.off}" if isinstance(it, Poke) else "socket"
+            if len(b) >= 16 and struct.unpack_from("<I", b)[0] == MAGIC:
+                typ, ln, seq = struct.unpack_from("<HII", b, 6)
+                where += f" {TYPE_NAMES.get(typ, hex(typ))} len={ln} seq={seq}"
+                if len(b) >= 48:
+                    where += " a=" + ",".join(str(x) for x in struct.unpack_from("<4q", b, 16))
+            lines.append(f"  [{i}] {where} {len(b)} bytes: {b[:64].hex()}{'...' if len(b) > 64 else ''}")
+        text = "\n".join(lines)
+        return text if len(text) < limit else text[:limit] + "\n  ..."
+
+
+INTS = [0, 1, -1, 2, 3, 4, 5, 7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 1023, 1024, 1025, 4095, 4096,
+        4097, 65535, 65536, MAX_IO - 1, MAX_IO, MAX_IO + 1, 2**31 - 1, 2**31, -2**31, 2**32 - 1, 2**32, 2**63 - 1,
+        -2**63, -100, RDV, PIPE_FIRST, PIPE_NEXT, 0x1000, 0x200, 0o100 | 2, 0o200000, 0o1000 | 1, 0o4000]
+NAMES = [b"f0", b"f1", b"f2", b"d0", b"d0/f1", b"d1/d2/f3", b"", b".", b"d0/", b"x" * 255,
+         b"x" * 256, b"d0/" * 1400, b"f\xff\xfe", b"sp ace", FUZZ_ABS + b"/a", b"n" * 4095]
+PATH_CALLS = {"openat", "fstatat", "statx", "faccessat", "unlinkat", "renameat", "mkdirat", "readlinkat",
+              "truncate", "chdir", "fchmodat", "utimensat", "statfs"}
+ADDR_CALLS = {"connect", "bind", "sendmsg", "send_rdv"}
+
+
+def pick_int(rng: random.Random) -> int:
+    r = rng.random()
+    if r < 0.6:
+        return rng.choice(INTS)
+    if r < 0.8:
+        return rng.randrange(-8, 4096)
+    return rng.getrandbits(64) - 2**63
+
+
+def pick_fd(rng: random.Random) -> int:
+    return rng.choice([0, 1, 2, 3, 3, 4, 4, 5, 6, 7, 1023, 1024, -1, -100, 1 << 40]) if rng.random() < 0.9 \
+        else pick_int(rng)
+
+
+def pick_count(rng: random.Random) -> int:
+    return rng.choice([0, 1, 2, 7, 16, 100, 4096, 65536, MAX_IO, MAX_IO + 1, -1]) if rng.random() < 0.9 \
+        else pick_int(rng)
+
+
+def blob(rng: random.Random, big: bool = False) -> bytes:
+    n = rng.choice([0, 1, 3, 8, 16, 31, 32, 100, 4096]) if not big or rng.random() < 0.97 else \
+        rng.choice([MAX_IO, MAX_IO + 1, 70000])
+    return rng.randbytes(n)
+
+
+def a_path(rng: random.Random) -> bytes:
+    r = rng.random()
+    p = rng.choice(NAMES) if r < 0.8 else rng.randbytes(rng.randrange(0, 40))
+    return p + (b"\0" if rng.random() < 0.93 else b"")
+
+
+def sockaddr(rng: random.Random, ports: tuple[int, int]) -> bytes:
+    port = rng.choice([ports[0], ports[1], 0, ports[0]])
+    r = rng.random()
+    if r < 0.55:
+        a = struct.pack("<H", socket.AF_INET) + struct.pack(">H", port) + bytes([127, 0, 0, 1]) + bytes(8)
+    elif r < 0.75:
+        a = struct.pack("<H", socket.AF_INET6) + struct.pack(">H", port) + bytes(4) + bytes(15) + b"\1" + bytes(4)
+    elif r < 0.85:
+        a = struct.pack("<H", socket.AF_UNIX) + b"\0latfuzz" + bytes(rng.randrange(0, 100))
+    else:
+        a = rng.randbytes(rng.choice([0, 1, 2, 16, 128, 129]))
+    return a
+
+
+def segs(rng: random.Random, holder_base: int) -> bytes:
+    n = rng.choice([0, 1, 2, 3, 1024, 1025]) if rng.random() < 0.9 else rng.randrange(0, 8)
+    out = []
+    for _ in range(min(n, 1100)):
+        addr = rng.choice([0, 8, 4096, holder_base, holder_base + 100, 2**64 - 4096, rng.getrandbits(64)])
+        ln = rng.choice([0, 1, 16, 4096, MAX_IO, 2**64 - 1, rng.getrandbits(32)])
+        out.append(struct.pack("<QQ", addr, ln))
+    return b"".join(out)
+
+
+def sanitize_paths(data: bytes) -> bytes:
+    """No '..' and no absolute path but FUZZ_ABS: a process case reaches
+    nothing outside its own directory, whatever the mutations did."""
+    parts = data.split(b"\0")
+    for i, p in enumerate(parts):
+        if p.startswith(b"/") and not p.startswith(FUZZ_ABS):
+            p = b"_" + p[1:]
+        parts[i] = p.replace(b"..", b"._")
+    return b"\0".join(parts)
+
+
+def sanitize_addr(addr: bytes, ports: tuple[int, int]) -> bytes:
+    """Any INET/INET6 address becomes loopback and one of the sink's ports
+    (or 0): shipped sockets talk to nobody else."""
+    a = bytearray(addr)
+    if len(a) >= 4:
+        fam = struct.unpack_from("<H", a)[0]
+        port = struct.unpack_from(">H", a, 2)[0]
+        if fam in (socket.AF_INET, socket.AF_INET6):
+            struct.pack_into(">H", a, 2, port if port in ports else 0)
+        if fam == socket.AF_INET and len(a) >= 8:
+            a[4:8] = bytes([127, 0, 0, 1])
+        if fam == socket.AF_INET6 and len(a) >= 24:
+            a[8:24] = bytes(15) + b"\1"
+    elif len(a) >= 2 and struct.unpack_from("<H", a)[0] in (socket.AF_INET, socket.AF_INET6):
+        a[0] = 0xFF
+    return bytes(a)
+
+
+def sys_request(rng: random.Random, name: str, ctx: "Ctx") -> tuple[list[int], bytes]:
+    """Arguments and data of one shipped call, shaped as lattice/fwd_posix.h says."""
+    a = [pick_int(rng) for _ in range(4)]
+    data = b""
+    if name in ("close", "fsync", "fdatasync", "dup", "fchdir", "fstatfs", "ftruncate", "fchmod", "lseek", "fcntl",
+                "getsockname", "getpeername", "shutdown", "read", "pread", "getdents64", "write", "pwrite",
+                "setsockopt", "getsockopt", "recvmsg", "sendmsg", "connect", "bind", "send_rdv", "recv_rdv"):
+        a[0] = pick_fd(rng)
+    if name in ("read", "pread", "getdents64", "getcwd", "readlinkat", "recvmsg"):
+        a[1 if name != "getcwd" else 0] = pick_count(rng)
+        if name == "recvmsg":
+            a[2] = pick_count(rng)
+    if name in ("read", "pread", "write", "pwrite") and rng.random() < 0.5:
+        a[3] = rng.choice([0, 0, RDV, PIPE_FIRST, PIPE_NEXT])
+        if a[3] == RDV:
+            data = segs(rng, ctx.shm_base)
+    if name in ("write", "pwrite") and a[3] != RDV:
+        data = blob(rng, big=True)
+    if name in ("recvmsg", "sendmsg", "connect", "send_rdv", "recv_rdv", "poll"):
+        a[3 if name in ("recvmsg", "sendmsg", "send_rdv") else (2 if name == "recv_rdv" else 1)] = \
+            rng.choice([0, 0, 1, 10, -1, 100])
+    if name in PATH_CALLS:
+        if name in ("openat", "fstatat", "statx", "faccessat", "unlinkat", "mkdirat", "readlinkat", "fchmodat",
+                    "utimensat", "renameat"):
+            a[0] = rng.choice([-100, -100, -100, 3, 4, 0, 999]) if rng.random() < 0.9 else pick_fd(rng)
+        if name == "openat":
+            a[1] = rng.choice([0, 1, 2, 0o100 | 2, 0o100 | 0o200 | 1, 0o200000, 0o1000 | 2, 0o2000 | 1,
+                               0o20000000]) if rng.random() < 0.9 else pick_int(rng)
+            a[2] = rng.choice([0o644, 0o755, 0, 0o7777])
+        if name == "renameat":
+            a[1] = rng.choice([-100, 3, 4])
+            data = a_path(rng) + a_path(rng)
+        elif name == "utimensat":
+            data = (struct.pack("<qqqq", *(pick_int(rng) for _ in range(4))) if rng.random() < 0.9 else blob(rng)) \
+                + a_path(rng)
+        else:
+            data = a_path(rng)
+        data = sanitize_paths(data)
+    if name == "socket":
+        a[0] = rng.choice([socket.AF_INET, socket.AF_INET6, socket.AF_UNIX, 16, 17, 0]) if rng.random() < 0.9 \
+            else pick_int(rng)
+        a[1] = rng.choice([1, 2, 3, 5, 1 | 0o4000, 2 | 0o4000]) if rng.random() < 0.9 else pick_int(rng)
+        a[2] = rng.choice([0, 0, 6, 17, 255])
+    if name in ADDR_CALLS:
+        addr = sockaddr(rng, ctx.ports)
+        if name in ("sendmsg", "send_rdv"):
+            a[2] = len(addr) if rng.random() < 0.8 else pick_int(rng)
+            data = addr + (segs(rng, ctx.shm_base) if name == "send_rdv" else blob(rng))
+        else:
+            data = addr
+    if name == "recv_rdv":
+        data = segs(rng, ctx.shm_base)
+    if name == "poll":
+        a[0] = rng.choice([0, 1, 2, 3, 1024, 1025])
+        data = b"".join(struct.pack("<ihh", max(-2**31, min(pick_fd(rng), 2**31 - 1)), rng.choice([1, 4, 0, -1]), 0)
+                        for _ in range(min(rng.choice([0, 1, 2, 3, a[0]]), 1100) if a[0] >= 0 else 1))
+    if name in ("setsockopt", "getsockopt"):
+        a[1] = rng.choice([1, 6, 0, 41, 17, 255])
+        a[2] = rng.randrange(0, 80)
+        if name == "setsockopt":
+            data = blob(rng)
+        else:
+            a[3] = pick_count(rng)
+    return a, data
+
+
+@dataclass
+class Ctx:
+    """What of the target a generator may name."""
+    job: int
+    kvsname: str
+    holder_pid: int
+    shm_fd: int
+    mbox_fd: int
+    ports: tuple[int, int]
+    shm_base: int = 0x7E0000000000
+
+
+def frame(typ: int, payload: bytes, seq: int) -> bytes:
+    return HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload
+
+
+def mutate_message(rng: random.Random, typ: int, payload: bytes, seq: int, case: Case,
+                   allowed: Callable[[int], bool]) -> bytes:
+    """One message, sometimes mutated: payload cut, grown, flipped; type
+    replaced; seq duplicated, decreasing or wild.  A header that lies about
+    its length, a bad magic or version is the case's last input."""
+    r = rng.random()
+    if r < 0.12 and payload:
+        payload = payload[:rng.randrange(len(payload))]
+    elif r < 0.17:
+        payload = payload + blob(rng)
+    elif r < 0.24 and payload:
+        b = bytearray(payload)
+        for _ in range(rng.randrange(1, 5)):
+            i = rng.randrange(len(b))
+            b[i] = rng.choice([0, 0xFF, 0x7F, 0x80, rng.getrandbits(8)])
+        payload = bytes(b)
+    if rng.random() < 0.05:
+        t = rng.choice(ALL_TYPES) if rng.random() < 0.7 else rng.getrandbits(16)
+        typ = t if allowed(t) else typ
+    if rng.random() < 0.08:
+        seq = rng.choice([seq - 1, seq, 0, 1, 2**32 - 1, rng.getrandbits(32)]) & 0xFFFFFFFF
+    return frame(typ, payload, seq)
+
+
+def fatal_tail(rng: random.Random, typ: int, seq: int) -> bytes:
+    """The last input of a session: something ciod must close on."""
+    k = rng.randrange(6)
+    if k == 0:
+        return HDR.pack(0xDEADBEEF, VERSION, typ, 0, seq)
+    if k == 1:
+        return HDR.pack(MAGIC, rng.choice([0, 2, 0xFFFF]), typ, 0, seq)
+    if k == 2:
+        return HDR.pack(MAGIC, VERSION, typ, MAX_PAYLOAD + rng.choice([1, 2**31, 2**32 - 1 - MAX_PAYLOAD]), seq)
+    if k == 3:                                  # half a message, then EOF
+        ln = rng.choice([32, 100, 5000, MAX_IO])
+        return HDR.pack(MAGIC, VERSION, typ, ln, seq) + rng.randbytes(rng.randrange(min(ln, 200)))
+    if k == 4:                                  # half a header
+        return HDR.pack(MAGIC, VERSION, typ, 0, seq)[:rng.randrange(1, 16)]
+    return rng.randbytes(rng.randrange(1, 300))
+
+
+def gen_prehello(rng: random.Random, case: Case, ctx: Ctx, key: bytes) -> None:
+    case.framed = False
+    k = rng.randrange(14)
+    good = hello_bytes(key, ROLE_CONTROL)
+    if k == 0:
+        case.items.append(rng.randbytes(rng.choice([1, 15, 16, 17, 100, 4096, 5000])))
+    elif k == 1:
+        t = rng.choice(ALL_TYPES)
+        case.items.append(frame(t, blob(rng), rng.getrandbits(32)))
+    elif k == 2:
+        body = rng.randbytes(rng.choice([0, 1, 47, 49, 55, 57, 100, 4096]))
+        case.items.append(frame(HELLO, body, 1))
+    elif k == 3:
+        bad = bytearray(key)
+        if rng.random() < 0.5:
+            bad[rng.randrange(32)] ^= 1 << rng.randrange(8)
+        else:
+            bad = bytearray(rng.choice([bytes(32), b"\xff" * 32, rng.randbytes(32)]))
+        case.items.append(hello_bytes(bytes(bad), rng.choice([1, 2, 3, 4]), rng.randrange(4), ctx.job))
+    elif k == 4:
+        case.items.append(HDR.pack(rng.choice([0, MAGIC ^ 1, 0x4C544154]), VERSION, HELLO, 48, 1) + good[16:])
+    elif k == 5:
+        case.items.append(HDR.pack(MAGIC, rng.choice([0, 2, 0xFFFF]), HELLO, 48, 1) + good[16:])
+    elif k == 6:
+        case.items.append(hello_bytes(key, rng.choice([0, 5, 255, 2**32 - 1, rng.getrandbits(32)])))
+    elif k == 7:
+        case.items.append(good[:rng.randrange(1, len(good))])
+    elif k == 8:
+        case.items.append(HDR.pack(MAGIC, VERSION, HELLO, rng.choice([MAX_PAYLOAD, MAX_PAYLOAD + 1, 2**32 - 1]), 1))
+    elif k == 9:     # hellos ciod must refuse for what they ask
+        role = rng.choice([ROLE_NODE, ROLE_PROC, ROLE_PMI])
+        node = rng.choice([0, 1, 4, 5, 127, 128, 0xFFFF, 0x10000, 0x10001, 2**32 - 1])
+        job = rng.choice([0, ctx.job + 1, ctx.job - 1, 2**64 - 1]) if role != ROLE_NODE else 0
+        case.items.append(hello_bytes(key, role, node, job))
+    elif k == 10:    # a PROC hello with a data-path tail of the wrong size
+        case.items.append(hello_bytes(key, ROLE_PROC, 0, ctx.job, rng.randbytes(rng.choice([1, 4, 7, 9, 16]))))
+    elif k == 11:    # a valid hello, then garbage
+        case.items.append(good)
+        case.items.append(rng.randbytes(rng.randrange(1, 2000)))
+    elif k == 12:    # two hellos
+        case.items += [good, hello_bytes(key, ROLE_CONTROL, seq=2)]
+    else:            # a valid hello, then half a message
+        case.items += [good, fatal_tail(rng, CTL["status"], 2)]
+    case.abrupt = rng.random() < 0.3
+
+
+def job_variant(rng: random.Random, ctx: Ctx, exe: str, cwd: str) -> bytes:
+    ranks = rng.choice([[0, 1, -1, -1], [0, -1, -1, -1], [0, 1, 2, 3], [1, 0, -1, -1], [0, 0, -1, -1], [5, -2, 0, 0]])
+    jid = rng.choice([ctx.job, ctx.job + 7, 0, 2**64 - 1])
+    uid = rng.choice([os.getuid(), 65534, 0, 12345])
+    groups = rng.choice([[], [0], [65534], list(range(256)), list(range(257))])
+    argv = rng.choice([["p"], [], ["p"] * 3, ["a" * 5000], ["x"] * 4097])
+    env = rng.choice([[], ["A=1"], ["E=" + "v" * 100] * 10])
+    flags = rng.choice([0, 1, 2, 3, 4, 5, 8, 16, 0xFFFFFFFF])
+    exe = rng.choice([exe, exe, "relative", "/nonexistent-lattice-fuzz", "/", "/" + "a" * 5000])
+    cwd = rng.choice([cwd, cwd, "rel", "/nonexistent-lattice-fuzz", exe])
+    nranks = rng.choice([2, 1, 4, 0, 2**32 - 1])
+    if flags & wire.JOB_PLACED and rng.random() < 0.7:
+        napps = rng.choice([1, 2, 0, 65])
+        slots = [(r, i, 0, 0) for i, r in enumerate(ranks) if r >= 0]
+        if rng.random() < 0.3:
+            slots.append((rng.randrange(8), rng.randrange(6), rng.randrange(3), rng.randrange(3)))
+        apps = [(exe, argv or ["p"])] + [(exe, ["q"])] * max(0, min(napps, 3) - 1)
+        try:
+            p = wire.placed_job_payload(jid & (2**64 - 1), uid, uid, groups, ranks, nranks & 0xFFFFFFFF, cwd, env,
+                                        flags & ~wire.JOB_PLACED, rng.choice([1, 2, 0, 65]), slots, apps,
+                                        rng.choice(["(vector,(0,2,1))", "", "m" * 1025]))
+        except struct.error:
+            p = b""
+    else:
+        p = wire.job_payload(jid & (2**64 - 1), uid, uid, groups, ranks, nranks & 0xFFFFFFFF, exe, cwd, argv, env,
+                             flags & ~wire.JOB_PLACED if rng.random() < 0.8 else flags)
+    if rng.random() < 0.3 and len(p) >= wire.JOB.size:      # lie in the counts of the lat_job head
+        b = bytearray(p)
+        struct.pack_into("<I", b, rng.choice([16, 20, 24, 28, 32]), rng.choice([0, 1, 3, 256, 4096, 2**32 - 1]))
+        p = bytes(b)
+    return p
+
+
+def gen_control(rng: random.Random, case: Case, ctx: Ctx, target_files: tuple[str, str]) -> None:
+    seq = 1
+    for _ in range(rng.randrange(5, 60)):
+        seq += 1
+        r = rng.random()
+        if r < 0.3:
+            typ, p = CTL["job"], job_variant(rng, ctx, *target_files)
+        elif r < 0.45:
+            typ = CTL["fence_out"]
+            kvs = {f"k{i}": "v" * rng.choice([0, 1, 100, 2048, 2049]) for i in range(rng.choice([0, 1, 3, 50]))}
+            msgs = wire.fence_messages(rng.choice([ctx.job, ctx.job, 0, ctx.job + 1]), rng.choice([0, 1, 2, 2**32 - 1]),
+                                       kvs)
+            p = rng.choice(msgs)
+            if rng.random() < 0.3:
+                b = bytearray(p + bytes(24))
+                struct.pack_into("<II", b, 12, rng.choice([0, 1, 2**31, 2**32 - 1]), rng.choice([0, 1, 3]))
+                p = bytes(b[:len(p)])
+        elif r < 0.6:
+            typ, p = CTL["kill"], struct.pack("<iI", rng.choice([0, 1, 9, 15, 64, 65, -1, 2**31 - 1]), 0)
+        elif r < 0.75:
+            typ, p = rng.choice([CTL["status"], CTL["counters"]]), b""
+        else:
+            typ, p = rng.choice(ALL_TYPES), blob(rng)
+            if typ in NEVER_ON_CONTROL:
+                typ = CTL["status"]
+        case.items.append(mutate_message(rng, typ, p, seq, case, lambda t: t not in NEVER_ON_CONTROL))
+    if rng.random() < 0.15:
+        case.items.append(fatal_tail(rng, CTL["kill"], seq + 1))
+        case.framed = False
+
+
+def pmi1_line(rng: random.Random, ctx: Ctx) -> bytes:
+    cmd = rng.choice(["init", "get_maxes", "get_appnum", "get_universe_size", "get_my_kvsname", "put", "get", "get",
+                      "barrier_in", "finalize", "abort", "publish_name", "lookup_name", "unpublish_name", "spawn",
+                      "frobnicate", ""])
+    kv = {"init": "pmi_version=1 pmi_subversion=1", "put": "kvsname={k} key={key} value={val}",
+          "get": "kvsname={k} key={key}", "abort": "exitcode=3 message=fuzz"}.get(cmd, "")
+    key = rng.choice(["k", "card-0", "PMI_process_mapping", "k" * 64, "k" * 65, "", "a=b", "sp ace"])
+    val = rng.choice(["v", "", "v" * 1024, "v" * 1025, "x=y/z", "(vector,(0,2,1))"])
+    kvs = rng.choice([ctx.kvsname, ctx.kvsname, "other", "", "l" * 300])
+    line = f"cmd={cmd} " + kv.format(k=kvs, key=key, val=val)
+    if cmd == "spawn" or rng.random() < 0.03:
+        line = "mcmd=spawn\nnprocs=1\nexecname=x\nendcmd"
+    b = line.encode()
+    r = rng.random()
+    if r < 0.05:
+        b = rng.randbytes(rng.randrange(0, 100))
+    elif r < 0.08:
+        b = b"cmd=put key=" + b"k" * rng.choice([4090, 4095, 4096, 5000])
+    elif r < 0.1:
+        b = b.replace(b" ", b"\0", 1)
+    return b + (b"\n" if rng.random() < 0.95 else b"")
+
+
+def pmi2_cmd(rng: random.Random, ctx: Ctx) -> bytes:
+    cmd = rng.choice(["fullinit;pmirank=0;threaded=FALSE;", "fullinit;pmirank=9;", "job-getid;",
+                      "info-getjobattr;key=PMI_process_mapping;", "kvs-put;key=k;value=v;", "kvs-fence;",
+                      f"kvs-get;jobid={ctx.kvsname};key=k;", "kvs-get;jobid=x;key=" + "k" * 65 + ";",
+                      "info-putnodeattr;key=a;value=b;", "info-getnodeattr;key=a;wait=TRUE;",
+                      "info-getnodeattr;key=zz;wait=TRUE;thrid=1;", "finalize;", "abort;message=x;", "no-such;",
+                      "kvs-put;key=;value=;", "kvs-put;key=k;value=" + "v" * 1025 + ";", ";;;", "cmd=;"])
+    body = b"cmd=" + cmd.encode()
+    if rng.random() < 0.1:
+        body = body.replace(b";", b"", 1)
+    n = len(body)
+    r = rng.random()
+    prefix = (b"%06d" % n if r < 0.8 else rng.choice([b"%06d" % (n + 5), b"%06d" % max(n - 3, 0), b"00000x",
+                                                       b"999999", b"-00001", b"%06d" % 4097]))
+    return prefix + body
+
+
+def gen_pmi(rng: random.Random, case: Case, ctx: Ctx) -> None:
+    case.framed = False
+    rank = rng.randrange(2)
+    case.lock = f"rank{rank}"
+    case.hello = (ROLE_PMI, rank, ctx.job, b"")
+    v2 = rng.random() < 0.4
+    case.items.append(b"cmd=init pmi_version=%d pmi_subversion=%d\n" % ((2, 0) if v2 else (1, 1)))
+    for _ in range(rng.randrange(3, 40)):
+        case.items.append(pmi2_cmd(rng, ctx) if v2 and rng.random() < 0.9 else pmi1_line(rng, ctx))
+    if rng.random() < 0.1:
+        case.items.append(rng.randbytes(rng.randrange(1, 20000)))
+
+
+def gen_node(rng: random.Random, case: Case, ctx: Ctx) -> None:
+    node = rng.choice([2, 3])
+    case.lock = f"node{node}"
+    case.hello = (ROLE_NODE, node, 0, b"")
+    seq = 1
+    for _ in range(rng.randrange(5, 80)):
+        seq += 1
+        r = rng.random()
+        if r < 0.3:
+            typ, p = NODE["output"], struct.pack("<II", rng.choice([0, 1, 2, 2**32 - 1]),
+                                                 rng.choice([1, 2, 0, 3, 2**32 - 1])) + blob(rng, big=True)
+        elif r < 0.55:
+            typ = NODE["exit"]
+            p = wire.EXIT.pack(rng.choice([ctx.job, ctx.job, 0, 2**64 - 1]), rng.choice([0, 1, 2, 2**32 - 1]),
+                               rng.choice([node, 0, 1, 200]), rng.choice([0, 1, 2, 3, 4, 5, 2**32 - 1]),
+                               rng.choice([0, 1, 9, -1])) + blob(rng)
+        elif r < 0.8:
+            typ = NODE["pmi"]
+            p = struct.pack("<II", rng.choice([0, 1, 2, 2**32 - 1]), 0) + pmi1_line(rng, ctx)
+        else:
+            typ, p = rng.choice(ALL_TYPES), blob(rng)
+        case.items.append(mutate_message(rng, typ, p, seq, case, lambda t: True))
+    if rng.random() < 0.15:
+        case.items.append(fatal_tail(rng, NODE["output"], seq + 1))
+        case.framed = False
+
+
+def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
+    node = 0 if rng.random() < 0.5 else 1
+    hp = rng.random()
+    if hp < 0.4:
+        extra = b""
+    elif hp < 0.8:      # a child of ours: rendezvous and shared memory granted
+        extra = struct.pack("<II", ctx.holder_pid, rng.choice([3, 1, 0, 0xFFFFFFFF]))
+    else:               # not our child (ourselves, init, nobody): messages only
+        extra = struct.pack("<II", rng.choice([os.getpid(), 1, 0, 2**31 - 1]), 3)
+    case.hello = (ROLE_PROC, node, ctx.job, extra)
+    names = sorted(SYS)
+    seq = 1
+    mbox = False
+    for _ in range(rng.randrange(5, 80)):
+        seq += 1
+        r = rng.random()
+        if r < 0.08:
+            # a descriptor and then a call on it: fds are handed out lowest first, so 3 is likely it
+            for typ, a, data in chain(rng, ctx):
+                case.items.append(frame(typ, struct.pack("<4Q", *(x & (2**64 - 1) for x in a)) + data, seq))
+                seq += 1
+            continue
+        if r < 0.78:
+            name = rng.choice(names)
+            a, data = sys_request(rng, name, ctx)
+            typ = SYS[name]
+        elif r < 0.83:
+            typ, data = DP_SHARE, b""
+            a = [rng.choice([ctx.shm_base, 0, 2**64 - 4096, pick_int(rng)]),
+                 rng.choice([1 << 20, 0, 2 << 20, 4096, pick_int(rng)]),
+                 rng.choice([ctx.shm_fd, ctx.shm_fd, ctx.mbox_fd, 0, 999, -1]), 0]
+        elif r < 0.87:
+            typ, data = MBOX_SHARE, b""
+            a = [rng.choice([ctx.mbox_fd, ctx.mbox_fd, ctx.shm_fd, 999, -1]), 0, 0, 0]
+            mbox = True
+        elif r < 0.93 and mbox:
+            # a request through the mailbox: a socket-like message in req, then req_seq, then a ring
+            name = rng.choice(names)
+            ma, mdata = sys_request(rng, name, ctx)
+            msg = mutate_message(rng, SYS[name], struct.pack("<4Q", *(x & (2**64 - 1) for x in ma)) + mdata,
+                                 seq, case, lambda t: True)
+            case.items.append(Poke(128, msg[:MBOX_REQ_SLOT]))
+            case.items.append(Poke(0, struct.pack("<I", seq if rng.random() < 0.8 else rng.getrandbits(32))))
+            if rng.random() < 0.2:
+                case.items.append(Poke(rng.randrange(MBOX_SIZE - 8), rng.randbytes(8)))
+            case.items.append(frame(MBOX_RING, b"" if rng.random() < 0.9 else blob(rng), 0))
+            continue
+        elif r < 0.96:
+            typ, data = PLUG_CALL, blob(rng)
+            a = [rng.choice([0, 1, 2**32, -1]), rng.choice([0, 1, 7, -1]), pick_count(rng), 0]
+        else:
+            typ, data, a = rng.choice(ALL_TYPES), blob(rng), [pick_int(rng) for _ in range(4)]
+        payload = struct.pack("<4Q", *(x & (2**64 - 1) for x in a)) + data
+        msg = mutate_message(rng, typ, payload, seq, case, lambda t: True)
+        if typ in SYS.values() and SYS_NAME.get(typ) in PATH_CALLS | ADDR_CALLS:
+            msg = resanitize(msg, ctx)
+        case.items.append(msg)
+    if rng.random() < 0.15:
+        case.items.append(fatal_tail(rng, SYS["read"], seq + 1))
+        case.framed = False
+
+
+SYS_NAME = {v: k for k, v in SYS.items()}
+
+
+def chain(rng: random.Random, ctx: Ctx) -> list[tuple[int, list[int], bytes]]:
+    """A socket connected to the sink, or a file of the job's directory,
+    then calls on descriptor 3 (the lowest free one in a fresh session)."""
+    out: list[tuple[int, list[int], bytes]] = []
+    if rng.random() < 0.5:
+        kind = rng.choice([1, 2])
+        out.append((SYS["socket"], [socket.AF_INET, kind, 0, 0], b""))
+        addr = struct.pack("<H", socket.AF_INET) + struct.pack(">H", ctx.ports[kind - 1]) + bytes([127, 0, 0, 1]) + bytes(8)
+        out.append((SYS["connect"], [3, rng.choice([-1, 100]), 0, 0], addr))
+    else:
+        out.append((SYS["openat"], [-100, 0o100 | 2, 0o644, 0], rng.choice([b"f0", b"f1", b"d0/f1"]) + b"\0"))
+    for _ in range(rng.randrange(1, 4)):
+        name = rng.choice(["read", "write", "pread", "pwrite", "recvmsg", "sendmsg", "poll", "fcntl", "lseek",
+                           "fstatat", "getdents64", "ftruncate", "fsync", "dup", "shutdown", "getsockopt", "close"])
+        a, data = sys_request(rng, name, ctx)
+        a[0] = 3
+        if name == "poll":
+            a[0], data = 1, struct.pack("<ihh", 3, rng.choice([1, 4]), 0)
+        if name in ("read", "write") and rng.random() < 0.7:
+            a[1], a[3], data = 100, 0, (rng.randbytes(rng.choice([10, MAX_IO])) if name == "write" else b"")
+        out.append((SYS[name], a, data))
+    return out
+
+
+def resanitize(msg: bytes, ctx: Ctx) -> bytes:
+    """After mutation, the path and address rules hold again (same length)."""
+    typ = struct.unpack_from("<H", msg, 6)[0]
+    name = SYS_NAME.get(typ, "")
+    head, body = msg[:16 + 32], msg[16 + 32:]
+    if name in PATH_CALLS:
+        body = sanitize_paths(body)
+    if name in ADDR_CALLS and len(msg) >= 48:
+        n = len(body)
+        if name in ("sendmsg", "send_rdv"):
+            n = max(0, min(struct.unpack_from("<q", msg, 16 + 16)[0], len(body)))
+        body = sanitize_addr(body[:n], ctx.ports) + body[n:]
+    return head + body
+
+
+KINDS: list[tuple[str, float]] = [("prehello", 0.3), ("control", 0.13), ("node", 0.13), ("proc", 0.29), ("pmi", 0.15)]
+
+
+def case_seed(seed: int, index: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest(), "little")
+
+
+def generate(seed: int, index: int, ctx: Ctx, key: bytes, files: tuple[str, str], kind: str = "") -> Case:
+    cs = case_seed(seed, index)
+    rng = random.Random(cs)
+    if not kind:
+        r, acc = rng.random(), 0.0
+        for kind, w in KINDS:
+            acc += w
+            if r < acc:
+                break
+    case = Case(index, cs, kind, None)
+    if kind == "prehello":
+        gen_prehello(rng, case, ctx, key)
+    elif kind == "control":
+        case.hello = (ROLE_CONTROL, 0, 0, b"")
+        gen_control(rng, case, ctx, files)
+    elif kind == "node":
+        gen_node(rng, case, ctx)
+    elif kind == "proc":
+        gen_proc(rng, case, ctx)
+    else:
+        gen_pmi(rng, case, ctx)
+    if kind != "prehello":
+        case.abrupt = rng.random() < 0.05
+    return case
+
+
+# ---- running a case ----
+
+HANG_S = 30.0       # a session ciod does not finish within this is a hang
+STALL_S = 0.5       # ciod reads nothing of a session for this long: stop sending, hang up
+
+
+@dataclass
+class Result:
+    inputs: int = 0
+    refused: bool = False
+
+
+def check_replies(buf: bytearray, seqs: set[int], case: Case) -> bytearray:
+    """Consumes whole reply messages from buf: each well framed, and in a
+    framed session an answer to one of our seqs (0: one-way)."""
+    off = 0
+    while len(buf) - off >= 16:
+        magic, version, typ, ln, seq = HDR.unpack_from(buf, off)
+        if magic != MAGIC or version != VERSION or ln > MAX_PAYLOAD:
+            raise FuzzFailure(f"ciod sent a malformed header (magic 0x{magic:x} version {version} len {ln})\n"
+                              + case.describe())
+        if case.framed and seq and seq not in seqs:
+            raise FuzzFailure(f"ciod answered seq {seq} (type 0x{typ:04x}) that was never sent\n" + case.describe())
+        if len(buf) - off < 16 + ln:
+            break
+        off += 16 + ln
+    del buf[:off]
+    return buf
+
+
+def run_case(t: Target, case: Case) -> Result:
+    res = Result()
+    if case.hello:
+        role, node, job, extra = case.hello
+        sess = open_session(t.addr, t.key, role, node, job, extra)
+        res.inputs += 1
+        if sess.err:                    # refused (e.g. a rank's PMI connection is taken): nothing more
+            sess.close()
+            res.refused = True
+            return res
+        s = sess.sock
+    else:
+        s = connect(t.addr)
+    try:
+        s.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        parse = case.framed and case.kind != "pmi"
+        seqs = {struct.unpack_from("<I", it, 12)[0] for it in case.items if isinstance(it, bytes) and len(it) >= 16}
+        rbuf = bytearray()
+        items = list(case.items)
+        cur = memoryview(b"")
+        wclosed = peer_gone = False
+        deadline = time.monotonic() + HANG_S
+        progress = time.monotonic()
+        while True:
+            if (cur or items) and not wclosed and time.monotonic() - progress > STALL_S:
+                # ciod stopped reading: a call blocks on a peer of ours that never reads or
+                # sends, as it would for a real process.  Hang up: that must free it.
+                cur, items = memoryview(b""), []
+            if not cur and items and not peer_gone:
+                it = items.pop(0)
+                res.inputs += 1
+                if isinstance(it, Poke):
+                    t.mbox[it.off:it.off + len(it.data)] = it.data
+                    continue
+                cur = memoryview(it)
+            if not cur and not items and not wclosed:
+                if case.abrupt:
+                    break
+                try:
+                    s.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                wclosed = True
+                sel.modify(s, selectors.EVENT_READ)
+            if time.monotonic() > deadline:
+                raise FuzzFailure(f"ciod did not finish the session in {HANG_S:.0f} s (hang)\n" + case.describe())
+            for _, ev in sel.select(timeout=1.0):
+                if ev & selectors.EVENT_READ:
+                    try:
+                        data = s.recv(1 << 18)
+                    except (BlockingIOError, InterruptedError):
+                        data = None
+                    except OSError:
+                        data = b""
+                    if data == b"":
+                        return res
+                    if data:
+                        progress = time.monotonic()
+                    if data and parse:
+                        rbuf += data
+                        check_replies(rbuf, seqs, case)
+                if ev & selectors.EVENT_WRITE and cur:
+                    try:
+                        n = s.send(cur)
+                        cur = cur[n:]
+                        progress = time.monotonic()
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    except OSError:         # ciod closed on a bad message: the rest is not sent
+                        peer_gone, cur, items = True, memoryview(b""), []
+                        sel.modify(s, selectors.EVENT_READ)
+                        wclosed = True
+        return res
+    finally:
+        s.close()
+
+
+# ---- the fuzzing loop ----
+
+@dataclass
+class Stats:
+    inputs: int = 0
+    cases: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    crashes: int = 0
+    rounds: int = 0
+    max_rss_kb: int = 0
+
+    def line(self) -> str:
+        rate = self.inputs / self.seconds if self.seconds else 0.0
+        return (f"{self.inputs} inputs in {self.cases} sessions, {self.seconds:.1f} s, {rate:.0f} inputs/s, "
+                f"crashes/hangs/leaks found: {self.crashes}, ciod RSS max {self.max_rss_kb} kB; by kind: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.by_kind.items())))
+
+
+def ctx_of(t: Target) -> Ctx:
+    assert t.holder is not None
+    return Ctx(t.job_id, t.kvsname, t.holder.pid, t.shm_fd, t.mbox_fd, t.sink.ports)
+
+
+def fuzz(t: Target, seed: int, inputs: int, workers: int = 4, round_cases: int = 96,
+         restart_every: int = 25, first_case: int = 0, log: Callable[[str], None] | None = None,
+         time_limit: float | None = None) -> Stats:
+    """Runs cases seed:first_case, seed:first_case+1... on `workers`
+    connections at a time until `inputs` inputs went out; checks ciod after
+    every round of `round_cases`.  Raises FuzzFailure with the seed and the
+    round's cases if a check fails."""
+    st = Stats()
+    t0 = time.monotonic()
+    locks = {"rank0": t.rank_locks[0], "rank1": t.rank_locks[1], "node2": t.node_locks[2], "node3": t.node_locks[3]}
+    files = (str(t.exe), str(t.work))
+    index = first_case
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        while st.inputs < inputs and (time_limit is None or time.monotonic() - t0 < time_limit):
+            ctx = ctx_of(t)
+            cases = [generate(seed, i, ctx, t.key, files) for i in range(index, index + round_cases)]
+            index += round_cases
+
+            def one(c: Case) -> Result:
+                lk = locks.get(c.lock)
+                if lk:
+                    with lk:
+                        return run_case(t, c)
+                return run_case(t, c)
+
+            try:
+                for c, r in zip(cases, pool.map(one, cases)):
+                    st.inputs += r.inputs
+                    st.cases += 1
+                    st.by_kind[c.kind] = st.by_kind.get(c.kind, 0) + r.inputs
+                t.check()
+                t.sink.release()
+            except (FuzzFailure, OSError, EOFError) as e:
+                st.crashes += 1
+                raise FuzzFailure(f"seed {seed}, cases {cases[0].index}..{cases[-1].index}: {e}\n"
+                                  f"reproduce: tests/fuzz/ciodfuzz.py --seed {seed} --first-case {cases[0].index} "
+                                  f"--inputs 1 --bisect\n") from e
+            st.rounds += 1
+            st.max_rss_kb = max(st.max_rss_kb, t.counts()[2])
+            if st.rounds % restart_every == 0:
+                t.restart_job()
+                t.trim()
+            st.seconds = time.monotonic() - t0
+            if log and st.rounds % 10 == 0:
+                log(st.line())
+    st.seconds = time.monotonic() - t0
+    return st
+
+
+def bisect(seed: int, first_case: int, count: int, binary: Path | None = None) -> Case | None:
+    """Replays cases one at a time, each on a fresh ciod, until one fails a
+    check: the input that killed it."""
+    for i in range(first_case, first_case + count):
+        t = Target(binary)
+        try:
+            c = generate(seed, i, ctx_of(t), t.key, (str(t.exe), str(t.work)))
+            try:
+                run_case(t, c)
+                t.check()
+            except (FuzzFailure, OSError, EOFError) as e:
+                print(f"case {i} fails alone: {e}\n{c.describe(20000)}")
+                return c
+        finally:
+            t.close()
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Fuzz ciod's wire protocol (all connection kinds).")
+    ap.add_argument("--inputs", type=int, default=10_000_000)
+    ap.add_argument("--seed", type=int, default=None, help="default: random, printed")
+    ap.add_argument("--workers", type=int, default=4, help="connections at a time")
+    ap.add_argument("--round", type=int, default=96, help="sessions between health checks")
+    ap.add_argument("--first-case", type=int, default=0)
+    ap.add_argument("--bisect", action="store_true", help="replay one round case by case on fresh ciods")
+    ap.add_argument("--ciod", type=Path, default=None, help="ciod binary (default: build it; or $CIOD_BIN)")
+    a = ap.parse_args(argv)
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
+    print(f"ciodfuzz: seed {seed}", flush=True)
+    if a.bisect:
+        c = bisect(seed, a.first_case, a.round, a.ciod)
+        print("no single case fails alone" if c is None else "found")
+        return 1 if c else 0
+    t = Target(a.ciod)
+    try:
+        st = fuzz(t, seed, a.inputs, a.workers, a.round, first_case=a.first_case,
+                  log=lambda s: print(s, flush=True))
+        t.normal_session()
+        t.check()
+    except FuzzFailure as e:
+        print(f"ciodfuzz: FAILED (seed {seed}): {e}", flush=True)
+        return 1
+    finally:
+        t.close()
+    print(st.line())
+    print(f"ciodfuzz: ok, seed {seed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
