@@ -37,7 +37,7 @@ int errprintf(char *buf, size_t len, const char *fmt, ...)
 
 int ras_open(const char *path, char *err, size_t errlen)
 {
-    ras_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    ras_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (ras_fd < 0)
         return errprintf(err, errlen, "cannot open RAS spool %s: %s", path, strerror(errno));
     return 0;
