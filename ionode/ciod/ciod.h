@@ -56,6 +56,10 @@ struct conn {
     pthread_mutex_t wlock;          /* one writer at a time: messages never interleave */
     char           *buf;            /* the only receive buffer: LAT_MAX_PAYLOAD bytes */
     char            peer[96];       /* for diagnostics */
+    char            who[72];        /* the peer's identity for RAS folding: "uid N" or the host */
+    struct conn    *pnext, *pprev;  /* admit.c: the list of connections waiting for their hello */
+    bool            pending;        /* admit.c: on that list (under its lock) */
+    bool            evicted;        /* admit.c: shut down to make room for a newer one */
     /* read-ahead: a small message arrives in one read, header and payload
      * (conn_recv, dp_spin); the bytes of the next message may wait here */
     uint32_t        ra_pos, ra_len;
@@ -90,12 +94,43 @@ int reply_error(struct conn *c, uint32_t seq, int err, const char *fmt, ...)
 enum ras_sev { RAS_INFO, RAS_WARNING, RAS_ERROR, RAS_FATAL };
 int  ras_open(const char *path, char *err, size_t errlen);
 int  ras_fd(void);                     /* the spool, which the worker keeps */
-void ras_after_fork(void);
+void ras_after_fork(void);              /* in the worker: the monitor's folds are not its own */
+/* An event.  On a thread whose peer is untrusted (ras_thread_peer: a
+ * connection before its hello is accepted, or a compute process's), events
+ * of one kind (the call's fmt) from one peer identity are folded: the first
+ * RAS_FOLD_BURST of a window are written, the rest counted and written as one
+ * "[repeated N times in the last T s]" event when the window ends. */
 void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same, folded under an explicit peer identity (any thread). */
+void ras_event_from(const char *who, enum ras_sev sev, const char *location, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The calling thread's peer identity for folding; NULL: its events are not folded. */
+void ras_thread_peer(const char *who);
+/* Writes every pending fold summary now (at exit). */
+void ras_flush(void);
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int  errprintf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void node_location(uint32_t node, char *buf, size_t len);
+
+/* ---- admit.c: what peers may cost: caps on connections and on those
+ * still waiting for their hello ---- */
+
+#define ADMIT_HELLO_MAX     64u     /* connections waiting for their hello */
+#define ADMIT_CONTROL_MAX   16u     /* the service node's control connections, in the total below */
+
+/* After the arguments: the caps from pset_size, lowered by LATTICE_MAX_CONNS
+ * and LATTICE_MAX_HELLO; -1 (err set) if one of those is not a number >= 1. */
+int  admit_init(char *err, size_t errlen);
+/* In the accept loop: true if c may have a thread (counted, on the pending
+ * list; the oldest pending one may have been evicted for it); false: c is
+ * over the cap on all connections, to be closed at once (counted). */
+bool admit_new(struct conn *c);
+void admit_undo(struct conn *c);    /* its thread could not start */
+/* The hello of c was accepted for `role`: off the pending list.  false if c
+ * was evicted meanwhile (its thread ends). */
+bool admit_hello_done(struct conn *c, uint32_t role);
+void admit_end(struct conn *c);     /* its thread ends */
 
 /* The job owner: what its I/O worker becomes (worker.c). */
 struct ident {
@@ -293,6 +328,7 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
                 const char *cwd);
 
 /* session.c: the thread of every connection (hello, then the role). */
+void *session_thread(void *arg);    /* the thread: admission accounting around session_main */
 void *session_main(void *arg);
 int   hello_ack(struct conn *c, uint32_t seq, int err);
 /* A PROC hello's ack with the data path it agreed (dp NULL: the old 16-byte ack). */

@@ -2,7 +2,8 @@
  * main.c - ciod, the I/O node daemon of one pset: arguments, the block
  * key, the listening socket and the accept loop.  Every connection is
  * served by its own detached thread (session.c), so a call blocked in the
- * file system never holds up another node or process.
+ * file system never holds up another node or process; admit.c caps how
+ * many there are.
  */
 #include "ciod.h"
 
@@ -161,6 +162,7 @@ int main(int argc, char **argv)
     datapath_init();
     libcache_init();
     if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0
+        || admit_init(err, sizeof(err)) < 0
         || plugin_load_all(err, sizeof(err)) < 0 || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
         logmsg("%s", err);
         return 1;
@@ -190,9 +192,14 @@ int main(int argc, char **argv)
             close(fd);
             continue;
         }
-        int rc = pthread_create(&t, &attr, session_main, c);
+        if (!admit_new(c)) {
+            conn_put(c);                /* over the cap: closed at once */
+            continue;
+        }
+        int rc = pthread_create(&t, &attr, session_thread, c);
         if (rc != 0) {
             logmsg("cannot start a connection thread: %s", strerror(rc));
+            admit_undo(c);
             conn_put(c);
         }
     }

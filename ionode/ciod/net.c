@@ -101,23 +101,29 @@ void net_unlink(const char *addr)
         unlink(addr + 5);
 }
 
-static void describe_peer(int fd, char *buf, size_t len)
+/* buf: the peer for diagnostics; who: what identifies it for RAS folding,
+ * which a peer cannot vary at will (its uid, its host: not pid or port). */
+static void describe_peer(int fd, char *buf, size_t len, char *who, size_t wholen)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     char host[64], serv[16];
 
     snprintf(buf, len, "fd %d", fd);
+    snprintf(who, wholen, "unknown peer");
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
         return;
     if (ss.ss_family == AF_UNIX) {
         struct ucred cr;
         socklen_t cl = sizeof(cr);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0) {
             snprintf(buf, len, "pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
+            snprintf(who, wholen, "uid %u", (unsigned)cr.uid);
+        }
     } else if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
                            NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
         snprintf(buf, len, "%s:%s", host, serv);
+        snprintf(who, wholen, "host %s", host);
     }
 }
 
@@ -138,7 +144,7 @@ struct conn *conn_new(int fd)
     pthread_mutex_init(&c->wlock, NULL);
     /* Shipped calls are small request/reply pairs: don't let Nagle delay them. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    describe_peer(fd, c->peer, sizeof(c->peer));
+    describe_peer(fd, c->peer, sizeof(c->peer), c->who, sizeof(c->who));
     return c;
 }
 

@@ -5,18 +5,60 @@
  * with other ciods, so each event is one line written by one write() on
  * an O_APPEND descriptor:
  *   <ISO-8601 UTC>\t<SEVERITY>\tCIOD\t<LOCATION>\t<message>\n
+ *
+ * Folding.  What an untrusted peer causes (a connection before its hello
+ * is accepted, a compute process's requests: ras_thread_peer) must not cost
+ * a line per bad message.  Events of one kind (the call's format string),
+ * severity and location from one peer identity (its uid, or its host: not
+ * a pid or port it can change) share a window of RAS_FOLD_WINDOW seconds
+ * from the first: RAS_FOLD_BURST of them are written as they come, the
+ * rest counted, and when the window ends (a timer thread, or the next such
+ * event, or exit) the last of them is written with the count:
+ *   <message> [repeated N times in the last T s]
+ * so the N events it stands for are accounted for.  An entry whose window
+ * folded something stays folding for another window; one that folded
+ * nothing is freed.  With all RAS_FOLDS entries taken, the events of other
+ * peers share one more entry, whose summary adds ", by other peers".
+ * LATTICE_RAS_WINDOW (seconds, 0: no folding) changes the window (tests).
  */
 #include "ciod.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#define RAS_FOLDS        64u            /* peer x kind pairs folded at once */
+#define RAS_FOLD_BURST   10u            /* events of one pair written in full per window */
+#define RAS_FOLD_WINDOW  10             /* seconds */
+#define RAS_MSG          1024u
+
 static int spool = -1;
 static const char *const sev_name[] = { "INFO", "WARNING", "ERROR", "FATAL" };
+
+struct fold {
+    const char   *kind;                 /* the events' format string; NULL: a free entry */
+    enum ras_sev  sev;
+    char          who[72], location[96];
+    unsigned      written;              /* in full, this window */
+    uint64_t      folded;               /* counted instead, this window */
+    double        start;                /* the window's, monotonic seconds */
+    enum ras_sev  last_sev;             /* the last folded event (the overflow entry mixes kinds) */
+    char          last_loc[96];
+    char          last[RAS_MSG];
+};
+
+static pthread_mutex_t fold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  fold_wake;
+static struct fold     folds[RAS_FOLDS];
+static struct fold     other;           /* events of peers that found no free entry */
+static const char      other_kind[] = "other peers";
+static int             window = RAS_FOLD_WINDOW;
+static _Thread_local const char *thread_who;
 
 int errprintf(char *buf, size_t len, const char *fmt, ...)
 {
@@ -35,11 +77,43 @@ int errprintf(char *buf, size_t len, const char *fmt, ...)
     return -1;
 }
 
+static double mono(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *fold_timer(void *arg);
+
 int ras_open(const char *path, char *err, size_t errlen)
 {
-    spool = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    const char *w = getenv("LATTICE_RAS_WINDOW");
+    pthread_condattr_t ca;
+    pthread_t t;
+    char *end;
+    int rc;
+
+    if (w && *w) {
+        long v = strtol(w, &end, 10);
+        if (*end || v < 0 || v > 3600)
+            return errprintf(err, errlen, "LATTICE_RAS_WINDOW must be 0..3600 seconds, not \"%s\"", w);
+        window = (int)v;
+    }
+    spool = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (spool < 0)
         return errprintf(err, errlen, "cannot open RAS spool %s: %s", path, strerror(errno));
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&fold_wake, &ca);
+    pthread_condattr_destroy(&ca);
+    if (window > 0) {
+        if ((rc = pthread_create(&t, NULL, fold_timer, NULL)) != 0)
+            return errprintf(err, errlen, "cannot start the RAS fold timer: %s", strerror(rc));
+        pthread_detach(t);
+        atexit(ras_flush);
+    }
     return 0;
 }
 
@@ -76,18 +150,12 @@ void logmsg(const char *fmt, ...)
     }
 }
 
-void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
+/* One line to the spool and the log. */
+static void emit(enum ras_sev sev, const char *location, const char *msg)
 {
-    char msg[1024], line[1400], ts[40];
-    va_list ap;
+    char line[RAS_MSG + 400], ts[40];
     int n;
 
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    for (char *p = msg; *p; p++)            /* the message is one field of one line */
-        if (*p == '\t' || *p == '\n' || *p == '\r')
-            *p = ' ';
     logmsg("RAS %s %s: %s", sev_name[sev], location, msg);
     if (spool < 0)
         return;
@@ -99,6 +167,142 @@ void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
     }
     if (write(spool, line, n) < 0)
         logmsg("cannot write RAS spool: %s", strerror(errno));
+}
+
+/* Under fold_lock: the window of e is over (or the daemon exits). */
+static void end_window(struct fold *e, double now)
+{
+    char msg[RAS_MSG + 100];
+
+    if (e->folded == 0) {
+        e->kind = NULL;                 /* quiet for a window: free */
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%.900s [repeated %" PRIu64 " times in the last %.0f s%s]", e->last, e->folded,
+             now - e->start < 1 ? 1 : now - e->start + 0.5, e == &other ? ", by other peers" : "");
+    emit(e->last_sev, e->last_loc, msg);
+    e->folded = 0;
+    e->start = now;                     /* still folding: the burst stays spent */
+}
+
+static void fold(const char *who, enum ras_sev sev, const char *location, const char *kind, const char *msg)
+{
+    struct fold *e = NULL, *free_e = NULL;
+    double now = mono();
+
+    pthread_mutex_lock(&fold_lock);
+    for (unsigned i = 0; i < RAS_FOLDS && !e; i++) {
+        struct fold *f = &folds[i];
+        if (f->kind == kind && f->sev == sev && !strcmp(f->who, who) && !strcmp(f->location, location))
+            e = f;
+        else if (!f->kind && !free_e)
+            free_e = f;
+    }
+    if (e && now >= e->start + window) {
+        end_window(e, now);
+        if (!e->kind)
+            free_e = e, e = NULL;
+    }
+    if (!e && free_e) {
+        e = free_e;
+        *e = (struct fold){ .kind = kind, .sev = sev, .start = now };
+        snprintf(e->who, sizeof(e->who), "%s", who);
+        snprintf(e->location, sizeof(e->location), "%s", location);
+        pthread_cond_signal(&fold_wake);
+    } else if (!e) {
+        e = &other;
+        if (other.kind && now >= other.start + window)
+            end_window(&other, now);
+        if (!other.kind) {
+            other = (struct fold){ .kind = other_kind, .start = now };
+            pthread_cond_signal(&fold_wake);
+        }
+    }
+    if (e->written < RAS_FOLD_BURST) {
+        e->written++;
+        emit(sev, location, msg);
+    } else {
+        e->folded++;
+        e->last_sev = sev;
+        snprintf(e->last_loc, sizeof(e->last_loc), "%s", location);
+        snprintf(e->last, sizeof(e->last), "%s", msg);
+    }
+    pthread_mutex_unlock(&fold_lock);
+}
+
+/* Ends the windows that are over, sleeping until the next one is. */
+static void *fold_timer(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ciod-ras");
+    pthread_mutex_lock(&fold_lock);
+    for (;;) {
+        double now = mono(), next = 0;
+        for (unsigned i = 0; i <= RAS_FOLDS; i++) {
+            struct fold *f = i < RAS_FOLDS ? &folds[i] : &other;
+            if (f->kind && now >= f->start + window)
+                end_window(f, now);
+            if (f->kind && (next == 0 || f->start + window < next))
+                next = f->start + window;
+        }
+        if (next == 0) {
+            pthread_cond_wait(&fold_wake, &fold_lock);
+        } else {
+            struct timespec ts = { .tv_sec = (time_t)next, .tv_nsec = (long)((next - (time_t)next) * 1e9) };
+            pthread_cond_timedwait(&fold_wake, &fold_lock, &ts);
+        }
+    }
+    return NULL;
+}
+
+void ras_flush(void)
+{
+    double now = mono();
+
+    pthread_mutex_lock(&fold_lock);
+    for (unsigned i = 0; i <= RAS_FOLDS; i++) {
+        struct fold *f = i < RAS_FOLDS ? &folds[i] : &other;
+        if (f->kind && f->folded)
+            end_window(f, now);
+    }
+    pthread_mutex_unlock(&fold_lock);
+}
+
+void ras_thread_peer(const char *who)
+{
+    thread_who = who;
+}
+
+static void vevent(const char *who, enum ras_sev sev, const char *location, const char *fmt, va_list ap)
+{
+    char msg[RAS_MSG];
+
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    for (char *p = msg; *p; p++)            /* the message is one field of one line */
+        if (*p == '\t' || *p == '\n' || *p == '\r')
+            *p = ' ';
+    if (who && window > 0)
+        fold(who, sev, location, fmt, msg);
+    else
+        emit(sev, location, msg);
+}
+
+void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vevent(thread_who, sev, location, fmt, ap);
+    va_end(ap);
+}
+
+void ras_event_from(const char *who, enum ras_sev sev, const char *location, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vevent(who, sev, location, fmt, ap);
+    va_end(ap);
 }
 
 /*
@@ -124,7 +328,21 @@ int ras_fd(void)
     return spool;
 }
 
-/* In a forked worker: nothing of the monitor's threads is held here. */
+/* In a forked worker: the monitor's threads (one may have held the lock)
+ * and folds stay behind; the worker folds its own peers' events afresh. */
 void ras_after_fork(void)
 {
+
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&fold_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&fold_wake, &ca);
+    pthread_condattr_destroy(&ca);
+    memset(folds, 0, sizeof(folds));
+    memset(&other, 0, sizeof(other));
+    pthread_t t;
+    if (window > 0 && pthread_create(&t, NULL, fold_timer, NULL) == 0)
+        pthread_detach(t);
 }

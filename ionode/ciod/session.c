@@ -49,6 +49,19 @@ static void refuse(struct conn *c, uint32_t seq, int err, const char *why)
     hello_ack(c, seq, err);
 }
 
+/* The thread of a connection admitted by admit_new: until its hello is
+ * accepted, what it causes is an untrusted peer's (RAS events folded). */
+void *session_thread(void *arg)
+{
+    struct conn *c = conn_get(arg);     /* session_main puts the thread's reference */
+
+    ras_thread_peer(c->who);
+    session_main(c);
+    admit_end(c);
+    conn_put(c);
+    return NULL;
+}
+
 void *session_main(void *arg)
 {
     struct conn *c = arg;
@@ -87,6 +100,8 @@ void *session_main(void *arg)
         refuse(c, h.seq, EACCES, "wrong block key");
         goto out;
     }
+    if (!admit_hello_done(c, hello.role))
+        goto out;                       /* evicted while its hello was read */
     set_timeout(c, 0);
     switch (hello.role) {
     case LAT_ROLE_CONTROL:

@@ -271,12 +271,15 @@ static void open_exe(const char *path)
 struct wstart {
     struct conn *c, *plug;
     struct wproc wp;
+    char         who[32];               /* RAS folding: the job owner is this connection's peer */
 };
 
 static void *proc_main(void *arg)
 {
     struct wstart *s = arg;
 
+    snprintf(s->who, sizeof(s->who), "uid %u", wk.who->uid);
+    ras_thread_peer(s->who);
     ship_serve(s->c, s->plug, &s->wp, wk.who, wk.cwd);
     proc_gone(s->wp.node, s->wp.t);
     pthread_mutex_lock(&wk.lock);
@@ -360,6 +363,7 @@ static void finish(void)
         ;
     pthread_mutex_unlock(&wk.lock);
     libcache_job_end();
+    ras_flush();
     _exit(0);
 }
 

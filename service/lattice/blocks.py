@@ -18,7 +18,6 @@ class Block(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     shape: Coord
     state: str
     auto: bool
-    key: str | None
     message: str | None
 
     @property
@@ -35,7 +34,7 @@ class Block(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> Block:
         return cls(r["name"], (r["x0"], r["y0"], r["z0"]), (r["sx"], r["sy"], r["sz"]), r["state"],
-                   bool(r["auto"]), r["key"], r["message"])
+                   bool(r["auto"]), r["message"])
 
 
 def get(con: sqlite3.Connection, name: str) -> Block:

@@ -4,6 +4,12 @@ Boot writes the block's key and each node's personality (mode 0600), starts
 the daemons detached (their own sessions, logs under blocks/NAME/log/),
 records their pids, and waits until every ciod reports all of its compute
 nodes connected.  Free asks each ciod to shut down and kills what is left.
+
+The key file blocks/NAME/key is the only place the service node keeps a
+block's key (the database has none): whoever needs it reads the file, which
+only the machine directory's owner can, and free removes it.  The daemons
+get its path, never the key itself, so no command line or environment
+holds it.  blocks/, blocks/NAME/, ras/ and the socket directory are 0700.
 """
 from __future__ import annotations
 
@@ -27,15 +33,51 @@ def block_dir(name: str) -> Path:
     return machine.home() / "blocks" / name
 
 
+def key_file(name: str) -> Path:
+    return block_dir(name) / "key"
+
+
+def read_key(name: str) -> bytes | None:
+    """The block's key from its key file; None if it has none (not booted)."""
+    f = key_file(name)
+    try:
+        text = f.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise LatticeError(f"cannot read the key of block {name} ({f}): {e.strerror}",
+                           "`lattice` is run by the owner of the machine directory") from e
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise LatticeError(f"{f} is not a block key (64 hex digits)", f"free the block (`lattice free {name}`)")
+    return key
+
+
+def block_key(b: Block) -> bytes:
+    """The key of a booted block (a clear error if it has none)."""
+    key = read_key(b.name)
+    if key is None:
+        raise LatticeError(f"block {b.name} is {b.state}: boot it first (`lattice boot {b.name}`)")
+    return key
+
+
+def private_dir(d: Path) -> None:
+    """d exists and only its owner can list or enter it."""
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if d.stat().st_mode & 0o077:
+        os.chmod(d, 0o700)
+
+
 def ciod_address(name: str, pset: int) -> str:
     return f"unix:{machine.socket_dir() / f'{name}-{pset}.sock'}"
 
 
 def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) -> list[Ciod]:
     """Open a CONTROL connection to every I/O node of a booted block."""
-    if b.key is None:
-        raise LatticeError(f"block {b.name} is {b.state}: boot it first (`lattice boot {b.name}`)")
-    key = bytes.fromhex(b.key)
+    key = block_key(b)
     rows = con.execute("SELECT node, address FROM daemons WHERE block = ? AND kind = 'ciod' ORDER BY node",
                        (b.name,)).fetchall()
     out: list[Ciod] = []
@@ -74,18 +116,19 @@ def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
     b = blocks.get(con, name)
     key = secrets.token_bytes(32)
     d = block_dir(name)
-    (d / "log").mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o700)
-    machine.socket_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-    ras.spool_dir().mkdir(parents=True, exist_ok=True)
-    keyfile = d / "key"
+    private_dir(d.parent)
+    private_dir(d)
+    (d / "log").mkdir(exist_ok=True)
+    private_dir(machine.socket_dir())
+    private_dir(ras.spool_dir())
+    keyfile = key_file(name)
     keyfile.unlink(missing_ok=True)
     fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, key.hex().encode() + b"\n")
     os.close(fd)
     with db.transaction(con):
-        con.execute("UPDATE blocks SET state = 'Booting', key = ?, message = NULL, changed = ? WHERE name = ?",
-                    (key.hex(), db.now(), name))
+        con.execute("UPDATE blocks SET state = 'Booting', message = NULL, changed = ? WHERE name = ?",
+                    (db.now(), name))
         con.execute("DELETE FROM daemons WHERE block = ?", (name,))
     bin_dir = machine.prefix()
     cnk = bin_dir / "bin" / "cnk"
@@ -169,8 +212,7 @@ def wait_ready(con: sqlite3.Connection, m: Machine, b: Block) -> None:
 def ciods_one(con: sqlite3.Connection, b: Block, m: Machine, pset: int) -> Ciod:
     r = con.execute("SELECT address FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?",
                     (b.name, pset)).fetchone()
-    assert b.key is not None
-    return Ciod(r["address"], bytes.fromhex(b.key), m.io_location(pset), timeout=5.0)
+    return Ciod(r["address"], block_key(b), m.io_location(pset), timeout=5.0)
 
 
 def alive(pid: int) -> bool:
@@ -221,7 +263,11 @@ def free(con: sqlite3.Connection, m: Machine, name: str) -> None:
     if b.state == "Free":
         return
     blocks.set_state(con, name, "Terminating", expect=("Allocated", "Booting", "Initialized", "Error"))
-    if b.key is not None:
+    try:
+        booted = read_key(name) is not None
+    except LatticeError:
+        booted = False      # a key nobody can use: the daemons are killed below
+    if booted:
         for p in b.psets(m):
             try:
                 with ciods_one(con, b, m, p) as c:
@@ -233,6 +279,6 @@ def free(con: sqlite3.Connection, m: Machine, name: str) -> None:
         if f.is_file():
             f.unlink()  # key and personalities: secrets of a block that no longer runs
     with db.transaction(con):
-        con.execute("UPDATE blocks SET state = 'Free', key = NULL, message = NULL, changed = ? WHERE name = ?",
+        con.execute("UPDATE blocks SET state = 'Free', message = NULL, changed = ? WHERE name = ?",
                     (db.now(), name))
     ras.record(con, "INFO", "MMCS", name, f"block {name} freed")

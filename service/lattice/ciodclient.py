@@ -5,6 +5,7 @@ import errno
 import os
 import socket
 import struct
+import time
 
 from lattice import wire
 from lattice.errors import LatticeError
@@ -17,9 +18,18 @@ class CiodError(LatticeError):
 def open_socket(address: str, timeout: float) -> socket.socket:
     kind, _, where = address.partition(":")
     if kind == "unix":
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
-        s.connect(where)
+        deadline = time.monotonic() + timeout
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(timeout)
+            try:
+                s.connect(where)
+                break
+            except BlockingIOError:     # its listen backlog is full (a burst, a flood): wait for room
+                s.close()
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
     elif kind == "tcp":
         host, _, port = where.rpartition(":")
         s = socket.create_connection((host, int(port)), timeout=timeout)

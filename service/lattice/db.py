@@ -7,9 +7,17 @@ costs no fsync (the log is synced at checkpoints); the database stays
 consistent through any crash, and only a crash of the host itself can lose
 the last commits.  The schema is versioned: MIGRATIONS[i] moves the
 database from version i to i+1, applied in order on open.
+
+The database holds no secret (block keys live in blocks/NAME/key only), yet
+it is its owner's alone: created 0600, tightened on open if it was not, as
+are its -wal, -shm and -journal files.  secure_delete is on, so what a
+row held before an update or delete is zeroed, not left in free space; the
+move to version 3 (which dropped the blocks.key column of older versions)
+also vacuums the file and truncates the log, so no old key survives there.
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -101,7 +109,15 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN calls_unsupported INTEGER;
     ALTER TABLE ranks ADD COLUMN report TEXT;
     """,
+    # 2 -> 3: block keys leave the database (they live in blocks/NAME/key only);
+    # connect() then vacuums so the bytes of old keys are gone from the file
+    """
+    ALTER TABLE blocks DROP COLUMN key;
+    """,
 ]
+KEYLESS = 3         # the first version whose database never held a key
+
+SUFFIXES = ("", "-wal", "-shm", "-journal")
 
 
 def path() -> Path:
@@ -114,16 +130,50 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
         machine.require()
         db_path = path()
     try:
+        private(db_path)
         con = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
         con.row_factory = sqlite3.Row
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA busy_timeout=30000")
-        migrate(con)
+        con.execute("PRAGMA secure_delete=ON")
+        was = migrate(con)
+        if 0 < was < KEYLESS:
+            scrub(con)
+        private(db_path)        # the -wal and -shm files SQLite just made
     except sqlite3.DatabaseError as e:
         raise LatticeError(f"cannot open the database {db_path}: {e}") from e
+    except OSError as e:
+        raise LatticeError(f"cannot open the database {db_path}: {e.strerror}",
+                           "`lattice` is run by the owner of the machine directory") from e
     return con
+
+
+def private(db_path: Path) -> None:
+    """Create the database file 0600 if missing; make it and its companion
+    files 0600 if they are more open (SQLite gives new -wal, -shm and
+    -journal files the database's mode)."""
+    try:
+        os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        pass
+    for suffix in SUFFIXES:
+        f = db_path.with_name(db_path.name + suffix)
+        try:
+            st = os.stat(f)
+        except FileNotFoundError:
+            continue
+        if st.st_mode & 0o077:
+            os.chmod(f, 0o600)
+
+
+def scrub(con: sqlite3.Connection) -> None:
+    """Rewrite the database and empty its log: the old blocks.key values must
+    not survive in free pages or in old log frames."""
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.execute("VACUUM")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def version(con: sqlite3.Connection) -> int:
@@ -141,9 +191,10 @@ def current(con: sqlite3.Connection) -> bool:
     return bool(row) and int(row[0]) == len(MIGRATIONS)
 
 
-def migrate(con: sqlite3.Connection) -> None:
+def migrate(con: sqlite3.Connection) -> int:
+    """Bring the schema up to date; the version it had (0: a new database)."""
     if current(con):
-        return
+        return len(MIGRATIONS)
     with transaction(con):
         v = version(con)
         if v > len(MIGRATIONS):
@@ -156,6 +207,7 @@ def migrate(con: sqlite3.Connection) -> None:
         if v < len(MIGRATIONS):
             con.execute("DELETE FROM schema_version")
             con.execute("INSERT INTO schema_version VALUES (?)", (len(MIGRATIONS),))
+    return v
 
 
 @contextmanager

@@ -810,7 +810,7 @@ def test_tcp_address(ciod_bin: Path, tmp_path: Path) -> None:
         p = job.proc(0)
         assert p.ok("getcwd", 4096)[1] == path(tmp_path)
         # another host: no rendezvous, no shared memory, even for a child of ours...
-        child = subprocess.Popen(as_job(["sleep", "60"]))
+        child = job_process(["sleep", "60"])
         try:
             s, body = proc_hello(c, 3, child.pid, node=1)
             assert struct.unpack("<IIII", body[16:])[1:3] == (0, 0)         # rdv_min 0, flags 0
@@ -895,6 +895,23 @@ def as_job(argv: list[str]) -> list[str]:
             "--bounding-set=-all", "--inh-caps=-all", "--", *argv]
 
 
+def job_process(argv: list[str]) -> subprocess.Popen[bytes]:
+    """as_job(argv) started, once it runs argv[0] itself: a connection is bound
+    to the program the process runs at its first request, as after cnode's exec."""
+    p = subprocess.Popen(as_job(argv))
+    want = shutil.which(argv[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if os.path.realpath(f"/proc/{p.pid}/exe") == os.path.realpath(want or argv[0]):
+                return p
+        except OSError:
+            pass
+        time.sleep(0.005)
+    p.kill()
+    raise AssertionError(f"{argv} did not start")
+
+
 RDV = 0x52445600        # lat_sysreq a3 of a rendezvous (wire.h LAT_RDV)
 
 
@@ -930,7 +947,7 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
     assert p.fails("write", fd, 16, 0, RDV, data=struct.pack("<QQ", 4096, 16)) == errno.EOPNOTSUPP
     s.close()
     # a child of ours: granted
-    child = subprocess.Popen(as_job(["sleep", "60"]))
+    child = job_process(["sleep", "60"])
     try:
         s, body = proc_hello(ciod, 9, child.pid)
         eager, rdv_min, flags, window = struct.unpack("<IIII", body[16:])
@@ -965,7 +982,7 @@ def test_a_connection_dies_with_its_process(ciod: Ciod, tmp_path: Path) -> None:
     a rendezvous touches nothing, the call is EFAULT, the connection closes,
     and a RAS event names the process."""
     job = Job(ciod, tmp_path, job_id=10, ranks=(0, -1), image=b"img")  # noqa: F841 (keeps it running)
-    child = subprocess.Popen(as_job(["sleep", "60"]))
+    child = job_process(["sleep", "60"])
     try:
         s, body = proc_hello(ciod, 10, child.pid)
         assert struct.unpack("<IIII", body[16:])[2] & 1                   # rendezvous granted

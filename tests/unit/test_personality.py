@@ -107,7 +107,7 @@ def test_c_api_prints_what_the_service_node_prints(probe: Path, m: Machine, corn
                                                    shape: tuple[int, int, int]) -> None:
     """For every node of a block: parse the env the node gets, print it in C,
     and get the service node's canonical text back, byte for byte."""
-    b = Block("B-" + "x" * 62, corner, shape, "Free", False, None, None)   # the longest block name
+    b = Block("B-" + "x" * 62, corner, shape, "Free", False, None)   # the longest block name
     for i in b.nodes(m):
         p = personality.of_node(m, b.name, i)
         r = run_probe(probe, p.env())
@@ -248,7 +248,7 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
     for p in ("bin/cnode", "lib/libcnclient.so"):
         assert (BUILD / p).exists(), f"{BUILD / p} missing: run make"
     m = Machine(shape=(2, 2, 2), pset_size=2, memory=768 << 20, cores=3)
-    b = Block("P", (0, 0, 0), (2, 2, 2), "Booting", False, None, None)
+    b = Block("P", (0, 0, 0), (2, 2, 2), "Booting", False, None)
     key, node = bytes(range(32)), 5
     data = boot.personality(m, b, key, node, f"unix:{tmp_path / 'ciod.sock'}")
     data["hide"] = []

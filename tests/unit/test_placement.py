@@ -22,8 +22,8 @@ from lattice.machine import Machine
 from lattice.placement import App, Placement, Slot, place, process_mapping
 
 M = Machine(shape=(2, 2, 2), pset_size=4, memory=256 << 20, cores=2)
-WHOLE = Block("W", (0, 0, 0), (2, 2, 2), "Initialized", False, None, None)
-UPPER = Block("U", (0, 0, 1), (2, 2, 1), "Initialized", False, None, None)   # z = 1 only
+WHOLE = Block("W", (0, 0, 0), (2, 2, 2), "Initialized", False, None)
+UPPER = Block("U", (0, 0, 1), (2, 2, 1), "Initialized", False, None)   # z = 1 only
 
 
 def apps(*ns: int) -> list[App]:
@@ -55,7 +55,7 @@ def test_xyzt_is_the_default_and_the_formula() -> None:
 def test_every_order_first_letter_fastest(order: str, mode: str) -> None:
     """For all 24 orders: rank = c[o0] + S[o0]*(c[o1] + S[o1]*(c[o2] + S[o2]*c[o3]))."""
     m = Machine(shape=(4, 2, 3), pset_size=2, cores=3)
-    b = Block("B", (0, 0, 0), (4, 2, 3), "Free", False, None, None)
+    b = Block("B", (0, 0, 0), (4, 2, 3), "Free", False, None)
     ppn = 1 if mode == "co" else 3
     p = place(m, b, apps(b.size * ppn), mode, order)
     size = {"X": 4, "Y": 2, "Z": 3, "T": ppn}

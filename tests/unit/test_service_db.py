@@ -3,7 +3,9 @@ processes at once (WAL + BEGIN IMMEDIATE must leave a consistent state and
 never surface "database is locked")."""
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
@@ -233,3 +235,51 @@ def test_parallel_create_and_delete(home: Home) -> None:
             assert f"new{k}" not in names
     assert "Traceback" not in "".join(r.err for r in res.values())
     check_consistent(home)
+
+
+# --- no secret in the database, and the database its owner's --------------------
+
+def test_new_database_and_its_log_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    con = db.connect(path)
+    con.execute("INSERT INTO ras_spool VALUES ('/spool', 1)")      # the log exists while con is open
+    for suffix in ("", "-wal", "-shm"):
+        assert stat.S_IMODE((tmp_path / f"x.db{suffix}").stat().st_mode) == 0o600, suffix
+    assert "key" not in columns(con, "blocks")
+    assert con.execute("PRAGMA secure_delete").fetchone()[0] == 1
+
+
+def test_old_database_with_keys_is_scrubbed_and_tightened(tmp_path: Path) -> None:
+    """A version 2 database (keys in blocks.key, mode 0644, a leftover
+    rollback journal) loses every byte of the keys on the first open."""
+    path = tmp_path / "x.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for step in db.MIGRATIONS[:2]:
+        old.executescript(step)
+    old.execute("INSERT INTO schema_version VALUES (2)")
+    keys = [os.urandom(32).hex() for _ in range(3)]
+    for i, k in enumerate(keys):
+        old.execute("INSERT INTO blocks (name, x0, y0, z0, sx, sy, sz, state, key, created, changed) "
+                    "VALUES (?, 0, 0, ?, 1, 1, 1, 'Initialized', ?, 0, 0)", (f"B{i}", i, k))
+    old.execute("UPDATE blocks SET key = ? WHERE name = 'B0'", (os.urandom(32).hex(),))   # a stale one too
+    keys.append(k)
+    old.close()
+    (tmp_path / "x.db-journal").write_bytes(b"")
+    for f in tmp_path.iterdir():
+        f.chmod(0o644)
+    assert any(k.encode() in path.read_bytes() for k in keys)
+
+    con = db.connect(path)
+    assert db.version(con) == len(db.MIGRATIONS)
+    assert "key" not in columns(con, "blocks")
+    assert [r["name"] for r in con.execute("SELECT name FROM blocks ORDER BY name")] == ["B0", "B1", "B2"]
+    for f in tmp_path.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f.name
+        data = f.read_bytes()
+        for k in keys:
+            assert k.encode() not in data, f.name
+    con.close()
+    data = path.read_bytes()
+    assert not any(k.encode() in data for k in keys)

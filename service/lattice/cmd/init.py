@@ -36,7 +36,7 @@ def init(args: argparse.Namespace) -> int:
             con.close()
             if busy:
                 raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in db.SUFFIXES:
             (home / f"lattice.db{suffix}").unlink(missing_ok=True)
     try:
         home.mkdir(parents=True, exist_ok=True)

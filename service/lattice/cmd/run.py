@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
                                f"this machine: {args.mode} mode runs {ppn} per node, so they need {nodes}")
         corner, shape = blocks.smallest_fit(con, m, nodes)
         name = f"auto-{os.getpid()}-{int(time.time())}"
-        chosen = Block(name, corner, shape, "Free", True, None, None)
+        chosen = Block(name, corner, shape, "Free", True, None)
     p = placement.place(m, chosen, apps, args.mode, args.mapping)
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe).items():

@@ -1,0 +1,277 @@
+"""What a peer can cost ciod (ionode/ciod/admit.c, ras.c): its threads stay
+bounded under a flood of idle connections, which are shed by the hello
+deadline or to make room, while the service node is served; and thousands
+of malformed inputs write a bounded number of RAS events whose counts
+("[repeated N times in the last T s]") account for every one of them."""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import resource
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from test_ciod import ciod_bin  # noqa: F401 - fixture
+from test_ciod import (CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, ROLE_CONTROL, ROLE_NODE, VERSION, Ciod, Job,
+                       closed, path, send, status)
+
+MAX_HELLO = 64          # ADMIT_HELLO_MAX
+# admit.c: ADMIT_CONTROL_MAX + pset_size * (1 + 2 * LAT_MAX_PPN) + ADMIT_HELLO_MAX
+MAX_CONNS = 16 + PSET_SIZE * (1 + 2 * 64) + MAX_HELLO
+BURST = 10              # RAS_FOLD_BURST
+REPEATED = re.compile(r" \[repeated (\d+) times in the last (\d+) s(, by other peers)?\]$")
+
+
+class PatientCiod(Ciod):
+    """Connects as the service node does (lattice.ciodclient): right after a
+    flood the listen backlog may be full for a moment, which a non-blocking
+    connect reports as EAGAIN; wait for room."""
+
+    def raw(self) -> socket.socket:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return super().raw()
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+@pytest.fixture
+def start(ciod_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """start(**env): a ciod with those environment variables; stopped at the end."""
+    made: list[Ciod] = []
+    dirs: list[Path] = []
+
+    def start(**env: str) -> Ciod:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        d = Path(tempfile.mkdtemp(prefix="ciod-limits-", dir="/tmp"))
+        os.chmod(d, 0o755)
+        dirs.append(d)
+        made.append(PatientCiod(ciod_bin, d))
+        return made[-1]
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    yield start
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    for c in made:
+        if c.alive():
+            c.proc.kill()
+        c.proc.wait(10)
+        c.log.close()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def shutdown(c: Ciod) -> None:
+    """LAT_CTL_SHUTDOWN: ciod exits, writing what it still had folded."""
+    with c.connect(ROLE_CONTROL) as s:
+        send(s, CTL_SHUTDOWN, b"", 5)
+        c.proc.wait(20)
+    assert c.proc.returncode == 0, c.logtext()
+
+
+def events(c: Ciod, needle: str) -> tuple[int, int]:
+    """RAS lines whose message contains needle, and the events they stand for."""
+    lines = total = 0
+    for line in c.rastext().splitlines():
+        f = line.split("\t")
+        assert len(f) == 5 and f[2] == "CIOD", line      # what lattice.ras.ingest parses
+        if needle in f[4]:
+            lines += 1
+            m = REPEATED.search(f[4])
+            total += int(m[1]) if m else 1
+    return lines, total
+
+
+def raw_connect(c: Ciod) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(c.sock))
+    return s
+
+
+def test_idle_flood_keeps_threads_bounded_and_ciod_serving(start) -> None:  # type: ignore[no-untyped-def]
+    c = start(LATTICE_HELLO_TIMEOUT="3")
+    pid = c.proc.pid
+    base = threads(pid)                 # the accept loop and the RAS fold timer
+    assert base <= 3
+    peak = [base]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            try:
+                peak[0] = max(peak[0], threads(pid))
+            except OSError:
+                return
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    socks: list[socket.socket] = []
+    try:
+        t0 = time.monotonic()
+        for i in range(1000):
+            socks.append(raw_connect(c))
+            if i % 250 == 125:          # the service node is served during the flood
+                assert status(c) == (0, PSET_SIZE, 0)
+        assert status(c) == (0, PSET_SIZE, 0)
+        # every idle one is shut: evicted at once, or by the 3 s deadline
+        for s in socks:
+            s.settimeout(max(0.1, t0 + 3 + 5 - time.monotonic()))
+            assert closed(s)
+        assert time.monotonic() - t0 < 3 + 5
+    finally:
+        stop.set()
+        sampler.join()
+        for s in socks:
+            s.close()
+    # one thread per connection, evicted ones until they notice: never more
+    # than the cap (without it, 1,000 idle connections held 1,003 threads)
+    assert peak[0] <= base + MAX_CONNS, peak
+    deadline = time.monotonic() + 5
+    while threads(pid) > base:
+        assert time.monotonic() < deadline, threads(pid)
+        time.sleep(0.05)
+    # a job works after it
+    job = Job(c, c.dir, job_id=5, image=b"img")
+    assert job.proc(0).ok("getcwd", 4096)[1] == path(c.dir)
+    shutdown(c)
+    lines_e, evicted = events(c, "closed before its hello")
+    lines_t, timed_out = events(c, "closed: ")
+    assert evicted + timed_out == 1000, (evicted, timed_out, c.rastext())
+    assert timed_out <= MAX_HELLO and evicted >= 1000 - MAX_HELLO
+    assert lines_e <= BURST + 2 and lines_t <= BURST + 2, c.rastext()
+
+
+def still_open(s: socket.socket) -> bool:
+    s.settimeout(0.3)
+    try:
+        return s.recv(1) != b""
+    except TimeoutError:
+        return True
+    except ConnectionResetError:
+        return False
+
+
+def settle(c: Ciod, n: int) -> None:
+    """Until ciod runs at most n threads."""
+    deadline = time.monotonic() + 5
+    while threads(c.proc.pid) > n:
+        assert time.monotonic() < deadline, threads(c.proc.pid)
+        time.sleep(0.02)
+
+
+def test_caps_evict_the_oldest_pending_and_refuse_beyond_all(start) -> None:  # type: ignore[no-untyped-def]
+    c = start(LATTICE_MAX_CONNS="12", LATTICE_MAX_HELLO="4", LATTICE_HELLO_TIMEOUT="30")
+    base = threads(c.proc.pid)
+    held = [c.connect(ROLE_CONTROL) for _ in range(6)]      # authenticated: never evicted
+    idle = []
+    for _ in range(6):
+        idle.append(raw_connect(c))
+        time.sleep(0.05)                                    # in order: the oldest is the first
+    assert [closed(s) for s in idle[:2]] == [True, True]    # evicted at once for the newer ones
+    assert all(still_open(s) for s in idle[2:])
+    for s in idle:
+        s.close()
+    settle(c, base + 6)
+    held += [c.connect(ROLE_CONTROL) for _ in range(6)]     # 12: the cap on all connections
+    extra = raw_connect(c)
+    extra.settimeout(5)
+    assert closed(extra)                                    # no room: closed at once
+    with pytest.raises((OSError, AssertionError)):          # nor for a hello
+        c.hello(ROLE_CONTROL)
+    assert threads(c.proc.pid) <= base + 12
+    for s in held:                                          # the held ones are all served
+        send(s, CTL_STATUS, b"", 3)
+        assert len(s.recv(64)) > 16
+    for s in held[1:]:
+        s.close()
+    settle(c, base + 1)
+    assert status(c) == (0, PSET_SIZE, 0)                   # room again
+    send(held[0], CTL_SHUTDOWN, b"", 5)
+    c.proc.wait(20)
+    lines, refused = events(c, "the most this I/O node serves")
+    assert refused == 2 and lines == 2, c.rastext()
+    assert events(c, "closed before its hello") == (2, 2), c.rastext()
+
+
+def test_malformed_flood_writes_bounded_events_that_add_up(start) -> None:  # type: ignore[no-untyped-def]
+    c = start(LATTICE_RAS_WINDOW="2")
+    kinds = {
+        # needle in the event: what is sent on a new connection
+        "bad magic": HDR.pack(0xDEADBEEF, VERSION, 1, 0, 1),
+        "not a hello": HDR.pack(MAGIC, VERSION, CTL_STATUS, 0, 1),
+        "version": HDR.pack(MAGIC, VERSION + 7, 1, 0, 1),
+    }
+    n = 2000
+    t0 = time.monotonic()
+    for i in range(n):
+        for msg in kinds.values():
+            s = raw_connect(c)
+            s.sendall(msg)
+            s.close()
+    elapsed = time.monotonic() - t0
+    # and malformed requests on one authenticated process connection
+    job = Job(c, c.dir, job_id=6, image=b"img")
+    p = job.proc(0)
+    for _ in range(n):
+        assert p.fails("openat", -100, 0, 0, data=b"no-nul") == errno.EINVAL
+    assert status(c) == (PSET_SIZE, PSET_SIZE, 6)
+    # the window's end writes the count (the timer thread), not only exit
+    deadline = time.monotonic() + 2 + 3
+    while events(c, "malformed OPENAT request")[1] != n:
+        assert time.monotonic() < deadline, c.rastext()[-2000:]
+        time.sleep(0.1)
+    shutdown(c)
+    # two kinds of event: a connection closed (bad magic), a hello refused (the
+    # others: one kind, one format, whose summaries carry the last one's text)
+    for needle, want in (("closed: bad magic", n), ("refused: ", 2 * n)):
+        lines, total = events(c, needle)
+        assert total == want, (needle, total, c.rastext()[-3000:])
+        # BURST in full, then one summary per 2 s window of the flood, and the last at exit
+        assert lines <= BURST + elapsed / 2 + 2, (needle, lines)
+    lines, total = events(c, "malformed OPENAT request")
+    assert total == n and lines <= BURST + 20, (lines, total)
+    assert len(c.rastext().splitlines()) < 200
+    assert len(c.logtext().splitlines()) < 400          # the daemon's log is not flooded either
+
+
+def test_events_of_the_service_node_and_nodes_are_never_folded(start) -> None:  # type: ignore[no-untyped-def]
+    """Folding is for untrusted peers: the same kind of event from a compute
+    node (its hello accepted) is written every time."""
+    c = start()
+    for _ in range(3 * BURST):
+        deadline = time.monotonic() + 5
+        while True:             # the last one may still be detaching (EBUSY)
+            s, err = c.hello(ROLE_NODE, 0)
+            if err == 0:
+                break
+            s.close()
+            assert err == errno.EBUSY and time.monotonic() < deadline
+            time.sleep(0.01)
+        s.sendall(HDR.pack(0xDEADBEEF, VERSION, 1, 0, 1))
+        assert closed(s)
+        s.close()
+    shutdown(c)
+    lines, total = events(c, "sent a bad message")
+    assert lines == total == 3 * BURST, c.rastext()
