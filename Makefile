@@ -1,5 +1,5 @@
 # Builds the node-side C programs.  The service node (Python) is installed by
-# scripts/setup.sh into .venv; `make` alone needs only gcc and libjansson.
+# scripts/setup.sh into .venv; `make` alone needs only gcc, libjansson and libssl.
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wimplicit-fallthrough -Iprotocol
@@ -8,7 +8,7 @@ BUILD   := build
 CIOD_SRC   := $(wildcard ionode/ciod/*.c)
 CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
-HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h
+HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h
 
 .PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h
 all: ciod cnode cnk libcnclient liblatpers examples
@@ -34,11 +34,11 @@ libcnclient: $(BUILD)/lib/libcnclient.so
 
 $(BUILD)/bin/ciod: $(CIOD_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -pthread -Iionode/ciod -I$(BUILD)/gen -o $@ $(CIOD_SRC) $(BUILD)/gen/fwd_posix_ciod.c
+	$(CC) $(CFLAGS) -pthread -Iionode/ciod -I$(BUILD)/gen -o $@ $(CIOD_SRC) $(BUILD)/gen/fwd_posix_ciod.c -lcrypto
 
 $(BUILD)/bin/cnode: $(CNODE_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) -ljansson
+	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) -ljansson -lcrypto
 
 # cnk: freestanding (no libc: the program owns %fs and errno), static-PIE so
 # it never sits where a fixed-address program wants to be; it leaves the

@@ -429,7 +429,7 @@ static long mbox_call(uint16_t type, const int64_t a[4], const struct iovec *out
     __atomic_store_n(&mbox->req_seq, sq, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&mbox->srv_spin, __ATOMIC_RELAXED)) {
-        struct lat_hdr ring = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, 0 };
+        struct lat_hdr ring = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, sq };    /* ciod checks seq */
         struct iovec v = { &ring, sizeof ring };
         size_t n;
         if ((r = send_all(&v, 1, &n)) < 0)

@@ -44,17 +44,21 @@ struct msg {
 
 /* net.c */
 int net_connect(const char *addr, double retry_seconds);
-/* hello; returns 0, or -1 with errno (the ack's err if refused) */
-int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES]);
+/* The handshake, our hello with seq `seq`; returns 0, or -1 with errno (the
+ * ack's err if refused, EBADMSG if ciod's proof is wrong).  With hp (a PROC
+ * hello), *dp gets the data path ciod agreed. */
+int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES], uint32_t seq);
 int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES],
-                   const struct lat_hello_proc *hp, struct lat_datapath *dp);
-int net_send(int fd, uint16_t type, const void *a, size_t alen, const void *b, size_t blen);
+                   uint32_t seq, const struct lat_hello_proc *hp, struct lat_datapath *dp);
+/* One message; seq: after the last one sent on the connection (the hello's first) */
+int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, const void *b, size_t blen);
 /* 1 message, 0 orderly EOF, -1 error (errno; EPROTO for a bad header) */
 int net_recv(int fd, struct msg *m);
 
 /* job.c */
 struct job;
-struct job *job_new(const struct personality *pers, const struct kernels *k, int conn);
+/* conn: the node connection, whose hello had seq hello_seq */
+struct job *job_new(const struct personality *pers, const struct kernels *k, int conn, uint32_t hello_seq);
 /* Handle one message from ciod; returns 0, or 1 if the node must exit (shutdown). */
 int job_message(struct job *j, const struct msg *m);
 /* descriptors to poll while a job runs (pipes, pidfds, PMI sockets); returns count */

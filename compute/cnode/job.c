@@ -52,7 +52,8 @@
 
 /* descriptors in the child just before exec */
 enum { CHILD_PROC_FD = 3, CHILD_IMAGE_FD = 4, CHILD_ERR_FD = 5, CHILD_REPORT_FD = CNK_REPORT_FD,
-       CHILD_KERNEL_FD = 7, CHILD_PMI_FD = 8 };
+       CHILD_KERNEL_FD = 7, CHILD_PMI_FD = 8,
+       CHILD_SEQ_FD = CHILD_REPORT_FD };   /* Linux mode: the page of the connection's seq counter */
 _Static_assert(CNK_REPORT_FD == 6, "cnk's report descriptor follows the error pipe");
 #define REPORT_BYTES 4096
 
@@ -73,6 +74,7 @@ struct job {
     const struct personality *pers;
     const struct kernels *k;
     int conn;
+    uint32_t seq;               /* of the last message sent on conn (ciod checks they increase) */
     enum state state;
 
     struct lat_node_job nj;
@@ -94,7 +96,7 @@ static void closefd(int *fd)
     *fd = -1;
 }
 
-struct job *job_new(const struct personality *pers, const struct kernels *k, int conn)
+struct job *job_new(const struct personality *pers, const struct kernels *k, int conn, uint32_t hello_seq)
 {
     struct job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -104,6 +106,7 @@ struct job *job_new(const struct personality *pers, const struct kernels *k, int
     j->pers = pers;
     j->k = k;
     j->conn = conn;
+    j->seq = hello_seq;
     for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
         j->memfd[a] = -1;
     for (uint32_t i = 0; i < LAT_MAX_PPN; i++) {
@@ -153,7 +156,9 @@ int job_running(const struct job *j)
 
 static void send_or_die(struct job *j, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
-    if (net_send(j->conn, type, a, alen, b, blen) < 0) {
+    if (++j->seq == 0)
+        j->seq = 1;
+    if (net_send(j->conn, type, j->seq, a, alen, b, blen) < 0) {
         say("connection to ciod lost (%s); ending", strerror(errno));
         job_kill_now(j);
         exit(1);
@@ -407,7 +412,7 @@ static int is_cnk(const struct job *j)
 /* Is s one of the variables the node sets itself? */
 static int ours_var(const char *s, int cnk)
 {
-    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
+    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_SEQ_FD=", "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
                                          "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
                                          "PMI_JOBID=", "PMI_PORT=", "PMI_ID=" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -454,6 +459,7 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
         snprintf(buf[m++], sizeof buf[0], "LD_PRELOAD=%s%s%s", j->k->client,
                  user_preload && *user_preload ? ":" : "", user_preload ? user_preload : "");
         snprintf(buf[m++], sizeof buf[0], "LATTICE_IO_FD=%d", procfd_num);  /* cnk hides the connection */
+        snprintf(buf[m++], sizeof buf[0], "LATTICE_IO_SEQ_FD=%d", CHILD_SEQ_FD);
     }
     snprintf(buf[m++], sizeof buf[0], "LATTICE_RANK=%u", p->rank);
     snprintf(buf[m++], sizeof buf[0], "LATTICE_SIZE=%u", j->nj.size);
@@ -541,7 +547,8 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
     struct lat_datapath dp;
     static char var[80], pidvar[40];
 
-    if (net_hello_proc(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, &hp,
+    /* seq 0: the process numbers its messages from 1 (cnk, libcnclient) */
+    if (net_hello_proc(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, 0, &hp,
                        &dp) < 0)
         child_fail(errfd, CHILD_HELLO_FAILED + errno);
     char num[3][24], *a = utoa_end(num[0] + 24, dp.eager_max), *b = utoa_end(num[1] + 24, dp.rdv_min);
@@ -581,6 +588,24 @@ static int drop_capabilities(void)
     return (int)syscall(SYS_capset, &hdr, caps);
 }
 
+/* In the child, Linux mode: the page that holds the seq of the last message
+ * on the PROC connection (0: the hello's), shared by every program that
+ * uses the connection after exec or fork (libcnclient, LATTICE_IO_SEQ_FD).
+ * Under cnk, cnk itself is the only sender. */
+static int seq_page(void)
+{
+    int fd = memfd_create("lattice-io-seq", MFD_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+    if (hi >= 0 && ftruncate(hi, 4096) < 0) {
+        close(hi);
+        return -1;
+    }
+    return hi;
+}
+
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
 static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
                   char **argv, char **envp, pid_t parent)
@@ -590,7 +615,7 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     int p = fcntl(procfd, F_DUPFD_CLOEXEC, 10), m = fcntl(j->memfd[pr->app], F_DUPFD_CLOEXEC, 10);
     int o = fcntl(outw, F_DUPFD_CLOEXEC, 10), e = fcntl(errw, F_DUPFD_CLOEXEC, 10);
     int f = fcntl(failw, F_DUPFD_CLOEXEC, 10), q = fcntl(pmifd, F_DUPFD_CLOEXEC, 10);
-    int r = cnk ? fcntl(pr->reportfd, F_DUPFD_CLOEXEC, 10) : 0;
+    int r = cnk ? fcntl(pr->reportfd, F_DUPFD_CLOEXEC, 10) : seq_page();
     int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
@@ -604,6 +629,8 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     f = CHILD_ERR_FD;
     /* cnk: the report page (inherited), and cnk itself (close-on-exec) */
     if (cnk && (dup2(r, CHILD_REPORT_FD) < 0 || dup3(kfd, CHILD_KERNEL_FD, O_CLOEXEC) < 0))
+        child_fail(f, errno);
+    if (!cnk && dup2(r, CHILD_SEQ_FD) < 0)     /* Linux mode: the seq page (seq_page) */
         child_fail(f, errno);
     if (syscall(SYS_close_range, CHILD_PMI_FD + 1, ~0u, 0) < 0)
         for (int fd = CHILD_PMI_FD + 1; fd < 1024; fd++)
@@ -647,7 +674,7 @@ static int pmi_connect(const struct job *j, const struct proc *pr)
     int fd = net_connect(j->pers->ciod, 2.0);
     if (fd < 0)
         return -1;
-    if (net_hello(fd, LAT_ROLE_PMI, j->pers->node | pr->t << 16, j->nj.job, j->pers->key) < 0) {
+    if (net_hello(fd, LAT_ROLE_PMI, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, 0) < 0) {
         say("job %llu rank %u: no PMI connection of its own (%s); relaying its PMI",
             (unsigned long long)j->nj.job, pr->rank, strerror(errno));
         close(fd);

@@ -284,12 +284,12 @@ int main(int argc, char **argv)
         say("cannot connect to ciod at %s: %s", pers.ciod, strerror(errno));
         return 1;
     }
-    if (net_hello(conn, LAT_ROLE_NODE, pers.node, 0, pers.key) < 0) {
+    if (net_hello(conn, LAT_ROLE_NODE, pers.node, 0, pers.key, 1) < 0) {
         say("ciod at %s refused this node: %s", pers.ciod, strerror(errno));
         return 1;
     }
 
-    struct job *job = job_new(&pers, &k, conn);
+    struct job *job = job_new(&pers, &k, conn, 1);     /* the hello was seq 1 */
     struct msg m = { 0 };
     for (;;) {
         struct pollfd pfd[2 + JOB_POLLFDS];

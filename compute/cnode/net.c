@@ -10,9 +10,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include <lattice/hello_mac.h>
 
 #include "cnode.h"
 
@@ -88,13 +93,13 @@ int net_connect(const char *addr, double retry_seconds)
     }
 }
 
-int net_send(int fd, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
+int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, const void *b, size_t blen)
 {
     if (alen + blen > LAT_MAX_PAYLOAD) {
         errno = EMSGSIZE;
         return -1;
     }
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(alen + blen), 0 };
+    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(alen + blen), seq };
     struct iovec v[3] = { { &h, sizeof h }, { (void *)a, alen }, { (void *)b, blen } };
     struct iovec *iov = v;
     int cnt = 3;
@@ -157,40 +162,73 @@ int net_recv(int fd, struct msg *m)
     return 1;
 }
 
-int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES])
+int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES], uint32_t seq)
 {
-    return net_hello_proc(fd, role, node, job, key, NULL, NULL);
+    return net_hello_proc(fd, role, node, job, key, seq, NULL, NULL);
 }
 
-/* With hp (a PROC hello of the process hp->pid), *dp gets the data path
- * ciod agreed (zeroes from a ciod that does not know it). */
-int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES],
-                   const struct lat_hello_proc *hp, struct lat_datapath *dp)
+/* A header and payload of exactly len bytes, of type `type`; 0 or -1 (EPROTO). */
+static int recv_fixed(int fd, uint16_t type, void *p, size_t len)
 {
-    struct lat_hello h = { .role = role, .node = node, .job = job };
-    memcpy(h.key, key, LAT_KEY_BYTES);
-    if (dp)
-        memset(dp, 0, sizeof *dp);
-    if (net_send(fd, LAT_HELLO, &h, sizeof h, hp, hp ? sizeof *hp : 0) < 0)
+    struct lat_hdr h;
+    if (read_full(fd, &h, sizeof h, 0) < 0)
         return -1;
-    struct lat_hdr rh;
-    struct lat_hello_ack ack;
-    if (read_full(fd, &rh, sizeof rh, 0) < 0)
-        return -1;
-    if (rh.magic != LAT_MAGIC || rh.version != LAT_VERSION || rh.type != (LAT_HELLO | LAT_REPLY) ||
-        rh.len < sizeof ack || rh.len > 4096) {
+    if (h.magic != LAT_MAGIC || h.version != LAT_VERSION || h.type != type || h.len != len) {
         errno = EPROTO;
         return -1;
     }
-    char extra[4096];
-    if (read_full(fd, &ack, sizeof ack, 0) < 0 ||
-        (rh.len > sizeof ack && read_full(fd, extra, rh.len - sizeof ack, 0) < 0))
+    return read_full(fd, p, len, 0) < 0 ? -1 : 0;
+}
+
+/* The handshake (docs/protocol.md section 3): ciod's challenge, our hello
+ * with its mac, ciod's ack with its proof, which we check: the key never
+ * travels, and a daemon that does not hold it is refused (EBADMSG).  With hp
+ * (a PROC hello of the process hp->pid), *dp gets the data path ciod agreed. */
+int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES],
+                   uint32_t seq, const struct lat_hello_proc *hp, struct lat_datapath *dp)
+{
+    struct lat_challenge ch;
+    struct lat_hello h = { .role = role, .node = node, .job = job };
+    struct {
+        struct lat_hello_ack ack;
+        struct lat_datapath dp;
+    } r;
+    _Static_assert(sizeof r == sizeof r.ack + sizeof r.dp, "no padding");
+    uint8_t want[LAT_MAC_BYTES];
+
+    if (dp)
+        memset(dp, 0, sizeof *dp);
+    if (recv_fixed(fd, LAT_CHALLENGE, &ch, sizeof ch) < 0)
         return -1;
-    if (ack.err) {
-        errno = ack.err;
+    if (getrandom(h.nonce, sizeof h.nonce, 0) != (ssize_t)sizeof h.nonce ||
+        lat_hello_mac(key, ch.nonce, &h, hp, h.mac) < 0) {
+        errno = EIO;
         return -1;
     }
-    if (dp && rh.len >= sizeof ack + sizeof *dp)
-        memcpy(dp, extra, sizeof *dp);
+    if (net_send(fd, LAT_HELLO, seq, &h, sizeof h, hp, hp ? sizeof *hp : 0) < 0)
+        return -1;
+    struct lat_hdr rh;
+    if (read_full(fd, &rh, sizeof rh, 0) < 0)
+        return -1;
+    /* the ack, and after it the data path if we asked for one and were not refused */
+    if (rh.magic != LAT_MAGIC || rh.version != LAT_VERSION || rh.type != (LAT_HELLO | LAT_REPLY) ||
+        (rh.len != sizeof r.ack && !(hp && rh.len == sizeof r))) {
+        errno = EPROTO;
+        return -1;
+    }
+    if (read_full(fd, &r, rh.len, 0) < 0)
+        return -1;
+    if (r.ack.err) {
+        errno = r.ack.err;
+        return -1;
+    }
+    int has_dp = rh.len == sizeof r;
+    if (lat_ack_proof(key, ch.nonce, h.nonce, &r.ack, has_dp ? &r.dp : NULL, want) < 0 ||
+        CRYPTO_memcmp(want, r.ack.proof, sizeof want) != 0) {
+        errno = EBADMSG;
+        return -1;
+    }
+    if (dp && has_dp)
+        *dp = r.dp;
     return 0;
 }

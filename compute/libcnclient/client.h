@@ -44,6 +44,7 @@ extern void __chk_fail(void) __attribute__((noreturn));
 /* conn.c */
 LAT_HIDDEN int lat_active(void);          /* initialises on first use */
 LAT_HIDDEN int lat_conn_fd(void);         /* the shipping socket, or -1 */
+LAT_HIDDEN int lat_seq_fd(void);          /* the page of its seq counter (LATTICE_IO_SEQ_FD), or -1 */
 LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: shipping is off */
 /* One shipped call.  out: request data; in: where the reply data goes (its
  * total capacity bounds the reply).  Returns ret (>= 0) or -1 with errno set

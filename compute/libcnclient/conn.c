@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,7 +28,14 @@ static int active;              /* LATTICE_IO_FD was valid */
 static int conn = -1;
 static int dead;                /* transport failed: every call is EIO */
 static int forked;              /* we are a fork()ed child: the socket is the parent's */
-static uint32_t seq;
+/* The seq of the last message sent on the connection (ciod refuses one not
+ * after it): a word of the page LATTICE_IO_SEQ_FD, which cnode gives the
+ * process, so that a program it execs, a child that execs, or the child of
+ * a raw fork, each with its own copy of this library on the same
+ * connection, never reuses a number.  Without it, our own word. */
+static uint32_t own_seq;
+static uint32_t *seqp = &own_seq;
+static int seq_fd = -1;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void say(const char *msg)
@@ -85,6 +93,32 @@ uint64_t lat_rdv_min(void)
     return rdv_min;
 }
 
+static void seq_init(void)
+{
+    const char *s = getenv("LATTICE_IO_SEQ_FD");
+    char *end;
+    struct stat st;
+    if (!s || !*s)
+        return;
+    errno = 0;
+    long fd = strtol(s, &end, 10);
+    if (errno || *end || fd < 0 || fd > INT_MAX || fd == conn || syscall(SYS_fstat, (int)fd, &st) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof *seqp)
+        return;
+    void *p = mmap(NULL, sizeof *seqp, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+    if (p == MAP_FAILED)
+        return;
+    seqp = p;
+    seq_fd = (int)fd;
+}
+
+/* The next seq, never 0; conn.c's lock held. */
+static uint32_t next_seq(void)
+{
+    uint32_t s = __atomic_add_fetch(seqp, 1, __ATOMIC_SEQ_CST);
+    return s ? s : __atomic_add_fetch(seqp, 1, __ATOMIC_SEQ_CST);
+}
+
 static void init(void)
 {
     const char *s = getenv("LATTICE_IO_FD");
@@ -100,6 +134,7 @@ static void init(void)
         return;
     }
     conn = (int)fd;
+    seq_init();
     datapath_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init_std();
@@ -117,6 +152,11 @@ int lat_active(void)
 int lat_conn_fd(void)
 {
     return conn;
+}
+
+int lat_seq_fd(void)
+{
+    return seq_fd;
 }
 
 int lat_forked(void)
@@ -245,9 +285,7 @@ int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *o
     v[1] = (struct iovec){ &req, sizeof req };
     for (int i = 0; i < nout; i++)
         v[2 + i] = out[i];
-    if (++seq == 0)
-        seq = 1;
-    h.seq = *sq = seq;
+    h.seq = *sq = next_seq();
     if (send_all(v, nout + 2) < 0)
         return lat_conn_broken("send", errno);
     return 0;
@@ -299,9 +337,7 @@ int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
     pthread_mutex_lock(&lock);
     int64_t r;
     if (!dead && !forked && lat_mbox_takes(type, a, out, nout, in, nin)) {
-        if (++seq == 0)
-            seq = 1;
-        r = lat_mbox_call_locked(seq, type, a, out, nout, in, nin, got);
+        r = lat_mbox_call_locked(next_seq(), type, a, out, nout, in, nin, got);
     } else if ((r = lat_send_locked(type, a, out, nout, &sq)) == 0)
         r = lat_recv_locked(type, sq, in, nin, got);
     pthread_mutex_unlock(&lock);

@@ -30,7 +30,7 @@ enum lat_route lat_fd_route(int fd, int *remote)
 {
     if (!lat_active())
         return LAT_LOCAL;
-    if (fd == lat_conn_fd())
+    if (fd == lat_conn_fd() || fd == lat_seq_fd())
         return LAT_HIDE;
     if (fd < 0 || fd >= FD_SLOTS)
         return LAT_LOCAL;
@@ -86,7 +86,7 @@ int lat_fd_install(int remote, int cx, int minfd)
 
 int lat_fd_install_at(int remote, int cx, int fd)
 {
-    if (fd < 0 || fd >= FD_SLOTS || fd == lat_conn_fd()) {
+    if (fd < 0 || fd >= FD_SLOTS || fd == lat_conn_fd() || fd == lat_seq_fd()) {
         lat_ship_close(remote);
         return lat_fail(EBADF);
     }

@@ -276,15 +276,25 @@ static int close_range_impl(unsigned first, unsigned last, int flags)
         else
             lat_ship_close(lat_fd_forget((int)fd, 1));
     }
-    unsigned c = (unsigned)lat_conn_fd();
+    /* the descriptors we hide (the socket, its seq page), in order: skipped */
+    unsigned h[2] = { (unsigned)lat_conn_fd(), (unsigned)lat_seq_fd() };
+    if (h[0] > h[1]) {
+        unsigned t = h[0];
+        h[0] = h[1];
+        h[1] = t;
+    }
     int ret = 0;
-    if (c < first || c > last)
-        return REAL(close_range)(first, last, flags);
-    if (c > first)
-        ret = REAL(close_range)(first, c - 1, flags);
-    if (ret == 0 && c < last)
-        ret = REAL(close_range)(c + 1, last, flags);
-    return ret;
+    unsigned from = first;
+    for (int i = 0; i < 2 && ret == 0; i++) {
+        if (h[i] < from || h[i] > last)
+            continue;
+        if (h[i] > from)
+            ret = REAL(close_range)(from, h[i] - 1, flags);
+        if (h[i] == last)
+            return ret;
+        from = h[i] + 1;
+    }
+    return ret == 0 ? REAL(close_range)(from, last, flags) : ret;
 }
 
 int close_range(unsigned int first, unsigned int last, int flags)

@@ -155,9 +155,11 @@ static int64_t mbox_wait(uint32_t sq)
     return 0;
 }
 
-static int ring(void)
+/* The ring carries the seq of the call it announces: ciod checks every
+ * message on the socket has a seq after the last one. */
+static int ring(uint32_t sq)
 {
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, 0 };
+    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, sq };
     size_t done = 0;
 
     while (done < sizeof h) {
@@ -188,7 +190,7 @@ int64_t lat_mbox_call_locked(uint32_t sq, uint16_t type, const int64_t a[4], con
     memcpy(mbox->req, &h, sizeof h);
     __atomic_store_n(&mbox->req_seq, sq, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&mbox->srv_spin, __ATOMIC_RELAXED) && ring() < 0)
+    if (!__atomic_load_n(&mbox->srv_spin, __ATOMIC_RELAXED) && ring(sq) < 0)
         return lat_conn_broken("send", errno);
     int64_t r = mbox_wait(sq);
     if (r < 0)

@@ -60,6 +60,11 @@ struct conn {
     struct conn    *pnext, *pprev;  /* admit.c: the list of connections waiting for their hello */
     bool            pending;        /* admit.c: on that list (under its lock) */
     bool            evicted;        /* admit.c: shut down to make room for a newer one */
+    /* the handshake (auth.c) and the seq rule (conn_recv), docs/protocol.md 3 */
+    uint8_t         nonce_srv[LAT_NONCE_BYTES], nonce_cli[LAT_NONCE_BYTES];
+    bool            authed;         /* the hello's mac was right: acks carry a proof */
+    bool            seq_seen;       /* a message was received: seq_last is its seq */
+    uint32_t        seq_last;
     /* read-ahead: a small message arrives in one read, header and payload
      * (conn_recv, dp_spin); the bytes of the next message may wait here */
     uint32_t        ra_pos, ra_len;
@@ -74,7 +79,8 @@ void conn_put(struct conn *c);
 void conn_hangup(struct conn *c);
 
 /* conn_recv: 1 = a message is in c->buf (h filled), 0 = clean EOF between
- * messages, -1 = protocol violation or I/O error, `why` says which. */
+ * messages, -1 = protocol violation or I/O error, `why` says which.  Every
+ * message must have a seq after the previous one's (the first: the hello). */
 int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen);
 
 /* Sends header + iov as one message.  _locked: caller holds c->wlock. */
@@ -330,8 +336,15 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
 /* session.c: the thread of every connection (hello, then the role). */
 void *session_thread(void *arg);    /* the thread: admission accounting around session_main */
 void *session_main(void *arg);
+
+/* auth.c: the handshake (docs/protocol.md section 3).  The challenge: a
+ * fresh nonce, sent first; 0 or -1 (errno). */
+int   auth_challenge(struct conn *c);
+/* The hello's mac, checked in constant time; true: the peer holds the key. */
+bool  auth_hello_ok(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp);
+/* The ack, with our proof if the hello was authenticated. */
 int   hello_ack(struct conn *c, uint32_t seq, int err);
-/* A PROC hello's ack with the data path it agreed (dp NULL: the old 16-byte ack). */
+/* A PROC hello's ack with the data path it agreed (dp NULL: the plain ack). */
 int   hello_ack_dp(struct conn *c, uint32_t seq, int err, const struct lat_datapath *dp);
 
 #endif

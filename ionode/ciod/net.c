@@ -241,6 +241,15 @@ int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
     if (h->len && take(c, c->buf, h->len) != 1)
         return errprintf(why, whylen, "truncated payload of type 0x%04x (%u bytes announced)",
                          h->type, h->len);
+    /* The seq rule (docs/protocol.md 3.2): a message recorded earlier on this
+     * connection and sent again, or one out of order, is refused here, before
+     * anyone acts on it.  The mailbox is not on the socket, and a PMI
+     * connection carries raw PMI after its hello (not read here). */
+    if (c->seq_seen && (int32_t)(h->seq - c->seq_last) <= 0)
+        return errprintf(why, whylen, "type 0x%04x with seq %u, not after the last one %u "
+                         "(replayed or out of order)", h->type, h->seq, c->seq_last);
+    c->seq_seen = true;
+    c->seq_last = h->seq;
     return 1;
 }
 

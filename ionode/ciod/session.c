@@ -13,30 +13,6 @@
 
 #define HELLO_TIMEOUT 30                /* seconds a new connection may stay silent */
 
-int hello_ack_dp(struct conn *c, uint32_t seq, int err, const struct lat_datapath *dp)
-{
-    struct lat_hello_ack a = { .err = err, .max_io = LAT_MAX_IO, .pset = cfg.pset,
-                               .pset_size = cfg.pset_size };
-    struct iovec v[2] = { { &a, sizeof(a) }, { (void *)dp, dp ? sizeof(*dp) : 0 } };
-
-    return conn_sendv(c, LAT_HELLO | LAT_REPLY, seq, v, 2);
-}
-
-int hello_ack(struct conn *c, uint32_t seq, int err)
-{
-    return hello_ack_dp(c, seq, err, NULL);
-}
-
-/* Constant time: the comparison must not tell how much of a guess was right. */
-static bool key_ok(const uint8_t *key)
-{
-    volatile uint8_t diff = 0;
-
-    for (unsigned i = 0; i < LAT_KEY_BYTES; i++)
-        diff |= key[i] ^ cfg.key[i];
-    return diff == 0;
-}
-
 static void set_timeout(struct conn *c, int seconds)
 {
     struct timeval tv = { .tv_sec = seconds };
@@ -75,6 +51,10 @@ void *session_main(void *arg)
     pthread_setname_np(pthread_self(), "ciod-hello");
     const char *t = getenv("LATTICE_HELLO_TIMEOUT");     /* tests shorten it */
     set_timeout(c, t && atoi(t) > 0 ? atoi(t) : HELLO_TIMEOUT);
+    if (auth_challenge(c) < 0) {        /* most likely a probe that left at once */
+        logmsg("connection from %s: cannot send the challenge: %s", c->peer, strerror(errno));
+        goto out;
+    }
     rc = conn_recv(c, &h, why, sizeof(why));
     if (rc == 0)
         goto out;                       /* connected and left: a probe */
@@ -96,8 +76,8 @@ void *session_main(void *arg)
     memcpy(&hello, c->buf, sizeof(hello));
     if (has_hp)
         memcpy(&hp, c->buf + sizeof(hello), sizeof(hp));
-    if (!key_ok(hello.key)) {
-        refuse(c, h.seq, EACCES, "wrong block key");
+    if (!auth_hello_ok(c, &hello, has_hp ? &hp : NULL)) {
+        refuse(c, h.seq, EACCES, "the hello's mac is wrong (not the block key, or replayed)");
         goto out;
     }
     if (!admit_hello_done(c, hello.role))

@@ -320,6 +320,8 @@ static void take_proc(const char *data, size_t len, int fds[2])
         goto fail;
     memcpy(s->c->ra, s->wp.ra, s->wp.ralen);    /* bytes the monitor read past the hello */
     s->c->ra_len = s->wp.ralen;
+    s->c->seq_seen = true;              /* the session goes on: seqs after the hello's */
+    s->c->seq_last = s->wp.last_seq;
     pthread_mutex_lock(&wk.lock);
     if (wk.nlive == sizeof(wk.live) / sizeof(wk.live[0])) {
         pthread_mutex_unlock(&wk.lock);

@@ -1,5 +1,5 @@
 /*
- * lattice/wire.h - the Lattice wire protocol, version 1.
+ * lattice/wire.h - the Lattice wire protocol, version 2.
  *
  * One header for both sides of every connection to an I/O node daemon
  * (ciod): the service node's control connection, the compute node's node
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define LAT_MAGIC   0x5454414Cu     /* "LATT" on the wire */
-#define LAT_VERSION 1
+#define LAT_VERSION 2                /* 2: challenge-response hello, seq checked */
 
 /* Limits.  A receiver closes the connection on a header whose len is
  * larger than LAT_MAX_PAYLOAD: it never buffers more than that. */
@@ -28,7 +28,9 @@
 #define LAT_MAX_PAYLOAD   (LAT_MAX_IO + 8192u)   /* largest payload of any message */
 #define LAT_MAX_PATH      4096u                  /* including the NUL */
 #define LAT_MAX_FDS       1024u                  /* remote descriptors per process */
-#define LAT_KEY_BYTES     32u                    /* block security key */
+#define LAT_KEY_BYTES     32u                    /* block security key (never on the wire) */
+#define LAT_NONCE_BYTES   32u                    /* handshake nonces */
+#define LAT_MAC_BYTES     32u                    /* HMAC-SHA256 */
 #define LAT_MAX_PSET      128u                   /* compute nodes per I/O node */
 #define LAT_MAX_ARGS      4096u                  /* argv + envp strings per job */
 #define LAT_MAX_IMAGE     (1ull << 31)           /* largest executable pushed */
@@ -47,7 +49,9 @@ struct lat_hdr {
     uint16_t version;   /* LAT_VERSION */
     uint16_t type;      /* enum lat_type; replies have LAT_REPLY set */
     uint32_t len;       /* payload bytes following this header */
-    uint32_t seq;       /* set by the requester, echoed in the reply; 0 for one-way */
+    uint32_t seq;       /* set by the sender, echoed in the reply; on a connection to
+                           ciod each message ciod receives has a seq after the last one
+                           ((int32_t)(seq - last) > 0; docs/protocol.md section 3.2) */
 };
 _Static_assert(sizeof(struct lat_hdr) == 16, "lat_hdr layout");
 
@@ -59,7 +63,7 @@ _Static_assert(sizeof(struct lat_hdr) == 16, "lat_hdr layout");
  * have no reply.
  */
 enum lat_type {
-    /* session: first message on every connection to ciod */
+    /* session: the handshake on every connection to ciod (docs/protocol.md section 3) */
     LAT_HELLO          = 0x0001,  /* struct lat_hello -> struct lat_hello_ack */
     LAT_DP_SHARE       = 0x0002,  /* PROC connection, process -> ciod: struct lat_sysreq
                                      (a0 base, a1 len, a2 fd) -> struct lat_sysret
@@ -67,7 +71,10 @@ enum lat_type {
     LAT_MBOX_SHARE     = 0x0003,  /* PROC connection, process -> ciod: struct lat_sysreq
                                      (a0 fd of its mailbox memfd) -> struct lat_sysret
                                      (docs/protocol.md section 6.4) */
-    LAT_MBOX_RING      = 0x0004,  /* one-way, empty: a request waits in the mailbox */
+    LAT_MBOX_RING      = 0x0004,  /* one-way, empty: a request waits in the mailbox; its seq
+                                     is that request's */
+    LAT_CHALLENGE      = 0x0005,  /* one-way ciod->peer, the first message on every
+                                     connection: struct lat_challenge */
     LAT_ERROR          = 0x00FF,  /* reply to a request ciod could not decode:
                                      struct lat_sysret (ret -1, err) + message text */
 
@@ -187,22 +194,45 @@ enum lat_role {
     LAT_ROLE_PMI     = 4,   /* a compute process's own PMI connection (raw PMI after the hello) */
 };
 
+/*
+ * The handshake (docs/protocol.md section 3): ciod sends lat_challenge,
+ * the peer answers with lat_hello, ciod with lat_hello_ack.  The block key
+ * never travels; both sides prove they hold it with HMAC-SHA256 keyed with
+ * it (lattice/hello_mac.h):
+ *   hello.mac = HMAC(key, LAT_HELLO_LABEL || challenge.nonce || hello.nonce
+ *                         || role || node || job [|| lat_hello_proc])
+ *   ack.proof = HMAC(key, LAT_ACK_LABEL || challenge.nonce || hello.nonce
+ *                         || err || max_io || pset || pset_size [|| lat_datapath])
+ * (labels without their NUL, integers as on the wire).
+ */
+#define LAT_HELLO_LABEL "lattice hello v2"
+#define LAT_ACK_LABEL   "lattice ack v2"
+
+struct lat_challenge {
+    uint8_t  nonce[LAT_NONCE_BYTES];    /* fresh random bytes of ciod's, per connection */
+};
+_Static_assert(sizeof(struct lat_challenge) == 32, "lat_challenge layout");
+
 struct lat_hello {
     uint32_t role;                  /* enum lat_role */
     uint32_t node;                  /* pset-local node index (NODE, PROC, PMI); for PROC and
                                        PMI the process's index t on its node in bits 16..31 */
     uint64_t job;                   /* job id (PROC, PMI), else 0 */
-    uint8_t  key[LAT_KEY_BYTES];    /* the block's security key */
+    uint8_t  nonce[LAT_NONCE_BYTES];/* fresh random bytes of the peer's */
+    uint8_t  mac[LAT_MAC_BYTES];    /* HMAC over LAT_HELLO_LABEL, both nonces, the fields above */
 };
-_Static_assert(sizeof(struct lat_hello) == 48, "lat_hello layout");
+_Static_assert(sizeof(struct lat_hello) == 80, "lat_hello layout");
 
 struct lat_hello_ack {
     int32_t  err;           /* 0, or why the hello was refused (EACCES, EPROTO, EBUSY) */
     uint32_t max_io;        /* agreed data chunk size (LAT_MAX_IO) */
     uint32_t pset;          /* pset number of this I/O node */
     uint32_t pset_size;     /* compute nodes in the pset */
+    uint8_t  proof[LAT_MAC_BYTES];  /* HMAC over LAT_ACK_LABEL, both nonces, the fields above
+                                       and a lat_datapath that follows; zeroes if the hello's
+                                       mac was wrong */
 };
-_Static_assert(sizeof(struct lat_hello_ack) == 16, "lat_hello_ack layout");
+_Static_assert(sizeof(struct lat_hello_ack) == 48, "lat_hello_ack layout");
 
 /*
  * Data path (docs/protocol.md sections 3 and 6.2).  A PROC hello MAY carry

@@ -42,10 +42,13 @@ class Ciod:
     """Framed requests and replies; one-way messages are read with `frames()`."""
 
     def __init__(self, address: str, key: bytes, location: str, timeout: float = 10.0, wait: bool = True) -> None:
-        """Connect and say hello; with wait=False the answer is read by
+        """Connect and do the handshake (docs/protocol.md section 3): take
+        the challenge, answer with a hello MACed with the block key (the
+        key itself never travels); with wait=False the ack is read by
         `welcome()`, so that several I/O nodes can be greeted at once."""
         self.address = address
         self.location = location
+        self.key = key
         self.seq = 0
         self.buf = b""
         self.pending: list[tuple[int, bytes]] = []
@@ -54,18 +57,38 @@ class Ciod:
         except OSError as e:
             raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
         try:
-            self.hello = self.send(wire.HELLO, wire.HELLO_MSG.pack(wire.ROLE_CONTROL, 0, 0, key))
-        except OSError as e:
+            typ, _, body = self._read_frame()
+            if typ != wire.CHALLENGE or len(body) != wire.CHALLENGE_MSG.size:
+                raise CiodError(f"I/O node {location} at {address} did not start with a challenge "
+                                f"(type 0x{typ:04x}, {len(body)} bytes)")
+            (self.server_nonce,) = wire.CHALLENGE_MSG.unpack(body)
+            hello, self.client_nonce = wire.hello_payload(key, self.server_nonce, wire.ROLE_CONTROL)
+            self.hello = self.send(wire.HELLO, hello)
+        except (OSError, CiodError) as e:
             self.sock.close()
+            if isinstance(e, CiodError):
+                raise
             raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
         if wait:
             self.welcome()
 
     def welcome(self) -> None:
-        """The I/O node's answer to our hello: its pset, or why it refused us."""
-        err, _, self.pset, self.pset_size = wire.HELLO_ACK.unpack(self.reply(wire.HELLO, self.hello))
+        """The I/O node's answer to our hello: its pset, or why it refused
+        us; an ack without the proof that it holds the block key too is
+        refused (CiodError): that daemon is not our I/O node."""
+        body = self.reply(wire.HELLO, self.hello)
+        if len(body) != wire.HELLO_ACK.size:
+            self.close()
+            raise CiodError(f"I/O node {self.location} sent a hello ack of {len(body)} bytes, "
+                            f"not {wire.HELLO_ACK.size}")
+        err, _, self.pset, self.pset_size, _ = wire.HELLO_ACK.unpack(body)
         if err:
+            self.close()
             raise CiodError(f"I/O node {self.location} refused us: {os.strerror(err)}")
+        if not wire.ack_ok(self.key, self.server_nonce, self.client_nonce, body):
+            self.close()
+            raise CiodError(f"I/O node {self.location} at {self.address} failed to prove it holds the "
+                            "block key (wrong proof in its hello ack); not trusting it")
 
     def fileno(self) -> int:
         return self.sock.fileno()

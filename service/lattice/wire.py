@@ -6,15 +6,20 @@ the header, so the two cannot drift apart.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import struct
 
 MAGIC = 0x5454414C
-VERSION = 1
+VERSION = 2              # 2: challenge-response hello, seq checked (docs/protocol.md 3)
 REPLY = 0x8000
 
 MAX_IO = 1 << 20
 MAX_PAYLOAD = MAX_IO + 8192
-KEY_BYTES = 32
+KEY_BYTES = 32           # the block key: never on the wire
+NONCE_BYTES = 32
+MAC_BYTES = 32           # HMAC-SHA256
 MAX_PSET = 128
 MAX_PPN = 64              # processes per compute node
 MAX_APPS = 64             # MPMD applications per job
@@ -25,6 +30,7 @@ PMI_LINE_MAX = 4096
 
 # message types
 HELLO = 0x0001
+CHALLENGE = 0x0005       # one-way ciod->peer, first on every connection: a fresh nonce
 ERROR = 0x00FF
 CTL_STATUS = 0x0100
 CTL_JOB = 0x0101
@@ -83,8 +89,12 @@ EXIT_CODE, EXIT_SIGNAL, EXIT_LAUNCH, EXIT_LOST = 1, 2, 3, 4
 
 # struct layouts (little-endian, no padding)
 HDR = struct.Struct("<IHHII")            # magic, version, type, len, seq
-HELLO_MSG = struct.Struct("<IIQ32s")     # role, node, job, key
-HELLO_ACK = struct.Struct("<iIII")       # err, max_io, pset, pset_size
+CHALLENGE_MSG = struct.Struct("<32s")    # ciod's nonce
+HELLO_FIELDS = struct.Struct("<IIQ")     # role, node, job: what lat_hello starts with
+HELLO_MSG = struct.Struct("<IIQ32s32s")  # role, node, job, nonce, mac
+HELLO_PROC = struct.Struct("<II")        # pid, flags (after a PROC hello)
+ACK_FIELDS = struct.Struct("<iIII")      # err, max_io, pset, pset_size: what lat_hello_ack starts with
+HELLO_ACK = struct.Struct("<iIII32s")    # err, max_io, pset, pset_size, proof
 SYSRET = struct.Struct("<qiI")           # ret, err, pad
 CTL_STATUS_MSG = struct.Struct("<IIQ")   # nodes_connected, pset_size, job
 JOB = struct.Struct("<QIIIIIIII")        # job, uid, gid, ngroups, nargs, nenv, nranks, pset_size, flags
@@ -100,13 +110,59 @@ DATAPATH = struct.Struct("<IIII")        # eager_max, rdv_min, flags, window (af
 COUNTERS_EXT = struct.Struct("<IIII")    # nsys, nbuckets, nstats, pad (in the LAT_CTL_COUNTERS reply)
 
 SIZES = {
-    "lat_hdr": HDR.size, "lat_hello": HELLO_MSG.size, "lat_hello_ack": HELLO_ACK.size,
+    "lat_hdr": HDR.size, "lat_challenge": CHALLENGE_MSG.size, "lat_hello_proc": HELLO_PROC.size,
+    "lat_hello": HELLO_MSG.size, "lat_hello_ack": HELLO_ACK.size,
     "lat_sysret": SYSRET.size, "lat_ctl_status": CTL_STATUS_MSG.size, "lat_job": JOB.size,
     "lat_kill": KILL.size, "lat_output": OUTPUT.size, "lat_exit": EXIT.size,
     "lat_job_end": JOB_END.size, "lat_job_ext": JOB_EXT.size, "lat_slot": SLOT.size,
     "lat_fence": FENCE.size, "lat_abort": ABORT.size, "lat_datapath": DATAPATH.size,
     "lat_counters_ext": COUNTERS_EXT.size,
 }
+
+# the handshake's MACs (lattice/hello_mac.h): labels without their NUL
+HELLO_LABEL = b"lattice hello v2"
+ACK_LABEL = b"lattice ack v2"
+
+
+def _mac(key: bytes, label: bytes, server_nonce: bytes, client_nonce: bytes, data: bytes) -> bytes:
+    if len(key) != KEY_BYTES or len(server_nonce) != NONCE_BYTES or len(client_nonce) != NONCE_BYTES:
+        raise ValueError("a block key and nonces are 32 bytes")
+    return hmac.new(key, label + server_nonce + client_nonce + data, hashlib.sha256).digest()
+
+
+def hello_mac(key: bytes, server_nonce: bytes, client_nonce: bytes, role: int, node: int, job: int,
+              proc: bytes = b"") -> bytes:
+    """lat_hello.mac: over the label, both nonces, role, node, job and a
+    lat_hello_proc that follows (proc, packed)."""
+    return _mac(key, HELLO_LABEL, server_nonce, client_nonce, HELLO_FIELDS.pack(role, node, job) + proc)
+
+
+def ack_proof(key: bytes, server_nonce: bytes, client_nonce: bytes, fields: bytes, datapath: bytes = b"") -> bytes:
+    """lat_hello_ack.proof: over the label, both nonces, the ack's fields
+    (ACK_FIELDS, packed) and a lat_datapath that follows."""
+    return _mac(key, ACK_LABEL, server_nonce, client_nonce, fields + datapath)
+
+
+def hello_payload(key: bytes, server_nonce: bytes, role: int, node: int = 0, job: int = 0,
+                  proc: bytes = b"") -> tuple[bytes, bytes]:
+    """A hello answering the challenge server_nonce: (payload, our nonce)."""
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    mac = hello_mac(key, server_nonce, nonce, role, node, job, proc)
+    return HELLO_MSG.pack(role, node, job, nonce, mac) + proc, nonce
+
+
+def ack_payload(key: bytes, server_nonce: bytes, client_nonce: bytes, err: int, max_io: int, pset: int,
+                pset_size: int, datapath: bytes = b"") -> bytes:
+    """An ack with its proof (what ciod sends; for tests that play ciod)."""
+    fields = ACK_FIELDS.pack(err, max_io, pset, pset_size)
+    return fields + ack_proof(key, server_nonce, client_nonce, fields, datapath) + datapath
+
+
+def ack_ok(key: bytes, server_nonce: bytes, client_nonce: bytes, body: bytes) -> bool:
+    """Whether an ack (and a lat_datapath after it) carries ciod's proof, in constant time."""
+    fields, proof, datapath = body[:ACK_FIELDS.size], body[ACK_FIELDS.size:HELLO_ACK.size], body[HELLO_ACK.size:]
+    return len(proof) == MAC_BYTES and hmac.compare_digest(
+        proof, ack_proof(key, server_nonce, client_nonce, fields, datapath))
 
 
 def job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,

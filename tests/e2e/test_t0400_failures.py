@@ -12,7 +12,10 @@ import time
 
 from conftest import EXAMPLES, Machine
 
-MAGIC, VERSION = 0x5454414C, 1
+from lattice import wire
+
+MAGIC, VERSION = 0x5454414C, 2
+CHALLENGES: dict[int, bytes] = {}
 
 
 def connect(addr: str) -> socket.socket:
@@ -24,6 +27,9 @@ def connect(addr: str) -> socket.socket:
         host, _, port = where.rpartition(":")
         s = socket.create_connection((host, int(port)))
     s.settimeout(10)
+    _, _, typ, ln, _ = struct.unpack("<IHHII", recv_exact(s, 16))      # ciod's challenge first
+    assert typ == wire.CHALLENGE and ln == 32
+    CHALLENGES[s.fileno()] = recv_exact(s, ln)
     return s
 
 
@@ -39,13 +45,13 @@ def send_garbage(addr: str, key: bytes) -> None:
         assert closed(s)
     # a truncated hello
     with connect(addr) as s:
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 48, 1) + b"short")
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 80, 1) + b"short")
         s.shutdown(socket.SHUT_WR)
         assert closed(s)
     # an authenticated control connection sending an unknown opcode and a bogus call
     with connect(addr) as s:
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 48, 1)
-                  + struct.pack("<IIQ", 1, 0, 0) + key)
+        hello, _ = wire.hello_payload(key, CHALLENGES[s.fileno()], wire.ROLE_CONTROL)
+        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, len(hello), 1) + hello)
         hdr = recv_exact(s, 16)
         _, _, typ, ln, _ = struct.unpack("<IHHII", hdr)
         err = struct.unpack("<i", recv_exact(s, ln)[:4])[0]

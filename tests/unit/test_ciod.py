@@ -18,18 +18,21 @@ import struct
 import subprocess
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from lattice import wire
+
 ROOT = Path(__file__).resolve().parents[2]
-MAGIC, VERSION, REPLY = 0x5454414C, 1, 0x8000
+MAGIC, VERSION, REPLY = 0x5454414C, 2, 0x8000
 MAX_IO = 1 << 20
 MAX_PAYLOAD = MAX_IO + 8192
 HDR = struct.Struct("<IHHII")
 
-HELLO, ERROR = 0x0001, 0x00FF
+HELLO, CHALLENGE, ERROR = 0x0001, 0x0005, 0x00FF
 CTL_STATUS, CTL_JOB, CTL_KILL, CTL_SHUTDOWN, CTL_COUNTERS = 0x0100, 0x0101, 0x0102, 0x0103, 0x0104
 CTL_OUTPUT, CTL_EXIT, CTL_JOB_END = 0x0180, 0x0181, 0x0182
 NODE_JOB, NODE_IMAGE, NODE_START, NODE_KILL, NODE_SHUTDOWN = 0x0200, 0x0201, 0x0202, 0x0203, 0x0204
@@ -70,7 +73,7 @@ def ciod_bin() -> Path:
         subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra",
                         "-Wimplicit-fallthrough", "-Iprotocol", "-Iionode/ciod", "-Ibuild/gen", "-pthread",
                         "-o", "build/bin/ciod", "build/gen/fwd_posix_ciod.c",
-                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c"))],
+                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")), "-lcrypto"],
                        check=True, cwd=ROOT)
     return ROOT / "build/bin/ciod"
 
@@ -116,21 +119,32 @@ class Ciod:
         return self.ras.read_text() if self.ras.exists() else ""
 
     def raw(self) -> socket.socket:
+        """A connection, its challenge taken (CHALLENGES[s])."""
         if self.tcp_port:
             s = socket.create_connection(("127.0.0.1", self.tcp_port), timeout=10)
         else:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(10)
             s.connect(str(self.sock))
+        typ, seq, body = recv(s)
+        assert (typ, seq, len(body)) == (CHALLENGE, 0, 32)
+        CHALLENGES[s] = body
         return s
 
-    def hello(self, role: int, node: int = 0, job: int = 0, key: bytes | None = None) -> tuple[socket.socket, int]:
-        s = self.raw()
-        send(s, HELLO, struct.pack("<IIQ", role, node, job) + (self.key if key is None else key), 1)
+    def hello(self, role: int, node: int = 0, job: int = 0, key: bytes | None = None,
+              proc: bytes = b"", s: socket.socket | None = None) -> tuple[socket.socket, int]:
+        """The handshake (a hello MACed with key, ours by default); an ack
+        that accepts us must prove ciod holds our key."""
+        s = s or self.raw()
+        hello, nonce = wire.hello_payload(self.key if key is None else key, CHALLENGES[s], role, node, job, proc)
+        send(s, HELLO, hello, 1)
         typ, seq, body = recv(s)
-        assert (typ, seq, len(body)) == (HELLO | REPLY, 1, 16)
-        err, max_io, pset, pset_size = struct.unpack("<iIII", body)
+        assert (typ, seq) == (HELLO | REPLY, 1) and len(body) in (48, 64)
+        err, max_io, pset, pset_size = struct.unpack_from("<iIII", body)
         assert (max_io, pset, pset_size) == (MAX_IO, PSET, PSET_SIZE)
+        if err == 0:
+            assert wire.ack_ok(self.key, CHALLENGES[s], nonce, body), "ciod's proof is wrong"
+        ACKS[s] = body
         return s, err
 
     def connect(self, role: int, node: int = 0, job: int = 0) -> socket.socket:
@@ -169,8 +183,18 @@ def ciod(ciod_bin: Path) -> Iterator[Ciod]:
 
 # ---- wire helpers ----
 
-def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int = 0) -> None:
+CHALLENGES: "weakref.WeakKeyDictionary[socket.socket, bytes]" = weakref.WeakKeyDictionary()
+ACKS: "weakref.WeakKeyDictionary[socket.socket, bytes]" = weakref.WeakKeyDictionary()
+LAST_SEQ: "weakref.WeakKeyDictionary[socket.socket, int]" = weakref.WeakKeyDictionary()
+
+
+def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None) -> int:
+    """One message; seq: the next after the last sent on s unless given."""
+    if seq is None:
+        seq = (LAST_SEQ.get(s, 0) + 1) & 0xFFFFFFFF
+    LAST_SEQ[s] = seq
     s.sendall(HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload)
+    return seq
 
 
 def recv_exact(s: socket.socket, n: int) -> bytes:
@@ -200,8 +224,8 @@ def sysret(body: bytes) -> tuple[int, int, bytes]:
     return ret, err, body[16:]
 
 
-def request(s: socket.socket, typ: int, payload: bytes = b"", seq: int = 7) -> tuple[int, int, bytes]:
-    send(s, typ, payload, seq)
+def request(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None) -> tuple[int, int, bytes]:
+    seq = send(s, typ, payload, seq)
     t, q, body = recv(s)
     assert (t, q) == (typ | REPLY, seq), hex(t)
     return sysret(body)
@@ -296,7 +320,7 @@ class Job:
         self.exe.chmod(0o755)
         payload = job_payload(job_id, str(self.exe), str(cwd), list(ranks), 2,
                               argv=["prog", "-x", "arg two"], env=["A=1", "PATH=/bin"], **kw)
-        send(self.ctl, CTL_JOB, payload, 9)
+        seq = send(self.ctl, CTL_JOB, payload)
         for n, r in enumerate(ranks):
             if r >= 0:
                 self.expect_push(self.nodes[n], r)
@@ -305,7 +329,7 @@ class Job:
                 t, _, body = recv(self.nodes[n])
                 assert t == NODE_START and struct.unpack("<Q", body)[0] == job_id
         t, q, body = recv(self.ctl)
-        assert (t, q) == (CTL_JOB | REPLY, 9)
+        assert (t, q) == (CTL_JOB | REPLY, seq)
         assert sysret(body)[:2] == (0, 0), body
 
     def expect_push(self, s: socket.socket, rank: int) -> None:
@@ -343,7 +367,8 @@ def test_hello_with_wrong_key_version_or_role_is_refused(ciod: Ciod) -> None:
     s, err = ciod.hello(9)
     assert err == errno.EPROTO and closed(s)
     s = ciod.raw()
-    s.sendall(HDR.pack(MAGIC, 2, HELLO, 48, 1) + struct.pack("<IIQ", 1, 0, 0) + ciod.key)
+    hello, _ = wire.hello_payload(ciod.key, CHALLENGES[s], ROLE_CONTROL, 0, 0)
+    s.sendall(HDR.pack(MAGIC, VERSION + 1, HELLO, len(hello), 1) + hello)
     t, _, body = recv(s)
     assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO and closed(s)
     # a request before the hello
@@ -353,7 +378,7 @@ def test_hello_with_wrong_key_version_or_role_is_refused(ciod: Ciod) -> None:
     assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO and closed(s)
     ras = [line.split("\t") for line in ciod.rastext().splitlines()]
     assert all(len(f) == 5 for f in ras)
-    assert any(f[1] == "WARNING" and f[2] == "CIOD" and f[3] == IO_LOCATION and "wrong block key" in f[4]
+    assert any(f[1] == "WARNING" and f[2] == "CIOD" and f[3] == IO_LOCATION and "mac is wrong" in f[4]
                for f in ras), ras
     assert status(ciod) == (0, PSET_SIZE, 0)
 
@@ -385,7 +410,7 @@ def test_job_push_output_shipping_exits_and_counters(ciod: Ciod, tmp_path: Path)
     assert status(ciod) == (2, 2, 42)
 
     # a second job is refused while this one runs
-    send(job.ctl, CTL_JOB, job_payload(43, str(job.exe), str(work), [0, 1], 2), 10)
+    send(job.ctl, CTL_JOB, job_payload(43, str(job.exe), str(work), [0, 1], 2))
     t, _, body = recv(job.ctl)
     ret, err, text = sysret(body)
     assert (t, ret, err) == (CTL_JOB | REPLY, -1, errno.EBUSY) and text
@@ -606,7 +631,7 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
         s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 0xFFFFFFF0, 1) + b"x" * 100)
         assert closed(s)
     with ciod.raw() as s:                       # a truncated hello
-        s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 48, 1) + b"short")
+        s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 80, 1) + b"short")
         s.shutdown(socket.SHUT_WR)
         assert closed(s)
     with ciod.raw() as s:                       # a short hello
@@ -630,7 +655,7 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
     t, q, body = recv(p.s)
     assert (t, q) == (ERROR | REPLY, 5) and sysret(body)[:2] == (-1, errno.ENOSYS)
     assert p.fails("fstatfs", 12345) == errno.EBADF
-    send(p.s, SYS["read"], b"short", 6)          # less than a lat_sysreq
+    send(p.s, SYS["read"], b"short")             # less than a lat_sysreq
     assert closed(p.s)
     p = job.proc(0)
     p.s.sendall(HDR.pack(MAGIC, VERSION, SYS["write"], MAX_PAYLOAD + 1, 1))
@@ -761,7 +786,7 @@ def test_calls_run_with_the_job_owners_identity(ciod: Ciod) -> None:
     ctl = ciod.connect(ROLE_CONTROL)
 
     def start(job: int, exe: Path, **kw) -> None:  # type: ignore[no-untyped-def]
-        send(ctl, CTL_JOB, job_payload(job, str(exe), str(work), [0, -1], 1, **kw), 1)
+        send(ctl, CTL_JOB, job_payload(job, str(exe), str(work), [0, -1], 1, **kw))
         assert recv(nodes[0])[0] == NODE_JOB
         assert recv(nodes[0])[0] == NODE_IMAGE
         assert recv(nodes[0])[0] == NODE_START
@@ -813,7 +838,7 @@ def test_tcp_address(ciod_bin: Path, tmp_path: Path) -> None:
         child = job_process(["sleep", "60"])
         try:
             s, body = proc_hello(c, 3, child.pid, node=1)
-            assert struct.unpack("<IIII", body[16:])[1:3] == (0, 0)         # rdv_min 0, flags 0
+            assert struct.unpack("<IIII", body[48:])[1:3] == (0, 0)         # rdv_min 0, flags 0
             q = Proc(s)
             assert share(q, SHM_BASE, 1 << 20, 3) == (-1, errno.EPERM)
             # ... big transfers are pipelined series: sent back to back, answered in order
@@ -916,17 +941,15 @@ RDV = 0x52445600        # lat_sysreq a3 of a rendezvous (wire.h LAT_RDV)
 
 
 def proc_hello(c: Ciod, job: int, pid: int, extra: bytes = b"", node: int = 0) -> tuple[socket.socket, bytes]:
-    """A PROC hello naming process pid; one process has one connection at a
-    time, so an earlier one of the test's, just closed, may still be closing
-    in the worker (EBUSY): then again."""
+    """A PROC hello with lat_hello_proc (pid, LAT_DP_VM) and extra bytes after
+    it (MACed too): the socket and ciod's ack (+ lat_datapath).  One process
+    has one connection at a time, so an earlier one of the test's, just
+    closed, may still be closing in the worker (EBUSY): then again."""
     deadline = time.monotonic() + 5
     while True:
-        s = c.raw()
-        send(s, HELLO, struct.pack("<IIQ", ROLE_PROC, node, job) + c.key + struct.pack("<II", pid, 1) + extra, 1)
-        typ, _, body = recv(s)
-        assert typ == HELLO | REPLY
-        if struct.unpack_from("<i", body)[0] != errno.EBUSY or time.monotonic() > deadline:
-            return s, body
+        s, err = c.hello(ROLE_PROC, node, job, proc=struct.pack("<II", pid, 1) + extra)
+        if err != errno.EBUSY or time.monotonic() > deadline:
+            return s, ACKS[s]
         s.close()
         time.sleep(0.02)
 
@@ -939,8 +962,8 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
     s.close()
     # a pid that is not a child of the connecting process: messages only
     s, body = proc_hello(ciod, 9, os.getppid())
-    assert len(body) == 32 and struct.unpack("<i", body[:4])[0] == 0
-    eager, rdv_min, flags, window = struct.unpack("<IIII", body[16:])
+    assert len(body) == 64 and struct.unpack("<i", body[:4])[0] == 0
+    eager, rdv_min, flags, window = struct.unpack("<IIII", body[48:])
     assert (eager, rdv_min, flags, window) == (MAX_IO, 0, 0, MAX_IO)
     p = Proc(s)
     fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "f"))
@@ -950,7 +973,7 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
     child = job_process(["sleep", "60"])
     try:
         s, body = proc_hello(ciod, 9, child.pid)
-        eager, rdv_min, flags, window = struct.unpack("<IIII", body[16:])
+        eager, rdv_min, flags, window = struct.unpack("<IIII", body[48:])
         assert flags == 1 | 2 and 0 < rdv_min <= MAX_IO and window == MAX_IO   # rendezvous, shared memory
         p = Proc(s)
         fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "g"))
@@ -985,7 +1008,7 @@ def test_a_connection_dies_with_its_process(ciod: Ciod, tmp_path: Path) -> None:
     child = job_process(["sleep", "60"])
     try:
         s, body = proc_hello(ciod, 10, child.pid)
-        assert struct.unpack("<IIII", body[16:])[2] & 1                   # rendezvous granted
+        assert struct.unpack("<IIII", body[48:])[2] & 1                   # rendezvous granted
         p = Proc(s)
         fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "d"))
         child.kill()
@@ -1049,12 +1072,12 @@ def test_shared_memory_is_mapped_only_for_a_child_and_bounded(ciod: Ciod, tmp_pa
         sealed, unsealed, plain = map(int, holder.stdout.readline().split())
         # the holder is not a child of this connection's peer... from a pid we did not fork: refused
         s, body = proc_hello(ciod, 11, os.getppid())
-        assert struct.unpack("<IIII", body[16:])[2] == 0                    # neither VM nor SHM granted
+        assert struct.unpack("<IIII", body[48:])[2] == 0                    # neither VM nor SHM granted
         assert share(Proc(s), SHM_BASE, 1 << 20, sealed) == (-1, errno.EPERM)
         s.close()
         # our child: both granted, but only a sealed memfd is mapped
         s, body = proc_hello(ciod, 11, holder.pid)
-        assert struct.unpack("<IIII", body[16:])[2] == 1 | 2
+        assert struct.unpack("<IIII", body[48:])[2] == 1 | 2
         p = Proc(s)
         before = stats(ciod)
         assert share(p, SHM_BASE, 1 << 20, unsealed) == (-1, errno.EPERM)   # could shrink under ciod

@@ -68,7 +68,7 @@ class Mailbox:
         self.m[REQ:REQ + len(payload)] = payload
         self.m[REQ_H:REQ_H + 16] = hdr if hdr is not None else HDR.pack(MAGIC, VERSION, typ, len(payload), seq)
         struct.pack_into("<I", self.m, REQ_SEQ, seq)
-        send(self.p.s, MBOX_RING)
+        send(self.p.s, MBOX_RING, b"", seq)         # a ring carries its request's seq
         deadline = time.monotonic() + 30
         while self.u32(REP_SEQ) != seq:
             assert time.monotonic() < deadline, "no reply in the mailbox"
@@ -226,7 +226,8 @@ def test_no_mailbox_for_a_stranger_or_a_memfd_that_can_change(ciod: Ciod, tmp_pa
         assert share(p, -5) == (-1, errno.EBADF)
         assert share(p, 999) == (-1, errno.EBADF)
         # a ring without a mailbox is ignored; a malformed share is an error; the connection stays in step
-        send(s, MBOX_RING)
+        p.seq += 1
+        send(s, MBOX_RING, b"", p.seq)
         p.seq += 1
         send(s, MBOX_SHARE, b"short", p.seq)
         t, _, body = recv(s)

@@ -26,7 +26,7 @@ import pytest
 # with os.* under its own working directory, keeps its own remote descriptor
 # table, counts calls, and collects writes to remote 1 and 2.
 
-MAGIC, VERSION, REPLY, ERROR = 0x5454414C, 1, 0x8000, 0x00FF
+MAGIC, VERSION, REPLY, ERROR = 0x5454414C, 2, 0x8000, 0x00FF
 MAX_IO = 1 << 20
 MAX_PAYLOAD = MAX_IO + 8192
 AT_FDCWD_WIRE = -100
@@ -76,6 +76,7 @@ class FakeCiod(threading.Thread):
         self.sizes: list[tuple[str, int]] = []  # (call, data bytes) of reads/writes
         self.umask = 0o022
         self.protocol_errors: list[str] = []
+        self.last_seq: int | None = None
 
     # -- descriptor helpers --
     def real(self, rfd: int) -> int:
@@ -106,6 +107,11 @@ class FakeCiod(threading.Thread):
                     self.protocol_errors.append(f"bad header {hdr.hex()}")
                     return
                 payload = _recv_exact(self.sock, ln)
+                # as ciod: every message's seq after the last one (docs/protocol.md 3.2)
+                if self.last_seq is not None and not 0 < (seq - self.last_seq) & 0xFFFFFFFF < 1 << 31:
+                    self.protocol_errors.append(f"seq {seq} after {self.last_seq}")
+                    return
+                self.last_seq = seq
                 a = struct.unpack("<4q", payload[:32])
                 data = payload[32:]
                 name = NAMES.get(typ)

@@ -24,8 +24,10 @@ from typing import Iterator
 
 import pytest
 
+from lattice import wire
+
 ROOT = Path(__file__).resolve().parents[2]
-MAGIC, VERSION, REPLY = 0x5454414C, 1, 0x8000
+MAGIC, VERSION, REPLY = 0x5454414C, 2, 0x8000
 HDR = struct.Struct("<IHHII")
 HELLO, CTL_JOB, CTL_COUNTERS, CTL_OUTPUT = 0x0001, 0x0101, 0x0104, 0x0180
 NODE_JOB, NODE_IMAGE, NODE_START = 0x0200, 0x0201, 0x0202
@@ -128,9 +130,13 @@ class Pset:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(30)
         s.connect(str(self.sock))
-        send(s, HELLO, struct.pack("<IIQ", role, 0, job) + self.key)
+        typ, challenge = recv(s)
+        assert typ == wire.CHALLENGE
+        hello, nonce = wire.hello_payload(self.key, challenge, role, 0, job)
+        send(s, HELLO, hello, 0)        # seq 0, as cnode's: a process numbers its requests from 1
         typ, body = recv(s)
         assert typ == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == 0
+        assert wire.ack_ok(self.key, challenge, nonce, body)
         return s
 
     def start_job(self) -> None:

@@ -22,7 +22,9 @@ import pytest
 
 from test_client import CFLAGS, LIB_SRC, ROOT, FakeCiod, _recv_exact
 
-MAGIC, VERSION, REPLY = 0x5454414C, 1, 0x8000
+from lattice import wire
+
+MAGIC, VERSION, REPLY = 0x5454414C, 2, 0x8000
 HELLO, NODE_JOB, NODE_IMAGE, NODE_START, NODE_KILL, NODE_SHUTDOWN = 0x1, 0x200, 0x201, 0x202, 0x203, 0x204
 NODE_OUTPUT, NODE_EXIT = 0x280, 0x281
 CODE, SIGNAL, LAUNCH = 1, 2, 3
@@ -58,28 +60,40 @@ def recv(s: socket.socket) -> tuple[int, bytes]:
     return typ, _recv_exact(s, ln)
 
 
-def accept_hello(lst: socket.socket, role: int) -> tuple[socket.socket, tuple[int, int, int, bytes]]:
+def challenge(lst: socket.socket) -> tuple[socket.socket, bytes]:
+    """Accept a connection and send the challenge, as ciod does."""
     c, _ = lst.accept()
     c.settimeout(30)
+    nonce = os.urandom(32)
+    send(c, wire.CHALLENGE, nonce)
+    return c, nonce
+
+
+def accept_hello(lst: socket.socket, role: int, proof_key: bytes = KEY) -> tuple[socket.socket, tuple[int, int, int]]:
+    """The handshake as ciod does it: the hello's mac must be right (KEY);
+    our ack carries a proof made with proof_key."""
+    c, nonce = challenge(lst)
     typ, body = recv(c)
-    while role == 3 and typ == HELLO and len(body) == 48 and struct.unpack_from("<I", body)[0] == 4:
+    while role == 3 and typ == HELLO and len(body) == 80 and struct.unpack_from("<I", body)[0] == 4:
         # the process's own PMI connection (LAT_ROLE_PMI), opened first: refused as
         # by a ciod without it (EPROTO), so cnode relays the PMI, which these tests check
-        c.sendall(struct.pack("<IHHII", MAGIC, VERSION, HELLO | REPLY, 16, 0)
-                  + struct.pack("<iIII", errno.EPROTO, 1 << 20, 0, 4))
+        send(c, HELLO | REPLY, struct.pack("<iIII", errno.EPROTO, 1 << 20, 0, 4) + bytes(32))
         c.close()
-        c, _ = lst.accept()
-        c.settimeout(30)
+        c, nonce = challenge(lst)
         typ, body = recv(c)
     # a PROC hello carries lat_hello_proc { pid, flags } (the data path)
-    assert typ == HELLO and len(body) == (56 if role == 3 else 48)
-    hello = struct.unpack("<IIQ32s", body[:48])
-    assert hello[0] == role, hello
+    assert typ == HELLO and len(body) == (88 if role == 3 else 80)
+    r, n, job, cnonce, mac = wire.HELLO_MSG.unpack(body[:80])
+    assert r == role, (r, n, job)
+    assert KEY not in body, "the block key travelled"
+    assert mac == wire.hello_mac(KEY, nonce, cnonce, r, n, job, body[80:]), "the hello's mac is wrong"
+    dp = b""
     if role == 3:
-        pid, _flags = struct.unpack("<II", body[48:])
+        pid, _flags = struct.unpack("<II", body[80:])
         assert Path(f"/proc/{pid}").exists()         # the process itself, not cnode
-    c.sendall(struct.pack("<IHHII", MAGIC, VERSION, HELLO | REPLY, 16, 0) + struct.pack("<iIII", 0, 1 << 20, 0, 4))
-    return c, hello
+        dp = struct.pack("<IIII", 1 << 20, 0, 0, 1 << 20)
+    send(c, HELLO | REPLY, wire.ack_payload(proof_key, nonce, cnonce, 0, 1 << 20, 0, 4, dp))
+    return c, (r, n, job)
 
 
 class FakeNodeCiod:
@@ -95,7 +109,7 @@ class FakeNodeCiod:
 
     def accept_node(self) -> None:
         self.node, hello = accept_hello(self.lst, 2)
-        assert hello[1] == 3 and hello[3] == KEY
+        assert hello[1] == 3
 
     def push(self, job: int, image: bytes, argv: list[str], env: list[str], rank: int = 1,
              size: int = 4, proc: bool = True) -> FakeCiod | None:
@@ -112,7 +126,7 @@ class FakeNodeCiod:
         if not proc:
             return None
         c, hello = accept_hello(self.lst, 3)
-        assert hello[1:] == (3, job, KEY)
+        assert hello[1:] == (3, job)
         d = self.tmp / f"io{job}"
         d.mkdir()
         f = FakeCiod(c, str(d))
@@ -142,7 +156,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                        capture_output=True, text=True)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
     src = sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c"))
-    p = subprocess.run(["gcc", *CFLAGS, "-o", str(cnode), *src, "-ljansson"], capture_output=True, text=True)
+    p = subprocess.run(["gcc", *CFLAGS, "-o", str(cnode), *src, "-ljansson", "-lcrypto"], capture_output=True, text=True)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
     (d / "prog.c").write_text(PROG)
     subprocess.run(["gcc", "-O2", "-o", str(prog), str(d / "prog.c")], check=True)

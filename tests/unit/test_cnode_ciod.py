@@ -13,9 +13,11 @@ from typing import Iterator
 
 import pytest
 
+from lattice import wire
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
-MAGIC, VERSION = 0x5454414C, 1
+MAGIC, VERSION = 0x5454414C, 2
 
 
 def _rx(s: socket.socket, n: int) -> bytes:
@@ -32,8 +34,9 @@ def _recv(s: socket.socket) -> tuple[int, bytes]:
     return t, _rx(s, ln)
 
 
-def _send(s: socket.socket, t: int, p: bytes) -> None:
-    s.sendall(struct.pack("<IHHII", MAGIC, VERSION, t, len(p), 1) + p)
+def _send(s: socket.socket, t: int, p: bytes, seq: int = 2) -> None:
+    """One message; seq 2: the one request after the hello on each connection here."""
+    s.sendall(struct.pack("<IHHII", MAGIC, VERSION, t, len(p), seq) + p)
 
 
 class Pset:
@@ -74,9 +77,12 @@ class Pset:
             except OSError:
                 time.sleep(0.1)
         s.settimeout(60)
-        _send(s, 1, struct.pack("<IIQ", 1, 0, 0) + self.key)
+        t, challenge = _recv(s)
+        assert t == wire.CHALLENGE
+        hello, nonce = wire.hello_payload(self.key, challenge, wire.ROLE_CONTROL)
+        _send(s, wire.HELLO, hello, 1)
         _, b = _recv(s)
-        assert struct.unpack("<i", b[:4])[0] == 0
+        assert struct.unpack("<i", b[:4])[0] == 0 and wire.ack_ok(self.key, challenge, nonce, b)
         return s
 
     def status(self) -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ from unittest import mock
 
 import pytest
 
-from lattice import boot, cli, db, personality
+from lattice import boot, cli, db, personality, wire
 from lattice import machine as model
 from lattice.blocks import Block
 from lattice.machine import Machine
@@ -230,15 +230,21 @@ def _frame(c: socket.socket) -> tuple[int, bytes]:
 
 
 def _send(c: socket.socket, typ: int, payload: bytes) -> None:
-    c.sendall(struct.pack("<IHHII", 0x5454414C, 1, typ, len(payload), 0) + payload)
+    c.sendall(struct.pack("<IHHII", 0x5454414C, 2, typ, len(payload), 0) + payload)
 
 
-def _hello(lst: socket.socket) -> socket.socket:
+def _hello(lst: socket.socket, key: bytes) -> socket.socket:
+    """The handshake, as ciod does it (docs/protocol.md section 3)."""
     c, _ = lst.accept()
     c.settimeout(20)
-    typ, _ = _frame(c)
-    assert typ == 0x0001
-    _send(c, 0x8001, struct.pack("<iIII", 0, 1 << 20, 0, 2))
+    nonce = os.urandom(32)
+    _send(c, wire.CHALLENGE, nonce)
+    typ, body = _frame(c)
+    assert typ == wire.HELLO
+    r, n, job, cnonce, mac = wire.HELLO_MSG.unpack(body[:80])
+    assert mac == wire.hello_mac(key, nonce, cnonce, r, n, job, body[80:])
+    dp = struct.pack("<IIII", 1 << 20, 0, 0, 1 << 20) if r == 3 else b""
+    _send(c, 0x8001, wire.ack_payload(key, nonce, cnonce, 0, 1 << 20, 0, 2, dp))
     return c
 
 
@@ -263,7 +269,7 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
     cnode = subprocess.Popen([str(BUILD / "bin/cnode"), "--personality", str(pfile),
                               "--client", str(BUILD / "lib/libcnclient.so")], stderr=subprocess.DEVNULL)
     try:
-        nodec = _hello(fake_ciod)
+        nodec = _hello(fake_ciod, key)
         image = prog.read_bytes()
         env = [b"LATTICE_PERSONALITY=forged"]      # the job cannot bring its own
         strings = b"show\0" + b"".join(e + b"\0" for e in env)
@@ -271,8 +277,8 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
                                          len(env), 0) + strings)
         _send(nodec, 0x0201, image)
         _send(nodec, 0x0202, struct.pack("<Q", 9))
-        pmi = _hello(fake_ciod)                     # its own PMI connection, opened first: unused here
-        proc = _hello(fake_ciod)                    # its PROC connection: nothing is shipped here
+        pmi = _hello(fake_ciod, key)                   # its own PMI connection, opened first: unused here
+        proc = _hello(fake_ciod, key)                  # its PROC connection: nothing is shipped here
         out = b""
         while True:
             typ, body = _frame(nodec)

@@ -38,12 +38,13 @@ NOT_MIRRORED = {
     "LAT_MBOX_REQ_MAX", "LAT_MBOX_REP_MAX",
 }
 STRUCTS_NOT_MIRRORED = {"lat_sysreq", "lat_node_job", "lat_timespec", "lat_stat", "lat_statfs",
-                        "lat_node_app", "lat_pmi", "lat_hello_proc", "lat_rdv_seg",
+                        "lat_node_app", "lat_pmi", "lat_rdv_seg",
                         "lat_sockname", "lat_pollfd", "lat_mbox"}
 
 # wire.py's struct.Struct objects, by the C struct they mirror
 MIRRORS: dict[str, struct.Struct] = {
     "lat_hdr": wire.HDR, "lat_hello": wire.HELLO_MSG, "lat_hello_ack": wire.HELLO_ACK,
+    "lat_challenge": wire.CHALLENGE_MSG, "lat_hello_proc": wire.HELLO_PROC,
     "lat_sysret": wire.SYSRET, "lat_ctl_status": wire.CTL_STATUS_MSG, "lat_job": wire.JOB,
     "lat_kill": wire.KILL, "lat_output": wire.OUTPUT, "lat_exit": wire.EXIT, "lat_job_end": wire.JOB_END,
     "lat_job_ext": wire.JOB_EXT, "lat_slot": wire.SLOT, "lat_fence": wire.FENCE, "lat_abort": wire.ABORT,
@@ -71,11 +72,17 @@ def header() -> str:
 
 
 def header_names(text: str) -> list[str]:
-    """Every LAT_* constant: #defines and enum entries, in order of appearance."""
-    names = re.findall(r"^\s*#\s*define\s+(LAT_\w+)\s+\S", text, flags=re.M)
+    """Every LAT_* number: #defines and enum entries, in order of appearance
+    (string #defines are header_strings)."""
+    names = re.findall(r"^\s*#\s*define\s+(LAT_\w+)\s+[^\s\"]", text, flags=re.M)
     for body in re.findall(r"\benum\s+\w+\s*\{(.*?)\}", text, flags=re.S):
         names += re.findall(r"\b(LAT_\w+)\s*(?:=[^,]*)?(?:,|$)", body.strip())
     return names
+
+
+def header_strings(text: str) -> dict[str, str]:
+    """Every LAT_* string #define (the handshake's labels)."""
+    return dict(re.findall(r'^\s*#\s*define\s+(LAT_\w+)\s+"([^"\\]*)"\s*$', text, flags=re.M))
 
 
 def header_structs(text: str) -> dict[str, list[Field]]:
@@ -139,6 +146,11 @@ def mirrored_constants() -> dict[str, int]:
     """wire.py's integer constants, by their header name."""
     return {RENAMED.get(k, f"LAT_{k}"): v for k, v in vars(wire).items()
             if k.isupper() and isinstance(v, int) and not isinstance(v, bool)}
+
+
+def mirrored_strings() -> dict[str, bytes]:
+    """wire.py's byte-string constants, by their header name."""
+    return {f"LAT_{k}": v for k, v in vars(wire).items() if k.isupper() and isinstance(v, bytes)}
 
 
 def format_tokens(fmt: str) -> list[str]:
@@ -226,7 +238,58 @@ def test_counter_names_are_the_header_enum(compiled: Compiled) -> None:
 
 def test_limits_are_consistent() -> None:
     assert wire.MAX_PAYLOAD > wire.MAX_IO + wire.SYSRET.size + wire.HDR.size
-    assert wire.HELLO_MSG.unpack(bytes(wire.HELLO_MSG.size))[3] == bytes(wire.KEY_BYTES)
+    assert wire.HELLO_MSG.unpack(bytes(wire.HELLO_MSG.size))[3:] == (bytes(wire.NONCE_BYTES), bytes(wire.MAC_BYTES))
+    assert wire.HELLO_FIELDS.size + wire.NONCE_BYTES + wire.MAC_BYTES == wire.HELLO_MSG.size
+    assert wire.ACK_FIELDS.size + wire.MAC_BYTES == wire.HELLO_ACK.size
+
+
+def test_handshake_labels_equal_the_header(header: str) -> None:
+    strings = header_strings(header)
+    assert set(strings) == {"LAT_HELLO_LABEL", "LAT_ACK_LABEL"}, strings
+    assert {n: v.encode() for n, v in strings.items()} == mirrored_strings()
+    assert wire.HELLO_LABEL != wire.ACK_LABEL
+
+
+MAC_PROBE = r"""
+#include <stdio.h>
+#include <lattice/hello_mac.h>
+static void hex(const uint8_t *p) { for (int i = 0; i < 32; i++) printf("%02x", p[i]); printf("\n"); }
+int main(void) {
+    uint8_t key[32], sn[32], out[32];
+    struct lat_hello h = { .role = 3, .node = 0x10002, .job = 0x123456789ull };
+    struct lat_hello_proc hp = { .pid = 4242, .flags = 3 };
+    struct lat_hello_ack a = { .err = 0, .max_io = 1u << 20, .pset = 5, .pset_size = 8 };
+    struct lat_datapath dp = { 1u << 20, 65536, 3, 1u << 22 };
+    for (int i = 0; i < 32; i++) { key[i] = (uint8_t)i; sn[i] = (uint8_t)(100 + i); h.nonce[i] = (uint8_t)(200 - i); }
+    int rc = lat_hello_mac(key, sn, &h, NULL, out);
+    hex(out);
+    rc |= lat_hello_mac(key, sn, &h, &hp, out);
+    hex(out);
+    rc |= lat_ack_proof(key, sn, h.nonce, &a, NULL, out);
+    hex(out);
+    rc |= lat_ack_proof(key, sn, h.nonce, &a, &dp, out);
+    hex(out);
+    return rc ? 1 : 0;
+}
+"""
+
+
+def test_handshake_macs_agree_with_hello_mac_h(tmp_path: Path) -> None:
+    """wire.py's hello_mac/ack_proof compute what lattice/hello_mac.h (ciod, cnode) computes."""
+    (tmp_path / "mac.c").write_text(MAC_PROBE)
+    cc = subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-I", str(ROOT / "protocol"), "-o",
+                         str(tmp_path / "mac"), str(tmp_path / "mac.c"), "-lcrypto"], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    got = subprocess.run([str(tmp_path / "mac")], capture_output=True, text=True, check=True).stdout.split()
+    key, sn, cn = bytes(range(32)), bytes(range(100, 132)), bytes(200 - i for i in range(32))
+    proc = wire.HELLO_PROC.pack(4242, 3)
+    fields = wire.ACK_FIELDS.pack(0, 1 << 20, 5, 8)
+    dp = wire.DATAPATH.pack(1 << 20, 65536, 3, 1 << 22)
+    assert got == [wire.hello_mac(key, sn, cn, 3, 0x10002, 0x123456789).hex(),
+                   wire.hello_mac(key, sn, cn, 3, 0x10002, 0x123456789, proc).hex(),
+                   wire.ack_proof(key, sn, cn, fields).hex(),
+                   wire.ack_proof(key, sn, cn, fields, dp).hex()]
+    assert len(set(got)) == 4
 
 
 # --- struct layouts ----------------------------------------------------------
