@@ -448,6 +448,7 @@ struct worker {
     int       ch, out;
     uint64_t  job;
     pthread_t reader;
+    bool      reading;                  /* reader started: it reaps the worker */
     atomic_bool ending;
 };
 
@@ -505,10 +506,8 @@ static void *reader_main(void *arg)
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                   atomic_load(&w->ending) ? "" : " while its job ran: the job's processes lose their I/O");
     libcache_job_end();                 /* if it could not: it makes it, we make sure it goes */
-    close(w->ch);
-    close(w->out);
     free(buf);
-    return NULL;
+    return NULL;                        /* its descriptors stay open until reap_old: worker_end may still use them */
 }
 
 /* Waits for the worker of an earlier job (bounded: its reader kills it). */
@@ -520,8 +519,17 @@ static void reap_old(void)
     old = W.old;
     W.old = NULL;
     pthread_mutex_unlock(&W.lock);
-    if (old) {
+    if (old && !old->reading) {         /* nobody watched it: end it here */
+        kill(old->pid, SIGKILL);
+        while (waitpid(old->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        libcache_job_end();
+    } else if (old) {
         pthread_join(old->reader, NULL);
+    }
+    if (old) {
+        close(old->ch);
+        close(old->out);
         free(old);
     }
 }
@@ -620,7 +628,11 @@ int worker_run(void)
 {
     struct worker *w = W.cur;
 
-    return w ? pthread_create(&w->reader, NULL, reader_main, w) : EINVAL;
+    int rc = w ? pthread_create(&w->reader, NULL, reader_main, w) : EINVAL;
+
+    if (w)
+        w->reading = rc == 0;
+    return rc;
 }
 
 void worker_end(uint64_t job)
