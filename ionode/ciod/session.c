@@ -51,13 +51,17 @@ void *session_main(void *arg)
     pthread_setname_np(pthread_self(), "ciod-hello");
     const char *t = getenv("LATTICE_HELLO_TIMEOUT");     /* tests shorten it */
     set_timeout(c, t && atoi(t) > 0 ? atoi(t) : HELLO_TIMEOUT);
-    if (auth_challenge(c) < 0) {        /* most likely a probe that left at once */
-        logmsg("connection from %s: cannot send the challenge: %s", c->peer, strerror(errno));
+    if (auth_challenge(c) < 0) {
+        /* a peer that connected and left at once (a probe) is no news, as
+         * when it leaves after the challenge: a line per probe would let
+         * anyone who may connect flood the daemon's log */
+        if (errno != EPIPE && errno != ECONNRESET && errno != ENOTCONN)
+            logmsg("connection from %s: cannot send the challenge: %s", c->peer, strerror(errno));
         goto out;
     }
     rc = conn_recv(c, &h, why, sizeof(why));
-    if (rc == 0)
-        goto out;                       /* connected and left: a probe */
+    if (rc == 0 || (rc < 0 && errno == ECONNRESET && c->ra_len == 0))
+        goto out;                       /* connected and left, its challenge unread (a reset): a probe */
     if (rc < 0) {
         if (h.magic == LAT_MAGIC && h.version != LAT_VERSION)
             refuse(c, h.seq, EPROTO, why);

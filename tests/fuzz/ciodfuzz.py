@@ -18,12 +18,26 @@ Used by tests/unit/test_ciod_fuzz.py (about 10^5 inputs) and as a script
 Everything a case sends is a function of (seed, case index) and of the
 target's ids (job id, holder pid): a failure prints both and the bytes.
 
-Every connection is set up by open_session(): the hello is there and only
-there, so a change of handshake is a change in one function.
+Every connection is set up by open_session(): the handshake (wire v2:
+take ciod's challenge, say a hello MACed with the block key, check ciod's
+proof in the ack) is there and only there.  Hellos a pre-hello case sends
+are Hello items, made on the connection they go out on (they need its
+challenge).  After the hello ciod closes a connection on a message whose
+seq is not after the last one: valid sessions number theirs increasing
+(sometimes skipping, sometimes across the 2^32 wrap), and a few messages
+are sent again or out of order on purpose, each the last of its case.
+
+The job runs PPN processes on each of nodes 0 and 1 (a placed job), and
+ciod takes one PROC connection per process at a time (EBUSY for a second
+one, and for a moment after one closed, until the job's I/O worker has
+noticed): a PROC case holds its process's lock, retries a hello answered
+EBUSY briefly, and some cases try a second hello for their process while
+theirs is open, which must be refused with EBUSY.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import mmap
 import os
@@ -78,7 +92,10 @@ ALL_TYPES = sorted({int(v, 0) for k, v in re.findall(r"\b(LAT_[A-Z0-9_]+)\s*=\s*
 DP_SHARE, MBOX_SHARE, MBOX_RING, PLUG_CALL = W["LAT_DP_SHARE"], W["LAT_MBOX_SHARE"], W["LAT_MBOX_RING"], W["LAT_PLUG_CALL"]
 RDV, PIPE_FIRST, PIPE_NEXT = W["LAT_RDV"], W["LAT_PIPE_FIRST"], W["LAT_PIPE_NEXT"]
 MBOX_SIZE, MBOX_REQ_SLOT = W["LAT_MBOX_SIZE"], W["LAT_MBOX_REQ_SLOT"]
+CHALLENGE = W["LAT_CHALLENGE"]
 PSET, PSET_SIZE = 1, 4          # nodes 0, 1 run the job; 2, 3 are for node sessions
+PPN = 4                         # the job's processes per node: PROC and PMI sessions at once
+SEQ_MASK = 0xFFFFFFFF
 FUZZ_ABS = b"/nonexistent-lattice-fuzz"   # the only absolute paths a process case names
 # CTL_SHUTDOWN ends ciod by design: a control case never sends it
 NEVER_ON_CONTROL = {CTL["shutdown"]}
@@ -129,37 +146,82 @@ class Session:
     seq: int = 1                # last seq used on this connection (the hello's)
 
     def next_seq(self) -> int:
-        """Requests of a valid session are numbered 1, 2, 3... per connection."""
-        self.seq += 1
+        """Messages of a valid session are numbered after the hello's, one by one."""
+        self.seq = (self.seq + 1) & SEQ_MASK
         return self.seq
 
     def close(self) -> None:
         self.sock.close()
 
 
-def hello_bytes(key: bytes, role: int, node: int = 0, job: int = 0, extra: bytes = b"", seq: int = 1) -> bytes:
-    """The bytes of today's hello (struct lat_hello, key in clear, + extra)."""
-    body = struct.pack("<IIQ", role, node, job) + key + extra
-    return HDR.pack(MAGIC, VERSION, HELLO, len(body), seq) + body
+def take_challenge(s: socket.socket) -> bytes:
+    """ciod's first message on every connection: LAT_CHALLENGE (seq 0) with its nonce."""
+    typ, seq, body = recv_msg(s)
+    if (typ, seq, len(body)) != (CHALLENGE, 0, wire.NONCE_BYTES):
+        raise FuzzFailure(f"a connection began with type 0x{typ:04x} seq {seq}, {len(body)} bytes, not a challenge")
+    return body
+
+
+def hello_bytes(key: bytes, challenge: bytes, role: int, node: int = 0, job: int = 0, extra: bytes = b"",
+                seq: int = 1) -> tuple[bytes, bytes]:
+    """A v2 hello answering challenge, MACed with key (extra: a lat_hello_proc
+    and whatever follows, MACed too): (the message, our nonce)."""
+    body, nonce = wire.hello_payload(key, challenge, role, node, job, extra)
+    return frame(HELLO, body, seq), nonce
+
+
+# the last hello ciod accepted, on whichever connection: what a replay case sends on another
+RECORDED: list[bytes] = [b""]
 
 
 def open_session(addr: str, key: bytes, role: int, node: int = 0, job: int = 0, extra: bytes = b"",
-                 timeout: float = 10) -> Session:
-    """Connects and says hello as `role`: every fuzz connection past the
-    hello, and every health check, is set up here (the same bytes as
-    tests/unit/test_ciod.py Ciod.hello).  When the hello becomes a
-    challenge-response, this is the function to change."""
+                 timeout: float = 10, seq: int = 1) -> Session:
+    """Connects and does the handshake as `role`: every fuzz connection past
+    the hello, and every health check, is set up here (as
+    tests/unit/test_ciod.py Ciod.hello).  An ack that accepts us must carry
+    ciod's proof (HMAC with the block key over both nonces and the ack)."""
     s = connect(addr, timeout)
     try:
-        s.sendall(hello_bytes(key, role, node, job, extra, seq=1))
-        typ, seq, body = recv_msg(s)
+        challenge = take_challenge(s)
+        msg, nonce = hello_bytes(key, challenge, role, node, job, extra, seq)
+        s.sendall(msg)
+        typ, rseq, body = recv_msg(s)
     except BaseException:
         s.close()
         raise
-    if typ != HELLO | REPLY or seq != 1 or len(body) < 16:
+    dp = role == ROLE_PROC and len(extra) == wire.HELLO_PROC.size
+    err = struct.unpack_from("<i", body)[0] if len(body) >= 4 else -1
+    want = wire.HELLO_ACK.size + (wire.DATAPATH.size if dp and err == 0 else 0)
+    if typ != HELLO | REPLY or rseq != seq or len(body) != want:
         s.close()
-        raise FuzzFailure(f"hello answered with type 0x{typ:04x} seq {seq}, {len(body)} bytes")
-    return Session(s, struct.unpack_from("<i", body)[0], body)
+        raise FuzzFailure(f"hello (role {role}, {len(extra)} bytes after it) answered with type 0x{typ:04x} "
+                          f"seq {rseq}, {len(body)} bytes, not {want}")
+    if err == 0:
+        if not wire.ack_ok(key, challenge, nonce, body):
+            s.close()
+            raise FuzzFailure(f"ciod accepted a hello (role {role}) with an ack whose proof is wrong")
+        RECORDED[0] = msg
+    elif body[wire.ACK_FIELDS.size:wire.HELLO_ACK.size] != bytes(wire.MAC_BYTES) and \
+            not wire.ack_ok(key, challenge, nonce, body):
+        s.close()
+        raise FuzzFailure(f"a refusal ({os.strerror(err)}) carries a proof that is neither zeroes nor right")
+    return Session(s, err, body, seq)
+
+
+def open_proc_session(addr: str, key: bytes, node: int, job: int, extra: bytes = b"", seq: int = 1,
+                      wait: float = 3.0) -> tuple[Session, int]:
+    """A PROC hello, again while it is answered EBUSY (the process's last
+    connection is still closing in the job's worker) for up to `wait` s:
+    the session and how many EBUSYs it took."""
+    busy = 0
+    deadline = time.monotonic() + wait
+    while True:
+        sess = open_session(addr, key, ROLE_PROC, node, job, extra, seq=seq)
+        if sess.err != errno.EBUSY or time.monotonic() > deadline:
+            return sess, busy
+        sess.close()
+        busy += 1
+        time.sleep(0.005)
 
 
 # ---- the target: ciod, the service node, two compute nodes, a job ----
@@ -174,6 +236,15 @@ def memfd(size):
 print(memfd(1 << 20), memfd(int(sys.argv[1])), flush=True)
 time.sleep(1e9)
 """
+
+
+def as_owner(argv: list[str], uid: int, gid: int) -> list[str]:
+    """argv as a process of the job's owner: as root, setpriv to uid/gid (the
+    job's I/O worker, which runs as the owner without capabilities, may reach
+    only such a process's memory, as cnode's children)."""
+    if os.geteuid() != 0 or uid == 0:
+        return argv
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
 
 
 def ciod_binary() -> Path:
@@ -193,7 +264,7 @@ class FakeNode(threading.Thread):
         self.s = open_session(target.addr, target.key, ROLE_NODE, node)
         if self.s.err:
             raise FuzzFailure(f"node {node} hello refused: {os.strerror(self.s.err)}")
-        self.jobs: dict[int, int] = {}          # job id -> rank here
+        self.jobs: dict[int, int] = {}          # job id -> rank of the node's first process
         self.lock = threading.Lock()
 
     def run(self) -> None:
@@ -212,9 +283,9 @@ class FakeNode(threading.Thread):
 
     def exit(self, job: int, rank: int, how: int = wire.EXIT_CODE, value: int = 0) -> None:
         self.jobs.pop(job, None)
-        with self.lock:
-            self.s.sock.sendall(HDR.pack(MAGIC, VERSION, NODE["exit"], 24, 0)
-                                + wire.EXIT.pack(job, rank, self.node, how, value))
+        with self.lock:                         # numbered after the hello, as every message ciod receives
+            self.s.sock.sendall(frame(NODE["exit"], wire.EXIT.pack(job, rank, self.node, how, value),
+                                      self.s.next_seq()))
 
 
 class Owner(threading.Thread):
@@ -347,8 +418,10 @@ class Target:
                 if self.proc.poll() is not None or time.time() > end:
                     raise FuzzFailure(f"ciod did not start:\n{self.logtext()}")
                 time.sleep(0.02)
-            self.holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(MBOX_SIZE)], stdout=subprocess.PIPE,
-                                           text=True)
+            # the process PROC hellos name: our child, as the job's owner (as root: nobody, whose
+            # I/O worker may then reach its memory), so rendezvous and shared memory are granted
+            self.holder = subprocess.Popen(as_owner([sys.executable, "-c", HOLDER, str(MBOX_SIZE)], self.uid,
+                                                    self.gid), stdout=subprocess.PIPE, text=True)
             assert self.holder.stdout is not None
             self.shm_fd, self.mbox_fd = map(int, self.holder.stdout.readline().split())
             with open(f"/proc/{self.holder.pid}/fd/{self.mbox_fd}", "r+b") as f:
@@ -361,8 +434,10 @@ class Target:
             self.nodes = [FakeNode(self, n) for n in (0, 1)]
             for n in self.nodes:
                 n.start()
-            self.rank_locks = [threading.Lock(), threading.Lock()]     # one PMI connection per rank
-            self.node_locks = {2: threading.Lock(), 3: threading.Lock()}
+            # one PROC and one PMI connection per process, one NODE connection per node
+            self.locks = {f"{kind}{n}.{t}": threading.Lock() for kind in ("proc", "pmi") for n in (0, 1)
+                          for t in range(PPN)}
+            self.locks.update({"node2": threading.Lock(), "node3": threading.Lock()})
             self.start_job(1001)
             self.settle_base()
         except BaseException:
@@ -372,8 +447,12 @@ class Target:
     # -- the job --
 
     def start_job(self, job: int) -> None:
-        payload = wire.job_payload(job, self.uid, self.gid, [self.gid], [0, 1, -1, -1], 2, str(self.exe),
-                                   str(self.work), ["prog", "-x"], ["A=1"])
+        """A placed job of PPN processes on each of nodes 0 and 1 (ranks
+        node * PPN + t)."""
+        slots = [(n * PPN + t, n, t, 0) for n in (0, 1) for t in range(PPN)]
+        payload = wire.placed_job_payload(job, self.uid, self.gid, [self.gid], [0, PPN, -1, -1], 2 * PPN,
+                                          str(self.work), ["A=1"], 0, PPN, slots, [(str(self.exe), ["prog", "-x"])],
+                                          "")
         seq = self.owner.send(CTL["job"], payload)
         self.owner.wait(lambda: seq in self.owner.replies, "the CTL_JOB reply")
         ret, err, _ = wire.SYSRET.unpack_from(self.owner.replies.pop(seq))
@@ -385,10 +464,12 @@ class Target:
         """Ends the job as two nodes would (an exit per rank) and starts the
         next: PMI state that a case broke starts afresh."""
         old = self.job_id
-        for rank, n in enumerate(self.nodes):
-            n.exit(old, rank)
+        for n in self.nodes:
+            for t in range(PPN):
+                n.exit(old, n.node * PPN + t)
         self.owner.wait(lambda: old in self.owner.ended, f"JOB_END of job {old}")
         self.start_job(old + 1)
+        self.settle_base()              # the new job has a new I/O worker
 
     @property
     def kvsname(self) -> str:
@@ -399,13 +480,49 @@ class Target:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def counts(self) -> tuple[int, int, int]:
-        """ciod's threads, open descriptors and resident kB."""
-        pid = self.proc.pid
+    def workers(self) -> list[int]:
+        """The pids of ciod's children named ciod-worker: the job's I/O worker
+        (and one that is still ending), which serves the PROC connections."""
+        out = []
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                kids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for k in kids:
+                try:
+                    if Path(f"/proc/{k}/comm").read_text().strip() == "ciod-worker":
+                        out.append(int(k))
+                except OSError:
+                    pass
+        return sorted(out)
+
+    @staticmethod
+    def proc_counts(pid: int) -> tuple[int, int, int]:
+        """A process's threads, open descriptors (-1: not ours to see) and resident kB."""
         st = Path(f"/proc/{pid}/status").read_text()
         threads = int(re.search(r"^Threads:\s+(\d+)", st, re.M)[1])  # type: ignore[index]
         rss = int(re.search(r"^VmRSS:\s+(\d+)", st, re.M)[1])       # type: ignore[index]
-        return threads, len(os.listdir(f"/proc/{pid}/fd")), rss
+        try:
+            fds = len(os.listdir(f"/proc/{pid}/fd"))
+        except PermissionError:         # the worker is not dumpable: only root sees its descriptors
+            fds = -1
+        return threads, fds, rss
+
+    def counts(self) -> tuple[int, int, int]:
+        """ciod's threads, open descriptors and resident kB."""
+        return self.proc_counts(self.proc.pid)
+
+    def worker_counts(self) -> tuple[int, int, int] | None:
+        """The job's I/O worker's threads, descriptors and resident kB; None
+        while there is not exactly one (a worker ending)."""
+        w = self.workers()
+        if len(w) != 1:
+            return None
+        try:
+            return self.proc_counts(w[0])
+        except OSError:
+            return None
 
     def status(self) -> tuple[int, int, int]:
         s = open_session(self.addr, self.key, ROLE_CONTROL)
@@ -422,8 +539,16 @@ class Target:
             s.close()
 
     def settle_base(self) -> None:
-        time.sleep(0.2)
+        end = time.time() + 10
+        while True:
+            time.sleep(0.2)
+            wbase = self.worker_counts()
+            if wbase is not None:
+                break
+            if time.time() > end:
+                raise FuzzFailure(f"ciod runs {len(self.workers())} I/O workers, not the job's one")
         self.base = self.counts()
+        self.wbase = wbase
 
     def check(self, slack_fds: int = 16, wait: float = 10) -> None:
         """ciod runs, answers a fresh control session, the job is intact, and
@@ -439,16 +564,24 @@ class Target:
         end = time.time() + wait
         while True:
             threads, fds, _ = self.counts()
-            if threads <= self.base[0] and fds <= self.base[1] + slack_fds:
+            w = self.worker_counts()
+            ok = threads <= self.base[0] and fds <= self.base[1] + slack_fds
+            wok = w is not None and w[0] <= self.wbase[0] and w[1] <= self.wbase[1] + slack_fds
+            if ok and wok:
                 return
             if time.time() > end:
-                raise FuzzFailure(f"ciod holds {threads} threads and {fds} descriptors "
-                                  f"(baseline {self.base[0]} and {self.base[1]}): a leak or a stuck thread")
+                if not ok:
+                    raise FuzzFailure(f"ciod holds {threads} threads and {fds} descriptors (baseline "
+                                      f"{self.base[0]} and {self.base[1]}): a leak or a stuck thread")
+                if w is None:
+                    raise FuzzFailure(f"ciod runs I/O workers {self.workers()}, not the job's one")
+                raise FuzzFailure(f"the job's I/O worker holds {w[0]} threads and {w[1]} descriptors (baseline "
+                                  f"{self.wbase[0]} and {self.wbase[1]}): a leak or a stuck thread")
             time.sleep(0.05)
 
     def normal_session(self) -> None:
         """A process of the job opens, writes, reads back and closes a file."""
-        s = open_session(self.addr, self.key, ROLE_PROC, 0, self.job_id)
+        s, _ = open_proc_session(self.addr, self.key, 0, self.job_id)
         try:
             if s.err:
                 raise FuzzFailure(f"PROC hello refused: {os.strerror(s.err)}")
@@ -515,7 +648,77 @@ class Poke:
     data: bytes
 
 
-Item = bytes | Poke
+@dataclass
+class Hello:
+    """A hello a pre-hello case sends, made on its connection (it answers
+    that connection's challenge).  mac: "ok" (MACed with the block key),
+    "key" (with another key), "flip" (the right mac, a bit flipped),
+    "zero", "fields" (MACed over other fields than it carries), "replay"
+    (a hello ciod accepted on an earlier connection, sent again)."""
+    role: int
+    node: int = 0
+    job: int = 0
+    extra: bytes = b""
+    seq: int = 1
+    mac: str = "ok"
+    other_key: bytes = b""
+    flip_at: int = 0            # "flip": which bit of the mac
+
+    def make(self, key: bytes, challenge: bytes) -> bytes:
+        if self.mac == "replay" and RECORDED[0]:
+            return RECORDED[0]
+        if self.mac.startswith("cut:"):
+            return hello_bytes(key, challenge, self.role)[0][:int(self.mac[4:])]
+        msg, _ = hello_bytes(self.other_key if self.mac == "key" else key, challenge, self.role, self.node,
+                             self.job, self.extra, self.seq)
+        b = bytearray(msg)
+        mac_at = HDR.size + wire.HELLO_MSG.size - wire.MAC_BYTES
+        if self.mac == "flip":
+            b[mac_at + self.flip_at // 8 % 32] ^= 1 << (self.flip_at % 8)
+        elif self.mac == "zero":
+            b[mac_at:mac_at + 32] = bytes(32)
+        elif self.mac == "fields":          # the mac of a CONTROL hello on a hello of other fields
+            good, _ = hello_bytes(key, challenge, ROLE_CONTROL, 0, 0, b"", self.seq)
+            b[mac_at:mac_at + 32] = good[mac_at:mac_at + 32]
+        return bytes(b)
+
+
+@dataclass
+class BadHeader:
+    """A good hello's bytes under a header with a wrong magic or version."""
+    what: str
+    value: int
+
+    def make(self, key: bytes, challenge: bytes) -> bytes:
+        msg, _ = hello_bytes(key, challenge, ROLE_CONTROL)
+        magic, version = (self.value, VERSION) if self.what == "magic" else (MAGIC, self.value)
+        return HDR.pack(magic, version, HELLO, len(msg) - HDR.size, 1) + msg[HDR.size:]
+
+
+Item = bytes | Poke | Hello | BadHeader
+
+
+class Seqs:
+    """A session's seqs: after the last one (wrap-aware, as ciod checks:
+    (int32)(seq - last) > 0), mostly one by one, sometimes skipping; or on
+    purpose not after it (bad(): sent again or out of order)."""
+
+    def __init__(self, rng: random.Random, first: int) -> None:
+        self.rng, self.last = rng, first
+
+    def next(self) -> int:
+        step = 1 if self.rng.random() < 0.93 else self.rng.choice([2, 3, 100, 65536, 2**31 - 1])
+        self.last = (self.last + step) & SEQ_MASK
+        return self.last
+
+    def bad(self) -> int:
+        return (self.last - self.rng.choice([0, 0, 1, 2, 1000, 2**31])) & SEQ_MASK
+
+
+def first_seq(rng: random.Random) -> int:
+    """The hello's seq: 1 as the service node and cnode, 0 as a process's
+    hello, or just before the wrap (the session's seqs cross it)."""
+    return rng.choice([1, 1, 1, 0, 2**32 - 3, 2**31 - 1])
 
 
 @dataclass
@@ -527,12 +730,19 @@ class Case:
     items: list[Item] = field(default_factory=list)  # each one input
     framed: bool = True         # every item a well-framed message: replies must echo our seqs
     abrupt: bool = False        # close without reading the answers
-    lock: str = ""              # "rank0", "node2"...: one such connection at a time
+    lock: str = ""              # "proc0.3", "pmi1.0", "node2"...: one such connection at a time
+    seq0: int = 1               # the hello's seq
+    seq_broken: bool = False    # the last message's seq is not after the one before: ciod closes
+    bad_seq: int = -1           # that seq
+    dup_hello: bool = False     # PROC: a second hello for the process while this one is open (EBUSY)
 
     def describe(self, limit: int = 2000) -> str:
         lines = [f"case {self.index} (case seed {self.seed}): {self.kind}, hello {self.hello}, "
                  f"{len(self.items)} inputs, abrupt={self.abrupt}"]
         for i, it in enumerate(self.items):
+            if isinstance(it, Hello):
+                lines.append(f"  [{i}] {it}")
+                continue
             b = it.data if isinstance(it, Poke) else it
             where = f"mailbox+{it.off}" if isinstance(it, Poke) else "socket"
             if len(b) >= 16 and struct.unpack_from("<I", b)[0] == MAGIC:
@@ -718,14 +928,16 @@ class Ctx:
 
 
 def frame(typ: int, payload: bytes, seq: int) -> bytes:
-    return HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload
+    return HDR.pack(MAGIC, VERSION, typ, len(payload), seq & SEQ_MASK) + payload
 
 
-def mutate_message(rng: random.Random, typ: int, payload: bytes, seq: int, case: Case,
-                   allowed: Callable[[int], bool]) -> bytes:
+def mutate_message(rng: random.Random, typ: int, payload: bytes, sq: Seqs, case: Case,
+                   allowed: Callable[[int], bool], seq: int | None = None) -> bytes:
     """One message, sometimes mutated: payload cut, grown, flipped; type
-    replaced; seq duplicated, decreasing or wild.  A header that lies about
-    its length, a bad magic or version is the case's last input."""
+    replaced; numbered by sq (or seq if given), rarely with a seq not after
+    the last (sent again, out of order: ciod closes, so the case's last,
+    case.seq_broken).  A header that lies about its length, a bad magic or
+    version is the case's last input."""
     r = rng.random()
     if r < 0.12 and payload:
         payload = payload[:rng.randrange(len(payload))]
@@ -740,18 +952,23 @@ def mutate_message(rng: random.Random, typ: int, payload: bytes, seq: int, case:
     if rng.random() < 0.05:
         t = rng.choice(ALL_TYPES) if rng.random() < 0.7 else rng.getrandbits(16)
         typ = t if allowed(t) else typ
-    if rng.random() < 0.08:
-        seq = rng.choice([seq - 1, seq, 0, 1, 2**32 - 1, rng.getrandbits(32)]) & 0xFFFFFFFF
+    if seq is None:
+        if rng.random() < 0.006:
+            seq = case.bad_seq = sq.bad()
+            case.seq_broken = True
+        else:
+            seq = sq.next()
     return frame(typ, payload, seq)
 
 
 def fatal_tail(rng: random.Random, typ: int, seq: int) -> bytes:
     """The last input of a session: something ciod must close on."""
     k = rng.randrange(6)
+    seq &= SEQ_MASK
     if k == 0:
         return HDR.pack(0xDEADBEEF, VERSION, typ, 0, seq)
     if k == 1:
-        return HDR.pack(MAGIC, rng.choice([0, 2, 0xFFFF]), typ, 0, seq)
+        return HDR.pack(MAGIC, rng.choice([0, 1, 3, 0xFFFF]), typ, 0, seq)
     if k == 2:
         return HDR.pack(MAGIC, VERSION, typ, MAX_PAYLOAD + rng.choice([1, 2**31, 2**32 - 1 - MAX_PAYLOAD]), seq)
     if k == 3:                                  # half a message, then EOF
@@ -763,48 +980,66 @@ def fatal_tail(rng: random.Random, typ: int, seq: int) -> bytes:
 
 
 def gen_prehello(rng: random.Random, case: Case, ctx: Ctx, key: bytes) -> None:
+    """What a peer sends after the challenge instead of a good hello (or a
+    good one, then what breaks the session at once).  Hello items are made
+    on the connection: they need its challenge."""
     case.framed = False
-    k = rng.randrange(14)
-    good = hello_bytes(key, ROLE_CONTROL)
+    k = rng.randrange(20)
+    good = Hello(ROLE_CONTROL)
     if k == 0:
         case.items.append(rng.randbytes(rng.choice([1, 15, 16, 17, 100, 4096, 5000])))
     elif k == 1:
         t = rng.choice(ALL_TYPES)
         case.items.append(frame(t, blob(rng), rng.getrandbits(32)))
-    elif k == 2:
-        body = rng.randbytes(rng.choice([0, 1, 47, 49, 55, 57, 100, 4096]))
+    elif k == 2:        # a hello of another length (v1's 48 bytes among them)
+        body = rng.randbytes(rng.choice([0, 1, 47, 48, 49, 79, 81, 87, 89, 100, 4096]))
         case.items.append(frame(HELLO, body, 1))
-    elif k == 3:
+    elif k == 3:        # MACed with another key
         bad = bytearray(key)
         if rng.random() < 0.5:
             bad[rng.randrange(32)] ^= 1 << rng.randrange(8)
         else:
             bad = bytearray(rng.choice([bytes(32), b"\xff" * 32, rng.randbytes(32)]))
-        case.items.append(hello_bytes(bytes(bad), rng.choice([1, 2, 3, 4]), rng.randrange(4), ctx.job))
+        case.items.append(Hello(rng.choice([1, 2, 3, 4]), rng.randrange(4), ctx.job, mac="key", other_key=bytes(bad)))
     elif k == 4:
-        case.items.append(HDR.pack(rng.choice([0, MAGIC ^ 1, 0x4C544154]), VERSION, HELLO, 48, 1) + good[16:])
+        case.items.append(BadHeader("magic", rng.choice([0, MAGIC ^ 1, 0x4C544154])))
     elif k == 5:
-        case.items.append(HDR.pack(MAGIC, rng.choice([0, 2, 0xFFFF]), HELLO, 48, 1) + good[16:])
-    elif k == 6:
-        case.items.append(hello_bytes(key, rng.choice([0, 5, 255, 2**32 - 1, rng.getrandbits(32)])))
-    elif k == 7:
-        case.items.append(good[:rng.randrange(1, len(good))])
+        case.items.append(BadHeader("version", rng.choice([0, 1, 3, 0xFFFF])))
+    elif k == 6:        # a well-MACed hello of an unknown role
+        case.items.append(Hello(rng.choice([0, 5, 255, 2**32 - 1, rng.getrandbits(32)])))
+    elif k == 7:        # half a good hello, then EOF
+        case.items.append(Hello(ROLE_CONTROL, mac="cut:" + str(rng.randrange(1, HDR.size + wire.HELLO_MSG.size))))
     elif k == 8:
         case.items.append(HDR.pack(MAGIC, VERSION, HELLO, rng.choice([MAX_PAYLOAD, MAX_PAYLOAD + 1, 2**32 - 1]), 1))
-    elif k == 9:     # hellos ciod must refuse for what they ask
+    elif k == 9:        # well-MACed hellos ciod must refuse for what they ask
         role = rng.choice([ROLE_NODE, ROLE_PROC, ROLE_PMI])
-        node = rng.choice([0, 1, 4, 5, 127, 128, 0xFFFF, 0x10000, 0x10001, 2**32 - 1])
+        node = rng.choice([0, 1, 4, 5, 127, 128, 0xFFFF, 0x10000 * PPN, 0x10000 * 64, 0x10001 * 65, 2**32 - 1])
         job = rng.choice([0, ctx.job + 1, ctx.job - 1, 2**64 - 1]) if role != ROLE_NODE else 0
-        case.items.append(hello_bytes(key, role, node, job))
-    elif k == 10:    # a PROC hello with a data-path tail of the wrong size
-        case.items.append(hello_bytes(key, ROLE_PROC, 0, ctx.job, rng.randbytes(rng.choice([1, 4, 7, 9, 16]))))
-    elif k == 11:    # a valid hello, then garbage
-        case.items.append(good)
-        case.items.append(rng.randbytes(rng.randrange(1, 2000)))
-    elif k == 12:    # two hellos
-        case.items += [good, hello_bytes(key, ROLE_CONTROL, seq=2)]
-    else:            # a valid hello, then half a message
+        case.items.append(Hello(role, node, job))
+    elif k == 10:       # a PROC hello with a data-path tail of the wrong size (MACed)
+        case.items.append(Hello(ROLE_PROC, 0, ctx.job, rng.randbytes(rng.choice([1, 4, 7, 9, 16]))))
+    elif k == 11:       # a valid hello, then garbage
+        case.items += [good, rng.randbytes(rng.randrange(1, 2000))]
+    elif k == 12:       # two hellos
+        case.items += [good, Hello(ROLE_CONTROL, seq=2)]
+    elif k == 13:       # a valid hello, then half a message
         case.items += [good, fatal_tail(rng, CTL["status"], 2)]
+    elif k == 14:       # a hello accepted on another connection, sent again: its mac answers another challenge
+        case.items.append(Hello(ROLE_CONTROL, mac="replay"))
+    elif k == 15:       # the right mac with a bit flipped, or none
+        case.items.append(Hello(rng.choice([1, 2, 3, 4]), rng.randrange(4), ctx.job,
+                                mac=rng.choice(["flip", "zero"]), flip_at=rng.randrange(256)))
+    elif k == 16:       # a CONTROL hello's mac on a hello asking for more
+        case.items.append(Hello(rng.choice([ROLE_NODE, ROLE_PROC, ROLE_PMI]), rng.choice([0, 1, 2, 3]), ctx.job,
+                                mac="fields"))
+    elif k == 17:       # a valid hello, then a message not after it (sent again, out of order)
+        seq0 = first_seq(rng)
+        sq = Seqs(rng, seq0)
+        case.items += [Hello(ROLE_CONTROL, seq=seq0), frame(CTL["status"], b"", sq.bad())]
+    elif k == 18:       # a valid hello, then a valid request, then one of them again
+        case.items += [good, frame(CTL["status"], b"", 2), frame(CTL["status"], b"", rng.choice([1, 2]))]
+    else:               # garbage before the hello, then a good hello
+        case.items += [rng.randbytes(rng.randrange(1, 40)), good]
     case.abrupt = rng.random() < 0.3
 
 
@@ -842,9 +1077,10 @@ def job_variant(rng: random.Random, ctx: Ctx, exe: str, cwd: str) -> bytes:
 
 
 def gen_control(rng: random.Random, case: Case, ctx: Ctx, target_files: tuple[str, str]) -> None:
-    seq = 1
+    sq = Seqs(rng, case.seq0)
     for _ in range(rng.randrange(5, 60)):
-        seq += 1
+        if case.seq_broken:
+            break
         r = rng.random()
         if r < 0.3:
             typ, p = CTL["job"], job_variant(rng, ctx, *target_files)
@@ -866,9 +1102,9 @@ def gen_control(rng: random.Random, case: Case, ctx: Ctx, target_files: tuple[st
             typ, p = rng.choice(ALL_TYPES), blob(rng)
             if typ in NEVER_ON_CONTROL:
                 typ = CTL["status"]
-        case.items.append(mutate_message(rng, typ, p, seq, case, lambda t: t not in NEVER_ON_CONTROL))
-    if rng.random() < 0.15:
-        case.items.append(fatal_tail(rng, CTL["kill"], seq + 1))
+        case.items.append(mutate_message(rng, typ, p, sq, case, lambda t: t not in NEVER_ON_CONTROL))
+    if rng.random() < 0.15 and not case.seq_broken:
+        case.items.append(fatal_tail(rng, CTL["kill"], sq.next()))
         case.framed = False
 
 
@@ -914,9 +1150,9 @@ def pmi2_cmd(rng: random.Random, ctx: Ctx) -> bytes:
 
 def gen_pmi(rng: random.Random, case: Case, ctx: Ctx) -> None:
     case.framed = False
-    rank = rng.randrange(2)
-    case.lock = f"rank{rank}"
-    case.hello = (ROLE_PMI, rank, ctx.job, b"")
+    node, t = rng.randrange(2), rng.randrange(PPN)
+    case.lock = f"pmi{node}.{t}"
+    case.hello = (ROLE_PMI, node | t << 16, ctx.job, b"")
     v2 = rng.random() < 0.4
     case.items.append(b"cmd=init pmi_version=%d pmi_subversion=%d\n" % ((2, 0) if v2 else (1, 1)))
     for _ in range(rng.randrange(3, 40)):
@@ -929,9 +1165,10 @@ def gen_node(rng: random.Random, case: Case, ctx: Ctx) -> None:
     node = rng.choice([2, 3])
     case.lock = f"node{node}"
     case.hello = (ROLE_NODE, node, 0, b"")
-    seq = 1
+    sq = Seqs(rng, case.seq0)
     for _ in range(rng.randrange(5, 80)):
-        seq += 1
+        if case.seq_broken:
+            break
         r = rng.random()
         if r < 0.3:
             typ, p = NODE["output"], struct.pack("<II", rng.choice([0, 1, 2, 2**32 - 1]),
@@ -946,14 +1183,16 @@ def gen_node(rng: random.Random, case: Case, ctx: Ctx) -> None:
             p = struct.pack("<II", rng.choice([0, 1, 2, 2**32 - 1]), 0) + pmi1_line(rng, ctx)
         else:
             typ, p = rng.choice(ALL_TYPES), blob(rng)
-        case.items.append(mutate_message(rng, typ, p, seq, case, lambda t: True))
-    if rng.random() < 0.15:
-        case.items.append(fatal_tail(rng, NODE["output"], seq + 1))
+        case.items.append(mutate_message(rng, typ, p, sq, case, lambda t: True))
+    if rng.random() < 0.15 and not case.seq_broken:
+        case.items.append(fatal_tail(rng, NODE["output"], sq.next()))
         case.framed = False
 
 
 def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
-    node = 0 if rng.random() < 0.5 else 1
+    node, t = rng.randrange(2), rng.randrange(PPN)
+    case.lock = f"proc{node}.{t}"
+    case.dup_hello = rng.random() < 0.03
     hp = rng.random()
     if hp < 0.4:
         extra = b""
@@ -961,18 +1200,18 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
         extra = struct.pack("<II", ctx.holder_pid, rng.choice([3, 1, 0, 0xFFFFFFFF]))
     else:               # not our child (ourselves, init, nobody): messages only
         extra = struct.pack("<II", rng.choice([os.getpid(), 1, 0, 2**31 - 1]), 3)
-    case.hello = (ROLE_PROC, node, ctx.job, extra)
+    case.hello = (ROLE_PROC, node | t << 16, ctx.job, extra)
     names = sorted(SYS)
-    seq = 1
+    sq = Seqs(rng, case.seq0)
     mbox = False
     for _ in range(rng.randrange(5, 80)):
-        seq += 1
+        if case.seq_broken:
+            break
         r = rng.random()
         if r < 0.08:
             # a descriptor and then a call on it: fds are handed out lowest first, so 3 is likely it
             for typ, a, data in chain(rng, ctx):
-                case.items.append(frame(typ, struct.pack("<4Q", *(x & (2**64 - 1) for x in a)) + data, seq))
-                seq += 1
+                case.items.append(frame(typ, struct.pack("<4Q", *(x & (2**64 - 1) for x in a)) + data, sq.next()))
             continue
         if r < 0.78:
             name = rng.choice(names)
@@ -989,15 +1228,18 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
             mbox = True
         elif r < 0.93 and mbox:
             # a request through the mailbox: a socket-like message in req, then req_seq, then a ring
+            # (its seq from the connection's counter; the ring carries it, and is a socket
+            # message like any other: after the last one)
             name = rng.choice(names)
             ma, mdata = sys_request(rng, name, ctx)
+            seq = sq.next()
             msg = mutate_message(rng, SYS[name], struct.pack("<4Q", *(x & (2**64 - 1) for x in ma)) + mdata,
-                                 seq, case, lambda t: True)
+                                 sq, case, lambda t: True, seq=seq)
             case.items.append(Poke(128, msg[:MBOX_REQ_SLOT]))
             case.items.append(Poke(0, struct.pack("<I", seq if rng.random() < 0.8 else rng.getrandbits(32))))
             if rng.random() < 0.2:
                 case.items.append(Poke(rng.randrange(MBOX_SIZE - 8), rng.randbytes(8)))
-            case.items.append(frame(MBOX_RING, b"" if rng.random() < 0.9 else blob(rng), 0))
+            case.items.append(frame(MBOX_RING, b"" if rng.random() < 0.9 else blob(rng), seq))
             continue
         elif r < 0.96:
             typ, data = PLUG_CALL, blob(rng)
@@ -1005,12 +1247,12 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
         else:
             typ, data, a = rng.choice(ALL_TYPES), blob(rng), [pick_int(rng) for _ in range(4)]
         payload = struct.pack("<4Q", *(x & (2**64 - 1) for x in a)) + data
-        msg = mutate_message(rng, typ, payload, seq, case, lambda t: True)
+        msg = mutate_message(rng, typ, payload, sq, case, lambda t: True)
         if typ in SYS.values() and SYS_NAME.get(typ) in PATH_CALLS | ADDR_CALLS:
             msg = resanitize(msg, ctx)
         case.items.append(msg)
-    if rng.random() < 0.15:
-        case.items.append(fatal_tail(rng, SYS["read"], seq + 1))
+    if rng.random() < 0.15 and not case.seq_broken:
+        case.items.append(fatal_tail(rng, SYS["read"], sq.next()))
         case.framed = False
 
 
@@ -1072,7 +1314,7 @@ def generate(seed: int, index: int, ctx: Ctx, key: bytes, files: tuple[str, str]
             acc += w
             if r < acc:
                 break
-    case = Case(index, cs, kind, None)
+    case = Case(index, cs, kind, None, seq0=first_seq(rng))
     if kind == "prehello":
         gen_prehello(rng, case, ctx, key)
     elif kind == "control":
@@ -1099,9 +1341,12 @@ STALL_S = 0.5       # ciod reads nothing of a session for this long: stop sendin
 class Result:
     inputs: int = 0
     refused: bool = False
+    served: int = 0             # inputs sent on a session whose hello was accepted
+    busy: int = 0               # PROC hellos answered EBUSY before this one was accepted
+    dup_refused: int = 0        # second hellos for an open process refused with EBUSY
 
 
-def check_replies(buf: bytearray, seqs: set[int], case: Case) -> bytearray:
+def check_replies(buf: bytearray, seqs: set[int], case: Case, answered: dict[int, int]) -> bytearray:
     """Consumes whole reply messages from buf: each well framed, and in a
     framed session an answer to one of our seqs (0: one-way)."""
     off = 0
@@ -1114,6 +1359,8 @@ def check_replies(buf: bytearray, seqs: set[int], case: Case) -> bytearray:
             raise FuzzFailure(f"ciod answered seq {seq} (type 0x{typ:04x}) that was never sent\n" + case.describe())
         if len(buf) - off < 16 + ln:
             break
+        if typ & REPLY:
+            answered[seq] = answered.get(seq, 0) + 1
         off += 16 + ln
     del buf[:off]
     return buf
@@ -1121,22 +1368,46 @@ def check_replies(buf: bytearray, seqs: set[int], case: Case) -> bytearray:
 
 def run_case(t: Target, case: Case) -> Result:
     res = Result()
+    challenge = b""
     if case.hello:
         role, node, job, extra = case.hello
-        sess = open_session(t.addr, t.key, role, node, job, extra)
+        if role == ROLE_PROC:
+            sess, res.busy = open_proc_session(t.addr, t.key, node, job, extra, seq=case.seq0)
+        else:
+            sess = open_session(t.addr, t.key, role, node, job, extra, seq=case.seq0)
         res.inputs += 1
-        if sess.err:                    # refused (e.g. a rank's PMI connection is taken): nothing more
+        if sess.err:                    # refused (e.g. a process's PMI connection is taken): nothing more
             sess.close()
             res.refused = True
             return res
+        if case.dup_hello:              # one connection per process at a time
+            dup = open_session(t.addr, t.key, role, node, job, extra, seq=case.seq0)
+            dup.close()
+            res.inputs += 1
+            if dup.err != errno.EBUSY:
+                sess.close()
+                raise FuzzFailure(f"a second PROC hello for an open process answered "
+                                  f"{dup.err and os.strerror(dup.err)!r}, not EBUSY\n" + case.describe())
+            res.dup_refused += 1
         s = sess.sock
     else:
         s = connect(t.addr)
+        try:
+            challenge = take_challenge(s)
+        except (EOFError, OSError):     # shut before its challenge (too many waiting for their hello)
+            s.close()
+            return res
+        except BaseException:
+            s.close()
+            raise
+    served = res.inputs
+    parse = case.framed and case.kind != "pmi"
+    answered: dict[int, int] = {}
+    ok = False
     try:
         s.setblocking(False)
         sel = selectors.DefaultSelector()
         sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE)
-        parse = case.framed and case.kind != "pmi"
         seqs = {struct.unpack_from("<I", it, 12)[0] for it in case.items if isinstance(it, bytes) and len(it) >= 16}
         rbuf = bytearray()
         items = list(case.items)
@@ -1155,6 +1426,8 @@ def run_case(t: Target, case: Case) -> Result:
                 if isinstance(it, Poke):
                     t.mbox[it.off:it.off + len(it.data)] = it.data
                     continue
+                if isinstance(it, (Hello, BadHeader)):
+                    it = it.make(t.key, challenge)
                 cur = memoryview(it)
             if not cur and not items and not wclosed:
                 if case.abrupt:
@@ -1176,12 +1449,13 @@ def run_case(t: Target, case: Case) -> Result:
                     except OSError:
                         data = b""
                     if data == b"":
+                        ok = True
                         return res
                     if data:
                         progress = time.monotonic()
                     if data and parse:
                         rbuf += data
-                        check_replies(rbuf, seqs, case)
+                        check_replies(rbuf, seqs, case, answered)
                 if ev & selectors.EVENT_WRITE and cur:
                     try:
                         n = s.send(cur)
@@ -1193,9 +1467,20 @@ def run_case(t: Target, case: Case) -> Result:
                         peer_gone, cur, items = True, memoryview(b""), []
                         sel.modify(s, selectors.EVENT_READ)
                         wclosed = True
+        ok = True
         return res
     finally:
         s.close()
+        if case.hello:
+            res.served = res.inputs - served
+        if ok and case.seq_broken and parse and not case.abrupt:
+            # the message sent again or out of order was not acted on: no more answers
+            # with its seq than to the messages before it that carried the same
+            before = sum(1 for it in case.items[:-1] if isinstance(it, bytes) and len(it) >= 16
+                         and struct.unpack_from("<I", it, 12)[0] == case.bad_seq)
+            if answered.get(case.bad_seq, 0) > before:
+                raise FuzzFailure(f"ciod answered a message whose seq {case.bad_seq} is not after the last "
+                                  "(it must close the connection unanswered)\n" + case.describe())
 
 
 # ---- the fuzzing loop ----
@@ -1209,12 +1494,21 @@ class Stats:
     crashes: int = 0
     rounds: int = 0
     max_rss_kb: int = 0
+    proc_sessions: int = 0      # PROC hellos accepted (sessions the job's worker served)
+    proc_served: int = 0        # inputs sent on them after the hello
+    proc_refused: int = 0       # PROC hellos refused in the end (after EBUSYs for up to 3 s)
+    proc_busy: int = 0          # EBUSY answers retried
+    dup_refused: int = 0        # second hellos for an open process, refused with EBUSY as they must be
+    seq_broken: int = 0         # sessions ended by a message sent again or out of order
 
     def line(self) -> str:
         rate = self.inputs / self.seconds if self.seconds else 0.0
         return (f"{self.inputs} inputs in {self.cases} sessions, {self.seconds:.1f} s, {rate:.0f} inputs/s, "
                 f"crashes/hangs/leaks found: {self.crashes}, ciod RSS max {self.max_rss_kb} kB; by kind: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(self.by_kind.items())))
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.by_kind.items()))
+                + f"; PROC: {self.proc_sessions} sessions served {self.proc_served} inputs, {self.proc_refused} "
+                f"refused, {self.proc_busy} EBUSY retried, {self.dup_refused} second hellos refused; "
+                f"{self.seq_broken} sessions closed on a replayed or out-of-order seq")
 
 
 def ctx_of(t: Target) -> Ctx:
@@ -1231,7 +1525,7 @@ def fuzz(t: Target, seed: int, inputs: int, workers: int = 4, round_cases: int =
     round's cases if a check fails."""
     st = Stats()
     t0 = time.monotonic()
-    locks = {"rank0": t.rank_locks[0], "rank1": t.rank_locks[1], "node2": t.node_locks[2], "node3": t.node_locks[3]}
+    locks = t.locks
     files = (str(t.exe), str(t.work))
     index = first_case
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -1252,6 +1546,13 @@ def fuzz(t: Target, seed: int, inputs: int, workers: int = 4, round_cases: int =
                     st.inputs += r.inputs
                     st.cases += 1
                     st.by_kind[c.kind] = st.by_kind.get(c.kind, 0) + r.inputs
+                    st.seq_broken += c.seq_broken
+                    if c.kind == "proc":
+                        st.proc_sessions += not r.refused
+                        st.proc_refused += r.refused
+                        st.proc_served += r.served
+                        st.proc_busy += r.busy
+                        st.dup_refused += r.dup_refused
                 t.check()
                 t.sink.release()
             except (FuzzFailure, OSError, EOFError) as e:

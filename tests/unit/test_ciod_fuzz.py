@@ -2,7 +2,11 @@
 random and structure-aware inputs on every kind of connection, four at a
 time, against a standalone ciod with a running job; after every round of
 sessions ciod must run, answer a fresh CTL_STATUS and hold no more threads
-or descriptors than before; at the end a normal process session works.
+or descriptors than before (nor does the job's I/O worker, which serves
+the process connections); at the end a normal process session works.
+Connections speak wire v2 (challenge, MACed hello, ack proof); some
+sessions end on a message whose seq is not after the last (ciod must close
+them unanswered), and process connections are one per process at a time.
 
 Bounded in time twice: the run stops at FUZZ_INPUTS inputs (default
 100000) or after FUZZ_SECONDS (default 75) of fuzzing, whichever comes
@@ -44,9 +48,13 @@ def test_fuzzed_connections_of_every_kind_leave_ciod_serving(target: ciodfuzz.Ta
     # every kind of connection got its share
     for kind in ("prehello", "control", "node", "proc", "pmi"):
         assert st.by_kind.get(kind, 0) >= st.inputs // 100, st.line()
+    # process connections were served, not refused as busy: the job's worker got a real share
+    assert st.proc_served >= st.inputs // 10 and st.proc_sessions >= 10 * st.proc_refused, st.line()
+    assert st.dup_refused >= 1 and st.seq_broken >= 10, st.line()
     target.normal_session()
     target.check()
     # bad input was reported, not just survived
     ras = target.rastext()
-    for what in ("bad magic", "wrong block key", "NODE_", "malformed", "process connection of job"):
+    for what in ("bad magic", "mac is wrong", "not after the last one", "NODE_", "malformed",
+                 "process connection of job", "that process is already connected"):
         assert what in ras, what
