@@ -510,6 +510,19 @@ static void *reader_main(void *arg)
     return NULL;                        /* its descriptors stay open until reap_old: worker_end may still use them */
 }
 
+/* A worker nobody reads (the job was refused, or its reader did not
+ * start): killed and reaped here. */
+static void end_unwatched(struct worker *w)
+{
+    kill(w->pid, SIGKILL);
+    while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    close(w->ch);
+    close(w->out);
+    libcache_job_end();
+    free(w);
+}
+
 /* Waits for the worker of an earlier job (bounded: its reader kills it). */
 static void reap_old(void)
 {
@@ -519,19 +532,33 @@ static void reap_old(void)
     old = W.old;
     W.old = NULL;
     pthread_mutex_unlock(&W.lock);
-    if (old && !old->reading) {         /* nobody watched it: end it here */
-        kill(old->pid, SIGKILL);
-        while (waitpid(old->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        libcache_job_end();
-    } else if (old) {
-        pthread_join(old->reader, NULL);
+    if (!old)
+        return;
+    if (!old->reading) {
+        end_unwatched(old);
+        return;
     }
-    if (old) {
-        close(old->ch);
-        close(old->out);
-        free(old);
+    pthread_join(old->reader, NULL);
+    close(old->ch);
+    close(old->out);
+    free(old);
+}
+
+/* The running job's worker, if it is job's, taken off W.cur; as_old: kept
+ * in W.old in the same step, for the next worker_start to wait for. */
+static struct worker *take_current(uint64_t job, bool as_old)
+{
+    struct worker *w = NULL;
+
+    pthread_mutex_lock(&W.lock);
+    if (W.cur && W.cur->job == job) {
+        w = W.cur;
+        W.cur = NULL;
+        if (as_old)
+            W.old = w;
     }
+    pthread_mutex_unlock(&W.lock);
+    return w;
 }
 
 int worker_start(const struct job_spec *js, char *why, size_t whylen)
@@ -637,41 +664,21 @@ int worker_run(void)
 
 void worker_end(uint64_t job)
 {
-    struct worker *w = NULL;
+    struct worker *w = take_current(job, true);
 
-    pthread_mutex_lock(&W.lock);
-    if (W.cur && W.cur->job == job) {
-        w = W.cur;
-        W.cur = NULL;
-        W.old = w;
-    }
-    pthread_mutex_unlock(&W.lock);
     if (!w)
         return;
     atomic_store(&w->ending, true);
     shutdown(w->ch, SHUT_WR);           /* EOF: the worker finishes and exits */
 }
 
-/* Never started its reader (the job was refused): end it here. */
+/* The job was refused before its worker's reader ran: end it here. */
 void worker_abort(uint64_t job)
 {
-    struct worker *w = NULL;
+    struct worker *w = take_current(job, false);
 
-    pthread_mutex_lock(&W.lock);
-    if (W.cur && W.cur->job == job) {
-        w = W.cur;
-        W.cur = NULL;
-    }
-    pthread_mutex_unlock(&W.lock);
-    if (!w)
-        return;
-    kill(w->pid, SIGKILL);
-    while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    close(w->ch);
-    close(w->out);
-    libcache_job_end();
-    free(w);
+    if (w)
+        end_unwatched(w);
 }
 
 int worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd)
