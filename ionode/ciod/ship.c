@@ -218,6 +218,7 @@ int srv_close(struct proc *p, struct call *k, struct rfd *r)
 static ssize_t sock_rw(const struct proc *p, int fd, bool wr, void *buf, size_t n)
 {
     size_t done = 0;
+    bool hup = false;
 
     for (;;) {
         ssize_t m = wr ? send(fd, (char *)buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL)
@@ -231,13 +232,18 @@ static ssize_t sock_rw(const struct proc *p, int fd, bool wr, void *buf, size_t 
             errno = err;
             return done ? (ssize_t)done : -1;
         }
+        /* a socket shut down for reading polls ready (POLLHUP) yet a
+         * non-blocking receive says EAGAIN: a blocking one returns 0 */
+        if (hup && !wr)
+            return 0;
         struct pollfd pf[2] = { { fd, wr ? POLLOUT : POLLIN, 0 }, { p->c->fd, POLLRDHUP, 0 } };
         while (poll(pf, 2, -1) < 0 && errno == EINTR)
             ;
-        if (!pf[0].revents && pf[1].revents) {
+        if (pf[1].revents) {            /* the process hung up: nobody waits for this call */
             errno = EINTR;
             return done ? (ssize_t)done : -1;
         }
+        hup = pf[0].revents & (POLLHUP | POLLERR);
     }
 }
 

@@ -180,3 +180,22 @@ def test_read_or_write_on_a_silent_socket_does_not_outlive_the_process(ciod: Cio
         assert p.fails("read", fd, 100) == errno.EAGAIN
         peer.close()
     assert ciod.alive()
+
+
+def test_read_on_a_shut_down_datagram_socket_is_end_of_file(ciod: Ciod, tmp_path: Path) -> None:
+    """Found by the fuzzer (seed 1125, case 2604): a datagram socket shut
+    down for reading polls ready (POLLIN|POLLHUP) while a non-blocking
+    receive says EAGAIN, so READ spun for ever.  A blocking read(2) on it
+    returns 0 at once on Linux; so does the shipped one, and the connection
+    goes on."""
+    job = Job(ciod, tmp_path, image=b"x")  # noqa: F841 (keeps it running)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+        sink.bind(("127.0.0.1", 0))
+        p = job.proc(0)
+        fd, _ = p.ok("socket", socket.AF_INET, socket.SOCK_DGRAM, 0)
+        p.ok("connect", fd, -1, data=sockaddr(sink.getsockname()[1]))
+        p.ok("shutdown", fd, socket.SHUT_RDWR)
+        p.s.settimeout(5)
+        assert p.ok("read", fd, 100) == (0, b"")
+        assert p.ok("getcwd", 4096)[0] > 0                 # still in step
+    assert ciod.alive()
