@@ -148,17 +148,25 @@ bool worker_is_self(void)
     return wk.ch >= 0;
 }
 
-/* W_PROC_GONE, acknowledged: once the process sees its connection closed,
- * the monitor knows it may say hello again. */
-static void proc_gone(uint32_t node, uint32_t t)
+/* One message on the output channel and the monitor's acknowledgement;
+ * wk.send_lock held.  -1: the monitor is gone (so is the job). */
+static int send_acked(const struct wmsg *m, const void *data)
 {
-    struct wmsg m = { .type = W_PROC_GONE, .node = node, .t = t, .job = wk.job }, ack;
+    struct wmsg ack;
     char none[1];
     int fds[2];
 
+    return wsend(wk.out, m, data, NULL, 0) == 0 && wrecv(wk.out, &ack, none, sizeof(none), fds) > 0 ? 0 : -1;
+}
+
+/* W_PROC_GONE: once the process sees its connection closed, the monitor
+ * knows it may say hello again. */
+static void proc_gone(uint32_t node, uint32_t t)
+{
+    struct wmsg m = { .type = W_PROC_GONE, .node = node, .t = t, .job = wk.job };
+
     pthread_mutex_lock(&wk.send_lock);
-    if (wsend(wk.out, &m, NULL, NULL, 0) == 0)
-        wrecv(wk.out, &ack, none, sizeof(none), fds);
+    send_acked(&m, NULL);
     pthread_mutex_unlock(&wk.send_lock);
 }
 
@@ -167,15 +175,11 @@ void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data
     struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job };
     const char *p = data;
 
-    struct wmsg ack;
-    char none[1];
-    int fds[2];
-
     pthread_mutex_lock(&wk.send_lock);
     do {
         m.len = (uint32_t)(len < WMSG_DATA ? len : WMSG_DATA);
-        if (wsend(wk.out, &m, p, NULL, 0) < 0 || wrecv(wk.out, &ack, none, sizeof(none), fds) <= 0)
-            break;                      /* the monitor is gone: so is the job */
+        if (send_acked(&m, p) < 0)
+            break;
         p += m.len;
         len -= m.len;
     } while (len);
