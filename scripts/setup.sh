@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc)
+packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -31,6 +31,7 @@
 #include <linux/capability.h>
 #include <linux/securebits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,6 +68,9 @@ struct proc {
     int out[3];                 /* [1], [2]: read ends of the stdout/stderr pipes, -1 at EOF */
     int pmi;                    /* our end of its PMI socketpair, -1 if closed */
     int reportfd;               /* cnk jobs: the report page, -1 otherwise */
+    const uint32_t *cpu;        /* LAT_JOB_CPUS: the CPUs to bind it to (into the job's desc), else NULL */
+    uint32_t ncpus;
+    int32_t progress;           /* MPIR_CVAR_ASYNC_PROGRESS to add, or LAT_PROGRESS_UNSET */
     int started, exited, status, done;
 };
 
@@ -282,6 +286,32 @@ static const char *parse_placement(struct job *j, size_t len, size_t *pos, uint3
     for (uint32_t i = 0; i < j->nprocs; i++)
         if (j->image_size[j->proc[i].app] == 0)
             return "a process's application has no image";
+    if (!(j->nj.flags & LAT_JOB_CPUS))
+        return NULL;
+    /* each process's CPUs: lat_cpus[nslots], then the CPUs in the same order */
+    if (*pos + ext.nslots * sizeof(struct lat_cpus) > len)
+        return "CPUs run past the message";
+    uint64_t ncpu = 0;
+    for (uint32_t i = 0; i < ext.nslots; i++) {
+        struct lat_cpus c;
+        memcpy(&c, j->desc + *pos, sizeof c);
+        *pos += sizeof c;
+        if (c.ncpus < 1 || c.ncpus > LAT_CPU_LIMIT ||
+            (c.progress != 0 && c.progress != 1 && c.progress != LAT_PROGRESS_UNSET))
+            return "bad CPU count or progress value";
+        j->proc[i].ncpus = c.ncpus;
+        j->proc[i].progress = c.progress;
+        ncpu += c.ncpus;
+    }
+    if (ncpu > (len - *pos) / sizeof(uint32_t))
+        return "CPU numbers run past the message";
+    for (uint32_t i = 0; i < ext.nslots; i++) {
+        j->proc[i].cpu = (const uint32_t *)(j->desc + *pos);   /* desc is malloc'd: aligned, and *pos is 4-aligned */
+        for (uint32_t k = 0; k < j->proc[i].ncpus; k++)
+            if (j->proc[i].cpu[k] >= LAT_CPU_LIMIT)
+                return "CPU number out of range";
+        *pos += j->proc[i].ncpus * sizeof(uint32_t);
+    }
     return NULL;
 }
 
@@ -305,6 +335,8 @@ static const char *parse_job(struct job *j, const struct msg *m)
         return "unknown job flags";
     if ((nj->flags & LAT_JOB_TRACE) && !(nj->flags & LAT_JOB_CNK))
         return "flag TRACE without flag CNK";
+    if ((nj->flags & LAT_JOB_CPUS) && !(nj->flags & LAT_JOB_PLACED))
+        return "flag CPUS without flag PLACED";
     size_t pos = sizeof *nj + (size_t)nj->ngroups * sizeof(uint32_t);
     if (pos > len)
         return "groups run past the message";
@@ -441,15 +473,18 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     size_t n = 0;
     while (j->env[n])
         n++;
-    char **e = calloc(n + OURS + 3, sizeof *e);     /* + LATTICE_IO_DP and _PID, set by the child */
+    char **e = calloc(n + OURS + 4, sizeof *e);     /* + progress below; LATTICE_IO_DP and _PID, set by the child */
     if (!e)
         return NULL;
     size_t k = 0;
     const char *user_preload = NULL;
+    int progress = p->cpu ? p->progress : LAT_PROGRESS_UNSET;   /* the job's own (the user's --env) wins */
     for (size_t i = 0; i < n; i++) {
         const char *s = j->env[i];
         if (!cnk && !strncmp(s, "LD_PRELOAD=", 11))
             user_preload = s + 11;
+        if (!strncmp(s, "MPIR_CVAR_ASYNC_PROGRESS=", 25))
+            progress = LAT_PROGRESS_UNSET;
         if (!ours_var(s, cnk))
             e[k++] = (char *)s;
     }
@@ -474,6 +509,11 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     snprintf(buf[m++], sizeof buf[0], "PMI_RANK=%u", p->rank);
     snprintf(buf[m++], sizeof buf[0], "PMI_SIZE=%u", j->nj.size);
     snprintf(buf[m++], sizeof buf[0], "PMI_JOBID=lattice-%llu", (unsigned long long)j->nj.job);
+    /* whether its node has a core of its own for MPICH's progress thread:
+     * static, not one of ours_var's (launch frees those after the fork) */
+    static char async0[] = "MPIR_CVAR_ASYNC_PROGRESS=0", async1[] = "MPIR_CVAR_ASYNC_PROGRESS=1";
+    if (progress != LAT_PROGRESS_UNSET)
+        e[k++] = progress ? async1 : async0;
     size_t first = k;
     for (int i = 0; i < m; i++)
         if (!(e[k++] = strdup(buf[i]))) {
@@ -499,7 +539,8 @@ static char **make_cnk_argv(struct job *j, const struct proc *p)
     static char mem[32], cores[16], first[16];
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)proc_memory(j));
     snprintf(cores, sizeof cores, "%u", proc_cores(j));
-    snprintf(first, sizeof first, "%u", p->t * proc_cores(j));     /* vn: each process its own core */
+    /* vn: each process its own core; a bound process's CPUs are its own already */
+    snprintf(first, sizeof first, "%u", p->cpu ? 0 : p->t * proc_cores(j));
     size_t k = 0;
     a[k++] = "cnk";
     a[k++] = "--memory";
@@ -519,6 +560,8 @@ static char **make_cnk_argv(struct job *j, const struct proc *p)
 
 /* child_fail codes from here up: the PROC hello failed with code - this */
 #define CHILD_HELLO_FAILED 0x10000
+/* and from here up: binding to its CPUs failed */
+#define CHILD_BIND_FAILED 0x20000
 static void child_fail(int errfd, int err) __attribute__((noreturn));
 static void child_fail(int errfd, int err)
 {
@@ -608,7 +651,7 @@ static int seq_page(void)
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
 static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
-                  char **argv, char **envp, pid_t parent)
+                  char **argv, char **envp, pid_t parent, const cpu_set_t *cpus, size_t cpus_size)
 {
     int cnk = is_cnk(j);
     /* move what we keep above the slots we are about to fill */
@@ -653,6 +696,9 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
         if (j->nj.uid == 0 && drop_capabilities() < 0)
             child_fail(f, -errno);
     }
+    /* its real CPUs (docs/architecture.md, "Nodes on cores"): exec and cnk keep them */
+    if (cpus && sched_setaffinity(0, cpus_size, cpus) < 0)
+        child_fail(f, CHILD_BIND_FAILED + errno);
     /* after any identity change (which clears it): die with cnode */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
@@ -681,6 +727,37 @@ static int pmi_connect(const struct job *j, const struct proc *pr)
         return -1;
     }
     return fd;
+}
+
+/* The mask of a bound process's CPUs, sized for the highest (no fixed
+ * limit: CPU_ALLOC); NULL if it has none or there is no memory. */
+static cpu_set_t *cpu_mask(const struct proc *pr, size_t *size)
+{
+    uint32_t top = 0;
+    if (!pr->cpu)
+        return NULL;
+    for (uint32_t k = 0; k < pr->ncpus; k++)
+        top = pr->cpu[k] > top ? pr->cpu[k] : top;
+    cpu_set_t *set = CPU_ALLOC(top + 1);
+    if (!set)
+        return NULL;
+    *size = CPU_ALLOC_SIZE(top + 1);
+    CPU_ZERO_S(*size, set);
+    for (uint32_t k = 0; k < pr->ncpus; k++)
+        CPU_SET_S(pr->cpu[k], *size, set);
+    return set;
+}
+
+/* "0,1,5" (cut short with "..." if it does not fit): for messages. */
+static const char *cpu_list(const struct proc *pr, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t k = 0; k < pr->ncpus && at + 16 < len; k++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%u", k ? "," : "", pr->cpu[k]);
+    if (at + 16 >= len)
+        snprintf(buf + at, len - at, "...");
+    return buf;
 }
 
 static void launch(struct job *j, struct proc *pr)
@@ -735,12 +812,16 @@ static void launch(struct job *j, struct proc *pr)
     }
     char **envp = make_env(j, pr, CHILD_PROC_FD);
     char **argv = cnk ? make_cnk_argv(j, pr) : j->argv[pr->app];
+    size_t cpus_size = 0;
+    cpu_set_t *cpus = cpu_mask(pr, &cpus_size);
     pid_t parent = getpid();
     errno = ENOMEM;
-    pid_t pid = envp && argv ? fork() : -1;
+    pid_t pid = envp && argv && (cpus || !pr->cpu) ? fork() : -1;
     if (pid == 0)
-        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent);
+        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size);
     int forkerr = errno;
+    if (cpus)
+        CPU_FREE(cpus);
     if (cnk)
         free(argv);
     close(procfd);  /* the child has it; ciod sees EOF when the process ends */
@@ -776,7 +857,11 @@ static void launch(struct job *j, struct proc *pr)
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
         pr->exited = 1;
-        if (err >= CHILD_HELLO_FAILED)
+        if (err >= CHILD_BIND_FAILED) {
+            char list[256];
+            proc_failed(j, pr, err - CHILD_BIND_FAILED, "cannot bind the process to CPUs %s: %s",
+                        cpu_list(pr, list, sizeof list), strerror(err - CHILD_BIND_FAILED));
+        } else if (err >= CHILD_HELLO_FAILED)
             proc_failed(j, pr, err - CHILD_HELLO_FAILED, "the I/O node refused the process connection: %s",
                         strerror(err - CHILD_HELLO_FAILED));
         else if (err < 0)

@@ -164,6 +164,8 @@ struct job_spec {                       /* a decoded, validated LAT_CTL_JOB */
     size_t          envlen;
     const char     *mapping;            /* PMI_process_mapping, "" if not given */
     const struct lat_slot *slot;        /* [nslots]: the processes of this pset */
+    const struct lat_cpus *cpus;        /* [nslots] with LAT_JOB_CPUS, else NULL */
+    const uint32_t *cpu;                /* every slot's CPUs, slot after slot (LAT_JOB_CPUS) */
     uint32_t        nslots, napps, ppn;
     struct job_app  app[LAT_MAX_APPS];
     struct lat_slot one[LAT_MAX_PSET];  /* slots of a job without LAT_JOB_PLACED */

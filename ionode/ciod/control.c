@@ -156,6 +156,34 @@ static int check_slots(const struct job_spec *js, char *why, size_t whylen)
     return 0;
 }
 
+/* LAT_JOB_CPUS: each slot's lat_cpus, then all their CPUs, at *need. */
+static int decode_cpus(const char *p, size_t len, size_t *need, struct job_spec *js, char *why, size_t whylen)
+{
+    uint64_t total = 0;
+
+    if (len < *need + sizeof(struct lat_cpus) * (size_t)js->nslots)
+        return errprintf(why, whylen, "job of %zu bytes cannot hold the CPUs of %u slots", len, js->nslots);
+    js->cpus = (const struct lat_cpus *)(p + *need);
+    *need += sizeof(struct lat_cpus) * (size_t)js->nslots;
+    for (uint32_t i = 0; i < js->nslots; i++) {
+        const struct lat_cpus *c = &js->cpus[i];
+        if (c->ncpus < 1 || c->ncpus > LAT_CPU_LIMIT)
+            return errprintf(why, whylen, "slot %u has %u CPUs (1..%u)", i, c->ncpus, LAT_CPU_LIMIT);
+        if (c->progress != 0 && c->progress != 1 && c->progress != LAT_PROGRESS_UNSET)
+            return errprintf(why, whylen, "slot %u: progress %d is not 0, 1 or %d", i, c->progress,
+                             LAT_PROGRESS_UNSET);
+        total += c->ncpus;
+    }
+    if (total > (len - *need) / sizeof(uint32_t))
+        return errprintf(why, whylen, "job of %zu bytes cannot hold %" PRIu64 " CPU numbers", len, total);
+    js->cpu = (const uint32_t *)(p + *need);
+    *need += sizeof(uint32_t) * (size_t)total;
+    for (uint64_t k = 0; k < total; k++)
+        if (js->cpu[k] >= LAT_CPU_LIMIT)
+            return errprintf(why, whylen, "CPU %u out of range (below %u)", js->cpu[k], LAT_CPU_LIMIT);
+    return 0;
+}
+
 /* Every count is checked against the payload before it is used. */
 static int decode_job(const char *p, size_t len, struct job_spec *js, char *why, size_t whylen)
 {
@@ -177,6 +205,8 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         return errprintf(why, whylen, "unknown job flags 0x%x", jh->flags & ~(uint32_t)LAT_JOB_FLAGS_ALL);
     if ((jh->flags & LAT_JOB_TRACE) && !(jh->flags & LAT_JOB_CNK))
         return errprintf(why, whylen, "job flag TRACE needs flag CNK (tracing is done by cnk)");
+    if ((jh->flags & LAT_JOB_CPUS) && !placed)
+        return errprintf(why, whylen, "job flag CPUS needs flag PLACED (CPUs are given per slot)");
     if (jh->ngroups > CIOD_MAX_GROUPS)
         return errprintf(why, whylen, "%u supplementary groups (at most %u)", jh->ngroups,
                          CIOD_MAX_GROUPS);
@@ -214,6 +244,8 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         if (nargs[0] != jh->nargs)
             return errprintf(why, whylen, "application 0 has %u arguments in the placement, %u in the job",
                              nargs[0], jh->nargs);
+        if ((jh->flags & LAT_JOB_CPUS) && decode_cpus(p, len, &need, js, why, whylen) < 0)
+            return -1;
     } else {
         js->napps = js->ppn = 1;
     }
@@ -381,6 +413,8 @@ static int push_node(struct conn *n, const struct job_spec *js, uint32_t node,
         if (js->slot[i].node == node) {
             used[js->slot[i].app] = true;
             ext.nslots++;
+            if (js->cpus)
+                cap += sizeof(struct lat_cpus) + sizeof(uint32_t) * (size_t)js->cpus[i].ncpus;
         }
     for (uint32_t a = 0; a < js->napps; a++) {
         cap += js->app[a].argvlen;
@@ -400,6 +434,14 @@ static int push_node(struct conn *n, const struct job_spec *js, uint32_t node,
         for (uint32_t a = 0; a < js->napps; a++) {
             struct lat_node_app na = { .image_size = used[a] ? size[a] : 0, .nargs = js->app[a].nargs };
             put_bytes(&w, &na, sizeof(na));
+        }
+        if (js->cpus) {         /* this node's slots' lat_cpus, then their CPUs, in slot order */
+            for (uint32_t i = 0; i < js->nslots; i++)
+                if (js->slot[i].node == node)
+                    put_bytes(&w, &js->cpus[i], sizeof(js->cpus[i]));
+            for (uint32_t i = 0, at = 0; i < js->nslots; at += js->cpus[i++].ncpus)
+                if (js->slot[i].node == node)
+                    put_bytes(&w, &js->cpu[at], sizeof(uint32_t) * (size_t)js->cpus[i].ncpus);
         }
     }
     put_bytes(&w, js->app[0].argv, js->app[0].argvlen);

@@ -36,6 +36,7 @@
 #define LAT_MAX_IMAGE     (1ull << 31)           /* largest executable pushed */
 #define LAT_MAX_PPN       64u                    /* processes per compute node (virtual node mode) */
 #define LAT_MAX_APPS      64u                    /* MPMD applications per job */
+#define LAT_CPU_LIMIT     65536u                 /* CPU numbers (OS indexes) are below this: Linux allows 8192 */
 
 /* PMI limits (docs/protocol.md section 10): what get_maxes announces and
  * every PMI line is checked against. */
@@ -403,6 +404,9 @@ _Static_assert(sizeof(struct lat_ctl_status) == 16, "lat_ctl_status layout");
  *     struct lat_job_ext       slots of this pset, applications, processes per node
  *     struct lat_slot slot[nslots]
  *     uint32_t nargs[napps]    argv count of each application (nargs[0] == lat_job.nargs)
+ *   with LAT_JOB_CPUS (only with LAT_JOB_PLACED):
+ *     struct lat_cpus cpus[nslots]   each slot's CPUs and progress thread, in slot order
+ *     uint32_t cpu[sum of ncpus]     the CPUs, slot after slot
  *   strings, each NUL-terminated: exe, cwd, argv[nargs], env[nenv]
  *   with LAT_JOB_PLACED only, more strings: PMI_process_mapping, then for
  *     applications 1..napps-1: exe, argv[nargs[i]]
@@ -429,8 +433,9 @@ enum lat_job_flags {
     LAT_JOB_TRACE  = 2,     /* cnk --trace: print every system call; needs LAT_JOB_CNK */
     LAT_JOB_VN     = 4,     /* virtual node mode (personality mode=vn); else coprocessor mode */
     LAT_JOB_PLACED = 8,     /* the message carries slots and applications (lat_job_ext) */
+    LAT_JOB_CPUS   = 16,    /* each slot's CPUs (lat_cpus); needs LAT_JOB_PLACED */
 };
-#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED)
+#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS)
 
 /* Placement of a job in one pset (LAT_JOB_PLACED). */
 struct lat_job_ext {
@@ -448,6 +453,16 @@ struct lat_slot {
     uint32_t app;           /* application number (PMI appnum), < napps */
 };
 _Static_assert(sizeof(struct lat_slot) == 16, "lat_slot layout");
+
+/* The real CPUs of one slot (LAT_JOB_CPUS): the node binds the process to
+ * them before exec, and sets MPIR_CVAR_ASYNC_PROGRESS to progress (0 or 1)
+ * unless the job's environment has it; LAT_PROGRESS_UNSET adds nothing. */
+struct lat_cpus {
+    uint32_t ncpus;         /* 1..LAT_CPU_LIMIT CPU numbers follow (in the cpu[] array) */
+    int32_t  progress;      /* 0, 1 or LAT_PROGRESS_UNSET */
+};
+_Static_assert(sizeof(struct lat_cpus) == 8, "lat_cpus layout");
+#define LAT_PROGRESS_UNSET (-1)
 
 struct lat_kill {
     int32_t  sig;
@@ -491,6 +506,8 @@ _Static_assert(sizeof(struct lat_job_end) == 8, "lat_job_end layout");
  *     struct lat_job_ext             nslots = processes on this node
  *     struct lat_slot slot[nslots]   node == this node
  *     struct lat_node_app app[napps] image sizes (0: not run here) and argv counts
+ *   with LAT_JOB_CPUS only: struct lat_cpus cpus[nslots], uint32_t cpu[] (as in LAT_CTL_JOB,
+ *     for this node's slots in the order of slot[])
  *   strings, each NUL-terminated: argv[nargs], env[nenv]
  *   with LAT_JOB_PLACED only: argv of applications 1..napps-1
  * followed on the connection by LAT_NODE_IMAGE messages carrying exactly

@@ -40,6 +40,7 @@ from lattice.placement import Placement
 
 if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mode run needs none of it
     from lattice import hugepages
+    from lattice.cores import CoreMap
 
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 NODE_LOST = 255
@@ -61,6 +62,7 @@ class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     trace: bool = False             # cnk --trace
     verbose: bool = False           # -v: kernel, big memory and call totals after the job
     hugepages: bool = True          # reserve huge pages for a cnk job's big memory
+    cores: CoreMap | None = None    # each rank's real CPUs (lattice.cores); None: nodes are not bound
 
 
 KERNELS = ("cnk", "linux")
@@ -243,8 +245,12 @@ class Run:
                     ranks[local] = rank
             if mine:
                 self.pmi_ciods.add(c)
+            cpus = None
+            if s.cores is not None:     # each slot's CPUs and its node's progress thread
+                progress = {n.node: n.progress for n in s.cores.nodes}
+                cpus = [(s.cores.ranks[rank], progress[p.slots[rank].node]) for rank, _, _, _ in mine]
             payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
-                                              flags, p.ppn, mine, apps, mapping)
+                                              flags, p.ppn, mine, apps, mapping, cpus)
             try:
                 sent.append((c, c.send(wire.CTL_JOB, payload)))
             except OSError as e:

@@ -2,7 +2,8 @@
 
 The mode says how many processes a node runs (`ppn`): coprocessor mode
 (`co`) one per node, the second core left to MPICH's asynchronous progress
-thread; virtual node mode (`vn`) one per core.  The mapping says which rank
+thread where the node has a real core to spare for it (lattice.cores);
+virtual node mode (`vn`) one per core.  The mapping says which rank
 goes where, exactly as BGLMPI_MAPPING:
 
 - an ORDER, a permutation of X, Y, Z, T whose first letter varies fastest
@@ -167,11 +168,8 @@ def place(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | None)
     app_of = [i for i, a in enumerate(apps) for _ in range(a.nranks)]
     slots = [Slot(rank=r, node=m.index((b.corner[0] + x, b.corner[1] + y, b.corner[2] + z)), t=t, app=app_of[r])
              for r, (x, y, z, t) in enumerate(coords)]
-    env = {}
-    if mode == "co" and m.cores >= 2:
-        # coprocessor mode: the second core runs MPICH's progress thread
-        env[ASYNC_PROGRESS] = "1"
-    return Placement(mode=mode, ppn=ppn, slots=slots, apps=list(apps), env=env)
+    # MPICH's progress thread is decided per node, on real cores (lattice.cores)
+    return Placement(mode=mode, ppn=ppn, slots=slots, apps=list(apps), env={})
 
 
 def process_mapping(p: Placement) -> str:
@@ -203,12 +201,14 @@ def _run(seq: list[int], i: int) -> int:
     return j - i
 
 
-def map_lines(m: Machine, p: Placement, host: str) -> list[str]:
+def map_lines(m: Machine, p: Placement, host: str, cpus: list[str] | None = None) -> list[str]:
     """`lattice run --print-map`: rank, application, torus coordinates and
-    core, node location and host, one line per rank."""
-    rows = [("rank", "app", "x", "y", "z", "t", "location", "host")]
+    core, node location and host, one line per rank; with cpus (each rank's
+    real CPUs, lattice.cores) a last column of them."""
+    rows = [("rank", "app", "x", "y", "z", "t", "location", "host", *(("cpus",) if cpus else ()))]
     for s in p.slots:
         x, y, z = m.coord(s.node)
-        rows.append((str(s.rank), str(s.app), str(x), str(y), str(z), str(s.t), m.compute_location(s.node), host))
+        rows.append((str(s.rank), str(s.app), str(x), str(y), str(z), str(s.t), m.compute_location(s.node), host,
+                     *((cpus[s.rank],) if cpus else ())))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

@@ -23,6 +23,8 @@ MAC_BYTES = 32           # HMAC-SHA256
 MAX_PSET = 128
 MAX_PPN = 64              # processes per compute node
 MAX_APPS = 64             # MPMD applications per job
+CPU_LIMIT = 65536         # CPU numbers (OS indexes) are below this
+PROGRESS_UNSET = -1       # lat_cpus.progress: add no MPIR_CVAR_ASYNC_PROGRESS
 PMI_KVSNAME_MAX = 256
 PMI_KEY_MAX = 64
 PMI_VAL_MAX = 1024
@@ -66,7 +68,8 @@ JOB_CNK = 1              # run under the compute node kernel, not Linux mode
 JOB_TRACE = 2            # cnk --trace; needs JOB_CNK
 JOB_VN = 4               # virtual node mode (personality mode=vn)
 JOB_PLACED = 8           # the job carries slots and applications (lat_job_ext)
-JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE | JOB_VN | JOB_PLACED
+JOB_CPUS = 16            # each slot's CPUs (lat_cpus); needs JOB_PLACED
+JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE | JOB_VN | JOB_PLACED | JOB_CPUS
 FENCE_MORE = 1           # lat_fence.flags: more messages of this fence follow
 
 # data path (lat_datapath) and I/O node counters (LAT_CTL_COUNTERS reply)
@@ -104,6 +107,7 @@ EXIT = struct.Struct("<QIIIi")           # job, rank, node, how, value
 JOB_END = struct.Struct("<Q")            # job
 JOB_EXT = struct.Struct("<IIII")         # nslots, napps, ppn, pad
 SLOT = struct.Struct("<IIII")            # rank, node, t, app
+CPUS = struct.Struct("<Ii")              # ncpus, progress (then the CPUs, after every slot's lat_cpus)
 FENCE = struct.Struct("<QIIII")          # job, epoch, nkv, flags, pad
 ABORT = struct.Struct("<QIi")            # job, rank, code
 DATAPATH = struct.Struct("<IIII")        # eager_max, rdv_min, flags, window (after HELLO_ACK of a PROC)
@@ -114,7 +118,7 @@ SIZES = {
     "lat_hello": HELLO_MSG.size, "lat_hello_ack": HELLO_ACK.size,
     "lat_sysret": SYSRET.size, "lat_ctl_status": CTL_STATUS_MSG.size, "lat_job": JOB.size,
     "lat_kill": KILL.size, "lat_output": OUTPUT.size, "lat_exit": EXIT.size,
-    "lat_job_end": JOB_END.size, "lat_job_ext": JOB_EXT.size, "lat_slot": SLOT.size,
+    "lat_job_end": JOB_END.size, "lat_job_ext": JOB_EXT.size, "lat_slot": SLOT.size, "lat_cpus": CPUS.size,
     "lat_fence": FENCE.size, "lat_abort": ABORT.size, "lat_datapath": DATAPATH.size,
     "lat_counters_ext": COUNTERS_EXT.size,
 }
@@ -177,15 +181,21 @@ def job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int
 def placed_job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,
                        cwd: str, env: list[str], flags: int, ppn: int,
                        slots: list[tuple[int, int, int, int]], apps: list[tuple[str, list[str]]],
-                       mapping: str) -> bytes:
+                       mapping: str, cpus: list[tuple[tuple[int, ...], int]] | None = None) -> bytes:
     """LAT_CTL_JOB payload of a placed job (flag JOB_PLACED): ranks[node] is
     the rank of each pset-local node's process 0 (-1 idle), slots are this
-    pset's (rank, node, t, app), apps are (exe, argv) in application order."""
+    pset's (rank, node, t, app), apps are (exe, argv) in application order;
+    cpus (flag JOB_CPUS) gives each slot's (CPUs, progress), in slot order."""
     exe0, argv0 = apps[0]
-    head = JOB.pack(job, uid, gid, len(groups), len(argv0), len(env), nranks, len(ranks), flags | JOB_PLACED)
+    flags |= JOB_PLACED | (JOB_CPUS if cpus is not None else 0)
+    head = JOB.pack(job, uid, gid, len(groups), len(argv0), len(env), nranks, len(ranks), flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
     tail += JOB_EXT.pack(len(slots), len(apps), ppn, 0) + b"".join(SLOT.pack(*s) for s in slots)
     tail += struct.pack(f"<{len(apps)}I", *(len(a[1]) for a in apps))
+    if cpus is not None:
+        tail += b"".join(CPUS.pack(len(c), progress) for c, progress in cpus)
+        every = [cpu for c, _ in cpus for cpu in c]
+        tail += struct.pack(f"<{len(every)}I", *every)
     strs = [exe0, cwd, *argv0, *env, mapping]
     for exe, argv in apps[1:]:
         strs += [exe, *argv]

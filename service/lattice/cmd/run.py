@@ -7,8 +7,9 @@ import socket
 import sys
 import time
 
-from lattice import blocks, boot, db, job, machine, mpienv, placement, ras
+from lattice import blocks, boot, cores, db, host, job, machine, mpienv, placement, ras
 from lattice.blocks import Block
+from lattice.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 from lattice.placement import App, Placement
@@ -148,7 +149,15 @@ def job_apps(args: argparse.Namespace, default_n: int) -> list[App]:
     return apps
 
 
-def print_map(m: Machine, b: Block, p: Placement, booted: bool, verbose: bool) -> None:
+def core_lines(m: Machine, p: Placement, cm: CoreMap) -> list[str]:
+    """What each node got of the host's cores (-v)."""
+    ranks_of: dict[int, list[int]] = {}
+    for s in p.slots:
+        ranks_of.setdefault(s.node, []).append(s.rank)
+    return cores.node_lines(cm, {n: m.compute_location(n) for n in ranks_of}, ranks_of)
+
+
+def print_map(m: Machine, b: Block, p: Placement, cm: CoreMap, booted: bool, verbose: bool) -> None:
     where = "" if booted else " (not created yet: lattice run creates it)" if b.auto else " (not booted)"
     print(f"# block {b.name}{where}: {machine.shape_str(b.shape)} at {','.join(map(str, b.corner))}, "
           f"{p.mode} mode, {p.ppn} process{'es' if p.ppn > 1 else ''} per node, "
@@ -157,7 +166,9 @@ def print_map(m: Machine, b: Block, p: Placement, booted: bool, verbose: bool) -
         print(f"# PMI_process_mapping {placement.process_mapping(p)}")
         for k, v in sorted(p.env.items()):
             print(f"# env {k}={v}")
-    for line in placement.map_lines(m, p, socket.gethostname()):
+        for line in core_lines(m, p, cm):
+            print(f"# {line}")
+    for line in placement.map_lines(m, p, socket.gethostname(), [host.cpulist(c) for c in cm.ranks]):
         print(line)
 
 
@@ -191,10 +202,12 @@ def run(args: argparse.Namespace) -> int:
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe).items():
             p.env.setdefault(k, v)
-    for kv in args.env:
-        p.env.pop(kv.split("=", 1)[0], None)     # the user's --env wins over the mode's defaults
+    user_env = dict(kv.split("=", 1) for kv in args.env)
+    for k in user_env:
+        p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+    cm = cores.map_job(host.local(), p, m.cores, user_env)     # nodes on real cores
     if args.print_map:
-        print_map(m, chosen, p, chosen.state == "Initialized", args.verbose)
+        print_map(m, chosen, p, cm, chosen.state == "Initialized", args.verbose)
         return 0
 
     owned = None          # a block this run boots, and frees afterwards
@@ -218,11 +231,13 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(f"lattice: block {b.name} ({machine.shape_str(b.shape)}, {b.size} nodes) ready after "
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
+        for line in core_lines(m, p, cm):
+            print(f"lattice: {line}", file=sys.stderr)
     # exe and args are the first program's; every program is in the placement's apps
     spec = job.Spec(exe=apps[0].exe, args=list(apps[0].args), cwd=cwd, env=list(args.env), nranks=p.nranks,
                     uid=uid, gid=gid, groups=groups, user=user, placement=p, label=args.label,
                     kernel=args.kernel, trace=args.trace, verbose=args.verbose,
-                    hugepages=args.hugepages == "reserve")
+                    hugepages=args.hugepages == "reserve", cores=cm)
     try:
         status = job.run(con, m, b, spec)
     finally:

@@ -1,0 +1,223 @@
+"""The host the machine runs on: what the service node knows of the real box.
+
+Every assumption about the host sits behind this seam.  Today a machine has
+one host, "local" (the box `lattice` runs on); a Host object per host lets a
+later machine spread its nodes over several.
+
+A host's cores come from hwloc (`lstopo-no-graphics --of xml`, Debian's
+hwloc-nox): the cores the service may use (hwloc's allowed cpuset, within
+`lattice`'s own CPU affinity), each with its PUs (hardware threads) by OS
+index, in hwloc's order, so neighbouring cores share caches.  lstopo costs
+tens of milliseconds, so what it said is kept in LATTICE_HOME/hosts/local
+with a fingerprint of the host's CPUs (the online CPUs and the process's
+affinity), read on every use and learnt again when the fingerprint changes
+or `lattice boot` asks.  Without hwloc each allowed CPU is taken for a core
+of its own, and the Host says so.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from lattice import machine
+from lattice.errors import LatticeError
+
+LOCAL = "local"
+LSTOPO = "lstopo-no-graphics"
+ONLINE = Path("/sys/devices/system/cpu/online")
+
+
+class Core(NamedTuple):
+    index: int                  # hwloc's os_index of the core (of the PU where hwloc shows no cores)
+    pus: tuple[int, ...]        # its usable PUs (hardware threads), by OS index: what affinity masks name
+
+
+class Host(NamedTuple):
+    name: str
+    cores: tuple[Core, ...]     # the cores the service may use, in hwloc's (topology) order
+    source: str                 # how they were learnt, e.g. "hwloc 2.9.0"
+
+    def cpus(self) -> list[int]:
+        return [pu for c in self.cores for pu in c.pus]
+
+
+# ---- CPU lists, as Linux writes them ("0-3,8,10-11") ----
+
+def cpulist(cpus: list[int] | tuple[int, ...] | set[int]) -> str:
+    """CPU numbers in Linux's list format: 0-3,8."""
+    out: list[str] = []
+    s = sorted(set(cpus))
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def parse_cpulist(text: str) -> set[int]:
+    """Linux's list format back to CPU numbers; ValueError if malformed."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if a < 0 or b < a:
+            raise ValueError(f"bad CPU range {part!r}")
+        out.update(range(a, b + 1))
+    return out
+
+
+# ---- hwloc ----
+
+def parse_bitmap(text: str) -> set[int] | None:
+    """An hwloc bitmap string ("0x00000003", "0x1,0xffffffff": 32-bit words,
+    most significant first; a leading "0xf...f" word means all higher bits
+    set): its bits, or None for an infinite set."""
+    words = text.strip().split(",")
+    if words and words[0].lower() == "0xf...f":
+        return None
+    value = 0
+    for w in words:
+        value = (value << 32) | int(w, 16)
+    return {i for i in range(value.bit_length()) if value >> i & 1}
+
+
+def parse_lstopo(xml: str, affinity: set[int] | None = None) -> list[Core]:
+    """The usable cores of an lstopo XML topology, in topology order: each
+    Core's PUs that are in the machine's allowed cpuset (and in affinity, if
+    given); PUs outside any Core count as cores of their own.  Cores left
+    with no PU are dropped."""
+    import xml.etree.ElementTree as ET    # here: `lattice run` reads the cache, not XML
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise LatticeError(f"cannot read hwloc's topology: {e}") from e
+    top = root.find("object")
+    if top is None:
+        raise LatticeError("hwloc's topology has no root object")
+    allowed = parse_bitmap(top.get("allowed_cpuset") or top.get("cpuset") or "0xf...f")
+
+    def usable(pu: int) -> bool:
+        return (allowed is None or pu in allowed) and (affinity is None or pu in affinity)
+
+    cores: list[Core] = []
+
+    def walk(obj: ET.Element) -> None:
+        kind = obj.get("type")
+        if kind == "Core":
+            pus = tuple(int(p.get("os_index", "-1")) for p in obj.iter("object") if p.get("type") == "PU")
+            pus = tuple(p for p in pus if p >= 0 and usable(p))
+            if pus:
+                cores.append(Core(int(obj.get("os_index", pus[0])), pus))
+            return
+        if kind == "PU":
+            pu = int(obj.get("os_index", "-1"))
+            if pu >= 0 and usable(pu):
+                cores.append(Core(pu, (pu,)))
+            return
+        for child in obj.findall("object"):
+            walk(child)
+
+    walk(top)
+    return cores
+
+
+def hwloc_version(xml: str) -> str:
+    import re
+    m = re.search(r'name="hwlocVersion" value="([^"]+)"', xml)
+    return f"hwloc {m[1]}" if m else "hwloc"
+
+
+def fingerprint() -> str:
+    """What changes when the host's usable CPUs do: the online CPUs and our affinity."""
+    try:
+        online = ONLINE.read_text().strip()
+    except OSError:
+        online = "?"
+    return f"online={online} affinity={cpulist(os.sched_getaffinity(0))}"
+
+
+def learn(name: str = LOCAL) -> Host:
+    """Ask hwloc what this host has (tens of milliseconds)."""
+    import subprocess      # here: `lattice run` reads the cache
+    affinity = set(os.sched_getaffinity(0))
+    try:
+        p = subprocess.run([LSTOPO, "--of", "xml", "--no-io", "-"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = "not installed" if isinstance(e, FileNotFoundError) else str(e)
+        return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)),
+                    f"no hwloc ({LSTOPO} {why}; install hwloc-nox): each CPU taken for a core")
+    if p.returncode != 0:
+        raise LatticeError(f"{LSTOPO} failed (status {p.returncode}): {p.stderr.strip()[:300]}")
+    cores = parse_lstopo(p.stdout, affinity)
+    if not cores:
+        raise LatticeError(f"hwloc finds no CPU this process may use (affinity {cpulist(affinity)})")
+    return Host(name, tuple(cores), hwloc_version(p.stdout))
+
+
+# ---- the cache: LATTICE_HOME/hosts/NAME ----
+#
+#   # comment
+#   fingerprint online=0-1 affinity=0-1
+#   source hwloc 2.9.0
+#   core 0 0          core's os_index, then its PUs
+#   core 1 1
+
+def cache_file(name: str = LOCAL) -> Path:
+    return machine.home() / "hosts" / name
+
+
+def save(h: Host, fp: str) -> None:
+    f = cache_file(h.name)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# the cores of this host as hwloc showed them (lattice.host); learnt again when the CPUs change",
+             f"fingerprint {fp}", f"source {h.source}"]
+    lines += [f"core {c.index} {' '.join(map(str, c.pus))}" for c in h.cores]
+    tmp = f.with_name(f".{f.name}.{os.getpid()}")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(f)
+
+
+def load(name: str = LOCAL) -> tuple[Host, str] | None:
+    """The cached host and its fingerprint, or None if there is none usable."""
+    try:
+        text = cache_file(name).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    fp, source, cores = "", "", []
+    try:
+        for line in text.splitlines():
+            word, _, rest = line.partition(" ")
+            if word == "fingerprint":
+                fp = rest
+            elif word == "source":
+                source = rest
+            elif word == "core":
+                nums = [int(n) for n in rest.split()]
+                cores.append(Core(nums[0], tuple(nums[1:])))
+    except (ValueError, IndexError):
+        return None
+    if not fp or not cores or any(not c.pus for c in cores):
+        return None
+    return Host(name, tuple(cores), source), fp
+
+
+def local(refresh: bool = False) -> Host:
+    """This host: from the cache while its CPUs are unchanged, else from hwloc
+    (and cached).  refresh: ask hwloc in any case (`lattice boot`)."""
+    fp = fingerprint()
+    if not refresh:
+        cached = load(LOCAL)
+        if cached is not None and cached[1] == fp:
+            return cached[0]
+    h = learn(LOCAL)
+    try:
+        save(h, fp)
+    except OSError:
+        pass            # a read-only LATTICE_HOME: learnt again next time
+    return h
