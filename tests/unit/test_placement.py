@@ -15,7 +15,7 @@ from unittest import mock
 
 import pytest
 
-from lattice import cli, job, placement
+from lattice import cli, host, job, placement, wire
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Machine
@@ -102,11 +102,11 @@ def test_bad_orders(order: str) -> None:
 
 # --- modes ----------------------------------------------------------------------
 
-def test_co_asks_mpich_for_the_progress_thread_on_the_second_core() -> None:
-    assert place(M, WHOLE, apps(2), "co", None).env == {"MPIR_CVAR_ASYNC_PROGRESS": "1"}
-    one_core = Machine(shape=(2, 2, 2), pset_size=4, cores=1)
-    assert place(one_core, WHOLE, apps(2), "co", None).env == {}, "no second core, no progress thread"
-    assert place(M, WHOLE, apps(2), "vn", None).env == {}, "vn: every core runs a rank"
+def test_placement_leaves_the_progress_thread_to_the_real_cores() -> None:
+    """MPICH's progress thread is decided per node on the host's cores
+    (lattice.cores, tests/unit/test_cores.py), not by the mode alone."""
+    for mode in ("co", "vn"):
+        assert place(M, WHOLE, apps(2), mode, None).env == {}
 
 
 def test_vn_runs_one_rank_per_core() -> None:
@@ -249,6 +249,8 @@ def test_map_lines() -> None:
     p = place(M, UPPER, apps(3, 1), "vn", "TXYZ")
     lines = placement.map_lines(M, p, "host1")
     assert lines[0].split() == ["rank", "app", "x", "y", "z", "t", "location", "host"]
+    with_cpus = placement.map_lines(M, p, "host1", ["0", "1", "2-3", "2-3"])
+    assert with_cpus[0].split()[-1] == "cpus" and [l.split()[-1] for l in with_cpus[1:]] == ["0", "1", "2-3", "2-3"]
     assert [l.split() for l in lines[1:]] == [
         ["0", "0", "0", "0", "1", "0", "R00-M0-N00-C:J04", "host1"],
         ["1", "0", "0", "0", "1", "1", "R00-M0-N00-C:J04", "host1"],
@@ -317,9 +319,13 @@ def test_print_map_cli(machine_home: Path) -> None:
     assert status == 0 and "not created yet" in out and "2x2x1 at 0,0,1" in out, (out, err)
     assert [l.split()[1] for l in out.splitlines()[2:]] == ["0", "0", "0", "1", "1"]
     status, out, _ = lattice("run", "--block", "B", "-v", "--print-map", "-n", "3")
-    assert status == 0 and out.splitlines()[1:3] == ["# PMI_process_mapping (vector,(0,3,1))",
-                                                     "# env MPIR_CVAR_ASYNC_PROGRESS=1"]
-    assert out.splitlines()[3].startswith("rank")
+    lines = out.splitlines()
+    assert status == 0 and lines[1] == "# PMI_process_mapping (vector,(0,3,1))"
+    assert lines[2].startswith("# cores: 3 nodes on ") and "of host local" in lines[2], lines
+    assert [l.split()[1] for l in lines[3:6]] == ["node"] * 3 and all("CPUs" in l for l in lines[3:6]), lines
+    assert lines[6].startswith("rank") and lines[6].split()[-1] == "cpus", lines
+    host_cpus = set(host.local().cpus())
+    assert all(host.parse_cpulist(l.split()[-1]) <= host_cpus for l in lines[7:]), "a rank's CPUs are the host's"
     status, _, err = lattice("run", "-n", "5", "--print-map", "/bin/true")
     assert status == 1 and "no free block of whole psets holds 5 compute nodes" in err
     assert "auto-" not in lattice("blocks")[1]
@@ -376,9 +382,9 @@ def test_run_builds_the_spec_from_the_placement(machine_home: Path, no_boot: dic
 
 def test_the_user_s_env_wins_over_the_mode_s(machine_home: Path, no_boot: dict[str, Any]) -> None:
     assert lattice("run", "-n", "2", "/bin/true")[0] == 0
-    assert no_boot["spec"].placement.env == {"MPIR_CVAR_ASYNC_PROGRESS": "1"}
+    assert [n.progress for n in no_boot["spec"].cores.nodes] in ([0, 0], [1, 1]), "co mode decides per node"
     assert lattice("run", "-n", "2", "--env", "MPIR_CVAR_ASYNC_PROGRESS=0", "/bin/true")[0] == 0
-    assert no_boot["spec"].placement.env == {}
+    assert [n.progress for n in no_boot["spec"].cores.nodes] == [wire.PROGRESS_UNSET] * 2
     assert no_boot["spec"].env == ["MPIR_CVAR_ASYNC_PROGRESS=0"]
 
 

@@ -47,7 +47,7 @@ MIRRORS: dict[str, struct.Struct] = {
     "lat_challenge": wire.CHALLENGE_MSG, "lat_hello_proc": wire.HELLO_PROC,
     "lat_sysret": wire.SYSRET, "lat_ctl_status": wire.CTL_STATUS_MSG, "lat_job": wire.JOB,
     "lat_kill": wire.KILL, "lat_output": wire.OUTPUT, "lat_exit": wire.EXIT, "lat_job_end": wire.JOB_END,
-    "lat_job_ext": wire.JOB_EXT, "lat_slot": wire.SLOT, "lat_fence": wire.FENCE, "lat_abort": wire.ABORT,
+    "lat_job_ext": wire.JOB_EXT, "lat_slot": wire.SLOT, "lat_cpus": wire.CPUS, "lat_fence": wire.FENCE, "lat_abort": wire.ABORT,
     "lat_datapath": wire.DATAPATH, "lat_counters_ext": wire.COUNTERS_EXT,
 }
 

@@ -1,0 +1,221 @@
+"""Nodes on cores (lattice.host, lattice.cores): the host's cores as hwloc
+shows them, and how a job's nodes and ranks share them out.
+
+The topologies are real lstopo output: this host's, and hwloc's synthetic
+ones (`lstopo --input "package:2 core:4 pu:2"`, `--restrict`) for SMT,
+several packages and a restricted cpuset.  The policy is checked on hosts
+of 2 cores with 16 nodes, 8 cores with 2 nodes, SMT, a restricted cpuset and
+a single node.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from lattice import host, wire
+from lattice.blocks import Block
+from lattice.cores import map_job, node_lines, spread
+from lattice.host import Core, Host
+from lattice.machine import Machine
+from lattice.placement import App, place
+
+LSTOPO = shutil.which(host.LSTOPO)
+needs_hwloc = pytest.mark.skipif(LSTOPO is None, reason="hwloc-nox not installed (scripts/setup.sh installs it)")
+
+M = Machine(shape=(4, 2, 2), pset_size=8, cores=2)          # 16 nodes
+WHOLE = Block("W", (0, 0, 0), (4, 2, 2), "Free", False, None)
+
+
+def lstopo(*args: str) -> str:
+    assert LSTOPO
+    return subprocess.run([LSTOPO, *args, "--of", "xml", "--no-io", "-"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def fake(npus_per_core: int, ncores: int, first: int = 0) -> Host:
+    """A host of ncores cores, npus_per_core PUs each, numbered from first."""
+    return Host("local", tuple(Core(first + c, tuple(first * npus_per_core + c * npus_per_core + k
+                                                     for k in range(npus_per_core))) for c in range(ncores)), "test")
+
+
+def job(n: int, mode: str = "co", mapping: str | None = None, m: Machine = M):
+    return place(m, WHOLE, [App("/bin/true", [], n)], mode, mapping)
+
+
+# ---- spread ----
+
+def test_spread_splits_evenly_or_goes_round() -> None:
+    assert spread([0, 1, 2, 3, 4, 5, 6, 7], 3) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert spread([0, 1], 2) == [[0], [1]]
+    assert spread([0, 1], 5) == [[0], [1], [0], [1], [0]]
+    assert spread([0, 1, 2], 1) == [[0, 1, 2]]
+    with pytest.raises(ValueError):
+        spread([], 2)
+
+
+# ---- the policy on fake hosts ----
+
+def test_two_cores_sixteen_nodes_round_robin() -> None:
+    cm = map_job(fake(1, 2), job(16), M.cores)
+    assert cm.ranks == [(r % 2,) for r in range(16)], "node k on core k mod 2"
+    assert {n.progress for n in cm.nodes} == {0}, "no node has a core to spare"
+    assert all("shared with 7 other nodes" in n.why for n in cm.nodes)
+
+
+def test_two_ranks_on_two_cores_get_one_each_without_progress_thread() -> None:
+    cm = map_job(fake(1, 2), job(2), M.cores)
+    assert cm.ranks == [(0,), (1,)]
+    assert [n.progress for n in cm.nodes] == [0, 0]
+    assert all(n.why.startswith("off: one core of its own") for n in cm.nodes)
+
+
+def test_one_node_takes_every_core_and_its_progress_thread() -> None:
+    cm = map_job(fake(1, 2), job(1), M.cores)
+    assert cm.ranks == [(0, 1)] and cm.nodes[0].progress == 1 and cm.nodes[0].own == 2
+    one_core_nodes = Machine(shape=(4, 2, 2), pset_size=8, cores=1)
+    cm = map_job(fake(1, 2), job(1, m=one_core_nodes), one_core_nodes.cores)
+    assert cm.nodes[0].progress == 0, "a modelled node with one core has no second core for the thread"
+
+
+def test_eight_cores_two_nodes_four_each() -> None:
+    cm = map_job(fake(1, 8), job(2), M.cores)
+    assert cm.ranks == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert [n.progress for n in cm.nodes] == [1, 1] and [n.own for n in cm.nodes] == [4, 4]
+
+
+def test_uneven_split_decides_per_node() -> None:
+    """3 nodes on 4 cores: 2, 1, 1 cores; only the first has one to spare."""
+    cm = map_job(fake(1, 4), job(3), M.cores)
+    assert cm.ranks == [(0, 1), (2,), (3,)]
+    assert [n.progress for n in cm.nodes] == [1, 0, 0]
+
+
+def test_smt_a_rank_gets_every_pu_of_its_cores() -> None:
+    h = fake(2, 4)                                       # cores 0..3, PUs (0,1) (2,3) (4,5) (6,7)
+    cm = map_job(h, job(2), M.cores)
+    assert cm.ranks == [(0, 1, 2, 3), (4, 5, 6, 7)] and [n.progress for n in cm.nodes] == [1, 1]
+    cm = map_job(h, job(4), M.cores)
+    assert cm.ranks == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [n.progress for n in cm.nodes] == [0] * 4, "a hardware thread is not a core of its own"
+
+
+def test_restricted_cpuset_uses_only_the_allowed_cores() -> None:
+    h = Host("local", (Core(2, (2,)), Core(3, (3,)), Core(6, (6,))), "test")
+    cm = map_job(h, job(5), M.cores)
+    assert cm.ranks == [(2,), (3,), (6,), (2,), (3,)]
+
+
+def test_vn_ranks_share_their_node_s_cores() -> None:
+    """vn: a node's ranks share out its cores by the same rule; with a core
+    each, each has its own; more ranks than cores share them round."""
+    cm = map_job(fake(1, 4), job(4, "vn", "TXYZ"), M.cores)     # 2 nodes, 2 ranks each, 2 cores each
+    assert cm.ranks == [(0,), (1,), (2,), (3,)]
+    assert {n.progress for n in cm.nodes} == {wire.PROGRESS_UNSET}, "vn mode leaves the progress thread alone"
+    cm = map_job(fake(1, 2), job(8, "vn", "TXYZ"), M.cores)     # 4 nodes on 2 cores
+    assert cm.ranks == [(0,), (0,), (1,), (1,), (0,), (0,), (1,), (1,)]
+    cm = map_job(fake(1, 2), job(2, "vn", "TXYZ"), M.cores)     # 1 node, 2 ranks, 2 cores
+    assert cm.ranks == [(0,), (1,)]
+
+
+def test_the_user_s_setting_wins() -> None:
+    cm = map_job(fake(1, 2), job(1), M.cores, {"MPIR_CVAR_ASYNC_PROGRESS": "0"})
+    assert cm.nodes[0].progress == wire.PROGRESS_UNSET and "--env" in cm.nodes[0].why
+
+
+def test_nodes_in_rank_order() -> None:
+    """The job's own order decides who shares: with ZYXT the first two ranks
+    (not the first two node indexes) get the two cores."""
+    p = job(2, "co", "ZYXT")
+    cm = map_job(fake(1, 2), p, M.cores)
+    assert [n.node for n in cm.nodes] == [s.node for s in p.slots] and cm.ranks == [(0,), (1,)]
+
+
+def test_verbose_lines() -> None:
+    cm = map_job(fake(1, 2), job(3), M.cores)
+    lines = node_lines(cm, {n.node: f"L{n.node}" for n in cm.nodes}, {n.node: [i] for i, n in enumerate(cm.nodes)})
+    assert lines[0] == "cores: 3 nodes on 2 usable cores of host local (test)"
+    assert lines[1] == "node L0 (rank 0): CPUs 0 (core 0); progress thread off: its core is shared with 1 other node of the job"
+    assert lines[2].startswith("node L1 (rank 1): CPUs 1 (core 1); progress thread off: one core of its own")
+
+
+# ---- host.py: lstopo XML, cpulists, the cache ----
+
+def test_cpulists() -> None:
+    assert host.cpulist([3, 0, 1, 2, 8, 10, 11]) == "0-3,8,10-11"
+    assert host.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    with pytest.raises(ValueError):
+        host.parse_cpulist("3-1")
+    assert host.parse_bitmap("0x00000003") == {0, 1}
+    assert host.parse_bitmap("0x00000001,0x00000000") == {32}
+    assert host.parse_bitmap("0xf...f,0x0") is None
+
+
+@needs_hwloc
+def test_parse_this_host_s_lstopo() -> None:
+    cores = host.parse_lstopo(lstopo())
+    pus = [pu for c in cores for pu in c.pus]
+    assert cores and len(pus) == len(set(pus))
+    assert set(pus) <= set(range(os.cpu_count() or 1))
+    allowed = os.sched_getaffinity(0)
+    assert {pu for c in host.parse_lstopo(lstopo(), set(allowed)) for pu in c.pus} == allowed & set(pus)
+
+
+@needs_hwloc
+def test_parse_synthetic_smt_topology() -> None:
+    cores = host.parse_lstopo(lstopo("--input", "package:2 core:4 pu:2"))
+    assert len(cores) == 8 and all(len(c.pus) == 2 for c in cores)
+    assert [c.pus for c in cores[:2]] == [(0, 1), (2, 3)], "hwloc's order: a core's hardware threads together"
+    assert sorted(pu for c in cores for pu in c.pus) == list(range(16))
+
+
+@needs_hwloc
+def test_parse_restricted_topology() -> None:
+    """--restrict 0x1c keeps PUs 2, 3, 4: core 1 whole, core 2 with one PU."""
+    cores = host.parse_lstopo(lstopo("--input", "package:1 core:4 pu:2", "--restrict", "0x0000001c"))
+    assert [c.pus for c in cores] == [(2, 3), (4,)]
+    cores = host.parse_lstopo(lstopo("--input", "package:1 core:4 pu:2"), affinity={0, 5, 6})
+    assert [c.pus for c in cores] == [(0,), (5,), (6,)], "within lattice's own affinity"
+
+
+def test_parse_honours_the_allowed_cpuset() -> None:
+    xml = ('<?xml version="1.0"?><topology version="2.0">'
+           '<object type="Machine" os_index="0" cpuset="0x0000000f" allowed_cpuset="0x0000000c">'
+           '<object type="Core" os_index="0"><object type="PU" os_index="0"/><object type="PU" os_index="1"/></object>'
+           '<object type="Core" os_index="1"><object type="PU" os_index="2"/><object type="PU" os_index="3"/></object>'
+           '</object></topology>')
+    assert host.parse_lstopo(xml) == [Core(1, (2, 3))]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    old = os.environ.get("LATTICE_HOME")
+    os.environ["LATTICE_HOME"] = str(tmp_path)
+    yield tmp_path
+    if old is None:
+        del os.environ["LATTICE_HOME"]
+    else:
+        os.environ["LATTICE_HOME"] = old
+
+
+@needs_hwloc
+def test_local_is_cached_and_learnt_again_when_the_cpus_change(home: Path) -> None:
+    h = host.local()
+    assert h.source.startswith("hwloc") and set(h.cpus()) <= os.sched_getaffinity(0)
+    f = host.cache_file()
+    assert f.exists() and host.load() == (h, host.fingerprint())
+    # a cache that says something else is believed while the fingerprint holds...
+    text = f.read_text()
+    f.write_text(text.replace(f"source {h.source}", "source from the cache"))
+    assert host.local().source == "from the cache"
+    # ...and replaced when it does not, or when boot asks
+    f.write_text(text.replace("fingerprint ", "fingerprint stale "))
+    assert host.local().source == h.source and host.load() == (h, host.fingerprint())
+    f.write_text(text.replace(f"source {h.source}", "source from the cache"))
+    assert host.local(refresh=True).source == h.source
+    f.write_text("garbage\ncore x\n")
+    assert host.local() == h, "an unreadable cache is learnt again"
