@@ -1,5 +1,5 @@
 /*
- * cpus_probe: what a rank of tests/e2e/test_t0630_cores.py reports: its
+ * cpus_probe: what a rank of tests/e2e/test_t0625_cores.py reports: its
  * LATTICE_RANK, the CPUs the kernel lets it run on (Cpus_allowed_list of
  * /proc/self/status), the CPUs sched_getaffinity shows it (cnk may show
  * fewer: at most its --cores), and MPIR_CVAR_ASYNC_PROGRESS ("-" if unset).

@@ -157,3 +157,93 @@ def test_bad_image_and_signal(pset: Pset) -> None:
     out, exits, texts = pset.run(4, str(BUILD / "examples/exit_code"), ["exit_code", "1", "-9"], "/tmp")
     assert [e[3:] for e in exits] == [(1, 0), (2, 9)], (out, exits, texts)
     assert out[1] == "rank 1: ending with -9\n"
+
+
+# ---- LAT_JOB_CPUS: each process bound to the CPUs the job names ----
+
+def placed(pset: Pset, jid: int, exe: str, cpus: list[tuple[tuple[int, ...], int]] | None, flags: int = 0,
+           env: list[str] | None = None) -> bytes:
+    """A placed job of two ranks, one on each node, with these CPUs."""
+    return wire.placed_job_payload(jid, os.getuid(), os.getgid(), [], [0, 1], 2, "/tmp", env or [], flags, 1,
+                                   [(0, 0, 0, 0), (1, 1, 0, 0)], [(exe, [exe])], "", cpus)
+
+
+def run_placed(pset: Pset, payload: bytes) -> tuple[int, str, dict[int, str], list[str]]:
+    """(err, refusal text, output per rank, exit texts) of one placed job."""
+    with pset.ctl() as s:
+        _send(s, wire.CTL_JOB, payload)
+        _, b = _recv(s)
+        ret, err, _ = wire.SYSRET.unpack_from(b)
+        if ret < 0:
+            return err, b[wire.SYSRET.size:].decode(errors="replace").rstrip("\0"), {}, []
+        out, texts = {0: "", 1: ""}, []
+        while True:
+            t, b = _recv(s)
+            if t == wire.CTL_OUTPUT:
+                out[struct.unpack("<I", b[:4])[0]] += b[8:].decode()
+            elif t == wire.CTL_EXIT:
+                texts.append(b[24:].decode())
+            elif t == wire.CTL_JOB_END:
+                return 0, "", out, texts
+
+
+@pytest.fixture(scope="module")
+def cpus_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    exe = tmp_path_factory.mktemp("probe") / "cpus_probe"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(exe), str(ROOT / "tests/e2e/cpus_probe.c")],
+                   check=True)
+    exe.parent.chmod(0o755)
+    return str(exe)
+
+
+def test_cpus_bind_each_process_and_set_its_progress_thread(pset: Pset, cpus_probe: str) -> None:
+    first, last = min(os.sched_getaffinity(0)), max(os.sched_getaffinity(0))
+    err, why, out, texts = run_placed(pset, placed(pset, 10, cpus_probe, [((first,), 1), ((last,), 0)]))
+    assert err == 0, why
+    assert out[0] == f"rank=0 allowed={first} affinity={first} async=1\n", (out, texts)
+    assert out[1] == f"rank=1 allowed={last} affinity={last} async=0\n", (out, texts)
+    # the job's own MPIR_CVAR_ASYNC_PROGRESS wins; PROGRESS_UNSET adds none
+    err, why, out, _ = run_placed(pset, placed(pset, 11, cpus_probe, [((first,), 1), ((last,), wire.PROGRESS_UNSET)],
+                                               env=["MPIR_CVAR_ASYNC_PROGRESS=7"]))
+    assert out[0].endswith("async=7\n") and out[1].endswith("async=7\n"), out
+    err, why, out, _ = run_placed(pset, placed(pset, 12, cpus_probe, [((first,), wire.PROGRESS_UNSET)] * 2))
+    assert out[0].endswith("async=-\n") and out[1].endswith("async=-\n"), out
+    # without LAT_JOB_CPUS nothing is bound or set
+    err, why, out, _ = run_placed(pset, placed(pset, 13, cpus_probe, None))
+    assert "async=-" in out[0] and f"allowed={pset_affinity()}" in out[0], out
+
+
+def pset_affinity() -> str:
+    from lattice import host
+    return host.cpulist(os.sched_getaffinity(0))
+
+
+def test_a_cpu_the_host_lacks_fails_the_launch_clearly(pset: Pset, cpus_probe: str) -> None:
+    err, why, out, texts = run_placed(pset, placed(pset, 14, cpus_probe, [((4000,), 0), ((4000, 4001), 0)]))
+    assert err == 0, why
+    assert texts[0].startswith("cannot bind the process to CPUs 4000") and "Invalid argument" in texts[0], texts
+
+
+@pytest.mark.parametrize("cpus, flags, error", [
+    ([((), 0), ((0,), 0)], 0, "slot 0 has 0 CPUs"),
+    ([((0,), 2), ((0,), 0)], 0, "slot 0: progress 2 is not 0, 1 or -1"),
+    ([((0,), 0), ((wire.CPU_LIMIT,), 0)], 0, f"CPU {wire.CPU_LIMIT} out of range"),
+])
+def test_bad_cpus_are_refused(pset: Pset, cpus_probe: str, cpus: list[tuple[tuple[int, ...], int]], flags: int,
+                              error: str) -> None:
+    err, why, _, _ = run_placed(pset, placed(pset, 15, cpus_probe, cpus, flags))
+    assert err == 22 and error in why, why
+
+
+def test_cpus_must_fit_and_need_placed(pset: Pset, cpus_probe: str) -> None:
+    good = placed(pset, 16, cpus_probe, [((0,), 0), ((0,), 0)])
+    # claim many more CPUs than the payload holds: the count at the first lat_cpus
+    at = wire.JOB.size + 2 * 4 + wire.JOB_EXT.size + 2 * wire.SLOT.size + 4
+    assert good[at:at + wire.CPUS.size] == wire.CPUS.pack(1, 0)
+    bad = good[:at] + wire.CPUS.pack(60000, 0) + good[at + wire.CPUS.size:]
+    err, why, _, _ = run_placed(pset, bad)
+    assert err == 22 and "cannot hold" in why, why
+    p = wire.job_payload(17, os.getuid(), os.getgid(), [], [0, 1], 2, cpus_probe, "/tmp", [cpus_probe], [],
+                         wire.JOB_CPUS)
+    err, why, _, _ = run_placed(pset, p)
+    assert err == 22 and "CPUS needs flag PLACED" in why, why
