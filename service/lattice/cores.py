@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence, TypeVar
 
 from lattice.host import Core, Host, cpulist
-from lattice.placement import ASYNC_PROGRESS, Placement
+from lattice.placement import ASYNC_PROGRESS, Placement, Slot
 from lattice.wire import PROGRESS_UNSET as UNSET    # progress: leave the environment as it is
 
 T = TypeVar("T")
@@ -99,10 +99,12 @@ def map_job(host: Host, p: Placement, model_cores: int, user_env: dict[str, str]
         value, why = progress(p.mode, model_cores, own, shared_with, user)
         nodes.append(NodeCores(node, tuple(share), own, value, why))
     ranks: list[tuple[int, ...]] = [()] * p.nranks
-    by_node = {n.node: n for n in nodes}
-    for node in order:
-        slots = sorted((s for s in p.slots if s.node == node), key=lambda s: s.t)
-        for s, cores in zip(slots, spread(by_node[node].cores, len(slots))):
+    slots_of: dict[int, list[Slot]] = {}
+    for s in p.slots:
+        slots_of.setdefault(s.node, []).append(s)
+    for n in nodes:
+        slots = sorted(slots_of[n.node], key=lambda s: s.t)
+        for s, cores in zip(slots, spread(n.cores, len(slots))):
             ranks[s.rank] = tuple(pu for c in cores for pu in c.pus)
     return CoreMap(host, nodes, ranks)
 

@@ -229,6 +229,7 @@ class Run:
         mapping = placement.process_mapping(p)
         if len(mapping) > wire.PMI_VAL_MAX:     # MPICH then finds the node-sharing out by itself
             mapping = ""
+        progress = {n.node: n.progress for n in s.cores.nodes} if s.cores is not None else {}
         by_pset: dict[int, list[tuple[int, int, int, int]]] = {c.pset: [] for c in self.ciods}
         for sl in p.slots:
             pset = self.m.pset_of(sl.node)
@@ -247,7 +248,6 @@ class Run:
                 self.pmi_ciods.add(c)
             cpus = None
             if s.cores is not None:     # each slot's CPUs and its node's progress thread
-                progress = {n.node: n.progress for n in s.cores.nodes}
                 cpus = [(s.cores.ranks[rank], progress[p.slots[rank].node]) for rank, _, _, _ in mine]
             payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
                                               flags, p.ppn, mine, apps, mapping, cpus)
