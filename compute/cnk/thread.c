@@ -159,11 +159,12 @@ long sys_prctl(struct cnk_call *c)
 }
 
 /* The CPUs the program may use (what sched_getaffinity shows): --cores of
- * those cnk started on, from the --first-core'th on, wrapping around when the
- * host has fewer CPUs than its nodes have cores, so the processes of a node in
- * virtual node mode get different cores.  Filled at start-up.  cnk pins
- * nothing itself (many nodes share this host's CPUs); runtimes that bind
- * their threads (hwloc, UCX) bind them to these. */
+ * those cnk started on, from the --first-core'th on, wrapping around when
+ * there are fewer CPUs than cores.  cnode binds each process to its node's
+ * real CPUs before exec (docs/architecture.md, "Nodes on cores"; then
+ * --first-core is 0), so these are always within that set.  Filled at
+ * start-up.  cnk pins nothing itself; runtimes that bind their threads
+ * (hwloc, UCX) bind them to these. */
 #define MASK_BYTES 128      /* 1024 CPUs */
 static unsigned char allowed[MASK_BYTES];
 

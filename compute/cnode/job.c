@@ -24,6 +24,11 @@
  *
  * Either way the exit message's text ends in a report line, "kernel=..."
  * (see report_line), that the service node records per rank.
+ *
+ * With LAT_JOB_CPUS each process is bound to its slot's real CPUs between
+ * fork and exec (so the binding holds under cnk and in Linux mode) and gets
+ * the MPIR_CVAR_ASYNC_PROGRESS its slot says, unless the job's environment
+ * sets it (docs/architecture.md, "Nodes on cores").
  */
 #include <errno.h>
 #include <fcntl.h>
