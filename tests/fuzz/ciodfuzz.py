@@ -1050,7 +1050,7 @@ def job_variant(rng: random.Random, ctx: Ctx, exe: str, cwd: str) -> bytes:
     groups = rng.choice([[], [0], [65534], list(range(256)), list(range(257))])
     argv = rng.choice([["p"], [], ["p"] * 3, ["a" * 5000], ["x"] * 4097])
     env = rng.choice([[], ["A=1"], ["E=" + "v" * 100] * 10])
-    flags = rng.choice([0, 1, 2, 3, 4, 5, 8, 16, 0xFFFFFFFF])
+    flags = rng.choice([0, 1, 2, 3, 4, 5, 8, 16, 24, 32, 0xFFFFFFFF])
     exe = rng.choice([exe, exe, "relative", "/nonexistent-lattice-fuzz", "/", "/" + "a" * 5000])
     cwd = rng.choice([cwd, cwd, "rel", "/nonexistent-lattice-fuzz", exe])
     nranks = rng.choice([2, 1, 4, 0, 2**32 - 1])
@@ -1060,10 +1060,14 @@ def job_variant(rng: random.Random, ctx: Ctx, exe: str, cwd: str) -> bytes:
         if rng.random() < 0.3:
             slots.append((rng.randrange(8), rng.randrange(6), rng.randrange(3), rng.randrange(3)))
         apps = [(exe, argv or ["p"])] + [(exe, ["q"])] * max(0, min(napps, 3) - 1)
+        cpus = None         # LAT_JOB_CPUS: each slot's CPUs, good or not
+        if rng.random() < 0.5:
+            cpus = [(tuple(rng.choice([0, 1, 4095, wire.CPU_LIMIT, 2**32 - 1]) for _ in range(rng.choice([1, 1, 2, 0]))),
+                     rng.choice([0, 1, wire.PROGRESS_UNSET, 2, -7])) for _ in slots]
         try:
             p = wire.placed_job_payload(jid & (2**64 - 1), uid, uid, groups, ranks, nranks & 0xFFFFFFFF, cwd, env,
                                         flags & ~wire.JOB_PLACED, rng.choice([1, 2, 0, 65]), slots, apps,
-                                        rng.choice(["(vector,(0,2,1))", "", "m" * 1025]))
+                                        rng.choice(["(vector,(0,2,1))", "", "m" * 1025]), cpus)
         except struct.error:
             p = b""
     else:
