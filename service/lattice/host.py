@@ -11,8 +11,8 @@ index, in hwloc's order, so neighbouring cores share caches.  lstopo costs
 tens of milliseconds, so what it said is kept in LATTICE_HOME/hosts/local
 with a fingerprint of the host's CPUs (the online CPUs and the process's
 affinity), read on every use and learnt again when the fingerprint changes
-or `lattice boot` asks.  Without hwloc each allowed CPU is taken for a core
-of its own, and the Host says so.
+or `lattice boot` asks.  Without hwloc (or if it fails) each CPU of the
+affinity is taken for a core of its own, and the Host's source says why.
 """
 from __future__ import annotations
 
@@ -146,17 +146,23 @@ def learn(name: str = LOCAL) -> Host:
     """Ask hwloc what this host has (tens of milliseconds)."""
     import subprocess      # here: `lattice run` reads the cache
     affinity = set(os.sched_getaffinity(0))
+    def without_hwloc(why: str) -> Host:     # jobs still run, each CPU taken for a core; -v says why
+        return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)), f"no hwloc: {why}; each CPU taken for a core")
+
     try:
         p = subprocess.run([LSTOPO, "--of", "xml", "--no-io", "-"], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return without_hwloc(f"{LSTOPO} is not installed (apt-get install hwloc-nox)")
     except (OSError, subprocess.TimeoutExpired) as e:
-        why = "not installed" if isinstance(e, FileNotFoundError) else str(e)
-        return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)),
-                    f"no hwloc ({LSTOPO} {why}; install hwloc-nox): each CPU taken for a core")
+        return without_hwloc(f"{LSTOPO}: {e}")
     if p.returncode != 0:
-        raise LatticeError(f"{LSTOPO} failed (status {p.returncode}): {p.stderr.strip()[:300]}")
-    cores = parse_lstopo(p.stdout, affinity)
+        return without_hwloc(f"{LSTOPO} failed (status {p.returncode}: {p.stderr.strip()[:200]})")
+    try:
+        cores = parse_lstopo(p.stdout, affinity)
+    except LatticeError as e:
+        return without_hwloc(e.message)
     if not cores:
-        raise LatticeError(f"hwloc finds no CPU this process may use (affinity {cpulist(affinity)})")
+        return without_hwloc(f"hwloc shows none of the CPUs this process may use ({cpulist(affinity)})")
     return Host(name, tuple(cores), hwloc_version(p.stdout))
 
 

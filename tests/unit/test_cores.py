@@ -219,3 +219,10 @@ def test_local_is_cached_and_learnt_again_when_the_cpus_change(home: Path) -> No
     assert host.local(refresh=True).source == h.source
     f.write_text("garbage\ncore x\n")
     assert host.local() == h, "an unreadable cache is learnt again"
+
+
+def test_without_hwloc_each_cpu_is_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "LSTOPO", "lstopo-not-installed-here")
+    h = host.learn()
+    assert h.source.startswith("no hwloc: lstopo-not-installed-here is not installed (apt-get install hwloc-nox)")
+    assert [c.pus for c in h.cores] == [(c,) for c in sorted(os.sched_getaffinity(0))]
