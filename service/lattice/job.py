@@ -13,7 +13,9 @@ or `kernel=linux`), kept per rank with the class totals per job.  A cnk job
 reserves huge pages for big memory while it runs (lattice.hugepages).
 
 The job is placed (lattice.placement): each I/O node learns which of its
-nodes run which ranks, as process t of the node, of which application.  The
+nodes run which ranks, as process t of the node, of which application, and
+(lattice.cores) which real CPUs each rank is bound to and whether it gets
+MPICH's progress thread.  The
 run is also the top of the PMI tree (docs/protocol.md, section 10): each I/O
 node sends one LAT_CTL_FENCE per fence with its pset's puts; once every I/O
 node of the job has, the merged keys go back down in LAT_CTL_FENCE_OUT.  A
