@@ -1,6 +1,7 @@
 /* Prints the CPUs this process may run on (sched_getaffinity), as
- * "affinity: rank R cpus A,B,...": under cnk these are the node's cores
- * given to this process (its own core t in virtual node mode). */
+ * "affinity: rank R cpus A,B,...": under cnk these are the first --cores of
+ * the real CPUs cnode bound the process to (docs/architecture.md, "Nodes on
+ * cores"). */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>

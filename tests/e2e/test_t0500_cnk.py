@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from conftest import Machine, make_machine
+from lattice import host
 from cnk_helpers import CNK_EX, EM_X86_64, by_rank, class_counts, elf_header, interpreter, last_job
 
 ET_EXEC, ET_DYN = 2, 3
@@ -183,13 +184,20 @@ def test_program_reads_its_personality(cnk_machine: Machine) -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a host with two CPUs")
-def test_virtual_node_mode_gives_each_process_its_own_core(cnk_machine: Machine) -> None:
-    """vn mode: the two processes of a node see different cores (t = 0, 1);
-    co mode: the one process sees both of the node's cores."""
-    host = sorted(os.sched_getaffinity(0))[:2]
-    p = job(cnk_machine, "--mode", "vn", "--mapping", "TXYZ", "--hugepages", "keep", str(CNK_EX / "affinity"), n=4)
+def test_each_process_sees_the_cpus_its_node_was_given(cnk_machine: Machine) -> None:
+    """sched_getaffinity under cnk shows the first --cores (2 per node: 1 per
+    process in vn mode, 2 in co mode) of the real CPUs `lattice run --print-map`
+    says the rank is bound to (docs/architecture.md, "Nodes on cores"); in co
+    mode two ranks on a host of two or more CPUs see different ones."""
+    def expected(*opts: str, cores: int) -> dict[int, str]:
+        rows = [l.split() for l in cnk_machine.run("run", "--block", "C", "--print-map", *opts).stdout.splitlines()[2:]]
+        return {int(r[0]): ",".join(map(str, sorted(host.parse_cpulist(r[-1]))[:cores])) for r in rows}
+
+    vn = ("--mode", "vn", "--mapping", "TXYZ", "-n", "4")
+    p = job(cnk_machine, *vn[:4], "--hugepages", "keep", str(CNK_EX / "affinity"), n=4)
     cpus = {int(m.group(1)): m.group(2) for m in re.finditer(r"affinity: rank (\d+) cpus (\S+)", p.stdout)}
-    # TXYZ: ranks 0 and 1 share node 0 (t = 0, 1), ranks 2 and 3 node 1
-    assert cpus == {0: str(host[0]), 1: str(host[1]), 2: str(host[0]), 3: str(host[1])}, p.stdout
+    assert cpus == expected(*vn, cores=1), p.stdout
     p = job(cnk_machine, "--hugepages", "keep", str(CNK_EX / "affinity"))
-    assert re.findall(r"cpus (\S+)", p.stdout) == [f"{host[0]},{host[1]}"] * 2, p.stdout
+    cpus = {int(m.group(1)): m.group(2) for m in re.finditer(r"affinity: rank (\d+) cpus (\S+)", p.stdout)}
+    assert cpus == expected("-n", "2", cores=2), p.stdout
+    assert not set(cpus[0].split(",")) & set(cpus[1].split(",")), "two ranks share a CPU while one idles"
