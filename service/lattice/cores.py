@@ -88,14 +88,14 @@ def map_job(host: Host, p: Placement, model_cores: int, user_env: dict[str, str]
     user = (user_env or {}).get(ASYNC_PROGRESS)
     order = p.nodes()
     shares = spread(host.cores, len(order))
-    users: dict[int, int] = {}                  # core index -> nodes using it
+    users: dict[tuple[int, ...], int] = {}   # core (by its PUs: core numbers repeat across packages) -> nodes using it
     for share in shares:
         for c in share:
-            users[c.index] = users.get(c.index, 0) + 1
+            users[c.pus] = users.get(c.pus, 0) + 1
     nodes: list[NodeCores] = []
     for node, share in zip(order, shares):
-        own = sum(1 for c in share if users[c.index] == 1)
-        shared_with = max(users[c.index] for c in share) - 1
+        own = sum(1 for c in share if users[c.pus] == 1)
+        shared_with = max(users[c.pus] for c in share) - 1
         value, why = progress(p.mode, model_cores, own, shared_with, user)
         nodes.append(NodeCores(node, tuple(share), own, value, why))
     ranks: list[tuple[int, ...]] = [()] * p.nranks
@@ -116,7 +116,7 @@ def node_lines(cm: CoreMap, location: dict[int, str], ranks_of: dict[int, list[i
     for n in cm.nodes:
         rs = ranks_of.get(n.node, [])
         who = f"rank{'s' if len(rs) != 1 else ''} {cpulist(rs)}"
-        cores = ",".join(str(c.index) for c in n.cores)
+        cores = ",".join(str(c.os_index) for c in n.cores)
         lines.append(f"node {location[n.node]} ({who}): CPUs {cpulist(n.cpus())} (core{'s' if len(n.cores) != 1 else ''} "
                      f"{cores}); progress thread {n.why}")
     return lines

@@ -29,7 +29,7 @@ ONLINE = Path("/sys/devices/system/cpu/online")
 
 
 class Core(NamedTuple):
-    index: int                  # hwloc's os_index of the core (of the PU where hwloc shows no cores)
+    os_index: int               # hwloc's os_index of the core (of the PU where hwloc shows no cores)
     pus: tuple[int, ...]        # its usable PUs (hardware threads), by OS index: what affinity masks name
 
 
@@ -183,7 +183,7 @@ def save(h: Host, fp: str) -> None:
     f.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# the cores of this host as hwloc showed them (lattice.host); learnt again when the CPUs change",
              f"fingerprint {fp}", f"source {h.source}"]
-    lines += [f"core {c.index} {' '.join(map(str, c.pus))}" for c in h.cores]
+    lines += [f"core {c.os_index} {' '.join(map(str, c.pus))}" for c in h.cores]
     tmp = f.with_name(f".{f.name}.{os.getpid()}")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(f)

@@ -226,3 +226,12 @@ def test_without_hwloc_each_cpu_is_a_core(monkeypatch: pytest.MonkeyPatch) -> No
     h = host.learn()
     assert h.source.startswith("no hwloc: lstopo-not-installed-here is not installed (apt-get install hwloc-nox)")
     assert [c.pus for c in h.cores] == [(c,) for c in sorted(os.sched_getaffinity(0))]
+
+
+def test_core_numbers_that_repeat_across_packages() -> None:
+    """Linux numbers cores within their package: two cores 0 are still two cores."""
+    h = Host("local", (Core(0, (0,)), Core(0, (1,))), "test")
+    cm = map_job(h, job(1), M.cores)
+    assert cm.ranks == [(0, 1)] and cm.nodes[0].own == 2 and cm.nodes[0].progress == 1
+    cm = map_job(h, job(2), M.cores)
+    assert cm.ranks == [(0,), (1,)] and [n.own for n in cm.nodes] == [1, 1]
