@@ -25,14 +25,14 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--np", dest="n", type=int,
                    help="ranks of the (first) program (default: one per process slot of --block, else 1)")
     p.add_argument("--mode", choices=placement.MODES, default=placement.DEFAULT_MODE,
-                   help="co (default): one rank per compute node, MPICH's progress thread on the second core; "
-                        "vn: one rank per core, the node's memory split evenly")
+                   help="co (default): one rank per compute node, MPICH's progress thread on a second real core "
+                        "where the node has one to spare; vn: one rank per core, the node's memory split evenly")
     p.add_argument("--mapping", metavar="ORDER|FILE",
                    help="where ranks go, as BGLMPI_MAPPING: a permutation of X, Y, Z, T (first letter fastest; "
                         "default XYZT) or a file of one `x y z t` line per rank, relative to the block's corner")
     p.add_argument("--print-map", action="store_true",
-                   help="print rank -> x y z t -> location -> host and exit without booting or running anything "
-                        "(EXE may be left out)")
+                   help="print rank -> x y z t -> location -> host -> CPUs and exit without booting or running "
+                        "anything (EXE may be left out)")
     p.add_argument("--block", help="a block to run on (default: create, boot and free one that fits)")
     p.add_argument("--label", action="store_true", help="prefix each output line with its rank")
     p.add_argument("--cwd", help="working directory on the I/O nodes (default: the current one)")
@@ -49,7 +49,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                         "shrink them back after it; keep: leave the pools as they are "
                         "(default from $LATTICE_HUGEPAGES)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="say which block, how long, the kernel, big memory's pages and the system calls by class")
+                   help="say which block, how long, each node's CPUs and progress thread, the kernel, big memory's "
+                        "pages and the system calls by class")
     p.add_argument("exe", metavar="EXE", nargs="?")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
