@@ -77,18 +77,25 @@ class HugePages:
     def free(kb: int) -> int:
         return int((HUGE / f"hugepages-{kb}kB" / "free_hugepages").read_text())
 
+    @classmethod
+    def persistent(cls, kb: int) -> int:
+        """The pool's own pages: nr_hugepages counts surplus pages (cnk jobs'
+        2 MiB pages) too, and writing such a count back would keep them."""
+        p = cls.path(kb)
+        return int(p.read_text()) - int(p.with_name("surplus_hugepages").read_text())
+
     def set(self, kb: int, n: int) -> int:
         p = self.path(kb)
         try:
             p.write_text(f"{n}\n")
         except OSError:
             pass
-        return int(p.read_text())
+        return self.persistent(kb)
 
     def __enter__(self) -> "HugePages":
         for kb in PAGE_SIZES_KB:
             if self.path(kb).exists():
-                self.saved[kb] = int(self.path(kb).read_text())
+                self.saved[kb] = self.persistent(kb)
         # the biggest first: 1 GiB pages need contiguous memory that 2 MiB
         # pages would fragment
         for kb in PAGE_SIZES_KB:

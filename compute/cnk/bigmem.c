@@ -49,7 +49,7 @@ static long map_region(uintptr_t base, size_t len, int flags)
  * (ship_share), so a big transfer is copied once, between the file and
  * this memory; sealed, so the file can never shrink under ciod's mapping.
  * *fd: the memfd, to share and close. */
-static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int *fd)
+static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int noreserve, int *fd)
 {
     long r = ksys2(__NR_memfd_create, "cnk-bigmem",
                    MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB | (shift << MFD_HUGE_SHIFT));
@@ -60,7 +60,8 @@ static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int *fd)
     if (r >= 0)
         r = ksys3(__NR_fcntl, *fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
     if (r >= 0)
-        r = ksys6(__NR_mmap, base, len, PROT_RWX, MAP_SHARED | (base ? MAP_FIXED_NOREPLACE : 0), *fd, 0);
+        r = ksys6(__NR_mmap, base, len, PROT_RWX,
+                  MAP_SHARED | (noreserve ? MAP_NORESERVE : 0) | (base ? MAP_FIXED_NOREPLACE : 0), *fd, 0);
     if (r >= 0 && base && (uintptr_t)r != base) {
         ksys2(__NR_munmap, r, len);
         r = -EEXIST;
@@ -73,19 +74,24 @@ static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int *fd)
 }
 
 /* hugetlb pages of 1 << shift bytes; base 0: anywhere.  Shared with the
- * I/O node when it can be (LATTICE_BIGMEM_SHARED=0: never), else private. */
-static long map_huge(uintptr_t base, uint64_t size, unsigned shift, int *fd)
+ * I/O node when it can be (LATTICE_BIGMEM_SHARED=0: never), else private.
+ * Reserved at mmap (the kernel takes every page from its pool or, as
+ * surplus pages, from free memory, without zeroing them: a page is zeroed
+ * when first touched), unless noreserve: then each page is taken at its
+ * first touch. */
+static long map_huge(uintptr_t base, uint64_t size, unsigned shift, int noreserve, int *fd)
 {
     uint64_t ps = 1ull << shift;
     const char *s = kgetenv(cnk.envp, "LATTICE_BIGMEM_SHARED");
 
     *fd = -1;
     if (!s || *s != '0') {
-        long r = map_huge_shared(base, up(size, ps), shift, fd);
+        long r = map_huge_shared(base, up(size, ps), shift, noreserve, fd);
         if (r >= 0 || r == -ENOMEM || r == -EEXIST)
             return r;
     }
-    return map_region(base, up(size, ps), MAP_HUGETLB | (int)(shift << MAP_HUGE_SHIFT));
+    return map_region(base, up(size, ps),
+                      MAP_HUGETLB | (noreserve ? MAP_NORESERVE : 0) | (int)(shift << MAP_HUGE_SHIFT));
 }
 
 /* 4 KiB pages the kernel may back with transparent huge pages */
@@ -116,6 +122,29 @@ static void chose(const char *why, uint64_t page)
     kfmt(cnk.report->pages_why, sizeof cnk.report->pages_why, "%s", why);
 }
 
+/* LATTICE_BIGMEM_PAGES in the job's environment: the largest page size to
+ * try (1G, 2M or 4K; the user's cap, lattice.hugepages honours it too),
+ * 1 GiB when absent. */
+static uint64_t largest_page(void)
+{
+    const char *s = kgetenv(cnk.envp, "LATTICE_BIGMEM_PAGES");
+    if (!s)
+        return GB1;
+    if (!strcmp(s, "2M"))
+        return MB2;
+    if (!strcmp(s, "4K"))
+        return PAGE;
+    return GB1;
+}
+
+/*
+ * The page size is the largest that fits the node (docs/architecture.md
+ * "Huge pages"): 1 GiB pages only when big memory is a whole number of GiB
+ * (a rounded-up 1 GiB page would be memory the node does not have, and the
+ * kernel zeroes a 1 GiB page whole at its first touch), else 2 MiB pages,
+ * whose first touch zeroes only those 2 MiB; transparent huge pages when
+ * the kernel has no hugetlb pages to give.
+ */
 int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
 {
     size = up(size, PAGE);
@@ -124,28 +153,49 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     uintptr_t b2 = fixed_hi ? down(fixed_lo, MB2) : 0, b1 = fixed_hi ? down(fixed_lo, GB1) : 0;
     if (fixed_hi && (fixed_hi - b2 > size || !b2))
         return -ENOMEM;
+    uint64_t largest = largest_page();
+    const char *rs = kgetenv(cnk.envp, "LATTICE_BIGMEM_RESERVE");
+    int noreserve = rs && *rs == '0';
+    char why[sizeof cnk.report->pages_why];
     long r = -ENOMEM;
     int fd = -1;
-    int gb_fits = !fixed_hi || (b1 && fixed_hi - b1 <= size);
-    if (gb_fits) {
-        r = map_huge(b1, size, 30, &fd);
-        if (r >= 0)
-            chose("1 GiB hugetlb pages", GB1);
-    }
-    if (r < 0) {
-        r = map_huge(b2, size, 21, &fd);
-        if (r >= 0)
-            chose(gb_fits ? "no free 1 GiB huge pages; 2 MiB hugetlb pages"
-                          : "fixed-address program that 1 GiB pages cannot hold; 2 MiB hugetlb pages", MB2);
+
+    /* why not 1 GiB pages, or (r >= 0) why them */
+    if (largest < GB1)
+        kfmt(why, sizeof why, "LATTICE_BIGMEM_PAGES=%s", largest == MB2 ? "2M" : "4K");
+    else if (size & (GB1 - 1))
+        kfmt(why, sizeof why, "%lu MiB is not a whole number of GiB", (unsigned long)(size >> 20));
+    else if (fixed_hi && !(b1 && fixed_hi - b1 <= size))
+        kfmt(why, sizeof why, "fixed-address program that 1 GiB pages cannot hold");
+    else if ((r = map_huge(b1, size, 30, 0, &fd)) >= 0)
+        kfmt(why, sizeof why, "%lu GiB fills whole 1 GiB hugetlb pages", (unsigned long)(size >> 30));
+    else
+        kfmt(why, sizeof why, "no free 1 GiB huge pages");
+    if (r >= 0) {
+        chose(why, GB1);
+    } else if (largest >= MB2) {
+        r = map_huge(b2, size, 21, noreserve, &fd);
+        if (r >= 0) {
+            size_t n = strlen(why);
+            kfmt(why + n, sizeof why - n, "; 2 MiB hugetlb pages%s",
+                 noreserve ? " taken at first touch (LATTICE_BIGMEM_RESERVE=0)" : "");
+            chose(why, MB2);
+        } else {
+            size_t n = strlen(why);
+            kfmt(why + n, sizeof why - n, "; no free 2 MiB huge pages");
+        }
     }
     if (r < 0) {
         r = map_thp(b2, size);
         if (r < 0)
             return (int)r;
-        chose("no free hugetlb pages (nr_hugepages); 4 KiB pages with transparent huge pages", PAGE);
-        kprint(cnk.err_fd, "cnk: warning: no free huge pages for %lu MiB of big memory: using "
-               "transparent huge pages (reserve pages in /proc/sys/vm/nr_hugepages)\n",
-               (unsigned long)(size >> 20));
+        size_t n = strlen(why);
+        kfmt(why + n, sizeof why - n, "; 4 KiB pages with transparent huge pages");
+        chose(why, PAGE);
+        if (largest >= MB2)
+            kprint(cnk.err_fd, "cnk: warning: no free huge pages for %lu MiB of big memory: using "
+                   "transparent huge pages (see /proc/sys/vm/nr_overcommit_hugepages)\n",
+                   (unsigned long)(size >> 20));
     }
     bigmem.base = (uintptr_t)r;
     bigmem.size = size;

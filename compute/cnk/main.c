@@ -11,7 +11,7 @@
 
 #define CONN_FD     3       /* LATTICE_IO_FD */
 #define IMAGE_FD    4
-#define DEFAULT_MEMORY (1ull << 30)     /* the service node's default */
+#define DEFAULT_MEMORY (512ull << 20)   /* the service node's default */
 #define USAGE "usage: cnk [--memory BYTES] [--cores N] [--first-core I] [--trace] -- PROGRAM [ARGS...]"
 
 struct cnk_config cnk = { .cores = 2, .conn_fd = -1, .image_fd = -1, .err_fd = 2 };

@@ -316,7 +316,10 @@ static int map_memfd(pid_t pid, int64_t memfd, uint64_t len, char **map, const c
     else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < len)
         err = EINVAL, *why = "smaller than the region";
     if (!err) {
-        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        /* NORESERVE: the process's own mapping reserved what it wanted;
+         * ours must not reserve the rest of a hugetlb file whose pages the
+         * process takes at first touch (cnk's LATTICE_BIGMEM_RESERVE=0) */
+        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
         if (m == MAP_FAILED)
             err = errno, *why = strerror(errno);
         else

@@ -1,25 +1,41 @@
-"""Huge pages for cnk's big memory: grow the kernel's pools for a job, give
-back exactly what was added when it ends.
+"""Huge pages for cnk's big memory, sized to the node (docs/architecture.md,
+"Huge pages").
 
-Policy (docs/architecture.md, "Huge pages"): a cnk job of R ranks on nodes of
-M bytes needs, per rank, ceil(M / 1 GiB) pages of 1 GiB or ceil(M / 2 MiB)
-pages of 2 MiB.  Ranks that free pages already cover cost nothing.  For the
-rest, `reserve` grows the 1 GiB pool (not for a program linked at a fixed
-address below 1 GiB: cnk cannot put it on 1 GiB pages), then the 2 MiB pool
-for ranks still uncovered, never taking more than LIMIT (75 %) of
-MemAvailable.  What the kernel would not give, and everything when we are
-not root, is left to cnk's fallback (2 MiB pages, then transparent huge
-pages) with one warning line.
+A rank's big memory M (the node's memory divided by its processes) goes on
+1 GiB pages only when M is a whole number of GiB and the program is not
+linked at a fixed address below 1 GiB (a 1 GiB page at address 0 cannot
+hold it); else on 2 MiB pages.  cnk makes the same choice by itself
+(compute/cnk/bigmem.c), falling back to smaller pages when the kernel has
+none to give; LATTICE_BIGMEM_PAGES=1G|2M|4K in the job's environment caps
+the page size (the user's --env, honoured here too), and the service node
+adds LATTICE_BIGMEM_RESERVE=0 when the ranks are to take their pages at
+first touch (below).
+
+- 2 MiB pages are the kernel's *surplus* pages.  `reserve` only raises the
+  2 MiB pool's overcommit ceiling (nr_overcommit_hugepages) by what the job
+  may take; each rank's hugetlb mmap then reserves its pages (free pool
+  pages first, then surplus pages from free memory: not zeroed until
+  touched), and the kernel frees exactly those when the rank and its I/O
+  node let go.  Nothing is resized and nothing anybody else holds is taken.
+  A job bigger than LIMIT (75 %) of MemAvailable, plus the free pool pages,
+  is not refused: its ranks take each page at first touch instead
+  (LATTICE_BIGMEM_RESERVE=0, MAP_NORESERVE), with one warning.
+- 1 GiB (gigantic) pages cannot be surplus: free pool pages first, then the
+  pool grows for the ranks not covered (whole ranks, within LIMIT of
+  MemAvailable) and `release` lowers it by exactly that.  Ranks still not
+  covered fall back to 2 MiB pages, as above.
 
 Bookkeeping: BOOK_DIR/hugepages.json, under an flock on
-BOOK_DIR/hugepages.lock, lists each running job's additions (with the
-pid and start time of the `lattice run` that made them).  The pools belong to
-the host, not to one machine, so the book does too: a run of a machine whose
-$LATTICE_HOME was deleted after it was killed is still reaped by the next run
-of any machine on the host.  Release lowers a
-pool by this job's addition only, so concurrent runs never trample each
-other, and what a run killed outright had added is given back by the next
-run that takes the lock.
+BOOK_DIR/hugepages.lock, lists each running job (pid and start time of its
+`lattice run`) with what it added to the 1 GiB pool ("pages") and the 2 MiB
+pages its ranks may take as surplus ("overcommit").  The ceiling is
+base + the sum over live runs, where base (the value before any run raised
+it) is kept in BOOK_DIR/hugepages-overcommit.json and written back when no
+live run needs more.  The pools belong to the host, so the book does too: a
+run killed outright is reaped by the next run of any machine on the host.
+
+The host's huge page files are read and written here only (Pools); the
+rest of the host (cores, /dev/shm) is lattice.host's.
 """
 from __future__ import annotations
 
@@ -36,17 +52,29 @@ SYSFS = Path("/sys/kernel/mm/hugepages")
 MEMINFO = Path("/proc/meminfo")
 GIB_KB = 1 << 20
 MIB2_KB = 2 << 10
-LIMIT = 0.75            # of MemAvailable, at most, for what a job adds
+PAGE_KB = 4
+GIB = 1 << 30
+LIMIT = 0.75            # of MemAvailable, at most, for what a job reserves
 RELEASE_WAIT = 3.0      # seconds to wait for pages a just-ended process still holds
 BOOK_DIR = Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))   # host-wide, like the pools
+CEILING_FILE = "hugepages-overcommit.json"
+ENV_PAGES, ENV_RESERVE = "LATTICE_BIGMEM_PAGES", "LATTICE_BIGMEM_RESERVE"
+PAGE_WORDS = {"1G": GIB_KB, "2M": MIB2_KB, "4K": PAGE_KB}
 
 
 def page_name(kb: int) -> str:
     return f"{kb >> 20} GiB" if kb >= GIB_KB else f"{kb >> 10} MiB" if kb >= 1024 else f"{kb} KiB"
 
 
+def parse_page(text: str) -> int:
+    """LATTICE_BIGMEM_PAGES's value (1G, 2M, 4K) as kB."""
+    if text.upper() not in PAGE_WORDS:
+        raise ValueError(f"bad {ENV_PAGES} {text!r}: 1G, 2M or 4K")
+    return PAGE_WORDS[text.upper()]
+
+
 class Pools:
-    """The kernel's huge page pools: SYSFS/hugepages-<kB>kB/{nr,free,resv}_hugepages
+    """The kernel's huge page pools: SYSFS/hugepages-<kB>kB/{nr,free,resv,surplus,nr_overcommit}_hugepages
     and MemAvailable from /proc/meminfo.  Tests pass a fake directory tree."""
 
     def __init__(self, root: Path = SYSFS, meminfo: Path = MEMINFO) -> None:
@@ -59,27 +87,41 @@ class Pools:
     def has(self, kb: int) -> bool:
         return self.path(kb, "nr_hugepages").exists()
 
-    def read(self, kb: int, name: str) -> int:
-        return int(self.path(kb, name).read_text().split()[0])
+    def read(self, kb: int, name: str, missing: int | None = None) -> int:
+        try:
+            return int(self.path(kb, name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            if missing is None:
+                raise
+            return missing
 
-    def nr(self, kb: int) -> int:
-        return self.read(kb, "nr_hugepages")
+    def persistent(self, kb: int) -> int:
+        """The pool's own pages: nr_hugepages counts surplus pages too, and
+        writing nr_hugepages sets the persistent count (turning surplus pages
+        into persistent ones when it grows), so all arithmetic is on this."""
+        return self.read(kb, "nr_hugepages") - self.read(kb, "surplus_hugepages", 0)
 
     def free(self, kb: int) -> int:
         """Pages nobody has mapped or reserved yet."""
-        try:
-            resv = self.read(kb, "resv_hugepages")
-        except (OSError, ValueError, IndexError):
-            resv = 0
-        return max(0, self.read(kb, "free_hugepages") - resv)
+        return max(0, self.read(kb, "free_hugepages") - self.read(kb, "resv_hugepages", 0))
 
-    def set_nr(self, kb: int, n: int) -> int:
-        """Ask for n pages; return how many the pool has now."""
+    def set_persistent(self, kb: int, n: int) -> int:
+        """Ask for n pages of the pool's own; return how many it has now."""
         try:
             self.path(kb, "nr_hugepages").write_text(f"{max(0, n)}\n")
         except OSError:
             pass        # EPERM, or a partial allocation the kernel reports as an error: read what is there
-        return self.nr(kb)
+        return self.persistent(kb)
+
+    def overcommit(self, kb: int) -> int:
+        return self.read(kb, "nr_overcommit_hugepages", 0)
+
+    def set_overcommit(self, kb: int, n: int) -> int:
+        try:
+            self.path(kb, "nr_overcommit_hugepages").write_text(f"{max(0, n)}\n")
+        except OSError:
+            pass
+        return self.overcommit(kb)
 
     def mem_available(self) -> int:
         """Bytes the kernel says can be allocated without swapping."""
@@ -90,12 +132,18 @@ class Pools:
 
 
 class Reservation:
-    """What one job added to the pools (kB page size -> pages), and what to tell the user.
+    """What one job asked of the host: 1 GiB pages it added to the pool, 2 MiB
+    pages its ranks may take as surplus, the environment that tells cnk,
+    and what to tell the user.
     (Not a dataclass: a cnk `lattice run` imports this module, see lattice.machine.Machine.)"""
 
     def __init__(self, id: str, home: Path | None = None, pools: Pools | None = None) -> None:
         self.id = id
-        self.pages: dict[int, int] = {}
+        self.pages: dict[int, int] = {}         # kB -> pages added to that pool
+        self.surplus = 0                        # 2 MiB pages the ranks may take as surplus
+        self.page_kb = 0                        # the largest page size cnk is told to try
+        self.at_start = True                    # cnk reserves its pages at mmap (else at first touch)
+        self.env: list[str] = []
         self.warning: str | None = None
         self.notes: list[str] = []
         self.home = home
@@ -106,6 +154,22 @@ class Reservation:
 def pages_per_rank(memory: int, kb: int) -> int:
     size = kb << 10
     return -(-memory // size)
+
+
+def choose(memory: int, fixed_address: bool, largest: int, has_1g: bool) -> tuple[int, str]:
+    """The page size for big memory of `memory` bytes per rank, and why."""
+    mib = memory >> 20
+    if largest <= PAGE_KB:
+        return PAGE_KB, f"{ENV_PAGES}=4K"
+    if largest < GIB_KB:
+        return MIB2_KB, f"{ENV_PAGES}=2M"
+    if memory % GIB:
+        return MIB2_KB, f"{mib} MiB per rank is not a whole number of GiB"
+    if fixed_address:
+        return MIB2_KB, "a program linked at a fixed address below 1 GiB cannot use 1 GiB pages"
+    if not has_1g:
+        return MIB2_KB, "this kernel has no 1 GiB pages"
+    return GIB_KB, f"{memory >> 30} GiB per rank fills whole 1 GiB pages"
 
 
 # --- bookkeeping --------------------------------------------------------------
@@ -125,6 +189,20 @@ def _alive(entry: dict[str, object]) -> bool:
     return isinstance(pid, int) and _start_time(pid) == entry.get("start")
 
 
+def _read_json(path: Path) -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
 @contextmanager
 def _locked(home: Path) -> Iterator[dict[str, dict[str, object]]]:
     """The book of reservations, exclusively, with SIGINT/SIGTERM held back so a
@@ -135,27 +213,24 @@ def _locked(home: Path) -> Iterator[dict[str, dict[str, object]]]:
         with open(home / "hugepages.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             book_path = home / "hugepages.json"
-            try:
-                book = json.loads(book_path.read_text())
-                if not isinstance(book, dict):
-                    book = {}
-            except (OSError, ValueError):
-                book = {}
+            book = _read_json(book_path)
             try:
                 yield book
             finally:            # also when the body failed half-way: what it changed is written down
-                tmp = book_path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(book, indent=1, sort_keys=True) + "\n")
-                os.replace(tmp, book_path)
+                _write_json(book_path, book)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def _entry_pages(entry: dict[str, object]) -> dict[int, int]:
-    pages = entry.get("pages")
+def _counts(entry: dict[str, object], key: str) -> dict[int, int]:
+    """An entry's {kB: pages} under key ("pages": added to a pool, "overcommit": surplus allowed)."""
+    pages = entry.get(key)
     if not isinstance(pages, dict):
         return {}
-    return {int(k): int(v) for k, v in pages.items()}
+    try:
+        return {int(k): int(v) for k, v in pages.items()}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _give_back(pools: Pools, pages: dict[int, int], wait: float) -> list[str]:
@@ -165,24 +240,56 @@ def _give_back(pools: Pools, pages: dict[int, int], wait: float) -> list[str]:
         if n <= 0 or not pools.has(kb):
             continue
         try:
-            target = max(0, pools.nr(kb) - n)
+            target = max(0, pools.persistent(kb) - n)
             deadline = time.monotonic() + wait
-            while pools.set_nr(kb, target) > target and time.monotonic() < deadline:
+            while pools.set_persistent(kb, target) > target and time.monotonic() < deadline:
                 time.sleep(0.05)    # a process that just ended may still hold its pages
-            if pools.nr(kb) > target:
-                problems.append(f"the {page_name(kb)} pool is still at {pools.nr(kb)} pages, not {target}: "
-                                f"pages still in use")
+            if pools.persistent(kb) > target:
+                problems.append(f"the {page_name(kb)} pool is still at {pools.persistent(kb)} pages, not "
+                                f"{target}: pages still in use")
         except (OSError, ValueError) as e:
             problems.append(f"cannot shrink the {page_name(kb)} pool: {e}")
     return problems
 
 
-def _reap(book: dict[str, dict[str, object]], pools: Pools) -> list[str]:
+def _ceiling(home: Path, book: dict[str, dict[str, object]], pools: Pools) -> tuple[str | None, list[str]]:
+    """Set the 2 MiB overcommit ceiling to base + what the live runs in the book
+    may take (base: its value before any run raised it, written back when
+    none needs more).  Returns ("old -> new" if it changed, problems)."""
+    kb = MIB2_KB
+    if not pools.has(kb):
+        return None, []
+    need = sum(_counts(e, "overcommit").get(kb, 0) for e in book.values())
+    path = home / CEILING_FILE
+    state = _read_json(path)
+    saved = state.get(str(kb))
+    cur = pools.overcommit(kb)
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), int) for k in ("base", "set")):
+        if need == 0:
+            return None, []
+        saved = {"base": cur, "set": cur}
+    elif cur != saved["set"]:
+        saved["base"] = cur         # someone else set it since: theirs is the value to come back to
+    base = int(saved["base"])       # type: ignore[call-overload]
+    target = base + need
+    got = cur if cur == target else pools.set_overcommit(kb, target)
+    if need:
+        state[str(kb)] = {"base": base, "set": got}
+    else:
+        state.pop(str(kb), None)
+    _write_json(path, state)
+    problems = [] if got == target else [
+        f"cannot set the 2 MiB pages' overcommit ceiling to {target} (it is {got})"]
+    return (f"{cur} -> {got}" if got != cur else None), problems
+
+
+def _reap(home: Path, book: dict[str, dict[str, object]], pools: Pools) -> list[str]:
     """Give back what runs that no longer exist had added."""
     notes = []
     for rid in [r for r, e in book.items() if not _alive(e)]:
-        pages = _entry_pages(book.pop(rid))
-        if any(pages.values()):
+        entry = book.pop(rid)
+        pages = _counts(entry, "pages")
+        if any(pages.values()) or any(_counts(entry, "overcommit").values()):
             notes.append(f"gave back the huge pages of an ended run ({rid})")
             notes += _give_back(pools, pages, 0.0)
     return notes
@@ -191,89 +298,128 @@ def _reap(book: dict[str, dict[str, object]], pools: Pools) -> list[str]:
 # --- the policy --------------------------------------------------------------
 
 def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool = False,
-            pools: Pools | None = None, root: bool | None = None) -> Reservation:
-    """Make room in the pools for a cnk job; never raises for pool trouble
-    (the job runs anyway, cnk falls back): read .warning and .notes."""
+            largest: int = GIB_KB, pools: Pools | None = None, root: bool | None = None) -> Reservation:
+    """Make room for a cnk job's big memory (nranks x memory bytes); never raises
+    for pool trouble (the job runs anyway, cnk falls back): read .env, .warning
+    and .notes."""
     pools = pools or Pools()
     root = os.geteuid() == 0 if root is None else root
     res = Reservation(rid, home=home, pools=pools)
-    sizes = [kb for kb in (GIB_KB, MIB2_KB) if pools.has(kb) and not (kb == GIB_KB and fixed_address)]
-    if not sizes:
-        res.warning = (f"this kernel has no huge page pools ({pools.root}): "
+    kb, why = choose(memory, fixed_address, largest, pools.has(GIB_KB))
+    if kb == PAGE_KB:
+        res.page_kb = kb
+        res.notes.append(f"huge pages: none ({why}): big memory on transparent huge pages")
+        return res
+    if not pools.has(MIB2_KB) and kb == MIB2_KB:
+        res.page_kb = PAGE_KB
+        res.warning = (f"this kernel has no 2 MiB huge pages ({pools.root}): "
                        "big memory falls back to transparent huge pages")
         return res
+    res.page_kb = kb        # cnk comes to the same choice by itself (compute/cnk/bigmem.c)
     try:
         if not root:
-            covered = _covered(pools, sizes, {}, nranks, memory)
-            if covered < nranks:
-                res.warning = (f"not root: cannot reserve huge pages for big memory "
-                               f"({nranks - covered} of {nranks} ranks not covered by free huge pages); "
-                               f"cnk falls back to smaller pages")
+            _unprivileged(pools, kb, nranks, memory, res)
             return res
         with _locked(home) as book:
-            res.notes += _reap(book, pools)
+            reaped = _reap(home, book, pools)
+            if reaped:
+                res.notes += reaped + _ceiling(home, book, pools)[1]
             others: dict[int, int] = {}
             for e in book.values():
-                for kb, n in _entry_pages(e).items():
-                    others[kb] = others.get(kb, 0) + n
-            book[rid] = {"pid": os.getpid(), "start": _start_time(os.getpid()), "pages": {}}
+                for k, n in _counts(e, "pages").items():
+                    others[k] = others.get(k, 0) + n
+            book[rid] = {"pid": os.getpid(), "start": _start_time(os.getpid()), "pages": {}, "overcommit": {}}
             res.recorded = True
             try:
-                _grow(pools, sizes, others, nranks, memory, res)
+                left = nranks
+                if kb == GIB_KB:
+                    left -= _gigantic(pools, others, nranks, memory, why, res)
+                if left and pools.has(MIB2_KB):
+                    _surplus(home, book, pools, left, nranks, memory, why if kb == MIB2_KB else "", res)
             finally:
-                book[rid]["pages"] = {str(kb): n for kb, n in res.pages.items()}
+                book[rid]["pages"] = {str(k): n for k, n in res.pages.items()}
+                book[rid]["overcommit"] = {str(MIB2_KB): res.surplus} if res.surplus else {}
     except (OSError, ValueError) as e:
         res.warning = f"cannot reserve huge pages for big memory: {e}; cnk falls back to smaller pages"
     return res
 
 
-def _covered(pools: Pools, sizes: list[int], others: dict[int, int], nranks: int, memory: int) -> int:
-    """Ranks the free pages already cover (pages other runs added count as taken)."""
-    left = nranks
-    for kb in sizes:
-        # pages other live runs added may still be free only because their ranks
-        # have not mapped them yet: they are not ours to count
-        free = max(0, pools.free(kb) - others.get(kb, 0))
-        left -= min(left, free // pages_per_rank(memory, kb))
-    return nranks - left
+def _unprivileged(pools: Pools, kb: int, nranks: int, memory: int, res: Reservation) -> None:
+    """Not root: nothing can be changed; say whether what is there covers the job."""
+    room = pools.free(kb)
+    if kb == MIB2_KB:
+        room += max(0, pools.overcommit(kb) - pools.read(kb, "surplus_hugepages", 0))
+    covered = min(nranks, room // pages_per_rank(memory, kb))
+    if covered < nranks:
+        res.warning = (f"not root: cannot make room for huge pages for big memory ({nranks - covered} of "
+                       f"{nranks} ranks not covered by free {page_name(kb)} pages); cnk falls back to "
+                       f"smaller pages")
 
 
-def _grow(pools: Pools, sizes: list[int], others: dict[int, int], nranks: int, memory: int,
-          res: Reservation) -> None:
-    left = nranks - _covered(pools, sizes, others, nranks, memory)
-    if left == 0:
-        res.notes.append(f"huge pages: the free pages already hold big memory for {nranks} ranks")
-        return
-    budget = int(pools.mem_available() * LIMIT)
-    limited = False
-    for kb in sizes:
-        if left == 0:
-            break
-        per = pages_per_rank(memory, kb)
-        page = kb << 10
-        ask = min(left * per, budget // page)
-        if ask < left * per:
-            limited = True
-        ask -= ask % per            # whole ranks only
-        if ask <= 0:
-            continue
-        before = pools.nr(kb)
-        got = max(0, pools.set_nr(kb, before + ask) - before)
-        spare = got % per           # pages no whole rank can use: give them back at once
+def _gigantic(pools: Pools, others: dict[int, int], nranks: int, memory: int, why: str,
+              res: Reservation) -> int:
+    """1 GiB pages from the pool, grown for ranks the free pages do not cover:
+    the number of ranks covered."""
+    per = pages_per_rank(memory, GIB_KB)
+    # pages other live runs added may still be free only because their ranks
+    # have not mapped them yet: they are not ours to count
+    free = max(0, pools.free(GIB_KB) - others.get(GIB_KB, 0))
+    covered = min(nranks, free // per)
+    if covered == nranks:
+        res.notes.append(f"huge pages: 1 GiB ({why}); the free pages already hold big memory for "
+                         f"{nranks} ranks")
+        return covered
+    ask = min((nranks - covered) * per, int(pools.mem_available() * LIMIT) // GIB)
+    ask -= ask % per            # whole ranks only
+    got = 0
+    if ask > 0:
+        before = pools.persistent(GIB_KB)
+        got = max(0, pools.set_persistent(GIB_KB, before + ask) - before)
+        spare = got % per       # pages no whole rank can use: give them back at once
         if spare:
-            pools.set_nr(kb, before + got - spare)
-            got -= spare
+            got = max(0, pools.set_persistent(GIB_KB, before + got - spare) - before)
         if got:
-            res.pages[kb] = got
-            budget -= got * page
-            left -= got // per
-            res.notes.append(f"huge pages: reserved {got} x {page_name(kb)} for big memory "
-                             f"(pool {before} -> {before + got}; given back after the job)")
-    if left:
-        why = (f"the reservation is limited to {int(LIMIT * 100)}% of MemAvailable" if limited
-               else "the kernel would not grow the pools (memory too fragmented?)")
-        res.warning = (f"huge pages for big memory cover {nranks - left} of {nranks} ranks: {why}; "
-                       f"the others fall back to smaller pages")
+            res.pages[GIB_KB] = got
+            res.notes.append(f"huge pages: 1 GiB ({why}): reserved {got} x 1 GiB (pool {before} -> "
+                             f"{before + got}; given back after the job)")
+    covered += got // per
+    if covered < nranks:
+        reason = ("the pool may take at most {}% of MemAvailable".format(int(LIMIT * 100))
+                  if ask < (nranks - covered) * per else "the kernel would not grow the pool (memory too "
+                  "fragmented?)")
+        res.notes.append(f"huge pages: 1 GiB pages for {covered} of {nranks} ranks ({reason}); the others "
+                         f"on 2 MiB pages")
+    return covered
+
+
+def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left: int, nranks: int,
+             memory: int, why: str, res: Reservation) -> None:
+    """2 MiB pages for `left` ranks: raise the overcommit ceiling; reserve at
+    start if the host can hold them, else at first touch."""
+    need = left * pages_per_rank(memory, MIB2_KB)
+    size = need * (MIB2_KB << 10)
+    room = int(pools.mem_available() * LIMIT) + pools.free(MIB2_KB) * (MIB2_KB << 10)
+    res.surplus = need
+    book[res.id]["overcommit"] = {str(MIB2_KB): need}
+    change, problems = _ceiling(home, book, pools)
+    ranks = (f"{left} rank{'s' if left > 1 else ''}" if left == nranks
+             else f"the other {left} rank{'s' if left > 1 else ''}")
+    ceiling = f"overcommit ceiling {change}" if change else f"overcommit ceiling {pools.overcommit(MIB2_KB)}"
+    if size <= room:
+        res.notes.append(f"huge pages: 2 MiB{f' ({why})' if why else ''}: {ranks} reserve "
+                         f"{need} x 2 MiB as they start, free pool pages first, then surplus pages from "
+                         f"free memory ({ceiling}); the kernel frees those when the ranks end")
+    else:
+        res.at_start = False
+        res.env.append(f"{ENV_RESERVE}=0")
+        res.notes.append(f"huge pages: 2 MiB{f' ({why})' if why else ''}: {ranks} take their pages at "
+                         f"first touch ({ceiling})")
+        res.warning = (f"big memory of {left} ranks x {memory >> 20} MiB ({size / GIB:.1f} GiB) is more than "
+                       f"this host can hold ({room / GIB:.1f} GiB: {int(LIMIT * 100)}% of MemAvailable and "
+                       f"the free 2 MiB pages): huge pages are taken at first touch, not reserved at start "
+                       f"(a rank that touches a page when the host has none left gets SIGBUS)")
+    if problems:    # the ranks get what the free pages and the old ceiling allow, then smaller pages
+        res.warning = "; ".join([*problems, res.warning or "cnk falls back to smaller pages"])
 
 
 def release(res: Reservation, wait: float = RELEASE_WAIT) -> list[str]:
@@ -284,11 +430,12 @@ def release(res: Reservation, wait: float = RELEASE_WAIT) -> list[str]:
     try:
         with _locked(res.home) as book:
             entry = book.pop(res.id, None)
-            pages = _entry_pages(entry) if entry is not None else {}
-            problems += _give_back(res.pools, pages, wait)
+            problems += _give_back(res.pools, _counts(entry, "pages") if entry else {}, wait)
+            problems += _ceiling(res.home, book, res.pools)[1]
     except OSError as e:
         problems.append(f"cannot give back huge pages: {e}")
     res.pages = {}
+    res.surplus = 0
     res.recorded = False
     return problems
 

@@ -474,6 +474,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
         try:
             if spec.kernel == "cnk" and spec.hugepages:
                 pages = reserve_pages(m, spec, job_id)
+                r.spec = spec._replace(env=[*spec.env, *pages.env])    # tells cnk which pages to take
             if r.interrupted is None:
                 r.start()
         except LatticeError as e:
@@ -502,11 +503,23 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
 
 
 def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
-    """Huge pages for the job's big memory, from this host's pools."""
+    """Huge pages for the job's big memory, sized to the node (lattice.hugepages);
+    the page size a user's --env LATTICE_BIGMEM_PAGES=1G|2M|4K allows at most."""
     from lattice import hugepages
+    largest = hugepages.GIB_KB
+    for kv in spec.env:
+        k, _, v = kv.partition("=")
+        if k == hugepages.ENV_PAGES:
+            try:
+                largest = hugepages.parse_page(v)
+            except ValueError as e:
+                raise LatticeError(str(e)) from None
     # one book per host: name the run by its machine too, job ids repeat across machines
-    res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", spec.nranks, m.memory // spec.placement.ppn,
-                            fixed_address=hugepages.fixed_below_1g(spec.exe))
+    res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", spec.nranks,
+                            m.memory // spec.placement.ppn, fixed_address=hugepages.fixed_below_1g(spec.exe),
+                            largest=largest)
+    user = {kv.partition("=")[0] for kv in spec.env}
+    res.env = [kv for kv in res.env if kv.partition("=")[0] not in user]     # the user's --env wins
     if spec.verbose:
         for note in res.notes:
             print(f"lattice: {note}", file=sys.stderr, flush=True)

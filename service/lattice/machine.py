@@ -19,7 +19,7 @@ Coord = tuple[int, int, int]
 
 DEFAULT_SHAPE: Coord = (2, 2, 4)
 DEFAULT_PSET = 8
-DEFAULT_MEMORY = 1 << 30
+DEFAULT_MEMORY = 512 << 20     # as a Blue Gene/L node; 2 MiB pages for big memory (lattice.hugepages)
 DEFAULT_CORES = 2           # as on Blue Gene/L: one core computes, the other communicates
 MAX_CORES = 4096
 

@@ -90,34 +90,62 @@ def truncated(src: Path, dst: Path, keep: int) -> Path:
 # ---- huge pages ----
 
 class HugePagePools:
-    """Set the huge page pools for a `with` (kB page size -> pages), and put
-    back what they held before, however the block ends."""
+    """Set the huge page pools for a `with` (kB page size -> the pool's own
+    pages; overcommit: kB page size -> surplus pages allowed), and put back
+    what they held before, however the block ends.  Counts are persistent
+    pages (nr_hugepages less surplus_hugepages): writing nr_hugepages sets
+    those, and a value read with other jobs' surplus pages in it would turn
+    their pages into the pool's own."""
 
-    def __init__(self, pages: dict[int, int]) -> None:
+    def __init__(self, pages: dict[int, int], overcommit: dict[int, int] | None = None) -> None:
         self.pages = pages
+        self.overcommit = overcommit or {}
         self.saved: dict[int, int] = {}
+        self.saved_ceiling: dict[int, int] = {}
         self.got: dict[int, int] = {}
 
     @staticmethod
-    def path(kb: int) -> Path:
-        return HUGE / f"hugepages-{kb}kB" / "nr_hugepages"
+    def path(kb: int, name: str = "nr_hugepages") -> Path:
+        return HUGE / f"hugepages-{kb}kB" / name
 
     @classmethod
     def nr(cls, kb: int) -> int:
-        """Pages in the pool now (0 for a page size this kernel lacks)."""
-        return int(cls.path(kb).read_text()) if cls.path(kb).exists() else 0
+        """The pool's own pages now (0 for a page size this kernel lacks)."""
+        if not cls.path(kb).exists():
+            return 0
+        return int(cls.path(kb).read_text()) - int(cls.path(kb, "surplus_hugepages").read_text())
+
+    @classmethod
+    def ceiling(cls, kb: int) -> int:
+        p = cls.path(kb, "nr_overcommit_hugepages")
+        return int(p.read_text()) if p.exists() else 0
+
+    @classmethod
+    def surplus(cls, kb: int) -> int:
+        p = cls.path(kb, "surplus_hugepages")
+        return int(p.read_text()) if p.exists() else 0
 
     def _set(self, kb: int, n: int) -> int:
         try:
             self.path(kb).write_text(f"{n}\n")
         except OSError:
             pass
-        return int(self.path(kb).read_text())
+        return self.nr(kb)
+
+    def _set_ceiling(self, kb: int, n: int) -> None:
+        try:
+            self.path(kb, "nr_overcommit_hugepages").write_text(f"{n}\n")
+        except OSError:
+            pass
 
     def __enter__(self) -> "HugePagePools":
+        for kb, n in self.overcommit.items():
+            if self.path(kb).exists():
+                self.saved_ceiling[kb] = self.ceiling(kb)
+                self._set_ceiling(kb, n)
         for kb in sorted(self.pages, reverse=True):      # 1 GiB pages first: they need contiguity
             if self.path(kb).exists():
-                self.saved[kb] = int(self.path(kb).read_text())
+                self.saved[kb] = self.nr(kb)
                 self.got[kb] = self._set(kb, self.pages[kb])
             else:
                 self.got[kb] = 0
@@ -130,6 +158,8 @@ class HugePagePools:
                 if self._set(kb, n) == n:
                     break
                 time.sleep(0.1)
+        for kb, n in self.saved_ceiling.items():
+            self._set_ceiling(kb, n)
 
 
 # ---- output ----

@@ -1,11 +1,14 @@
-"""lattice.hugepages: how many huge pages a cnk job adds to which pool, and
-that exactly those are given back, also with several runs at once.
+"""lattice.hugepages: which page size a cnk job's big memory gets, what it asks
+of the host (1 GiB pages added to the pool; 2 MiB pages through the overcommit
+ceiling), and that exactly that is given back, also with several runs at once.
 
-The pools live in a fake sysfs tree (hugepages-<kB>kB/{nr,free,resv}_hugepages)
-and a fake /proc/meminfo, both passed to lattice.hugepages.Pools.  FakeKernel
-adds what the kernel does when nr_hugepages is written: new pages are free,
-a pool may refuse to grow past what it can find, and pages a process still
-holds stay until it lets go.
+The pools live in a fake sysfs tree (hugepages-<kB>kB/{nr,free,resv,surplus,
+nr_overcommit}_hugepages) and a fake /proc/meminfo, both passed to
+lattice.hugepages.Pools.  FakeKernel adds what the kernel does: pages added
+to a pool are free and come out of MemAvailable, a pool may refuse to grow
+past what it can find, pages a process still holds stay until it lets go,
+and a 2 MiB mapping reserves free pool pages first, then surplus pages up to
+the ceiling, which go back to free memory when it is unmapped.
 """
 from __future__ import annotations
 
@@ -20,14 +23,15 @@ from pathlib import Path
 import pytest
 
 from lattice import hugepages
-from lattice.hugepages import GIB_KB, MIB2_KB, Pools
+from lattice.hugepages import GIB_KB, MIB2_KB, PAGE_KB, Pools
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB = 1 << 30, 1 << 20
+FILES = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages", "nr_overcommit_hugepages")
 
 
 class FakeKernel(Pools):
-    """Pools over a fake tree, with a kernel's reactions to nr_hugepages writes."""
+    """Pools over a fake tree, with a kernel's reactions."""
 
     def __init__(self, d: Path, avail: int = 24 * GIB, cap: dict[int, int] | None = None,
                  sizes: tuple[int, ...] = (GIB_KB, MIB2_KB)) -> None:
@@ -35,33 +39,73 @@ class FakeKernel(Pools):
         for kb in sizes:
             p = root / f"hugepages-{kb}kB"
             p.mkdir(parents=True, exist_ok=True)
-            for name in ("nr_hugepages", "free_hugepages", "resv_hugepages"):
-                (p / name).write_text("0\n")
-        (d / "meminfo").write_text(f"MemTotal:  {avail // 512} kB\nMemFree: {avail // 1024} kB\n"
-                                   f"MemAvailable:  {avail // 1024} kB\n")
+            for name in FILES:
+                if not (p / name).exists():
+                    (p / name).write_text("0\n")
+        if not (d / "meminfo").exists():
+            self._meminfo(d / "meminfo", avail)
         super().__init__(root, d / "meminfo")
         self.cap = cap or {}            # kB -> most pages the pool can hold
-        self.writes: list[tuple[int, int]] = []
+        self.writes: list[tuple[int, int]] = []         # nr_hugepages writes
+        self.ceilings: list[tuple[int, int]] = []       # nr_overcommit_hugepages writes
+
+    @staticmethod
+    def _meminfo(path: Path, avail: int) -> None:
+        path.write_text(f"MemTotal:  {avail // 512} kB\nMemFree: {avail // 1024} kB\nMemAvailable:  {avail // 1024} kB\n")
 
     def put(self, kb: int, name: str, n: int) -> None:
         self.path(kb, name).write_text(f"{n}\n")
 
-    def set_nr(self, kb: int, n: int) -> int:
+    def get(self, kb: int, name: str) -> int:
+        return self.read(kb, name)
+
+    def take_memory(self, nbytes: int) -> None:
+        self._meminfo(self.meminfo, self.mem_available() - nbytes)
+
+    def set_persistent(self, kb: int, n: int) -> int:
         self.writes.append((kb, n))
-        nr, free = self.nr(kb), self.read(kb, "free_hugepages")
+        nr, free, surplus = self.get(kb, "nr_hugepages"), self.get(kb, "free_hugepages"), self.get(kb, "surplus_hugepages")
         used = nr - free
-        n = max(n, used)                # pages in use stay until their process lets go
+        persistent = nr - surplus
+        n = max(n, used - surplus)      # pages in use stay until their process lets go
         n = min(n, self.cap.get(kb, 1 << 40))
-        self.put(kb, "nr_hugepages", n)
-        self.put(kb, "free_hugepages", n - used)
+        self.take_memory((n - persistent) * kb * 1024)
+        self.put(kb, "nr_hugepages", n + surplus)
+        self.put(kb, "free_hugepages", n + surplus - used)
+        return self.persistent(kb)
+
+    def set_overcommit(self, kb: int, n: int) -> int:
+        self.ceilings.append((kb, n))
+        self.put(kb, "nr_overcommit_hugepages", n)
         return n
 
     def use(self, kb: int, n: int) -> None:
         """A process maps n free pages."""
-        self.put(kb, "free_hugepages", self.read(kb, "free_hugepages") - n)
+        self.put(kb, "free_hugepages", self.get(kb, "free_hugepages") - n)
 
     def unuse(self, kb: int, n: int) -> None:
-        self.put(kb, "free_hugepages", self.read(kb, "free_hugepages") + n)
+        self.put(kb, "free_hugepages", self.get(kb, "free_hugepages") + n)
+
+    def map_2m(self, n: int) -> bool:
+        """A rank's reserved mapping of n 2 MiB pages: free pool pages, then surplus pages."""
+        kb = MIB2_KB
+        short = max(0, n - self.free(kb))
+        if self.get(kb, "surplus_hugepages") + short > self.overcommit(kb):
+            return False
+        for name in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
+            self.put(kb, name, self.get(kb, name) + short)
+        self.put(kb, "resv_hugepages", self.get(kb, "resv_hugepages") + n)
+        self.take_memory(short * 2 * MIB)
+        return True
+
+    def unmap_2m(self, n: int) -> None:
+        """Its pages go back: surplus pages to free memory, the rest to the pool."""
+        kb = MIB2_KB
+        gone = min(n, self.get(kb, "surplus_hugepages"))
+        for name in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
+            self.put(kb, name, self.get(kb, name) - gone)
+        self.put(kb, "resv_hugepages", self.get(kb, "resv_hugepages") - n)
+        self.take_memory(-gone * 2 * MIB)
 
 
 @pytest.fixture
@@ -73,123 +117,235 @@ def reserve(k: FakeKernel, home: Path, rid: str, nranks: int, memory: int, **kw:
     return hugepages.reserve(home, rid, nranks, memory, pools=k, root=True, **kw)  # type: ignore[arg-type]
 
 
-# --- arithmetic ---------------------------------------------------------------------
+def ceiling_state(home: Path) -> dict[str, object]:
+    p = home / hugepages.CEILING_FILE
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+# --- which page size ------------------------------------------------------------------
+
+@pytest.mark.parametrize("memory, fixed, largest, has_1g, kb, why", [
+    (512 * MIB, False, GIB_KB, True, MIB2_KB, "512 MiB per rank is not a whole number of GiB"),
+    (128 * MIB, False, GIB_KB, True, MIB2_KB, "not a whole number"),
+    (3 * GIB // 2, False, GIB_KB, True, MIB2_KB, "1536 MiB per rank is not a whole number of GiB"),
+    (GIB, False, GIB_KB, True, GIB_KB, "1 GiB per rank fills whole 1 GiB pages"),
+    (2 * GIB, False, GIB_KB, True, GIB_KB, "2 GiB per rank fills"),
+    (GIB, True, GIB_KB, True, MIB2_KB, "fixed address"),
+    (GIB, False, GIB_KB, False, MIB2_KB, "no 1 GiB pages"),
+    (GIB, False, MIB2_KB, True, MIB2_KB, "LATTICE_BIGMEM_PAGES=2M"),
+    (GIB, False, PAGE_KB, True, PAGE_KB, "LATTICE_BIGMEM_PAGES=4K"),
+])
+def test_page_size_fits_the_node(memory: int, fixed: bool, largest: int, has_1g: bool, kb: int, why: str) -> None:
+    got, reason = hugepages.choose(memory, fixed, largest, has_1g)
+    assert got == kb and why in reason
+
 
 @pytest.mark.parametrize("memory, kb, pages", [
-    (GIB, GIB_KB, 1), (512 * MIB, GIB_KB, 1), (GIB + 1, GIB_KB, 2), (3 * GIB, GIB_KB, 3),
-    (GIB, MIB2_KB, 512), (512 * MIB, MIB2_KB, 256), (3 * MIB, MIB2_KB, 2), (MIB, MIB2_KB, 1),
+    (GIB, GIB_KB, 1), (2 * GIB, GIB_KB, 2), (GIB, MIB2_KB, 512), (512 * MIB, MIB2_KB, 256),
+    (3 * MIB, MIB2_KB, 2), (MIB, MIB2_KB, 1),
 ])
 def test_pages_per_rank(memory: int, kb: int, pages: int) -> None:
     assert hugepages.pages_per_rank(memory, kb) == pages
 
 
-def test_grows_the_1g_pool_and_gives_back(k: FakeKernel, tmp_path: Path) -> None:
-    res = reserve(k, tmp_path / "home", "job-1", nranks=16, memory=GIB)
-    assert res.pages == {GIB_KB: 16} and res.warning is None
-    assert k.nr(GIB_KB) == 16 and k.nr(MIB2_KB) == 0
-    assert any("16 x 1 GiB" in n for n in res.notes)
+def test_parse_page() -> None:
+    assert [hugepages.parse_page(t) for t in ("1G", "2m", "4K")] == [GIB_KB, MIB2_KB, PAGE_KB]
+    with pytest.raises(ValueError, match="1G, 2M or 4K"):
+        hugepages.parse_page("16M")
+
+
+# --- 2 MiB pages: the overcommit ceiling -------------------------------------------------
+
+def test_2m_job_raises_the_ceiling_only_and_puts_it_back(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    res = reserve(k, home, "job-1", nranks=16, memory=512 * MIB)
+    assert res.env == [] and res.page_kb == MIB2_KB and res.at_start and res.warning is None
+    assert res.surplus == 16 * 256 and res.pages == {}
+    assert k.writes == [], "no pool is resized"
+    assert k.overcommit(MIB2_KB) == 4096
+    assert any("2 MiB (512 MiB per rank is not a whole number of GiB)" in n and "0 -> 4096" in n
+               for n in res.notes), res.notes
+    # the ranks reserve their pages as surplus pages, and the kernel frees them as they end
+    assert all(k.map_2m(256) for _ in range(16))
+    assert k.get(MIB2_KB, "surplus_hugepages") == 4096
+    for _ in range(16):
+        k.unmap_2m(256)
     assert hugepages.release(res) == []
-    assert (k.nr(GIB_KB), k.nr(MIB2_KB)) == (0, 0)
-    assert json.loads((tmp_path / "home" / "hugepages.json").read_text()) == {}
-    assert hugepages.release(res) == [] and k.nr(GIB_KB) == 0          # twice is harmless
+    assert k.overcommit(MIB2_KB) == 0 and ceiling_state(home) == {}
+    assert json.loads((home / "hugepages.json").read_text()) == {}
+    assert hugepages.release(res) == [] and k.overcommit(MIB2_KB) == 0     # twice is harmless
 
 
-def test_fixed_address_program_uses_the_2m_pool(k: FakeKernel, tmp_path: Path) -> None:
-    res = reserve(k, tmp_path / "home", "job-1", nranks=2, memory=512 * MIB, fixed_address=True)
-    assert res.pages == {MIB2_KB: 512} and k.nr(GIB_KB) == 0 and k.nr(MIB2_KB) == 512
+def test_ceiling_counts_every_live_run_and_comes_back_to_its_base(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 10)       # the administrator's
+    a = reserve(k, home, "a", nranks=2, memory=512 * MIB)
+    b = reserve(k, home, "b", nranks=1, memory=256 * MIB)
+    assert k.overcommit(MIB2_KB) == 10 + 512 + 128
+    assert hugepages.release(a) == [] and k.overcommit(MIB2_KB) == 10 + 128
+    assert hugepages.release(b) == [] and k.overcommit(MIB2_KB) == 10
+    assert ceiling_state(home) == {}
+
+
+def test_a_ceiling_someone_else_changed_is_theirs(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    a = reserve(k, home, "a", nranks=2, memory=512 * MIB)
+    assert k.overcommit(MIB2_KB) == 512
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 1000)     # the administrator, meanwhile
+    b = reserve(k, home, "b", nranks=1, memory=256 * MIB)
+    assert k.overcommit(MIB2_KB) == 1000 + 512 + 128
+    hugepages.release(a), hugepages.release(b)
+    assert k.overcommit(MIB2_KB) == 1000, "their value, not ours, is what comes back"
+
+
+def test_other_machines_pages_are_not_touched(k: FakeKernel, tmp_path: Path) -> None:
+    """Another machine (or anyone) holds 2 MiB and 1 GiB pool pages: a 2 MiB job
+    starts and ends without changing a pool, and its ranks cannot take pages
+    somebody has reserved."""
+    k.put(MIB2_KB, "nr_hugepages", 300), k.put(MIB2_KB, "free_hugepages", 300), k.put(MIB2_KB, "resv_hugepages", 300)
+    k.put(GIB_KB, "nr_hugepages", 3), k.put(GIB_KB, "free_hugepages", 1)
+    res = reserve(k, tmp_path / "home", "j", nranks=4, memory=512 * MIB)
+    assert all(k.map_2m(256) for _ in range(4))
+    assert k.get(MIB2_KB, "surplus_hugepages") == 1024, "all from free memory: the others' pages are reserved"
+    for _ in range(4):
+        k.unmap_2m(256)
     hugepages.release(res)
-    assert k.nr(MIB2_KB) == 0
+    assert k.writes == []
+    assert [k.get(MIB2_KB, f) for f in ("nr_hugepages", "free_hugepages", "resv_hugepages")] == [300, 300, 300]
+    assert (k.get(GIB_KB, "nr_hugepages"), k.get(GIB_KB, "free_hugepages")) == (3, 1)
 
 
-def test_free_pages_already_there_are_used_first(k: FakeKernel, tmp_path: Path) -> None:
-    # 3 ranks' worth of free 1 GiB pages (2 more are reserved by someone's mapping), 1 rank in 2 MiB pages
+def test_a_job_bigger_than_the_host_takes_pages_at_first_touch(tmp_path: Path) -> None:
+    k = FakeKernel(tmp_path, avail=8 * GIB)             # 6 GiB may be reserved
+    res = reserve(k, tmp_path / "home", "big", nranks=256, memory=128 * MIB)    # 32 GiB
+    assert res.env == ["LATTICE_BIGMEM_RESERVE=0"] and not res.at_start
+    assert res.warning and "first touch" in res.warning and "32.0 GiB" in res.warning and "6.0 GiB" in res.warning
+    assert k.overcommit(MIB2_KB) == 256 * 64, "the ranks may still take each page they touch"
+    hugepages.release(res)
+    assert k.overcommit(MIB2_KB) == 0
+
+
+def test_free_2m_pool_pages_count_as_room(tmp_path: Path) -> None:
+    k = FakeKernel(tmp_path, avail=GIB)
+    k.put(MIB2_KB, "nr_hugepages", 2048), k.put(MIB2_KB, "free_hugepages", 2048)   # 4 GiB, free
+    res = reserve(k, tmp_path / "home", "j", nranks=4, memory=512 * MIB)
+    assert res.at_start and res.warning is None
+
+
+def test_user_asks_for_4k(k: FakeKernel, tmp_path: Path) -> None:
+    res = reserve(k, tmp_path / "home", "j", nranks=2, memory=GIB, largest=PAGE_KB)
+    assert res.page_kb == PAGE_KB and res.env == [] and k.writes == [] and k.ceilings == []
+    assert not res.recorded and any("transparent" in n for n in res.notes)
+
+
+def test_user_caps_1g_node_at_2m(k: FakeKernel, tmp_path: Path) -> None:
+    res = reserve(k, tmp_path / "home", "j", nranks=2, memory=GIB, largest=MIB2_KB)
+    assert res.page_kb == MIB2_KB and k.writes == [] and k.overcommit(MIB2_KB) == 1024
+    hugepages.release(res)
+
+
+# --- 1 GiB pages: the pool ---------------------------------------------------------------
+
+def test_1g_node_grows_the_1g_pool_and_gives_back(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    res = reserve(k, home, "job-1", nranks=16, memory=GIB)
+    assert res.env == [] and res.page_kb == GIB_KB
+    assert res.pages == {GIB_KB: 16} and res.surplus == 0 and res.warning is None
+    assert k.persistent(GIB_KB) == 16 and k.overcommit(MIB2_KB) == 0
+    assert any("1 GiB (1 GiB per rank fills whole 1 GiB pages): reserved 16 x 1 GiB" in n for n in res.notes)
+    assert hugepages.release(res) == []
+    assert k.persistent(GIB_KB) == 0
+    assert json.loads((home / "hugepages.json").read_text()) == {}
+
+
+def test_fixed_address_program_goes_on_2m(k: FakeKernel, tmp_path: Path) -> None:
+    res = reserve(k, tmp_path / "home", "j", nranks=2, memory=GIB, fixed_address=True)
+    assert res.page_kb == MIB2_KB and k.writes == [] and k.overcommit(MIB2_KB) == 1024
+    hugepages.release(res)
+    assert k.overcommit(MIB2_KB) == 0
+
+
+def test_free_1g_pages_already_there_are_used_first(k: FakeKernel, tmp_path: Path) -> None:
+    # 3 ranks' worth of free 1 GiB pages (2 more are reserved by someone's mapping)
     k.put(GIB_KB, "nr_hugepages", 5), k.put(GIB_KB, "free_hugepages", 5), k.put(GIB_KB, "resv_hugepages", 2)
-    k.put(MIB2_KB, "nr_hugepages", 600), k.put(MIB2_KB, "free_hugepages", 600)
-    res = reserve(k, tmp_path / "home", "a", nranks=4, memory=GIB)
-    assert res.pages == {} and res.warning is None and k.writes == []
-    # a fifth rank needs one more page: the 1 GiB pool grows by one
-    res2 = reserve(k, tmp_path / "home2", "b", nranks=5, memory=GIB)
-    assert res2.pages == {GIB_KB: 1} and k.nr(GIB_KB) == 6
+    res = reserve(k, tmp_path / "home", "a", nranks=3, memory=GIB)
+    assert res.pages == {} and res.surplus == 0 and k.writes == [] and k.ceilings == []
+    # a fourth rank needs one more page: the pool grows by one
+    res2 = reserve(k, tmp_path / "home2", "b", nranks=4, memory=GIB)
+    assert res2.pages == {GIB_KB: 1} and k.persistent(GIB_KB) == 6
     hugepages.release(res2)
-    assert k.nr(GIB_KB) == 5 and k.nr(MIB2_KB) == 600
-
-
-def test_at_most_75_percent_of_memavailable(tmp_path: Path) -> None:
-    k = FakeKernel(tmp_path, avail=8 * GIB)             # 6 GiB may be taken
-    res = reserve(k, tmp_path / "home", "big", nranks=16, memory=GIB)
-    assert res.pages == {GIB_KB: 6} and k.nr(MIB2_KB) == 0
-    assert res.warning and "6 of 16 ranks" in res.warning and "75%" in res.warning
-    hugepages.release(res)
-    assert k.nr(GIB_KB) == 0
-
-
-def test_limit_in_2m_pages(tmp_path: Path) -> None:
-    k = FakeKernel(tmp_path, avail=2 * GIB)             # 1.5 GiB: 3 ranks of 512 MiB
-    res = reserve(k, tmp_path / "home", "j", nranks=4, memory=512 * MIB, fixed_address=True)
-    assert res.pages == {MIB2_KB: 3 * 256}
-    assert res.warning and "3 of 4 ranks" in res.warning
+    assert k.persistent(GIB_KB) == 5
 
 
 def test_1g_pool_cannot_grow_so_2m(tmp_path: Path) -> None:
     k = FakeKernel(tmp_path, cap={GIB_KB: 0})
     res = reserve(k, tmp_path / "home", "j", nranks=2, memory=GIB)
-    assert res.pages == {MIB2_KB: 1024} and res.warning is None
+    assert res.pages == {} and res.surplus == 1024 and res.at_start
+    assert res.page_kb == GIB_KB and res.env == [], "cnk still tries 1 GiB pages first"
+    assert any("1 GiB pages for 0 of 2 ranks" in n and "would not grow" in n for n in res.notes), res.notes
+    assert k.overcommit(MIB2_KB) == 1024
     hugepages.release(res)
-    assert (k.nr(GIB_KB), k.nr(MIB2_KB)) == (0, 0)
+    assert (k.persistent(GIB_KB), k.overcommit(MIB2_KB)) == (0, 0)
 
 
-def test_partial_1g_growth_keeps_whole_ranks_and_covers_the_rest_in_2m(tmp_path: Path) -> None:
-    # 1.5 GiB nodes need 2 pages of 1 GiB per rank; the kernel finds only 3 pages
+def test_partial_1g_growth_keeps_whole_ranks_and_the_rest_go_on_2m(tmp_path: Path) -> None:
+    # 2 GiB per rank: 2 pages of 1 GiB each; the kernel finds only 3 pages
     k = FakeKernel(tmp_path, cap={GIB_KB: 3})
-    res = reserve(k, tmp_path / "home", "j", nranks=2, memory=3 * GIB // 2)
-    assert res.pages == {GIB_KB: 2, MIB2_KB: 768}, "one rank on 1 GiB pages; the odd page given back"
-    assert k.nr(GIB_KB) == 2 and k.nr(MIB2_KB) == 768
+    res = reserve(k, tmp_path / "home", "j", nranks=2, memory=2 * GIB)
+    assert res.pages == {GIB_KB: 2}, "one rank on 1 GiB pages; the odd page given back"
+    assert res.surplus == 1024 and k.overcommit(MIB2_KB) == 1024
+    assert any("the other 1 rank reserve" in n for n in res.notes), res.notes
     hugepages.release(res)
-    assert (k.nr(GIB_KB), k.nr(MIB2_KB)) == (0, 0)
+    assert (k.persistent(GIB_KB), k.overcommit(MIB2_KB)) == (0, 0)
 
 
-def test_no_pool_can_grow(tmp_path: Path) -> None:
-    k = FakeKernel(tmp_path, cap={GIB_KB: 0, MIB2_KB: 100})
-    res = reserve(k, tmp_path / "home", "j", nranks=2, memory=GIB)
-    assert res.pages == {} and k.nr(MIB2_KB) == 0, "100 pages hold no whole rank: given back"
-    assert res.warning and "0 of 2 ranks" in res.warning and "would not grow" in res.warning
-    assert hugepages.release(res) == []
+def test_1g_growth_within_75_percent_of_memavailable(tmp_path: Path) -> None:
+    k = FakeKernel(tmp_path, avail=8 * GIB)             # 6 GiB may be taken
+    res = reserve(k, tmp_path / "home", "big", nranks=16, memory=GIB)
+    assert res.pages == {GIB_KB: 6}
+    assert any("6 of 16 ranks" in n and "75%" in n for n in res.notes), res.notes
+    # the other 10 ranks (10 GiB) do not fit in what is left: their 2 MiB pages come at first touch
+    assert res.surplus == 10 * 512 and not res.at_start and res.warning and "first touch" in res.warning
+    hugepages.release(res)
+    assert (k.persistent(GIB_KB), k.overcommit(MIB2_KB)) == (0, 0)
 
+
+# --- without root, without pools -----------------------------------------------------------
 
 def test_not_root_warns_once_and_writes_nothing(k: FakeKernel, tmp_path: Path) -> None:
-    res = hugepages.reserve(tmp_path / "home", "j", 2, GIB, pools=k, root=False)
-    assert res.pages == {} and k.writes == []
-    assert res.warning and res.warning.startswith("not root")
+    res = hugepages.reserve(tmp_path / "home", "j", 2, 512 * MIB, pools=k, root=False)
+    assert k.writes == [] and k.ceilings == [] and res.env == []
+    assert res.warning and res.warning.startswith("not root") and "2 of 2 ranks" in res.warning
     assert not (tmp_path / "home").exists(), "no bookkeeping without a reservation"
-    k.put(GIB_KB, "nr_hugepages", 2), k.put(GIB_KB, "free_hugepages", 2)
-    assert hugepages.reserve(tmp_path / "home", "j", 2, GIB, pools=k, root=False).warning is None
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 512)      # the administrator allows surplus pages
+    assert hugepages.reserve(tmp_path / "home", "j", 2, 512 * MIB, pools=k, root=False).warning is None
 
 
 def test_no_pools_at_all(tmp_path: Path) -> None:
     k = FakeKernel(tmp_path, sizes=())
     res = reserve(k, tmp_path / "home", "j", nranks=1, memory=GIB)
-    assert res.pages == {} and res.warning and "no huge page pools" in res.warning
+    assert res.pages == {} and res.warning and "no 2 MiB huge pages" in res.warning
 
 
 # --- bookkeeping ------------------------------------------------------------------
 
-def test_two_runs_release_only_their_own(k: FakeKernel, tmp_path: Path) -> None:
+def test_two_runs_release_only_their_own_1g_pages(k: FakeKernel, tmp_path: Path) -> None:
     home = tmp_path / "home"
     a = reserve(k, home, "job-1", nranks=2, memory=GIB)
     # a's pages are free until its ranks map them: b must not count them as its own
     b = reserve(k, home, "job-2", nranks=3, memory=GIB)
-    assert (a.pages, b.pages, k.nr(GIB_KB)) == ({GIB_KB: 2}, {GIB_KB: 3}, 5)
+    assert (a.pages, b.pages, k.persistent(GIB_KB)) == ({GIB_KB: 2}, {GIB_KB: 3}, 5)
     book = json.loads((home / "hugepages.json").read_text())
     assert {r: e["pages"] for r, e in book.items()} == {"job-1": {str(GIB_KB): 2}, "job-2": {str(GIB_KB): 3}}
     k.use(GIB_KB, 5)                                    # both jobs run
-    k.put(GIB_KB, "nr_hugepages", k.nr(GIB_KB) + 10)    # the administrator adds 10 meanwhile
+    k.put(GIB_KB, "nr_hugepages", k.get(GIB_KB, "nr_hugepages") + 10)     # the administrator adds 10
     k.put(GIB_KB, "free_hugepages", 10)
     k.unuse(GIB_KB, 2)                                  # a ends first
     assert hugepages.release(a) == []
-    assert k.nr(GIB_KB) == 13, "a took back its 2, not b's 3 and not the administrator's 10"
+    assert k.persistent(GIB_KB) == 13, "a took back its 2, not b's 3 and not the administrator's 10"
     k.unuse(GIB_KB, 3)
     assert hugepages.release(b) == []
-    assert k.nr(GIB_KB) == 10
+    assert k.persistent(GIB_KB) == 10
     assert json.loads((home / "hugepages.json").read_text()) == {}
 
 
@@ -203,57 +359,74 @@ def test_pages_still_held_are_reported(tmp_path: Path) -> None:
     assert problems and "still" in problems[0]
 
 
-def test_a_dead_run_s_pages_are_given_back_by_the_next(k: FakeKernel, tmp_path: Path) -> None:
+def test_a_dead_run_s_pages_and_ceiling_are_given_back_by_the_next(k: FakeKernel, tmp_path: Path) -> None:
     home = tmp_path / "home"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
     k.put(GIB_KB, "nr_hugepages", 4), k.put(GIB_KB, "free_hugepages", 4)
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 512)
     home.mkdir()
     (home / "hugepages.json").write_text(json.dumps(
-        {"job-7": {"pid": int(dead.stdout), "start": "1", "pages": {str(GIB_KB): 4}}}))
+        {"job-7": {"pid": int(dead.stdout), "start": "1", "pages": {str(GIB_KB): 4}},
+         "job-6": {"pid": int(dead.stdout), "start": "1", "pages": {}, "overcommit": {str(MIB2_KB): 512}}}))
+    (home / hugepages.CEILING_FILE).write_text(json.dumps({str(MIB2_KB): {"base": 0, "set": 512}}))
     res = reserve(k, home, "job-8", nranks=1, memory=GIB)
-    assert any("ended run (job-7)" in n for n in res.notes)
-    assert k.nr(GIB_KB) == 1 and res.pages == {GIB_KB: 1}
+    assert any("ended run (job-7)" in n for n in res.notes) and any("ended run (job-6)" in n for n in res.notes)
+    assert k.persistent(GIB_KB) == 1 and res.pages == {GIB_KB: 1}
+    assert k.overcommit(MIB2_KB) == 0 and ceiling_state(home) == {}
     assert set(json.loads((home / "hugepages.json").read_text())) == {"job-8"}
     hugepages.release(res)
-    assert k.nr(GIB_KB) == 0
+    assert k.persistent(GIB_KB) == 0
 
 
-def _worker(d: str, home: str, rid: str, go: str, done: str) -> None:
-    k = FakeKernel.__new__(FakeKernel)
-    Pools.__init__(k, Path(d) / "sys", Path(d) / "meminfo")
-    k.cap, k.writes = {}, []
-    res = hugepages.reserve(Path(home), rid, 1, GIB, pools=k, root=True)
-    Path(done, rid).write_text(json.dumps(res.pages))
+def test_old_book_entries_are_understood(k: FakeKernel, tmp_path: Path) -> None:
+    """A book written by an older lattice (no "overcommit") on the same host."""
+    home = tmp_path / "home"
+    home.mkdir()
+    me = {"pid": os.getpid(), "start": hugepages._start_time(os.getpid())}
+    (home / "hugepages.json").write_text(json.dumps({"old": {**me, "pages": {str(MIB2_KB): 300}}}))
+    res = reserve(k, home, "new", nranks=1, memory=512 * MIB)
+    assert k.overcommit(MIB2_KB) == 256
+    hugepages.release(res)
+    assert k.overcommit(MIB2_KB) == 0 and set(json.loads((home / "hugepages.json").read_text())) == {"old"}
+
+
+def _worker(d: str, home: str, rid: str, memory: int, go: str, done: str) -> None:
+    k = FakeKernel(Path(d))
+    res = hugepages.reserve(Path(home), rid, 1, memory, pools=k, root=True)
+    Path(done, rid).write_text(json.dumps([res.pages, res.surplus]))
     while not Path(go).exists():
         time.sleep(0.01)
     hugepages.release(res)
 
 
 def test_concurrent_runs_under_the_lock(tmp_path: Path) -> None:
-    """Six processes reserve at once, then release at once: the pool grows to
-    exactly six and returns to where it was."""
+    """Six processes reserve at once (three on 1 GiB pages, three on 2 MiB),
+    then release at once: the 1 GiB pool grows by exactly three, the ceiling
+    by the three 2 MiB jobs, and both return to where they were."""
     k = FakeKernel(tmp_path)
     k.put(GIB_KB, "nr_hugepages", 1)                   # someone else's page, in use
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 7)
     home, go, done = tmp_path / "home", tmp_path / "go", tmp_path / "done"
     done.mkdir()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_worker, args=(str(tmp_path), str(home), f"job-{i}", str(go), str(done)))
-             for i in range(6)]
+    jobs = [(f"job-{i}", GIB if i % 2 else 256 * MIB) for i in range(6)]
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path), str(home), rid, mem, str(go), str(done)))
+             for rid, mem in jobs]
     for p in procs:
         p.start()
     for _ in range(500):
         if len(os.listdir(done)) == 6:
             break
         time.sleep(0.02)
-    pages = [json.loads((done / f).read_text()) for f in sorted(os.listdir(done))]
-    assert pages == [{str(GIB_KB): 1}] * 6
-    assert k.nr(GIB_KB) == 7
+    got = {f: json.loads((done / f).read_text()) for f in sorted(os.listdir(done))}
+    assert got == {rid: ([{str(GIB_KB): 1}, 0] if mem == GIB else [{}, 128]) for rid, mem in jobs}
+    assert k.persistent(GIB_KB) == 4 and k.overcommit(MIB2_KB) == 7 + 3 * 128
     go.touch()
     for p in procs:
         p.join(20)
         assert p.exitcode == 0
-    assert k.nr(GIB_KB) == 1
+    assert k.persistent(GIB_KB) == 1 and k.overcommit(MIB2_KB) == 7
     assert json.loads((home / "hugepages.json").read_text()) == {}
 
 

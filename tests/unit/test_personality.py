@@ -363,7 +363,7 @@ def test_cli_errors(tmp_path: Path) -> None:
         assert status == 0 and "block: A\n" in out and "cores: 2\n" in out    # the default, as on BG/L
         assert out.endswith("mode: co\nt: 0\n")
         status, out, _ = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "1")
-        assert status == 0 and out.endswith(f"memory: {1 << 29}\ncores: 2\nmode: vn\nt: 1\n")
+        assert status == 0 and out.endswith(f"memory: {1 << 28}\ncores: 2\nmode: vn\nt: 1\n")   # half of the default 512 MiB
         status, out, _ = lattice("personality", "R00-M0-N00-C:J01", "--mode", "vn", "--t", "1", "--env")
         assert status == 0 and out.endswith(";mode=vn;t=1\n")
         status, _, err = lattice("personality", "R00-M0-N00-C:J01", "--t", "1")

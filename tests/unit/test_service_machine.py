@@ -132,10 +132,10 @@ def is_box(coords: list[tuple[int, int, int]]) -> bool:
 def test_init_defaults(home: Home) -> None:
     r = home.ok("init")
     m = home.machine()
-    # docs: 2x2x4 torus, psets of 8, 1 GiB per node, one host
-    assert (m.shape, m.pset_size, m.memory, m.placement, m.hide) == ((2, 2, 4), 8, 1 << 30, "local", ())
+    # docs: 2x2x4 torus, psets of 8, 512 MiB per node, one host
+    assert (m.shape, m.pset_size, m.memory, m.placement, m.hide) == ((2, 2, 4), 8, 512 << 20, "local", ())
     assert m.nodes == 16 and m.psets == 2
-    assert "16 compute nodes" in r.out and "2 I/O nodes" in r.out and "1024 MiB" in r.out
+    assert "16 compute nodes" in r.out and "2 I/O nodes" in r.out and "512 MiB" in r.out
     # the database knows the same nodes
     con = home.db()
     kinds = dict(con.execute("SELECT kind, count(*) FROM nodes GROUP BY kind").fetchall())
@@ -373,7 +373,7 @@ def test_init_writes_what_load_reads(home: Home) -> None:
 
 
 def test_toml_optional_sections_default(tmp_path: Path) -> None:
-    data = {"torus": {"shape": [1, 1, 2]}, "pset": {"size": 2}, "node": {"memory": 1 << 30}}
+    data = {"torus": {"shape": [1, 1, 2]}, "pset": {"size": 2}, "node": {"memory": 512 << 20}}
     assert Machine.from_toml(data, "x") == Machine(shape=(1, 1, 2), pset_size=2, hide=())
 
 

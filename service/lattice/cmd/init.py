@@ -14,7 +14,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", default="2x2x4", help="torus of compute nodes, XxYxZ (default 2x2x4)")
     p.add_argument("--pset-size", type=int, default=machine.DEFAULT_PSET,
                    help="compute nodes per I/O node (default 8)")
-    p.add_argument("--memory", default="1G", help="memory per compute node (default 1G)")
+    p.add_argument("--memory", default=f"{machine.DEFAULT_MEMORY >> 20}M",
+                   help=f"memory per compute node (default {machine.DEFAULT_MEMORY >> 20}M, as on Blue Gene/L)")
     p.add_argument("--cores", type=int, default=machine.DEFAULT_CORES,
                    help=f"cores per compute node (default {machine.DEFAULT_CORES}, as on Blue Gene/L)")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
