@@ -170,6 +170,7 @@ int path_is_local(const char *path);            /* the path rule (README "Node-l
 long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
 long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
 long ship_close(int fd);
+long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
 /* Handlers for every file call (README "shipped" row), each deciding by
  * path or descriptor and setting c->cls: sys_openat, sys_open, sys_creat,
  * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,

@@ -1090,6 +1090,26 @@ static long fstatat_ship(int rd, const char *path, int flags, void *buf)
     return 0;
 }
 
+/* fd's status flags (F_GETFL) and file type (st_mode), wherever it lives:
+ * what mmap's errors depend on.  0 or -errno. */
+long ship_fd_kind(int fd, long *flags, uint32_t *mode)
+{
+    struct kstat k;
+    int r;
+    int rt = fd_route(fd, &r);
+
+    if (rt < 0)
+        return rt;
+    *flags = rt == ROUTE_SHIP ? fwd_fcntl(r, F_GETFL, 0) : ksys2(__NR_fcntl, fd, F_GETFL);
+    if (*flags < 0)
+        return *flags;
+    long s = rt == ROUTE_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
+    if (s < 0)
+        return s;
+    *mode = k.mode;
+    return 0;
+}
+
 /* Linux >= 6.11 takes a NULL path with AT_EMPTY_PATH as "". */
 static const char *empty_ok(const char *path, int flags)
 {
