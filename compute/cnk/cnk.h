@@ -230,6 +230,9 @@ uint64_t ship_rdv_min(void);
     X(getsockname) X(getpeername) X(poll) X(ppoll) X(select) X(pselect6) X(epoll_ctl) \
     X(epoll_wait) X(epoll_pwait)
 SOCK_HANDLERS(SOCK_HANDLER)
+/* Descriptor numbers [first, last] were closed or replaced: the kernel would drop their epoll
+ * registrations, and every registration in an epoll set numbered so. */
+void sock_epoll_closed(unsigned first, unsigned last);
 
 /* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */
 long sys_lattice_zoid(struct cnk_call *c);

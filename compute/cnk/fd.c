@@ -138,6 +138,8 @@ int fd_install_at(int remote, int cloexec, int fd, int *old)
     }
     kunlock(&fdlock);
     ksys1(__NR_close, ph);
+    if (r >= 0)
+        sock_epoll_closed((unsigned)fd, (unsigned)fd);  /* what was at fd is gone */
     return r < 0 ? (int)r : fd;
 }
 
@@ -153,6 +155,8 @@ int fd_forget(int fd, int close_placeholder)
     if (v && close_placeholder)
         ksys1(__NR_close, fd);
     kunlock(&fdlock);
+    if (v)
+        sock_epoll_closed((unsigned)fd, (unsigned)fd);
     return v - 1;
 }
 
