@@ -370,6 +370,20 @@ static long read_file(int fd, uintptr_t dst, size_t len, int64_t off)
     return (long)done;
 }
 
+/* A shipped descriptor above 2 sits on cnk's O_PATH placeholder (fd.c).
+ * If the kernel's descriptor is a real file, the table is wrong (an
+ * intermittent MPI_Init failure was blamed on this: UCX's /dev/shm file
+ * refused as an I/O-node file): say so loudly and map the real file. */
+static int placeholder_ok(int fd)
+{
+    long fl = fd > 2 ? ksys2(__NR_fcntl, fd, F_GETFL) : O_PATH;
+    if (fl < 0 || (fl & O_PATH))
+        return 1;
+    kprint(cnk.err_fd, "[cnk %d] mmap: descriptor %d is marked as the I/O node's but is a local file; "
+           "mapped locally\n", cnk.rank, fd);
+    return 0;
+}
+
 /* What Linux's mmap says of fd where cnk cannot map it (a shared writable
  * view of an I/O-node file: err -ENODEV) or could not read it (err): EACCES
  * for a descriptor not open for reading, or not for writing when the view
@@ -464,8 +478,11 @@ long sys_mmap(struct cnk_call *c)
      * so they are real mappings outside big memory */
     if (!anon && type != MAP_PRIVATE && !fd_is_shipped(fd))
         return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
-    if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE))
+    if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE)) {
+        if (!placeholder_ok(fd))
+            return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
         return map_errno(fd, 1, -ENODEV);   /* a shared writable view of a file on the I/O node */
+    }
     if (fixed && !bigmem_contains(addr, len)) {
         if (overlaps(addr, len))
             return -EINVAL;
