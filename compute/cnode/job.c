@@ -436,7 +436,7 @@ static uint32_t proc_cores(const struct job *j)
  * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
 static char **make_env(struct job *j, const struct proc *p, int procfd_num)
 {
-    enum { OURS = 11 };
+    enum { OURS = 12 };
     int cnk = is_cnk(j);
     size_t n = 0;
     while (j->env[n])
@@ -446,10 +446,12 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
         return NULL;
     size_t k = 0;
     const char *user_preload = NULL;
+    int ucx_devices = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = j->env[i];
         if (!cnk && !strncmp(s, "LD_PRELOAD=", 11))
             user_preload = s + 11;
+        ucx_devices |= !strncmp(s, "UCX_NET_DEVICES=", 16);
         if (!ours_var(s, cnk))
             e[k++] = (char *)s;
     }
@@ -474,6 +476,12 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     snprintf(buf[m++], sizeof buf[0], "PMI_RANK=%u", p->rank);
     snprintf(buf[m++], sizeof buf[0], "PMI_SIZE=%u", j->nj.size);
     snprintf(buf[m++], sizeof buf[0], "PMI_JOBID=lattice-%llu", (unsigned long long)j->nj.job);
+    if (!ucx_devices) {     /* the job's own choice wins; else only the host's routed interfaces (netdev.c) */
+        char dev[256];
+        netdev_default_routes(dev, sizeof dev);
+        if (dev[0])
+            snprintf(buf[m++], sizeof buf[0], "UCX_NET_DEVICES=%s", dev);
+    }
     size_t first = k;
     for (int i = 0; i < m; i++)
         if (!(e[k++] = strdup(buf[i]))) {

@@ -12,6 +12,12 @@ rank's descriptors and shared memory are set up are repeated.
 
 A 1x1x2 machine (one pset, 2 cores and 128 MiB per node) keeps each job
 under a second on an idle host.
+
+The message itself is UCX's tcp transport finding an interface it listed in
+ucp_init without an address when it creates the worker (an interface of
+something else on the host coming or going): cnode names the interfaces of
+the host's default routes in UCX_NET_DEVICES unless the job does
+(compute/cnode/netdev.c), which the last test checks.
 """
 from __future__ import annotations
 
@@ -54,3 +60,27 @@ def test_fifty_mpich_jobs_all_start(tiny: Machine, kernel: str) -> None:
             failed.append(f"job {i} ({kernel}, {mode}, -n {n}): exit {p.returncode}\n"
                           f"stdout:\n{p.stdout[-2000:]}\nstderr:\n{p.stderr[-3000:]}")
     assert not failed, f"{len(failed)} of {JOBS} jobs failed:\n" + "\n".join(failed[:3])
+
+
+def default_route_interfaces() -> str:
+    """As compute/cnode/netdev.c reads them (IPv4 routes; this host has one)."""
+    names: list[str] = []
+    for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+        f = line.split()
+        if len(f) > 3 and int(f[1], 16) == 0 and int(f[3], 16) & 1 and f[0] not in names:
+            names.append(f[0])
+    return ",".join(names)
+
+
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_ucx_uses_the_routed_interfaces_unless_told(tiny: Machine, kernel: str) -> None:
+    want = default_route_interfaces()
+    if not want:
+        pytest.skip("this host has no default route: cnode leaves UCX_NET_DEVICES alone")
+
+    def ucx_devices(*env: str) -> list[str]:
+        p = tiny.run("run", "--block", "T", "-n", "1", "--kernel", kernel, *env, "/usr/bin/env")
+        return [line for line in p.stdout.splitlines() if line.startswith("UCX_NET_DEVICES=")]
+
+    assert ucx_devices() == [f"UCX_NET_DEVICES={want}"]
+    assert ucx_devices("--env", "UCX_NET_DEVICES=lo") == ["UCX_NET_DEVICES=lo"]
