@@ -164,6 +164,8 @@ int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,
 int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
 void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */
 int fd_is_shipped(int fd);                      /* program descriptor stands for a remote one */
+void fd_on_close(void (*fn)(unsigned first, unsigned last)); /* told of numbers closed or replaced */
+void fd_closed(unsigned first, unsigned last);  /* numbers [first, last] were closed or replaced */
 int fd_is_hidden(int fd);                       /* one of cnk's own */
 int path_is_local(const char *path);            /* the path rule (README "Node-local files") */
 /* for the loader and for file-backed mappings; fd is a program descriptor */
@@ -231,7 +233,8 @@ uint64_t ship_rdv_min(void);
     X(epoll_wait) X(epoll_pwait)
 SOCK_HANDLERS(SOCK_HANDLER)
 /* Descriptor numbers [first, last] were closed or replaced: the kernel would drop their epoll
- * registrations, and every registration in an epoll set numbered so. */
+ * registrations, and every registration in an epoll set numbered so.  main.c hands it to fd.c
+ * (fd_on_close): fd.c and ship.c also run without sock.c (tests/unit/test_cnk_ship.py). */
 void sock_epoll_closed(unsigned first, unsigned last);
 
 /* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */

@@ -115,7 +115,7 @@ static void close_local_cloexec(void)
                 continue;
             long fl = ksys2(__NR_fcntl, fd, F_GETFD);
             if (fl >= 0 && (fl & FD_CLOEXEC) && ksys1(__NR_close, fd) == 0)
-                sock_epoll_closed((unsigned)fd, (unsigned)fd);
+                fd_closed((unsigned)fd, (unsigned)fd);
         }
     }
     ksys1(__NR_close, dir);

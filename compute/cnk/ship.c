@@ -887,7 +887,7 @@ long sys_close(struct cnk_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret)) {
         if (ret == 0)       /* perhaps an epoll set holding shipped descriptors */
-            sock_epoll_closed((unsigned)c->a[0], (unsigned)c->a[0]);
+            fd_closed((unsigned)c->a[0], (unsigned)c->a[0]);
         return ret;
     }
     /* a second closer of the same number finds -1 and gets EBADF */
@@ -928,7 +928,7 @@ long sys_close_range(struct cnk_call *c)
     }
     long ret = close_pieces(first, last, flags);
     if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
-        sock_epoll_closed(first, last);
+        fd_closed(first, last);
     return any ? shipped(c, ret) : answered(c, ret);
 }
 
@@ -1460,7 +1460,7 @@ static long dup_local(struct cnk_call *c, int newfd, int new_shipped)
     long ret = local(c);
 
     if (ret >= 0)
-        sock_epoll_closed((unsigned)newfd, (unsigned)newfd);   /* replaced whatever was there */
+        fd_closed((unsigned)newfd, (unsigned)newfd);   /* replaced whatever was there */
     if (ret >= 0 && new_shipped) {
         int old = fd_forget(newfd, 0);
         if (old >= 0) {
