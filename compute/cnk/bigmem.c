@@ -371,9 +371,9 @@ static long read_file(int fd, uintptr_t dst, size_t len, int64_t off)
 }
 
 /* A shipped descriptor above 2 sits on cnk's O_PATH placeholder (fd.c).
- * If the kernel's descriptor is a real file, the table is wrong (an
- * intermittent MPI_Init failure was blamed on this: UCX's /dev/shm file
- * refused as an I/O-node file): say so loudly and map the real file. */
+ * If the kernel's descriptor is a real file the table is wrong, and a
+ * program's /dev/shm file would be refused as an I/O-node file (what issue
+ * 12's MPI_Init failure was first taken for): say so loudly and map it. */
 static int placeholder_ok(int fd)
 {
     long fl = fd > 2 ? ksys2(__NR_fcntl, fd, F_GETFL) : O_PATH;
