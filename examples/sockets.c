@@ -157,6 +157,23 @@ static int polls(int port)
     if (epoll_wait(ep, out, 4, 5000) != 1 || out[0].data.u64 != 42)
         die("epoll_wait");
     recv_exact(s, b, 4);
+    /* a closed descriptor leaves the set: the next owner of its number is not in it */
+    int s2 = tcp_connect(port), q[2];
+    struct epoll_event ev2 = { .events = EPOLLIN, .data.u64 = 7 };
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, s2, &ev2) < 0)
+        die("epoll_ctl again");
+    close(s2);
+    if (pipe(q) < 0 || q[0] != s2 || write(q[1], "x", 1) != 1)
+        die("pipe on the closed number");
+    if (epoll_wait(ep, out, 4, 50) != 0)
+        die("epoll_wait after close");
+    /* regular files are always ready: Linux refuses them */
+    int f = open("/etc/hosts", O_RDONLY);
+    if (f < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, f, &ev) == 0 || errno != EPERM)
+        die("epoll_ctl of a regular file");
+    close(f);
+    close(q[0]);
+    close(q[1]);
     close(ep);
     close(s);
     printf("rank %d: poll select epoll ok\n", rank);

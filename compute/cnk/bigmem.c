@@ -11,6 +11,7 @@
 #include <linux/fcntl.h>
 #include <linux/memfd.h>
 #include <linux/mman.h>
+#include <linux/stat.h>
 
 #include "cnk.h"
 
@@ -419,6 +420,41 @@ static long read_file(int fd, uintptr_t dst, size_t len, int64_t off)
     return (long)done;
 }
 
+/* A shipped descriptor above 2 sits on cnk's O_PATH placeholder (fd.c).
+ * If the kernel's descriptor is a real file the table is wrong, and a
+ * program's /dev/shm file would be refused as an I/O-node file (what issue
+ * 12's MPI_Init failure was first taken for): say so loudly and map it. */
+static int placeholder_ok(int fd)
+{
+    long fl = fd > 2 ? ksys2(__NR_fcntl, fd, F_GETFL) : O_PATH;
+    if (fl < 0 || (fl & O_PATH))
+        return 1;
+    kprint(cnk.err_fd, "[cnk %d] mmap: descriptor %d is marked as the I/O node's but is a local file; "
+           "mapped locally\n", cnk.rank, fd);
+    return 0;
+}
+
+/* What Linux's mmap says of fd where cnk cannot map it (a shared writable
+ * view of an I/O-node file: err -ENODEV) or could not read it (err): EACCES
+ * for a descriptor not open for reading, or not for writing when the view
+ * is shared and writable; EBADF for O_PATH; ENODEV for what has no pages to
+ * map (socket, directory, FIFO, character device); else err. */
+static long map_errno(int fd, int shared_write, long err)
+{
+    long fl;
+    uint32_t mode;
+    long r = ship_fd_kind(fd, &fl, &mode);
+    if (r < 0)
+        return r;
+    if (fl & O_PATH)
+        return -EBADF;
+    if ((fl & O_ACCMODE) == O_WRONLY || (shared_write && (fl & O_ACCMODE) != O_RDWR))
+        return -EACCES;
+    if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != S_IFBLK)
+        return -ENODEV;
+    return err;
+}
+
 /* Place a mapping: at addr (fixed) or wherever the allocator says.
  * *dirty tells whether the place may hold old contents. */
 static long place(uintptr_t addr, size_t len, int flags, int *dirty)
@@ -470,7 +506,7 @@ static long map_outside(uintptr_t addr, size_t len, int prot, int flags, int fd,
     long n = read_file(fd, (uintptr_t)a, len, off);
     if (n < 0 || ((prot & PROT_WRITE) == 0 && ksys3(__NR_mprotect, a, len, prot) < 0)) {
         ksys2(__NR_munmap, a, len);
-        return n < 0 ? n : -EINVAL;
+        return n < 0 ? map_errno(fd, 0, n) : -EINVAL;
     }
     return a;
 }
@@ -492,8 +528,11 @@ long sys_mmap(struct cnk_call *c)
      * so they are real mappings outside big memory */
     if (!anon && type != MAP_PRIVATE && !fd_is_shipped(fd))
         return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
-    if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE))
-        return -ENODEV;     /* a shared writable view of a file on the I/O node */
+    if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE)) {
+        if (!placeholder_ok(fd))
+            return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
+        return map_errno(fd, 1, -ENODEV);   /* a shared writable view of a file on the I/O node */
+    }
     if (fixed && !bigmem_contains(addr, len)) {
         if (overlaps(addr, len))
             return -EINVAL;
@@ -522,7 +561,7 @@ long sys_mmap(struct cnk_call *c)
         n = read_file(fd, (uintptr_t)a, len, off);
         if (n < 0) {
             give_back((uintptr_t)a, len);
-            return n;
+            return map_errno(fd, 0, n);
         }
     }
     if (dirty)

@@ -164,12 +164,15 @@ int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,
 int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
 void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */
 int fd_is_shipped(int fd);                      /* program descriptor stands for a remote one */
+void fd_on_close(void (*fn)(unsigned first, unsigned last)); /* told of numbers closed or replaced */
+void fd_closed(unsigned first, unsigned last);  /* numbers [first, last] were closed or replaced */
 int fd_is_hidden(int fd);                       /* one of cnk's own */
 int path_is_local(const char *path);            /* the path rule (README "Node-local files") */
 /* for the loader and for file-backed mappings; fd is a program descriptor */
 long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
 long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
 long ship_close(int fd);
+long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
 /* Handlers for every file call (README "shipped" row), each deciding by
  * path or descriptor and setting c->cls: sys_openat, sys_open, sys_creat,
  * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,
@@ -229,6 +232,10 @@ uint64_t ship_rdv_min(void);
     X(getsockname) X(getpeername) X(poll) X(ppoll) X(select) X(pselect6) X(epoll_ctl) \
     X(epoll_wait) X(epoll_pwait)
 SOCK_HANDLERS(SOCK_HANDLER)
+/* Descriptor numbers [first, last] were closed or replaced: the kernel would drop their epoll
+ * registrations, and every registration in an epoll set numbered so.  main.c hands it to fd.c
+ * (fd_on_close): fd.c and ship.c also run without sock.c (tests/unit/test_cnk_ship.py). */
+void sock_epoll_closed(unsigned first, unsigned last);
 
 /* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */
 long sys_lattice_zoid(struct cnk_call *c);

@@ -114,8 +114,8 @@ static void close_local_cloexec(void)
                 fd_is_hidden((int)fd))
                 continue;
             long fl = ksys2(__NR_fcntl, fd, F_GETFD);
-            if (fl >= 0 && (fl & FD_CLOEXEC))
-                ksys1(__NR_close, fd);
+            if (fl >= 0 && (fl & FD_CLOEXEC) && ksys1(__NR_close, fd) == 0)
+                fd_closed((unsigned)fd, (unsigned)fd);
         }
     }
     ksys1(__NR_close, dir);

@@ -113,6 +113,19 @@ int fd_install(int remote, int cloexec, int minfd)
     return fd;
 }
 
+static void (*close_hook)(unsigned, unsigned);
+
+void fd_on_close(void (*fn)(unsigned first, unsigned last))
+{
+    close_hook = fn;
+}
+
+void fd_closed(unsigned first, unsigned last)
+{
+    if (close_hook)
+        close_hook(first, last);
+}
+
 static unsigned epoch;          /* shipped descriptors closed or replaced so far */
 
 unsigned fd_epoch(void)
@@ -138,6 +151,8 @@ int fd_install_at(int remote, int cloexec, int fd, int *old)
     }
     kunlock(&fdlock);
     ksys1(__NR_close, ph);
+    if (r >= 0)
+        fd_closed((unsigned)fd, (unsigned)fd);  /* what was at fd is gone */
     return r < 0 ? (int)r : fd;
 }
 
@@ -153,6 +168,8 @@ int fd_forget(int fd, int close_placeholder)
     if (v && close_placeholder)
         ksys1(__NR_close, fd);
     kunlock(&fdlock);
+    if (v)
+        fd_closed((unsigned)fd, (unsigned)fd);
     return v - 1;
 }
 

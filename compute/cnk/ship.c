@@ -885,8 +885,11 @@ long sys_close(struct cnk_call *c)
     int r;
     long ret;
 
-    if (!by_fd(c, c->a[0], &r, &ret))
+    if (!by_fd(c, c->a[0], &r, &ret)) {
+        if (ret == 0)       /* perhaps an epoll set holding shipped descriptors */
+            fd_closed((unsigned)c->a[0], (unsigned)c->a[0]);
         return ret;
+    }
     /* a second closer of the same number finds -1 and gets EBADF */
     return shipped(c, rclose(fd_forget((int)c->a[0], 1)));
 }
@@ -924,6 +927,8 @@ long sys_close_range(struct cnk_call *c)
             rclose(fd_forget(fd, 1));   /* errors are dropped, as close_range does */
     }
     long ret = close_pieces(first, last, flags);
+    if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+        fd_closed(first, last);
     return any ? shipped(c, ret) : answered(c, ret);
 }
 
@@ -1087,6 +1092,26 @@ static long fstatat_ship(int rd, const char *path, int flags, void *buf)
         return r;
     stat_from_wire(&w, &k);
     memcpy(buf, &k, sizeof k);
+    return 0;
+}
+
+/* fd's status flags (F_GETFL) and file type (st_mode), wherever it lives:
+ * what mmap's errors depend on.  0 or -errno. */
+long ship_fd_kind(int fd, long *flags, uint32_t *mode)
+{
+    struct kstat k;
+    int r;
+    int rt = fd_route(fd, &r);
+
+    if (rt < 0)
+        return rt;
+    *flags = rt == ROUTE_SHIP ? fwd_fcntl(r, F_GETFL, 0) : ksys2(__NR_fcntl, fd, F_GETFL);
+    if (*flags < 0)
+        return *flags;
+    long s = rt == ROUTE_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
+    if (s < 0)
+        return s;
+    *mode = k.mode;
     return 0;
 }
 
@@ -1434,6 +1459,8 @@ static long dup_local(struct cnk_call *c, int newfd, int new_shipped)
 {
     long ret = local(c);
 
+    if (ret >= 0)
+        fd_closed((unsigned)newfd, (unsigned)newfd);   /* replaced whatever was there */
     if (ret >= 0 && new_shipped) {
         int old = fd_forget(newfd, 0);
         if (old >= 0) {

@@ -645,6 +645,38 @@ long sock_pselect6(struct cnk_call *c)
 
 static struct ereg { int epfd, fd; uint32_t events; uint64_t data; } ereg[MAX_EREG];
 static struct klock ereg_lock;
+static int nereg;               /* entries in use: 0 = nothing to drop when descriptors close */
+
+static void ereg_drop(struct ereg *e)
+{
+    *e = (struct ereg){ 0, 0, 0, 0 };   /* epfd == fd (both 0) marks a free entry */
+    __atomic_sub_fetch(&nereg, 1, __ATOMIC_RELEASE);
+}
+
+void sock_epoll_closed(unsigned first, unsigned last)
+{
+    if (!__atomic_load_n(&nereg, __ATOMIC_ACQUIRE))
+        return;
+    klock(&ereg_lock);
+    for (int i = 0; i < MAX_EREG; i++) {
+        struct ereg *e = &ereg[i];
+        if (e->epfd != e->fd && (((unsigned)e->fd >= first && (unsigned)e->fd <= last) ||
+                                 ((unsigned)e->epfd >= first && (unsigned)e->epfd <= last)))
+            ereg_drop(e);
+    }
+    kunlock(&ereg_lock);
+}
+
+/* Linux refuses regular files and directories in an epoll set (they are always ready). */
+static long pollable(int fd)
+{
+    long fl;
+    uint32_t mode;
+    long r = ship_fd_kind(fd, &fl, &mode);
+    if (r < 0)
+        return r;
+    return (mode & 0170000) == 0100000 || (mode & 0170000) == 0040000 ? -EPERM : 0;
+}
 
 long sock_epoll_ctl(struct cnk_call *c)
 {
@@ -657,7 +689,10 @@ long sock_epoll_ctl(struct cnk_call *c)
         return shipped(c, -EBADF);
     if ((op == 1 || op == 3) && !ev)
         return shipped(c, -EFAULT);
-    long ret = -ENOENT;
+    long ret = op == 1 ? pollable(fd) : 0;
+    if (ret < 0)
+        return shipped(c, ret);
+    ret = -ENOENT;
     int slot = -1, freeslot = -1;
     klock(&ereg_lock);
     for (int i = 0; i < MAX_EREG; i++) {
@@ -668,14 +703,16 @@ long sock_epoll_ctl(struct cnk_call *c)
     }
     if (op == 1) {              /* EPOLL_CTL_ADD */
         ret = slot >= 0 ? -EEXIST : freeslot < 0 ? -ENOSPC : 0;
-        if (!ret)
+        if (!ret) {
             ereg[freeslot] = (struct ereg){ epfd, fd, ev->events, ev->data };
+            __atomic_add_fetch(&nereg, 1, __ATOMIC_RELEASE);
+        }
     } else if (op == 3 && slot >= 0) {      /* MOD */
         ereg[slot].events = ev->events;
         ereg[slot].data = ev->data;
         ret = 0;
     } else if (op == 2 && slot >= 0) {      /* DEL */
-        ereg[slot] = (struct ereg){ 0, 0, 0, 0 };
+        ereg_drop(&ereg[slot]);
         ret = 0;
     } else if (op != 1 && op != 2 && op != 3) {
         ret = -EINVAL;
@@ -718,7 +755,7 @@ static long mixed_epoll(struct cnk_call *c, long ms, int *sh)
             if (!p[j].revents || e->epfd != epfd || e->fd != p[j].fd)
                 continue;
             if (p[j].revents & POLLNVAL_) {
-                *e = (struct ereg){ 0, 0, 0, 0 };   /* closed: the kernel would drop it */
+                ereg_drop(e);   /* closed: the kernel would drop it */
                 continue;
             }
             out[nl++] = (struct kepoll_event){ (uint32_t)(uint16_t)p[j].revents, e->data };

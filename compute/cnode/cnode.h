@@ -44,6 +44,8 @@ struct msg {
 
 /* net.c */
 int net_connect(const char *addr, double retry_seconds);
+/* netdev.c: the interfaces of the host's default routes, comma-separated ("" if none) */
+void netdev_default_routes(char *out, size_t len);
 /* The handshake, our hello with seq `seq`; returns 0, or -1 with errno (the
  * ack's err if refused, EBADMSG if ciod's proof is wrong).  With hp (a PROC
  * hello), *dp gets the data path ciod agreed. */

@@ -473,7 +473,7 @@ static uint32_t proc_cores(const struct job *j)
  * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
 static char **make_env(struct job *j, const struct proc *p, int procfd_num)
 {
-    enum { OURS = 11 };
+    enum { OURS = 12 };
     int cnk = is_cnk(j);
     size_t n = 0;
     while (j->env[n])
@@ -484,12 +484,14 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     size_t k = 0;
     const char *user_preload = NULL;
     int progress = p->cpu ? p->progress : LAT_PROGRESS_UNSET;   /* the job's own (the user's --env) wins */
+    int ucx_devices = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = j->env[i];
         if (!cnk && !strncmp(s, "LD_PRELOAD=", 11))
             user_preload = s + 11;
         if (!strncmp(s, "MPIR_CVAR_ASYNC_PROGRESS=", 25))
             progress = LAT_PROGRESS_UNSET;
+        ucx_devices |= !strncmp(s, "UCX_NET_DEVICES=", 16);
         if (!ours_var(s, cnk))
             e[k++] = (char *)s;
     }
@@ -519,6 +521,12 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     static char async0[] = "MPIR_CVAR_ASYNC_PROGRESS=0", async1[] = "MPIR_CVAR_ASYNC_PROGRESS=1";
     if (progress != LAT_PROGRESS_UNSET)
         e[k++] = progress ? async1 : async0;
+    if (!ucx_devices) {     /* the job's own choice wins; else only the host's routed interfaces (netdev.c) */
+        char dev[256];
+        netdev_default_routes(dev, sizeof dev);
+        if (dev[0])
+            snprintf(buf[m++], sizeof buf[0], "UCX_NET_DEVICES=%s", dev);
+    }
     size_t first = k;
     for (int i = 0; i < m; i++)
         if (!(e[k++] = strdup(buf[i]))) {

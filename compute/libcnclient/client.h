@@ -84,6 +84,9 @@ LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
 /* Forget app descriptor fd (closing its placeholder); returns its remote
  * descriptor or -1 if it was not remote. */
 LAT_HIDDEN int lat_fd_forget(int fd, int close_local);
+/* sock.c: numbers [first, last] were closed or replaced: drop the epoll
+ * registrations of shipped descriptors there, and those of epoll sets numbered so. */
+LAT_HIDDEN void lat_epoll_closed(unsigned first, unsigned last);
 LAT_HIDDEN int lat_fd_cloexec(int fd);
 LAT_HIDDEN void lat_fd_set_cloexec(int fd, int on);
 LAT_HIDDEN void lat_fd_init_std(void);

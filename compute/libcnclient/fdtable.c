@@ -112,6 +112,7 @@ int lat_fd_install_at(int remote, int cx, int fd)
         lat_ship_close(remote);
         return lat_fail(e);
     }
+    lat_epoll_closed((unsigned)fd, (unsigned)fd);  /* what was at fd is gone */
     if (old)
         lat_ship_close(old - 1);
     return fd;
@@ -128,6 +129,8 @@ int lat_fd_forget(int fd, int close_local)
     if (v && close_local)
         syscall(SYS_close, fd);
     pthread_mutex_unlock(&fdlock);
+    if (v)
+        lat_epoll_closed((unsigned)fd, (unsigned)fd);
     return v - 1;
 }
 

@@ -256,7 +256,10 @@ int close(int fd)
     case LAT_LOCAL:
         break;
     }
-    return REAL(close)(fd);
+    int ret = REAL(close)(fd);
+    if (ret == 0)       /* perhaps an epoll set holding shipped descriptors */
+        lat_epoll_closed((unsigned)fd, (unsigned)fd);
+    return ret;
 }
 
 /* closefrom() and friends must not take the shipping socket with them. */
@@ -299,7 +302,10 @@ static int close_range_impl(unsigned first, unsigned last, int flags)
 
 int close_range(unsigned int first, unsigned int last, int flags)
 {
-    return close_range_impl(first, last, flags);
+    int ret = close_range_impl(first, last, flags);
+    if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+        lat_epoll_closed(first, last);
+    return ret;
 }
 
 void closefrom(int lowfd)
@@ -308,7 +314,7 @@ void closefrom(int lowfd)
         REAL(closefrom)(lowfd);
         return;
     }
-    close_range_impl(lowfd < 0 ? 0u : (unsigned)lowfd, ~0u, 0);
+    close_range(lowfd < 0 ? 0u : (unsigned)lowfd, ~0u, 0);
 }
 
 /* ---- read / write ---- */
@@ -537,6 +543,8 @@ static int do_dup3(int oldfd, int newfd, int flags, int is_dup2)
         return lat_fd_install_at((int)nr, flags & O_CLOEXEC, newfd);
     }
     int ret = is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
+    if (ret >= 0)
+        lat_epoll_closed((unsigned)newfd, (unsigned)newfd);    /* replaced whatever was there */
     if (ret >= 0 && n == LAT_SHIP)
         lat_ship_close(lat_fd_forget(newfd, 0));  /* the local dup replaced the placeholder */
     return ret;

@@ -741,6 +741,22 @@ static struct ereg { int epfd, fd; uint32_t events; uint64_t data; } ereg[MAX_ER
 static int nereg;               /* registrations in use: 0 = every epoll call is the kernel's */
 static pthread_mutex_t ereg_lock = PTHREAD_MUTEX_INITIALIZER;
 
+void lat_epoll_closed(unsigned first, unsigned last)
+{
+    if (!__atomic_load_n(&nereg, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&ereg_lock);
+    for (int i = 0; i < MAX_EREG; i++) {
+        struct ereg *e = &ereg[i];
+        if (e->epfd != e->fd && (((unsigned)e->fd >= first && (unsigned)e->fd <= last) ||
+                                 ((unsigned)e->epfd >= first && (unsigned)e->epfd <= last))) {
+            *e = (struct ereg){ 0, 0, 0, 0 };
+            __atomic_sub_fetch(&nereg, 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&ereg_lock);
+}
+
 int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
     int r;
@@ -751,6 +767,10 @@ int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
         return lat_fail(EBADF);
     if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && lat_is_null(ev))
         return lat_fail(EFAULT);
+    struct stat st;     /* Linux refuses regular files and directories: always ready */
+    if (op == EPOLL_CTL_ADD && lat_fstatat_any(fd, "", &st, AT_EMPTY_PATH) == 0 &&
+        (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
+        return lat_fail(EPERM);
     int err = ENOENT, slot = -1, freeslot = -1;
     pthread_mutex_lock(&ereg_lock);
     for (int i = 0; i < MAX_EREG; i++) {

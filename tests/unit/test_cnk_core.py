@@ -428,6 +428,48 @@ int main(void)
 }
 """
 
+# mmap's errors for descriptors cnk cannot map as asked: as Linux's.  Run
+# natively and under cnk (where the relative names are shipped).
+MAPERR = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static void try(const char *what, const char *path, int oflags, int prot, int mflags)
+{
+    int fd = open(path, oflags);
+    if (fd < 0) {
+        printf("%s open %s\n", what, strerrorname_np(errno));
+        return;
+    }
+    char *p = mmap(NULL, 8192, prot, mflags, fd, 0);
+    if (p == MAP_FAILED)
+        printf("%s %s\n", what, strerrorname_np(errno));
+    else
+        printf("%s mapped %.6s\n", what, (prot & PROT_READ) ? p + 4096 : "");
+    close(fd);
+}
+int main(int argc, char **argv)
+{
+    const char *f = argc > 1 ? argv[1] : "data.txt";
+    try("rdonly_shared_write", f, O_RDONLY, PROT_READ | PROT_WRITE, MAP_SHARED);
+    try("rdonly_shared_validate_write", f, O_RDONLY, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE);
+    try("wronly_private_read", f, O_WRONLY, PROT_READ, MAP_PRIVATE);
+    try("wronly_shared_read", f, O_WRONLY, PROT_READ, MAP_SHARED);
+    try("wronly_shared_write", f, O_WRONLY, PROT_READ | PROT_WRITE, MAP_SHARED);
+    try("path_private_read", f, O_PATH, PROT_READ, MAP_PRIVATE);
+    try("dir_private_read", ".", O_RDONLY | O_DIRECTORY, PROT_READ, MAP_PRIVATE);
+    try("dir_shared_read", ".", O_RDONLY | O_DIRECTORY, PROT_READ, MAP_SHARED);
+    try("rdonly_private_write", f, O_RDONLY, PROT_READ | PROT_WRITE, MAP_PRIVATE);
+    try("rdonly_shared_read", f, O_RDONLY, PROT_READ, MAP_SHARED);
+    try("rdwr_shared_write", f, O_RDWR, PROT_READ | PROT_WRITE, MAP_SHARED);
+    return 0;
+}
+"""
+
 FDS = r"""
 #include <errno.h>
 #include <fcntl.h>
@@ -550,6 +592,7 @@ def progs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cc("smaps_static", SMAPS, "-pthread", "-static")
     cc("signals", SIGNALS)
     cc("mmap", MMAP)
+    cc("maperr", MAPERR)
     cc("fds", FDS)
     cc("stress", STRESS, "-pthread")
     cc("big_bss", BIG_BSS, "-static")
@@ -759,6 +802,25 @@ def test_mmap_semantics(progs: Path) -> None:
         "toobig ENOMEM",
         "cnkfd EBADF",
     ]
+
+
+def test_mmap_errors_are_linux_errors(progs: Path) -> None:
+    """Where cnk cannot map an I/O-node file as asked, or could not read it,
+    mmap fails as Linux would for that descriptor (EACCES for one not open
+    for reading, or not for writing when the view is shared and writable;
+    EBADF for O_PATH; ENODEV for a directory); only a shared writable view
+    of a file open read-write, which Linux maps, is ENODEV under cnk."""
+    data = progs / "data.txt"
+    native = subprocess.run([str(progs / "maperr"), str(data)], cwd=progs, capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    r = run(progs / "maperr")
+    assert r.rc == 0, r.cnk_err
+    got = r.out.splitlines()
+    assert len(got) == len(native) == 11, (got, native)
+    assert got[:-1] == native[:-1], (got, native)
+    assert native[0] == "rdonly_shared_write EACCES" and native[2] == "wronly_private_read EACCES", native
+    assert "dir_private_read ENODEV" in native and "rdonly_shared_read mapped SECOND" in native, native
+    assert native[-1] == "rdwr_shared_write mapped SECOND" and got[-1] == "rdwr_shared_write ENODEV", got
 
 
 # ---------------------------------------------------------------------------
