@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -59,6 +60,8 @@ APPS = bl.BENCH / "apps"
 KERNELS = ["cg", "mg", "ft", "is", "ep"]
 CLASSES = {"cg": "TSA", "mg": "TSA", "ft": "TSA", "is": "TSAB", "ep": "TSA"}
 CONFIGS = ["hydra", "cnk", "linux"]
+Job = tuple[str, str, int]            # kernel, class, ranks
+Series = dict[Job, dict[str, list[float]]]
 RESULT = re.compile(r"^(CG|MG|FT|IS|EP) class=\S+ ranks=\d+ .*$", re.M)
 
 
@@ -104,9 +107,8 @@ class Runner:
         return wall, None, f"exit {rc}: {line} {tail}".strip()
 
 
-def sweep(runner: Runner, jobs: list[tuple[str, str, int]], repeat: int, tag: str,
-          walls: dict[tuple[str, str, int], dict[str, list[float]]],
-          inner: dict[tuple[str, str, int], dict[str, list[float]]], failures: list[str]) -> None:
+def sweep(runner: Runner, jobs: list[Job], repeat: int, tag: str, walls: Series, inner: Series,
+          failures: list[str]) -> None:
     for i in range(repeat):
         for prog, cls, n in jobs:
             for cfg in bl.rotations(CONFIGS, i):
@@ -122,9 +124,7 @@ def sweep(runner: Runner, jobs: list[tuple[str, str, int]], repeat: int, tag: st
                       flush=True)
 
 
-def tables(title: str, jobs: list[tuple[str, str, int]],
-           walls: dict[tuple[str, str, int], dict[str, list[float]]],
-           inner: dict[tuple[str, str, int], dict[str, list[float]]], repeat: int) -> str:
+def tables(title: str, jobs: list[Job], walls: Series, inner: Series, repeat: int) -> str:
     ratios = [("cnk/hydra", "cnk", "hydra"), ("linux/hydra", "linux", "hydra")]
     rows = [(f"{p} {c} {n} ranks", walls[(p, c, n)], ratios) for p, c, n in jobs]
     irows = [(f"{p} {c} {n} ranks", inner[(p, c, n)], ratios) for p, c, n in jobs]
@@ -133,13 +133,13 @@ def tables(title: str, jobs: list[tuple[str, str, int]],
             bl.table(f"{title}: the kernel's own timed section (time_s) in s, median [min–max]", CONFIGS, irows))
 
 
-def goals(jobs: list[tuple[str, str, int]], walls: dict[tuple[str, str, int], dict[str, list[float]]]) -> list[str]:
+def goals(jobs: list[Job], walls: Series) -> list[str]:
     out = []
     for job in jobs:
         for k in ("cnk", "linux"):
             w = walls[job]
             if w[k] and w["hydra"]:
-                r = sorted(w[k])[len(w[k]) // 2] / sorted(w["hydra"])[len(w["hydra"]) // 2]
+                r = statistics.median(w[k]) / statistics.median(w["hydra"])
                 out.append(f"{job[0]} {job[1]} {job[2]} ranks {k}: {r:.2f}x hydra, goal <= 1.0 "
                            f"{'met' if r <= 1.0 else 'NOT met'}")
     return out
@@ -154,7 +154,7 @@ def main() -> int:
     ap.add_argument("--memory", default="768M", help="per compute node of the main machine")
     ap.add_argument("--pset-size", type=int, default=8)
     ap.add_argument("--no-bigmem", action="store_true", help="skip the big-memory run (is class B, 2 ranks)")
-    ap.add_argument("--bigmem-memory", default="2G", help="per compute node of the big-memory machine")
+    ap.add_argument("--bigmem-memory", default="3G", help="per compute node of the big-memory machine")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true",
                     help="functional run: 1 repeat, class T, 2 ranks, no big-memory run")
@@ -174,8 +174,8 @@ def main() -> int:
         sys.exit("apps.py: mpiexec.hydra not found (apt-get install mpich)")
 
     jobs = [(k, s, n) for k in kernels for s in sizes for n in ranks]
-    walls = {j: {c: [] for c in CONFIGS} for j in jobs}
-    inner = {j: {c: [] for c in CONFIGS} for j in jobs}
+    walls: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
+    inner: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
     failures: list[str] = []
     nmax = max(ranks)
     print(bl.header("apps", sys.argv))
@@ -187,10 +187,10 @@ def main() -> int:
     print()
     print(tables("MPI application kernels", jobs, walls, inner, a.repeat))
 
-    big: list[tuple[str, str, int]] = [] if a.no_bigmem else [("is", "B", 2)]
+    big: list[Job] = [] if a.no_bigmem else [("is", "B", 2)]
     if big:
-        bwalls = {j: {c: [] for c in CONFIGS} for j in big}
-        binner = {j: {c: [] for c in CONFIGS} for j in big}
+        bwalls: Series = {j: {c: [] for c in CONFIGS} for j in big}
+        binner: Series = {j: {c: [] for c in CONFIGS} for j in big}
         print(f"\nbig memory: machine 1x1x2, {a.bigmem_memory} per node", flush=True)
         with Block("1x1x2", 2, a.bigmem_memory) as blk:
             sweep(Runner(hydra, blk, a.timeout), big, a.repeat, "big memory: ", bwalls, binner, failures)
