@@ -6,7 +6,7 @@ this benchmark, dynamic MPICH executables (the same file for every launcher),
 each verifying its own result and printing one line that ends in VERIFIED or
 FAILED (see the head of each .c for the problem and the check):
   cg  conjugate gradient, random sparse SPD matrix: SpMV with MPI_Allgatherv,
-      3 MPI_Allreduce per iteration
+      2 MPI_Allreduce per iteration
   mg  V-cycles, 3-D Poisson: halo exchange (MPI_Sendrecv) on every sweep
   ft  3-D FFT (FFTW plans) with MPI_Alltoallv transposes
   is  integer bucket sort: MPI_Alltoallv of the keys, random counting
