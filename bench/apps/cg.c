@@ -19,8 +19,8 @@
  * Verified: after every solve the true residual ||x - A z|| / ||x|| (a fresh
  * product, not CG's recurrence) is below CG's bound 2 sqrt(k) r^25 with
  * r = (sqrt(k) - 1) / (sqrt(k) + 1), k the Gershgorin condition number; and
- * the final zeta equals the class's reference value to 1e-10 (recorded with
- * 1 rank; only the rounding of the reductions differs between rank counts).
+ * the final zeta equals the class's reference value to 1e-10 (recorded
+ * once; only the rounding of the reductions differs between rank counts).
  */
 #include <math.h>
 

@@ -17,8 +17,8 @@
  * frequencies (sums over every point, reduced over the ranks); (2) Parseval,
  * sum |U|^2 = N sum |u|^2, for the forward transform and every inverse one;
  * (3) the inverse of the unevolved spectrum gives u0 back (max error); (4)
- * the last checksum equals the class's reference to 1e-10 (recorded with 1
- * rank; the same with 2, 3, 4).
+ * the last checksum equals the class's reference to 1e-10 (recorded once;
+ * only the rounding of the reductions differs between rank counts).
  */
 #include <complex.h>
 #include <math.h>

@@ -19,9 +19,10 @@
  * whatever the rank count, so only the norms' reductions round differently.
  *
  * Verified: the residual norm falls by at least a factor 2 per V-cycle on
- * average (measured: 2.3, as two damped Jacobi sweeps predict; a broken smoother, transfer or halo stalls
- * it), and the final norm equals the class's reference value to 1e-8
- * (recorded with 1 rank; the same with 2, 3, 4).
+ * average (measured: 2.3, as two damped Jacobi sweeps predict; a broken
+ * smoother, transfer or halo stalls it), and the final norm equals the
+ * class's reference value to 1e-8 (recorded once; only the norm's reduction
+ * rounds differently between rank counts).
  */
 #include <math.h>
 
@@ -125,6 +126,9 @@ static void restrict_to(level *C, const level *F, const double *fine, int fz0)
 }
 
 /* F->u += trilinear interpolation of C->u (C's planes, with halos, cover what F needs) */
+/* A fine coordinate X (1-based) lies between coarse X/2 and (X+1)/2, the same
+ * point when X is even (on the coarse grid): averaging the 8 corners gives the
+ * weights 1 or 1/2 per direction that trilinear interpolation needs. */
 static void prolong_add(level *F, const level *C)
 {
     for (int p = 1; p <= F->nz; p++) {
@@ -144,9 +148,6 @@ static void prolong_add(level *F, const level *C)
         }
     }
 }
-
-/* odd fine coordinates sit on a coarse point: both entries of the pair are it,
- * so the average above is right for odd, even and mixed coordinates alike. */
 
 static void vcycle(level *lv, int k, int kd, double *gathered, int *counts, int *displs)
 {
