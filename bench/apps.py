@@ -38,7 +38,9 @@ Big memory: `is` at class B at 2 ranks on a second machine (1x1x2,
 --bigmem-memory per node): each rank counts its 2^25 keys at random in a
 1 GiB array, where TLB misses on 4 KiB pages matter and cnk's big memory on
 huge pages should win (THP on this host is shown in the header: with
-`madvise`, Hydra's and Linux mode's ranks get 4 KiB pages).
+`madvise`, Hydra's and Linux mode's ranks get 4 KiB pages).  is prints the
+pages that back its count array (from /proc/self/smaps), shown below that
+table.
 
     .venv/bin/python bench/apps.py [--kernels cg,mg,ft,is,ep] [--sizes S,A] [--ranks 2,4,16]
                                    [--repeat 3] [--no-bigmem] [--quick]
@@ -108,7 +110,7 @@ class Runner:
 
 
 def sweep(runner: Runner, jobs: list[Job], repeat: int, tag: str, walls: Series, inner: Series,
-          failures: list[str]) -> None:
+          failures: list[str], pages: dict[tuple[Job, str], set[str]]) -> None:
     for i in range(repeat):
         for prog, cls, n in jobs:
             for cfg in bl.rotations(CONFIGS, i):
@@ -120,6 +122,8 @@ def sweep(runner: Runner, jobs: list[Job], repeat: int, tag: str, walls: Series,
                     continue
                 walls[(prog, cls, n)][cfg].append(wall)
                 inner[(prog, cls, n)][cfg].append(float(kv["time_s"]))
+                if "page" in kv:
+                    pages.setdefault(((prog, cls, n), cfg), set()).add(f"page={kv['page']} thp={kv.get('thp', '?')}")
                 print(f"  run {i + 1}/{repeat} {label}: {wall:7.2f} s (kernel {float(kv['time_s']):.2f} s) VERIFIED",
                       flush=True)
 
@@ -155,6 +159,8 @@ def main() -> int:
     ap.add_argument("--pset-size", type=int, default=8)
     ap.add_argument("--no-bigmem", action="store_true", help="skip the big-memory run (is class B, 2 ranks)")
     ap.add_argument("--bigmem-memory", default="3G", help="per compute node of the big-memory machine")
+    ap.add_argument("--bigmem-class", default="B", choices=list(CLASSES["is"]),
+                    help="class of is for the big-memory run (default B)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true",
                     help="functional run: 1 repeat, class T, 2 ranks, no big-memory run")
@@ -177,25 +183,29 @@ def main() -> int:
     walls: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
     inner: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
     failures: list[str] = []
+    pages: dict[tuple[Job, str], set[str]] = {}
     nmax = max(ranks)
     print(bl.header("apps", sys.argv))
     print(f"machine {shape_of(nmax)}, psets of {pset_of(nmax, a.pset_size)}, {a.memory} per node; "
           f"lattice run with its defaults (cnk, co mode); hydra: {hydra}", flush=True)
     with Block(shape_of(nmax), pset_of(nmax, a.pset_size), a.memory) as blk:
         print(f"boot of the block: {blk.boot_s:.2f} s", flush=True)
-        sweep(Runner(hydra, blk, a.timeout), jobs, a.repeat, "", walls, inner, failures)
+        sweep(Runner(hydra, blk, a.timeout), jobs, a.repeat, "", walls, inner, failures, pages)
     print()
     print(tables("MPI application kernels", jobs, walls, inner, a.repeat))
 
-    big: list[Job] = [] if a.no_bigmem else [("is", "B", 2)]
+    big: list[Job] = [] if a.no_bigmem else [("is", a.bigmem_class, 2)]
     if big:
         bwalls: Series = {j: {c: [] for c in CONFIGS} for j in big}
         binner: Series = {j: {c: [] for c in CONFIGS} for j in big}
         print(f"\nbig memory: machine 1x1x2, {a.bigmem_memory} per node", flush=True)
         with Block("1x1x2", 2, a.bigmem_memory) as blk:
-            sweep(Runner(hydra, blk, a.timeout), big, a.repeat, "big memory: ", bwalls, binner, failures)
+            sweep(Runner(hydra, blk, a.timeout), big, a.repeat, "big memory: ", bwalls, binner, failures, pages)
         print()
-        print(tables("Big memory, is class B (1 GiB of counts per rank)", big, bwalls, binner, a.repeat))
+        print(tables(f"Big memory, is class {a.bigmem_class} (B: 1 GiB of counts per rank)", big, bwalls, binner, a.repeat))
+        for cfg in CONFIGS:
+            got = ", ".join(sorted(pages.get((big[0], cfg), set()))) or "?"
+            print(f"pages of rank 0's count array, {cfg}: {got}")
         walls.update(bwalls)
         jobs = jobs + big
     print()

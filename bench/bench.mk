@@ -63,6 +63,8 @@ $(BUILD)/bench/apps/%: bench/apps/%.c bench/apps/apps.h
 	@mkdir -p $(@D)
 	$(MPICC) $(APPS_FLAGS) -o $@ $< -lm
 
+$(BUILD)/bench/apps/is: bench/pages.h
+
 $(BUILD)/bench/apps/ft: bench/apps/ft.c bench/apps/apps.h
 	@mkdir -p $(@D)
 	$(MPICC) $(APPS_FLAGS) -o $@ $< -lfftw3 -lm
