@@ -4,7 +4,7 @@
  * into pairs of Gaussian deviates (X, Y); count them in square annuli
  * l <= max(|X|, |Y|) < l + 1 (l = 0..9) and sum X and Y.
  *
- *   ep [T|S|A]    T: 2^20 pairs (tests), S: 2^25 pairs, A: 2^28 pairs
+ *   ep [T|S|A]    T: 2^20 pairs (tests), S: 2^26 pairs, A: 2^28 pairs
  *
  * The sequence is split into blocks of 2^16 pairs; block b starts 2^17 b
  * steps into one LCG stream (apps.h lcg_skip), and the blocks are dealt out
@@ -35,8 +35,8 @@ typedef struct {
 static const ep_class CLASSES[] = {
     ['T'] = {20, {383775, 366514, 68847, 4317, 119, 1, 0, 0, 0, 0},
              -8.903691800424530e+02, -1.048331240148204e+03},
-    ['S'] = {25, {12280925, 11728696, 2202412, 138298, 3305, 38, 0, 0, 0, 0},
-             -4.283438430373195e+03, -9.079953947394033e+03},
+    ['S'] = {26, {24567952, 23454461, 4404312, 277225, 6575, 75, 0, 0, 0, 0},
+             -6.133078615353703e+03, -9.162597977485872e+03},
     ['A'] = {28, {98265683, 93808806, 17611807, 1108908, 26317, 245, 2, 0, 0, 0},
              -1.895149438155600e+04, -1.993026828416175e+04},
 };
