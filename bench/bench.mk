@@ -49,3 +49,22 @@ $(BUILD)/bench/launch_hello: bench/launch_hello.c
 $(BUILD)/bench/sock_tput: bench/sock_tput.c
 	@mkdir -p $(@D)
 	$(CC) $(BENCH_FLAGS) -o $@ $<
+
+# MPI application kernels (bench/apps.py): CG, MG, FT, IS, EP, NPB-like and
+# self-verifying, dynamic MPICH executables (the same file for mpiexec.hydra
+# and lattice run).  -ffp-contract=off: no fused multiply-adds whatever the
+# target, so the recorded reference values hold for any build.
+APPS := cg mg ft is ep
+APPS_FLAGS := $(BENCH_FLAGS) -ffp-contract=off
+ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
+bench: $(addprefix $(BUILD)/bench/apps/,$(APPS))
+endif
+$(BUILD)/bench/apps/%: bench/apps/%.c bench/apps/apps.h
+	@mkdir -p $(@D)
+	$(MPICC) $(APPS_FLAGS) -o $@ $< -lm
+
+$(BUILD)/bench/apps/is: bench/pages.h
+
+$(BUILD)/bench/apps/ft: bench/apps/ft.c bench/apps/apps.h
+	@mkdir -p $(@D)
+	$(MPICC) $(APPS_FLAGS) -o $@ $< -lfftw3 -lm

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""MPI application kernels: `lattice run` with its defaults vs `mpiexec.hydra`, side by side in one run.
+
+The jobs are bench/apps/ (cg, mg, ft, is, ep): NPB-like kernels written for
+this benchmark, dynamic MPICH executables (the same file for every launcher),
+each verifying its own result and printing one line that ends in VERIFIED or
+FAILED (see the head of each .c for the problem and the check):
+  cg  conjugate gradient, random sparse SPD matrix: SpMV with MPI_Allgatherv,
+      2 MPI_Allreduce per iteration
+  mg  V-cycles, 3-D Poisson: halo exchange (MPI_Sendrecv) on every sweep
+  ft  3-D FFT (FFTW plans) with MPI_Alltoallv transposes
+  is  integer bucket sort: MPI_Alltoallv of the keys, random counting
+  ep  Gaussian pairs: compute only, one gather at the end
+Sizes: S (about 1-3 s at 2 ranks on an idle 2-core host) and A (5-15 s);
+T is a tiny test size (--quick), B the big-memory size of is.
+
+For each kernel x size x rank count (default 2, 4, 16: 2 is one rank per
+core, 4 and 16 share the cores) three configurations run, interleaved, each
+going first in turn, --repeat times:
+  hydra   mpiexec.hydra -n N PROG CLASS                (all ranks on this host)
+  cnk     lattice run --block apps -n N PROG CLASS     (the defaults: cnk, co mode)
+  linux   lattice run --block apps -n N --kernel linux PROG CLASS
+No flag or --env is added to `lattice run`: the point is that its defaults
+are fast.  The machine (1x1xN for the largest N, one rank per node in co
+mode, --memory per node) is booted once in a temporary LATTICE_HOME before
+the runs and freed after.
+
+Reading the output: per configuration the median [min–max] of the wall time
+of the whole command (launch, MPI_Init, the kernel, its checks, exit) and of
+the kernel's own timed section (`time_s`, printed by the program: after
+set-up, before the checks), and the ratios of medians cnk/hydra and
+linux/hydra: below 1.0 Lattice was faster.  The goal of issue 12 is
+Lattice <= 1.0x Hydra's wall time on every kernel.  Every run must print
+VERIFIED and exit 0: any other run is reported at once and at the end, and
+the script exits 1.
+
+Big memory: `is` at class B at 2 ranks on a second machine (1x1x2,
+--bigmem-memory per node): each rank counts its 2^25 keys at random in a
+1 GiB array, where TLB misses on 4 KiB pages matter and cnk's big memory on
+huge pages should win (THP on this host is shown in the header: with
+`madvise`, Hydra's and Linux mode's ranks get 4 KiB pages).  is prints the
+pages that back its count array (from /proc/self/smaps), shown below that
+table.
+
+    .venv/bin/python bench/apps.py [--kernels cg,mg,ft,is,ep] [--sizes S,A] [--ranks 2,4,16]
+                                   [--repeat 3] [--no-bigmem] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import benchlib as bl
+from launch import Block
+
+APPS = bl.BENCH / "apps"
+KERNELS = ["cg", "mg", "ft", "is", "ep"]
+CLASSES = {"cg": "TSA", "mg": "TSA", "ft": "TSA", "is": "TSAB", "ep": "TSA"}
+CONFIGS = ["hydra", "cnk", "linux"]
+Job = tuple[str, str, int]            # kernel, class, ranks
+Series = dict[Job, dict[str, list[float]]]
+RESULT = re.compile(r"^(CG|MG|FT|IS|EP) class=\S+ ranks=\d+ .*$", re.M)
+
+
+def shape_of(n: int) -> str:
+    return f"1x1x{n}"
+
+
+def pset_of(n: int, want: int) -> int:
+    return want if n % want == 0 else n
+
+
+class Runner:
+    """Runs one configuration of one job and checks its verdict."""
+
+    def __init__(self, hydra: str, blk: Block, timeout: float) -> None:
+        self.hydra = hydra
+        self.blk = blk
+        self.timeout = timeout
+
+    def cmd(self, cfg: str, n: int, prog: str, cls: str) -> tuple[list[str], dict[str, str] | None]:
+        exe = str(APPS / prog)
+        if cfg == "hydra":
+            return [self.hydra, "-n", str(n), exe, cls], None
+        kernel = ["--kernel", "linux"] if cfg == "linux" else []
+        return [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(n), *kernel, exe, cls], self.blk.env
+
+    def run(self, cfg: str, n: int, prog: str, cls: str) -> tuple[float, dict[str, str] | None, str]:
+        """(wall seconds, the result line's key=values if VERIFIED, why not)"""
+        cmd, env = self.cmd(cfg, n, prog, cls)
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.timeout)
+            out, err, rc = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err, rc = f"timed out after {self.timeout:.0f} s", -1
+        wall = time.perf_counter() - t0
+        m = RESULT.search(out)
+        if rc == 0 and m and m.group(0).rstrip().endswith(" VERIFIED"):
+            return wall, bl.kv_line(m.group(0)), ""
+        line = m.group(0) if m else "(no result line)"
+        tail = " | ".join((err or out).strip().splitlines()[-3:])
+        return wall, None, f"exit {rc}: {line} {tail}".strip()
+
+
+def sweep(runner: Runner, jobs: list[Job], repeat: int, tag: str, walls: Series, inner: Series,
+          failures: list[str], pages: dict[tuple[Job, str], set[str]]) -> None:
+    for i in range(repeat):
+        for prog, cls, n in jobs:
+            for cfg in bl.rotations(CONFIGS, i):
+                wall, kv, why = runner.run(cfg, n, prog, cls)
+                label = f"{prog} {cls} {n:2d} ranks {cfg:5s}"
+                if kv is None:
+                    failures.append(f"{tag}{label} run {i + 1}: {why}")
+                    print(f"  run {i + 1}/{repeat} {label}: VERIFICATION FAILED ({wall:.1f} s): {why}", flush=True)
+                    continue
+                walls[(prog, cls, n)][cfg].append(wall)
+                inner[(prog, cls, n)][cfg].append(float(kv["time_s"]))
+                if "page" in kv:
+                    pages.setdefault(((prog, cls, n), cfg), set()).add(f"page={kv['page']} thp={kv.get('thp', '?')}")
+                print(f"  run {i + 1}/{repeat} {label}: {wall:7.2f} s (kernel {float(kv['time_s']):.2f} s) VERIFIED",
+                      flush=True)
+
+
+def tables(title: str, jobs: list[Job], walls: Series, inner: Series, repeat: int) -> str:
+    ratios = [("cnk/hydra", "cnk", "hydra"), ("linux/hydra", "linux", "hydra")]
+    rows = [(f"{p} {c} {n} ranks", walls[(p, c, n)], ratios) for p, c, n in jobs]
+    irows = [(f"{p} {c} {n} ranks", inner[(p, c, n)], ratios) for p, c, n in jobs]
+    return (bl.table(f"{title}: {repeat} interleaved runs each, wall time of the command in s, median [min–max]",
+                     CONFIGS, rows) + "\n\n" +
+            bl.table(f"{title}: the kernel's own timed section (time_s) in s, median [min–max]", CONFIGS, irows))
+
+
+def goals(jobs: list[Job], walls: Series) -> list[str]:
+    out = []
+    for job in jobs:
+        for k in ("cnk", "linux"):
+            w = walls[job]
+            if w[k] and w["hydra"]:
+                r = statistics.median(w[k]) / statistics.median(w["hydra"])
+                out.append(f"{job[0]} {job[1]} {job[2]} ranks {k}: {r:.2f}x hydra, goal <= 1.0 "
+                           f"{'met' if r <= 1.0 else 'NOT met'}")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", default=",".join(KERNELS), help="of cg,mg,ft,is,ep")
+    ap.add_argument("--sizes", default="S,A", help="classes: T (tiny), S, A")
+    ap.add_argument("--ranks", default="2,4,16", help="rank counts")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--memory", default="768M", help="per compute node of the main machine")
+    ap.add_argument("--pset-size", type=int, default=8)
+    ap.add_argument("--no-bigmem", action="store_true", help="skip the big-memory run (is class B, 2 ranks)")
+    ap.add_argument("--bigmem-memory", default="3G", help="per compute node of the big-memory machine")
+    ap.add_argument("--bigmem-class", default="B", choices=list(CLASSES["is"]),
+                    help="class of is for the big-memory run (default B)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    ap.add_argument("--quick", action="store_true",
+                    help="functional run: 1 repeat, class T, 2 ranks, no big-memory run")
+    a = ap.parse_args()
+    if a.quick:
+        a.repeat, a.sizes, a.ranks, a.no_bigmem = 1, "T", "2", True
+    kernels = [k for k in a.kernels.split(",") if k]
+    sizes = [s for s in a.sizes.split(",") if s]
+    ranks = [int(r) for r in a.ranks.split(",") if r]
+    bad = [k for k in kernels if k not in KERNELS] + [s for s in sizes if len(s) != 1 or s not in "TSA"]
+    if bad or not ranks or min(ranks) < 1 or a.repeat < 1:
+        ap.error(f"bad --kernels/--sizes/--ranks/--repeat ({', '.join(bad) or a.ranks})")
+    bl.require_root("apps.py")
+    bl.require_built(*(APPS / k for k in kernels))
+    hydra = shutil.which("mpiexec.hydra")
+    if not hydra:
+        sys.exit("apps.py: mpiexec.hydra not found (apt-get install mpich)")
+
+    jobs = [(k, s, n) for k in kernels for s in sizes for n in ranks]
+    walls: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
+    inner: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
+    failures: list[str] = []
+    pages: dict[tuple[Job, str], set[str]] = {}
+    nmax = max(ranks)
+    print(bl.header("apps", sys.argv))
+    print(f"machine {shape_of(nmax)}, psets of {pset_of(nmax, a.pset_size)}, {a.memory} per node; "
+          f"lattice run with its defaults (cnk, co mode); hydra: {hydra}", flush=True)
+    with Block(shape_of(nmax), pset_of(nmax, a.pset_size), a.memory) as blk:
+        print(f"boot of the block: {blk.boot_s:.2f} s", flush=True)
+        sweep(Runner(hydra, blk, a.timeout), jobs, a.repeat, "", walls, inner, failures, pages)
+    print()
+    print(tables("MPI application kernels", jobs, walls, inner, a.repeat))
+
+    big: list[Job] = [] if a.no_bigmem else [("is", a.bigmem_class, 2)]
+    if big:
+        bwalls: Series = {j: {c: [] for c in CONFIGS} for j in big}
+        binner: Series = {j: {c: [] for c in CONFIGS} for j in big}
+        print(f"\nbig memory: machine 1x1x2, {a.bigmem_memory} per node", flush=True)
+        with Block("1x1x2", 2, a.bigmem_memory) as blk:
+            sweep(Runner(hydra, blk, a.timeout), big, a.repeat, "big memory: ", bwalls, binner, failures, pages)
+        print()
+        print(tables(f"Big memory, is class {a.bigmem_class} (B: 1 GiB of counts per rank)", big, bwalls, binner, a.repeat))
+        for cfg in CONFIGS:
+            got = ", ".join(sorted(pages.get((big[0], cfg), set()))) or "?"
+            print(f"pages of rank 0's count array, {cfg}: {got}")
+        walls.update(bwalls)
+        jobs = jobs + big
+    print()
+    for g in goals(jobs, walls):
+        print(f"goal {g}")
+    if failures:
+        print(f"\nVERIFICATION FAILED in {len(failures)} run(s):")
+        for f in failures:
+            print(f"  {f}")
+        return 1
+    print("\nevery run VERIFIED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
