@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         chosen = Block(name, corner, shape, "Free", True, None)
     p = placement.place(m, chosen, apps, args.mode, args.mapping)
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
-        for k, v in mpienv.mpi_env(a.exe).items():
+        for k, v in mpienv.mpi_env(a.exe, m, p).items():
             p.env.setdefault(k, v)
     for kv in args.env:
         p.env.pop(kv.split("=", 1)[0], None)     # the user's --env wins over the mode's defaults
@@ -224,7 +224,9 @@ def run(args: argparse.Namespace) -> int:
                     kernel=args.kernel, trace=args.trace, verbose=args.verbose,
                     hugepages=args.hugepages == "reserve")
     try:
-        status = job.run(con, m, b, spec)
+        # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
+        with mpienv.OpenMpiJob(p.env, list(args.env), uid, gid):
+            status = job.run(con, m, b, spec)
     finally:
         ras.ingest(con)
         if owned:
