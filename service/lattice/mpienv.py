@@ -4,8 +4,11 @@ Open MPI 4.1 (Debian's 4.1.4) has no PMI-1 wire client of its own, but its
 `pmix/flux` component bootstraps through any PMI-1 client library it
 dlopens from FLUX_PMI_LIBRARY_PATH, once FLUX_JOB_ID is set.  Lattice's
 own library (compute/libpmi, built to build/lib/libpmi.so) speaks the PMI-1
-wire protocol over the PMI_FD every rank gets from its cnode.  docs/openmpi.md
-says why each variable is there.
+wire protocol over the PMI_FD every rank gets from its cnode.  Its ranks
+share memory with every rank on their host, whichever compute node runs
+them (Open MPI's vader BTL, its PMI clique being the host's ranks); each
+running job gets an id and a directory of its own in the host's shared
+memory (OpenMpiJob).  docs/openmpi.md says why each variable is there.
 
 An Open MPI program is recognised by its ELF dynamic section: it needs
 libmpi.so.40 (or Open MPI's libopen-rte/libopen-pal, or its Fortran
@@ -149,7 +152,7 @@ def mpi_env(exe: str, m: Machine, p: Placement) -> dict[str, str]:
         raise LatticeError(f"{exe} is an Open MPI program, but Lattice's PMI-1 library {lib} is missing",
                            "build it with `make libpmi` in the repository")
     mapping = host_mapping(m, p)
-    one_host = mapping == f"(vector,(0,1,{p.nranks}))"
+    one_host = len({host.node_host(m, s.node) for s in p.slots}) == 1
     env = {
         "FLUX_PMI_LIBRARY_PATH": str(lib),      # the PMI-1 library pmix/flux dlopens
         "OMPI_MCA_pmix": "flux",                # no fallback to another PMIx client

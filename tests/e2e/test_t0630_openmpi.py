@@ -101,6 +101,16 @@ def test_shared_memory_between_nodes(ompi_machine: Machine, kernel: str, mode: s
     assert ompi_dirs() <= before, "the job's directory in /dev/shm was left behind"
 
 
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_shared_memory_as_another_user(ompi_machine: Machine, kernel: str) -> None:
+    """The job's directory is its user's (made by root, handed over), and
+    vader's single copy (process_vm_readv) passes the kernel's ptrace check
+    between that user's ranks."""
+    p = run(ompi_machine, "-n", "8", "--mode", "vn", "--kernel", kernel, "--user", "nobody", str(OMPI_EX / "shm"), "100")
+    assert "shared window: 8 of 8 stores seen by plain loads: ok" in p.stdout, p.stdout
+    assert "4 MiB each way 0<->7: 0 bytes wrong: ok" in p.stdout, p.stdout
+
+
 def syscalls(p: "subprocess.CompletedProcess[str]") -> int:
     m = re.search(r"system calls \(all ranks\): (\d+) local, (\d+) shipped, (\d+) unsupported", p.stderr)
     assert m, p.stderr
