@@ -228,6 +228,16 @@ class OpenMpiJob:
                 self.env[k] = v
         return self
 
+    def describe(self) -> str | None:
+        """What `lattice run -v` says about the job's Open MPI transport."""
+        if self.dir is None:
+            return None
+        btl = ("as the user's --env OMPI_MCA_btl says" if "OMPI_MCA_btl" in self.user_keys
+               else self.env.get("OMPI_MCA_btl", "Open MPI's default"))
+        shm = " (vader: shared memory between the ranks of a host)" if "vader" in btl else ""
+        job_id = self.env.get("FLUX_JOB_ID", "with the user's FLUX_JOB_ID")
+        return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {self.dir}"
+
     def __exit__(self, *exc: object) -> None:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -98,6 +98,8 @@ def test_shared_memory_between_nodes(ompi_machine: Machine, kernel: str, mode: s
     assert f"shared window: {n} of {n} stores seen by plain loads: ok" in p.stdout, p.stdout
     assert f"pingpong 0<->{n - 1}: 2000 round trips: ok" in p.stdout, p.stdout
     assert f"4 MiB each way 0<->{n - 1}: 0 bytes wrong: ok" in p.stdout, p.stdout
+    assert re.search(r"lattice: Open MPI job \d+: btl self,vader \(vader: shared memory between the ranks of "
+                     r"a host\); its files in /dev/shm/lattice-ompi-\d+", p.stderr), p.stderr
     assert ompi_dirs() <= before, "the job's directory in /dev/shm was left behind"
 
 

@@ -225,7 +225,10 @@ def run(args: argparse.Namespace) -> int:
                     hugepages=args.hugepages == "reserve")
     try:
         # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
-        with mpienv.OpenMpiJob(p.env, list(args.env), uid, gid):
+        with mpienv.OpenMpiJob(p.env, list(args.env), uid, gid) as ompi:
+            said = ompi.describe()
+            if args.verbose and said:
+                print(f"lattice: {said}", file=sys.stderr)
             status = job.run(con, m, b, spec)
     finally:
         ras.ingest(con)
