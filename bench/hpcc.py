@@ -7,26 +7,30 @@ N=--n, NB=--nb, a P x Q grid of the ranks, one PTRANS size of its own; the
 other tests size themselves from HPL's memory), and is timed from the
 command's start to its exit:
   mpiexec      mpiexec.openmpi -n R --oversubscribe --allow-run-as-root hpcc
-               (Open MPI's defaults: the vader shared-memory BTL between ranks)
-  mpiexec-tcp  the same with --mca pml ob1 --mca btl self,tcp: the BTLs Lattice
-               gives Open MPI programs (docs/openmpi.md), so like with like
+               (Open MPI's defaults: ob1 and the vader shared-memory BTL)
   cnk, linux   lattice run --block bench -n R --kernel cnk|linux --cwd DIR hpcc
-               (Open MPI bootstraps through Lattice's PMI: docs/openmpi.md)
+               with Lattice's defaults: Open MPI bootstraps through Lattice's
+               PMI and its ranks talk through vader too (docs/openmpi.md)
+  mpiexec-tcp  (--tcp only) mpiexec with --mca pml ob1 --mca btl self,tcp,
+               what Lattice gave Open MPI before it had shared memory
 Configurations are interleaved, each going first in turn.  Compared are hpcc's
 own verification (every `PASSED` / `FAILED` line of hpccoutf.txt, and the
 summary's failure flags), the time of the whole run, and the main figures
 of the summary section (HPL, STREAM, RandomAccess, PTRANS, FFT, ring
-latency and bandwidth).
+latency and bandwidth): median [min-max] per configuration, the ratio of
+medians, and for wall time and the ring figures the ratio of each Lattice
+run to the mpiexec run of the same repetition, median [min-max].
 
 The Lattice machine is 1x1xR (a pset of R), --mem per node (default 1G), 2
-cores per node, --mode co (one rank per node; Open MPI has no progress
-thread to switch on), booted once.  If a Lattice configuration cannot start
-hpcc the script says what happened and exits 1; the baseline still runs.
+cores per node, booted once; --mode co (the default) runs one rank per
+node, vn two (on R/2 nodes), their ranks sharing memory across nodes either
+way.  If a Lattice configuration cannot start hpcc the script says what
+happened and exits 1; the baseline still runs.
 
 2 ranks and N=3000 take about 20 s under mpiexec here (4 ranks on 2 cores
 spend most of their time yielding to each other).
 
-    .venv/bin/python bench/hpcc.py [--repeat 3] [--ranks 2] [--n 3000] [--quick]
+    .venv/bin/python bench/hpcc.py [--repeat 3] [--ranks 2] [--n 3000] [--mode co|vn] [--tcp] [--quick]
 """
 from __future__ import annotations
 
@@ -45,6 +49,10 @@ import benchlib as bl
 from launch import Block
 
 HPCC = Path("/usr/bin/hpcc")
+RING = [("wall", "wall time"), ("RandomlyOrderedRingLatency_usec", "random ring latency"),
+        ("RandomlyOrderedRingBandwidth_GBytes", "random ring bandwidth"),
+        ("NaturallyOrderedRingLatency_usec", "natural ring latency"),
+        ("NaturallyOrderedRingBandwidth_GBytes", "natural ring bandwidth")]
 # summary keys shown, with their unit
 FIGURES = [
     ("HPL_Tflops", "HPL, Gflop/s", 1000.0),
@@ -114,6 +122,7 @@ HPL.out      output file name (if any)
 class Result:
     def __init__(self, wall: float, out: Path, rc: int, stdout: str, stderr: str) -> None:
         self.wall = wall
+        self.rep = -1           # the repetition it belongs to
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
@@ -151,6 +160,28 @@ class Result:
         return f"exit {self.rc}; " + " | ".join(tail)
 
 
+def figure(r: Result, key: str) -> float | None:
+    if key == "wall":
+        return r.wall
+    try:
+        return float(r.summary[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def paired(num: list[Result], den: list[Result], key: str) -> str:
+    """num/den of one figure over the repetitions both completed, as median [min–max]."""
+    by_rep = {r.rep: figure(r, key) for r in den}
+    q = []
+    for r in num:
+        a, b = figure(r, key), by_rep.get(r.rep)
+        if a is not None and b:
+            q.append(a / b)
+    if not q:
+        return "-"
+    return f"{statistics.median(q):.3f} [{min(q):.3f}–{max(q):.3f}]"
+
+
 def run_one(cmd: list[str], env: dict[str, str] | None, work: Path, timeout: float) -> Result:
     t0 = time.perf_counter()
     try:
@@ -172,6 +203,8 @@ def main() -> int:
     ap.add_argument("--nb", type=int, default=80)
     ap.add_argument("--mem", default="1G", help="memory per compute node")
     ap.add_argument("--kernels", default="cnk,linux", help="lattice kernels to run beside mpiexec")
+    ap.add_argument("--mode", choices=("co", "vn"), default="co", help="Lattice's mode (vn: two ranks per node)")
+    ap.add_argument("--tcp", action="store_true", help="also run mpiexec over TCP (btl self,tcp)")
     ap.add_argument("--lattice-env", action="append", default=[], metavar="K=V",
                     help="extra --env for the Lattice runs (repeatable)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
@@ -186,7 +219,9 @@ def main() -> int:
     if not mpiexec:
         sys.exit("hpcc.py: mpiexec.openmpi not found (apt-get install openmpi-bin)")
     kernels = [k for k in a.kernels.split(",") if k]
-    configs = ["mpiexec", "mpiexec-tcp", *kernels]
+    configs = ["mpiexec", *kernels, *(["mpiexec-tcp"] if a.tcp else [])]
+    bases = ["mpiexec", *(["mpiexec-tcp"] if a.tcp else [])]
+    nodes = a.ranks if a.mode == "co" else (a.ranks + 1) // 2
     top = Path(tempfile.mkdtemp(prefix="lattice-bench-hpcc-"))
     os.chmod(top, 0o777)
     results: dict[str, list[Result]] = {c: [] for c in configs}
@@ -194,11 +229,11 @@ def main() -> int:
     print(bl.header("hpcc", sys.argv))
     p, q = grid(a.ranks)
     print(f"hpcc {a.ranks} ranks ({p}x{q}), N={a.n}, NB={a.nb}; mpiexec: {mpiexec}; "
-          f"Lattice 1x1x{a.ranks}, {a.mem} per node; docs/openmpi.md {'present' if doc.exists() else 'ABSENT'}",
+          f"Lattice 1x1x{nodes} in {a.mode} mode, {a.mem} per node; docs/openmpi.md {'present' if doc.exists() else 'ABSENT'}",
           flush=True)
     dead: dict[str, str] = {}
     try:
-        with Block(f"1x1x{a.ranks}", a.ranks, a.mem) as blk:
+        with Block(f"1x1x{nodes}", nodes, a.mem) as blk:
             for i in range(a.repeat):
                 for cfg in bl.rotations(configs, i):
                     if cfg in dead:
@@ -214,13 +249,14 @@ def main() -> int:
                     else:
                         envs = [x for kv in a.lattice_env for x in ("--env", kv)]
                         cmd = [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(a.ranks), "--kernel", cfg,
-                               "--cwd", str(work), *envs, str(HPCC)]
+                               "--mode", a.mode, "--cwd", str(work), *envs, str(HPCC)]
                         r = run_one(cmd, blk.env, work, a.timeout)
                     if not r.complete:
                         print(f"  run {i + 1}/{a.repeat} {cfg:7s}: FAILED after {r.wall:.1f} s: {r.why()}", flush=True)
                         if not cfg.startswith("mpiexec"):
                             dead[cfg] = r.why()     # do not repeat a start that cannot work
                         continue
+                    r.rep = i
                     results[cfg].append(r)
                     print(f"  run {i + 1}/{a.repeat} {cfg:7s}: {r.wall:6.2f} s, {r.verified()}, "
                           f"HPL {float(r.summary.get('HPL_Tflops', 'nan')) * 1000:.2f} Gflop/s", flush=True)
@@ -231,8 +267,7 @@ def main() -> int:
             shutil.rmtree(top, ignore_errors=True)
     print()
     ok = [c for c in configs if results[c]]
-    ratios = [(f"{k}/mpiexec", k, "mpiexec") for k in kernels] + \
-        [(f"{k}/mpiexec-tcp", k, "mpiexec-tcp") for k in kernels]
+    ratios = [(f"{k}/{b}", k, b) for b in bases for k in kernels]
     rows: list[tuple[str, dict[str, list[float]], list[tuple[str, str, str]]]] = [
         ("wall time of the run, s", {c: [r.wall for r in results[c]] for c in ok}, ratios)]
     for key, name, scale in FIGURES:
@@ -248,11 +283,17 @@ def main() -> int:
         elif c in verdict:
             print(f"verification {c}: {' / '.join(verdict[c])} in {len(results[c])} runs")
     for k in kernels:
-        for b in ("mpiexec", "mpiexec-tcp"):
+        for b in bases:
             if k in verdict and b in verdict:
                 same = verdict[k] == verdict[b]
                 t = statistics.median(r.wall for r in results[k]) / statistics.median(r.wall for r in results[b])
                 print(f"{k} vs {b}: same verified results: {'yes' if same else 'NO'}; time ratio {t:.3f}")
+    print()
+    print("ratios run by run (each Lattice run over the mpiexec run of its repetition), median [min–max]:")
+    for k in kernels:
+        for b in bases:
+            cells = [f"{name} {paired(results[k], results[b], key)}" for key, name in RING]
+            print(f"  {k}/{b}: " + "; ".join(cells))
     return 0 if not dead and all(results[c] for c in configs) else 1
 
 

@@ -348,28 +348,40 @@ int PMI_Barrier(void)
     return rc;
 }
 
-/* Ranks on this node: from PMI_process_mapping, or this rank alone when the
- * process manager publishes no mapping. Called with the lock held. */
+/* The clique is the ranks that share memory with this one.  Under Lattice
+ * that is every rank on this host, whichever compute node runs it: the
+ * service node says which ranks share a host in LATTICE_HOST_MAPPING (the
+ * vector format of PMI_process_mapping, host ids for node ids), so Open
+ * MPI's local ranks are unique per host and its shared-memory transport
+ * spans the host.  Without it (Hydra), the ranks of this node from
+ * PMI_process_mapping; this rank alone if neither is known.  Called with
+ * the lock held. */
 static int load_clique(void)
 {
     struct pmiw_reply rp;
     char req[PMIW_LINE_MAX];
+    const char *map, *host_map = getenv("LATTICE_HOST_MAPPING");
 
     if (S.clique)
         return PMI_SUCCESS;
     if (!(S.clique = malloc(sizeof *S.clique * (size_t)S.size)))
         return PMI_ERR_NOMEM;
-    snprintf(req, sizeof req, "cmd=get kvsname=%s key=PMI_process_mapping", S.kvsname);
-    if (pmiw_call(S.fd, req, "get_result", &rp) < 0) {
-        free(S.clique);
-        S.clique = NULL;
-        return PMI_FAIL;
+    if (host_map && *host_map) {
+        map = host_map;
+    } else {
+        snprintf(req, sizeof req, "cmd=get kvsname=%s key=PMI_process_mapping", S.kvsname);
+        if (pmiw_call(S.fd, req, "get_result", &rp) < 0) {
+            free(S.clique);
+            S.clique = NULL;
+            return PMI_FAIL;
+        }
+        map = rp.rc == 0 ? pmiw_get(&rp, "value") : NULL;
     }
-    const char *map = rp.rc == 0 ? pmiw_get(&rp, "value") : NULL;
     S.nclique = map ? clique_from_mapping(map, S.size, S.rank, S.clique) : -1;
     if (S.nclique < 0) {
         if (map)
-            pmiw_error("PMI_process_mapping '%.80s' is malformed; taking this rank as alone on its node", map);
+            pmiw_error("%s '%.80s' is malformed; taking this rank as alone on its node",
+                       map == host_map ? "LATTICE_HOST_MAPPING" : "PMI_process_mapping", map);
         S.clique[0] = S.rank;
         S.nclique = 1;
     }

@@ -17,6 +17,7 @@ affinity is taken for a core of its own, and the Host's source says why.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import NamedTuple
 
@@ -227,3 +228,29 @@ def local(refresh: bool = False) -> Host:
     except OSError:
         pass            # a read-only LATTICE_HOME: learnt again next time
     return h
+
+
+# ---- which host runs which compute node; the host's shared-memory directory ----
+
+SHM_DIR = Path("/dev/shm")      # memory every process of a host can map (POSIX shm, tmpfs)
+
+
+def node_host(m: machine.Machine, node: int) -> str:
+    """The host that runs compute node `node`: today this one, for every node.
+    Ranks on one host share memory whichever compute node runs them."""
+    if not 0 <= node < m.nodes:
+        raise ValueError(f"compute node {node} is not in this machine of {m.nodes} nodes")
+    return socket.gethostname()
+
+
+def process_start(pid: int) -> int | None:
+    """When process pid started (clock ticks since boot, /proc/PID/stat field
+    22), or None if there is no such process: with the pid, it names one
+    process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[19])

@@ -4,8 +4,11 @@ Open MPI 4.1 (Debian's 4.1.4) has no PMI-1 wire client of its own, but its
 `pmix/flux` component bootstraps through any PMI-1 client library it
 dlopens from FLUX_PMI_LIBRARY_PATH, once FLUX_JOB_ID is set.  Lattice's
 own library (compute/libpmi, built to build/lib/libpmi.so) speaks the PMI-1
-wire protocol over the PMI_FD every rank gets from its cnode.  docs/openmpi.md
-says why each variable is there.
+wire protocol over the PMI_FD every rank gets from its cnode.  Its ranks
+share memory with every rank on their host, whichever compute node runs
+them (Open MPI's vader BTL, its PMI clique being the host's ranks); each
+running job gets an id and a directory of its own in the host's shared
+memory (OpenMpiJob).  docs/openmpi.md says why each variable is there.
 
 An Open MPI program is recognised by its ELF dynamic section: it needs
 libmpi.so.40 (or Open MPI's libopen-rte/libopen-pal, or its Fortran
@@ -13,15 +16,20 @@ bindings).  Everything else gets no extra environment.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import struct
 from pathlib import Path
 
+from . import host, placement, wire
 from .errors import LatticeError
-from .machine import prefix
+from .machine import Machine, prefix
+from .placement import Placement
 
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ = 0, 1, 5, 10
 MAX_DYNAMIC = 1 << 20           # bytes of dynamic section or string table we are willing to read
+HOST_MAPPING = "LATTICE_HOST_MAPPING"   # which ranks share a host: libpmi's PMI clique
 
 
 def _is_open_mpi_lib(name: str) -> bool:
@@ -119,33 +127,129 @@ def is_open_mpi(exe: str | Path) -> bool:
         return False
 
 
-def _job_id() -> int:
-    """A fresh Open MPI job id.  pmix/flux takes FLUX_JOB_ID (decimal) as the
-    job's 32-bit jobid, which names its session directory and shared-memory
-    files, so two jobs running at once must not share one.  ORTE reads the
-    high 16 bits as the job family and local job 0 as its daemons: use a
-    random family and local job 1."""
-    import secrets         # here: only Open MPI programs need it
-    return (1 + secrets.randbelow(0x7FFF)) << 16 | 1
+def host_mapping(m: Machine, p: Placement) -> str:
+    """Which ranks share a host, in PMI_process_mapping's vector format with
+    host ids in place of node ids: LATTICE_HOST_MAPPING, from which libpmi
+    answers PMI_Get_clique_size/ranks.  Ranks on one host share memory
+    whichever compute node runs them (lattice.host says which host that is)."""
+    hosts: dict[str, int] = {}
+    ids = [hosts.setdefault(host.node_host(m, s.node), len(hosts)) for s in p.slots]
+    # process_mapping counts "nodes" in order of first appearance: give it host ids as nodes
+    by_host = p._replace(slots=[s._replace(node=i) for s, i in zip(p.slots, ids)])
+    return placement.process_mapping(by_host)
 
 
-def mpi_env(exe: str) -> dict[str, str]:
+def mpi_env(exe: str, m: Machine, p: Placement) -> dict[str, str]:
     """Environment for exe to bootstrap through Lattice's PMI: Open MPI's
-    pmix/flux component over build/lib/libpmi.so, for an Open MPI program;
-    {} for any other program."""
+    pmix/flux component over build/lib/libpmi.so, and its shared-memory
+    transport between all ranks of a host, for an Open MPI program; {} for
+    any other program.  The job's own id and directory come from
+    OpenMpiJob when it starts."""
     if not is_open_mpi(exe):
         return {}
     lib = prefix() / "lib" / "libpmi.so"
     if not lib.is_file():
         raise LatticeError(f"{exe} is an Open MPI program, but Lattice's PMI-1 library {lib} is missing",
                            "build it with `make libpmi` in the repository")
-    return {
-        "FLUX_JOB_ID": str(_job_id()),          # selects pmix/flux; the job's Open MPI jobid
+    mapping = host_mapping(m, p)
+    one_host = len({host.node_host(m, s.node) for s in p.slots}) == 1
+    env = {
         "FLUX_PMI_LIBRARY_PATH": str(lib),      # the PMI-1 library pmix/flux dlopens
         "OMPI_MCA_pmix": "flux",                # no fallback to another PMIx client
         "OMPI_MCA_ess": "pmi",                  # direct launch: no singleton, no orted
         "OMPI_MCA_pml": "ob1",                  # the BTLs below, not UCX
-        # Compute nodes share one host name and /dev/shm, so vader's segment
-        # names (host, jobid, local rank) collide across nodes in vn mode.
-        "OMPI_MCA_btl": "self,tcp",
+        # vader between the ranks of a host; TCP only if the job spans hosts
+        # (a loaded TCP BTL makes the progress loop poll its sockets).
+        "OMPI_MCA_btl": "self,vader" if one_host else "self,vader,tcp",
     }
+    if len(mapping) <= 2 * wire.PMI_VAL_MAX:    # else libpmi falls back to the ranks of each node
+        env[HOST_MAPPING] = mapping
+    return env
+
+
+def _fresh_job_id() -> int:
+    """A random Open MPI job id.  pmix/flux takes FLUX_JOB_ID (decimal) as
+    the job's 32-bit jobid; ORTE reads its high 16 bits as the job family and
+    local job 0 as its daemons: a random family and local job 1."""
+    import secrets         # here: only Open MPI programs need it
+    return (1 + secrets.randbelow(0x7FFF)) << 16 | 1
+
+
+class OpenMpiJob:
+    """A running Open MPI job's host resources: a job id no other running
+    Open MPI job on this host holds, and a directory of its own in the
+    host's shared memory for vader's segments, osc/sm's windows and Open
+    MPI's session directory, removed when the job ends.
+
+    The id is reserved by creating the directory `lattice-ompi-ID` (mkdir
+    is atomic, so two jobs, of one machine or of two machines on this host,
+    cannot both get it); the `owner` file inside names the `lattice run`
+    that made it, so a later job removes the directory of a run that was
+    killed before it could.  Use as a context manager around the job; it
+    adds its variables to env (a name the user set with --env is left
+    alone) and does nothing for a job that is not Open MPI's."""
+
+    PREFIX = "lattice-ompi-"
+
+    def __init__(self, env: dict[str, str], user_env: list[str], uid: int, gid: int,
+                 shm: Path | None = None) -> None:
+        self.env, self.uid, self.gid = env, uid, gid
+        self.user_keys = {kv.split("=", 1)[0] for kv in user_env}
+        self.shm = shm or host.SHM_DIR
+        self.dir: Path | None = None
+
+    def __enter__(self) -> OpenMpiJob:
+        if "FLUX_PMI_LIBRARY_PATH" not in self.env:
+            return self
+        self.sweep()
+        for _ in range(100):
+            job_id = _fresh_job_id()
+            d = self.shm / f"{self.PREFIX}{job_id}"
+            try:
+                d.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise LatticeError(f"cannot make Open MPI's job directory {d}: {e.strerror}",
+                                   f"Open MPI's shared memory needs a writable {self.shm}") from None
+            break
+        else:
+            raise LatticeError(f"no free Open MPI job id in {self.shm} after 100 tries")
+        self.dir = d
+        me = os.getpid()
+        (d / "owner").write_text(f"{me} {host.process_start(me)}\n")
+        if os.geteuid() == 0 and self.uid != 0:
+            os.chown(d, self.uid, self.gid)
+        for k, v in {"FLUX_JOB_ID": str(job_id),                # selects pmix/flux; the job's Open MPI jobid
+                     "OMPI_MCA_btl_vader_backing_directory": str(d),
+                     "OMPI_MCA_osc_sm_backing_directory": str(d),
+                     "OMPI_MCA_orte_tmpdir_base": str(d)}.items():
+            if k not in self.user_keys:
+                self.env[k] = v
+        return self
+
+    def describe(self) -> str | None:
+        """What `lattice run -v` says about the job's Open MPI transport."""
+        if self.dir is None:
+            return None
+        btl = ("as the user's --env OMPI_MCA_btl says" if "OMPI_MCA_btl" in self.user_keys
+               else self.env.get("OMPI_MCA_btl", "Open MPI's default"))
+        shm = " (vader: shared memory between the ranks of a host)" if "vader" in btl else ""
+        job_id = self.env.get("FLUX_JOB_ID", "with the user's FLUX_JOB_ID")
+        return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {self.dir}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def sweep(self) -> None:
+        """Remove the directories of `lattice run`s that are gone (killed
+        before their own clean-up)."""
+        for d in self.shm.glob(self.PREFIX + "*"):
+            try:
+                pid, start = (d / "owner").read_text().split()
+            except (OSError, ValueError):
+                continue        # being made right now, or not ours to judge
+            if pid.isdigit() and str(host.process_start(int(pid))) != start:
+                shutil.rmtree(d, ignore_errors=True)

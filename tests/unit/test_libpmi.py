@@ -200,6 +200,24 @@ def test_clique_from_mapping(lib: Path) -> None:
     assert out[1] == ["clique_size", 0, 1] and "PMI_process_mapping '(vector,(0,x,1))' is malformed" in p.stderr
 
 
+def test_clique_from_host_mapping(lib: Path) -> None:
+    """LATTICE_HOST_MAPPING (which ranks share a host) wins over the nodes of
+    PMI_process_mapping, and is read without asking the server."""
+    # 8 ranks on 4 nodes (XYZT), all on one host: the clique is every rank
+    h = kvs_handler(size=8, mapping="(vector,(0,4,1),(0,4,1))")
+    out, p, srv = run_client(lib, h, "init", "clique_size", "clique_ranks|8", size=8, rank=5,
+                             env={"LATTICE_HOST_MAPPING": "(vector,(0,1,8))"})
+    assert out[1:] == [["clique_size", 0, 8], ["clique_ranks", 0, list(range(8))]], p.stderr
+    assert not any("PMI_process_mapping" in r for r in srv.requests), srv.requests
+    # two hosts of 3 ranks each: rank 4 shares host 1 with 3 and 5
+    out, p, _ = run_client(lib, kvs_handler(size=6), "init", "clique_ranks|3", size=6, rank=4,
+                           env={"LATTICE_HOST_MAPPING": "(vector,(0,2,3))"})
+    assert out[1] == ["clique_ranks", 0, [3, 4, 5]], p.stderr
+    out, p, _ = run_client(lib, kvs_handler(size=4), "init", "clique_size", size=4, rank=1,
+                           env={"LATTICE_HOST_MAPPING": "(vector"})
+    assert out[1] == ["clique_size", 0, 1] and "LATTICE_HOST_MAPPING '(vector' is malformed" in p.stderr
+
+
 def test_hydra_style_replies(lib: Path) -> None:
     """Hydra leaves rc out of maxes and answers universe size -1 (unknown)."""
     base = kvs_handler(size=3)

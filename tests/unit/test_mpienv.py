@@ -1,20 +1,36 @@
 """lattice.mpienv: recognising Open MPI programs by their ELF DT_NEEDED
-entries, and the environment that makes them bootstrap through Lattice's
-PMI (Open MPI's pmix/flux component over build/lib/libpmi.so).
+entries, the environment that makes them bootstrap through Lattice's
+PMI (Open MPI's pmix/flux component over build/lib/libpmi.so) and share
+memory between all ranks of a host, and each job's id and directory in the
+host's shared memory (OpenMpiJob, on a real directory).
 
 Synthetic ELF files (64-bit little-endian, 32-bit big-endian, stripped of
 section headers) test the parser without any MPI installed; the real Open
 MPI and MPICH examples are used when they were built."""
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from lattice import mpienv
+from lattice.blocks import Block
 from lattice.errors import LatticeError
-from lattice.mpienv import is_open_mpi, mpi_env, needed_libraries
+from lattice.machine import Machine
+from lattice.mpienv import OpenMpiJob, host_mapping, is_open_mpi, needed_libraries
+from lattice.placement import App, place
 from tests.conftest import EXAMPLES
+
+M = Machine(shape=(1, 1, 4), pset_size=2)
+BLOCK = Block("P", (0, 0, 0), (1, 1, 4), "Initialized", False, None)
+
+
+def mpi_env(exe: str, n: int = 4, mode: str = "co") -> dict[str, str]:
+    """mpienv.mpi_env for a job of n ranks of exe on BLOCK."""
+    return mpienv.mpi_env(exe, M, place(M, BLOCK, [App(exe, [], n)], mode, None))
 
 
 def make_elf(path: Path, needed: list[str], wide: bool = True, little: bool = True,
@@ -97,15 +113,62 @@ def test_not_elf_static_truncated_or_missing(tmp_path: Path, prefix: Path) -> No
 
 
 def test_env_for_open_mpi(tmp_path: Path, prefix: Path) -> None:
-    env = mpi_env(str(make_elf(tmp_path / "a.out", ["libmpi.so.40"])))
+    env = mpi_env(str(make_elf(tmp_path / "a.out", ["libmpi.so.40"])), 8, "vn")
     assert env["FLUX_PMI_LIBRARY_PATH"] == str(prefix / "lib" / "libpmi.so")
     assert env["OMPI_MCA_pmix"] == "flux" and env["OMPI_MCA_ess"] == "pmi"
-    assert env["OMPI_MCA_pml"] == "ob1" and env["OMPI_MCA_btl"] == "self,tcp"
-    # pmix/flux reads FLUX_JOB_ID with strtoul as the 32-bit Open MPI jobid:
-    # decimal, local job 1 (0 is ORTE's daemons), fresh for every job.
-    ids = {int(mpi_env(str(tmp_path / "a.out"))["FLUX_JOB_ID"]) for _ in range(20)}
-    assert env["FLUX_JOB_ID"].isdigit() and len(ids) > 15
-    assert all(i & 0xFFFF == 1 and 0 < i >> 16 < 0x8000 for i in ids)
+    # every node of this machine is on this host: vader between all ranks, no TCP
+    assert env["OMPI_MCA_pml"] == "ob1" and env["OMPI_MCA_btl"] == "self,vader"
+    assert env["LATTICE_HOST_MAPPING"] == "(vector,(0,1,8))"
+    assert "FLUX_JOB_ID" not in env         # OpenMpiJob draws it when the job starts
+
+
+def test_host_mapping_groups_ranks_by_host_not_node() -> None:
+    p = place(M, BLOCK, [App("a", [], 8)], "vn", None)
+    # the nodes differ (PMI_process_mapping); the host is one
+    from lattice.placement import process_mapping
+    assert process_mapping(p) == "(vector,(0,4,1),(0,4,1))"      # XYZT: rank r on node r % 4
+    assert host_mapping(M, p) == "(vector,(0,1,8))"
+
+
+def test_open_mpi_job_reserves_an_id_and_a_directory(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = {"FLUX_PMI_LIBRARY_PATH": "/x/libpmi.so"}
+    with OpenMpiJob(env, [], os.getuid(), os.getgid(), shm) as a:
+        env2 = {"FLUX_PMI_LIBRARY_PATH": "/x/libpmi.so"}
+        with OpenMpiJob(env2, ["OMPI_MCA_orte_tmpdir_base=/mine"], os.getuid(), os.getgid(), shm):
+            ids = {int(env["FLUX_JOB_ID"]), int(env2["FLUX_JOB_ID"])}
+            assert len(ids) == 2 and all(i & 0xFFFF == 1 and 0 < i >> 16 < 0x8000 for i in ids)
+            d = shm / f"lattice-ompi-{env['FLUX_JOB_ID']}"
+            assert a.dir == d and d.is_dir() and (d.stat().st_mode & 0o777) == 0o700
+            assert env["OMPI_MCA_btl_vader_backing_directory"] == str(d)
+            assert env["OMPI_MCA_osc_sm_backing_directory"] == str(d)
+            assert env["OMPI_MCA_orte_tmpdir_base"] == str(d)
+            assert "OMPI_MCA_orte_tmpdir_base" not in env2      # the user's --env wins
+            (d / "vader_segment.x.1.0").write_bytes(b"x")       # what a killed rank leaves
+            assert len(list(shm.iterdir())) == 2
+        assert len(list(shm.iterdir())) == 1
+    assert list(shm.iterdir()) == []
+
+
+def test_open_mpi_job_does_nothing_for_other_programs(tmp_path: Path) -> None:
+    env: dict[str, str] = {}
+    with OpenMpiJob(env, [], os.getuid(), os.getgid(), tmp_path):
+        assert env == {} and list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_runs_directory_is_swept(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live = tmp_path / "lattice-ompi-65537", tmp_path / "lattice-ompi-131073"
+    for d, pid in ((stale, dead.pid), (live, os.getpid())):
+        d.mkdir()
+        (d / "owner").write_text(f"{pid} {mpienv.host.process_start(os.getpid())}\n")
+    (tmp_path / "lattice-ompi-196609").mkdir()      # no owner yet: being made right now
+    with OpenMpiJob({"FLUX_PMI_LIBRARY_PATH": "/x"}, [], os.getuid(), os.getgid(), tmp_path) as j:
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert stale.name not in left and live.name in left and "lattice-ompi-196609" in left
+        assert j.dir is not None and j.dir.name in left
 
 
 def test_missing_library_is_a_clear_error(tmp_path: Path, prefix: Path) -> None:

@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         chosen = Block(name, corner, shape, "Free", True, None)
     p = placement.place(m, chosen, apps, args.mode, args.mapping)
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
-        for k, v in mpienv.mpi_env(a.exe).items():
+        for k, v in mpienv.mpi_env(a.exe, m, p).items():
             p.env.setdefault(k, v)
     user_env = dict(kv.split("=", 1) for kv in args.env)
     for k in user_env:
@@ -240,7 +240,12 @@ def run(args: argparse.Namespace) -> int:
                     kernel=args.kernel, trace=args.trace, verbose=args.verbose,
                     hugepages=args.hugepages == "reserve", cores=cm)
     try:
-        status = job.run(con, m, b, spec)
+        # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
+        with mpienv.OpenMpiJob(p.env, list(args.env), uid, gid) as ompi:
+            said = ompi.describe()
+            if args.verbose and said:
+                print(f"lattice: {said}", file=sys.stderr)
+            status = job.run(con, m, b, spec)
     finally:
         ras.ingest(con)
         if owned:
