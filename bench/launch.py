@@ -5,14 +5,15 @@ The job is bench/launch_hello.c (MPICH 4.0.2, ch4:ucx; one dynamic
 executable for both sides): MPI_Init, one allreduce, MPI_Finalize.  Timed
 is the wall time of the whole command, from its start to its exit:
   hydra   mpiexec.hydra -n N launch_hello               (all ranks on this host)
-  cnk     lattice run --block B -n N --kernel cnk   --hugepages keep ... launch_hello
+  cnk     lattice run --block B -n N --kernel cnk   ... launch_hello  (Lattice's defaults)
   cnk-copy  the same with --env LATTICE_LIBCACHE=0: libraries copied into each
           rank's big memory instead of mapped from the host's library cache
           (compute/cnk/README.md "Library cache"); ask for it with --kernels
-  linux   lattice run --block B -n N --kernel linux --hugepages keep ... launch_hello
-Both sides run without MPICH's asynchronous progress thread (Hydra's default;
-`--env MPIR_CVAR_ASYNC_PROGRESS=0` for Lattice, whose --mode co would turn it
-on): like is compared with like.  The block is booted once before any run
+  linux   lattice run --block B -n N --kernel linux ... launch_hello
+Lattice runs with its defaults and no flag (issue 12: the defaults must be
+fast): the progress thread only on a node with a real core to spare, huge
+pages sized to the node; --no-progress and --keep-pages give the old forced
+settings for comparison.  The block is booted once before any run
 (boot time is reported separately) and stays up; sizes and configurations
 are interleaved, each configuration going first in turn.
 
@@ -25,9 +26,10 @@ ms while it runs): the host memory a job of that size costs.
 
 The machine (default 8x8x4 = 256 compute nodes, psets of 64 so 4 I/O nodes,
 128 MiB and 2 cores per node, --mode co: one rank per node) holds the biggest
-size.  `--hugepages keep` leaves the kernel's pools alone: with no pages
-reserved cnk puts big memory on transparent huge pages (256 ranks x 128 MiB
-of hugetlb pages would be 32 GiB, more than this host has).  REFERENCE.md
+size.  By default 128 MiB nodes take 2 MiB surplus huge pages as each rank
+starts; 256 ranks x 128 MiB (32 GiB) is more than this host holds, so that
+size runs with pages taken at first touch and one warning
+(docs/architecture.md "Huge pages").  REFERENCE.md
 section 7 measured Hydra here at 0.8 s (16), 3.8 s (64), 18.6 s (256).
 
     .venv/bin/python bench/launch.py [--repeat 3] [--sizes 16,64,256] [--quick]
@@ -104,7 +106,7 @@ class Block:
     def run_cmd(self, n: int, exe: Path, *args: str, kernel: str = "cnk", opts: tuple[str, ...] = ()) -> list[str]:
         """The `lattice run` command line of a job on the block (to run with self.env)."""
         return [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(n), "--kernel", kernel,
-                "--hugepages", "keep", *opts, str(exe), *args]
+                *opts, str(exe), *args]
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -164,8 +166,11 @@ def main() -> int:
     ap.add_argument("--pset-size", type=int, default=64)
     ap.add_argument("--memory", default="128M", help="per compute node")
     ap.add_argument("--mode", default="co", choices=("co", "vn"))
-    ap.add_argument("--progress", action="store_true",
-                    help="keep --mode co's MPIR_CVAR_ASYNC_PROGRESS=1 for Lattice (default: 0, as Hydra)")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="force MPIR_CVAR_ASYNC_PROGRESS=0 for Lattice (default: Lattice's own choice, "
+                         "on only for a node with a core to spare)")
+    ap.add_argument("--keep-pages", action="store_true",
+                    help="--hugepages keep for Lattice (default: Lattice's default, huge pages sized to the node)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, 16 ranks, a 4x4x1 machine")
     a = ap.parse_args()
@@ -180,15 +185,17 @@ def main() -> int:
     kernels = [k for k in a.kernels.split(",") if k]
     configs = ["hydra", *kernels]
     opts: tuple[str, ...] = ("--mode", a.mode)
-    if not a.progress:
+    if a.no_progress:
         opts += ("--env", NO_PROGRESS)
+    if a.keep_pages:
+        opts += ("--hugepages", "keep")
     walls: dict[int, dict[str, list[float]]] = {n: {c: [] for c in configs} for n in sizes}
     phases: dict[tuple[int, str], dict[str, list[float]]] = {}
     drops: dict[int, dict[str, list[float]]] = {n: {c: [] for c in configs} for n in sizes}
     failures: list[str] = []
     print(bl.header("launch", sys.argv))
     print(f"machine {a.shape}, psets of {a.pset_size}, {a.memory} per node, --mode {a.mode}, "
-          f"lattice run {' '.join(opts)} --hugepages keep; hydra: {hydra}", flush=True)
+          f"lattice run {' '.join(opts)}; hydra: {hydra}", flush=True)
     with Block(a.shape, a.pset_size, a.memory) as blk:
         print(f"boot of the block: {blk.boot_s:.2f} s", flush=True)
         for i in range(a.repeat):
