@@ -133,7 +133,7 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
         private(db_path)
         con = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
         con.row_factory = sqlite3.Row
-        con.execute("PRAGMA journal_mode=WAL")
+        write_ahead_log(con)
         con.execute("PRAGMA synchronous=NORMAL")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA busy_timeout=30000")
@@ -148,6 +148,22 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
         raise LatticeError(f"cannot open the database {db_path}: {e.strerror}",
                            "`lattice` is run by the owner of the machine directory") from e
     return con
+
+
+def write_ahead_log(con: sqlite3.Connection, wait: float = 30.0) -> None:
+    """Put the database in WAL mode.  Switching takes an exclusive lock, and
+    SQLite answers "database is locked" at once, without its busy handler,
+    while another process is switching or recovering the same file: retry
+    until the connection's own timeout has passed."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def private(db_path: Path) -> None:
