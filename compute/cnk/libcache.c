@@ -4,17 +4,19 @@
  * Without it every private file mapping of a shipped descriptor is filled
  * by shipped preads into the rank's big memory, so each rank of an MPI job
  * receives its own copy of every shared library.  With it, the first rank
- * of a pset on this host to map a file fetches it once into a per-job
- * directory on the host's tmpfs (created by the pset's ciod, mode 0700,
- * owned by the job's user), and every rank maps that file for real,
- * outside big memory: one copy of the pages per pset, shared copy-on-write.
+ * of a pset on this host to map a file fetches it once into the user's
+ * cache directory on the host's tmpfs (created by the pset's ciod, mode
+ * 0700, owned by the job's user, kept across that user's jobs while the
+ * block is booted), and every rank maps that file for real, outside big
+ * memory: one copy of the pages per pset, shared copy-on-write.
  *
- * The directory is /dev/shm/lattice-libcache-PID, PID being ciod's, which
- * cnk reads with SO_PEERCRED on its PROC connection (docs/protocol.md,
+ * The directory is /dev/shm/lattice-libcache-PID-UID, PID being ciod's,
+ * which cnk reads with SO_PEERCRED on its PROC connection (docs/protocol.md,
  * "Library cache"): no message carries it.  A file is named by its
- * (dev, ino, size, mtime) from a shipped fstat, so a changed file is never
- * served stale.  Fetchers agree with flock on NAME.lock; the file appears
- * by rename, complete.  Anything that goes wrong says "copy instead".
+ * (dev, ino, size, mtime, ctime) from a shipped fstat, so a changed file is
+ * never served stale, in this job or a later one (nobody can set a ctime).
+ * Fetchers agree with flock on NAME.lock; the file appears by rename,
+ * complete.  Anything that goes wrong says "copy instead".
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
@@ -56,7 +58,7 @@ static struct {
     int fd, remote;
     unsigned epoch;
     int64_t size;
-    char name[96];
+    char name[128];             /* 7 hex numbers: 118 at most */
 } memo = { .fd = -1 };
 
 /* Open and check the directory; NULL, or why there is no cache (one word,
@@ -72,7 +74,7 @@ static const char *open_dir(char *path, size_t pathlen)
         return "switched-off";
     if (ksys5(__NR_getsockopt, cnk.conn_fd, SOL_SOCKET_, SO_PEERCRED_, &cred, &len) < 0 || cred.pid <= 0)
         return "no-local-io-node";
-    kfmt(path, pathlen, DIR_PREFIX "%d", cred.pid);
+    kfmt(path, pathlen, DIR_PREFIX "%d-%u", cred.pid, (unsigned)ksys0(__NR_getuid));
     long fd = ksys4(__NR_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd == -ENOENT)
         return "no-directory";
@@ -117,7 +119,7 @@ static long remote_stat(int fd, struct lat_stat *w)
 static int same_version(const struct lat_stat *a, const struct lat_stat *b)
 {
     return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_sec == b->mtime_sec &&
-           a->mtime_nsec == b->mtime_nsec;
+           a->mtime_nsec == b->mtime_nsec && a->ctime_sec == b->ctime_sec && a->ctime_nsec == b->ctime_nsec;
 }
 
 /* The cache file of this version, if complete: descriptor or -errno. */
@@ -136,7 +138,7 @@ static long open_cached(const char *name, int64_t size)
  * travel once, through the pset's I/O node, straight into the tmpfs pages. */
 static long fetch(int fd, const struct lat_stat *w, const char *name)
 {
-    char tmp[96];
+    char tmp[sizeof memo.name + 8];
     size_t size = (size_t)w->size, done = 0;
     struct lat_stat after;
     long r;
@@ -172,8 +174,9 @@ static long fetch(int fd, const struct lat_stat *w, const char *name)
 
 static void name_of(const struct lat_stat *w, char *name, size_t len)
 {
-    kfmt(name, len, "%llx-%llx-%llx-%llx.%llx", (unsigned long long)w->dev, (unsigned long long)w->ino,
-         (unsigned long long)w->size, (unsigned long long)w->mtime_sec, (unsigned long long)w->mtime_nsec);
+    kfmt(name, len, "%llx-%llx-%llx-%llx.%llx-%llx.%llx", (unsigned long long)w->dev,
+         (unsigned long long)w->ino, (unsigned long long)w->size, (unsigned long long)w->mtime_sec,
+         (unsigned long long)w->mtime_nsec, (unsigned long long)w->ctime_sec, (unsigned long long)w->ctime_nsec);
 }
 
 /* The cached file last served for fd, if that still holds. */
@@ -204,7 +207,7 @@ static void remember(int fd, int remote, unsigned epoch, const char *name, int64
 long libcache_open(int fd, size_t len)
 {
     struct lat_stat w;
-    char name[96], lock[104];
+    char name[sizeof memo.name], lock[sizeof memo.name + 8];
     int remote;
 
     if (dirfd_ < 0 || fd_route(fd, &remote) != ROUTE_SHIP)

@@ -206,11 +206,11 @@ struct conn *job_owner(uint64_t id);
  * (by rank), and how many there are; 0, 0 if the job is gone. */
 void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count);
 
-/* ---- libcache.c: the running job's library cache directory on the compute host ---- */
+/* ---- libcache.c: the job user's library cache directory on the compute host ---- */
 
 void libcache_init(void);               /* at start: remove those of ciods that are gone */
 void libcache_job_start(uint64_t job);  /* in the job's worker, as the owner */
-void libcache_job_end(void);            /* the worker at its end, the monitor after reaping it */
+void libcache_job_user(uid_t uid);      /* the monitor, before a job of uid: other users' caches go */
 
 /* ---- plugin.c: plug-ins (docs/plugins.md) ---- */
 

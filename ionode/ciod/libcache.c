@@ -1,15 +1,19 @@
 /*
- * libcache.c - the life of the running job's library cache directory on
- * the compute host (compute/cnk/libcache.c fills and uses it).
+ * libcache.c - the life of the library cache directories on the compute
+ * host (compute/cnk/libcache.c fills and uses them).
  *
- * /dev/shm/lattice-libcache-PID (PID: this ciod's monitor; cnk finds it
- * with SO_PEERCRED on its PROC connection) exists exactly while a job runs:
- * made by the job's I/O worker, as the owner, mode 0700, before the push;
- * emptied and removed by the worker when the job ends and again by the
- * monitor once the worker is reaped (however it ended), and at shutdown; a
- * new ciod removes those of ciods that are gone.  /dev/shm is world-writable, so
- * nothing found there is trusted: a path that already exists is left alone
- * and the job runs without a cache (cnk copies, as before); removal never
+ * /dev/shm/lattice-libcache-PID-UID (PID: this ciod's monitor, which cnk
+ * finds with SO_PEERCRED on its PROC connection; UID: the job's user) is
+ * made by the job's I/O worker, as the owner, mode 0700, before the push,
+ * and kept for that user's next job on this I/O node: a library fetched
+ * once stays fetched (cnk names each file by its version, so a changed
+ * file is fetched anew, never served stale).  It goes when a job of
+ * another user starts here (one user's cache at a time: the host's memory
+ * is the block's), when it grows past CAP (emptied by the next job), at
+ * shutdown, and, for a ciod that died, when a new ciod starts.
+ * /dev/shm is world-writable, so nothing found there is trusted: a path
+ * that exists and is not a 0700 directory of the user is left alone and
+ * the job runs without a cache (cnk copies, as before); removal never
  * follows a symbolic link.  Placement is local today (ciod and its compute
  * nodes on one host); docs/architecture.md says what other hosts need.
  * LATTICE_LIBCACHE=0 in ciod's environment turns the cache off.
@@ -29,9 +33,9 @@
 #define SHM_DIR     "/dev/shm"
 #define PREFIX      "lattice-libcache-"
 #define MAX_DEPTH   4                   /* deeper than cnk makes: left for the host's tmpfs */
+#define CAP         (1ll << 30)         /* bytes kept between jobs: old versions pile up */
 
-static char dir[64];                    /* the monitor's, "" before libcache_init */
-static pid_t monitor;
+static pid_t monitor;                   /* 0 before libcache_init */
 
 /* Empty the directory open on fd (closed here), never following links. */
 static void empty(int fd, int depth)
@@ -57,6 +61,23 @@ static void empty(int fd, int depth)
     closedir(d);
 }
 
+/* Bytes of the regular files directly in the directory open on fd. */
+static long long usage(int fd)
+{
+    DIR *d = fdopendir(dup(fd));
+    struct dirent *e;
+    struct stat st;
+    long long n = 0;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d)))
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            n += (long long)st.st_blocks * 512;
+    closedir(d);
+    return n;
+}
+
 /* Remove SHM_DIR/name if it is a directory (a link is not followed). */
 static void remove_dir(const char *path)
 {
@@ -69,30 +90,84 @@ static void remove_dir(const char *path)
         logmsg("library cache %s: cannot remove: %s", path, strerror(errno));
 }
 
+static void dir_of(char *path, size_t len, uid_t uid)
+{
+    snprintf(path, len, SHM_DIR "/" PREFIX "%ld-%u", (long)monitor, (unsigned)uid);
+}
+
+/* The cache's ciod pid and user from its name; false: not one of ours. */
+static bool parse(const char *name, long *pid, unsigned long *uid)
+{
+    char *end;
+
+    if (strncmp(name, PREFIX, strlen(PREFIX)))
+        return false;
+    *pid = strtol(name + strlen(PREFIX), &end, 10);
+    if (*end == '\0')
+        *uid = (unsigned long)-1;       /* an older ciod's per-job name */
+    else if (*end == '-')
+        *uid = strtoul(end + 1, &end, 10);
+    return *end == '\0' && *pid > 0;
+}
+
+/* Remove this ciod's caches but uid's (all of them: uid -1). */
+static void remove_ours(uid_t keep)
+{
+    DIR *d = opendir(SHM_DIR);
+    struct dirent *e;
+    long pid;
+    unsigned long uid;
+
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        char path[300];
+        if (!parse(e->d_name, &pid, &uid) || pid != (long)monitor || uid == (unsigned long)keep)
+            continue;
+        snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
+        remove_dir(path);
+    }
+    closedir(d);
+}
+
+void libcache_job_user(uid_t uid)
+{
+    if (monitor)
+        remove_ours(uid);
+}
+
 void libcache_job_start(uint64_t job)
 {
     const char *sw = getenv("LATTICE_LIBCACHE");
+    char dir[64];
+    struct stat st;
 
-    if ((sw && !strcmp(sw, "0")) || !dir[0])
+    if ((sw && !strcmp(sw, "0")) || !monitor)
         return;
+    dir_of(dir, sizeof(dir), getuid());
     /* in a sticky directory: made by the owner, nobody else can swap it */
-    if (mkdir(dir, 0700) < 0)
-        ras_event(RAS_WARNING, cfg.location, "job %" PRIu64 ": library cache %s: %s%s; libraries are "
-                  "copied into each rank", job, dir, strerror(errno),
-                  errno == EEXIST ? " (not made by this I/O node: left alone)" : "");
-}
-
-void libcache_job_end(void)
-{
-    if (dir[0])
-        remove_dir(dir);
+    if (mkdir(dir, 0700) == 0)
+        return;
+    int e = errno;
+    int fd = e == EEXIST ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == getuid() && (st.st_mode & 07777) == 0700) {
+        if (usage(fd) > CAP)            /* no job of ours runs: nothing maps it now */
+            remove_dir(dir), mkdir(dir, 0700);
+        close(fd);
+        return;
+    }
+    if (fd >= 0)
+        close(fd);
+    ras_event(RAS_WARNING, cfg.location, "job %" PRIu64 ": library cache %s: %s%s; libraries are "
+              "copied into each rank", job, dir, strerror(e),
+              e == EEXIST ? " (not this user's: left alone)" : "");
 }
 
 /* At exit (shutdown): no locks, the process is going. */
 static void at_exit(void)
 {
-    if (dir[0] && getpid() == monitor)
-        remove_dir(dir);
+    if (monitor && getpid() == monitor)
+        remove_ours((uid_t)-1);
 }
 
 /* Is pid a live ciod?  Then its directory is its own business. */
@@ -112,18 +187,16 @@ void libcache_init(void)
 {
     DIR *d = opendir(SHM_DIR);
     struct dirent *e;
+    long pid;
+    unsigned long uid;
 
     monitor = getpid();
-    snprintf(dir, sizeof(dir), SHM_DIR "/" PREFIX "%ld", (long)monitor);
     atexit(at_exit);
     if (!d)
         return;
     while ((e = readdir(d))) {
-        char *end, path[sizeof(dir) + 256];
-        if (strncmp(e->d_name, PREFIX, strlen(PREFIX)))
-            continue;
-        long pid = strtol(e->d_name + strlen(PREFIX), &end, 10);
-        if (*end || pid <= 0 || (pid != (long)getpid() && ciod_alive(pid)))   /* ours: not made in this life */
+        char path[300];
+        if (!parse(e->d_name, &pid, &uid) || (pid != (long)monitor && ciod_alive(pid)))   /* ours: not made in this life */
             continue;
         snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
         logmsg("removing the library cache %s of a ciod that is gone", path);

@@ -368,7 +368,6 @@ static void finish(void)
     while (wk.nlive && pthread_cond_timedwait(&wk.gone, &wk.lock, &until) == 0)
         ;
     pthread_mutex_unlock(&wk.lock);
-    libcache_job_end();
     ras_flush();
     _exit(0);
 }
@@ -509,7 +508,6 @@ static void *reader_main(void *arg)
                   w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                   atomic_load(&w->ending) ? "" : " while its job ran: the job's processes lose their I/O");
-    libcache_job_end();                 /* if it could not: it makes it, we make sure it goes */
     free(buf);
     return NULL;                        /* its descriptors stay open until reap_old: worker_end may still use them */
 }
@@ -523,7 +521,6 @@ static void end_unwatched(struct worker *w)
         ;
     close(w->ch);
     close(w->out);
-    libcache_job_end();
     free(w);
 }
 
@@ -592,6 +589,7 @@ int worker_start(const struct job_spec *js, char *why, size_t whylen)
         free(w);
         return errprintf(why, whylen, "socketpair: %s", strerror(e)), e;
     }
+    libcache_job_user(js->who.uid);     /* before its worker makes or reuses this user's */
     w->job = js->hdr->job;
     w->ch = sv[0];
     w->out = ov[0];

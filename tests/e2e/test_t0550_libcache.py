@@ -1,7 +1,9 @@
 """The host's library cache under cnk (compute/cnk/README.md "Library cache"):
 a dynamic program's shared libraries are fetched once per pset into the
-job's cache directory on the compute host and mapped from there by every
-rank, instead of being copied into each rank's big memory.
+user's cache directory on the compute host and mapped from there by every
+rank, instead of being copied into each rank's big memory; the directory
+is kept for the same user's next job and goes when another user's job
+starts, or the block is freed.
 
 Programs report where their libraries are mapped from (examples/libmaps.h,
 read from /proc/self/maps inside the rank), cnk's report line counts the
@@ -53,14 +55,19 @@ def lc(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machin
     m.run("free", "L", check=False)
 
 
-def cache_dirs(m: Machine) -> dict[str, int]:
-    """The cache directory each of block L's I/O nodes would make -> its pset."""
+def cache_dirs(m: Machine, uid: int = 0) -> dict[str, int]:
+    """The cache directory each of block L's I/O nodes makes for uid -> its pset."""
     out = {}
     for pid in m.processes("ciod", "L"):
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        out[f"{PREFIX}{pid}"] = int(argv[argv.index(b"--pset") + 1])
+        out[f"{PREFIX}{pid}-{uid}"] = int(argv[argv.index(b"--pset") + 1])
     assert len(out) == 2, out
     return out
+
+
+def run_as_nobody(m: Machine) -> subprocess.CompletedProcess[str]:
+    """A small job of another user: root's caches on block L go."""
+    return m.run("run", "--block", "L", "-n", "2", "--label", "--user", "nobody", "--cwd", "/tmp", str(LIBMAPS))
 
 
 def maps_of(lines: list[str]) -> dict[str, tuple[int, str]]:
@@ -96,6 +103,8 @@ def libc_of(maps: dict[str, tuple[int, str]]) -> tuple[int, str]:
 
 def test_c_program_maps_its_libraries_from_the_cache_fetched_once_per_pset(lc: Machine) -> None:
     dirs = cache_dirs(lc)
+    run_as_nobody(lc)
+    assert not any(os.path.lexists(d) for d in dirs)
     p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", str(LIBMAPS))
     ranks = by_rank(p.stdout)
     assert sorted(ranks) == list(range(8)), p.stdout
@@ -117,12 +126,21 @@ def test_c_program_maps_its_libraries_from_the_cache_fetched_once_per_pset(lc: M
         assert sum(int(rep[r]["libfetched"]) for r in rs) == want, (d, rep)
         assert all(int(rep[r]["libmaps"]) >= 1 and rep[r]["libcopied"] == "0" for r in rs), rep
     assert re.search(r"library cache \(all ranks\): \d+ mappings from the cache", p.stderr), p.stderr
-    for d in dirs:
-        assert not os.path.lexists(d), f"{d} outlived its job"
+    # the user's next job finds every library fetched: nothing travels again
+    p = lc.run("run", "--block", "L", "-n", "8", "--label", str(LIBMAPS))
+    rep = reports(lc, last_job(lc))
+    assert all(v["libfetched"] == "0" and int(v["libmaps"]) >= 1 for v in rep.values()), rep
+    for r, lines in by_rank(p.stdout).items():
+        assert libc_of(maps_of(lines))[1].rpartition("/")[0] in dirs, (r, lines)
+    # another user's job: root's caches go, that user's are made
+    run_as_nobody(lc)
+    assert not any(os.path.lexists(d) for d in dirs)
+    assert all(os.path.isdir(d) for d in cache_dirs(lc, pwd.getpwnam("nobody").pw_uid))
 
 
 def test_mpi_program_under_the_cache_and_without_it(lc: Machine) -> None:
     dirs = cache_dirs(lc)
+    run_as_nobody(lc)           # root's cache starts empty
     before = pread_bytes(lc)
     p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", str(MPI_LIBMAPS), timeout=300)
     assert "libmaps: allreduce ok (36)" in p.stdout, p.stdout
@@ -185,13 +203,14 @@ def test_the_directory_belongs_to_the_jobs_user(lc: Machine) -> None:
     p = lc.run("run", "--block", "L", "-n", "2", "--label", "--user", "nobody", "--cwd", "/tmp", str(LIBMAPS))
     for r, lines in by_rank(p.stdout).items():
         (d,) = [l.split() for l in lines if l.startswith("libmaps: dir ")]
-        assert d[2] in cache_dirs(lc), d
+        assert d[2] in cache_dirs(lc, nobody.pw_uid), d
         assert (d[3], int(d[4]), int(d[5])) == ("700", nobody.pw_uid, nobody.pw_gid), d
         assert libc_of(maps_of(lines))[1].startswith(d[2] + "/")
 
 
-def test_killed_job_leaves_no_cache_directory(lc: Machine) -> None:
+def test_killed_job_leaves_a_complete_cache_and_free_removes_it(lc: Machine) -> None:
     dirs = cache_dirs(lc)
+    run_as_nobody(lc)
     job = lc.popen("run", "--block", "L", "-n", "8", "--label", str(EXAMPLES / "sleeper"), "600")
     assert job.stdout is not None
     for _ in range(8):
@@ -204,8 +223,17 @@ def test_killed_job_leaves_no_cache_directory(lc: Machine) -> None:
     job.send_signal(signal.SIGINT)
     job.communicate(timeout=60)
     assert job.returncode == 130
-    for d in dirs:
-        wait_for(lambda: not os.path.lexists(d), f"{d} to go with its killed job")
+    assert not [n for d in dirs for n in os.listdir(d) if n.endswith(".part")], "no half-fetched file is left"
+    # the next job of the user is served what the killed one fetched
+    lc.run("run", "--block", "L", "-n", "8", "--label", str(EXAMPLES / "sleeper"), "0")
+    rep = reports(lc, last_job(lc))
+    assert all(v["libfetched"] == "0" and v["libcache"] in dirs for v in rep.values()), rep
+    lc.run("free", "L")
+    try:
+        for d in dirs:
+            assert not os.path.lexists(d), f"{d} outlived its block"
+    finally:
+        lc.run("boot", "L")
 
 
 @pytest.mark.parametrize("plant", ["symlink", "foreign-directory"])
@@ -214,6 +242,7 @@ def test_a_planted_cache_path_is_refused_and_the_job_copies(lc: Machine, plant: 
     os.chmod(target, 0o777)
     nobody = pwd.getpwnam("nobody")
     dirs = cache_dirs(lc)
+    run_as_nobody(lc)           # root's caches gone: the names are free to plant
     try:
         for d in dirs:
             if plant == "symlink":
@@ -245,17 +274,19 @@ def test_a_planted_cache_path_is_refused_and_the_job_copies(lc: Machine, plant: 
     assert all(libc_of(maps_of(ls))[1].startswith(PREFIX) for ls in by_rank(p.stdout).values()), p.stdout
 
 
-def test_a_new_ciod_removes_the_cache_of_one_that_is_gone(lc: Machine) -> None:
+def test_a_new_ciod_removes_the_caches_of_one_that_is_gone(lc: Machine) -> None:
     dead = int(Path("/proc/sys/kernel/pid_max").read_text())
-    while os.path.exists(f"/proc/{dead}") or os.path.lexists(f"{PREFIX}{dead}"):
+    while os.path.exists(f"/proc/{dead}") or any(Path("/dev/shm").glob(f"lattice-libcache-{dead}*")):
         dead -= 1
-    left = Path(f"{PREFIX}{dead}")
-    left.mkdir(mode=0o700)
-    (left / "sub").mkdir()
-    (left / "sub" / "file").write_text("left over\n")
+    left = [Path(f"{PREFIX}{dead}"), Path(f"{PREFIX}{dead}-0"), Path(f"{PREFIX}{dead}-65534")]
+    for d in left:          # an older ciod's per-job name, and two users' caches
+        d.mkdir(mode=0o700)
+        (d / "sub").mkdir()
+        (d / "sub" / "file").write_text("left over\n")
     try:
         lc.run("free", "L")
         lc.run("boot", "L")
-        wait_for(lambda: not left.exists(), f"{left} to be removed by the new I/O nodes")
+        wait_for(lambda: not any(d.exists() for d in left), f"{left} to be removed by the new I/O nodes")
     finally:
-        shutil.rmtree(left, ignore_errors=True)
+        for d in left:
+            shutil.rmtree(d, ignore_errors=True)
