@@ -340,6 +340,7 @@ void ship_bigmem(uintptr_t base, size_t len)
 }
 
 #define MBOX_SPIN_TSC 100000ull         /* TSC ticks of polling: ~40 us at 2.5 GHz */
+#define MBOX_SKIP     8                 /* waits that sleep at once after a poll in vain */
 
 /* cnk copies the program's buffers itself here, so only memory known to be
  * mapped qualifies: big memory (elsewhere the socket's EFAULT must stay). */
@@ -394,14 +395,24 @@ static long mbox_sleep(uint32_t sq)
     return r;
 }
 
-/* Until rep_seq is sq: polled, then asleep.  0 or -EIO. */
+/* Until rep_seq is sq: polled, then asleep.  0 or -EIO.  A poll that
+ * found nothing makes the next few waits sleep at once: when the nodes
+ * share the host's cores, ciod is not running while we poll, and polling
+ * only keeps it (and the other ranks) off the core; as ciod's dp_spin. */
 static long mbox_wait(uint32_t sq)
 {
+    static unsigned skip;               /* conn_lock held */
     uint64_t end = __builtin_ia32_rdtsc() + MBOX_SPIN_TSC;
 
+    if (skip) {
+        skip--;
+        return mbox_sleep(sq);
+    }
     while (__atomic_load_n(&mbox->rep_seq, __ATOMIC_ACQUIRE) != sq) {
-        if (__builtin_ia32_rdtsc() > end)
+        if (__builtin_ia32_rdtsc() > end) {
+            skip = MBOX_SKIP;
             return mbox_sleep(sq);
+        }
         __builtin_ia32_pause();
     }
     return 0;

@@ -24,6 +24,7 @@
 #include "client.h"
 
 #define SPIN_NS  40000L                 /* polling before sleeping, as cnk */
+#define SKIP     8                      /* waits that sleep at once after a poll in vain */
 #define LIVE_NS  100000000L             /* a sleep's slice: then the socket is checked */
 
 static struct lat_mbox *mbox;           /* NULL: every call on the socket */
@@ -140,14 +141,22 @@ static int64_t mbox_sleep(uint32_t sq)
     return r;
 }
 
-/* Until rep_seq is sq: polled, then asleep. */
+/* Until rep_seq is sq: polled, then asleep.  A poll that found nothing
+ * makes the next few waits sleep at once (as cnk: nodes sharing cores). */
 static int64_t mbox_wait(uint32_t sq)
 {
+    static unsigned skip;               /* the connection's lock held */
     long end = now_ns() + SPIN_NS;
 
+    if (skip) {
+        skip--;
+        return mbox_sleep(sq);
+    }
     for (unsigned i = 1; __atomic_load_n(&mbox->rep_seq, __ATOMIC_ACQUIRE) != sq; i++) {
-        if (i % 64 == 0 && now_ns() > end)
+        if (i % 64 == 0 && now_ns() > end) {
+            skip = SKIP;
             return mbox_sleep(sq);
+        }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
