@@ -19,7 +19,7 @@ interleaved, each going first in turn:
                MPIR_CVAR_ASYNC_PROGRESS=1 (a progress thread per rank)
   hydra-async  mpiexec.hydra with MPIR_CVAR_ASYNC_PROGRESS=1: its like
 The like-for-like comparison is hydra vs cnk-vn (same MPICH path, no progress
-thread) and hydra vs cnk-co (the BG/L placement); the goal is within 5%.  With the progress thread, four busy threads
+thread) and hydra vs cnk-co (BG/L's coprocessor mode, one rank per node); the goal is within 5%.  With the progress thread, four busy threads
 share the host's two cores: those figures are erratic by nature.
 
 The Lattice machine is 1x1x2 (a pset of 2), 256 MiB and 2 cores per node,

@@ -241,18 +241,18 @@ static char **strings(uint8_t *buf, size_t len, size_t *pos, uint32_t n)
     return v;
 }
 
-/* The placement part of a LAT_JOB_PLACED job: this node's processes and the
+/* The rank mapping part of a LAT_JOB_PLACED job: this node's processes and the
  * applications' image sizes and argument counts. */
-static const char *parse_placement(struct job *j, size_t len, size_t *pos, uint32_t nargs[LAT_MAX_APPS])
+static const char *parse_mapping(struct job *j, size_t len, size_t *pos, uint32_t nargs[LAT_MAX_APPS])
 {
     struct lat_job_ext ext;
     if (*pos + sizeof ext > len)
-        return "placement runs past the message";
+        return "rank mapping runs past the message";
     memcpy(&ext, j->desc + *pos, sizeof ext);
     *pos += sizeof ext;
     if (ext.nslots < 1 || ext.nslots > LAT_MAX_PPN || ext.ppn < 1 || ext.ppn > LAT_MAX_PPN || ext.nslots > ext.ppn ||
         ext.napps < 1 || ext.napps > LAT_MAX_APPS)
-        return "placement counts out of range";
+        return "rank mapping counts out of range";
     if (*pos + ext.nslots * sizeof(struct lat_slot) + ext.napps * sizeof(struct lat_node_app) > len)
         return "slots run past the message";
     j->nprocs = j->left = ext.nslots;
@@ -351,7 +351,7 @@ static const char *parse_job(struct job *j, const struct msg *m)
     j->groups = (uint32_t *)(j->desc + sizeof *nj);
     j->placed = (nj->flags & LAT_JOB_PLACED) != 0;
     if (j->placed) {
-        const char *why = parse_placement(j, len, &pos, nargs);
+        const char *why = parse_mapping(j, len, &pos, nargs);
         if (why)
             return why;
     } else {

@@ -1,7 +1,7 @@
 /* PMI_process_mapping, as MPICH's process managers write it: blocks of
  * (first node, number of nodes, ranks per node) assigned in rank order,
  * the whole vector repeating until every rank has a node (so a cyclic
- * placement is written as one short block). */
+ * mapping is written as one short block). */
 #include "clique.h"
 
 #include <errno.h>

@@ -223,11 +223,11 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
     if (placed) {
         struct lat_job_ext ext;
         if (len < need + sizeof(ext))
-            return errprintf(why, whylen, "placed job of %zu bytes without its placement", len);
+            return errprintf(why, whylen, "placed job of %zu bytes without its rank mapping", len);
         memcpy(&ext, p + need, sizeof(ext));
         if (ext.napps < 1 || ext.napps > LAT_MAX_APPS || ext.ppn < 1 || ext.ppn > LAT_MAX_PPN
             || ext.nslots > jh->pset_size * ext.ppn)
-            return errprintf(why, whylen, "placement of %u slots, %u applications, %u per node: out of range "
+            return errprintf(why, whylen, "rank mapping of %u slots, %u applications, %u per node: out of range "
                              "(applications 1..%u, per node 1..%u)", ext.nslots, ext.napps, ext.ppn,
                              LAT_MAX_APPS, LAT_MAX_PPN);
         need += sizeof(ext);
@@ -242,7 +242,7 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         js->napps = ext.napps;
         js->ppn = ext.ppn;
         if (nargs[0] != jh->nargs)
-            return errprintf(why, whylen, "application 0 has %u arguments in the placement, %u in the job",
+            return errprintf(why, whylen, "application 0 has %u arguments in the rank mapping, %u in the job",
                              nargs[0], jh->nargs);
         if ((jh->flags & LAT_JOB_CPUS) && decode_cpus(p, len, &need, js, why, whylen) < 0)
             return -1;

@@ -437,7 +437,7 @@ enum lat_job_flags {
 };
 #define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS)
 
-/* Placement of a job in one pset (LAT_JOB_PLACED). */
+/* Rank mapping of a job in one pset (LAT_JOB_PLACED). */
 struct lat_job_ext {
     uint32_t nslots;        /* processes (ranks) in this pset, or on this node (NODE_JOB) */
     uint32_t napps;         /* applications of the job, 1..LAT_MAX_APPS */

@@ -3,7 +3,7 @@
 Compute nodes are processes that share the host's cores, so each job maps
 its nodes onto them at launch (docs/architecture.md, "Nodes on cores"):
 
-- the job's nodes, in its rank order (Placement.nodes()), share out the
+- the job's nodes, in its rank order (RankMapping.nodes()), share out the
   host's usable cores (lattice.host): with no more nodes than cores each
   node gets cores of its own, split as evenly as possible in topology order
   (neighbours share caches); with more nodes than cores node k gets core
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence, TypeVar
 
 from lattice.host import Core, Host, cpulist
-from lattice.placement import ASYNC_PROGRESS, Placement, Slot
+from lattice.mapping import ASYNC_PROGRESS, RankMapping, Slot
 from lattice.wire import PROGRESS_UNSET as UNSET    # progress: leave the environment as it is
 
 T = TypeVar("T")
@@ -82,8 +82,8 @@ def progress(mode: str, model_cores: int, own: int, shared_with: int, user: str 
     return 0, "off: one core of its own, none to spare"
 
 
-def map_job(host: Host, p: Placement, model_cores: int, user_env: dict[str, str] | None = None) -> CoreMap:
-    """Each node's and each rank's real CPUs for placement p on host, with
+def map_job(host: Host, p: RankMapping, model_cores: int, user_env: dict[str, str] | None = None) -> CoreMap:
+    """Each node's and each rank's real CPUs for mapping p on host, with
     the progress thread decision; user_env is the job's --env (name -> value)."""
     user = (user_env or {}).get(ASYNC_PROGRESS)
     order = p.nodes()

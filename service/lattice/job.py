@@ -12,7 +12,7 @@ or in Linux mode.  Each rank's exit carries a report line from its node
 or `kernel=linux`), kept per rank with the class totals per job.  A cnk job
 reserves huge pages for big memory while it runs (lattice.hugepages).
 
-The job is placed (lattice.placement): each I/O node learns which of its
+The job's ranks are mapped (lattice.mapping): each I/O node learns which of its
 nodes run which ranks, as process t of the node, of which application, and
 (lattice.cores) which real CPUs each rank is bound to and whether it gets
 MPICH's progress thread.  The
@@ -33,12 +33,12 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
-from lattice import blocks, boot, db, machine, placement, ras, wire
+from lattice import blocks, boot, db, machine, ras, wire
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError, sysret
 from lattice.errors import LatticeError
 from lattice.machine import Machine
-from lattice.placement import Placement
+from lattice.mapping import RankMapping, process_mapping
 
 if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mode run needs none of it
     from lattice import hugepages
@@ -58,7 +58,7 @@ class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     gid: int
     groups: list[int]
     user: str
-    placement: Placement            # where each rank runs: node, core, application (lattice.placement)
+    mapping: RankMapping            # where each rank runs: node, core, application (lattice.mapping)
     label: bool = False
     kernel: str = "cnk"             # "cnk" or "linux"
     trace: bool = False             # cnk --trace
@@ -203,7 +203,7 @@ def describe(how: int, value: int, text: str) -> tuple[str, int, str]:
 class Run:
     def __init__(self, con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> None:
         self.con, self.m, self.b, self.spec, self.job = con, m, b, spec, job_id
-        self.nodes = [s.node for s in spec.placement.slots]   # rank r runs on nodes[r]
+        self.nodes = [s.node for s in spec.mapping.slots]   # rank r runs on nodes[r]
         self.pmi_ciods: set[Ciod] = set()    # I/O nodes that run ranks: each takes part in every fence
         self.epoch = 0
         self.fence_in: set[Ciod] = set()     # entered the current fence (their last chunk arrived)
@@ -223,12 +223,12 @@ class Run:
 
     def start(self) -> None:
         self.ciods = boot.ciods(self.con, self.b, self.m)
-        s, p = self.spec, self.spec.placement
+        s, p = self.spec, self.spec.mapping
         flags = ((wire.JOB_CNK if s.kernel == "cnk" else 0) | (wire.JOB_TRACE if s.trace else 0)
                  | (wire.JOB_VN if p.mode == "vn" else 0))
         apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
         env = [*(f"{k}={v}" for k, v in p.env.items()), *s.env]
-        mapping = placement.process_mapping(p)
+        mapping = process_mapping(p)
         if len(mapping) > wire.PMI_VAL_MAX:     # MPICH then finds the node-sharing out by itself
             mapping = ""
         progress = {n.node: n.progress for n in s.cores.nodes} if s.cores is not None else {}
@@ -451,9 +451,9 @@ class Run:
 
 def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
     """Run spec on booted block b; record it; return the exit status."""
-    if spec.nranks > b.size * spec.placement.ppn:
+    if spec.nranks > b.size * spec.mapping.ppn:
         raise LatticeError(f"{spec.nranks} ranks do not fit in block {b.name} of {b.size} compute nodes "
-                           f"x {spec.placement.ppn} per node")
+                           f"x {spec.mapping.ppn} per node")
     if b.state != "Initialized":
         raise LatticeError(f"block {b.name} is {b.state}, not Initialized")
     if spec.kernel not in KERNELS:
@@ -516,7 +516,7 @@ def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
                 raise LatticeError(str(e)) from None
     # one book per host: name the run by its machine too, job ids repeat across machines
     res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", spec.nranks,
-                            m.memory // spec.placement.ppn, fixed_address=hugepages.fixed_below_1g(spec.exe),
+                            m.memory // spec.mapping.ppn, fixed_address=hugepages.fixed_below_1g(spec.exe),
                             largest=largest)
     user = {kv.partition("=")[0] for kv in spec.env}
     res.env = [kv for kv in res.env if kv.partition("=")[0] not in user]     # the user's --env wins

@@ -21,10 +21,10 @@ import shutil
 import struct
 from pathlib import Path
 
-from . import host, placement, wire
+from . import host, wire
 from .errors import LatticeError
 from .machine import Machine, prefix
-from .placement import Placement
+from .mapping import RankMapping, process_mapping
 
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ = 0, 1, 5, 10
@@ -127,7 +127,7 @@ def is_open_mpi(exe: str | Path) -> bool:
         return False
 
 
-def host_mapping(m: Machine, p: Placement) -> str:
+def host_mapping(m: Machine, p: RankMapping) -> str:
     """Which ranks share a host, in PMI_process_mapping's vector format with
     host ids in place of node ids: LATTICE_HOST_MAPPING, from which libpmi
     answers PMI_Get_clique_size/ranks.  Ranks on one host share memory
@@ -136,10 +136,10 @@ def host_mapping(m: Machine, p: Placement) -> str:
     ids = [hosts.setdefault(host.node_host(m, s.node), len(hosts)) for s in p.slots]
     # process_mapping counts "nodes" in order of first appearance: give it host ids as nodes
     by_host = p._replace(slots=[s._replace(node=i) for s, i in zip(p.slots, ids)])
-    return placement.process_mapping(by_host)
+    return process_mapping(by_host)
 
 
-def mpi_env(exe: str, m: Machine, p: Placement) -> dict[str, str]:
+def mpi_env(exe: str, m: Machine, p: RankMapping) -> dict[str, str]:
     """Environment for exe to bootstrap through Lattice's PMI: Open MPI's
     pmix/flux component over build/lib/libpmi.so, and its shared-memory
     transport between all ranks of a host, for an Open MPI program; {} for

@@ -1,4 +1,4 @@
-"""Placement on the torus, end to end: for the orders XYZT, TXYZ, ZYXT and a
+"""Rank mapping on the torus, end to end: for the orders XYZT, TXYZ, ZYXT and a
 map file, in coprocessor and virtual node mode, under cnk and in Linux mode,
 every rank reports (from LATTICE_RANK and its personality, read with
 liblatpers) exactly the node coordinates and core the mapping says.

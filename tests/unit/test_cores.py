@@ -22,7 +22,7 @@ from lattice.blocks import Block
 from lattice.cores import map_job, node_lines, spread
 from lattice.host import Core, Host
 from lattice.machine import Machine
-from lattice.placement import App, place
+from lattice.mapping import App, map_ranks
 
 LSTOPO = shutil.which(host.LSTOPO)
 needs_hwloc = pytest.mark.skipif(LSTOPO is None, reason="hwloc-nox not installed (scripts/setup.sh installs it)")
@@ -44,7 +44,7 @@ def fake(npus_per_core: int, ncores: int, first: int = 0) -> Host:
 
 
 def job(n: int, mode: str = "co", mapping: str | None = None, m: Machine = M):
-    return place(m, WHOLE, [App("/bin/true", [], n)], mode, mapping)
+    return map_ranks(m, WHOLE, [App("/bin/true", [], n)], mode, mapping)
 
 
 # ---- spread ----

@@ -20,8 +20,8 @@ from lattice import mpienv
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Machine
+from lattice.mapping import App, map_ranks
 from lattice.mpienv import OpenMpiJob, host_mapping, is_open_mpi, needed_libraries
-from lattice.placement import App, place
 from tests.conftest import EXAMPLES
 
 M = Machine(shape=(1, 1, 4), pset_size=2)
@@ -30,7 +30,7 @@ BLOCK = Block("P", (0, 0, 0), (1, 1, 4), "Initialized", False, None)
 
 def mpi_env(exe: str, n: int = 4, mode: str = "co") -> dict[str, str]:
     """mpienv.mpi_env for a job of n ranks of exe on BLOCK."""
-    return mpienv.mpi_env(exe, M, place(M, BLOCK, [App(exe, [], n)], mode, None))
+    return mpienv.mpi_env(exe, M, map_ranks(M, BLOCK, [App(exe, [], n)], mode, None))
 
 
 def make_elf(path: Path, needed: list[str], wide: bool = True, little: bool = True,
@@ -123,9 +123,9 @@ def test_env_for_open_mpi(tmp_path: Path, prefix: Path) -> None:
 
 
 def test_host_mapping_groups_ranks_by_host_not_node() -> None:
-    p = place(M, BLOCK, [App("a", [], 8)], "vn", None)
+    p = map_ranks(M, BLOCK, [App("a", [], 8)], "vn", None)
     # the nodes differ (PMI_process_mapping); the host is one
-    from lattice.placement import process_mapping
+    from lattice.mapping import process_mapping
     assert process_mapping(p) == "(vector,(0,4,1),(0,4,1))"      # XYZT: rank r on node r % 4
     assert host_mapping(M, p) == "(vector,(0,1,8))"
 

@@ -7,12 +7,12 @@ import socket
 import sys
 import time
 
-from lattice import blocks, boot, cores, db, host, job, machine, mpienv, placement, ras
+from lattice import blocks, boot, cores, db, host, job, machine, mapping, mpienv, ras
 from lattice.blocks import Block
 from lattice.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.machine import Machine
-from lattice.placement import App, Placement
+from lattice.mapping import App, RankMapping
 
 description = "run a program on compute nodes (booting and freeing a block if none is given)"
 epilog = ("MPMD: `lattice run [OPTIONS] -n 4 a.out ARGS : -n 4 b.out ARGS` runs several programs as one job; "
@@ -24,7 +24,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.epilog = epilog
     p.add_argument("-n", "--np", dest="n", type=int,
                    help="ranks of the (first) program (default: one per process slot of --block, else 1)")
-    p.add_argument("--mode", choices=placement.MODES, default=placement.DEFAULT_MODE,
+    p.add_argument("--mode", choices=mapping.MODES, default=mapping.DEFAULT_MODE,
                    help="co (default): one rank per compute node, MPICH's progress thread on a second real core "
                         "where the node has one to spare; vn: one rank per core, the node's memory split evenly")
     p.add_argument("--mapping", metavar="ORDER|FILE",
@@ -150,7 +150,7 @@ def job_apps(args: argparse.Namespace, default_n: int) -> list[App]:
     return apps
 
 
-def core_lines(m: Machine, p: Placement, cm: CoreMap) -> list[str]:
+def core_lines(m: Machine, p: RankMapping, cm: CoreMap) -> list[str]:
     """What each node got of the host's cores (-v)."""
     ranks_of: dict[int, list[int]] = {}
     for s in p.slots:
@@ -158,18 +158,18 @@ def core_lines(m: Machine, p: Placement, cm: CoreMap) -> list[str]:
     return cores.node_lines(cm, {n: m.compute_location(n) for n in ranks_of}, ranks_of)
 
 
-def print_map(m: Machine, b: Block, p: Placement, cm: CoreMap, booted: bool, verbose: bool) -> None:
+def print_map(m: Machine, b: Block, p: RankMapping, cm: CoreMap, booted: bool, verbose: bool) -> None:
     where = "" if booted else " (not created yet: lattice run creates it)" if b.auto else " (not booted)"
     print(f"# block {b.name}{where}: {machine.shape_str(b.shape)} at {','.join(map(str, b.corner))}, "
           f"{p.mode} mode, {p.ppn} process{'es' if p.ppn > 1 else ''} per node, "
           f"{p.nranks} rank{'s' if p.nranks != 1 else ''}")
     if verbose:
-        print(f"# PMI_process_mapping {placement.process_mapping(p)}")
+        print(f"# PMI_process_mapping {mapping.process_mapping(p)}")
         for k, v in sorted(p.env.items()):
             print(f"# env {k}={v}")
         for line in core_lines(m, p, cm):
             print(f"# {line}")
-    for line in placement.map_lines(m, p, socket.gethostname(), [host.cpulist(c) for c in cm.ranks]):
+    for line in mapping.map_lines(m, p, socket.gethostname(), [host.cpulist(c) for c in cm.ranks]):
         print(line)
 
 
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     m = machine.load()
     con = db.connect()
     cwd = os.path.abspath(args.cwd or os.getcwd())
-    ppn = placement.ppn_of(m, args.mode)
+    ppn = mapping.ppn_of(m, args.mode)
     chosen = blocks.get(con, args.block) if args.block else None
     apps = job_apps(args, chosen.size * ppn if chosen else 1)
     for kv in args.env:
@@ -192,14 +192,14 @@ def run(args: argparse.Namespace) -> int:
 
     # place the job before anything boots: a bad mapping or too many ranks costs nothing
     if chosen is None:
-        nodes = placement.nodes_needed(m, args.mode, sum(a.nranks for a in apps))
+        nodes = mapping.nodes_needed(m, args.mode, sum(a.nranks for a in apps))
         if nodes > m.nodes:
             raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
                                f"this machine: {args.mode} mode runs {ppn} per node, so they need {nodes}")
         corner, shape = blocks.smallest_fit(con, m, nodes)
         name = f"auto-{os.getpid()}-{int(time.time())}"
         chosen = Block(name, corner, shape, "Free", True, None)
-    p = placement.place(m, chosen, apps, args.mode, args.mapping)
+    p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping)
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe, m, p).items():
             p.env.setdefault(k, v)
@@ -234,9 +234,9 @@ def run(args: argparse.Namespace) -> int:
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
         for line in core_lines(m, p, cm):
             print(f"lattice: {line}", file=sys.stderr)
-    # exe and args are the first program's; every program is in the placement's apps
+    # exe and args are the first program's; every program is in the mapping's apps
     spec = job.Spec(exe=apps[0].exe, args=list(apps[0].args), cwd=cwd, env=list(args.env), nranks=p.nranks,
-                    uid=uid, gid=gid, groups=groups, user=user, placement=p, label=args.label,
+                    uid=uid, gid=gid, groups=groups, user=user, mapping=p, label=args.label,
                     kernel=args.kernel, trace=args.trace, verbose=args.verbose,
                     hugepages=args.hugepages == "reserve", cores=cm)
     try:

@@ -1,4 +1,4 @@
-"""Placing a job's ranks on a block's nodes and cores, as BG/L's mpirun did.
+"""Mapping a job's ranks onto a block's nodes and cores, as BG/L's mpirun did.
 
 The mode says how many processes a node runs (`ppn`): coprocessor mode
 (`co`) one per node, the second core left to MPICH's asynchronous progress
@@ -48,7 +48,7 @@ class App(NamedTuple):
     nranks: int
 
 
-class Placement(NamedTuple):
+class RankMapping(NamedTuple):
     mode: str
     ppn: int
     slots: list[Slot]                      # indexed by rank
@@ -146,7 +146,7 @@ def read_map(path: str, shape: Coord, ppn: int, nranks: int) -> list[Coord4]:
     return coords[:nranks]
 
 
-def place(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | None) -> Placement:
+def map_ranks(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | None) -> RankMapping:
     """Where each rank of the job runs on block b, or a LatticeError saying
     why it cannot (bad mode or mapping, more ranks than the block holds)."""
     ppn = ppn_of(m, mode)
@@ -169,10 +169,10 @@ def place(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | None)
     slots = [Slot(rank=r, node=m.index((b.corner[0] + x, b.corner[1] + y, b.corner[2] + z)), t=t, app=app_of[r])
              for r, (x, y, z, t) in enumerate(coords)]
     # MPICH's progress thread is decided per node, on real cores (lattice.cores)
-    return Placement(mode=mode, ppn=ppn, slots=slots, apps=list(apps), env={})
+    return RankMapping(mode=mode, ppn=ppn, slots=slots, apps=list(apps), env={})
 
 
-def process_mapping(p: Placement) -> str:
+def process_mapping(p: RankMapping) -> str:
     """PMI_process_mapping: which ranks share a node, in MPICH's vector
     format `(vector,(nodeid,nnodes,ppn),...)`.  Each triple gives the next
     nnodes*ppn ranks, ppn at a time on nodes nodeid, nodeid+1, ...; node ids
@@ -201,7 +201,7 @@ def _run(seq: list[int], i: int) -> int:
     return j - i
 
 
-def map_lines(m: Machine, p: Placement, host: str, cpus: list[str] | None = None) -> list[str]:
+def map_lines(m: Machine, p: RankMapping, host: str, cpus: list[str] | None = None) -> list[str]:
     """`lattice run --print-map`: rank, application, torus coordinates and
     core, node location and host, one line per rank; with cpus (each rank's
     real CPUs, lattice.cores) a last column of them."""

@@ -1,4 +1,4 @@
-"""Placement on the torus (lattice.placement, `lattice run --mode --mapping
+"""Rank mapping on the torus (lattice.mapping, `lattice run --mode --mapping
 --print-map`, MPMD): every mapping rule and every error, checked without
 booting anything."""
 from __future__ import annotations
@@ -15,11 +15,11 @@ from unittest import mock
 
 import pytest
 
-from lattice import cli, host, job, placement, wire
+from lattice import cli, host, job, mapping, wire
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Machine
-from lattice.placement import App, Placement, Slot, place, process_mapping
+from lattice.mapping import App, RankMapping, Slot, map_ranks, process_mapping
 
 M = Machine(shape=(2, 2, 2), pset_size=4, memory=256 << 20, cores=2)
 WHOLE = Block("W", (0, 0, 0), (2, 2, 2), "Initialized", False, None)
@@ -39,7 +39,7 @@ def rel(m: Machine, b: Block, s: Slot) -> tuple[int, int, int, int]:
 # --- orders ---------------------------------------------------------------------
 
 def test_xyzt_is_the_default_and_the_formula() -> None:
-    p = place(M, WHOLE, apps(8), "co", None)
+    p = map_ranks(M, WHOLE, apps(8), "co", None)
     assert (p.mode, p.ppn) == ("co", 1)
     X, Y, Z = WHOLE.shape
     for s in p.slots:
@@ -47,7 +47,7 @@ def test_xyzt_is_the_default_and_the_formula() -> None:
         assert s.rank == x + X * (y + Y * (z + Z * t))
     # XYZT in co mode is the block's node order (x fastest), as before mapping existed
     assert [s.node for s in p.slots] == WHOLE.nodes(M)
-    assert place(M, WHOLE, apps(8), "co", "XYZT") == p
+    assert map_ranks(M, WHOLE, apps(8), "co", "XYZT") == p
 
 
 @pytest.mark.parametrize("order", ["".join(o) for o in itertools.permutations("XYZT")])
@@ -57,7 +57,7 @@ def test_every_order_first_letter_fastest(order: str, mode: str) -> None:
     m = Machine(shape=(4, 2, 3), pset_size=2, cores=3)
     b = Block("B", (0, 0, 0), (4, 2, 3), "Free", False, None)
     ppn = 1 if mode == "co" else 3
-    p = place(m, b, apps(b.size * ppn), mode, order)
+    p = map_ranks(m, b, apps(b.size * ppn), mode, order)
     size = {"X": 4, "Y": 2, "Z": 3, "T": ppn}
     seen = set()
     for s in p.slots:
@@ -71,25 +71,25 @@ def test_every_order_first_letter_fastest(order: str, mode: str) -> None:
 
 
 def test_txyz_fills_a_node_s_cores_first_and_xyzt_spreads() -> None:
-    t = place(M, WHOLE, apps(4), "vn", "TXYZ")
+    t = map_ranks(M, WHOLE, apps(4), "vn", "TXYZ")
     assert [(s.node, s.t) for s in t.slots] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    x = place(M, WHOLE, apps(4), "vn", "XYZT")
+    x = map_ranks(M, WHOLE, apps(4), "vn", "XYZT")
     assert [(s.node, s.t) for s in x.slots] == [(0, 0), (1, 0), (2, 0), (3, 0)]
-    full = place(M, WHOLE, apps(16), "vn", "XYZT")
+    full = map_ranks(M, WHOLE, apps(16), "vn", "XYZT")
     assert [(s.node, s.t) for s in full.slots[8:10]] == [(0, 1), (1, 1)], "T is the slowest in XYZT"
 
 
 def test_zyxt_walks_z_first() -> None:
-    p = place(M, WHOLE, apps(8), "co", "ZYXT")
+    p = map_ranks(M, WHOLE, apps(8), "co", "ZYXT")
     assert [M.coord(s.node) for s in p.slots[:4]] == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
 
 
 def test_orders_are_case_insensitive() -> None:
-    assert place(M, WHOLE, apps(8), "vn", "tzyx") == place(M, WHOLE, apps(8), "vn", "TZYX")
+    assert map_ranks(M, WHOLE, apps(8), "vn", "tzyx") == map_ranks(M, WHOLE, apps(8), "vn", "TZYX")
 
 
 def test_coordinates_are_relative_to_the_block_s_corner() -> None:
-    p = place(M, UPPER, apps(4), "co", "YXZT")
+    p = map_ranks(M, UPPER, apps(4), "co", "YXZT")
     assert [M.coord(s.node) for s in p.slots] == [(0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 1, 1)]
     assert {s.node for s in p.slots} == set(UPPER.nodes(M))
 
@@ -97,43 +97,43 @@ def test_coordinates_are_relative_to_the_block_s_corner() -> None:
 @pytest.mark.parametrize("order", ["XYZ", "XXYZ", "XYZTT", "XYTT", "T", "xyzz"])
 def test_bad_orders(order: str) -> None:
     with pytest.raises(LatticeError, match="bad mapping order .*permutation of X, Y, Z and T"):
-        place(M, WHOLE, apps(2), "co", order)
+        map_ranks(M, WHOLE, apps(2), "co", order)
 
 
 # --- modes ----------------------------------------------------------------------
 
-def test_placement_leaves_the_progress_thread_to_the_real_cores() -> None:
+def test_mapping_leaves_the_progress_thread_to_the_real_cores() -> None:
     """MPICH's progress thread is decided per node on the host's cores
     (lattice.cores, tests/unit/test_cores.py), not by the mode alone."""
     for mode in ("co", "vn"):
-        assert place(M, WHOLE, apps(2), mode, None).env == {}
+        assert map_ranks(M, WHOLE, apps(2), mode, None).env == {}
 
 
 def test_vn_runs_one_rank_per_core() -> None:
     m4 = Machine(shape=(2, 2, 2), pset_size=4, cores=4)
-    p = place(m4, WHOLE, apps(32), "vn", "TXYZ")
+    p = map_ranks(m4, WHOLE, apps(32), "vn", "TXYZ")
     assert p.ppn == 4
     assert [s.t for s in p.slots[:5]] == [0, 1, 2, 3, 0]
-    assert placement.nodes_needed(m4, "vn", 9) == 3 and placement.nodes_needed(m4, "co", 9) == 9
+    assert mapping.nodes_needed(m4, "vn", 9) == 3 and mapping.nodes_needed(m4, "co", 9) == 9
 
 
 @pytest.mark.parametrize("mode, n, holds", [("co", 9, 8), ("vn", 17, 16)])
 def test_more_ranks_than_the_block_holds(mode: str, n: int, holds: int) -> None:
     with pytest.raises(LatticeError, match=f"{n} ranks do not fit in block W: 8 nodes x .* hold {holds}"):
-        place(M, WHOLE, apps(n), mode, None)
+        map_ranks(M, WHOLE, apps(n), mode, None)
     with pytest.raises(LatticeError, match="do not fit"):
-        place(M, WHOLE, apps(n - 2, 2 + 0) + apps(1), mode, None)    # counted over every program
+        map_ranks(M, WHOLE, apps(n - 2, 2 + 0) + apps(1), mode, None)    # counted over every program
 
 
 def test_bad_mode() -> None:
     with pytest.raises(LatticeError, match="bad mode 'smp'"):
-        place(M, WHOLE, apps(1), "smp", None)
+        map_ranks(M, WHOLE, apps(1), "smp", None)
 
 
 # --- MPMD -----------------------------------------------------------------------
 
 def test_mpmd_ranks_are_consecutive_and_app_is_the_program_index() -> None:
-    p = place(M, WHOLE, apps(3, 1, 4), "co", None)
+    p = map_ranks(M, WHOLE, apps(3, 1, 4), "co", None)
     assert [s.rank for s in p.slots] == list(range(8))
     assert [s.app for s in p.slots] == [0, 0, 0, 1, 2, 2, 2, 2]
     assert [a.exe for a in p.apps] == ["/bin/prog0", "/bin/prog1", "/bin/prog2"]
@@ -149,14 +149,14 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_map_file_places_each_rank(tmp_path: Path) -> None:
     f = write(tmp_path, "# rank 0 on the far corner\n1 1 0 1\n\n0 0 0 0   # rank 1\n  1 0 0 0\n0 1 0 1\n")
-    p = place(M, UPPER, apps(4), "vn", f)
+    p = map_ranks(M, UPPER, apps(4), "vn", f)
     assert [rel(M, UPPER, s) for s in p.slots] == [(1, 1, 0, 1), (0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 1)]
     assert M.coord(p.slots[0].node) == (1, 1, 1), "relative to the corner 0,0,1"
 
 
 def test_map_file_may_hold_more_lines_than_ranks(tmp_path: Path) -> None:
     f = write(tmp_path, "0 0 0 0\n1 0 0 0\n0 1 0 0\n")
-    assert [rel(M, WHOLE, s) for s in place(M, WHOLE, apps(2), "co", f).slots] == [(0, 0, 0, 0), (1, 0, 0, 0)]
+    assert [rel(M, WHOLE, s) for s in map_ranks(M, WHOLE, apps(2), "co", f).slots] == [(0, 0, 0, 0), (1, 0, 0, 0)]
 
 
 @pytest.mark.parametrize("text, mode, error", [
@@ -176,18 +176,18 @@ def test_map_file_may_hold_more_lines_than_ranks(tmp_path: Path) -> None:
 ])
 def test_bad_map_files(tmp_path: Path, text: str, mode: str, error: str) -> None:
     with pytest.raises(LatticeError, match=error):
-        place(M, UPPER, apps(2), mode, write(tmp_path, text))
+        map_ranks(M, UPPER, apps(2), mode, write(tmp_path, text))
 
 
 def test_unreadable_map_files(tmp_path: Path) -> None:
     with pytest.raises(LatticeError, match="cannot read map file .*nofile: No such file") as e:
-        place(M, WHOLE, apps(1), "co", str(tmp_path / "nofile"))
+        map_ranks(M, WHOLE, apps(1), "co", str(tmp_path / "nofile"))
     assert e.value.long_message and "XYZT" in e.value.long_message
     with pytest.raises(LatticeError, match="cannot read map file .*: Is a directory"):
-        place(M, WHOLE, apps(1), "co", str(tmp_path))
+        map_ranks(M, WHOLE, apps(1), "co", str(tmp_path))
     (tmp_path / "bin").write_bytes(b"\xff\xfe0 0 0 0\n")
     with pytest.raises(LatticeError, match="cannot read map file"):
-        place(M, WHOLE, apps(1), "co", str(tmp_path / "bin"))
+        map_ranks(M, WHOLE, apps(1), "co", str(tmp_path / "bin"))
 
 
 # --- PMI_process_mapping --------------------------------------------------------
@@ -206,7 +206,7 @@ def mpich_decode(mapping: str, size: int) -> list[int]:
     return out[:size]
 
 
-def ids(p: Placement) -> list[int]:
+def ids(p: RankMapping) -> list[int]:
     first: dict[int, int] = {}
     return [first.setdefault(s.node, len(first)) for s in p.slots]
 
@@ -219,12 +219,12 @@ def ids(p: Placement) -> list[int]:
     (1, "co", "XYZT", "(vector,(0,1,1))"),
 ])
 def test_process_mapping_examples(n: int, mode: str, order: str, want: str) -> None:
-    p = place(M, WHOLE, apps(n), mode, order)
+    p = map_ranks(M, WHOLE, apps(n), mode, order)
     assert process_mapping(p) == want
     assert mpich_decode(want, n) == ids(p)
 
 
-def test_process_mapping_round_trips_any_placement(tmp_path: Path) -> None:
+def test_process_mapping_round_trips_any_mapping(tmp_path: Path) -> None:
     """Random map files on a 4-core machine: MPICH's reading of the string
     gives back exactly which ranks share a node."""
     m = Machine(shape=(2, 2, 2), pset_size=4, cores=4)
@@ -235,21 +235,21 @@ def test_process_mapping_round_trips_any_placement(tmp_path: Path) -> None:
         n = rng.randint(1, len(cells))
         f = tmp_path / f"map{trial}"
         f.write_text("".join(" ".join(map(str, c)) + "\n" for c in cells[:n]))
-        p = place(m, WHOLE, apps(n), "vn", str(f))
+        p = map_ranks(m, WHOLE, apps(n), "vn", str(f))
         assert mpich_decode(process_mapping(p), n) == ids(p), (trial, process_mapping(p))
     for order in map("".join, itertools.permutations("XYZT")):
         for n in (1, 3, 8, 13, 32):
-            p = place(m, WHOLE, apps(n), "vn", order)
+            p = map_ranks(m, WHOLE, apps(n), "vn", order)
             assert mpich_decode(process_mapping(p), n) == ids(p), (order, n)
 
 
 # --- --print-map ----------------------------------------------------------------
 
 def test_map_lines() -> None:
-    p = place(M, UPPER, apps(3, 1), "vn", "TXYZ")
-    lines = placement.map_lines(M, p, "host1")
+    p = map_ranks(M, UPPER, apps(3, 1), "vn", "TXYZ")
+    lines = mapping.map_lines(M, p, "host1")
     assert lines[0].split() == ["rank", "app", "x", "y", "z", "t", "location", "host"]
-    with_cpus = placement.map_lines(M, p, "host1", ["0", "1", "2-3", "2-3"])
+    with_cpus = mapping.map_lines(M, p, "host1", ["0", "1", "2-3", "2-3"])
     assert with_cpus[0].split()[-1] == "cpus" and [l.split()[-1] for l in with_cpus[1:]] == ["0", "1", "2-3", "2-3"]
     assert [l.split() for l in lines[1:]] == [
         ["0", "0", "0", "0", "1", "0", "R00-M0-N00-C:J04", "host1"],
@@ -365,12 +365,12 @@ def test_mode_choices(machine_home: Path) -> None:
     assert status == 2 and "invalid choice: 'smp'" in err
 
 
-def test_run_builds_the_spec_from_the_placement(machine_home: Path, no_boot: dict[str, Any]) -> None:
+def test_run_builds_the_spec_from_the_mapping(machine_home: Path, no_boot: dict[str, Any]) -> None:
     status, _, err = lattice("run", "--mode", "vn", "--mapping", "TXYZ", "--env", "A=1", "-n", "3", "/bin/echo",
                              "a", "b", ":", "-n", "2", "/bin/cat", "-u")
     assert status == 0, err
     spec: job.Spec = no_boot["spec"]
-    p = spec.placement
+    p = spec.mapping
     assert (spec.exe, spec.args, spec.nranks, spec.env) == ("/bin/echo", ["a", "b"], 5, ["A=1"])
     assert [(a.exe, a.args, a.nranks) for a in p.apps] == [("/bin/echo", ["a", "b"], 3), ("/bin/cat", ["-u"], 2)]
     assert (p.mode, p.ppn, [s.app for s in p.slots]) == ("vn", 2, [0, 0, 0, 1, 1])
