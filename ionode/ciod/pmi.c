@@ -54,7 +54,7 @@ struct out {
 struct batch {
     struct out *head, **tail;       /* answers */
     char       *fence;              /* LAT_CTL_FENCE payloads back to back, or NULL */
-    size_t      fence_len[64];
+    size_t      fence_len[PMI_FENCE_CHUNKS];
     int         nfence;
     bool        aborted;
     struct pmi_dest who;
@@ -94,7 +94,7 @@ static void on_fence(void *ctx, const char *msg, const size_t *len, int n)
 
     for (int i = 0; i < n; i++)
         total += len[i];
-    if (b->fence || n > 64 || !(b->fence = malloc(total))) {
+    if (!(b->fence = malloc(total))) {
         logmsg("pmi: out of memory for the fence of job %" PRIu64, P.job);
         return;
     }
@@ -347,7 +347,7 @@ int pmi_fence_out(const char *p, size_t len, char *why, size_t whylen)
     batch_init(&b);
     pthread_mutex_lock(&P.lock);
     job = P.job;
-    matched = P.e && pmi_engine_fence_out(P.e, p, len, &b);
+    matched = P.e && pmi_engine_fence_out(P.e, p, &b);
     pthread_mutex_unlock(&P.lock);
     if (!matched) {
         ras_event(RAS_WARNING, cfg.location, "fence %u of job %" PRIu64 " from the service node does not "

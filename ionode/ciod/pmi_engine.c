@@ -314,10 +314,10 @@ static int put(struct pmi_engine *e, const char *key, const char *val)
 
 /* The whole pset is in the fence: its puts go up in one message, or in
  * chunks of LAT_MAX_PAYLOAD with LAT_FENCE_MORE on all but the last. */
-static void send_fence(struct pmi_engine *e)
+static void fence_up(struct pmi_engine *e)
 {
-    size_t room = LAT_MAX_PAYLOAD - sizeof(struct lat_fence), off = 0, w = 0, len[64];
-    char *msg = malloc(e->pendlen + 64 * sizeof(struct lat_fence) + 1);
+    size_t room = LAT_MAX_PAYLOAD - sizeof(struct lat_fence), off = 0, w = 0, len[PMI_FENCE_CHUNKS];
+    char *msg = malloc(e->pendlen + PMI_FENCE_CHUNKS * sizeof(struct lat_fence) + 1);
     int n = 0;
 
     if (!msg) {
@@ -335,7 +335,7 @@ static void send_fence(struct pmi_engine *e)
             off += kl + vl;
             f.nkv++;
         }
-        if (off < e->pendlen && n < 63)
+        if (off < e->pendlen && n < PMI_FENCE_CHUNKS - 1)
             f.flags = LAT_FENCE_MORE;
         else
             off = e->pendlen;           /* 64 full chunks cannot happen: PMI keys are bounded per rank */
@@ -355,7 +355,7 @@ static void enter_fence(struct pmi_engine *e, struct prank *r)
 {
     r->in_fence = true;
     if (++e->entered >= e->nslots && !e->fence_sent)
-        send_fence(e);
+        fence_up(e);
 }
 
 /* abort: no answer; the job ends. */
@@ -776,12 +776,11 @@ int pmi_fence_check(const char *p, size_t len, char *why, size_t whylen)
     return 0;
 }
 
-bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, size_t len, void *ctx)
+bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx)
 {
     struct lat_fence f;
     const char *s = p + sizeof(f);
 
-    (void)len;                          /* checked by pmi_fence_check */
     memcpy(&f, p, sizeof(f));
     if (e->job != f.job || e->epoch != f.epoch || !e->fence_sent)
         return false;

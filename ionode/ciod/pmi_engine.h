@@ -20,6 +20,8 @@
 
 struct pmi_engine;
 
+#define PMI_FENCE_CHUNKS 64         /* LAT_CTL_FENCE messages of one fence, at most */
+
 /* A process of the job in this pset. */
 struct pmi_dest {
     uint32_t slot;                  /* its index in pmi_job.slot */
@@ -31,9 +33,9 @@ struct pmi_ops {
     /* One complete answer for a process: a PMI-1 line with its newline, or
      * a PMI-2 command with its length prefix. */
     void (*answer)(void *ctx, const struct pmi_dest *to, const char *data, size_t len);
-    /* Every process of the pset entered the fence: n LAT_CTL_FENCE payloads
-     * (struct lat_fence + key\0value\0 ...) back to back in msg, len[i]
-     * bytes each, for the service node, kept together. */
+    /* Every process of the pset entered the fence: n (<= PMI_FENCE_CHUNKS)
+     * LAT_CTL_FENCE payloads (struct lat_fence + key\0value\0 ...) back to
+     * back in msg, len[i] bytes each, for the service node, kept together. */
     void (*fence)(void *ctx, const char *msg, const size_t *len, int n);
     /* A process aborted, or left without finalize: no answer; the job ends. */
     void (*abort)(void *ctx, const struct pmi_dest *who, int code, const char *msg);
@@ -69,9 +71,10 @@ void pmi_engine_exit(struct pmi_engine *e, uint32_t slot, int status, void *ctx)
 
 /* A LAT_CTL_FENCE_OUT payload: 0, or -1 (why set) if it is malformed. */
 int  pmi_fence_check(const char *p, size_t len, char *why, size_t whylen);
-/* A checked FENCE_OUT: its keys are stored, and the last chunk releases
- * every process of the fence.  false: it matches no fence waiting here. */
-bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, size_t len, void *ctx);
+/* A FENCE_OUT that passed pmi_fence_check: its keys are stored, and the
+ * last chunk releases every process of the fence.  false: it matches no
+ * fence waiting here (nothing changed). */
+bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx);
 
 /* ---- kvs.c: the string -> string table of the key/value space ---- */
 

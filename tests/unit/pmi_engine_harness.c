@@ -142,7 +142,7 @@ static void fence_out(struct pmi_engine *e, char *args)
     if (pmi_fence_check(msg, len, why, sizeof(why)) < 0)
         printf("refused %s\n", why);
     else
-        puts(pmi_engine_fence_out(e, msg, len, NULL) ? "matched" : "unmatched");
+        puts(pmi_engine_fence_out(e, msg, NULL) ? "matched" : "unmatched");
 }
 
 int main(void)
