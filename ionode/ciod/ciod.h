@@ -5,7 +5,8 @@
  * connection per compute node, and one function-shipping (PROC) connection
  * per compute process.  Every connection runs on its own thread; the only
  * state they share is the configuration (read-only after start), the job
- * table in job.c (under its mutex) and the call counters (atomics).
+ * table in job.c (under its mutex), the running job's PMI engine (pmi.c,
+ * under its own lock) and the call counters (atomics).
  *
  * Lock order, to stay deadlock free:  conn.wlock of a control connection
  * -> conn.wlock of a node connection -> the job table lock.  Nobody holds
