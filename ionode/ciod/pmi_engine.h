@@ -61,7 +61,9 @@ void pmi_engine_free(struct pmi_engine *e);         /* NULL is fine */
 int  pmi_engine_slot(const struct pmi_engine *e, uint32_t rank, uint32_t *node);
 
 /* Bytes the process of slot wrote: every complete command in what it wrote
- * so far is answered (an abort stops this call's work). */
+ * so far is served, most answered at once; a fence is answered at its
+ * FENCE_OUT, a waiting info-getnodeattr at the put.  An abort stops this
+ * call's work. */
 void pmi_engine_input(struct pmi_engine *e, uint32_t slot, const char *data, size_t len, void *ctx);
 
 /* The process of slot exited with status: one that sent init but neither
