@@ -5,7 +5,8 @@
  * connection per compute node, and one function-shipping (PROC) connection
  * per compute process.  Every connection runs on its own thread; the only
  * state they share is the configuration (read-only after start), the job
- * table in job.c (under its mutex) and the call counters (atomics).
+ * table in job.c (under its mutex), the running job's PMI engine (pmi.c,
+ * under its own lock) and the call counters (atomics).
  *
  * Lock order, to stay deadlock free:  conn.wlock of a control connection
  * -> conn.wlock of a node connection -> the job table lock.  Nobody holds
@@ -220,24 +221,16 @@ unsigned plugin_count(void);
 /* LAT_PLUG_CALL on a process connection; < 0 only if the reply could not be sent. */
 int  plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t rank, uint32_t node);
 
-/* ---- kvs.c: string table of the PMI key/value space ---- */
-
-struct kvs {
-    struct kv **bucket;
-    uint32_t    count;
-};
-struct kvs *kvs_new(void);
-void kvs_free(struct kvs *t);
-const char *kvs_get(const struct kvs *t, const char *key);
-int  kvs_put(struct kvs *t, const char *key, const char *val);
-
-/* ---- pmi.c: the pset's PMI-1/PMI-2 proxy ---- */
+/* ---- pmi.c: the connection side of the pset's PMI proxy (the engine,
+ * pmi_engine.c, answers the commands) ---- */
 
 int  pmi_job_start(const struct job_spec *js, char *why, size_t whylen);
 void pmi_job_end(uint64_t id);
-/* Bytes a rank wrote on its PMI_FD, relayed by its node. */
 void pmi_rank_exit(uint32_t rank, int status);
+/* Bytes a rank wrote on its PMI_FD, relayed by its node (nc: the node's
+ * connection, where the answers go), or from its own PMI connection (NULL). */
 void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, size_t len);
+/* A process's own PMI connection (LAT_ROLE_PMI), after its hello. */
 void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq);
 /* LAT_CTL_FENCE_OUT from the service node; -1 (why set) if malformed. */
 int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);

@@ -1,12 +1,17 @@
 /*
  * kvs.c - a string -> string table for the PMI key/value space: chained
- * hashing (FNV-1a), entries allocated one by one.  Not thread safe: pmi.c
- * holds its lock around every use.
+ * hashing (FNV-1a), entries allocated one by one.  Not thread safe: like
+ * the engine that uses it (pmi_engine.c), its caller serializes the calls.
  */
-#include "ciod.h"
+#include "pmi_engine.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+struct kvs {
+    struct kv **bucket;
+    uint32_t    count;
+};
 
 struct kv {
     struct kv *next;

@@ -1,0 +1,812 @@
+/*
+ * pmi_engine.c - the PMI engine of one job in one pset (pmi_engine.h,
+ * docs/protocol.md section 10).
+ *
+ * Each compute process speaks PMI-1 ("simple", one line per command) or
+ * PMI-2 (6-character length prefix, `cmd=X;k=v;`).  The engine answers
+ * everything it knows by itself: init, maxes, appnum, universe size,
+ * kvsname, puts (cached), gets (from the cache), node attributes.  A fence
+ * (barrier_in / kvs-fence) is the only thing that leaves the pset: when every
+ * process of the pset has entered, the pset's puts since the last fence go
+ * up in ONE fence (ops->fence); the service node's FENCE_OUT, once every pset
+ * of the job has entered, brings the merged keys, which go into the cache,
+ * and every process gets its barrier_out.
+ *
+ * No socket, descriptor or lock here: what to send, and to whom, goes to the
+ * caller's callbacks.  A process has one request outstanding at a time, so
+ * its answers cannot overtake each other.
+ */
+#include "pmi_engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOKENS 32
+
+struct prank {
+    uint32_t rank, node, app;
+    int      version;               /* 0 before init, 1 or 2 */
+    bool     in_fence;
+    bool     done;                  /* finalized or aborted: may exit */
+    bool     broken;                /* unframeable input: the rest is ignored */
+    bool     skip_line;             /* v1: drop until the next newline (line too long) */
+    bool     in_mcmd;               /* v1: inside an mcmd=...endcmd block */
+    char     waitkey[LAT_PMI_KEY_MAX + 1];  /* v2 info-getnodeattr wait=TRUE */
+    char     waitthr[32];
+    char    *buf;                   /* partial input */
+    size_t   len;
+};
+
+struct pmi_engine {
+    const struct pmi_ops *ops;
+    void         *ctx;              /* the current entry point's, for the callbacks */
+    bool          aborted;          /* in this input: a process aborted, stop */
+    uint64_t      job;
+    uint32_t      nranks, nslots, epoch, entered;
+    bool          fence_sent;       /* this pset's fence is upstream, waiting for FENCE_OUT */
+    struct prank *r;
+    char          kvsname[32];
+    struct kvs   *kv;               /* published keys (after fences) and this pset's puts */
+    struct kvs   *nodeattr;         /* "node/key" -> value */
+    char         *pend;             /* this epoch's puts: key \0 value \0 ... */
+    size_t        pendlen, pendcap;
+    uint32_t      npend;
+};
+
+static struct pmi_dest dest(const struct pmi_engine *e, const struct prank *r)
+{
+    return (struct pmi_dest){ .slot = (uint32_t)(r - e->r), .rank = r->rank, .node = r->node };
+}
+
+static void note(struct pmi_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(struct pmi_engine *e, const char *fmt, ...)
+{
+    char text[160];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    e->ops->note(e->ctx, text);
+}
+
+/* ---- replies ---- */
+
+struct reply {
+    int    v;
+    size_t len;
+    char   buf[LAT_PMI_LINE_MAX + 64];
+};
+
+static void rp_raw(struct reply *r, const char *s)
+{
+    size_t n = strlen(s);
+
+    if (r->len + n < sizeof(r->buf) - 2) {
+        memcpy(r->buf + r->len, s, n);
+        r->len += n;
+    }
+}
+
+static void rp_begin(struct reply *r, int v, const char *cmd)
+{
+    r->v = v;
+    r->len = v == 2 ? 6 : 0;
+    rp_raw(r, "cmd=");
+    rp_raw(r, cmd);
+    if (v == 2)
+        rp_raw(r, ";");
+}
+
+static void rp_add(struct reply *r, const char *key, const char *val)
+{
+    if (r->v == 1)
+        rp_raw(r, " ");
+    rp_raw(r, key);
+    rp_raw(r, "=");
+    rp_raw(r, val);
+    if (r->v == 2)
+        rp_raw(r, ";");
+}
+
+static void rp_addu(struct reply *r, const char *key, uint64_t val)
+{
+    char num[24];
+
+    snprintf(num, sizeof(num), "%" PRIu64, val);
+    rp_add(r, key, num);
+}
+
+static void rp_end(struct pmi_engine *e, const struct prank *pr, struct reply *r)
+{
+    struct pmi_dest to = dest(e, pr);
+
+    if (r->v == 2) {
+        char len[8];
+        snprintf(len, sizeof(len), "%6u", (unsigned)(r->len - 6));
+        memcpy(r->buf, len, 6);
+    } else {
+        r->buf[r->len++] = '\n';
+    }
+    e->ops->answer(e->ctx, &to, r->buf, r->len);
+}
+
+/* ---- parsing ---- */
+
+struct cmd {
+    char *name;
+    int   n;
+    char *key[MAX_TOKENS], *val[MAX_TOKENS];
+};
+
+static const char *find(const struct cmd *c, const char *key)
+{
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->key[i], key))
+            return c->val[i];
+    return NULL;
+}
+
+static bool keychar(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'
+           || c == '-' || c == '/';
+}
+
+/* One token key[=value] at *pp, ending at a separator; returns an error text or NULL. */
+static const char *token(char **pp, char sep, struct cmd *c)
+{
+    char *p = *pp, *key = p, *val = NULL;
+
+    while (keychar(*p))
+        p++;
+    if (p == key)
+        return "expected a key";
+    if (*p == '=') {
+        *p++ = '\0';
+        val = p;
+        if (sep == ' ') {               /* v1: a value ends at a space; backslash escapes */
+            while (*p && *p != ' ') {
+                if (*p == '\\' && p[1])
+                    p++;
+                p++;
+            }
+        } else {                        /* v2: ends at ';', ";;" is a literal ';' */
+            char *w = p;
+            while (*p) {
+                if (*p == ';' && p[1] == ';')
+                    p++;
+                else if (*p == ';')
+                    break;
+                *w++ = *p++;
+            }
+            if (*p)
+                p++;                    /* past the separator, then terminate */
+            *w = '\0';
+            *pp = p;
+            goto store;
+        }
+        if (p == val)
+            return "empty value";
+    } else if (*p && *p != sep) {
+        return "bad character after a key";
+    }
+    if (*p)
+        *p++ = '\0';
+    *pp = p;
+store:
+    if (val && !*val)
+        return "empty value";
+    if (!strcmp(key, "cmd") && !c->name) {
+        c->name = val;
+        return val ? NULL : "cmd without a name";
+    }
+    if (c->n == MAX_TOKENS)
+        return "too many fields";
+    c->key[c->n] = key;
+    c->val[c->n++] = val ? val : "";
+    return NULL;
+}
+
+static const char *parse(char *s, int v, struct cmd *c)
+{
+    char sep = v == 2 ? ';' : ' ';
+    const char *err;
+
+    memset(c, 0, sizeof(*c));
+    if (strncmp(s, "cmd=", 4))
+        return "does not start with cmd=";
+    while (*s) {
+        if (*s == sep) {
+            s++;
+            continue;
+        }
+        if ((err = token(&s, sep, c)))
+            return err;
+    }
+    return c->name ? NULL : "no command";
+}
+
+/* Length of a value without its escapes. */
+static size_t vallen(const char *v)
+{
+    size_t n = 0;
+
+    for (; *v; v++, n++)
+        if (*v == '\\' && v[1])
+            v++;
+    return n;
+}
+
+/* ---- the commands ---- */
+
+static void error_reply(struct pmi_engine *e, struct prank *r, int v, const char *resp, const char *msg)
+{
+    struct reply rp;
+    char text[160];
+
+    snprintf(text, sizeof(text), "%s", msg);
+    if (v == 1)
+        for (char *c = text; *c; c++)
+            if (*c == ' ' || *c == '=')
+                *c = '_';                   /* a v1 value ends at a space */
+    rp_begin(&rp, v, resp);
+    rp_add(&rp, "rc", "-1");
+    rp_add(&rp, v == 2 ? "errmsg" : "msg", text);
+    rp_end(e, r, &rp);
+}
+
+static void bad(struct pmi_engine *e, struct prank *r, int v, const char *resp, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void bad(struct pmi_engine *e, struct prank *r, int v, const char *resp, const char *fmt, ...)
+{
+    char text[160];
+    struct pmi_dest who = dest(e, r);
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    e->ops->bad_request(e->ctx, &who, text);
+    error_reply(e, r, v, resp, text);
+}
+
+static bool good_key(const char *k)
+{
+    return k && *k && strlen(k) <= LAT_PMI_KEY_MAX;
+}
+
+static bool good_val(const char *v)
+{
+    return v && vallen(v) <= LAT_PMI_VAL_MAX;
+}
+
+static int pend_add(struct pmi_engine *e, const char *key, const char *val)
+{
+    size_t kl = strlen(key) + 1, vl = strlen(val) + 1;
+
+    if (e->pendlen + kl + vl > e->pendcap) {
+        size_t cap = e->pendcap ? e->pendcap * 2 : 65536;
+        while (cap < e->pendlen + kl + vl)
+            cap *= 2;
+        char *n = realloc(e->pend, cap);
+        if (!n)
+            return -1;
+        e->pend = n;
+        e->pendcap = cap;
+    }
+    memcpy(e->pend + e->pendlen, key, kl);
+    memcpy(e->pend + e->pendlen + kl, val, vl);
+    e->pendlen += kl + vl;
+    e->npend++;
+    return 0;
+}
+
+/* A put of this pset: visible here at once, published upstream at the fence. */
+static int put(struct pmi_engine *e, const char *key, const char *val)
+{
+    return kvs_put(e->kv, key, val) < 0 || pend_add(e, key, val) < 0 ? -1 : 0;
+}
+
+/* The whole pset is in the fence: its puts go up in one message, or in
+ * chunks of LAT_MAX_PAYLOAD with LAT_FENCE_MORE on all but the last. */
+static void fence_up(struct pmi_engine *e)
+{
+    size_t room = LAT_MAX_PAYLOAD - sizeof(struct lat_fence), off = 0, w = 0, len[PMI_FENCE_CHUNKS];
+    char *msg = malloc(e->pendlen + PMI_FENCE_CHUNKS * sizeof(struct lat_fence) + 1);
+    int n = 0;
+
+    if (!msg) {
+        note(e, "pmi: out of memory for the fence of job %" PRIu64, e->job);
+        return;
+    }
+    do {
+        struct lat_fence f = { .job = e->job, .epoch = e->epoch };
+        size_t start = off, body = 0;
+        while (off < e->pendlen) {
+            size_t kl = strlen(e->pend + off) + 1, vl = strlen(e->pend + off + kl) + 1;
+            if (body + kl + vl > room)
+                break;
+            body += kl + vl;
+            off += kl + vl;
+            f.nkv++;
+        }
+        if (off < e->pendlen && n < PMI_FENCE_CHUNKS - 1)
+            f.flags = LAT_FENCE_MORE;
+        else
+            off = e->pendlen;           /* 64 full chunks cannot happen: PMI keys are bounded per rank */
+        memcpy(msg + w, &f, sizeof(f));
+        memcpy(msg + w + sizeof(f), e->pend + start, off - start);
+        len[n++] = sizeof(f) + off - start;
+        w += sizeof(f) + off - start;
+    } while (off < e->pendlen);
+    e->fence_sent = true;
+    e->pendlen = 0;
+    e->npend = 0;
+    e->ops->fence(e->ctx, msg, len, n);
+    free(msg);
+}
+
+static void enter_fence(struct pmi_engine *e, struct prank *r)
+{
+    r->in_fence = true;
+    if (++e->entered >= e->nslots && !e->fence_sent)
+        fence_up(e);
+}
+
+/* abort: no answer; the job ends. */
+static void do_abort(struct pmi_engine *e, struct prank *r, int code, const char *msg)
+{
+    struct pmi_dest who = dest(e, r);
+
+    r->done = true;
+    e->aborted = true;
+    e->ops->abort(e->ctx, &who, code, msg);
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+
+    if (!s || !*s)
+        return false;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static void v1_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
+{
+    struct reply rp;
+    const char *n = c->name, *kvs = find(c, "kvsname"), *key = find(c, "key"), *val = find(c, "value");
+
+    if (!strcmp(n, "init")) {
+        long ver = 0, sub = 0;
+        if (!parse_int(find(c, "pmi_version"), 1, 2, &ver) || !parse_int(find(c, "pmi_subversion"), 0, 9, &sub))
+            return bad(e, r, 1, "response_to_init", "init needs pmi_version 1 or 2 and pmi_subversion");
+        rp_begin(&rp, 1, "response_to_init");
+        rp_add(&rp, "rc", "0");
+        rp_add(&rp, "pmi_version", ver == 2 ? "2" : "1");
+        rp_add(&rp, "pmi_subversion", ver == 2 ? "0" : "1");
+        r->version = (int)ver;
+        return rp_end(e, r, &rp);
+    }
+    if (!r->version)
+        return bad(e, r, 1, "error", "command before init");
+    if (!strcmp(n, "get_maxes")) {
+        rp_begin(&rp, 1, "maxes");
+        rp_add(&rp, "rc", "0");
+        rp_addu(&rp, "kvsname_max", LAT_PMI_KVSNAME_MAX);
+        rp_addu(&rp, "keylen_max", LAT_PMI_KEY_MAX);
+        rp_addu(&rp, "vallen_max", LAT_PMI_VAL_MAX);
+    } else if (!strcmp(n, "get_appnum")) {
+        rp_begin(&rp, 1, "appnum");
+        rp_add(&rp, "rc", "0");
+        rp_addu(&rp, "appnum", r->app);
+    } else if (!strcmp(n, "get_universe_size")) {
+        rp_begin(&rp, 1, "universe_size");
+        rp_add(&rp, "rc", "0");
+        rp_addu(&rp, "size", e->nranks);
+    } else if (!strcmp(n, "get_my_kvsname")) {
+        rp_begin(&rp, 1, "my_kvsname");
+        rp_add(&rp, "rc", "0");
+        rp_add(&rp, "kvsname", e->kvsname);
+    } else if (!strcmp(n, "put")) {
+        if (!kvs || strcmp(kvs, e->kvsname))
+            return bad(e, r, 1, "put_result", "put to an unknown kvsname");
+        if (!good_key(key) || !good_val(val))
+            return bad(e, r, 1, "put_result", "put needs a key of 1..64 and a value of at most 1024 characters");
+        if (put(e, key, val) < 0)
+            return error_reply(e, r, 1, "put_result", "out of memory");
+        rp_begin(&rp, 1, "put_result");
+        rp_add(&rp, "rc", "0");
+    } else if (!strcmp(n, "get")) {
+        if (!kvs || strcmp(kvs, e->kvsname))
+            return bad(e, r, 1, "get_result", "get from an unknown kvsname");
+        if (!good_key(key))
+            return bad(e, r, 1, "get_result", "get needs a key of 1..64 characters");
+        const char *v = kvs_get(e->kv, key);
+        rp_begin(&rp, 1, "get_result");
+        if (v) {
+            rp_add(&rp, "rc", "0");
+            rp_add(&rp, "msg", "success");
+            rp_add(&rp, "value", v);
+        } else {
+            rp_add(&rp, "rc", "1");
+            rp_add(&rp, "msg", "key_not_found");
+        }
+    } else if (!strcmp(n, "barrier_in")) {
+        if (r->in_fence)
+            return bad(e, r, 1, "barrier_out", "barrier_in twice");
+        return enter_fence(e, r);
+    } else if (!strcmp(n, "finalize")) {
+        r->done = true;
+        rp_begin(&rp, 1, "finalize_ack");
+        rp_add(&rp, "rc", "0");
+    } else if (!strcmp(n, "abort")) {
+        long ec = 1;
+        const char *m = find(c, "message");
+        if (find(c, "exitcode") && !parse_int(find(c, "exitcode"), -2147483647L - 1, 2147483647L, &ec))
+            ec = 1;
+        return do_abort(e, r, (int)ec, m ? m : "");
+    } else if (!strcmp(n, "publish_name") || !strcmp(n, "unpublish_name") || !strcmp(n, "lookup_name")) {
+        char resp[32];
+        snprintf(resp, sizeof(resp), "%.*s_result", (int)(strchr(n, '_') - n), n);
+        return error_reply(e, r, 1, resp, "name service not supported");
+    } else {
+        return bad(e, r, 1, "error", "unknown PMI-1 command");
+    }
+    rp_end(e, r, &rp);
+}
+
+static void v2_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
+{
+    struct reply rp;
+    char resp[64];
+    const char *n = c->name, *key = find(c, "key"), *val = find(c, "value"), *thrid = find(c, "thrid");
+
+    snprintf(resp, sizeof(resp), "%.40s-response", n);
+    rp_begin(&rp, 2, resp);
+    rp_add(&rp, "rc", "0");
+    if (!strcmp(n, "fullinit")) {
+        long want;
+        if (find(c, "pmirank") && (!parse_int(find(c, "pmirank"), 0, 1L << 30, &want) || (uint32_t)want != r->rank))
+            return bad(e, r, 2, resp, "fullinit for another rank");
+        rp_add(&rp, "pmi-version", "2");
+        rp_add(&rp, "pmi-subversion", "0");
+        rp_addu(&rp, "rank", r->rank);
+        rp_addu(&rp, "size", e->nranks);
+        rp_addu(&rp, "appnum", r->app);
+        rp_add(&rp, "debugged", "FALSE");
+        rp_add(&rp, "pmiverbose", "FALSE");
+    } else if (!strcmp(n, "job-getid")) {
+        rp_add(&rp, "jobid", e->kvsname);
+    } else if (!strcmp(n, "kvs-put")) {
+        if (!good_key(key) || !good_val(val))
+            return bad(e, r, 2, resp, "kvs-put needs a key of 1..64 and a value of at most 1024 characters");
+        if (put(e, key, val) < 0)
+            return error_reply(e, r, 2, resp, "out of memory");
+    } else if (!strcmp(n, "kvs-get")) {
+        if (!good_key(key))
+            return bad(e, r, 2, resp, "kvs-get needs a key of 1..64 characters");
+        const char *v = kvs_get(e->kv, key);
+        rp_add(&rp, "found", v ? "TRUE" : "FALSE");
+        if (v)
+            rp_add(&rp, "value", v);
+    } else if (!strcmp(n, "kvs-fence")) {
+        if (r->in_fence)
+            return bad(e, r, 2, resp, "kvs-fence twice");
+        snprintf(r->waitthr, sizeof(r->waitthr), "%s", thrid ? thrid : "");
+        return enter_fence(e, r);
+    } else if (!strcmp(n, "info-getjobattr")) {
+        if (!good_key(key))
+            return bad(e, r, 2, resp, "info-getjobattr needs a key");
+        const char *v = NULL;
+        char num[16];
+        if (!strcmp(key, "PMI_process_mapping"))
+            v = kvs_get(e->kv, key);
+        else if (!strcmp(key, "universeSize"))
+            snprintf(num, sizeof(num), "%u", e->nranks), v = num;
+        rp_add(&rp, "found", v ? "TRUE" : "FALSE");
+        if (v)
+            rp_add(&rp, "value", v);
+    } else if (!strcmp(n, "info-putnodeattr") || !strcmp(n, "info-getnodeattr")) {
+        char nk[LAT_PMI_KEY_MAX + 16];
+        if (!good_key(key))
+            return bad(e, r, 2, resp, "node attributes need a key of 1..64 characters");
+        snprintf(nk, sizeof(nk), "%u/%s", r->node, key);
+        if (n[5] == 'p') {
+            if (!good_val(val))
+                return bad(e, r, 2, resp, "info-putnodeattr needs a value of at most 1024 characters");
+            if (kvs_put(e->nodeattr, nk, val) < 0)
+                return error_reply(e, r, 2, resp, "out of memory");
+            /* wake the processes of this node that wait for it */
+            for (uint32_t i = 0; i < e->nslots; i++) {
+                struct prank *w = &e->r[i];
+                if (w->node == r->node && w->waitkey[0] && !strcmp(w->waitkey, key)) {
+                    struct reply wr;
+                    rp_begin(&wr, 2, "info-getnodeattr-response");
+                    rp_add(&wr, "rc", "0");
+                    rp_add(&wr, "found", "TRUE");
+                    rp_add(&wr, "value", val);
+                    if (w->waitthr[0])
+                        rp_add(&wr, "thrid", w->waitthr);
+                    rp_end(e, w, &wr);
+                    w->waitkey[0] = '\0';
+                }
+            }
+        } else {
+            const char *v = kvs_get(e->nodeattr, nk), *wait = find(c, "wait");
+            if (!v && wait && !strcmp(wait, "TRUE")) {
+                snprintf(r->waitkey, sizeof(r->waitkey), "%s", key);
+                snprintf(r->waitthr, sizeof(r->waitthr), "%s", thrid ? thrid : "");
+                return;                 /* answered by the put */
+            }
+            rp_add(&rp, "found", v ? "TRUE" : "FALSE");
+            if (v)
+                rp_add(&rp, "value", v);
+        }
+    } else if (!strcmp(n, "finalize")) {
+        r->done = true;
+    } else if (!strcmp(n, "abort")) {
+        long ec = 1;
+        const char *m = find(c, "msg");
+        if (find(c, "exitcode"))
+            parse_int(find(c, "exitcode"), -2147483647L - 1, 2147483647L, &ec);
+        return do_abort(e, r, (int)ec, m ? m : "");
+    } else if (!strcmp(n, "spawn") || !strncmp(n, "name-", 5)) {
+        return error_reply(e, r, 2, resp, "not supported by lattice");
+    } else {
+        return bad(e, r, 2, resp, "unknown PMI-2 command");
+    }
+    if (thrid)
+        rp_add(&rp, "thrid", thrid);
+    rp_end(e, r, &rp);
+}
+
+/* Takes the complete commands out of r->buf. */
+static void drain(struct pmi_engine *e, struct prank *r)
+{
+    size_t off = 0;
+    struct cmd c;
+    const char *err;
+
+    while (!r->broken && off < r->len && !e->aborted) {
+        char *s = r->buf + off;
+        size_t avail = r->len - off;
+        if (r->version == 2) {
+            char lenbuf[7];
+            unsigned long n;
+            char *end;
+            if (avail < 6)
+                break;
+            memcpy(lenbuf, s, 6);
+            lenbuf[6] = '\0';
+            n = strtoul(lenbuf, &end, 10);
+            while (*end == ' ')
+                end++;
+            if (*end || n == 0 || n > LAT_PMI_LINE_MAX) {
+                r->broken = true;
+                bad(e, r, 2, "error-response", "bad PMI-2 length prefix; ignoring this rank's PMI from now on");
+                break;
+            }
+            if (avail < 6 + n)
+                break;
+            char save = s[6 + n];
+            s[6 + n] = '\0';
+            if (memchr(s + 6, '\0', n))
+                bad(e, r, 2, "error-response", "NUL byte in a PMI-2 command");
+            else if ((err = parse(s + 6, 2, &c)))
+                bad(e, r, 2, "error-response", "malformed PMI-2 command: %s", err);
+            else
+                v2_command(e, r, &c);
+            s[6 + n] = save;
+            off += 6 + n;
+            continue;
+        }
+        char *nl = memchr(s, '\n', avail);
+        if (!nl) {
+            if (avail > LAT_PMI_LINE_MAX) {     /* no end in sight: drop it */
+                if (!r->skip_line)
+                    bad(e, r, 1, "error", "PMI line longer than 4096 bytes");
+                r->skip_line = true;
+                off = r->len;
+            }
+            break;
+        }
+        *nl = '\0';
+        off = (size_t)(nl - r->buf) + 1;
+        if (r->skip_line) {
+            r->skip_line = false;
+            continue;
+        }
+        if ((size_t)(nl - s) > LAT_PMI_LINE_MAX) {
+            bad(e, r, 1, "error", "PMI line longer than 4096 bytes");
+            continue;
+        }
+        if (r->in_mcmd) {                       /* spawn: not supported, answered at its end */
+            if (!strcmp(s, "endcmd")) {
+                r->in_mcmd = false;
+                error_reply(e, r, 1, "spawn_result", "spawn not supported by lattice");
+            }
+            continue;
+        }
+        if (!strncmp(s, "mcmd=", 5)) {
+            r->in_mcmd = true;
+            continue;
+        }
+        if (memchr(s, '\0', (size_t)(nl - s)))
+            bad(e, r, 1, "error", "NUL byte in a PMI line");
+        else if ((err = parse(s, 1, &c)))
+            bad(e, r, 1, "error", "malformed PMI line: %s", err);
+        else
+            v1_command(e, r, &c);
+    }
+    if (r->broken)
+        off = r->len;
+    memmove(r->buf, r->buf + off, r->len - off);
+    r->len -= off;
+}
+
+/* ---- the entry points ---- */
+
+/* why: the reason a FENCE_OUT is refused; -1 */
+static int fail(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *why, size_t whylen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+struct pmi_engine *pmi_engine_new(const struct pmi_job *job, const struct pmi_ops *ops)
+{
+    struct pmi_engine *e = calloc(1, sizeof(*e));
+
+    if (!e)
+        return NULL;
+    e->ops = ops;
+    e->r = calloc(job->nslots ? job->nslots : 1, sizeof(*e->r));
+    e->kv = kvs_new();
+    e->nodeattr = kvs_new();
+    if (!e->r || !e->kv || !e->nodeattr)
+        goto error;
+    e->job = job->id;
+    e->nranks = job->nranks;
+    e->nslots = job->nslots;
+    snprintf(e->kvsname, sizeof(e->kvsname), "lattice-%" PRIu64, e->job);
+    for (uint32_t i = 0; i < job->nslots; i++)
+        e->r[i] = (struct prank){ .rank = job->slot[i].rank, .node = job->slot[i].node, .app = job->slot[i].app };
+    /* the service node's answer to "which ranks share a node" */
+    if (job->mapping[0] && kvs_put(e->kv, "PMI_process_mapping", job->mapping) < 0)
+        goto error;
+    return e;
+error:
+    pmi_engine_free(e);
+    return NULL;
+}
+
+void pmi_engine_free(struct pmi_engine *e)
+{
+    if (!e)
+        return;
+    for (uint32_t i = 0; e->r && i < e->nslots; i++)
+        free(e->r[i].buf);
+    free(e->r);
+    free(e->pend);
+    kvs_free(e->kv);
+    kvs_free(e->nodeattr);
+    free(e);
+}
+
+int pmi_engine_slot(const struct pmi_engine *e, uint32_t rank, uint32_t *node)
+{
+    for (uint32_t i = 0; i < e->nslots; i++)
+        if (e->r[i].rank == rank) {
+            *node = e->r[i].node;
+            return (int)i;
+        }
+    return -1;
+}
+
+void pmi_engine_input(struct pmi_engine *e, uint32_t slot, const char *data, size_t len, void *ctx)
+{
+    struct prank *r = slot < e->nslots ? &e->r[slot] : NULL;
+
+    if (!r || r->broken)
+        return;
+    e->ctx = ctx;
+    e->aborted = false;
+    char *b = realloc(r->buf, r->len + len + 1);
+    if (!b) {
+        note(e, "pmi: out of memory for rank %u's input", r->rank);
+        return;
+    }
+    r->buf = b;
+    memcpy(r->buf + r->len, data, len);
+    r->len += len;
+    drain(e, r);
+}
+
+void pmi_engine_exit(struct pmi_engine *e, uint32_t slot, int status, void *ctx)
+{
+    struct prank *r = slot < e->nslots ? &e->r[slot] : NULL;
+
+    if (!r || !r->version || r->done)
+        return;
+    e->ctx = ctx;
+    do_abort(e, r, status ? status : 1, "exited without PMI finalize (MPI_Finalize not called); "
+             "the other ranks cannot complete");
+}
+
+int pmi_fence_check(const char *p, size_t len, char *why, size_t whylen)
+{
+    struct lat_fence f;
+    const char *s, *end = p + len;
+
+    if (len < sizeof(f))
+        return fail(why, whylen, "CTL_FENCE_OUT of %zu bytes", len);
+    memcpy(&f, p, sizeof(f));
+    if (f.flags & ~LAT_FENCE_MORE)
+        return fail(why, whylen, "CTL_FENCE_OUT with unknown flags 0x%x", f.flags);
+    /* every string checked before anything is stored */
+    s = p + sizeof(f);
+    for (uint32_t i = 0; i < 2 * f.nkv; i++) {
+        const char *nul = s < end ? memchr(s, '\0', end - s) : NULL;
+        if (!nul)
+            return fail(why, whylen, "CTL_FENCE_OUT: string %u of %u missing or not NUL-terminated",
+                        i, 2 * f.nkv);
+        if ((i % 2 == 0 && (nul == s || nul - s > (long)LAT_PMI_KEY_MAX)) ||
+            (i % 2 == 1 && vallen(s) > LAT_PMI_VAL_MAX))
+            return fail(why, whylen, "CTL_FENCE_OUT: %s %u too long", i % 2 ? "value" : "key", i / 2);
+        s = nul + 1;
+    }
+    if (s != end)
+        return fail(why, whylen, "CTL_FENCE_OUT: %zu stray bytes", (size_t)(end - s));
+    return 0;
+}
+
+bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx)
+{
+    struct lat_fence f;
+    const char *s = p + sizeof(f);
+
+    memcpy(&f, p, sizeof(f));
+    if (e->job != f.job || e->epoch != f.epoch || !e->fence_sent)
+        return false;
+    e->ctx = ctx;
+    for (uint32_t i = 0; i < f.nkv; i++) {
+        const char *k = s, *v = k + strlen(k) + 1;
+        if (kvs_put(e->kv, k, v) < 0)
+            note(e, "pmi: out of memory storing key %s", k);
+        s = v + strlen(v) + 1;
+    }
+    if (f.flags & LAT_FENCE_MORE)
+        return true;
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        struct prank *r = &e->r[i];
+        struct reply rp;
+        if (!r->in_fence)
+            continue;
+        r->in_fence = false;
+        rp_begin(&rp, r->version == 2 ? 2 : 1, r->version == 2 ? "kvs-fence-response" : "barrier_out");
+        rp_add(&rp, "rc", "0");
+        if (r->version == 2 && r->waitthr[0])
+            rp_add(&rp, "thrid", r->waitthr);
+        rp_end(e, r, &rp);
+    }
+    e->entered = 0;
+    e->fence_sent = false;
+    e->epoch++;
+    return true;
+}

@@ -1,0 +1,89 @@
+/*
+ * pmi_engine.h - the PMI engine of one job in one pset (docs/protocol.md
+ * section 10): it frames, parses and answers the processes' PMI-1 and PMI-2
+ * commands, keeps the key/value space and counts the fence.
+ *
+ * It knows nothing of connections: the caller (pmi.c) hands it the bytes a
+ * process wrote on its PMI_FD, in whatever pieces they came, and what the
+ * service node sent to end a fence; the engine answers through the callbacks
+ * of struct pmi_ops, each called before the entry point returns.  It is not
+ * thread safe: the caller serializes the calls of one engine.
+ */
+#ifndef PMI_ENGINE_H
+#define PMI_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lattice/wire.h>
+
+struct pmi_engine;
+
+#define PMI_FENCE_CHUNKS 64         /* LAT_CTL_FENCE messages of one fence, at most */
+
+/* A process of the job in this pset. */
+struct pmi_dest {
+    uint32_t slot;                  /* its index in pmi_job.slot */
+    uint32_t rank, node;
+};
+
+/* Where the engine's effects go; ctx is the one given to the entry point. */
+struct pmi_ops {
+    /* One complete answer for a process: a PMI-1 line with its newline, or
+     * a PMI-2 command with its length prefix. */
+    void (*answer)(void *ctx, const struct pmi_dest *to, const char *data, size_t len);
+    /* Every process of the pset entered the fence: n (<= PMI_FENCE_CHUNKS)
+     * LAT_CTL_FENCE payloads (struct lat_fence + key\0value\0 ...) back to
+     * back in msg, len[i] bytes each, for the service node, kept together. */
+    void (*fence)(void *ctx, const char *msg, const size_t *len, int n);
+    /* A process aborted, or left without finalize: no answer; the job ends. */
+    void (*abort)(void *ctx, const struct pmi_dest *who, int code, const char *msg);
+    /* A process's request was bad and got an error answer; text says why. */
+    void (*bad_request)(void *ctx, const struct pmi_dest *who, const char *text);
+    /* Something the engine could not do (out of memory), for the log. */
+    void (*note)(void *ctx, const char *text);
+};
+
+struct pmi_job {
+    uint64_t               id;          /* the kvsname is "lattice-ID" */
+    uint32_t               nranks;      /* of the whole job */
+    uint32_t               nslots;      /* its processes in this pset */
+    const struct lat_slot *slot;        /* [nslots]: rank, node, app */
+    const char            *mapping;     /* PMI_process_mapping, "" if none */
+};
+
+/* NULL if out of memory.  ops is kept, not copied. */
+struct pmi_engine *pmi_engine_new(const struct pmi_job *job, const struct pmi_ops *ops);
+void pmi_engine_free(struct pmi_engine *e);         /* NULL is fine */
+
+/* The slot of rank, -1 if it has none here; *node: the slot's node. */
+int  pmi_engine_slot(const struct pmi_engine *e, uint32_t rank, uint32_t *node);
+
+/* Bytes the process of slot wrote: every complete command in what it wrote
+ * so far is served, most answered at once; a fence is answered at its
+ * FENCE_OUT, a waiting info-getnodeattr at the put.  An abort stops this
+ * call's work. */
+void pmi_engine_input(struct pmi_engine *e, uint32_t slot, const char *data, size_t len, void *ctx);
+
+/* The process of slot exited with status: one that sent init but neither
+ * finalize nor abort has left MPI, and the others would wait for it
+ * forever, so it aborts (status, or 1 if 0), as Hydra does. */
+void pmi_engine_exit(struct pmi_engine *e, uint32_t slot, int status, void *ctx);
+
+/* A LAT_CTL_FENCE_OUT payload: 0, or -1 (why set) if it is malformed. */
+int  pmi_fence_check(const char *p, size_t len, char *why, size_t whylen);
+/* A FENCE_OUT that passed pmi_fence_check: its keys are stored, and the
+ * last chunk releases every process of the fence.  false: it matches no
+ * fence waiting here (nothing changed). */
+bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx);
+
+/* ---- kvs.c: the string -> string table of the key/value space ---- */
+
+struct kvs;
+struct kvs *kvs_new(void);
+void kvs_free(struct kvs *t);
+const char *kvs_get(const struct kvs *t, const char *key);
+int  kvs_put(struct kvs *t, const char *key, const char *val);   /* 0, -1: out of memory */
+
+#endif
