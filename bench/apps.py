@@ -42,6 +42,10 @@ huge pages should win (THP on this host is shown in the header: with
 pages that back its count array (from /proc/self/smaps), shown below that
 table.
 
+By default it runs class S at 2 and 4 ranks, class A at 2 and class T at 16
+(PLAN below: about 45 minutes here); --sizes and --ranks run every
+combination of the two lists instead.
+
     .venv/bin/python bench/apps.py [--kernels cg,mg,ft,is,ep] [--sizes S,A] [--ranks 2,4,16]
                                    [--repeat 3] [--no-bigmem] [--quick]
 """
@@ -62,6 +66,10 @@ APPS = bl.BENCH / "apps"
 KERNELS = ["cg", "mg", "ft", "is", "ep"]
 CLASSES = {"cg": "TSA", "mg": "TSA", "ft": "TSA", "is": "TSAB", "ep": "TSA"}
 CONFIGS = ["hydra", "cnk", "linux"]
+# sizes and rank counts run by default: both sizes at one rank a core, S with
+# two ranks a core, and 16 ranks (eight a core) at T: cg at S or A with ranks
+# sharing cores takes minutes a run under every launcher
+PLAN = [("S", 2), ("S", 4), ("A", 2), ("T", 16)]
 Job = tuple[str, str, int]            # kernel, class, ranks
 Series = dict[Job, dict[str, list[float]]]
 RESULT = re.compile(r"^(CG|MG|FT|IS|EP) class=\S+ ranks=\d+ .*$", re.M)
@@ -152,8 +160,8 @@ def goals(jobs: list[Job], walls: Series) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", default=",".join(KERNELS), help="of cg,mg,ft,is,ep")
-    ap.add_argument("--sizes", default="S,A", help="classes: T (tiny), S, A")
-    ap.add_argument("--ranks", default="2,4,16", help="rank counts")
+    ap.add_argument("--sizes", help="classes: T (tiny), S, A (default: S at 2 and 4 ranks, A at 2, T at 16)")
+    ap.add_argument("--ranks", help="rank counts (default: see --sizes)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--memory", default="768M", help="per compute node of the main machine")
     ap.add_argument("--pset-size", type=int, default=8)
@@ -168,18 +176,22 @@ def main() -> int:
     if a.quick:
         a.repeat, a.sizes, a.ranks, a.no_bigmem = 1, "T", "2", True
     kernels = [k for k in a.kernels.split(",") if k]
-    sizes = [s for s in a.sizes.split(",") if s]
-    ranks = [int(r) for r in a.ranks.split(",") if r]
-    bad = [k for k in kernels if k not in KERNELS] + [s for s in sizes if len(s) != 1 or s not in "TSA"]
-    if bad or not ranks or min(ranks) < 1 or a.repeat < 1:
+    if a.sizes is None and a.ranks is None:
+        plan = PLAN
+    else:
+        sizes = [s for s in (a.sizes or "S").split(",") if s]
+        plan = [(s, int(r)) for s in sizes for r in (a.ranks or "2").split(",") if r]
+    bad = [k for k in kernels if k not in KERNELS] + [s for s, _ in plan if len(s) != 1 or s not in "TSA"]
+    if bad or not plan or min(n for _, n in plan) < 1 or a.repeat < 1:
         ap.error(f"bad --kernels/--sizes/--ranks/--repeat ({', '.join(bad) or a.ranks})")
+    ranks = [n for _, n in plan]
     bl.require_root("apps.py")
     bl.require_built(*(APPS / k for k in kernels))
     hydra = shutil.which("mpiexec.hydra")
     if not hydra:
         sys.exit("apps.py: mpiexec.hydra not found (apt-get install mpich)")
 
-    jobs = [(k, s, n) for k in kernels for s in sizes for n in ranks]
+    jobs = [(k, s, n) for k in kernels for s, n in plan]
     walls: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
     inner: Series = {j: {c: [] for c in CONFIGS} for j in jobs}
     failures: list[str] = []
