@@ -179,41 +179,67 @@ static void on_sigsys(int sig, struct ksiginfo *si, void *ucv)
 /* ---- installation ---- */
 
 /* Allow when instruction_pointer (64 bits, two 32-bit loads) lies in
- * [lo, hi]; the arch check keeps i386 and x32 calls from slipping past
- * the number-based rules. */
-static int install_filter(uint64_t lo, uint64_t hi)
+ * [lo, hi], or when the call is one of pass[0..npass): the calls cnk would
+ * run exactly as they are (systab.c's L entries), which then cost no trap;
+ * the arch check keeps i386 and x32 calls from slipping past the
+ * number-based rules. */
+static int install_filter(uint64_t lo, uint64_t hi, const uint16_t *pass, int npass)
 {
     enum { NR = offsetof(struct seccomp_data, nr), ARCH = offsetof(struct seccomp_data, arch),
            IP_LO = offsetof(struct seccomp_data, instruction_pointer),
            IP_HI = offsetof(struct seccomp_data, instruction_pointer) + 4 };
     uint32_t lo_hi = (uint32_t)(lo >> 32), lo_lo = (uint32_t)lo;
     uint32_t hi_hi = (uint32_t)(hi >> 32), hi_lo = (uint32_t)hi;
-    struct sock_filter f[] = {
-        /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARCH),
-        /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        /* 2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        /* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, NR),
-        /* 4 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, X32_BIT, 0, 1),
-        /* 5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_rt_sigreturn, 10, 0),       /* -> 17 allow */
-        /* ip >= lo ? */
-        /* 7 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_HI),
-        /* 8 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, lo_hi, 3, 0),                    /* -> 12 */
-        /* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, lo_hi, 0, 8),                    /* -> trap */
-        /* 10 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_LO),
-        /* 11 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, lo_lo, 0, 6),                   /* -> trap */
-        /* ip <= hi ? */
-        /* 12 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_HI),
-        /* 13 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, hi_hi, 4, 0),                   /* -> trap */
-        /* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, hi_hi, 0, 2),                   /* -> allow */
-        /* 15 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_LO),
-        /* 16 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, hi_lo, 1, 0),                   /* -> trap */
-        /* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        /* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
-    };
-    struct sock_fprog prog = { .len = sizeof f / sizeof *f, .filter = f };
+    struct sock_filter f[20 + CNK_NSYS];
+    const int LIST = 17, TRAP = LIST + 1 + npass, ALLOW = TRAP + 1;
+    int n = 0;
+#define LD(off)       (f[n] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, off), n++)
+#define RET(v)        (f[n] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, v), n++)
+#define JMP(op, k, t, e) \
+    (f[n] = (struct sock_filter)BPF_JUMP(BPF_JMP | op | BPF_K, k, (t) - (n + 1), (e) - (n + 1)), n++)
+    /* 0 */  LD(ARCH);
+    /* 1 */  JMP(BPF_JEQ, AUDIT_ARCH_X86_64, 3, 2);
+    /* 2 */  RET(SECCOMP_RET_KILL_PROCESS);
+    /* 3 */  LD(NR);
+    /* 4 */  JMP(BPF_JSET, X32_BIT, 5, 6);
+    /* 5 */  RET(SECCOMP_RET_KILL_PROCESS);
+    /* 6 */  JMP(BPF_JEQ, __NR_rt_sigreturn, ALLOW, 7);
+    /* ip >= lo ? */
+    /* 7 */  LD(IP_HI);
+    /* 8 */  JMP(BPF_JGT, lo_hi, 12, 9);
+    /* 9 */  JMP(BPF_JEQ, lo_hi, 10, LIST);
+    /* 10 */ LD(IP_LO);
+    /* 11 */ JMP(BPF_JGE, lo_lo, 12, LIST);
+    /* ip <= hi ? */
+    /* 12 */ LD(IP_HI);
+    /* 13 */ JMP(BPF_JGT, hi_hi, LIST, 14);
+    /* 14 */ JMP(BPF_JEQ, hi_hi, 15, ALLOW);
+    /* 15 */ LD(IP_LO);
+    /* 16 */ JMP(BPF_JGT, hi_lo, LIST, ALLOW);
+    /* 17 */ LD(NR);
+    for (int i = 0; i < npass; i++)
+        JMP(BPF_JEQ, pass[i], ALLOW, n + 1);
+    RET(SECCOMP_RET_TRAP);
+    RET(SECCOMP_RET_ALLOW);
+#undef LD
+#undef RET
+#undef JMP
+    struct sock_fprog prog = { .len = (unsigned short)n, .filter = f };
     long r = ksys3(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0);
     return (int)(r < 0 ? r : ksys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+}
+
+/* The calls the filter lets through: what cnk would run unchanged, unless
+ * --trace must see (and count) every call. */
+static int passed_through(uint16_t *pass)
+{
+    int n = 0;
+    for (int nr = 0; nr < CNK_NSYS && !cnk.trace; nr++) {
+        const struct cnk_sysent *e = &cnk_systab[nr];
+        if (e->name && e->cls == CNK_LOCAL && !e->fn && nr != __NR_rt_sigreturn && n < 200)   /* 8-bit jumps */
+            pass[n++] = (uint16_t)nr;
+    }
+    return n;
 }
 
 int trap_install(void)
@@ -228,5 +254,7 @@ int trap_install(void)
     long r = ksys4(__NR_rt_sigaction, SIGSYS_, &sa, NULL, sizeof sa.mask);
     if (r == 0)
         r = ksys4(__NR_rt_sigprocmask, 1 /* SIG_UNBLOCK */, &sys, NULL, sizeof sys);
-    return (int)(r < 0 ? r : install_filter((uintptr_t)__ehdr_start, (uintptr_t)etext));
+    uint16_t pass[CNK_NSYS];
+    int npass = passed_through(pass);
+    return (int)(r < 0 ? r : install_filter((uintptr_t)__ehdr_start, (uintptr_t)etext, pass, npass));
 }
