@@ -1,3 +1,3 @@
-from lattice.cli import main
+from lattice.cli import entry
 
-raise SystemExit(main())
+entry()
