@@ -152,6 +152,24 @@ void check(long *sp)
 }
 """
 
+PASS = r"""
+#include <linux/futex.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void)
+{
+    int word = 0, same = 1;
+    long pid = syscall(SYS_getpid), woken = 0;
+    for (int i = 0; i < 1000; i++) {
+        same &= syscall(SYS_getpid) == pid;
+        woken += syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+    printf("getpid same %d futex woke %ld\n", same, woken);
+    return 0;
+}
+"""
+
 VDSO = r"""
 #include <stdio.h>
 #include <sys/time.h>
@@ -584,6 +602,7 @@ def progs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cc("auxv", AUXV)
     cc("rawstart", RAWSTART, "-static", "-nostdlib", "-fno-stack-protector")
     cc("vdso", VDSO)
+    cc("pass", PASS)
     cc("big", BIG)
     cc("threads", THREADS, "-pthread")
     cc("threads_static", THREADS, "-pthread", "-static")
@@ -666,6 +685,17 @@ def test_vdso_calls_never_trap(progs: Path) -> None:
     assert r.rc == 0 and r.out == "time ok 1\n"
     assert "clock_gettime" not in r.cnk_err and "gettimeofday" not in r.cnk_err
     assert r.report.count[LOCAL] < 100
+
+
+def test_plain_local_calls_skip_the_trap_unless_traced(progs: Path) -> None:
+    """getpid and futex run as they are: the filter lets them through (not
+    counted), while --trace traps, prints and counts every one."""
+    fast, traced = run(progs / "pass"), run(progs / "pass", trace=True)
+    for r in (fast, traced):
+        assert r.rc == 0 and r.out == "getpid same 1 futex woke 0\n", r.cnk_err
+    assert fast.report.count[LOCAL] < 500, fast.report.count
+    assert traced.report.count[LOCAL] >= 2000, traced.report.count
+    assert traced.cnk_err.count("] getpid() = ") >= 1001 and traced.cnk_err.count("] futex(") >= 1000
 
 
 def test_fortran(progs: Path) -> None:
