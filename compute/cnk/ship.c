@@ -434,7 +434,8 @@ static long mbox_call(uint16_t type, const int64_t a[4], const struct iovec *out
     if (++seq == 0)
         seq = 1;
     uint32_t sq = seq;
-    struct lat_hdr rq = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .len = (uint32_t)len, .seq = sq };
+    struct lat_hdr rq = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .len = (uint32_t)len,
+                          .seq = sq };
     memcpy(mbox->req, &rq, sizeof rq);
     __atomic_store_n(&mbox->req_seq, sq, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -53,7 +53,8 @@ LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, i
                             const struct iovec *out, int nout,
                             const struct iovec *in, int nin, size_t *got);
 /* The same in parts, for requests sent without waiting for each reply (a
- * pipelined series) or with header flags (LAT_HF_*, a rendezvous): with the connection locked, send requests (*sq: the
+ * pipelined series) or with header flags (LAT_HF_*: a rendezvous, the
+ * chunks of a series): with the connection locked, send requests (*sq: the
  * seq of each) and receive their replies in the same order.  0 / ret >= 0,
  * or -errno; -EIO with lat_conn_lost() once the connection is broken. */
 LAT_HIDDEN void lat_conn_lock(void);

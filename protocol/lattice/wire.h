@@ -298,9 +298,9 @@ _Static_assert(sizeof(struct lat_hello_ack) == 48, "lat_hello_ack layout");
  * A transfer of at most eager_max bytes travels in the messages (eager);
  * one of at least rdv_min bytes, when LAT_DP_VM is granted, is a
  * rendezvous: READ/PREAD/WRITE/PWRITE with header flag LAT_HF_RDV and, as
- * data, the segments of the process's memory (struct lat_rdv_seg[]); ciod moves the
- * bytes itself between the file and that memory (process_vm_readv/writev),
- * at most `window` bytes buffered per process.
+ * data, the segments of the process's memory (struct lat_rdv_seg[]); ciod
+ * moves the bytes itself between the file and that memory
+ * (process_vm_readv/writev), at most `window` bytes buffered per process.
  *
  * With LAT_DP_SHM granted too, the process may share a region of its memory
  * (cnk's big memory, a sealed memfd) with LAT_DP_SHARE; a rendezvous whose

@@ -14,8 +14,12 @@ import hmac
 import secrets
 import struct
 
-from lattice.wire_h import *  # noqa: F403  (every LAT_* number, without LAT_)
-from lattice.wire_h import ENUMS, STRUCTS, SYS__BASE, SYS__END
+try:
+    from lattice.wire_h import *  # noqa: F403  (every LAT_* number, without LAT_)
+    from lattice.wire_h import ENUMS, STRUCTS, SYS__BASE, SYS__END
+except ModuleNotFoundError as e:    # a checkout that was never built
+    raise ImportError("lattice/wire_h.py is generated from protocol/lattice/wire.h: run `make` "
+                      "(or `make py-wire`) in the repository") from e
 
 # shipped calls, in wire order from SYS_BASE: the names `lattice counters` prints
 SYS_BASE, SYS_END = SYS__BASE, SYS__END
