@@ -753,7 +753,7 @@ def test_generated_decoder_refuses_what_the_annotations_forbid(ciod: Ciod, tmp_p
     ret, out = p.ok("fstatat", fd, AT_EMPTY_PATH, data=b"\0")
     assert ret == 0 and STAT.unpack(out)[8] == 5
     assert p.call("fstatat", AT_FDCWD, 0, data=path(tmp_path / "nope")) == (-1, errno.ENOENT, b"")
-    # zerocopy: a3 = LAT_RDV goes to the rendezvous implementation, past max= (not granted here)
+    # zerocopy: header flag LAT_HF_RDV goes to the rendezvous implementation, past max= (not granted here)
     ret, err, _ = p.call("read", fd, MAX_IO * 4, 0, data=struct.pack("<QQ", 4096, MAX_IO * 4), flags=LAT_RDV)
     assert (ret, err) == (-1, errno.EOPNOTSUPP)
     assert p.fails("read", 99, 10, 0, data=b"", flags=LAT_RDV) == errno.EBADF
