@@ -10,8 +10,8 @@ CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h
 
-.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h
-all: ciod cnode cnk libcnclient liblatpers examples
+.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire
+all: ciod cnode cnk libcnclient liblatpers examples py-wire
 
 # The function shipping (LAT_SYS_*) is generated from one annotated header
 # (docs/plugins.md "Wire mode"): ciod's decoder, the implementations'
@@ -27,6 +27,13 @@ $(FWD_GEN) &: $(FWD_HDR) $(FWD_PY)
 
 wire-h:
 	PYTHONPATH=protocol python3 -m pluggen --wire $(FWD_HDR) --out $(BUILD)/gen --wire-h protocol/lattice/wire.h
+
+# The service node's view of wire.h (every LAT_* number and struct layout),
+# generated from it; tests/unit/test_service_wire.py checks it against gcc.
+PY_WIRE := service/lattice/wire_h.py
+py-wire: $(PY_WIRE)
+$(PY_WIRE): protocol/lattice/wire.h protocol/pluggen/pywire.py
+	PYTHONPATH=protocol python3 -m pluggen.pywire $< $@
 
 ciod: $(BUILD)/bin/ciod
 cnode: $(BUILD)/bin/cnode

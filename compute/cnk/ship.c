@@ -256,12 +256,14 @@ static size_t spin_for_reply(void *head, size_t len)
     return 0;
 }
 
-/* Sends one request; conn_lock held.  *sq: its seq.  0, -EFAULT (a bad
- * program buffer, nothing on the wire) or -EIO (the connection broke). */
-static long send_req(uint16_t type, const int64_t a[4], const struct iovec *out, int nout, uint32_t *sq)
+/* Sends one request, flags its LAT_HF_* transport; conn_lock held.  *sq:
+ * its seq.  0, -EFAULT (a bad program buffer, nothing on the wire) or -EIO
+ * (the connection broke). */
+static long send_req(uint16_t type, uint8_t flags, const int64_t a[4], const struct iovec *out, int nout,
+                     uint32_t *sq)
 {
     struct lat_sysreq req = { { a[0], a[1], a[2], a[3] } };
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, 0, 0 };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .flags = flags, .type = type };
     size_t outlen = 0, n;
     long r;
 
@@ -358,16 +360,13 @@ static int mbox_bufs(const struct iovec *v, int n, size_t max, size_t *total)
     return 1;
 }
 
-/* A file call (socket calls may wait, and ciod's waits watch the socket)
- * without rendezvous or series whose request and largest reply fit the
- * slots. */
-static int mbox_fits(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-                     const struct iovec *in, int nin)
+/* A plain request (no header flags) of a call the protocol lets travel in
+ * the mailbox (lat_mbox_ok), whose request and largest reply fit the slots. */
+static int mbox_fits(uint16_t type, const struct iovec *out, int nout, const struct iovec *in, int nin)
 {
     size_t o, i;
 
-    return mbox && !dead && type >= LAT_SYS__BASE && type < LAT_SYS_SOCKET && a[3] != LAT_RDV &&
-           a[3] != LAT_PIPE_FIRST && a[3] != LAT_PIPE_NEXT &&
+    return mbox && !dead && lat_mbox_ok(type, 0) &&
            mbox_bufs(out, nout, LAT_MBOX_REQ_MAX - sizeof(struct lat_sysreq), &o) &&
            mbox_bufs(in, nin, LAT_MBOX_REP_MAX - sizeof(struct lat_sysret), &i);
 }
@@ -435,12 +434,14 @@ static long mbox_call(uint16_t type, const int64_t a[4], const struct iovec *out
     if (++seq == 0)
         seq = 1;
     uint32_t sq = seq;
-    struct lat_hdr rq = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)len, sq };
+    struct lat_hdr rq = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .len = (uint32_t)len,
+                          .seq = sq };
     memcpy(mbox->req, &rq, sizeof rq);
     __atomic_store_n(&mbox->req_seq, sq, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&mbox->srv_spin, __ATOMIC_RELAXED)) {
-        struct lat_hdr ring = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, sq };    /* ciod checks seq */
+        struct lat_hdr ring = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = LAT_MBOX_RING,
+                                .seq = sq };    /* ciod checks seq */
         struct iovec v = { &ring, sizeof ring };
         size_t n;
         if ((r = send_all(&v, 1, &n)) < 0)
@@ -485,9 +486,9 @@ static long call_locked(uint16_t type, const int64_t a[4], const struct iovec *o
 
     if (got)
         *got = 0;
-    if (mbox_fits(type, a, out, nout, in, nin))
+    if (mbox_fits(type, out, nout, in, nin))
         return mbox_call(type, a, out, nout, in, nin, got);
-    if ((r = send_req(type, a, out, nout, &sq)) < 0)
+    if ((r = send_req(type, 0, a, out, nout, &sq)) < 0)
         return r;
     return recv_reply(type, sq, in, nin, got, 1);
 }
@@ -619,13 +620,13 @@ struct pipe_ctx {
     uint16_t type;
 };
 
-static long pipe_send(void *ctx, size_t at, size_t len, int64_t a3, uint32_t *sq)
+static long pipe_send(void *ctx, size_t at, size_t len, uint8_t flags, uint32_t *sq)
 {
     struct pipe_ctx *p = ctx;
     int n = p->wr ? iov_slice(p->iov, p->cnt, at, len, slice) : 0;
-    int64_t a[4] = { p->rfd, p->wr ? 0 : (int64_t)len, p->off < 0 ? 0 : p->off + (int64_t)at, a3 };
+    int64_t a[4] = { p->rfd, p->wr ? 0 : (int64_t)len, p->off < 0 ? 0 : p->off + (int64_t)at, 0 };
 
-    return send_req(p->type, a, p->wr ? slice : NULL, n, sq);
+    return send_req(p->type, flags, a, p->wr ? slice : NULL, n, sq);
 }
 
 static long pipe_recv(void *ctx, uint32_t sq, size_t at, size_t len)
@@ -761,7 +762,7 @@ static void rdv_wait(int wr, uint64_t bytes, uint64_t t0)
  * with nothing done: send the bytes instead.  conn_lock held. */
 static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t total, int64_t off)
 {
-    int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV };
+    int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, 0 };
     uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
     struct iovec o = { segs, (size_t)cnt * sizeof segs[0] };
     uint64_t t0 = now_ns();
@@ -770,7 +771,7 @@ static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t
 
     for (int i = 0; i < cnt; i++)
         segs[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
-    if ((r = send_req(type, a, &o, 1, &sq)) < 0)
+    if ((r = send_req(type, LAT_HF_RDV, a, &o, 1, &sq)) < 0)
         return r;
     rdv_wait(wr, total, t0);
     return recv_reply(type, sq, NULL, 0, NULL, 0);

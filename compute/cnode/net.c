@@ -99,7 +99,8 @@ int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, co
         errno = EMSGSIZE;
         return -1;
     }
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(alen + blen), seq };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .len = (uint32_t)(alen + blen),
+                         .seq = seq };
     struct iovec v[3] = { { &h, sizeof h }, { (void *)a, alen }, { (void *)b, blen } };
     struct iovec *iov = v;
     int cnt = 3;

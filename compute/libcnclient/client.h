@@ -53,14 +53,15 @@ LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, i
                             const struct iovec *out, int nout,
                             const struct iovec *in, int nin, size_t *got);
 /* The same in parts, for requests sent without waiting for each reply (a
- * pipelined series): with the connection locked, send requests (*sq: the
+ * pipelined series) or with header flags (LAT_HF_*: a rendezvous, the
+ * chunks of a series): with the connection locked, send requests (*sq: the
  * seq of each) and receive their replies in the same order.  0 / ret >= 0,
  * or -errno; -EIO with lat_conn_lost() once the connection is broken. */
 LAT_HIDDEN void lat_conn_lock(void);
 LAT_HIDDEN void lat_conn_unlock(void);
 LAT_HIDDEN int lat_conn_lost(void);
-LAT_HIDDEN int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-                                   uint32_t *sq);
+LAT_HIDDEN int64_t lat_send_locked(uint16_t type, uint8_t flags, const int64_t a[4], const struct iovec *out,
+                                   int nout, uint32_t *sq);
 LAT_HIDDEN int64_t lat_recv_locked(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got);
 /* The stream is out of step or gone: every call fails from now on.  -EIO. */
 LAT_HIDDEN int64_t lat_conn_broken(const char *why, int err);
@@ -115,8 +116,7 @@ LAT_HIDDEN int lat_ship_close(int rfd);
 #define LAT_MBOX_MAXIOV 64
 LAT_HIDDEN void lat_mbox_init(int conn, unsigned dp_flags);
 LAT_HIDDEN void lat_mbox_forget(void);
-LAT_HIDDEN int lat_mbox_takes(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-                              const struct iovec *in, int nin);
+LAT_HIDDEN int lat_mbox_takes(uint16_t type, const struct iovec *out, int nout, const struct iovec *in, int nin);
 LAT_HIDDEN int64_t lat_mbox_call_locked(uint32_t sq, uint16_t type, const int64_t a[4], const struct iovec *out,
                                         int nout, const struct iovec *in, int nin, size_t *got);
 

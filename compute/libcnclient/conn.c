@@ -268,7 +268,8 @@ int64_t lat_conn_broken(const char *why, int err)
     return -EIO;
 }
 
-int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *out, int nout, uint32_t *sq)
+int64_t lat_send_locked(uint16_t type, uint8_t flags, const int64_t a[4], const struct iovec *out, int nout,
+                        uint32_t *sq)
 {
     if (!active || dead || forked)
         return -EIO;
@@ -279,7 +280,8 @@ int64_t lat_send_locked(uint16_t type, const int64_t a[4], const struct iovec *o
         return -EINVAL;
 
     struct lat_sysreq req = { { a[0], a[1], a[2], a[3] } };
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(sizeof req + outlen), 0 };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .flags = flags, .type = type,
+                         .len = (uint32_t)(sizeof req + outlen) };
     struct iovec v[IOV_MAX + 2];
     v[0] = (struct iovec){ &h, sizeof h };
     v[1] = (struct iovec){ &req, sizeof req };
@@ -336,9 +338,9 @@ int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
         *got = 0;
     pthread_mutex_lock(&lock);
     int64_t r;
-    if (!dead && !forked && lat_mbox_takes(type, a, out, nout, in, nin)) {
+    if (!dead && !forked && lat_mbox_takes(type, out, nout, in, nin)) {
         r = lat_mbox_call_locked(next_seq(), type, a, out, nout, in, nin, got);
-    } else if ((r = lat_send_locked(type, a, out, nout, &sq)) == 0)
+    } else if ((r = lat_send_locked(type, 0, a, out, nout, &sq)) == 0)
         r = lat_recv_locked(type, sq, in, nin, got);
     pthread_mutex_unlock(&lock);
     return r < 0 ? lat_fail((int)-r) : r;

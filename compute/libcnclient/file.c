@@ -75,12 +75,12 @@ struct series {
     struct iovec part[IOV_MAX];
 };
 
-static long series_send(void *ctx, size_t at, size_t len, int64_t a3, uint32_t *sq)
+static long series_send(void *ctx, size_t at, size_t len, uint8_t flags, uint32_t *sq)
 {
     struct series *s = ctx;
-    int64_t a[4] = { s->rfd, s->wr ? 0 : (int64_t)len, s->off < 0 ? 0 : s->off + (off_t)at, a3 };
+    int64_t a[4] = { s->rfd, s->wr ? 0 : (int64_t)len, s->off < 0 ? 0 : s->off + (off_t)at, 0 };
     int n = s->wr ? iov_slice(s->iov, s->cnt, at, len, s->part) : 0;
-    return (long)lat_send_locked(s->type, a, s->part, n, sq);
+    return (long)lat_send_locked(s->type, flags, a, s->part, n, sq);
 }
 
 static long series_recv(void *ctx, uint32_t sq, size_t at, size_t len)
@@ -116,11 +116,18 @@ ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off
         for (int i = 0; i < cnt; i++)
             seg[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
         struct iovec o = { seg, (size_t)cnt * sizeof seg[0] };
-        int saved = errno;
-        int64_t r = lat_call(type, rfd, (int64_t)total, off < 0 ? 0 : off, LAT_RDV, &o, 1, NULL, 0, NULL);
-        if (r >= 0 || (errno != EOPNOTSUPP && errno != EFAULT))
+        int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, 0 };
+        uint32_t sq;
+        lat_conn_lock();
+        int64_t r = lat_send_locked(type, LAT_HF_RDV, a, &o, 1, &sq);
+        if (r == 0)
+            r = lat_recv_locked(type, sq, NULL, 0, NULL);
+        lat_conn_unlock();
+        if (r >= 0)
             return (ssize_t)r;
-        errno = saved;          /* not reachable that way: send the bytes */
+        if (r != -EOPNOTSUPP && r != -EFAULT)
+            return lat_fail((int)-r);
+        /* not reachable that way: send the bytes */
     }
     if (total > LAT_MAX_IO) {
         struct series s = { rfd, wr, type, iov, cnt, off, { { 0 } } };

@@ -96,17 +96,15 @@ static size_t iov_sum(const struct iovec *v, int n, size_t max)
     return t;
 }
 
-/* A file call (socket calls may wait, and ciod's waits watch the socket)
- * without rendezvous or series whose request and largest reply fit the
- * slots, with buffers we can copy. */
-int lat_mbox_takes(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-                   const struct iovec *in, int nin)
+/* A plain request (no header flags) of a call the protocol lets travel in
+ * the mailbox (lat_mbox_ok), whose request and largest reply fit the slots,
+ * with buffers we can copy. */
+int lat_mbox_takes(uint16_t type, const struct iovec *out, int nout, const struct iovec *in, int nin)
 {
     const size_t omax = LAT_MBOX_REQ_MAX - sizeof(struct lat_sysreq);
     const size_t imax = LAT_MBOX_REP_MAX - sizeof(struct lat_sysret);
 
-    return mbox && *ours && type >= LAT_SYS__BASE && type < LAT_SYS_SOCKET && a[3] != LAT_RDV &&
-           a[3] != LAT_PIPE_FIRST && a[3] != LAT_PIPE_NEXT && nout >= 0 && nout <= LAT_MBOX_MAXIOV &&
+    return mbox && *ours && lat_mbox_ok(type, 0) && nout >= 0 && nout <= LAT_MBOX_MAXIOV &&
            nin >= 0 && nin <= LAT_MBOX_MAXIOV && iov_sum(out, nout, omax) <= omax &&
            iov_sum(in, nin, imax) <= imax && lat_user_copyable(out, nout, 0) && lat_user_copyable(in, nin, 1);
 }
@@ -168,7 +166,7 @@ static int64_t mbox_wait(uint32_t sq)
  * message on the socket has a seq after the last one. */
 static int ring(uint32_t sq)
 {
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, LAT_MBOX_RING, 0, sq };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = LAT_MBOX_RING, .seq = sq };
     size_t done = 0;
 
     while (done < sizeof h) {
@@ -195,7 +193,8 @@ int64_t lat_mbox_call_locked(uint32_t sq, uint16_t type, const int64_t a[4], con
     if (lat_user_read(body + sizeof req, out, nout, olen) < 0)
         return -EFAULT;
     memcpy(body, &req, sizeof req);
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)(sizeof req + olen), sq };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type,
+                         .len = (uint32_t)(sizeof req + olen), .seq = sq };
     memcpy(mbox->req, &h, sizeof h);
     __atomic_store_n(&mbox->req_seq, sq, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -401,7 +401,8 @@ void dp_mbox_reply(const struct dp_shm *mb, uint16_t type, uint32_t seq, int64_t
         r = (struct lat_sysret){ .ret = -1, .err = EIO };
         len = 0;
     }
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, (uint16_t)(type | LAT_REPLY), (uint32_t)(sizeof(r) + len), seq };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = (uint16_t)(type | LAT_REPLY),
+                         .len = (uint32_t)(sizeof(r) + len), .seq = seq };
     memcpy(x->rep, &h, sizeof(h));
     memcpy(x->rep + sizeof(h), &r, sizeof(r));
     if (len)

@@ -235,6 +235,9 @@ int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
         return errprintf(why, whylen, "bad magic 0x%08x", h->magic);
     if (h->version != LAT_VERSION)
         return errprintf(why, whylen, "protocol version %u, want %u", h->version, LAT_VERSION);
+    if (h->flags && !(h->type >= LAT_SYS__BASE && h->type < LAT_SYS__END))    /* a shipped call's: ship.c */
+        return errprintf(why, whylen, "header flags 0x%02x on type 0x%04x (only shipped calls carry them)",
+                         h->flags, h->type);
     if (h->len > LAT_MAX_PAYLOAD)
         return errprintf(why, whylen, "type 0x%04x claims %u payload bytes (limit %u)",
                          h->type, h->len, LAT_MAX_PAYLOAD);

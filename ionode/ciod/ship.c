@@ -291,7 +291,7 @@ static ssize_t rdv_write(void *ctx, char *buf, size_t n, uint64_t done)
     return (ssize_t)put;
 }
 
-/* READ/WRITE (off -1) or PREAD/PWRITE with a3 = LAT_RDV. */
+/* READ/WRITE (off -1) or PREAD/PWRITE with header flag LAT_HF_RDV. */
 static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t off)
 {
     struct iovec segs[LAT_RDV_MAXSEG];
@@ -720,26 +720,21 @@ static void account(uint16_t type, const struct call *k, uint64_t ns)
     uint64_t bytes = k->ret > 0 && moved ? (uint64_t)k->ret : k->dlen + k->outlen;
 
     dp_account(type - LAT_SYS__BASE, ns, bytes);
-    if (data && k->rq.a[3] != LAT_RDV) {
+    if (data && !(k->flags & LAT_HF_RDV)) {
         atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_EAGER], 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_EAGER_BYTES], k->ret > 0 ? (uint64_t)k->ret : 0,
                                   memory_order_relaxed);
     }
 }
 
-/* A chunk of a pipelined series (docs/protocol.md section 6.2): -1 when it
- * must not run (an earlier one was short or failed), 1 when it runs (a3
- * cleared: the handler sees a plain call), 0 for any other call. */
-static int pipe_chunk(struct proc *p, uint16_t type, struct call *k)
+/* A chunk of a pipelined series (header flag LAT_HF_PIPE_*, docs/protocol.md
+ * section 6.2): -1 when it must not run (an earlier one was short or
+ * failed), 1 when it runs, 0 for any other call. */
+static int pipe_chunk(struct proc *p, struct call *k)
 {
-    bool data = type == LAT_SYS_READ || type == LAT_SYS_WRITE || type == LAT_SYS_PREAD ||
-                type == LAT_SYS_PWRITE;
-    int64_t a3 = k->rq.a[3];
-
-    if (!data || (a3 != LAT_PIPE_FIRST && a3 != LAT_PIPE_NEXT))
+    if (!(k->flags & (LAT_HF_PIPE_FIRST | LAT_HF_PIPE_NEXT)))
         return 0;
-    k->rq.a[3] = 0;
-    if (a3 == LAT_PIPE_FIRST) {
+    if (k->flags & LAT_HF_PIPE_FIRST) {
         p->pipe_broken = false;
         atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_PIPE_SERIES], 1, memory_order_relaxed);
     }
@@ -797,10 +792,11 @@ static void run_call(struct proc *p, const struct lat_hdr *h, sys_fn fn, struct 
 {
     memset(k, 0, sizeof(*k));
     memcpy(&k->rq, p->c->buf, sizeof(k->rq));
+    k->flags = h->flags;
     k->data = p->c->buf + sizeof(k->rq);
     k->dlen = h->len - sizeof(k->rq);
     atomic_fetch_add(&sys_calls[h->type - LAT_SYS__BASE], 1);
-    int piped = pipe_chunk(p, h->type, k);
+    int piped = pipe_chunk(p, k);
     errno = 0;
     if (piped >= 0)
         fn(p, k);
@@ -824,6 +820,11 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     if (h->len < sizeof(k.rq))
         return errprintf(why, whylen, "call 0x%04x with %u bytes, less than its arguments",
                          h->type, h->len);
+    if (!lat_hdr_flags_ok(h->type, h->flags)) {
+        reply_error(p->c, h->seq, EINVAL, "header flags 0x%02x are not a transport of call 0x%04x",
+                    h->flags, h->type);
+        return 0;
+    }
     uint64_t t0 = dp_now_ns();
     run_call(p, h, fn, &k);
     int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
@@ -831,8 +832,8 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     return rc < 0 ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
 }
 
-/* The request waiting in the mailbox, answered there.  Only file calls
- * travel through it; anything else, or a request that does not fit the
+/* The request waiting in the mailbox, answered there.  Only what
+ * lat_mbox_ok() allows travels through it (wire.h); anything else, or a request that does not fit the
  * mailbox, is answered LAT_ERROR EINVAL with a RAS warning, and the
  * process's next call is served as usual. */
 static void serve_mbox(struct proc *p)
@@ -846,8 +847,9 @@ static void serve_mbox(struct proc *p)
 
     p->mbox_done = sq;
     if (dp_mbox_take(&p->mbox, sq, &h, p->c->buf, why, sizeof(why)) == 0) {
-        if (!(fn = call_fn(h.type)) || h.type >= LAT_SYS_SOCKET)     /* socket waits watch the socket */
-            snprintf(why, sizeof(why), "message type 0x%04x is not a file call", h.type);
+        if (!(fn = call_fn(h.type)) || !lat_mbox_ok(h.type, h.flags))
+            snprintf(why, sizeof(why), "message type 0x%04x (header flags 0x%02x) may not travel in the mailbox",
+                     h.type, h.flags);
         else if (h.len < sizeof(k.rq))
             snprintf(why, sizeof(why), "call 0x%04x with %u bytes, less than its arguments", h.type, h.len);
         else {

@@ -48,6 +48,7 @@ struct proc {
  * generated decoder sets it from the call's out arguments). */
 struct call {
     struct lat_sysreq rq;
+    uint8_t     flags;                  /* the request header's LAT_HF_* (checked: lat_hdr_flags_ok) */
     char       *data;                   /* bytes after the lat_sysreq */
     size_t      dlen;
     int64_t     ret;

@@ -13,18 +13,22 @@
  *     (compute/libcnclient/fwd.c), each of which supplies the transport.
  *
  * Wire mode, in short: the comment before a prototype gives its message
- * number (msg=N).  Integer in:obj arguments travel in struct lat_sysreq's
- * a0..a3 in order (a=N puts one in slot N; a=none means it is not sent:
- * it is the length of the array it sizes, which then takes the rest of the
- * payload); fd marks a remote descriptor (EBADF unless it is open);
- * min=, max= refuse a value outside (EINVAL), clamp= lowers it.  Strings
- * and in arrays follow the lat_sysreq, packed, in argument order; out
- * pointers and out arrays are the reply data, in order (an out array
- * carries ret elements, at most its length; an inout array comes back
- * whole).  zerocopy marks the data array of a call that may go rendezvous
- * (a3 = LAT_RDV, docs/protocol.md section 6.2).  vec: the stub also comes
- * as fwd_NAME_v, taking that array as the program's iovecs.  The stubs
- * return ret or the side's error (cnk: -errno; libcnclient: -1 and errno).
+ * number (msg=N), and :mbox when the call may travel in the mailbox
+ * (docs/protocol.md section 6.4; wire.h's LAT_MBOX_MAP, lat_mbox_ok()): a
+ * call that never waits, so not the socket calls.  Integer in:obj arguments
+ * travel in struct lat_sysreq's a0..a3 in order (a=N puts one in slot N;
+ * a=none means it is not sent: it is the length of the array it sizes,
+ * which then takes the rest of the payload); fd marks a remote descriptor
+ * (EBADF unless it is open); min=, max= refuse a value outside (EINVAL),
+ * clamp= lowers it.  Strings and in arrays follow the lat_sysreq, packed,
+ * in argument order; out pointers and out arrays are the reply data, in
+ * order (an out array carries ret elements, at most its length; an inout
+ * array comes back whole).  zerocopy marks the data array of a call that
+ * may go in bulk: rendezvous or a pipelined series, said by the header
+ * flags LAT_HF_* (docs/protocol.md sections 2.1 and 6.2; wire.h's
+ * LAT_BULK_MAP).  vec: the stub also comes as fwd_NAME_v, taking that array
+ * as the program's iovecs.  The stubs return ret or the side's error (cnk:
+ * -errno; libcnclient: -1 and errno).
  *
  * The prototypes are the compute-side stubs; hidden, so libcnclient.so
  * does not export them.
@@ -44,78 +48,78 @@ struct lat_statx {                  /* a Linux struct statx, as the kernel fills
 
 /* ---- files ---- */
 
-/* msg=0x0300 */
+/* msg=0x0300:mbox */
 int64_t fwd_openat(int dirfd /* in:obj */, int flags /* in:obj */, int mode /* in:obj */,
                    const char *path /* in:str */);
-/* msg=0x0301 */
+/* msg=0x0301:mbox */
 int64_t fwd_close(int fd /* in:obj:fd */);
-/* msg=0x0302 */
+/* msg=0x0302:mbox */
 int64_t fwd_read(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1:zerocopy:vec */,
                  uint64_t count /* in:obj:max=LAT_MAX_IO */);
-/* msg=0x0303 */
+/* msg=0x0303:mbox */
 int64_t fwd_write(int fd /* in:obj:fd */, const void *buf /* in:arr:size=+1:zerocopy:vec */,
                   uint64_t count /* in:obj:a=none:max=LAT_MAX_IO */);
-/* msg=0x0304 */
+/* msg=0x0304:mbox */
 int64_t fwd_pread(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1:zerocopy:vec */,
                   uint64_t count /* in:obj:max=LAT_MAX_IO */, int64_t offset /* in:obj */);
-/* msg=0x0305 */
+/* msg=0x0305:mbox */
 int64_t fwd_pwrite(int fd /* in:obj:fd */, const void *buf /* in:arr:size=+1:zerocopy:vec */,
                    uint64_t count /* in:obj:a=none:max=LAT_MAX_IO */, int64_t offset /* in:obj:a=2 */);
-/* msg=0x0306 */
+/* msg=0x0306:mbox */
 int64_t fwd_lseek(int fd /* in:obj:fd */, int64_t offset /* in:obj */, int whence /* in:obj */);
-/* msg=0x0307  fstat is path "" with AT_EMPTY_PATH */
+/* msg=0x0307:mbox  fstat is path "" with AT_EMPTY_PATH */
 int64_t fwd_fstatat(int dirfd /* in:obj */, int flags /* in:obj */, const char *path /* in:str */,
                     struct lat_stat *st /* out:ptr */);
-/* msg=0x0308 */
+/* msg=0x0308:mbox */
 int64_t fwd_statx(int dirfd /* in:obj */, int flags /* in:obj */, int mask /* in:obj */,
                   const char *path /* in:str */, struct lat_statx *stx /* out:ptr */);
-/* msg=0x0309 */
+/* msg=0x0309:mbox */
 int64_t fwd_faccessat(int dirfd /* in:obj */, int mode /* in:obj */, int flags /* in:obj */,
                       const char *path /* in:str */);
-/* msg=0x030A  flags: AT_REMOVEDIR */
+/* msg=0x030A:mbox  flags: AT_REMOVEDIR */
 int64_t fwd_unlinkat(int dirfd /* in:obj */, int flags /* in:obj */, const char *path /* in:str */);
-/* msg=0x030B */
+/* msg=0x030B:mbox */
 int64_t fwd_renameat(int olddirfd /* in:obj */, int newdirfd /* in:obj */, int flags /* in:obj */,
                      const char *oldpath /* in:str */, const char *newpath /* in:str */);
-/* msg=0x030C */
+/* msg=0x030C:mbox */
 int64_t fwd_mkdirat(int dirfd /* in:obj */, int mode /* in:obj */, const char *path /* in:str */);
-/* msg=0x030D  linux_dirent64 records */
+/* msg=0x030D:mbox  linux_dirent64 records */
 int64_t fwd_getdents64(int fd /* in:obj:fd */, void *buf /* out:arr:size=+1 */,
                        uint64_t count /* in:obj:max=LAT_MAX_IO */);
-/* msg=0x030E  no NUL; a larger buffer than LAT_MAX_IO is clamped, not refused */
+/* msg=0x030E:mbox  no NUL; a larger buffer than LAT_MAX_IO is clamped, not refused */
 int64_t fwd_readlinkat(int dirfd /* in:obj */, const char *path /* in:str */,
                        char *buf /* out:arr:size=+1 */, int64_t bufsiz /* in:obj:min=1:clamp=LAT_MAX_IO */);
-/* msg=0x030F */
+/* msg=0x030F:mbox */
 int64_t fwd_truncate(const char *path /* in:str */, int64_t length /* in:obj:a=1 */);
-/* msg=0x0310 */
+/* msg=0x0310:mbox */
 int64_t fwd_ftruncate(int fd /* in:obj:fd */, int64_t length /* in:obj */);
-/* msg=0x0311 */
+/* msg=0x0311:mbox */
 int64_t fwd_fsync(int fd /* in:obj:fd */);
-/* msg=0x0312 */
+/* msg=0x0312:mbox */
 int64_t fwd_fdatasync(int fd /* in:obj:fd */);
-/* msg=0x0313  ret: the new remote descriptor */
+/* msg=0x0313:mbox  ret: the new remote descriptor */
 int64_t fwd_dup(int fd /* in:obj:fd */);
-/* msg=0x0314  cmd F_GETFL or F_SETFL */
+/* msg=0x0314:mbox  cmd F_GETFL or F_SETFL */
 int64_t fwd_fcntl(int fd /* in:obj:fd */, int cmd /* in:obj */, int arg /* in:obj */);
-/* msg=0x0315 */
+/* msg=0x0315:mbox */
 int64_t fwd_chdir(const char *path /* in:str */);
-/* msg=0x0316 */
+/* msg=0x0316:mbox */
 int64_t fwd_fchdir(int fd /* in:obj:fd */);
-/* msg=0x0317  the path with its NUL; ret its length (ERANGE if size is short) */
+/* msg=0x0317:mbox  the path with its NUL; ret its length (ERANGE if size is short) */
 int64_t fwd_getcwd(char *buf /* out:arr:size=+1 */, int64_t size /* in:obj:min=0:clamp=LAT_MAX_IO */);
-/* msg=0x0318  ret: the old mask */
+/* msg=0x0318:mbox  ret: the old mask */
 int64_t fwd_umask(int64_t mask /* in:obj */);
-/* msg=0x0319 */
+/* msg=0x0319:mbox */
 int64_t fwd_fchmodat(int dirfd /* in:obj */, int mode /* in:obj */, int flags /* in:obj */,
                      const char *path /* in:str */);
-/* msg=0x031A */
+/* msg=0x031A:mbox */
 int64_t fwd_fchmod(int fd /* in:obj:fd */, int mode /* in:obj */);
-/* msg=0x031B  times always travel; has_times 0 means "now" (a NULL times) */
+/* msg=0x031B:mbox  times always travel; has_times 0 means "now" (a NULL times) */
 int64_t fwd_utimensat(int dirfd /* in:obj */, int flags /* in:obj */, int has_times /* in:obj */,
                       const struct lat_timespec *times /* in:arr:len=2 */, const char *path /* in:str */);
-/* msg=0x031C */
+/* msg=0x031C:mbox */
 int64_t fwd_statfs(const char *path /* in:str */, struct lat_statfs *sfs /* out:ptr */);
-/* msg=0x031D */
+/* msg=0x031D:mbox */
 int64_t fwd_fstatfs(int fd /* in:obj:fd */, struct lat_statfs *sfs /* out:ptr */);
 
 /* ---- sockets (docs/protocol.md section 6.1): remote descriptors too.  A

@@ -1,12 +1,15 @@
 /*
- * lattice/wire.h - the Lattice wire protocol, version 2.
+ * lattice/wire.h - the Lattice wire protocol, version 3.
  *
  * One header for both sides of every connection to an I/O node daemon
  * (ciod): the service node's control connection, the compute node's node
  * connection, and each compute process's function-shipping connection.
- * The specification in prose is docs/protocol.md; the service node mirrors
- * these numbers in service/lattice/wire.py (a test checks they agree).
- * The shipped calls (LAT_SYS_*) are generated from lattice/fwd_posix.h.
+ * The specification in prose is docs/protocol.md.  The service node's view
+ * of it (service/lattice/wire_h.py: every LAT_* number and struct layout)
+ * is generated from this file at build time (`make py-wire`), and a test
+ * compares it with what a C compiler makes of this file.  The shipped calls
+ * (LAT_SYS_*) and their transport facts are generated from
+ * lattice/fwd_posix.h.
  *
  * Every message is a 16-byte header followed by `len` payload bytes.
  * All integers are little-endian and fixed-width; structs below contain
@@ -20,7 +23,8 @@
 #include <stdint.h>
 
 #define LAT_MAGIC   0x5454414Cu     /* "LATT" on the wire */
-#define LAT_VERSION 2                /* 2: challenge-response hello, seq checked */
+#define LAT_VERSION 3                /* 2: challenge-response hello, seq checked;
+                                        3: transport flags in the header (lat_hdr.flags) */
 
 /* Limits.  A receiver closes the connection on a header whose len is
  * larger than LAT_MAX_PAYLOAD: it never buffers more than that. */
@@ -47,7 +51,8 @@
 
 struct lat_hdr {
     uint32_t magic;     /* LAT_MAGIC */
-    uint16_t version;   /* LAT_VERSION */
+    uint8_t  version;   /* LAT_VERSION */
+    uint8_t  flags;     /* LAT_HF_*: how a shipped request travels; 0 on every other message */
     uint16_t type;      /* enum lat_type; replies have LAT_REPLY set */
     uint32_t len;       /* payload bytes following this header */
     uint32_t seq;       /* set by the sender, echoed in the reply; on a connection to
@@ -57,6 +62,20 @@ struct lat_hdr {
 _Static_assert(sizeof(struct lat_hdr) == 16, "lat_hdr layout");
 
 #define LAT_REPLY 0x8000u
+
+/*
+ * Header flags (lat_hdr.flags, docs/protocol.md section 2.1): the transport
+ * a shipped request uses, at most one of them, and only on a call whose
+ * data may go in bulk (LAT_BULK_MAP below: the calls fwd_posix.h marks
+ * zerocopy).  Replies and every other message carry 0.  ciod answers a
+ * shipped call with flags it does not allow LAT_ERROR EINVAL, and closes
+ * a connection that puts flags on any other message.
+ */
+#define LAT_HF_RDV        0x01u     /* a rendezvous: the data are struct lat_rdv_seg[] naming
+                                       the process's memory; ciod moves the bytes itself */
+#define LAT_HF_PIPE_FIRST 0x02u     /* the first chunk of a pipelined series */
+#define LAT_HF_PIPE_NEXT  0x04u     /* a later chunk of the same series */
+#define LAT_HF_ALL        (LAT_HF_RDV | LAT_HF_PIPE_FIRST | LAT_HF_PIPE_NEXT)
 
 /*
  * Message types.  Each service owns a block of 256 numbers; a request's
@@ -165,6 +184,43 @@ enum lat_type {
     LAT_PLUG_CALL      = 0x0400,
 };
 
+/*
+ * Transport facts of the shipped calls, one bit per call (bit t -
+ * LAT_SYS__BASE), from the annotations in lattice/fwd_posix.h:
+ *   LAT_MBOX_MAP  msg=N:mbox, the call may travel in the mailbox (section
+ *                 6.4): it never waits (a socket call's wait watches the
+ *                 socket), so ciod's mailbox thread is not held
+ *   LAT_BULK_MAP  the call has a zerocopy array: it may carry LAT_HF_*
+ */
+/* BEGIN generated transport by lattice-pluggen --wire from lattice/fwd_posix.h (make wire-h) */
+/* OPENAT, CLOSE, READ, WRITE, PREAD, PWRITE, LSEEK, FSTATAT, STATX, FACCESSAT, UNLINKAT, RENAMEAT,
+ * MKDIRAT, GETDENTS64, READLINKAT, TRUNCATE, FTRUNCATE, FSYNC, FDATASYNC, DUP, FCNTL, CHDIR,
+ * FCHDIR, GETCWD, UMASK, FCHMODAT, FCHMOD, UTIMENSAT, STATFS, FSTATFS */
+#define LAT_MBOX_MAP 0x000000003FFFFFFFull
+/* READ, WRITE, PREAD, PWRITE */
+#define LAT_BULK_MAP 0x000000000000003Cull
+/* END generated */
+
+static inline int lat_sys_bit(uint64_t map, unsigned type)
+{
+    return type >= LAT_SYS__BASE && type < LAT_SYS__END && (map >> (type - LAT_SYS__BASE) & 1u);
+}
+
+/* Whether a request of this type and these header flags may travel in the
+ * mailbox: a call marked mbox, without rendezvous or series. */
+static inline int lat_mbox_ok(unsigned type, unsigned flags)
+{
+    return flags == 0 && lat_sys_bit(LAT_MBOX_MAP, type);
+}
+
+/* Whether a request of this type may carry these header flags: none, or
+ * one LAT_HF_* on a call with bulk data. */
+static inline int lat_hdr_flags_ok(unsigned type, unsigned flags)
+{
+    return flags == 0 || ((flags == LAT_HF_RDV || flags == LAT_HF_PIPE_FIRST || flags == LAT_HF_PIPE_NEXT) &&
+                          lat_sys_bit(LAT_BULK_MAP, type));
+}
+
 /* Sockets on the I/O node (LAT_SYS_SOCKET..LAT_SYS_POLL, lattice/fwd_posix.h). */
 #define LAT_MAX_SOCKADDR 128u       /* sizeof(struct sockaddr_storage) */
 #define LAT_MAX_SOCKOPT  1024u      /* option value bytes */
@@ -241,10 +297,10 @@ _Static_assert(sizeof(struct lat_hello_ack) == 48, "lat_hello_ack layout");
  * lat_hello_ack followed by struct lat_datapath, the thresholds it chose.
  * A transfer of at most eager_max bytes travels in the messages (eager);
  * one of at least rdv_min bytes, when LAT_DP_VM is granted, is a
- * rendezvous: READ/PREAD/WRITE/PWRITE with a3 = LAT_RDV and, as data, the
- * segments of the process's memory (struct lat_rdv_seg[]); ciod moves the
- * bytes itself between the file and that memory (process_vm_readv/writev),
- * at most `window` bytes buffered per process.
+ * rendezvous: READ/PREAD/WRITE/PWRITE with header flag LAT_HF_RDV and, as
+ * data, the segments of the process's memory (struct lat_rdv_seg[]); ciod
+ * moves the bytes itself between the file and that memory
+ * (process_vm_readv/writev), at most `window` bytes buffered per process.
  *
  * With LAT_DP_SHM granted too, the process may share a region of its memory
  * (cnk's big memory, a sealed memfd) with LAT_DP_SHARE; a rendezvous whose
@@ -253,7 +309,8 @@ _Static_assert(sizeof(struct lat_hello_ack) == 48, "lat_hello_ack layout");
  *
  * Without rendezvous (another host, or LATTICE_DATAPATH=messages), a
  * transfer above eager_max is a series of chunks sent without waiting for
- * each reply: a3 = LAT_PIPE_FIRST on the first, LAT_PIPE_NEXT on the rest.
+ * each reply: header flag LAT_HF_PIPE_FIRST on the first, LAT_HF_PIPE_NEXT
+ * on the rest.
  * After a chunk of a series fails or comes back short, ciod answers the
  * series' remaining chunks with err ECANCELED without running them.
  */
@@ -273,9 +330,6 @@ _Static_assert(sizeof(struct lat_datapath) == 16, "lat_datapath layout");
 
 #define LAT_DP_VM       1u              /* ciod may reach the process's memory by pid */
 #define LAT_DP_SHM      2u              /* ciod maps memory the process shares (LAT_DP_SHARE) */
-#define LAT_RDV         0x52445600      /* sysreq a3 of a rendezvous READ/PREAD/WRITE/PWRITE */
-#define LAT_PIPE_FIRST  0x50495046      /* sysreq a3: first chunk of a pipelined series */
-#define LAT_PIPE_NEXT   0x5049504e      /* sysreq a3: a later chunk of the same series */
 #define LAT_PIPE_DEPTH  4u              /* chunks a process keeps in flight */
 
 /* LAT_DP_SHARE (a0 base, a1 len, a2 fd): ciod opens the process's
@@ -293,8 +347,9 @@ _Static_assert(sizeof(struct lat_datapath) == 16, "lat_datapath layout");
  * (a reply exactly as on the socket), stores rep_seq = its seq and,
  * if cli_wait is 1, FUTEX_WAKEs rep_seq.  Each side stores its flag, then
  * (full fence) loads the other's word, so one of them always sees the
- * other.  Only file calls (LAT_SYS_OPENAT..LAT_SYS_FSTATFS) without
- * rendezvous or pipelining travel here; everything else stays on the socket.
+ * other.  Only a request lat_mbox_ok() allows travels here (a call marked
+ * mbox in fwd_posix.h, without header flags); everything else stays on the
+ * socket.
  */
 #define LAT_MBOX_SIZE     16384u
 #define LAT_MBOX_REQ_SLOT 8064u         /* the request: struct lat_hdr + payload */

@@ -82,6 +82,7 @@ class Function:
     line: int
     number: int
     msg: int | None = None       # wire mode: the message type (msg=N before the prototype)
+    msg_opts: set[str] = field(default_factory=set)   # wire mode: msg=N:OPT options (mbox)
 
 
 @dataclass

@@ -162,8 +162,11 @@ def _check(f: Function, file: str, wire: bool = False) -> None:
                            "the compute node (return results through out arguments)")
 
 
-def _msg(stmt: list[Token], name: str, file: str, line: int) -> int:
-    """Wire mode: the msg=N comment just before a prototype."""
+MSG_OPTIONS = {"mbox"}      # wire mode: what msg=N:OPT may add (docs/plugins.md "Wire mode")
+
+
+def _msg(stmt: list[Token], name: str, file: str, line: int) -> tuple[int, set[str]]:
+    """Wire mode: the msg=N[:OPT...] comment just before a prototype."""
     lead = []
     for t in stmt:
         if t.kind != "comment":
@@ -173,14 +176,18 @@ def _msg(stmt: list[Token], name: str, file: str, line: int) -> int:
     if len(found) != 1:
         raise PluggenError(file, line, f"{name}: " + ("no message number (write /* msg=0x0300 */ "
                            "before the prototype)" if not found else "more than one msg= comment"))
-    num = found[0].text.split()[0][4:]
+    num, *opts = found[0].text.split()[0][4:].split(":")
     try:
         value = int(num, 0)
     except ValueError:
         raise PluggenError(file, found[0].line, f"{name}: msg={num!r} is not a number") from None
     if not 0 < value < 0x8000:
         raise PluggenError(file, found[0].line, f"{name}: msg={num} is outside 1..0x7fff (0x8000 marks replies)")
-    return value
+    unknown = [o for o in opts if o not in MSG_OPTIONS]
+    if unknown:
+        raise PluggenError(file, found[0].line, f"{name}: msg=...:{unknown[0]}: unknown option "
+                           f"(known: {', '.join(sorted(MSG_OPTIONS))})")
+    return value, set(opts)
 
 
 def _prototype(stmt: list[Token], file: str, number: int, wire: bool = False) -> Function:
@@ -191,7 +198,7 @@ def _prototype(stmt: list[Token], file: str, number: int, wire: bool = False) ->
     ret, name = _ctype([t for t in code[:lp] if t.text != "extern"], file)
     f = Function(name, ret, [], code[0].line, number)
     if wire:
-        f.msg = _msg(stmt, name, file, f.line)
+        f.msg, f.msg_opts = _msg(stmt, name, file, f.line)
     # parameters: split the tokens between the outer parentheses at top-level commas
     inner = stmt[stmt.index(next(t for t in stmt if t.text == "(")) + 1:]
     groups: list[list[Token]] = [[]]

@@ -11,7 +11,7 @@ from pluggen.model import Function, Param, Plugin
 
 PREFIX = "fwd_"
 SLOTS = 4
-RDV_SLOT = 3            # a3 = LAT_RDV marks a rendezvous of a zerocopy call
+MAP_BITS = 64           # wire.h's LAT_MBOX_MAP and LAT_BULK_MAP: one bit per call
 
 # integer types an a0..a3 slot may carry: (C type of the value, how it is checked)
 #   int:  a 32-bit int given sign- or zero-extended (ciod's arg_int: EINVAL else)
@@ -33,7 +33,8 @@ class Call:
     data: list[int]                 # request data params, in order
     reply: list[int]                # reply data params, in order
     rest: int | None                # the a=none size param (its array takes the rest)
-    zerocopy: int | None            # the data array that may go rendezvous
+    zerocopy: int | None            # the data array that may go rendezvous (header flags LAT_HF_*)
+    mbox: bool                      # msg=N:mbox: may travel in the mailbox
 
     @property
     def fn(self) -> str:
@@ -66,7 +67,7 @@ def _call(f: Function, file: str) -> Call:
         raise bad(None, "returns int64_t: the reply's ret")
     if f.msg is None:
         raise bad(None, "no message number (msg=N)")
-    c = Call(f, f.msg, f.name[len(PREFIX):].upper(), {}, [], [], None, None)
+    c = Call(f, f.msg, f.name[len(PREFIX):].upper(), {}, [], [], None, None, "mbox" in f.msg_opts)
     nxt = 0
     for i, p in enumerate(f.params):
         w = p.wire
@@ -139,8 +140,6 @@ def _call(f: Function, file: str) -> Call:
             raise bad(p, "an inout array comes back in place: it must be the only reply data")
         if p.kind == "arr" and p.direction == "out" and k != len(c.reply) - 1:
             raise bad(p, "an out array carries ret elements: it must be the last reply data")
-    if c.zerocopy is not None and RDV_SLOT in c.slot.values():
-        raise bad(f.params[c.zerocopy], f"zerocopy calls keep a{RDV_SLOT} for LAT_RDV")
     return c
 
 
@@ -152,4 +151,7 @@ def wire_calls(plugin: Plugin) -> list[Call]:
             raise PluggenError(plugin.header, c.f.line,
                                f"{c.f.name}: msg=0x{c.msg:04X} must follow {prev.f.name}'s "
                                f"0x{prev.msg:04X} (numbers are contiguous: counters are indexed by them)")
+    if len(calls) > MAP_BITS:
+        raise PluggenError(plugin.header, calls[MAP_BITS].f.line,
+                           f"more than {MAP_BITS} shipped calls: wire.h's LAT_MBOX_MAP and LAT_BULK_MAP have one bit each")
     return calls

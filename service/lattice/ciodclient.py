@@ -104,7 +104,7 @@ class Ciod:
 
     def send(self, typ: int, payload: bytes = b"") -> int:
         self.seq += 1
-        self.sock.sendall(wire.HDR.pack(wire.MAGIC, wire.VERSION, typ, len(payload), self.seq) + payload)
+        self.sock.sendall(wire.header(typ, len(payload), self.seq) + payload)
         return self.seq
 
     def request(self, typ: int, payload: bytes = b"") -> bytes:
@@ -149,8 +149,8 @@ class Ciod:
     def _take(self) -> tuple[int, int, bytes] | None:
         if len(self.buf) < wire.HDR.size:
             return None
-        magic, version, typ, length, seq = wire.HDR.unpack_from(self.buf)
-        if magic != wire.MAGIC or version != wire.VERSION or length > wire.MAX_PAYLOAD:
+        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(self.buf)
+        if magic != wire.MAGIC or version != wire.VERSION or flags or length > wire.MAX_PAYLOAD:
             raise CiodError(f"I/O node {self.location} sent a malformed message")
         end = wire.HDR.size + length
         if len(self.buf) < end:

@@ -1,8 +1,11 @@
 """The wire protocol as the service node speaks it.
 
-A mirror of protocol/lattice/wire.h (the one definition; docs/protocol.md is
-the prose).  tests/unit/test_service_wire.py checks every number here against
-the header, so the two cannot drift apart.
+Every number and struct layout of protocol/lattice/wire.h (the one
+definition; docs/protocol.md is the prose) comes from lattice.wire_h, which
+the build generates from the header (`make py-wire`);
+tests/unit/test_service_wire.py checks it against a C compiler's view of
+the header.  This module names the layouts the service node uses and builds
+and parses payloads.
 """
 from __future__ import annotations
 
@@ -11,121 +14,48 @@ import hmac
 import secrets
 import struct
 
-MAGIC = 0x5454414C
-VERSION = 2              # 2: challenge-response hello, seq checked (docs/protocol.md 3)
-REPLY = 0x8000
+try:
+    from lattice.wire_h import *  # noqa: F403  (every LAT_* number, without LAT_)
+    from lattice.wire_h import ENUMS, STRUCTS, SYS__BASE, SYS__END
+except ModuleNotFoundError as e:    # a checkout that was never built
+    raise ImportError("lattice/wire_h.py is generated from protocol/lattice/wire.h: run `make` "
+                      "(or `make py-wire`) in the repository") from e
 
-MAX_IO = 1 << 20
-MAX_PAYLOAD = MAX_IO + 8192
-KEY_BYTES = 32           # the block key: never on the wire
-NONCE_BYTES = 32
-MAC_BYTES = 32           # HMAC-SHA256
-MAX_PSET = 128
-MAX_PPN = 64              # processes per compute node
-MAX_APPS = 64             # MPMD applications per job
-CPU_LIMIT = 65536         # CPU numbers (OS indexes) are below this
-PROGRESS_UNSET = -1       # lat_cpus.progress: add no MPIR_CVAR_ASYNC_PROGRESS
-PMI_KVSNAME_MAX = 256
-PMI_KEY_MAX = 64
-PMI_VAL_MAX = 1024
-PMI_LINE_MAX = 4096
+# shipped calls, in wire order from SYS_BASE: the names `lattice counters` prints
+SYS_BASE, SYS_END = SYS__BASE, SYS__END
+SYS_NAMES = tuple(n.removeprefix("SYS_").lower() for n in ENUMS["lat_type"]
+                  if n.startswith("SYS_") and not n.startswith("SYS__"))
+# I/O node counters (LAT_CTL_COUNTERS reply), in wire order
+CTR_NAMES = tuple(n.removeprefix("CTR_").lower() for n in ENUMS["lat_ctr"] if n != "CTR__END")
 
-# message types
-HELLO = 0x0001
-CHALLENGE = 0x0005       # one-way ciod->peer, first on every connection: a fresh nonce
-ERROR = 0x00FF
-CTL_STATUS = 0x0100
-CTL_JOB = 0x0101
-CTL_KILL = 0x0102
-CTL_SHUTDOWN = 0x0103
-CTL_COUNTERS = 0x0104
-CTL_FENCE_OUT = 0x0105   # one-way sn->ciod: a fence is complete, with what it published
-CTL_OUTPUT = 0x0180
-CTL_EXIT = 0x0181
-CTL_JOB_END = 0x0182
-CTL_FENCE = 0x0183       # one-way ciod->sn: every rank of the pset entered the fence, with its puts
-CTL_ABORT = 0x0184       # one-way ciod->sn: a rank called PMI abort
+# the layouts the service node packs and unpacks (little-endian, no padding)
+HDR = STRUCTS["lat_hdr"]                 # magic, version, flags, type, len, seq
+CHALLENGE_MSG = STRUCTS["lat_challenge"]  # ciod's nonce
+HELLO_MSG = STRUCTS["lat_hello"]         # role, node, job, nonce, mac
+HELLO_FIELDS = struct.Struct(HELLO_MSG.format[:4])      # role, node, job: what the mac covers
+HELLO_PROC = STRUCTS["lat_hello_proc"]   # pid, flags (after a PROC hello)
+HELLO_ACK = STRUCTS["lat_hello_ack"]     # err, max_io, pset, pset_size, proof
+ACK_FIELDS = struct.Struct(HELLO_ACK.format[:5])        # err, max_io, pset, pset_size: what the proof covers
+SYSRET = STRUCTS["lat_sysret"]           # ret, err, pad
+CTL_STATUS_MSG = STRUCTS["lat_ctl_status"]  # nodes_connected, pset_size, job
+JOB = STRUCTS["lat_job"]                 # job, uid, gid, ngroups, nargs, nenv, nranks, pset_size, flags
+KILL = STRUCTS["lat_kill"]               # sig, pad
+OUTPUT = STRUCTS["lat_output"]           # rank, stream
+EXIT = STRUCTS["lat_exit"]               # job, rank, node, how, value
+JOB_END = STRUCTS["lat_job_end"]         # job
+JOB_EXT = STRUCTS["lat_job_ext"]         # nslots, napps, ppn, pad
+SLOT = STRUCTS["lat_slot"]               # rank, node, t, app
+CPUS = STRUCTS["lat_cpus"]               # ncpus, progress (then the CPUs, after every slot's lat_cpus)
+FENCE = STRUCTS["lat_fence"]             # job, epoch, nkv, flags, pad
+ABORT = STRUCTS["lat_abort"]             # job, rank, code
+DATAPATH = STRUCTS["lat_datapath"]       # eager_max, rdv_min, flags, window (after HELLO_ACK of a PROC)
+COUNTERS_EXT = STRUCTS["lat_counters_ext"]  # nsys, nbuckets, nstats, pad (in the LAT_CTL_COUNTERS reply)
+SIZES = {name: s.size for name, s in STRUCTS.items()}
 
-ROLE_CONTROL = 1
 
-PLUG_CALL = 0x0400       # compute process -> ciod: a call to a plug-in (docs/plugins.md)
-
-# shipped calls, in wire order from LAT_SYS__BASE: the names `lattice counters` prints
-SYS_BASE = 0x0300
-SYS_NAMES = (
-    "openat", "close", "read", "write", "pread", "pwrite", "lseek", "fstatat", "statx",
-    "faccessat", "unlinkat", "renameat", "mkdirat", "getdents64", "readlinkat", "truncate",
-    "ftruncate", "fsync", "fdatasync", "dup", "fcntl", "chdir", "fchdir", "getcwd", "umask",
-    "fchmodat", "fchmod", "utimensat", "statfs", "fstatfs",
-    # sockets (protocol.md 6.1)
-    "socket", "connect", "bind", "sendmsg", "recvmsg", "shutdown", "setsockopt", "getsockopt",
-    "getsockname", "getpeername", "poll", "send_rdv", "recv_rdv",
-)
-SYS_END = SYS_BASE + len(SYS_NAMES)
-
-# job flags (lat_job.flags, passed on in lat_node_job.flags)
-JOB_CNK = 1              # run under the compute node kernel, not Linux mode
-JOB_TRACE = 2            # cnk --trace; needs JOB_CNK
-JOB_VN = 4               # virtual node mode (personality mode=vn)
-JOB_PLACED = 8           # the job carries slots and applications (lat_job_ext)
-JOB_CPUS = 16            # each slot's CPUs (lat_cpus); needs JOB_PLACED
-JOB_FLAGS_ALL = JOB_CNK | JOB_TRACE | JOB_VN | JOB_PLACED | JOB_CPUS
-FENCE_MORE = 1           # lat_fence.flags: more messages of this fence follow
-
-# data path (lat_datapath) and I/O node counters (LAT_CTL_COUNTERS reply)
-DP_VM = 1                # ciod reaches the compute process's memory: rendezvous moves data once
-DP_SHM = 2               # ciod maps memory the process shares (LAT_DP_SHARE): one copy
-HIST_BUCKETS = 32        # latency histogram: bucket b counts calls of [2^b, 2^(b+1)) ns
-CTR_NAMES = (
-    "eager", "eager_bytes", "rdv", "rdv_bytes", "rdv_fault", "rdv_buf_max",
-    "coll_open_req", "coll_open_fs", "coll_stat_req", "coll_stat_fs", "coll_read_req", "coll_read_fs",
-    "coll_revalidate", "coll_invalidate", "coll_bytes",
-    "eager_max", "rdv_min", "collective",
-    "shm", "shm_bytes", "shm_shares", "shm_refused", "pipe_series", "pipe_chunks", "pipe_cancelled", "datapath",
-    "mbox_shares", "mbox_calls", "mbox_rings", "mbox_bad",
-    "sock_rdv", "sock_rdv_bytes", "sock_shm", "sock_shm_bytes",
-)
-CTR__END = len(CTR_NAMES)
-
-STDOUT, STDERR = 1, 2
-EXIT_CODE, EXIT_SIGNAL, EXIT_LAUNCH, EXIT_LOST = 1, 2, 3, 4
-
-# struct layouts (little-endian, no padding)
-HDR = struct.Struct("<IHHII")            # magic, version, type, len, seq
-CHALLENGE_MSG = struct.Struct("<32s")    # ciod's nonce
-HELLO_FIELDS = struct.Struct("<IIQ")     # role, node, job: what lat_hello starts with
-HELLO_MSG = struct.Struct("<IIQ32s32s")  # role, node, job, nonce, mac
-HELLO_PROC = struct.Struct("<II")        # pid, flags (after a PROC hello)
-ACK_FIELDS = struct.Struct("<iIII")      # err, max_io, pset, pset_size: what lat_hello_ack starts with
-HELLO_ACK = struct.Struct("<iIII32s")    # err, max_io, pset, pset_size, proof
-SYSRET = struct.Struct("<qiI")           # ret, err, pad
-CTL_STATUS_MSG = struct.Struct("<IIQ")   # nodes_connected, pset_size, job
-JOB = struct.Struct("<QIIIIIIII")        # job, uid, gid, ngroups, nargs, nenv, nranks, pset_size, flags
-KILL = struct.Struct("<iI")              # sig, pad
-OUTPUT = struct.Struct("<II")            # rank, stream
-EXIT = struct.Struct("<QIIIi")           # job, rank, node, how, value
-JOB_END = struct.Struct("<Q")            # job
-JOB_EXT = struct.Struct("<IIII")         # nslots, napps, ppn, pad
-SLOT = struct.Struct("<IIII")            # rank, node, t, app
-CPUS = struct.Struct("<Ii")              # ncpus, progress (then the CPUs, after every slot's lat_cpus)
-FENCE = struct.Struct("<QIIII")          # job, epoch, nkv, flags, pad
-ABORT = struct.Struct("<QIi")            # job, rank, code
-DATAPATH = struct.Struct("<IIII")        # eager_max, rdv_min, flags, window (after HELLO_ACK of a PROC)
-COUNTERS_EXT = struct.Struct("<IIII")    # nsys, nbuckets, nstats, pad (in the LAT_CTL_COUNTERS reply)
-
-SIZES = {
-    "lat_hdr": HDR.size, "lat_challenge": CHALLENGE_MSG.size, "lat_hello_proc": HELLO_PROC.size,
-    "lat_hello": HELLO_MSG.size, "lat_hello_ack": HELLO_ACK.size,
-    "lat_sysret": SYSRET.size, "lat_ctl_status": CTL_STATUS_MSG.size, "lat_job": JOB.size,
-    "lat_kill": KILL.size, "lat_output": OUTPUT.size, "lat_exit": EXIT.size,
-    "lat_job_end": JOB_END.size, "lat_job_ext": JOB_EXT.size, "lat_slot": SLOT.size, "lat_cpus": CPUS.size,
-    "lat_fence": FENCE.size, "lat_abort": ABORT.size, "lat_datapath": DATAPATH.size,
-    "lat_counters_ext": COUNTERS_EXT.size,
-}
-
-# the handshake's MACs (lattice/hello_mac.h): labels without their NUL
-HELLO_LABEL = b"lattice hello v2"
-ACK_LABEL = b"lattice ack v2"
+def header(typ: int, length: int, seq: int, flags: int = 0) -> bytes:
+    """A struct lat_hdr."""
+    return HDR.pack(MAGIC, VERSION, flags, typ, length, seq)
 
 
 def _mac(key: bytes, label: bytes, server_nonce: bytes, client_nonce: bytes, data: bytes) -> bytes:

@@ -14,7 +14,7 @@ from conftest import EXAMPLES, Machine
 
 from lattice import wire
 
-MAGIC, VERSION = 0x5454414C, 2
+MAGIC, VERSION = wire.MAGIC, wire.VERSION
 CHALLENGES: dict[int, bytes] = {}
 
 
@@ -27,7 +27,7 @@ def connect(addr: str) -> socket.socket:
         host, _, port = where.rpartition(":")
         s = socket.create_connection((host, int(port)))
     s.settimeout(10)
-    _, _, typ, ln, _ = struct.unpack("<IHHII", recv_exact(s, 16))      # ciod's challenge first
+    _, _, _, typ, ln, _ = wire.HDR.unpack(recv_exact(s, 16))      # ciod's challenge first
     assert typ == wire.CHALLENGE and ln == 32
     CHALLENGES[s.fileno()] = recv_exact(s, ln)
     return s
@@ -41,29 +41,29 @@ def send_garbage(addr: str, key: bytes) -> None:
         assert closed(s)
     # a header that lies about its length
     with connect(addr) as s:
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 0xFFFFFFF0, 1) + b"x" * 100)
+        s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, 0x0001, 0xFFFFFFF0, 1) + b"x" * 100)
         assert closed(s)
     # a truncated hello
     with connect(addr) as s:
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, 80, 1) + b"short")
+        s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, 0x0001, 80, 1) + b"short")
         s.shutdown(socket.SHUT_WR)
         assert closed(s)
     # an authenticated control connection sending an unknown opcode and a bogus call
     with connect(addr) as s:
         hello, _ = wire.hello_payload(key, CHALLENGES[s.fileno()], wire.ROLE_CONTROL)
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0001, len(hello), 1) + hello)
+        s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, 0x0001, len(hello), 1) + hello)
         hdr = recv_exact(s, 16)
-        _, _, typ, ln, _ = struct.unpack("<IHHII", hdr)
+        _, _, _, typ, ln, _ = wire.HDR.unpack(hdr)
         err = struct.unpack("<i", recv_exact(s, ln)[:4])[0]
         assert err == 0
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0777, 0, 2))
-        _, _, typ, ln, seq = struct.unpack("<IHHII", recv_exact(s, 16))
+        s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, 0x0777, 0, 2))
+        _, _, _, typ, ln, seq = wire.HDR.unpack(recv_exact(s, 16))
         body = recv_exact(s, ln)
         assert typ == 0x00FF | 0x8000 or typ == 0x0777 | 0x8000, hex(typ)
         assert struct.unpack("<qi", body[:12])[0] == -1
         # a file-system call on a control connection: refused, not executed
-        s.sendall(struct.pack("<IHHII", MAGIC, VERSION, 0x0301, 32, 3) + struct.pack("<qqqq", 99, 0, 0, 0))
-        _, _, typ, ln, seq = struct.unpack("<IHHII", recv_exact(s, 16))
+        s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, 0x0301, 32, 3) + struct.pack("<qqqq", 99, 0, 0, 0))
+        _, _, _, typ, ln, seq = wire.HDR.unpack(recv_exact(s, 16))
         body = recv_exact(s, ln)
         assert struct.unpack("<qi", body[:12])[0] == -1
 

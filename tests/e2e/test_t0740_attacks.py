@@ -218,7 +218,7 @@ def wire_hello(s: socket.socket, key: bytes, role: int, node: int, job: int) -> 
     typ, body = recv_msg(s)
     assert typ == wire.CHALLENGE, hex(typ)
     hello, _ = wire.hello_payload(key, body, role, node, job)
-    s.sendall(wire.HDR.pack(wire.MAGIC, wire.VERSION, wire.HELLO, len(hello), 1) + hello)
+    s.sendall(wire.header(wire.HELLO, len(hello), 1) + hello)
     typ, body = recv_msg(s)
     return int(wire.HELLO_ACK.unpack(body[:wire.HELLO_ACK.size])[0])
 
@@ -226,7 +226,7 @@ def wire_hello(s: socket.socket, key: bytes, role: int, node: int, job: int) -> 
 def recv_msg(s: socket.socket) -> tuple[int, bytes]:
     from lattice import wire  # noqa: PLC0415
 
-    _, _, typ, n, _ = wire.HDR.unpack(recv_exact(s, wire.HDR.size))
+    _, _, _, typ, n, _ = wire.HDR.unpack(recv_exact(s, wire.HDR.size))
     return typ, recv_exact(s, n)
 
 

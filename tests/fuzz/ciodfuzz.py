@@ -90,7 +90,7 @@ _ENUM = re.search(r"enum lat_type \{(.*?)\};", re.sub(r"/\*.*?\*/", "", (ROOT / 
 ALL_TYPES = sorted({int(v, 0) for k, v in re.findall(r"\b(LAT_[A-Z0-9_]+)\s*=\s*(0x[0-9A-Fa-f]+)", _ENUM[1] if _ENUM else "")
                     if not k.startswith("LAT_SYS__")})
 DP_SHARE, MBOX_SHARE, MBOX_RING, PLUG_CALL = W["LAT_DP_SHARE"], W["LAT_MBOX_SHARE"], W["LAT_MBOX_RING"], W["LAT_PLUG_CALL"]
-RDV, PIPE_FIRST, PIPE_NEXT = W["LAT_RDV"], W["LAT_PIPE_FIRST"], W["LAT_PIPE_NEXT"]
+RDV, PIPE_FIRST, PIPE_NEXT = W["LAT_HF_RDV"], W["LAT_HF_PIPE_FIRST"], W["LAT_HF_PIPE_NEXT"]   # lat_hdr.flags
 MBOX_SIZE, MBOX_REQ_SLOT = W["LAT_MBOX_SIZE"], W["LAT_MBOX_REQ_SLOT"]
 CHALLENGE = W["LAT_CHALLENGE"]
 PSET, PSET_SIZE = 1, 4          # nodes 0, 1 run the job; 2, 3 are for node sessions
@@ -132,8 +132,8 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 def recv_msg(s: socket.socket) -> tuple[int, int, bytes]:
-    magic, version, typ, ln, seq = HDR.unpack(recv_exact(s, HDR.size))
-    if (magic, version) != (MAGIC, VERSION) or ln > MAX_PAYLOAD:
+    magic, version, flags, typ, ln, seq = HDR.unpack(recv_exact(s, HDR.size))
+    if (magic, version, flags) != (MAGIC, VERSION, 0) or ln > MAX_PAYLOAD:
         raise FuzzFailure(f"reply header magic 0x{magic:x} version {version} len {ln}")
     return typ, seq, recv_exact(s, ln)
 
@@ -322,7 +322,7 @@ class Owner(threading.Thread):
     def send(self, typ: int, payload: bytes) -> int:
         with self.cv:
             seq = self.s.next_seq()
-        self.s.sock.sendall(HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload)
+        self.s.sock.sendall(HDR.pack(MAGIC, VERSION, 0, typ, len(payload), seq) + payload)
         return seq
 
     def wait(self, pred: Callable[[], bool], what: str, timeout: float = 20) -> None:
@@ -530,7 +530,7 @@ class Target:
             if s.err:
                 raise FuzzFailure(f"control hello refused: {os.strerror(s.err)}")
             seq = s.next_seq()
-            s.sock.sendall(HDR.pack(MAGIC, VERSION, CTL["status"], 0, seq))
+            s.sock.sendall(HDR.pack(MAGIC, VERSION, 0, CTL["status"], 0, seq))
             typ, rseq, body = recv_msg(s.sock)
             if (typ, rseq, len(body)) != (CTL["status"] | REPLY, seq, 16):
                 raise FuzzFailure(f"CTL_STATUS answered with type 0x{typ:04x} seq {rseq}")
@@ -590,7 +590,7 @@ class Target:
             def call(name: str, *a: int, data: bytes = b"") -> tuple[int, bytes]:
                 seq = s.next_seq()
                 args = struct.pack("<4q", *(list(a) + [0, 0, 0, 0])[:4])
-                s.sock.sendall(HDR.pack(MAGIC, VERSION, SYS[name], 32 + len(data), seq) + args + data)
+                s.sock.sendall(HDR.pack(MAGIC, VERSION, 0, SYS[name], 32 + len(data), seq) + args + data)
                 typ, rseq, body = recv_msg(s.sock)
                 ret, err, _ = wire.SYSRET.unpack_from(body)
                 if (typ, rseq) != (SYS[name] | REPLY, seq) or ret < 0:
@@ -692,7 +692,7 @@ class BadHeader:
     def make(self, key: bytes, challenge: bytes) -> bytes:
         msg, _ = hello_bytes(key, challenge, ROLE_CONTROL)
         magic, version = (self.value, VERSION) if self.what == "magic" else (MAGIC, self.value)
-        return HDR.pack(magic, version, HELLO, len(msg) - HDR.size, 1) + msg[HDR.size:]
+        return HDR.pack(magic, version, 0, HELLO, len(msg) - HDR.size, 1) + msg[HDR.size:]
 
 
 Item = bytes | Poke | Hello | BadHeader
@@ -849,10 +849,12 @@ def sanitize_addr(addr: bytes, ports: tuple[int, int]) -> bytes:
     return bytes(a)
 
 
-def sys_request(rng: random.Random, name: str, ctx: "Ctx") -> tuple[list[int], bytes]:
-    """Arguments and data of one shipped call, shaped as lattice/fwd_posix.h says."""
+def sys_request(rng: random.Random, name: str, ctx: "Ctx") -> tuple[list[int], bytes, int]:
+    """Arguments, data and header flags of one shipped call, shaped as
+    lattice/fwd_posix.h says (now and then flags it may not carry)."""
     a = [pick_int(rng) for _ in range(4)]
     data = b""
+    flags = rng.getrandbits(8) if rng.random() < 0.03 else 0
     if name in ("close", "fsync", "fdatasync", "dup", "fchdir", "fstatfs", "ftruncate", "fchmod", "lseek", "fcntl",
                 "getsockname", "getpeername", "shutdown", "read", "pread", "getdents64", "write", "pwrite",
                 "setsockopt", "getsockopt", "recvmsg", "sendmsg", "connect", "bind", "send_rdv", "recv_rdv"):
@@ -862,10 +864,10 @@ def sys_request(rng: random.Random, name: str, ctx: "Ctx") -> tuple[list[int], b
         if name == "recvmsg":
             a[2] = pick_count(rng)
     if name in ("read", "pread", "write", "pwrite") and rng.random() < 0.5:
-        a[3] = rng.choice([0, 0, RDV, PIPE_FIRST, PIPE_NEXT])
-        if a[3] == RDV:
+        flags = rng.choice([0, 0, RDV, PIPE_FIRST, PIPE_NEXT])
+        if flags == RDV:
             data = segs(rng, ctx.shm_base)
-    if name in ("write", "pwrite") and a[3] != RDV:
+    if name in ("write", "pwrite") and flags != RDV:
         data = blob(rng, big=True)
     if name in ("recvmsg", "sendmsg", "connect", "send_rdv", "recv_rdv", "poll"):
         a[3 if name in ("recvmsg", "sendmsg", "send_rdv") else (2 if name == "recv_rdv" else 1)] = \
@@ -912,7 +914,7 @@ def sys_request(rng: random.Random, name: str, ctx: "Ctx") -> tuple[list[int], b
             data = blob(rng)
         else:
             a[3] = pick_count(rng)
-    return a, data
+    return a, data, flags
 
 
 @dataclass
@@ -927,12 +929,12 @@ class Ctx:
     shm_base: int = 0x7E0000000000
 
 
-def frame(typ: int, payload: bytes, seq: int) -> bytes:
-    return HDR.pack(MAGIC, VERSION, typ, len(payload), seq & SEQ_MASK) + payload
+def frame(typ: int, payload: bytes, seq: int, flags: int = 0) -> bytes:
+    return HDR.pack(MAGIC, VERSION, flags, typ, len(payload), seq & SEQ_MASK) + payload
 
 
 def mutate_message(rng: random.Random, typ: int, payload: bytes, sq: Seqs, case: Case,
-                   allowed: Callable[[int], bool], seq: int | None = None) -> bytes:
+                   allowed: Callable[[int], bool], seq: int | None = None, flags: int = 0) -> bytes:
     """One message, sometimes mutated: payload cut, grown, flipped; type
     replaced; numbered by sq (or seq if given), rarely with a seq not after
     the last (sent again, out of order: ciod closes, so the case's last,
@@ -958,7 +960,9 @@ def mutate_message(rng: random.Random, typ: int, payload: bytes, sq: Seqs, case:
             case.seq_broken = True
         else:
             seq = sq.next()
-    return frame(typ, payload, seq)
+    if typ not in SYS.values():
+        flags = 0                   # flags on another message close the connection (fatal_tail's job)
+    return frame(typ, payload, seq, flags)
 
 
 def fatal_tail(rng: random.Random, typ: int, seq: int) -> bytes:
@@ -966,16 +970,16 @@ def fatal_tail(rng: random.Random, typ: int, seq: int) -> bytes:
     k = rng.randrange(6)
     seq &= SEQ_MASK
     if k == 0:
-        return HDR.pack(0xDEADBEEF, VERSION, typ, 0, seq)
+        return HDR.pack(0xDEADBEEF, VERSION, 0, typ, 0, seq)
     if k == 1:
-        return HDR.pack(MAGIC, rng.choice([0, 1, 3, 0xFFFF]), typ, 0, seq)
+        return HDR.pack(MAGIC, rng.choice([0, 1, VERSION - 1, 0xFF]), 0, typ, 0, seq)
     if k == 2:
-        return HDR.pack(MAGIC, VERSION, typ, MAX_PAYLOAD + rng.choice([1, 2**31, 2**32 - 1 - MAX_PAYLOAD]), seq)
+        return HDR.pack(MAGIC, VERSION, 0, typ, MAX_PAYLOAD + rng.choice([1, 2**31, 2**32 - 1 - MAX_PAYLOAD]), seq)
     if k == 3:                                  # half a message, then EOF
         ln = rng.choice([32, 100, 5000, MAX_IO])
-        return HDR.pack(MAGIC, VERSION, typ, ln, seq) + rng.randbytes(rng.randrange(min(ln, 200)))
+        return HDR.pack(MAGIC, VERSION, 0, typ, ln, seq) + rng.randbytes(rng.randrange(min(ln, 200)))
     if k == 4:                                  # half a header
-        return HDR.pack(MAGIC, VERSION, typ, 0, seq)[:rng.randrange(1, 16)]
+        return HDR.pack(MAGIC, VERSION, 0, typ, 0, seq)[:rng.randrange(1, 16)]
     return rng.randbytes(rng.randrange(1, 300))
 
 
@@ -1004,13 +1008,13 @@ def gen_prehello(rng: random.Random, case: Case, ctx: Ctx, key: bytes) -> None:
     elif k == 4:
         case.items.append(BadHeader("magic", rng.choice([0, MAGIC ^ 1, 0x4C544154])))
     elif k == 5:
-        case.items.append(BadHeader("version", rng.choice([0, 1, 3, 0xFFFF])))
+        case.items.append(BadHeader("version", rng.choice([0, 1, VERSION - 1, 0xFF])))
     elif k == 6:        # a well-MACed hello of an unknown role
         case.items.append(Hello(rng.choice([0, 5, 255, 2**32 - 1, rng.getrandbits(32)])))
     elif k == 7:        # half a good hello, then EOF
         case.items.append(Hello(ROLE_CONTROL, mac="cut:" + str(rng.randrange(1, HDR.size + wire.HELLO_MSG.size))))
     elif k == 8:
-        case.items.append(HDR.pack(MAGIC, VERSION, HELLO, rng.choice([MAX_PAYLOAD, MAX_PAYLOAD + 1, 2**32 - 1]), 1))
+        case.items.append(HDR.pack(MAGIC, VERSION, 0, HELLO, rng.choice([MAX_PAYLOAD, MAX_PAYLOAD + 1, 2**32 - 1]), 1))
     elif k == 9:        # well-MACed hellos ciod must refuse for what they ask
         role = rng.choice([ROLE_NODE, ROLE_PROC, ROLE_PMI])
         node = rng.choice([0, 1, 4, 5, 127, 128, 0xFFFF, 0x10000 * PPN, 0x10000 * 64, 0x10001 * 65, 2**32 - 1])
@@ -1212,6 +1216,7 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
         if case.seq_broken:
             break
         r = rng.random()
+        flags = 0
         if r < 0.08:
             # a descriptor and then a call on it: fds are handed out lowest first, so 3 is likely it
             for typ, a, data in chain(rng, ctx):
@@ -1219,7 +1224,7 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
             continue
         if r < 0.78:
             name = rng.choice(names)
-            a, data = sys_request(rng, name, ctx)
+            a, data, flags = sys_request(rng, name, ctx)
             typ = SYS[name]
         elif r < 0.83:
             typ, data = DP_SHARE, b""
@@ -1235,10 +1240,10 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
             # (its seq from the connection's counter; the ring carries it, and is a socket
             # message like any other: after the last one)
             name = rng.choice(names)
-            ma, mdata = sys_request(rng, name, ctx)
+            ma, mdata, mflags = sys_request(rng, name, ctx)
             seq = sq.next()
             msg = mutate_message(rng, SYS[name], struct.pack("<4Q", *(x & (2**64 - 1) for x in ma)) + mdata,
-                                 sq, case, lambda t: True, seq=seq)
+                                 sq, case, lambda t: True, seq=seq, flags=mflags)
             case.items.append(Poke(128, msg[:MBOX_REQ_SLOT]))
             case.items.append(Poke(0, struct.pack("<I", seq if rng.random() < 0.8 else rng.getrandbits(32))))
             if rng.random() < 0.2:
@@ -1251,7 +1256,7 @@ def gen_proc(rng: random.Random, case: Case, ctx: Ctx) -> None:
         else:
             typ, data, a = rng.choice(ALL_TYPES), blob(rng), [pick_int(rng) for _ in range(4)]
         payload = struct.pack("<4Q", *(x & (2**64 - 1) for x in a)) + data
-        msg = mutate_message(rng, typ, payload, sq, case, lambda t: True)
+        msg = mutate_message(rng, typ, payload, sq, case, lambda t: True, flags=flags)
         if typ in SYS.values() and SYS_NAME.get(typ) in PATH_CALLS | ADDR_CALLS:
             msg = resanitize(msg, ctx)
         case.items.append(msg)
@@ -1277,7 +1282,7 @@ def chain(rng: random.Random, ctx: Ctx) -> list[tuple[int, list[int], bytes]]:
     for _ in range(rng.randrange(1, 4)):
         name = rng.choice(["read", "write", "pread", "pwrite", "recvmsg", "sendmsg", "poll", "fcntl", "lseek",
                            "fstatat", "getdents64", "ftruncate", "fsync", "dup", "shutdown", "getsockopt", "close"])
-        a, data = sys_request(rng, name, ctx)
+        a, data, _ = sys_request(rng, name, ctx)     # the chain's calls travel without flags
         a[0] = 3
         if name == "poll":
             a[0], data = 1, struct.pack("<ihh", 3, rng.choice([1, 4]), 0)
@@ -1355,8 +1360,8 @@ def check_replies(buf: bytearray, seqs: set[int], case: Case, answered: dict[int
     framed session an answer to one of our seqs (0: one-way)."""
     off = 0
     while len(buf) - off >= 16:
-        magic, version, typ, ln, seq = HDR.unpack_from(buf, off)
-        if magic != MAGIC or version != VERSION or ln > MAX_PAYLOAD:
+        magic, version, flags, typ, ln, seq = HDR.unpack_from(buf, off)
+        if magic != MAGIC or version != VERSION or flags or ln > MAX_PAYLOAD:
             raise FuzzFailure(f"ciod sent a malformed header (magic 0x{magic:x} version {version} len {ln})\n"
                               + case.describe())
         if case.framed and seq and seq not in seqs:

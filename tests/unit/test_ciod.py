@@ -27,10 +27,10 @@ import pytest
 from lattice import wire
 
 ROOT = Path(__file__).resolve().parents[2]
-MAGIC, VERSION, REPLY = 0x5454414C, 2, 0x8000
+MAGIC, VERSION, REPLY = wire.MAGIC, wire.VERSION, wire.REPLY
 MAX_IO = 1 << 20
 MAX_PAYLOAD = MAX_IO + 8192
-HDR = struct.Struct("<IHHII")
+HDR = wire.HDR                  # magic, version, flags, type, len, seq
 
 HELLO, CHALLENGE, ERROR = 0x0001, 0x0005, 0x00FF
 CTL_STATUS, CTL_JOB, CTL_KILL, CTL_SHUTDOWN, CTL_COUNTERS = 0x0100, 0x0101, 0x0102, 0x0103, 0x0104
@@ -188,12 +188,13 @@ ACKS: "weakref.WeakKeyDictionary[socket.socket, bytes]" = weakref.WeakKeyDiction
 LAST_SEQ: "weakref.WeakKeyDictionary[socket.socket, int]" = weakref.WeakKeyDictionary()
 
 
-def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None) -> int:
-    """One message; seq: the next after the last sent on s unless given."""
+def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None, flags: int = 0) -> int:
+    """One message; seq: the next after the last sent on s unless given;
+    flags: the header's LAT_HF_*."""
     if seq is None:
         seq = (LAST_SEQ.get(s, 0) + 1) & 0xFFFFFFFF
     LAST_SEQ[s] = seq
-    s.sendall(HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload)
+    s.sendall(HDR.pack(MAGIC, VERSION, flags, typ, len(payload), seq) + payload)
     return seq
 
 
@@ -207,8 +208,8 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 def recv(s: socket.socket) -> tuple[int, int, bytes]:
-    magic, version, typ, ln, seq = HDR.unpack(recv_exact(s, 16))
-    assert (magic, version) == (MAGIC, VERSION)
+    magic, version, flags, typ, ln, seq = HDR.unpack(recv_exact(s, 16))
+    assert (magic, version, flags) == (MAGIC, VERSION, 0)
     return typ, seq, recv_exact(s, ln)
 
 
@@ -224,8 +225,9 @@ def sysret(body: bytes) -> tuple[int, int, bytes]:
     return ret, err, body[16:]
 
 
-def request(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None) -> tuple[int, int, bytes]:
-    seq = send(s, typ, payload, seq)
+def request(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None,
+            flags: int = 0) -> tuple[int, int, bytes]:
+    seq = send(s, typ, payload, seq, flags)
     t, q, body = recv(s)
     assert (t, q) == (typ | REPLY, seq), hex(t)
     return sysret(body)
@@ -273,18 +275,19 @@ class Proc:
         self.s = s
         self.seq = 100
 
-    def call(self, name: str, *a: int, data: bytes = b"") -> tuple[int, int, bytes]:
+    def call(self, name: str, *a: int, data: bytes = b"", flags: int = 0) -> tuple[int, int, bytes]:
+        """Shipped call name with arguments a0.., data and header flags."""
         self.seq += 1
         args = (list(a) + [0, 0, 0, 0])[:4]
-        return request(self.s, SYS[name], struct.pack("<4q", *args) + data, self.seq)
+        return request(self.s, SYS[name], struct.pack("<4q", *args) + data, self.seq, flags)
 
-    def ok(self, name: str, *a: int, data: bytes = b"") -> tuple[int, bytes]:
-        ret, err, out = self.call(name, *a, data=data)
+    def ok(self, name: str, *a: int, data: bytes = b"", flags: int = 0) -> tuple[int, bytes]:
+        ret, err, out = self.call(name, *a, data=data, flags=flags)
         assert ret >= 0 and err == 0, f"{name}: {os.strerror(err)}"
         return ret, out
 
-    def fails(self, name: str, *a: int, data: bytes = b"") -> int:
-        ret, err, _ = self.call(name, *a, data=data)
+    def fails(self, name: str, *a: int, data: bytes = b"", flags: int = 0) -> int:
+        ret, err, _ = self.call(name, *a, data=data, flags=flags)
         assert ret == -1, f"{name} succeeded with {ret}"
         return err
 
@@ -368,7 +371,7 @@ def test_hello_with_wrong_key_version_or_role_is_refused(ciod: Ciod) -> None:
     assert err == errno.EPROTO and closed(s)
     s = ciod.raw()
     hello, _ = wire.hello_payload(ciod.key, CHALLENGES[s], ROLE_CONTROL, 0, 0)
-    s.sendall(HDR.pack(MAGIC, VERSION + 1, HELLO, len(hello), 1) + hello)
+    s.sendall(HDR.pack(MAGIC, VERSION + 1, 0, HELLO, len(hello), 1) + hello)
     t, _, body = recv(s)
     assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO and closed(s)
     # a request before the hello
@@ -628,10 +631,10 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
         s.sendall(bytes(rnd.getrandbits(8) for _ in range(4096)))
         assert closed(s)
     with ciod.raw() as s:                       # a header that lies about its length
-        s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 0xFFFFFFF0, 1) + b"x" * 100)
+        s.sendall(HDR.pack(MAGIC, VERSION, 0, HELLO, 0xFFFFFFF0, 1) + b"x" * 100)
         assert closed(s)
     with ciod.raw() as s:                       # a truncated hello
-        s.sendall(HDR.pack(MAGIC, VERSION, HELLO, 80, 1) + b"short")
+        s.sendall(HDR.pack(MAGIC, VERSION, 0, HELLO, 80, 1) + b"short")
         s.shutdown(socket.SHUT_WR)
         assert closed(s)
     with ciod.raw() as s:                       # a short hello
@@ -658,13 +661,13 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
     send(p.s, SYS["read"], b"short")             # less than a lat_sysreq
     assert closed(p.s)
     p = job.proc(0)
-    p.s.sendall(HDR.pack(MAGIC, VERSION, SYS["write"], MAX_PAYLOAD + 1, 1))
+    p.s.sendall(HDR.pack(MAGIC, VERSION, 0, SYS["write"], MAX_PAYLOAD + 1, 1))
     assert closed(p.s)
     p = job.proc(0)
-    p.s.sendall(HDR.pack(0xDEADBEEF, VERSION, SYS["write"], 10, 1) + b"x" * 10)
+    p.s.sendall(HDR.pack(0xDEADBEEF, VERSION, 0, SYS["write"], 10, 1) + b"x" * 10)
     assert closed(p.s)
     p = job.proc(0)
-    p.s.sendall(HDR.pack(MAGIC, VERSION, SYS["write"], 1000, 1) + b"x" * 10)
+    p.s.sendall(HDR.pack(MAGIC, VERSION, 0, SYS["write"], 1000, 1) + b"x" * 10)
     p.s.shutdown(socket.SHUT_WR)
     assert closed(p.s)
     # a PROC hello for another job or a node without a rank
@@ -680,7 +683,34 @@ def test_malformed_input_leaves_ciod_serving(ciod: Ciod, tmp_path: Path) -> None
     assert "bad magic" in ras and "claims" in ras and "truncated" in ras, ras
 
 
-LAT_RDV = 0x52445600
+def test_header_flags_are_checked(ciod: Ciod, tmp_path: Path) -> None:
+    """lat_hdr.flags carries the transport (docs/protocol.md section 2.1):
+    a shipped call with flags it may not carry is answered LAT_ERROR EINVAL
+    and the connection goes on; flags on any other message close it; the
+    old a3 markers are plain argument values now."""
+    job = Job(ciod, tmp_path, job_id=12, ranks=(0, -1), image=b"img")
+    p = job.proc(0)
+    fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "f"))
+    refused = [("pwrite", 0x80), ("pwrite", wire.HF_RDV | wire.HF_PIPE_FIRST), ("close", wire.HF_RDV),
+               ("fstatfs", wire.HF_PIPE_FIRST), ("recvmsg", wire.HF_PIPE_NEXT), ("send_rdv", wire.HF_RDV)]
+    for name, flags in refused:
+        typ = wire.SYS_BASE + wire.SYS_NAMES.index(name)
+        p.seq += 1
+        send(p.s, typ, struct.pack("<4q", fd, 0, 0, 0), p.seq, flags)
+        t, q, body = recv(p.s)
+        assert (t, q) == (ERROR | REPLY, p.seq) and sysret(body)[:2] == (-1, errno.EINVAL), (name, flags)
+        assert f"header flags 0x{flags:02x} are not a transport of call 0x{typ:04x}".encode() in body
+    assert (tmp_path / "f").read_bytes() == b"", "a refused call did nothing"
+    # a3 = the version 2 rendezvous marker, no flags: an ordinary write (a3 unused)
+    assert p.ok("pwrite", fd, 0, 0, 0x52445600, data=b"plain")[0] == 5
+    assert (tmp_path / "f").read_bytes() == b"plain"
+    # flags on a message that is not a shipped call: the connection is closed
+    send(p.s, DP_SHARE, struct.pack("<4q", 0, 0, 0, 0), None, wire.HF_RDV)
+    assert closed(p.s)
+    assert "header flags 0x01 on type 0x0002" in ciod.rastext()
+
+
+LAT_RDV = wire.HF_RDV          # header flag of a rendezvous
 
 
 def test_generated_decoder_refuses_what_the_annotations_forbid(ciod: Ciod, tmp_path: Path) -> None:
@@ -723,10 +753,10 @@ def test_generated_decoder_refuses_what_the_annotations_forbid(ciod: Ciod, tmp_p
     ret, out = p.ok("fstatat", fd, AT_EMPTY_PATH, data=b"\0")
     assert ret == 0 and STAT.unpack(out)[8] == 5
     assert p.call("fstatat", AT_FDCWD, 0, data=path(tmp_path / "nope")) == (-1, errno.ENOENT, b"")
-    # zerocopy: a3 = LAT_RDV goes to the rendezvous implementation, past max= (not granted here)
-    ret, err, _ = p.call("read", fd, MAX_IO * 4, 0, LAT_RDV, data=struct.pack("<QQ", 4096, MAX_IO * 4))
+    # zerocopy: header flag LAT_HF_RDV goes to the rendezvous implementation, past max= (not granted here)
+    ret, err, _ = p.call("read", fd, MAX_IO * 4, 0, data=struct.pack("<QQ", 4096, MAX_IO * 4), flags=LAT_RDV)
     assert (ret, err) == (-1, errno.EOPNOTSUPP)
-    assert p.fails("read", 99, 10, 0, LAT_RDV, data=b"") == errno.EBADF
+    assert p.fails("read", 99, 10, 0, data=b"", flags=LAT_RDV) == errno.EBADF
     # still serving; the malformed encodings (not the bad values) were RAS events
     assert ciod.alive()
     assert p.ok("getcwd", 4096)[1] == path(tmp_path)
@@ -846,8 +876,8 @@ def test_tcp_address(ciod_bin: Path, tmp_path: Path) -> None:
             chunks = [random.Random(i).randbytes(MAX_IO) for i in range(3)] + [b"tail"]
             for i, data in enumerate(chunks):
                 q.seq += 1
-                args = struct.pack("<4q", fd, 0, i * MAX_IO, PIPE_NEXT if i else PIPE_FIRST)
-                send(q.s, SYS["pwrite"], args + data, q.seq)
+                args = struct.pack("<4q", fd, 0, i * MAX_IO, 0)
+                send(q.s, SYS["pwrite"], args + data, q.seq, PIPE_NEXT if i else PIPE_FIRST)
             for i, data in enumerate(chunks):
                 t, seq, body = recv(q.s)
                 assert (t, seq) == (SYS["pwrite"] | REPLY, q.seq - len(chunks) + 1 + i)
@@ -937,7 +967,7 @@ def job_process(argv: list[str]) -> subprocess.Popen[bytes]:
     raise AssertionError(f"{argv} did not start")
 
 
-RDV = 0x52445600        # lat_sysreq a3 of a rendezvous (wire.h LAT_RDV)
+RDV = wire.HF_RDV       # header flag of a rendezvous (wire.h LAT_HF_RDV)
 
 
 def proc_hello(c: Ciod, job: int, pid: int, extra: bytes = b"", node: int = 0) -> tuple[socket.socket, bytes]:
@@ -967,7 +997,7 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
     assert (eager, rdv_min, flags, window) == (MAX_IO, 0, 0, MAX_IO)
     p = Proc(s)
     fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "f"))
-    assert p.fails("write", fd, 16, 0, RDV, data=struct.pack("<QQ", 4096, 16)) == errno.EOPNOTSUPP
+    assert p.fails("write", fd, 16, 0, data=struct.pack("<QQ", 4096, 16), flags=RDV) == errno.EOPNOTSUPP
     s.close()
     # a child of ours: granted
     child = job_process(["sleep", "60"])
@@ -978,17 +1008,17 @@ def test_datapath_hello_and_malformed_rendezvous(ciod: Ciod, tmp_path: Path) -> 
         p = Proc(s)
         fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "g"))
         seg = struct.pack("<QQ", 4096, 16)
-        assert p.fails("write", fd, 16, 0, RDV, data=seg[:15]) == errno.EINVAL        # not whole segments
-        assert p.fails("write", fd, 0, 0, RDV, data=b"") == errno.EINVAL              # no segment
-        assert p.fails("write", fd, 10, 0, RDV, data=seg) == errno.EINVAL             # count != their sum
-        assert p.fails("write", fd, 1025, 0, RDV, data=struct.pack("<QQ", 4096, 1) * 1025) == errno.EINVAL
-        assert p.fails("write", fd, 2, 0, RDV, data=struct.pack("<QQ", 2**64 - 1, 2)) == errno.EINVAL
-        assert p.fails("pwrite", fd, 16, -1, RDV, data=seg) == errno.EINVAL           # negative offset
+        assert p.fails("write", fd, 16, 0, data=seg[:15], flags=RDV) == errno.EINVAL        # not whole segments
+        assert p.fails("write", fd, 0, 0, data=b"", flags=RDV) == errno.EINVAL              # no segment
+        assert p.fails("write", fd, 10, 0, data=seg, flags=RDV) == errno.EINVAL             # count != their sum
+        assert p.fails("write", fd, 1025, 0, data=struct.pack("<QQ", 4096, 1) * 1025, flags=RDV) == errno.EINVAL
+        assert p.fails("write", fd, 2, 0, data=struct.pack("<QQ", 2**64 - 1, 2), flags=RDV) == errno.EINVAL
+        assert p.fails("pwrite", fd, 16, -1, data=seg, flags=RDV) == errno.EINVAL           # negative offset
         # memory the process does not have: EFAULT, nothing written
-        assert p.fails("write", fd, 16, 0, RDV, data=struct.pack("<QQ", 8, 16)) == errno.EFAULT
+        assert p.fails("write", fd, 16, 0, data=struct.pack("<QQ", 8, 16), flags=RDV) == errno.EFAULT
         assert os.path.getsize(tmp_path / "g") == 0
         p.ok("write", fd, data=b"0123456789")
-        assert p.fails("pread", fd, 10, 0, RDV, data=struct.pack("<QQ", 8, 10)) == errno.EFAULT
+        assert p.fails("pread", fd, 10, 0, data=struct.pack("<QQ", 8, 10), flags=RDV) == errno.EFAULT
         # still in step, and eager calls work as before
         ret, out = p.ok("pread", fd, 4, 2)
         assert (ret, out) == (4, b"2345")
@@ -1014,7 +1044,7 @@ def test_a_connection_dies_with_its_process(ciod: Ciod, tmp_path: Path) -> None:
         child.kill()
         child.wait()
         # a process of the same user under that pid could be anything now
-        assert p.fails("write", fd, 16, 0, RDV, data=struct.pack("<QQ", 4096, 16)) == errno.EFAULT
+        assert p.fails("write", fd, 16, 0, data=struct.pack("<QQ", 4096, 16), flags=RDV) == errno.EFAULT
         assert closed(s)
         assert os.path.getsize(tmp_path / "d") == 0
     finally:
@@ -1027,7 +1057,7 @@ def test_a_connection_dies_with_its_process(ciod: Ciod, tmp_path: Path) -> None:
 # ---- shared memory (LAT_DP_SHARE) and pipelined series ----
 
 DP_SHARE = 0x0002
-PIPE_FIRST, PIPE_NEXT = 0x50495046, 0x5049504E     # wire.h LAT_PIPE_FIRST / LAT_PIPE_NEXT
+PIPE_FIRST, PIPE_NEXT = wire.HF_PIPE_FIRST, wire.HF_PIPE_NEXT     # header flags of a series
 SHM_BASE = 0x7E0000000000                          # where the fake process "has" its region (unmapped there)
 
 HOLDER = """
@@ -1091,11 +1121,11 @@ def test_shared_memory_is_mapped_only_for_a_child_and_bounded(ciod: Ciod, tmp_pa
         # holder, so process_vm_readv could not have done it
         fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "out"))
         odd = 123457
-        ret, _ = p.ok("write", fd, odd, 0, RDV, data=struct.pack("<QQ", SHM_BASE + 1000, odd))
+        ret, _ = p.ok("write", fd, odd, 0, data=struct.pack("<QQ", SHM_BASE + 1000, odd), flags=RDV)
         assert ret == odd
         assert (tmp_path / "out").read_bytes() == (bytes(range(256)) * 4096)[1000:1000 + odd]
         # two segments, one read into the region
-        ret, _ = p.ok("pread", fd, 300, 10, RDV, data=struct.pack("<QQQQ", SHM_BASE + 5, 100, SHM_BASE + 9000, 200))
+        ret, _ = p.ok("pread", fd, 300, 10, data=struct.pack("<QQQQ", SHM_BASE + 5, 100, SHM_BASE + 9000, 200), flags=RDV)
         assert ret == 300
         with open(f"/proc/{holder.pid}/fd/{sealed}", "rb") as m:
             mem = m.read()
@@ -1105,7 +1135,7 @@ def test_shared_memory_is_mapped_only_for_a_child_and_bounded(ciod: Ciod, tmp_pa
         # (through the window: the kernel's copy is slow then), both with the file position
         for at, where in ((64, SHM_BASE + 4096 + 64), (64, SHM_BASE + 300001)):
             p.ok("lseek", fd, at, 0)
-            ret, _ = p.ok("read", fd, odd - at, 0, RDV, data=struct.pack("<QQ", where, odd - at))
+            ret, _ = p.ok("read", fd, odd - at, 0, data=struct.pack("<QQ", where, odd - at), flags=RDV)
             assert ret == odd - at
             with open(f"/proc/{holder.pid}/fd/{sealed}", "rb") as m:
                 mem = m.read()
@@ -1114,11 +1144,11 @@ def test_shared_memory_is_mapped_only_for_a_child_and_bounded(ciod: Ciod, tmp_pa
         assert d["shm"] == 4 and d["shm_bytes"] == odd + 300 + 2 * (odd - 64) and d["shm_shares"] == 1, d
         # a segment running past the region's end is not ciod's to touch there: it falls back to
         # process_vm_*, where the holder has no such memory: EFAULT, nothing written
-        assert p.fails("pwrite", fd, 16, 0, RDV, data=struct.pack("<QQ", SHM_BASE + (1 << 20) - 8, 16)) == errno.EFAULT
+        assert p.fails("pwrite", fd, 16, 0, data=struct.pack("<QQ", SHM_BASE + (1 << 20) - 8, 16), flags=RDV) == errno.EFAULT
         assert (tmp_path / "out").read_bytes() == src
         # dropped (execve): the region is gone for good
         assert share(p, 0, 0, -1) == (0, 0)
-        assert p.fails("pwrite", fd, 16, 0, RDV, data=struct.pack("<QQ", SHM_BASE, 16)) == errno.EFAULT
+        assert p.fails("pwrite", fd, 16, 0, data=struct.pack("<QQ", SHM_BASE, 16), flags=RDV) == errno.EFAULT
         # a malformed share is refused and the connection stays in step
         p.seq += 1
         send(p.s, DP_SHARE, b"short", p.seq)
@@ -1138,20 +1168,20 @@ def test_a_failed_chunk_cancels_the_rest_of_its_series(ciod: Ciod, tmp_path: Pat
     fd, _ = p.ok("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "f"))
     before = stats(ciod)
     # a write series whose first chunk fails (bad descriptor): the next ones do not run
-    assert p.fails("pwrite", 77, 0, 0, PIPE_FIRST, data=b"a" * 10) == errno.EBADF
-    assert p.fails("pwrite", fd, 0, 10, PIPE_NEXT, data=b"b" * 10) == errno.ECANCELED
-    assert p.fails("pwrite", fd, 0, 20, PIPE_NEXT, data=b"c" * 10) == errno.ECANCELED
+    assert p.fails("pwrite", 77, 0, 0, data=b"a" * 10, flags=PIPE_FIRST) == errno.EBADF
+    assert p.fails("pwrite", fd, 0, 10, data=b"b" * 10, flags=PIPE_NEXT) == errno.ECANCELED
+    assert p.fails("pwrite", fd, 0, 20, data=b"c" * 10, flags=PIPE_NEXT) == errno.ECANCELED
     assert (tmp_path / "f").read_bytes() == b""
     # a new series starts afresh; its chunks run in order
-    assert p.ok("pwrite", fd, 0, 0, PIPE_FIRST, data=b"x" * 10)[0] == 10
-    assert p.ok("pwrite", fd, 0, 10, PIPE_NEXT, data=b"y" * 10)[0] == 10
+    assert p.ok("pwrite", fd, 0, 0, data=b"x" * 10, flags=PIPE_FIRST)[0] == 10
+    assert p.ok("pwrite", fd, 0, 10, data=b"y" * 10, flags=PIPE_NEXT)[0] == 10
     assert (tmp_path / "f").read_bytes() == b"x" * 10 + b"y" * 10
     # a short read (end of file) ends a read series: the position does not move past it
     p.ok("lseek", fd, 15, 0)
-    ret, out = p.ok("read", fd, 8, 0, PIPE_FIRST)
+    ret, out = p.ok("read", fd, 8, 0, flags=PIPE_FIRST)
     assert (ret, out) == (5, b"yyyyy")
     p.ok("pwrite", fd, 0, 20, 0, data=b"z" * 8)                             # the file grows meanwhile
-    assert p.fails("read", fd, 8, 0, PIPE_NEXT) == errno.ECANCELED
+    assert p.fails("read", fd, 8, 0, flags=PIPE_NEXT) == errno.ECANCELED
     assert p.ok("lseek", fd, 0, 1)[0] == 20
     d = {k: v - before[k] for k, v in stats(ciod).items() if k in before}
     assert d["pipe_series"] == 3 and d["pipe_chunks"] == 7 and d["pipe_cancelled"] == 3, d

@@ -54,7 +54,7 @@ def test_a_wrong_key_is_refused_and_nothing_is_done(tcp_ciod: Ciod) -> None:
     s = tcp_ciod.raw()
     hello, _ = wire.hello_payload(os.urandom(32), CHALLENGES[s], ROLE_CONTROL)
     # the hello and a shutdown behind it, before any answer
-    s.sendall(HDR.pack(MAGIC, VERSION, HELLO, len(hello), 1) + hello + HDR.pack(MAGIC, VERSION, CTL_SHUTDOWN, 0, 2))
+    s.sendall(HDR.pack(MAGIC, VERSION, 0, HELLO, len(hello), 1) + hello + HDR.pack(MAGIC, VERSION, 0, CTL_SHUTDOWN, 0, 2))
     t, q, body = recv(s)
     assert (t, q) == (HELLO | REPLY, 1) and len(body) == 48
     err, _, _, _, proof = wire.HELLO_ACK.unpack(body)
@@ -99,7 +99,7 @@ def test_the_key_never_travels(tcp_ciod: Ciod) -> None:
     assert len(wire_bytes) >= HDR.size + wire.HELLO_MSG.size + 2 * HDR.size
     assert tcp_ciod.key not in wire_bytes and tcp_ciod.key.hex().encode() not in wire_bytes
     # the hello carried a mac over our nonce and ciod's instead
-    _, _, typ, ln, _ = HDR.unpack_from(wire_bytes)
+    _, _, _, typ, ln, _ = HDR.unpack_from(wire_bytes)
     assert (typ, ln) == (HELLO, wire.HELLO_MSG.size)
 
 

@@ -4,7 +4,7 @@ time, against a standalone ciod with a running job; after every round of
 sessions ciod must run, answer a fresh CTL_STATUS and hold no more threads
 or descriptors than before (nor does the job's I/O worker, which serves
 the process connections); at the end a normal process session works.
-Connections speak wire v2 (challenge, MACed hello, ack proof); some
+Connections speak wire v3 (challenge, MACed hello, ack proof); some
 sessions end on a message whose seq is not after the last (ciod must close
 them unanswered), and process connections are one per process at a time.
 

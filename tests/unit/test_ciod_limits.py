@@ -125,7 +125,7 @@ def shut_unheard(s: socket.socket) -> bool:
     if not got:
         return True
     assert len(got) == HDR.size + 32, got
-    magic, version, typ, ln, seq = HDR.unpack_from(got)
+    magic, version, _, typ, ln, seq = HDR.unpack_from(got)
     assert (magic, version, typ, ln, seq) == (MAGIC, VERSION, CHALLENGE, 32, 0), got[:16].hex()
     return True
 
@@ -242,9 +242,9 @@ def test_malformed_flood_writes_bounded_events_that_add_up(start) -> None:  # ty
     c = start(LATTICE_RAS_WINDOW="2")
     kinds = {
         # needle in the event: what is sent on a new connection, after its challenge
-        "bad magic": HDR.pack(0xDEADBEEF, VERSION, 1, 0, 1),
-        "not a hello": HDR.pack(MAGIC, VERSION, CTL_STATUS, 0, 1),
-        "version": HDR.pack(MAGIC, VERSION + 7, 1, 0, 1),
+        "bad magic": HDR.pack(0xDEADBEEF, VERSION, 0, 1, 0, 1),
+        "not a hello": HDR.pack(MAGIC, VERSION, 0, CTL_STATUS, 0, 1),
+        "version": HDR.pack(MAGIC, VERSION + 7, 0, 1, 0, 1),
     }
     n = 2000
     t0 = time.monotonic()
@@ -294,7 +294,7 @@ def test_events_of_the_service_node_and_nodes_are_never_folded(start) -> None:  
             s.close()
             assert err == errno.EBUSY and time.monotonic() < deadline
             time.sleep(0.01)
-        s.sendall(HDR.pack(0xDEADBEEF, VERSION, 1, 0, 1))
+        s.sendall(HDR.pack(0xDEADBEEF, VERSION, 0, 1, 0, 1))
         assert closed(s)
         s.close()
     shutdown(c)

@@ -14,13 +14,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from lattice import wire
 from test_ciod import (AT_FDCWD, as_job, ERROR, MAGIC, O_CREAT, O_RDWR, O_TRUNC, REPLY, STAT, SYS, VERSION, Ciod,  # noqa: F401
                        Job, Proc, ciod, ciod_bin, path, proc_hello, recv, request, send, stats)
 
 MBOX_SHARE, MBOX_RING, DP_SHARE, PLUG_CALL, SYS_SOCKET = 0x0003, 0x0004, 0x0002, 0x0400, 0x031E
 SIZE, REQ_MAX, REP_MAX = 16384, 8048, 8176        # wire.h LAT_MBOX_SIZE, _REQ_MAX, _REP_MAX
 REQ_SEQ, SRV_SPIN, REP_SEQ, CLI_WAIT, REQ_H, REQ, REP_H, REP = 0, 4, 64, 68, 128, 144, 8192, 8208
-HDR = struct.Struct("<IHHII")
+HDR = wire.HDR
 
 HOLDER = """
 import fcntl, os, sys, time
@@ -66,15 +67,15 @@ class Mailbox:
         self.p.seq += 1
         seq = self.p.seq
         self.m[REQ:REQ + len(payload)] = payload
-        self.m[REQ_H:REQ_H + 16] = hdr if hdr is not None else HDR.pack(MAGIC, VERSION, typ, len(payload), seq)
+        self.m[REQ_H:REQ_H + 16] = hdr if hdr is not None else HDR.pack(MAGIC, VERSION, 0, typ, len(payload), seq)
         struct.pack_into("<I", self.m, REQ_SEQ, seq)
         send(self.p.s, MBOX_RING, b"", seq)         # a ring carries its request's seq
         deadline = time.monotonic() + 30
         while self.u32(REP_SEQ) != seq:
             assert time.monotonic() < deadline, "no reply in the mailbox"
             time.sleep(0.0005)
-        magic, version, rtyp, ln, rseq = HDR.unpack_from(self.m, REP_H)
-        assert (magic, version, rseq) == (MAGIC, VERSION, seq) and 16 <= ln <= REP_MAX
+        magic, version, rflags, rtyp, ln, rseq = HDR.unpack_from(self.m, REP_H)
+        assert (magic, version, rflags, rseq) == (MAGIC, VERSION, 0, seq) and 16 <= ln <= REP_MAX
         ret, err = struct.unpack_from("<qi", self.m, REP)
         return rtyp, ret, err, bytes(self.m[REP + 16:REP + ln])
 
@@ -150,26 +151,30 @@ def test_garbage_in_the_mailbox_is_refused_and_ciod_keeps_serving(ciod: Ciod, tm
         before = stats(ciod)
         args = struct.pack("<4q", 1, 0, 0, 0)
 
-        bad = [  # payload, type, length, magic, header seq (None: this request's)
-            (args, SYS["close"], 32, 0xDEADBEEF, None),     # bad magic
-            (args, SYS["close"], 32, MAGIC, 12345),         # header seq is not req_seq
-            (args, SYS["write"], REQ_MAX + 1, MAGIC, None),  # beyond the slot
-            (args, SYS["write"], 0xFFFFFFFF, MAGIC, None),
-            (args[:8], SYS["close"], 8, MAGIC, None),       # less than its arguments
-            (args, DP_SHARE, 32, MAGIC, None),              # not a call the mailbox carries
-            (args, PLUG_CALL, 32, MAGIC, None),
-            (args, 0x7FFF, 32, MAGIC, None),                # no such type
-            (args, SYS_SOCKET, 32, MAGIC, None),            # socket calls stay on the socket
+        bad = [  # payload, type, length, magic, header seq (None: this request's), header flags
+            (args, SYS["close"], 32, 0xDEADBEEF, None, 0),     # bad magic
+            (args, SYS["close"], 32, MAGIC, 12345, 0),         # header seq is not req_seq
+            (args, SYS["write"], REQ_MAX + 1, MAGIC, None, 0),  # beyond the slot
+            (args, SYS["write"], 0xFFFFFFFF, MAGIC, None, 0),
+            (args[:8], SYS["close"], 8, MAGIC, None, 0),       # less than its arguments
+            (args, DP_SHARE, 32, MAGIC, None, 0),              # not a call the mailbox carries
+            (args, PLUG_CALL, 32, MAGIC, None, 0),
+            (args, 0x7FFF, 32, MAGIC, None, 0),                # no such type
+            (args, SYS_SOCKET, 32, MAGIC, None, 0),            # socket calls stay on the socket
+            (args, SYS["pwrite"], 32, MAGIC, None, wire.HF_RDV),         # a rendezvous: on the socket only
+            (args, SYS["pwrite"], 32, MAGIC, None, wire.HF_PIPE_FIRST),  # a series too
+            (args, SYS["close"], 32, MAGIC, None, 0x80),       # an unknown flag
         ]
-        for payload, typ, ln, magic, seq in bad:
-            hdr = HDR.pack(magic, VERSION, typ, ln, p.seq + 1 if seq is None else seq)
+        for payload, typ, ln, magic, seq, flags in bad:
+            hdr = HDR.pack(magic, VERSION, flags, typ, ln, p.seq + 1 if seq is None else seq)
             rtyp, ret, err, _ = mb.raw(typ, payload, hdr)
             assert (rtyp, ret, err) == (ERROR | REPLY, -1, errno.EINVAL), (hex(typ), ln, rtyp, ret, err)
         d = {k: v - before[k] for k, v in stats(ciod).items() if k in before}
         assert d["mbox_bad"] == len(bad) and d["mbox_calls"] == 0, d
         ras = ciod.rastext()
         for why in ("bad header", "header seq 12345", "beyond the mailbox", "less than its arguments",
-                    "not a file call"):
+                    "0x031e (header flags 0x00) may not travel in the mailbox",
+                    "0x0305 (header flags 0x01) may not travel in the mailbox"):   # the rest: folded (burst)
             assert why in ras, why
         # the next good call, through the mailbox and the socket, is served
         fd, err, _ = mb.call("openat", AT_FDCWD, O_CREAT | O_RDWR | O_TRUNC, 0o644, data=path(tmp_path / "after"))
@@ -196,7 +201,7 @@ def test_a_process_dying_mid_call_leaves_ciod_serving(ciod: Ciod, tmp_path: Path
     p.seq += 1
     payload = struct.pack("<4q", fd, 0, 0, 0) + b"last words"
     mb.m[REQ:REQ + len(payload)] = payload
-    mb.m[REQ_H:REQ_H + 16] = HDR.pack(MAGIC, VERSION, SYS["pwrite"], len(payload), p.seq)
+    mb.m[REQ_H:REQ_H + 16] = HDR.pack(MAGIC, VERSION, 0, SYS["pwrite"], len(payload), p.seq)
     struct.pack_into("<I", mb.m, REQ_SEQ, p.seq)
     send(s, MBOX_RING)
     h.kill()

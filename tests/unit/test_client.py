@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from lattice import wire
+
 # ---------------------------------------------------------------------------
 # A fake ciod serving one PROC connection: it reissues every shipped call
 # with os.* under its own working directory, keeps its own remote descriptor
 # table, counts calls, and collects writes to remote 1 and 2.
 
-MAGIC, VERSION, REPLY, ERROR = 0x5454414C, 2, 0x8000, 0x00FF
+MAGIC, VERSION, REPLY, ERROR = wire.MAGIC, wire.VERSION, wire.REPLY, wire.ERROR
 MAX_IO = 1 << 20
 MAX_PAYLOAD = MAX_IO + 8192
 AT_FDCWD_WIRE = -100
@@ -102,7 +104,7 @@ class FakeCiod(threading.Thread):
         try:
             while True:
                 hdr = _recv_exact(self.sock, 16)
-                magic, version, typ, ln, seq = struct.unpack("<IHHII", hdr)
+                magic, version, _, typ, ln, seq = wire.HDR.unpack(hdr)
                 if magic != MAGIC or version != VERSION or ln > MAX_PAYLOAD or ln < 32:
                     self.protocol_errors.append(f"bad header {hdr.hex()}")
                     return
@@ -139,7 +141,7 @@ class FakeCiod(threading.Thread):
 
     def reply(self, typ: int, seq: int, ret: int, err: int, data: bytes) -> None:
         body = struct.pack("<qiI", ret, err, 0) + data
-        self.sock.sendall(struct.pack("<IHHII", MAGIC, VERSION, typ, len(body), seq) + body)
+        self.sock.sendall(wire.HDR.pack(MAGIC, VERSION, 0, typ, len(body), seq) + body)
 
     @staticmethod
     def path(data: bytes) -> bytes:

@@ -27,8 +27,8 @@ import pytest
 from lattice import wire
 
 ROOT = Path(__file__).resolve().parents[2]
-MAGIC, VERSION, REPLY = 0x5454414C, 2, 0x8000
-HDR = struct.Struct("<IHHII")
+MAGIC, VERSION, REPLY = wire.MAGIC, wire.VERSION, wire.REPLY
+HDR = wire.HDR
 HELLO, CTL_JOB, CTL_COUNTERS, CTL_OUTPUT = 0x0001, 0x0101, 0x0104, 0x0180
 NODE_JOB, NODE_IMAGE, NODE_START = 0x0200, 0x0201, 0x0202
 ROLE_CONTROL, ROLE_NODE, ROLE_PROC = 1, 2, 3
@@ -52,7 +52,7 @@ LIBC_NAMES = ["memcpy", "memmove", "memset", "memcmp", "strlen", "strnlen", "str
 # ---- wire ----
 
 def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int = 1) -> None:
-    s.sendall(HDR.pack(MAGIC, VERSION, typ, len(payload), seq) + payload)
+    s.sendall(HDR.pack(MAGIC, VERSION, 0, typ, len(payload), seq) + payload)
 
 
 def recv_exact(s: socket.socket, n: int) -> bytes:
@@ -65,7 +65,7 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 def recv(s: socket.socket) -> tuple[int, bytes]:
-    magic, version, typ, ln, _ = HDR.unpack(recv_exact(s, 16))
+    magic, version, _, typ, ln, _ = HDR.unpack(recv_exact(s, 16))
     assert (magic, version) == (MAGIC, VERSION)
     return typ, recv_exact(s, ln)
 

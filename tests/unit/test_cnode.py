@@ -24,7 +24,7 @@ from test_client import CFLAGS, LIB_SRC, ROOT, FakeCiod, _recv_exact
 
 from lattice import wire
 
-MAGIC, VERSION, REPLY = 0x5454414C, 2, 0x8000
+MAGIC, VERSION, REPLY = wire.MAGIC, wire.VERSION, wire.REPLY
 HELLO, NODE_JOB, NODE_IMAGE, NODE_START, NODE_KILL, NODE_SHUTDOWN = 0x1, 0x200, 0x201, 0x202, 0x203, 0x204
 NODE_OUTPUT, NODE_EXIT = 0x280, 0x281
 CODE, SIGNAL, LAUNCH = 1, 2, 3
@@ -51,11 +51,11 @@ int main(int argc, char **argv)
 
 
 def send(s: socket.socket, typ: int, payload: bytes = b"") -> None:
-    s.sendall(struct.pack("<IHHII", MAGIC, VERSION, typ, len(payload), 0) + payload)
+    s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, typ, len(payload), 0) + payload)
 
 
 def recv(s: socket.socket) -> tuple[int, bytes]:
-    magic, version, typ, ln, _ = struct.unpack("<IHHII", _recv_exact(s, 16))
+    magic, version, _, typ, ln, _ = wire.HDR.unpack(_recv_exact(s, 16))
     assert (magic, version) == (MAGIC, VERSION)
     return typ, _recv_exact(s, ln)
 

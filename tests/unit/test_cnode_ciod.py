@@ -17,7 +17,7 @@ from lattice import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
-MAGIC, VERSION = 0x5454414C, 2
+MAGIC, VERSION = wire.MAGIC, wire.VERSION
 
 
 def _rx(s: socket.socket, n: int) -> bytes:
@@ -30,13 +30,13 @@ def _rx(s: socket.socket, n: int) -> bytes:
 
 
 def _recv(s: socket.socket) -> tuple[int, bytes]:
-    _, _, t, ln, _ = struct.unpack("<IHHII", _rx(s, 16))
+    _, _, _, t, ln, _ = wire.HDR.unpack(_rx(s, 16))
     return t, _rx(s, ln)
 
 
 def _send(s: socket.socket, t: int, p: bytes, seq: int = 2) -> None:
     """One message; seq 2: the one request after the hello on each connection here."""
-    s.sendall(struct.pack("<IHHII", MAGIC, VERSION, t, len(p), seq) + p)
+    s.sendall(wire.HDR.pack(MAGIC, VERSION, 0, t, len(p), seq) + p)
 
 
 class Pset:

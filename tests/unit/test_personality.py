@@ -225,12 +225,12 @@ def _recv(c: socket.socket, n: int) -> bytes:
 
 
 def _frame(c: socket.socket) -> tuple[int, bytes]:
-    _, _, typ, ln, _ = struct.unpack("<IHHII", _recv(c, 16))
+    _, _, _, typ, ln, _ = wire.HDR.unpack(_recv(c, 16))
     return typ, _recv(c, ln)
 
 
 def _send(c: socket.socket, typ: int, payload: bytes) -> None:
-    c.sendall(struct.pack("<IHHII", 0x5454414C, 2, typ, len(payload), 0) + payload)
+    c.sendall(wire.HDR.pack(wire.MAGIC, wire.VERSION, 0, typ, len(payload), 0) + payload)
 
 
 def _hello(lst: socket.socket, key: bytes) -> socket.socket:

@@ -104,6 +104,7 @@ def test_committed_and_built_outputs_are_current(calls: list[Call], generated: P
 
 def test_wire_h_rewrite_touches_only_the_block(calls: list[Call], tmp_path: Path) -> None:
     stale = re.sub(r"(LAT_SYS_CLOSE\s*=\s*)0x0301", r"\g<1>0x0399", WIRE_H.read_text())
+    stale = re.sub(r"(#define LAT_MBOX_MAP )0x\w+", r"\g<1>0x1ull", stale)
     f = tmp_path / "wire.h"
     f.write_text(stale + "/* after */\n")
     p = pluggen("--wire", str(HEADER), "--out", str(tmp_path / "o"), "--wire-h", str(f))
@@ -112,6 +113,40 @@ def test_wire_h_rewrite_touches_only_the_block(calls: list[Call], tmp_path: Path
     f.write_text("enum x { A };\n")
     p = pluggen("--wire", str(HEADER), "--out", str(tmp_path / "o"), "--wire-h", str(f))
     assert p.returncode == 1 and "no generated LAT_SYS block" in p.stderr
+    f.write_text(re.sub(r"/\* BEGIN generated transport.*?END generated \*/\n", "", WIRE_H.read_text(), flags=re.S))
+    p = pluggen("--wire", str(HEADER), "--out", str(tmp_path / "o"), "--wire-h", str(f))
+    assert p.returncode == 1 and "no generated transport block" in p.stderr
+
+
+TRANSPORT_PROBE = r"""
+#include <stdio.h>
+#include <lattice/wire.h>
+int main(void) {
+    for (unsigned t = 0; t < 0x10000; t++)
+        for (unsigned f = 0; f < 0x100; f++)
+            if (lat_mbox_ok(t, f) || (f && lat_hdr_flags_ok(t, f)))
+                printf("%u %u %d %d\n", t, f, lat_mbox_ok(t, f), lat_hdr_flags_ok(t, f));
+    return 0;
+}
+"""
+
+
+def test_transport_rules_come_from_the_annotations(calls: list[Call], tmp_path: Path) -> None:
+    """lat_mbox_ok and lat_hdr_flags_ok (what cnk, libcnclient and ciod ask)
+    allow exactly what fwd_posix.h declares: the mailbox for plain requests
+    of calls marked mbox, one LAT_HF_* for calls with a zerocopy array."""
+    (tmp_path / "t.c").write_text(TRANSPORT_PROBE)
+    cc = subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-O1", "-I", str(ROOT / "protocol"), "-o",
+                         str(tmp_path / "t"), str(tmp_path / "t.c")], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    out = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, check=True).stdout
+    got = {(int(t), int(f)): (int(m), int(ok)) for t, f, m, ok in (line.split() for line in out.splitlines())}
+    want = {(c.msg, 0): (1, 1) for c in calls if c.mbox}
+    want |= {(c.msg, f): (0, 1) for c in calls if c.zerocopy is not None
+             for f in (wire.HF_RDV, wire.HF_PIPE_FIRST, wire.HF_PIPE_NEXT)}
+    assert got == want
+    mbox = {c.fn for c in calls if c.mbox}
+    assert "openat" in mbox and "pwrite" in mbox and not mbox & {"socket", "recvmsg", "poll", "send_rdv"}
 
 
 GOOD = """\
@@ -144,8 +179,7 @@ BAD = [
     ("/* msg=0x0301 */\nint64_t fwd_x(const char *p /* in:str:nullok */);\n", 5, "no NULL pointers"),
     ("/* msg=0x0301 */\nint64_t fwd_x(void *b /* out:arr:len=4 */, int *o /* out:ptr */);\n", 5,
      "must be the last reply data"),
-    ("/* msg=0x0301 */\nint64_t fwd_x(int fd /* in:obj */, void *b /* out:arr:size=+1:zerocopy */,\n"
-     "    uint64_t n /* in:obj */, int x /* in:obj */, int y /* in:obj:a=3 */);\n", 5, "keep a3 for LAT_RDV"),
+    ("/* msg=0x0301:fast */\nint64_t fwd_x(int fd /* in:obj */);\n", 4, "msg=...:fast: unknown option"),
     ("/* msg=0x0301 */\nint64_t fwd_x(void *b /* out:arr:len=4:size=+1 */, int n /* in:obj */);\n", 5,
      "len= is the fixed length"),
     ("/* msg=0x0301 */\nint64_t fwd_x(int fd /* in:obj:bogus */);\n", 5, "unknown annotation 'bogus'"),

@@ -21,10 +21,10 @@
  * Errors are -errno. */
 struct lat_pipe_io {
     void *ctx;
-    /* Send the chunk's request with a3 (LAT_PIPE_FIRST or LAT_PIPE_NEXT);
-     * *sq: its seq.  0, or -errno with nothing on the wire (a bad buffer)
-     * or the connection lost. */
-    long (*send)(void *ctx, size_t at, size_t len, int64_t a3, uint32_t *sq);
+    /* Send the chunk's request with header flags (LAT_HF_PIPE_FIRST or
+     * LAT_HF_PIPE_NEXT); *sq: its seq.  0, or -errno with nothing on the
+     * wire (a bad buffer) or the connection lost. */
+    long (*send)(void *ctx, size_t at, size_t len, uint8_t flags, uint32_t *sq);
     /* Receive the reply to request sq (a read's data go to [at, at + len)):
      * bytes moved or -errno. */
     long (*recv)(void *ctx, uint32_t sq, size_t at, size_t len);
@@ -47,7 +47,7 @@ static inline long lat_pipe_series(const struct lat_pipe_io *io, size_t total, s
     while (tail < head || (sending && sent < total)) {
         if (sending && sent < total && head - tail < LAT_PIPE_DEPTH) {
             size_t len = total - sent < chunk ? total - sent : chunk;
-            r = io->send(io->ctx, sent, len, head ? LAT_PIPE_NEXT : LAT_PIPE_FIRST, &sq[head % LAT_PIPE_DEPTH]);
+            r = io->send(io->ctx, sent, len, head ? LAT_HF_PIPE_NEXT : LAT_HF_PIPE_FIRST, &sq[head % LAT_PIPE_DEPTH]);
             if (r < 0 && io->lost(io->ctx))
                 return done ? (long)done : r;
             if (r < 0) {                /* the chunks before it still count */

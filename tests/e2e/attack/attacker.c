@@ -55,9 +55,11 @@ static int full(int fd, void *p, size_t n, int wr)
 
 /* One request; prints and returns the reply's ret (errno in *err), or -2
  * when the connection is gone. */
-static int64_t call(int fd, uint16_t type, const int64_t a[4], const void *data, uint32_t dlen, int *err)
+static int64_t callf(int fd, uint16_t type, uint8_t flags, const int64_t a[4], const void *data, uint32_t dlen,
+                     int *err)
 {
-    struct lat_hdr h = { LAT_MAGIC, LAT_VERSION, type, (uint32_t)sizeof(struct lat_sysreq) + dlen, ++seq };
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .flags = flags, .type = type,
+                         .len = (uint32_t)sizeof(struct lat_sysreq) + dlen, .seq = ++seq };
     struct lat_sysreq rq;
     struct lat_sysret rs;
     char skip[4096];
@@ -83,7 +85,7 @@ static int64_t open_remote(int fd, const char *path, int flags)
 {
     int64_t a[4] = { LAT_AT_FDCWD, flags, 0644, 0 };
     int err;
-    return call(fd, LAT_SYS_OPENAT, a, path, (uint32_t)strlen(path) + 1, &err);
+    return callf(fd, LAT_SYS_OPENAT, 0, a, path, (uint32_t)strlen(path) + 1, &err);
 }
 
 int main(int argc, char **argv)
@@ -126,15 +128,15 @@ int main(int argc, char **argv)
     struct lat_rdv_seg seg = { addr, len };
     int64_t leak = open_remote(conn, argv[2], O_WRONLY | O_CREAT | O_TRUNC);
     if (leak >= 0) {
-        int64_t a[4] = { leak, (int64_t)len, 0, LAT_RDV };
+        int64_t a[4] = { leak, (int64_t)len, 0, 0 };
         say("read attempt: ");
-        call(conn, LAT_SYS_WRITE, a, &seg, sizeof seg, &err);
+        callf(conn, LAT_SYS_WRITE, LAT_HF_RDV, a, &seg, sizeof seg, &err);
     }
     int64_t pay = open_remote(conn, argv[3], O_RDONLY);
     if (pay >= 0) {
-        int64_t a[4] = { pay, (int64_t)len, 0, LAT_RDV };
+        int64_t a[4] = { pay, (int64_t)len, 0, 0 };
         say("write attempt: ");
-        call(conn, LAT_SYS_READ, a, &seg, sizeof seg, &err);
+        callf(conn, LAT_SYS_READ, LAT_HF_RDV, a, &seg, sizeof seg, &err);
     }
     fflush(stdout);
     if (syscall(SYS_write, to_holder[1], "x", 1) != 1)
