@@ -10,7 +10,8 @@
  *
  * DIR must hold what the test makes (symbolic links cannot be made under
  * cnk): pre/file.txt ("pre-made\n"), pre/link -> file.txt,
- * pre/dangling -> missing, pre/dir/inner (empty).
+ * pre/dangling -> missing, pre/dirlink -> dir, pre/deeplink -> dir/deep,
+ * pre/dir/inner (empty), pre/dir/deep/.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -22,7 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -547,6 +552,137 @@ static void unshipped(void)
     unlink("fifo");
 }
 
+/* how names are resolved: dots, slashes, symbolic links, lengths, node-local paths */
+static void paths(void)
+{
+    char name[5000];
+    struct stat st;
+    printf("# paths\n");
+    STAT(stat, "./s.dat", "stat(./s.dat)");
+    STAT(stat, "pre/../s.dat", "stat(pre/../s.dat)");
+    STAT(stat, "pre//file.txt", "stat(pre//file.txt)");
+    STAT(stat, "pre/dir/", "stat(pre/dir/)");
+    STAT(stat, "s.dat/", "stat(s.dat/)");
+    STAT(stat, "pre/dirlink/inner", "stat(pre/dirlink/inner)");
+    STAT(stat, "pre/deeplink/../inner", "stat(pre/deeplink/../inner) (.. of the link's target)");
+    STAT(lstat, "pre/dirlink/", "lstat(pre/dirlink/)");
+    STAT(stat, "missing/..", "stat(missing/..)");
+    SAY(mkdir("newdir/", 0755), "mkdir(newdir/)");
+    SAY(rmdir("newdir/."), "rmdir(newdir/.)");
+    SAY(rmdir("newdir/"), "rmdir(newdir/)");
+    SAY(chdir("pre/deeplink"), "chdir(pre/deeplink)");
+    show_cwd();
+    STAT(stat, "../inner", "stat(../inner) from pre/deeplink");
+    SAY(chdir(top), "chdir(<dir>)");
+    memset(name, 'n', 300);
+    name[300] = 0;
+    STAT(stat, name, "stat(a 300-byte name)");
+    for (int i = 0; i < 2100; i++)
+        memcpy(name + 2 * i, "./", 2);
+    strcpy(name + 4200, "s.dat");
+    STAT(stat, name, "stat(./ 2100 times, then s.dat)");
+    int fd = open("s.dat", O_RDONLY);
+    snprintf(name, sizeof name, "/dev/fd/%d", fd);
+    show_stat("stat(/dev/fd/N of s.dat)", stat(name, &st), &st);
+    close(fd);
+    STAT(stat, "/dev/null", "stat(/dev/null)");
+    fd = SAYFD(open("/dev/null", O_WRONLY), "open(/dev/null, O_WRONLY)");
+    SAY(write(fd, "gone", 4), "write(/dev/null)");
+    close(fd);
+}
+
+/* less common file calls */
+static void more(void)
+{
+    char buf[8];
+    struct stat st;
+    printf("# more file calls\n");
+    int fd = SAYFD(open("h.dat", O_CREAT | O_RDWR, 0644), "open(h.dat)");
+    SAY(pwrite(fd, "D", 1, 1 << 20), "pwrite(D, offset 1 MiB)");
+    SAY(lseek(fd, 0, SEEK_DATA), "lseek(0, SEEK_DATA) in a file that starts with a hole");
+    SAY(lseek(fd, 0, SEEK_HOLE), "lseek(0, SEEK_HOLE)");
+    SAY(lseek(fd, (1 << 20) + 1, SEEK_DATA), "lseek(end, SEEK_DATA)");
+    SAY(ftruncate(fd, -1), "ftruncate(-1)");
+    SAY(unlink("h.dat"), "unlink(h.dat) while open");
+    show_stat("fstat(unlinked h.dat)", fstat(fd, &st), &st);
+    show_bytes("pread(unlinked h.dat, 1, offset 1 MiB)", buf, pread(fd, buf, 1, 1 << 20));
+    close(fd);
+    fd = SAYFD(open("pre/file.txt", O_PATH), "open(pre/file.txt, O_PATH)");
+    show_stat("fstat(O_PATH fd)", fstat(fd, &st), &st);
+    SAY(read(fd, buf, 1), "read(O_PATH fd)");
+    close(fd);
+    SAYFD(open("x", O_CREAT | O_DIRECTORY | O_WRONLY, 0644), "open(x, O_CREAT|O_DIRECTORY|O_WRONLY)");
+    SAY(renameat2(AT_FDCWD, "st.txt", AT_FDCWD, "s.dat", RENAME_NOREPLACE), "renameat2(st.txt, s.dat, RENAME_NOREPLACE)");
+    SAY(faccessat(AT_FDCWD, "pre/dangling", F_OK, AT_SYMLINK_NOFOLLOW), "faccessat(pre/dangling, AT_SYMLINK_NOFOLLOW)");
+    fd = open("s.dat", O_RDWR);
+    SAY(fcntl(fd, F_SETFL, O_APPEND), "fcntl(s.dat, F_SETFL, O_APPEND)");
+    SAY(write(fd, "!", 1), "write(!) now appends");
+    SAY(lseek(fd, 0, SEEK_CUR), "lseek(0, SEEK_CUR)");
+    SAY(ftruncate(fd, 5), "ftruncate(s.dat, 5)");
+    int p[2];
+    if (pipe(p) == 0) {
+        SAYFD(dup2(p[0], fd), "dup2(pipe, s.dat's fd)");
+        SAY(lseek(fd, 0, SEEK_CUR), "lseek(it) now a pipe");
+        close(p[0]);
+        close(p[1]);
+    }
+    close(fd);
+    SAY(umask(077), "umask(077) returns the old mask");
+    fd = open("u.txt", O_CREAT | O_WRONLY, 0666);
+    close(fd);
+    STAT(stat, "u.txt", "stat(u.txt) made under umask 077");
+    umask(022);
+    unlink("u.txt");
+}
+
+/* calls programs and tools make beyond open/read/write: locks, copies, mappings, terminals */
+static void beyond(void)
+{
+    char buf[16];
+    printf("# locks, copies, mappings\n");
+    int fd = open("s.dat", O_RDWR);
+    SAY(flock(fd, LOCK_EX), "flock(s.dat, LOCK_EX)");
+    SAY(flock(fd, LOCK_UN), "flock(s.dat, LOCK_UN)");
+    struct flock lk = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+    SAY(fcntl(fd, F_SETLK, &lk), "fcntl(s.dat, F_SETLK, write lock)");
+    lk.l_type = F_WRLCK;
+    SAY(fcntl(fd, F_GETLK, &lk), "fcntl(s.dat, F_GETLK)");
+    printf("F_GETLK's own lock shows as = %s\n", lk.l_type == F_UNLCK ? "F_UNLCK" : "locked");
+    lk.l_type = F_UNLCK;
+    SAY(fcntl(fd, F_SETLK, &lk), "fcntl(s.dat, F_SETLK, unlock)");
+    int out = open("copy.dat", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    loff_t from = 0;
+    SAY(copy_file_range(fd, &from, out, NULL, 5, 0), "copy_file_range(s.dat -> copy.dat, 5)");
+    off_t at = 1;
+    SAY(sendfile(out, fd, &at, 2), "sendfile(s.dat offset 1 -> copy.dat, 2)");
+    show_bytes("pread(copy.dat)", buf, pread(out, buf, sizeof buf, 0));
+    SAY(fallocate(out, 0, 0, 100), "fallocate(copy.dat, 0, 100)");
+    int pf = posix_fallocate(out, 0, 200);      /* returns the error number */
+    say_(pf ? -1 : 0, pf, 0, "posix_fallocate(copy.dat, 0, 200)");
+    struct stat st;
+    show_stat("fstat(copy.dat)", fstat(out, &st), &st);
+    close(out);
+    unlink("copy.dat");
+    char *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED)
+        printf("mmap(s.dat, PROT_READ, MAP_PRIVATE) = MAP_FAILED %s\n", strerrorname_np(errno));
+    else {
+        show_bytes("mmap(s.dat, PROT_READ, MAP_PRIVATE) maps", m, 5);
+        munmap(m, 4096);
+    }
+    errno = 0;
+    printf("isatty(s.dat) = %d %s\n", isatty(fd), strerrorname_np(errno) ? strerrorname_np(errno) : "");
+    int avail = -1;
+    SAY(ioctl(fd, FIONREAD, &avail), "ioctl(s.dat, FIONREAD)");
+    SAY(fsync(1000), "fsync(1000)");
+    SAY(fdatasync(fd), "fdatasync(s.dat)");
+    SAY(pread(open("pre", O_RDONLY | O_DIRECTORY), buf, 1, 0), "pread(directory)");
+    SAY(truncate("pre", 0), "truncate(directory)");
+    SAY(chmod("missing", 0644), "chmod(missing)");
+    SAY(getdents64(fd, buf, sizeof buf), "getdents64(a file)");
+    close(fd);
+}
+
 static void processes(void)
 {
     printf("# processes\n");
@@ -603,6 +739,9 @@ int main(int argc, char **argv)
     fds();
     pipes();
     tcp();
+    paths();
+    more();
+    beyond();
     unshipped();
     processes();
     emfile();
