@@ -79,6 +79,24 @@ static void show_stat(const char *what, int rc, const struct stat *st)
     printf("\n");
 }
 
+struct stat_case {
+    int lstat;              /* lstat, else stat */
+    const char *path;
+};
+
+static void stat_all(const struct stat_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        char label[256];
+        snprintf(label, sizeof label, "%s(%s)", c[i].lstat ? "lstat" : "stat", c[i].path);
+        show_stat(label, (c[i].lstat ? lstat : stat)(c[i].path, &st), &st);
+    }
+}
+
+#define STAT_ALL(...) do { static const struct stat_case c_[] = { __VA_ARGS__ }; \
+    stat_all(c_, sizeof c_ / sizeof *c_); } while (0)
+
 #define STAT(fn, arg, label) do { struct stat st_; int r_ = fn(arg, &st_); show_stat(label, r_, &st_); } while (0)
 
 /* what read() got, printable */
@@ -202,14 +220,8 @@ static void stats(void)
 {
     struct stat a, b;
     printf("# stat\n");
-    STAT(stat, "pre/file.txt", "stat(pre/file.txt)");
-    STAT(stat, "pre/link", "stat(pre/link)");
-    STAT(lstat, "pre/link", "lstat(pre/link)");
-    STAT(stat, "pre/dangling", "stat(pre/dangling)");
-    STAT(lstat, "pre/dangling", "lstat(pre/dangling)");
-    STAT(stat, "pre/dir", "stat(pre/dir)");
-    STAT(stat, "missing", "stat(missing)");
-    STAT(stat, "a.txt/x", "stat(a.txt/x)");
+    STAT_ALL({ 0, "pre/file.txt" }, { 0, "pre/link" }, { 1, "pre/link" }, { 0, "pre/dangling" },
+             { 1, "pre/dangling" }, { 0, "pre/dir" }, { 0, "missing" }, { 0, "a.txt/x" });
     int fd = open("pre/file.txt", O_RDONLY);
     if (fstat(fd, &a) == 0 && stat("pre/link", &b) == 0)
         printf("fstat(pre/file.txt) and stat(pre/link) = same dev and inode: %s\n",
@@ -558,15 +570,10 @@ static void paths(void)
     char name[5000];
     struct stat st;
     printf("# paths\n");
-    STAT(stat, "./s.dat", "stat(./s.dat)");
-    STAT(stat, "pre/../s.dat", "stat(pre/../s.dat)");
-    STAT(stat, "pre//file.txt", "stat(pre//file.txt)");
-    STAT(stat, "pre/dir/", "stat(pre/dir/)");
-    STAT(stat, "s.dat/", "stat(s.dat/)");
-    STAT(stat, "pre/dirlink/inner", "stat(pre/dirlink/inner)");
-    STAT(stat, "pre/deeplink/../inner", "stat(pre/deeplink/../inner) (.. of the link's target)");
-    STAT(lstat, "pre/dirlink/", "lstat(pre/dirlink/)");
-    STAT(stat, "missing/..", "stat(missing/..)");
+    /* pre/deeplink/..: the parent of the link's target (pre/dir), not pre */
+    STAT_ALL({ 0, "./s.dat" }, { 0, "pre/../s.dat" }, { 0, "pre//file.txt" }, { 0, "pre/dir/" },
+             { 0, "s.dat/" }, { 0, "pre/dirlink/inner" }, { 0, "pre/deeplink/../inner" },
+             { 1, "pre/dirlink/" }, { 0, "missing/.." });
     SAY(mkdir("newdir/", 0755), "mkdir(newdir/)");
     SAY(rmdir("newdir/."), "rmdir(newdir/.)");
     SAY(rmdir("newdir/"), "rmdir(newdir/)");
