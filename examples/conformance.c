@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -523,6 +525,57 @@ static void tcp(void)
     close(f);
 }
 
+/* readiness over a shipped file, a pipe and a shipped socket; UDP through the I/O node */
+static void readiness(void)
+{
+    char buf[16];
+    int p[2];
+    printf("# poll, select, UDP\n");
+    int f = open("s.dat", O_RDONLY);
+    int u = socket(AF_INET, SOCK_DGRAM, 0), v = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in a = loopback(0);
+    socklen_t len = sizeof a;
+    SAY(bind(u, (struct sockaddr *)&a, sizeof a), "bind(UDP, 127.0.0.1:0)");
+    getsockname(u, (struct sockaddr *)&a, &len);
+    SAY(sendto(v, "dgram", 5, 0, (struct sockaddr *)&a, sizeof a), "sendto(127.0.0.1:port, 5)");
+    SAY(pipe(p), "pipe");
+    struct pollfd pf[3] = { { f, POLLIN, 0 }, { p[0], POLLIN, 0 }, { v, POLLOUT, 0 } };
+    SAY(poll(pf, 3, 1000), "poll(file, empty pipe, UDP socket for POLLOUT)");
+    printf("revents = file %#x pipe %#x socket %#x\n", pf[0].revents, pf[1].revents, pf[2].revents);
+    fd_set rd;
+    FD_ZERO(&rd);
+    FD_SET(f, &rd);
+    FD_SET(p[0], &rd);
+    struct timeval tv = { 0, 0 };
+    SAY(select((f > p[0] ? f : p[0]) + 1, &rd, NULL, NULL, &tv), "select(file, empty pipe)");
+    printf("select ready = file %d pipe %d\n", FD_ISSET(f, &rd) != 0, FD_ISSET(p[0], &rd) != 0);
+    show_bytes("recv(UDP, 16)", buf, recv(u, buf, sizeof buf, 0));
+    SAY(recv(u, buf, sizeof buf, MSG_DONTWAIT), "recv(UDP) with nothing queued");
+    struct sockaddr_in from;
+    len = sizeof from;
+    SAY(sendto(u, "back", 4, 0, (struct sockaddr *)&a, sizeof a), "sendto(itself)");
+    SAY(recvfrom(u, buf, sizeof buf, 0, (struct sockaddr *)&from, &len), "recvfrom(UDP)");
+    printf("recvfrom's sender is itself = %d\n", from.sin_port == a.sin_port);
+    int tiny = open(".", O_RDONLY | O_DIRECTORY);
+    SAY(getdents64(tiny, buf, 8), "getdents64(., 8-byte buffer)");
+    close(tiny);
+    DIR *d = opendir(".");
+    int n = 0, m = 0;
+    while (d && readdir(d))
+        n++;
+    close(open("new.txt", O_CREAT | O_WRONLY, 0644));
+    rewinddir(d);
+    while (d && readdir(d))
+        m++;
+    printf("readdir after rewinddir and a new file = %d more\n", m - n);
+    if (d)
+        closedir(d);
+    unlink("new.txt");
+    int fds[] = { f, u, v, p[0], p[1] };
+    for (size_t i = 0; i < sizeof fds / sizeof *fds; i++)
+        close(fds[i]);
+}
+
 /* chown, link, symlink, mknod: issue 14 says they have no wire message */
 static void unshipped(void)
 {
@@ -723,6 +776,7 @@ int main(int argc, char **argv)
     fds();
     pipes();
     tcp();
+    readiness();
     paths();
     more();
     beyond();
