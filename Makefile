@@ -85,6 +85,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
             $(patsubst examples/%.f90,$(BUILD)/examples/%,$(wildcard examples/*.f90))
 examples: $(EXAMPLES)
 $(BUILD)/examples/libmaps: examples/libmaps.h
+$(BUILD)/examples/conformance $(BUILD)/examples/conformance_fault: examples/conformance.h
 
 $(BUILD)/examples/%: examples/%.c
 	@mkdir -p $(@D)

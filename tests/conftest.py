@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import sys
@@ -77,6 +78,17 @@ def make_machine(tmp: Path, *init_args: str) -> Machine:
     m = Machine(home=home, work=work, env=env)
     m.run("init", *init_args, "--hide", str(work))
     return m
+
+
+def booted_block(tmp: Path, block: str, shape: str, *init_args: str) -> Iterator[Machine]:
+    """For a module fixture: a machine of that shape with block over all of
+    it, booted; freed, and its work directory removed, afterwards."""
+    m = make_machine(tmp, "--shape", shape, *init_args)
+    m.run("block", "create", block, "--shape", shape)
+    m.run("boot", block)
+    yield m
+    m.run("free", block, check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
