@@ -1,8 +1,10 @@
 /*
  * syscall_cost: what one system call costs, in ns.
  *
- *   syscall_cost getppid COUNT    a call the compute node kernel does locally
- *                                 (under cnk: trapped and answered on the node)
+ *   syscall_cost getppid COUNT    a call run on the node as it is (under cnk
+ *                                 the seccomp filter lets it through untrapped)
+ *   syscall_cost getaffinity COUNT  sched_getaffinity: a local call cnk answers
+ *                                 itself (its node's CPUs), so under cnk trapped
  *   syscall_cost pwrite COUNT     pwrite64 of 8 bytes to a file in the working
  *                                 directory (under cnk and the preload client:
  *                                 shipped to the I/O node and back)
@@ -37,13 +39,14 @@ static int cmp_u64(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "getppid") && strcmp(argv[1], "pwrite"))) {
-        fprintf(stderr, "usage: syscall_cost getppid|pwrite COUNT\n");
+    if (argc != 3 || (strcmp(argv[1], "getppid") && strcmp(argv[1], "getaffinity") && strcmp(argv[1], "pwrite"))) {
+        fprintf(stderr, "usage: syscall_cost getppid|getaffinity|pwrite COUNT\n");
         return 2;
     }
     long count = atol(argv[2]);
     if (count < 10) return 2;
-    int pw = strcmp(argv[1], "pwrite") == 0;
+    int pw = strcmp(argv[1], "pwrite") == 0, aff = strcmp(argv[1], "getaffinity") == 0;
+    unsigned long mask[16];
     int fd = -1;
     char name[64];
     if (pw) {
@@ -61,6 +64,8 @@ int main(int argc, char **argv)
         unsigned long long a = __rdtsc();
         if (pw) {
             if (pwrite(fd, b, sizeof b, 0) != (ssize_t)sizeof b) { perror("pwrite"); return 1; }
+        } else if (aff) {
+            if (syscall(SYS_sched_getaffinity, 0, sizeof mask, mask) <= 0) { perror("sched_getaffinity"); return 1; }
         } else {
             syscall(SYS_getppid);     /* not the libc wrapper: no caching anywhere */
         }

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """What a system call costs: native vs the preload client vs the compute node kernel.
 
-bench/syscall_cost.c times two calls, in ns per call:
-  getppid  a call done on the node: native it is a plain system call; under
-           cnk it is trapped (seccomp SIGSYS) and answered by cnk
+bench/syscall_cost.c times three calls, in ns per call:
+  getppid  a call done on the node as it is: under cnk the seccomp filter
+           lets it through by number, untrapped (compute/cnk/README.md)
+  getaffinity  sched_getaffinity, a local call cnk answers itself (the
+           node's CPUs): under cnk trapped (seccomp SIGSYS) and dispatched
   pwrite   pwrite64 of 8 bytes to a file in the working directory: native a
            plain call; under `--kernel linux` (preload client) and cnk it is
            shipped to the I/O node and back
@@ -53,7 +55,7 @@ def main() -> int:
     configs = ["native", *kernels]
     work = Path(tempfile.mkdtemp(prefix="lattice-bench-syscall-"))
     os.chmod(work, 0o777)
-    calls = {"getppid": a.calls, "pwrite": a.writes}
+    calls = {"getppid": a.calls, "getaffinity": a.calls, "pwrite": a.writes}
     data: dict[str, dict[str, list[float]]] = {c: {k: [] for k in configs} for c in calls}
     p50: dict[str, dict[str, list[float]]] = {c: {k: [] for k in configs} for c in calls}
     print(bl.header("syscall_cost", sys.argv))
@@ -69,17 +71,18 @@ def main() -> int:
                         kv = bl.parse_kv(out)
                         data[call][cfg].append(float(kv["ns_per_call"]))
                         p50[call][cfg].append(float(kv["ns_p50"]))
-                    print(f"  run {i + 1}/{a.repeat} {cfg}: getppid {data['getppid'][cfg][-1]:.0f} ns "
-                          f"(p50 {p50['getppid'][cfg][-1]:.0f}), pwrite {data['pwrite'][cfg][-1]:.0f} ns "
-                          f"(p50 {p50['pwrite'][cfg][-1]:.0f})", flush=True)
+                    print(f"  run {i + 1}/{a.repeat} {cfg}: " + ", ".join(
+                          f"{c} {data[c][cfg][-1]:.0f} ns (p50 {p50[c][cfg][-1]:.0f})" for c in calls), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratios = [(f"{k}/native", k, "native") for k in kernels]
     print()
     print(bl.table(f"{a.repeat} interleaved runs each, ns per call, median [min–max]", configs, [
-        ("getppid (local; trapped under cnk)", data["getppid"], ratios),
+        ("getppid (local, as it is; untrapped under cnk)", data["getppid"], ratios),
+        ("sched_getaffinity (local, cnk's answer; trapped under cnk)", data["getaffinity"], ratios),
         ("pwrite 8 B to a file in the cwd (shipped)", data["pwrite"], ratios),
         ("getppid, median of single calls", p50["getppid"], ratios),
+        ("sched_getaffinity, median of single calls", p50["getaffinity"], ratios),
         ("pwrite 8 B, median of single calls", p50["pwrite"], ratios),
     ]))
     return 0
