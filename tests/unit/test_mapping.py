@@ -3,10 +3,7 @@
 booting anything."""
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
-import os
 import random
 import re
 from pathlib import Path
@@ -15,11 +12,13 @@ from unittest import mock
 
 import pytest
 
-from lattice import cli, host, job, mapping, wire
+from lattice import host, job, mapping, wire
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 from lattice.mapping import App, RankMapping, Slot, map_ranks, process_mapping
+
+from cli_inprocess import home, lattice
 
 M = Machine(shape=(2, 2, 2), pset_size=4, memory=256 << 20, cores=2)
 WHOLE = Block("W", (0, 0, 0), (2, 2, 2), "Initialized", False, None)
@@ -261,22 +260,6 @@ def test_map_lines() -> None:
 
 
 # --- `lattice run`: options, MPMD, errors before anything boots -----------------
-
-@contextlib.contextmanager
-def home(path: Path) -> Iterator[None]:
-    with mock.patch.dict(os.environ, {"LATTICE_HOME": str(path)}):
-        yield
-
-
-def lattice(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = cli.main(list(args))
-        except SystemExit as e:
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
-
 
 @pytest.fixture
 def machine_home(tmp_path: Path) -> Iterator[Path]:

@@ -10,8 +10,6 @@ exactly the variable the service node's model describes.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import socket
@@ -19,14 +17,15 @@ import struct
 import subprocess
 from pathlib import Path
 from typing import Iterator
-from unittest import mock
 
 import pytest
 
-from lattice import boot, cli, db, personality, wire
+from lattice import boot, db, personality, wire
 from lattice import machine as model
 from lattice.blocks import Block
 from lattice.machine import Machine
+
+from cli_inprocess import home, lattice
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
@@ -303,22 +302,6 @@ def test_cnode_exports_the_model_s_variable(fake_ciod: socket.socket, tmp_path: 
 
 
 # --- `lattice personality` ------------------------------------------------------
-
-@contextlib.contextmanager
-def home(path: Path) -> Iterator[None]:
-    with mock.patch.dict(os.environ, {"LATTICE_HOME": str(path)}):
-        yield
-
-
-def lattice(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = cli.main(list(args))
-        except SystemExit as e:
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
-
 
 def test_cli_matches_the_c_api_for_every_node(probe: Path, tmp_path: Path) -> None:
     with home(tmp_path / "m"):
