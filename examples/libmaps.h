@@ -3,7 +3,7 @@
  * one line "libmaps: NAME SIZE FROM" per loaded object (NAME its path as
  * the loader knows it, SIZE its file's size, FROM the file /proc/self/maps
  * names for its first segment, "-" for anonymous memory).  Under cnk with
- * the library cache, FROM is a file of /dev/shm/lattice-libcache-PID; with
+ * the library cache, FROM is a file of /dev/shm/lattice-libcache-PID-UID; with
  * the copy into big memory it is "-".  Used by examples/libmaps.c and
  * examples/mpi/libmaps.c (tests/e2e/test_t0550_libcache.py).  Last, for the
  * cache directory of the first object mapped from one:
