@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from conftest import EXAMPLES, Machine, make_machine
+from conftest import EXAMPLES, booted_block, Machine
 from cnk_helpers import by_rank, last_job, rank_rows
 
 PREFIX = "/dev/shm/lattice-libcache-"
@@ -47,12 +47,7 @@ def wait_for(cond: Callable[[], bool], what: str, limit: float = 60.0) -> None:
 def lc(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     assert shutil.which("mpicc.mpich"), "MPICH is not installed (apt-get install mpich libmpich-dev)"
     assert LIBMAPS.exists() and MPI_LIBMAPS.exists(), "examples/libmaps missing: run make"
-    m = make_machine(tmp_path_factory.mktemp("libcache"), "--shape", "1x2x4", "--pset-size", "4",
-                     "--memory", "256M", "--cores", "2")
-    m.run("block", "create", "L", "--shape", "1x2x4")
-    m.run("boot", "L")
-    yield m
-    m.run("free", "L", check=False)
+    yield from booted_block(tmp_path_factory.mktemp("libcache"), "L", "1x2x4", "--pset-size", "4", "--memory", "256M", "--cores", "2")
 
 
 def cache_dirs(m: Machine, uid: int = 0) -> dict[str, int]:

@@ -27,7 +27,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, Machine, make_machine
+from conftest import EXAMPLES, booted_block, Machine
 
 HELLO = EXAMPLES / "mpi" / "hello"
 JOBS = 50
@@ -38,12 +38,7 @@ SHAPES = [("co", 2), ("vn", 4)]     # (mode, ranks), alternating
 def tiny(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     assert shutil.which("mpicc.mpich"), "MPICH is not installed (apt-get install mpich libmpich-dev)"
     assert HELLO.exists(), f"{HELLO} missing: run make"
-    m = make_machine(tmp_path_factory.mktemp("mpirepeat"), "--shape", "1x1x2", "--pset-size", "2",
-                     "--memory", "128M", "--cores", "2")
-    m.run("block", "create", "T", "--shape", "1x1x2")
-    m.run("boot", "T")
-    yield m
-    m.run("free", "T", check=False)
+    yield from booted_block(tmp_path_factory.mktemp("mpirepeat"), "T", "1x1x2", "--pset-size", "2", "--memory", "128M", "--cores", "2")
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, Machine, make_machine
+from conftest import EXAMPLES, booted_block, Machine
 from lattice import host
 
 LINE = re.compile(r"rank=(\d+) allowed=(\S+) affinity=(\S*) async=(\S+)")
@@ -29,12 +29,7 @@ KERNELS = ["cnk", "linux"]
 
 @pytest.fixture(scope="module")
 def cm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
-    m = make_machine(tmp_path_factory.mktemp("cores"), "--shape", "2x2x2", "--pset-size", "4",
-                     "--memory", "256M", "--cores", "2")
-    m.run("block", "create", "C", "--shape", "2x2x2")
-    m.run("boot", "C")
-    yield m
-    m.run("free", "C", check=False)
+    yield from booted_block(tmp_path_factory.mktemp("cores"), "C", "2x2x2", "--pset-size", "4", "--memory", "256M", "--cores", "2")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, Machine, make_machine
+from conftest import EXAMPLES, booted_block, Machine, make_machine
 
 OMPI_EX = EXAMPLES / "openmpi"
 
@@ -31,11 +31,7 @@ def ompi_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for p in ("hello", "ring", "abort", "shm"):
         assert (OMPI_EX / p).exists(), f"{OMPI_EX / p} not built"
     assert (built / "lib" / "libpmi.so").exists(), "build/lib/libpmi.so not built"
-    m = make_machine(tmp_path_factory.mktemp("ompi"), "--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
-    m.run("block", "create", "P", "--shape", "1x1x4")
-    m.run("boot", "P")
-    yield m
-    m.run("free", "P", check=False)
+    yield from booted_block(tmp_path_factory.mktemp("ompi"), "P", "1x1x4", "--pset-size", "2", "--memory", "256M")
 
 
 def run(m: Machine, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":

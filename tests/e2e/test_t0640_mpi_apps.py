@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, Machine, make_machine
+from conftest import BUILD, booted_block, Machine
 
 APPS = BUILD / "bench" / "apps"
 KERNELS = ["cg", "mg", "ft", "is", "ep"]
@@ -35,12 +35,7 @@ def apps_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     assert shutil.which("mpiexec.hydra"), "MPICH is not installed (apt-get install mpich libmpich-dev)"
     for k in KERNELS:
         assert (APPS / k).exists(), f"{APPS / k} missing: run make"
-    m = make_machine(tmp_path_factory.mktemp("apps"), "--shape", "1x1x2", "--pset-size", "2",
-                     "--memory", "256M", "--cores", "2")
-    m.run("block", "create", "A", "--shape", "1x1x2")
-    m.run("boot", "A")
-    yield m
-    m.run("free", "A", check=False)
+    yield from booted_block(tmp_path_factory.mktemp("apps"), "A", "1x1x2", "--pset-size", "2", "--memory", "256M", "--cores", "2")
 
 
 def hydra(kernel: str, n: int) -> str:
