@@ -1182,6 +1182,12 @@ int job_message(struct job *j, const struct msg *m)
         memcpy(&k, m->p, sizeof k);
         if (k.sig <= 0 || k.sig >= NSIG)
             break;
+        if (j->state == IDLE || k.job != j->nj.job) {   /* never another job's processes */
+            say("KILL (signal %d) for job %llu refused: %s %llu", k.sig, (unsigned long long)k.job,
+                j->state == IDLE ? "no job here; the last was" : "this node runs job",
+                (unsigned long long)j->nj.job);
+            break;
+        }
         if (j->state == RUNNING)
             kill_all(j, k.sig);
         else if (j->state == LOADING) {

@@ -186,6 +186,12 @@ int  job_register(const struct job_spec *js, struct conn *ctl,
 bool job_started(uint64_t id);
 /* References to the current job's nodes (or all nodes); returns the count. */
 int  job_nodes(struct conn *nodes[LAT_MAX_PSET], bool all, uint64_t *id);
+/* Sends sig to the ranks of job id if id is the job running here: 0, else
+ * ESRCH (*running: the job that runs, 0 if none) and nothing is touched. */
+int  job_signal(uint64_t id, int sig, const char *by, uint64_t *running);
+/* SIGKILL to whatever job runs here (shutdown of the I/O node). */
+void job_kill_any(const char *by);
+/* The owner's control connection closed: its job is killed. */
 void job_ctl_closed(struct conn *ctl);
 
 /* Node traffic of the job: output and rank exits, forwarded to its owner. */

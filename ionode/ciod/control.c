@@ -52,45 +52,37 @@ static int on_counters(struct conn *c, const struct lat_hdr *h, char *why, size_
 
 static int on_kill(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
-    struct conn *nodes[LAT_MAX_PSET];
     struct lat_kill k;
-    uint64_t id;
+    uint64_t running;
+    char text[160];
 
     if (h->len < sizeof(k))
         return errprintf(why, whylen, "CTL_KILL of %u bytes", h->len);
     memcpy(&k, c->buf, sizeof(k));
     if (k.sig < 1 || k.sig >= NSIG)
         return reply_refused(c, h, EINVAL, "no such signal"), 0;
-    job_nodes(nodes, false, &id);
-    if (!id) {
-        for (uint32_t i = 0; i < cfg.pset_size; i++)
-            conn_put(nodes[i]);
-        return reply_refused(c, h, ESRCH, "no job is running"), 0;
+    if (job_signal(k.job, k.sig, "killed at the service node's request", &running) != 0) {
+        /* a kill for another job must never reach the one that runs */
+        if (running)
+            snprintf(text, sizeof(text), "job %" PRIu64 " does not run here (job %" PRIu64 " does): "
+                     "signal %d refused", k.job, running, k.sig);
+        else
+            snprintf(text, sizeof(text), "job %" PRIu64 " does not run here (no job is running): "
+                     "signal %d refused", k.job, k.sig);
+        ras_event(RAS_WARNING, cfg.location, "%s, from %s", text, c->peer);
+        return reply_refused(c, h, ESRCH, text), 0;
     }
-    logmsg("job %" PRIu64 ": signal %d requested by %s", id, k.sig, c->peer);
-    for (uint32_t i = 0; i < cfg.pset_size; i++) {
-        if (nodes[i]) {
-            conn_send(nodes[i], LAT_NODE_KILL, 0, &k, sizeof(k));
-            conn_put(nodes[i]);
-        }
-    }
+    logmsg("job %" PRIu64 ": signal %d requested by %s", k.job, k.sig, c->peer);
     return reply_ok(c, h), 0;
 }
 
 static int on_shutdown(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
     struct conn *nodes[LAT_MAX_PSET];
-    struct lat_kill k = { .sig = SIGKILL };
 
     (void)why, (void)whylen;
     ras_event(RAS_INFO, cfg.location, "shutdown requested by %s", c->peer);
-    job_nodes(nodes, false, NULL);
-    for (uint32_t i = 0; i < cfg.pset_size; i++) {
-        if (nodes[i]) {
-            conn_send(nodes[i], LAT_NODE_KILL, 0, &k, sizeof(k));
-            conn_put(nodes[i]);
-        }
-    }
+    job_kill_any("the I/O node was shut down");
     job_nodes(nodes, true, NULL);
     for (uint32_t i = 0; i < cfg.pset_size; i++) {
         if (nodes[i]) {

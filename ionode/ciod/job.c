@@ -36,6 +36,8 @@ struct job {
     uint32_t     nslots;
     uint32_t     left;                  /* processes still running */
     bool         orphaned;              /* owner hung up: killed, waiting for the exits */
+    int          killed;                /* the signal ciod sent its ranks (KILL, owner gone), 0 if none */
+    const char  *killed_by;             /* why, for RAS (a string constant) */
 };
 
 static struct {
@@ -232,9 +234,20 @@ int job_nodes(struct conn *nodes[LAT_MAX_PSET], bool all, uint64_t *id)
     return n;
 }
 
-static void kill_nodes(struct conn *nodes[LAT_MAX_PSET], int sig)
+/* Under g.lock: references to the nodes of job j, which is being sent sig. */
+static void take_job_nodes(struct job *j, struct conn *nodes[LAT_MAX_PSET], int sig, const char *by)
 {
-    struct lat_kill k = { .sig = sig };
+    for (uint32_t i = 0; i < cfg.pset_size; i++)
+        nodes[i] = j->rank[i] >= 0 && g.node[i] ? conn_get(g.node[i]) : NULL;
+    if (!j->killed) {
+        j->killed = sig;
+        j->killed_by = by;
+    }
+}
+
+static void kill_nodes(struct conn *nodes[LAT_MAX_PSET], uint64_t id, int sig)
+{
+    struct lat_kill k = { .job = id, .sig = sig };
 
     for (uint32_t i = 0; i < cfg.pset_size; i++) {
         if (nodes[i]) {
@@ -242,6 +255,39 @@ static void kill_nodes(struct conn *nodes[LAT_MAX_PSET], int sig)
             conn_put(nodes[i]);
         }
     }
+}
+
+int job_signal(uint64_t id, int sig, const char *by, uint64_t *running)
+{
+    struct conn *nodes[LAT_MAX_PSET] = { 0 };
+    bool ours = false;
+
+    pthread_mutex_lock(&g.lock);
+    *running = g.job ? g.job->id : 0;
+    if (g.job && g.job->id == id) {
+        ours = true;
+        take_job_nodes(g.job, nodes, sig, by);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (!ours)
+        return ESRCH;
+    kill_nodes(nodes, id, sig);
+    return 0;
+}
+
+void job_kill_any(const char *by)
+{
+    struct conn *nodes[LAT_MAX_PSET] = { 0 };
+    uint64_t id = 0;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job) {
+        id = g.job->id;
+        take_job_nodes(g.job, nodes, SIGKILL, by);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (id)
+        kill_nodes(nodes, id, SIGKILL);
 }
 
 void job_ctl_closed(struct conn *ctl)
@@ -254,16 +300,15 @@ void job_ctl_closed(struct conn *ctl)
     if (g.job && g.job->ctl == ctl && !g.job->orphaned) {
         g.job->orphaned = orphan = true;
         id = g.job->id;
-        for (uint32_t i = 0; i < cfg.pset_size; i++)
-            nodes[i] = g.job->rank[i] >= 0 && g.node[i] ? conn_get(g.node[i]) : NULL;
+        take_job_nodes(g.job, nodes, SIGKILL, "its lattice run went away (control connection closed)");
     }
     pthread_mutex_unlock(&g.lock);
     if (!orphan)
         return;
     ras_event(RAS_WARNING, cfg.location,
-              "control connection (%s) of job %" PRIu64 " closed while it ran: killing the job",
-              ctl->peer, id);
-    kill_nodes(nodes, SIGKILL);
+              "control connection (%s) of job %" PRIu64 " closed while it ran (its lattice run ended): "
+              "killing the job", ctl->peer, id);
+    kill_nodes(nodes, id, SIGKILL);
 }
 
 void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data, size_t len)
@@ -301,12 +346,19 @@ void job_rank_output(int32_t rank, uint64_t id, uint32_t stream, const void *dat
     conn_put(ctl);
 }
 
-static void ras_exit(const struct lat_exit *ex, const char *msg, size_t mlen)
+/* killed: the signal ciod had sent the job, by: who asked; a rank that
+ * died of it was ended on purpose and is logged apart from a rank that failed. */
+static void ras_exit(const struct lat_exit *ex, const char *msg, size_t mlen, int killed, const char *by)
 {
     char loc[128];
     int n = (int)strnlen(msg, mlen);
 
     node_location(ex->node, loc, sizeof(loc));
+    if (killed && ex->how == LAT_EXIT_SIGNAL && ex->value == killed) {
+        ras_event(RAS_INFO, loc, "job %" PRIu64 " rank %u ended by signal %d on purpose: %s",
+                  ex->job, ex->rank, ex->value, by ? by : "killed at the service node's request");
+        return;
+    }
     switch (ex->how) {
     case LAT_EXIT_CODE:
         if (ex->value != 0)
@@ -335,6 +387,8 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     struct jslot *s;
     bool report = false, last = false;
     uint32_t rank = 0;
+    int killed = 0;
+    const char *killed_by = NULL;
 
     pthread_mutex_lock(&g.lock);
     if (g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running) {
@@ -356,6 +410,8 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
         && s->running) {
         s->running = false;
         report = true;
+        killed = g.job->killed;
+        killed_by = g.job->killed_by;
         out.rank = (uint32_t)s->rank;
         out.node = node;
         last = --g.job->left == 0;
@@ -378,7 +434,7 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
     pthread_mutex_unlock(&ctl->wlock);
 
     if (report) {
-        ras_exit(&out, msg, mlen);
+        ras_exit(&out, msg, mlen, killed, killed_by);
         if (last)
             logmsg("job %" PRIu64 " ended", ex->job);
     }

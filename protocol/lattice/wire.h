@@ -23,8 +23,9 @@
 #include <stdint.h>
 
 #define LAT_MAGIC   0x5454414Cu     /* "LATT" on the wire */
-#define LAT_VERSION 3                /* 2: challenge-response hello, seq checked;
-                                        3: transport flags in the header (lat_hdr.flags) */
+#define LAT_VERSION 4                /* 2: challenge-response hello, seq checked;
+                                        3: transport flags in the header (lat_hdr.flags);
+                                        4: lat_kill names its job */
 
 /* Limits.  A receiver closes the connection on a header whose len is
  * larger than LAT_MAX_PAYLOAD: it never buffers more than that. */
@@ -101,7 +102,8 @@ enum lat_type {
     /* control: service node <-> ciod */
     LAT_CTL_STATUS     = 0x0100,  /* empty -> struct lat_ctl_status */
     LAT_CTL_JOB        = 0x0101,  /* struct lat_job + tail -> struct lat_sysret + message text */
-    LAT_CTL_KILL       = 0x0102,  /* struct lat_kill -> struct lat_sysret */
+    LAT_CTL_KILL       = 0x0102,  /* struct lat_kill -> struct lat_sysret; ESRCH unless
+                                     lat_kill.job is the job running there */
     LAT_CTL_SHUTDOWN   = 0x0103,  /* empty -> struct lat_sysret; then ciod exits */
     LAT_CTL_COUNTERS   = 0x0104,  /* empty -> uint64_t calls[LAT_SYS__END - LAT_SYS__BASE] */
     LAT_CTL_FENCE_OUT  = 0x0105,  /* one-way sn->ciod: struct lat_fence + key/value strings:
@@ -117,7 +119,8 @@ enum lat_type {
     LAT_NODE_JOB       = 0x0200,  /* one-way ciod->cn: struct lat_node_job + tail */
     LAT_NODE_IMAGE     = 0x0201,  /* one-way ciod->cn: raw executable bytes */
     LAT_NODE_START     = 0x0202,  /* one-way ciod->cn: struct lat_job_end (job id) */
-    LAT_NODE_KILL      = 0x0203,  /* one-way ciod->cn: struct lat_kill */
+    LAT_NODE_KILL      = 0x0203,  /* one-way ciod->cn: struct lat_kill; ignored unless
+                                     lat_kill.job is the node's job */
     LAT_NODE_SHUTDOWN  = 0x0204,  /* one-way ciod->cn: empty; the node exits */
     LAT_NODE_PMI_REPLY = 0x0205,  /* one-way ciod->cn: struct lat_pmi + bytes for the rank's PMI_FD */
     LAT_NODE_OUTPUT    = 0x0280,  /* one-way cn->ciod: struct lat_output + data */
@@ -519,11 +522,15 @@ struct lat_cpus {
 _Static_assert(sizeof(struct lat_cpus) == 8, "lat_cpus layout");
 #define LAT_PROGRESS_UNSET (-1)
 
+/* A signal for the processes of one job (LAT_CTL_KILL, LAT_NODE_KILL): a
+ * receiver whose job is not `job` refuses it and acts on nothing, so that
+ * ending one job can never touch another. */
 struct lat_kill {
+    uint64_t job;
     int32_t  sig;
     uint32_t pad;
 };
-_Static_assert(sizeof(struct lat_kill) == 8, "lat_kill layout");
+_Static_assert(sizeof(struct lat_kill) == 16, "lat_kill layout");
 
 enum lat_stream { LAT_STDOUT = 1, LAT_STDERR = 2 };
 

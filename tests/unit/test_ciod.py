@@ -621,7 +621,7 @@ def test_job_requests_are_validated(ciod: Ciod, tmp_path: Path) -> None:
     # nothing ran: the pset is idle
     assert status(ciod) == (1, 2, 0)
     # KILL without a job
-    ret, err, _ = request(ctl, CTL_KILL, struct.pack("<iI", 9, 0))
+    ret, err, _ = request(ctl, CTL_KILL, wire.KILL.pack(5, 9, 0))
     assert (ret, err) == (-1, errno.ESRCH)
 
 
@@ -776,14 +776,40 @@ def test_node_dropping_mid_job_is_reported_lost(ciod: Ciod, tmp_path: Path) -> N
     assert b"R00-M0-N00-C:J03" in ex[24:] and b"lost" in ex[24:]
     ras = [line.split("\t") for line in ciod.rastext().splitlines()]
     assert any(f[1] == "ERROR" and f[3] == "R00-M0-N00-C:J03" for f in ras), ras
-    # the other rank ends the job; KILL reaches the live node first
-    ret, err, _ = request(job.ctl, CTL_KILL, struct.pack("<iI", 15, 0))
+    # the other rank ends the job; KILL reaches the live node first, naming the job
+    ret, err, _ = request(job.ctl, CTL_KILL, wire.KILL.pack(11, 15, 0))
     assert (ret, err) == (0, 0)
     t, _, body = recv(job.nodes[0])
-    assert t == NODE_KILL and struct.unpack("<i", body[:4])[0] == 15
+    assert t == NODE_KILL and wire.KILL.unpack(body)[:2] == (11, 15)
     job.exit(0, EXIT_SIGNAL, 15)
     assert struct.unpack("<QIIIi", job.next_ctl(CTL_EXIT)[:24]) == (11, 0, 0, EXIT_SIGNAL, 15)
     assert struct.unpack("<Q", job.next_ctl(CTL_JOB_END)) == (11,)
+
+
+def test_kill_for_another_job_is_refused_and_touches_nothing(ciod: Ciod, tmp_path: Path) -> None:
+    job = Job(ciod, tmp_path, job_id=13, image=b"x")
+    ret, err, text = request(job.ctl, CTL_KILL, wire.KILL.pack(12, 9, 0))
+    assert (ret, err) == (-1, errno.ESRCH)
+    assert b"job 12 does not run here (job 13 does)" in text
+    for n in job.nodes:                         # no node heard of it
+        n.settimeout(0.5)
+        with pytest.raises((socket.timeout, TimeoutError)):
+            recv(n)
+        n.settimeout(10)
+    assert "job 12 does not run here (job 13 does): signal 9 refused" in ciod.rastext()
+    # the job's own kill works, and its ranks are logged as ended on purpose, not as failures
+    assert request(job.ctl, CTL_KILL, wire.KILL.pack(13, 9, 0))[:2] == (0, 0)
+    for n in job.nodes:
+        t, _, body = recv(n)
+        assert t == NODE_KILL and wire.KILL.unpack(body)[:2] == (13, 9)
+    job.exit(0, EXIT_SIGNAL, 9)
+    job.exit(1, EXIT_SIGNAL, 9)
+    job.next_ctl(CTL_EXIT)
+    job.next_ctl(CTL_EXIT)
+    assert struct.unpack("<Q", job.next_ctl(CTL_JOB_END)) == (13,)
+    ras = ciod.rastext()
+    assert "job 13 rank 0 ended by signal 9 on purpose: killed at the service node's request" in ras, ras
+    assert "job 13 rank 0 killed by signal" not in ras
 
 
 def test_control_dropping_kills_its_job(ciod: Ciod, tmp_path: Path) -> None:
@@ -791,7 +817,7 @@ def test_control_dropping_kills_its_job(ciod: Ciod, tmp_path: Path) -> None:
     job.ctl.close()
     for n in job.nodes:
         t, _, body = recv(n)
-        assert t == NODE_KILL and struct.unpack("<i", body[:4])[0] == 9
+        assert t == NODE_KILL and wire.KILL.unpack(body)[:2] == (12, 9)
     assert "job 12" in ciod.rastext()
     job.exit(0, EXIT_SIGNAL, 9)
     job.exit(1, EXIT_SIGNAL, 9)

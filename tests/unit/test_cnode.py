@@ -134,6 +134,21 @@ class FakeNodeCiod:
         self.procs.append(f)
         return f
 
+    def exited_within(self, seconds: float) -> bool:
+        """Whether the node sent an EXIT within that time (it would within it, if it did at all)."""
+        assert self.node
+        before = self.node.gettimeout()
+        self.node.settimeout(seconds)
+        try:
+            while True:
+                typ, _ = recv(self.node)
+                if typ == NODE_EXIT:
+                    return True
+        except (socket.timeout, TimeoutError):
+            return False
+        finally:
+            self.node.settimeout(before)
+
     def until_exit(self) -> tuple[dict[int, bytes], tuple[int, int, int, int, int], str]:
         """Collect OUTPUT messages until EXIT; return output by stream, the exit, its text."""
         assert self.node
@@ -227,7 +242,10 @@ def test_kill_and_lost_connection(built: dict[str, Path],
     assert fake.node
     fake.push(11, built["prog"].read_bytes(), ["prog", "sleepy", "60"], [])
     time.sleep(0.5)
-    send(fake.node, NODE_KILL, struct.pack("<iI", signal.SIGTERM, 0))
+    # a KILL naming another job touches nothing: the process still runs
+    send(fake.node, NODE_KILL, wire.KILL.pack(99, signal.SIGKILL, 0))
+    assert not fake.exited_within(1.0)
+    send(fake.node, NODE_KILL, wire.KILL.pack(11, signal.SIGTERM, 0))
     out, ex, text = fake.until_exit()
     assert ex[3:] == (SIGNAL, signal.SIGTERM), (ex, text)
     assert "signal 15" in text
