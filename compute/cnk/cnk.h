@@ -85,6 +85,11 @@ long cnk_passthrough(struct cnk_call *c);       /* the call itself, from cnk's e
 /* Count and trace a call now (one that will not return: a successful execve). */
 void trap_account(struct cnk_call *c, long r);
 
+/* cputime.c: the program's CPU-time clocks without cnk's start-up */
+void cputime_start(void);                       /* just before the program's first instruction */
+int cputime_traps(long nr);                     /* clock_gettime, times, getrusage: trapped, local */
+long cputime_call(struct cnk_call *c);
+
 /* start.S: a minimal setjmp/longjmp, and a one-way switch of stacks */
 struct kjmp { uint64_t rbx, rbp, r12, r13, r14, r15, rsp, rip; };
 __attribute__((returns_twice)) int cnk_setjmp(struct kjmp *j);

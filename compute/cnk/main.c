@@ -119,5 +119,6 @@ void cnk_main(long *sp)
     if (r < 0)
         cnk_fail(-r, "cannot install the system call trap (error %d)", -r);
     cnk.report->loaded = 1;
+    cputime_start();    /* the program's CPU time starts now */
     enter_program(entry, stack);
 }

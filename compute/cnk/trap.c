@@ -152,7 +152,8 @@ static long dispatch(struct cnk_call *c)
         if (cnk.trace)
             trace(c, e, 0, 0);
     }
-    long r = c->cls == CNK_UNSUPPORTED ? -ENOSYS : e->fn ? e->fn(c) : cnk_passthrough(c);
+    long r = c->cls == CNK_UNSUPPORTED ? -ENOSYS : e->fn ? e->fn(c)
+           : cputime_traps(c->nr) ? cputime_call(c) : cnk_passthrough(c);
     count(c->cls);
     if (cnk.trace)
         trace(c, e, r, 1);
@@ -230,13 +231,15 @@ static int install_filter(uint64_t lo, uint64_t hi, const uint16_t *pass, int np
 }
 
 /* The calls the filter lets through: what cnk would run unchanged, unless
- * --trace must see (and count) every call. */
+ * --trace must see (and count) every call.  The CPU-time clocks are not
+ * unchanged: cnk takes its own start-up off them (cputime.c). */
 static int passed_through(uint16_t *pass)
 {
     int n = 0;
     for (int nr = 0; nr < CNK_NSYS && !cnk.trace; nr++) {
         const struct cnk_sysent *e = &cnk_systab[nr];
-        if (e->name && e->cls == CNK_LOCAL && !e->fn && nr != __NR_rt_sigreturn && n < 200)   /* 8-bit jumps */
+        if (e->name && e->cls == CNK_LOCAL && !e->fn && nr != __NR_rt_sigreturn && !cputime_traps(nr)
+            && n < 200)     /* 8-bit jumps */
             pass[n++] = (uint16_t)nr;
     }
     return n;
