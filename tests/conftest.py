@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -66,6 +67,16 @@ class Machine:
             if block is None or f"/blocks/{block}/" in text or f"--block {block}" in text:
                 pids.append(int(d.name))
         return sorted(pids)
+
+
+def wait_for(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    """Until pred() holds (an AssertionError after timeout seconds)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
 
 
 def make_machine(tmp: Path, *init_args: str) -> Machine:

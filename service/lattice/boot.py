@@ -109,10 +109,14 @@ def plugin_options(m: Machine) -> list[str]:
     return out
 
 
-def boot(con: sqlite3.Connection, m: Machine, name: str) -> Block:
+def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
+    """Boot block name; owner (pid, start time): the `lattice run` that boots
+    it for itself, so that the block is freed if that run dies (lattice.reclaim)."""
     import json
     import secrets
     blocks.set_state(con, name, "Allocated", expect=("Free",))
+    if owner is not None:
+        con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*owner, name))
     b = blocks.get(con, name)
     key = secrets.token_bytes(32)
     d = block_dir(name)
@@ -258,11 +262,13 @@ def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None
     con.execute("DELETE FROM daemons WHERE block = ?", (name,))
 
 
-def free(con: sqlite3.Connection, m: Machine, name: str) -> None:
+def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None) -> None:
+    """Shut the block down; why (e.g. "freed by `lattice free --force`") is
+    its message while it terminates: a run whose job dies of it says so."""
     b = blocks.get(con, name)
     if b.state == "Free":
         return
-    blocks.set_state(con, name, "Terminating", expect=("Allocated", "Booting", "Initialized", "Error"))
+    blocks.set_state(con, name, "Terminating", why, expect=("Allocated", "Booting", "Initialized", "Error"))
     try:
         booted = read_key(name) is not None
     except LatticeError:
@@ -279,6 +285,6 @@ def free(con: sqlite3.Connection, m: Machine, name: str) -> None:
         if f.is_file():
             f.unlink()  # key and personalities: secrets of a block that no longer runs
     with db.transaction(con):
-        con.execute("UPDATE blocks SET state = 'Free', message = NULL, changed = ? WHERE name = ?",
-                    (db.now(), name))
+        con.execute("UPDATE blocks SET state = 'Free', message = NULL, owner_pid = NULL, owner_start = NULL, "
+                    "changed = ? WHERE name = ?", (db.now(), name))
     ras.record(con, "INFO", "MMCS", name, f"block {name} freed")

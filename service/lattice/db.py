@@ -114,6 +114,16 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE blocks DROP COLUMN key;
     """,
+    # 3 -> 4: who to ask whether a job or a block is still wanted.  A job's
+    # `lattice run` (pid and start time, so a recycled pid is not taken for
+    # it), and the run that booted a block for itself; lattice.reclaim ends
+    # the records of runs that are gone and frees their blocks
+    """
+    ALTER TABLE jobs ADD COLUMN client_pid INTEGER;
+    ALTER TABLE jobs ADD COLUMN client_start INTEGER;
+    ALTER TABLE blocks ADD COLUMN owner_pid INTEGER;
+    ALTER TABLE blocks ADD COLUMN owner_start INTEGER;
+    """,
 ]
 KEYLESS = 3         # the first version whose database never held a key
 
@@ -129,6 +139,7 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
     if db_path is None:
         machine.require()
         db_path = path()
+        refuse_lost_state(db_path)
     try:
         private(db_path)
         con = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
@@ -143,11 +154,41 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
             scrub(con)
         private(db_path)        # the -wal and -shm files SQLite just made
     except sqlite3.DatabaseError as e:
-        raise LatticeError(f"cannot open the database {db_path}: {e}") from e
+        raise LatticeError(f"cannot open the database {db_path}: {e}",
+                           "lattice never replaces a damaged database: restore it from a backup, or end "
+                           "the machine's daemons by hand and start a new machine (`lattice init`)") from e
     except OSError as e:
         raise LatticeError(f"cannot open the database {db_path}: {e.strerror}",
                            "`lattice` is run by the owner of the machine directory") from e
     return con
+
+
+def refuse_lost_state(db_path: Path) -> None:
+    """A missing or empty database in a machine directory that has had
+    blocks is lost state, not a new machine: starting an empty one would
+    forget booted blocks whose daemons still run (and let new blocks be
+    made over their nodes).  Refuse, and say what is there."""
+    try:
+        empty = db_path.stat().st_size == 0
+    except FileNotFoundError:
+        empty = True
+    if not empty:
+        return
+    blocks_dir = machine.home() / "blocks"
+    try:
+        names = sorted(d.name for d in blocks_dir.iterdir() if d.is_dir())
+    except OSError:
+        names = []
+    if not names:
+        return
+    booted = [n for n in names if (blocks_dir / n / "key").exists()]
+    what = "missing" if not db_path.exists() else "empty"
+    raise LatticeError(
+        f"the database {db_path} is {what}, but {blocks_dir} holds block{'s' if len(names) > 1 else ''} "
+        f"{', '.join(names)}" + (f" ({', '.join(booted)} booted: their daemons may still run)" if booted else "")
+        + "; refusing to start an empty one",
+        "restore the database from a backup; or stop the blocks' daemons (see their pids in "
+        f"{blocks_dir}/NAME/log), remove {blocks_dir} and run `lattice init` again")
 
 
 def write_ahead_log(con: sqlite3.Connection, wait: float = 30.0) -> None:

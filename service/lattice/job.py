@@ -23,6 +23,7 @@ rank's PMI abort (LAT_CTL_ABORT) ends the job with that rank's code.
 """
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import shlex
@@ -34,6 +35,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from lattice import blocks, boot, db, machine, ras, wire
+from lattice.busy import claim
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError, sysret
 from lattice.errors import LatticeError
@@ -45,6 +47,7 @@ if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mo
     from lattice.cores import CoreMap
 
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
+OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a closed pipe: 141)
 NODE_LOST = 255
 
 
@@ -161,6 +164,8 @@ class Output:
     def __init__(self, label: bool) -> None:
         self.label = label
         self.partial: dict[tuple[int, int], bytes] = {}
+        self.failed: str | None = None      # why a stream could not be written (the job then ends)
+        self.failed_errno = 0
 
     def stream(self, which: int) -> BinaryIO:
         return sys.stdout.buffer if which == wire.STDOUT else sys.stderr.buffer
@@ -174,10 +179,28 @@ class Output:
                 prefix = f"{rank}: ".encode()
                 lines = b"".join(prefix + l for l in lines.splitlines(keepends=True))
             out = self.stream(which)
-            out.write(lines)
-            out.flush()
+            try:
+                out.write(lines)
+                out.flush()
+            except OSError as e:
+                self.lost(which, out, e)
         if end < len(buf):
             self.partial[(rank, which)] = buf[end:]
+
+    def lost(self, which: int, out: BinaryIO, e: OSError) -> None:
+        """A stream cannot be written (a closed pipe, a full disk): what
+        follows goes nowhere, and the run ends the job (Run.wait)."""
+        name = "stdout" if which == wire.STDOUT else "stderr"
+        if self.failed is None:
+            self.failed = f"cannot write the job's {name}: {e.strerror or e}"
+            self.failed_errno = e.errno or 0
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, out.fileno())     # nor will the interpreter's last flush complain
+        os.close(null)
+        try:
+            out.flush()
+        except OSError:
+            pass
 
     def flush(self, rank: int | None = None) -> None:
         for (r, which), rest in sorted(self.partial.items()):
@@ -216,6 +239,7 @@ class Run:
         self.interrupted: int | None = None
         self.ciods: list[Ciod] = []
         self.lost_ionode = False
+        self.freed: str | None = None        # why the job was cancelled, if its block was freed under it
         self.rank_rows: list[tuple[int, int, str, str, int, str | None, str | None]] = []   # not yet recorded
 
     def location(self, rank: int) -> str:
@@ -280,13 +304,15 @@ class Run:
         when the run returns."""
         self.killed = True
         self.ended_by = f"ended by lattice: {why}"
-        self.kill(signal.SIGKILL)
+        self.kill(signal.SIGKILL, accepted)
         self.wait(accepted)
 
-    def kill(self, sig: int) -> None:
-        for c in self.ciods:
+    def kill(self, sig: int, ciods: list[Ciod] | None = None) -> None:
+        """sig to this job's ranks: the message names the job, so an I/O node
+        running any other job refuses it."""
+        for c in self.ciods if ciods is None else ciods:
             try:
-                c.send(wire.CTL_KILL, wire.KILL.pack(sig, 0))
+                c.send(wire.CTL_KILL, wire.KILL.pack(self.job, sig, 0))
             except OSError:
                 pass
 
@@ -296,10 +322,14 @@ class Run:
         if rank >= len(self.nodes) or rank in self.outcome.ended:
             return
         self.output.flush(rank)
-        if self.ended_by and how == wire.EXIT_SIGNAL and value == signal.SIGKILL:
+        if how == wire.EXIT_SIGNAL and value == signal.SIGKILL and not self.ended_by:
+            self.notice_freed()             # killed by `lattice free --force`?
+        collateral = self.ended_by is not None and how == wire.EXIT_SIGNAL and value == signal.SIGKILL
+        if collateral and self.ended_by is not None:
             text = self.ended_by            # collateral of ending the job, not a fault of its own
         if rank in self.aborts:
             text = f"called abort: {self.aborts[rank]}"
+            collateral = False
         kind, status, words = describe(how, value, text)
         self.outcome.ended[rank] = (kind, value, text)
         if report is not None:
@@ -312,10 +342,18 @@ class Run:
                 self.outcome.first_failure = message
             if not self.killed or kind != "signal":
                 print(f"lattice: {message}", file=sys.stderr, flush=True)
-            severity = "ERROR" if kind in ("exit", "launch") else "FATAL" if kind == "lost" else "ERROR"
-            ras.record(self.con, severity, "APP" if kind != "lost" else "KERNEL", self.location(rank),
-                       f"job {self.job} {message}", self.job)
-            if kind in ("signal", "lost", "launch") and not self.killed:
+            if kind == "lost":
+                self.node_lost(rank, text)
+            ends_job = kind in ("signal", "lost", "launch") and not self.killed
+            if collateral:      # the cause was logged already: this rank only went with it
+                ras.record(self.con, "INFO", "MMCS", self.location(rank),
+                           f"job {self.job} rank {rank} ended by lattice, not by a fault of its own: {text}", self.job)
+            else:
+                severity = "FATAL" if kind == "lost" else "ERROR"
+                cause = " (root cause: lattice ends the job's other ranks)" if ends_job else ""
+                ras.record(self.con, severity, "APP" if kind != "lost" else "KERNEL", self.location(rank),
+                           f"job {self.job} {message}{cause}", self.job)
+            if ends_job:
                 # one rank can no longer take part: end the job everywhere
                 self.killed = True
                 self.ended_by = f"ended by lattice because rank {rank} {words}"
@@ -374,6 +412,23 @@ class Run:
             self.ended_by = f"ended by lattice: {message}"
             self.kill(signal.SIGKILL)
 
+    def output_lost(self, why: str) -> None:
+        """The job's output has nowhere to go: end the job, as a closed pipe
+        ends a shell pipeline (status 141) or a write error ends a program
+        (EX_IOERR, 74)."""
+        message = f"{why}: ending job {self.job}"
+        try:
+            print(f"lattice: {message}", file=sys.stderr, flush=True)
+        except OSError:
+            pass                # stderr is what failed
+        ras.record(self.con, "WARNING", "MMCS", self.b.name, f"job {self.job} ended by lattice: {why}", self.job)
+        if self.outcome.first_failure is None:
+            self.outcome.status = 128 + signal.SIGPIPE if self.output.failed_errno == errno.EPIPE else OUTPUT_FAILED
+            self.outcome.first_failure = message
+        self.killed = True
+        self.ended_by = f"ended by lattice: {why}"
+        self.kill(signal.SIGKILL)
+
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = signum
         if not self.killed:
@@ -418,13 +473,52 @@ class Run:
                         sel.unregister(c)
                         open_ciods.discard(c)
                         break
+                if self.output.failed and not self.killed:
+                    self.output_lost(self.output.failed)
             ready = [(key.data, key.data.frames())
                      for key, _ in sel.select(timeout=1.0)] if open_ciods else []
         sel.close()
         self.output.flush()
+        if self.output.failed and not self.killed:
+            self.output_lost(self.output.failed)
+
+    def notice_freed(self) -> bool:
+        """Whether the block was freed under the job (`lattice free --force`):
+        then that is why its ranks die and its I/O nodes go, said once."""
+        if self.freed is None:
+            mine = self.con.execute("SELECT state, message FROM jobs WHERE id = ?", (self.job,)).fetchone()
+            row = self.con.execute("SELECT state, message FROM blocks WHERE name = ?", (self.b.name,)).fetchone()
+            if mine["state"] == "Dying" and mine["message"]:
+                self.freed = f"job {self.job} {mine['message']}"        # lattice.cmd.free says why
+            elif row is None or row["state"] in ("Terminating", "Free"):
+                how = row["message"] if row is not None and row["message"] else "freed"
+                self.freed = f"job {self.job} cancelled: its block {self.b.name} was {how}"
+            if self.freed is not None:
+                print(f"lattice: {self.freed}", file=sys.stderr, flush=True)
+                if self.outcome.first_failure is None:
+                    self.outcome.status = 128 + signal.SIGKILL
+                    self.outcome.first_failure = self.freed
+                self.killed = True
+                self.ended_by = self.ended_by or self.freed
+        return self.freed is not None
+
+    def node_lost(self, rank: int, text: str) -> None:
+        """A compute node died under the job: the block says so until it is booted again."""
+        where = self.location(rank)
+        try:
+            blocks.set_state(self.con, self.b.name, "Error",
+                             f"compute node {where} lost during job {self.job}: free and boot the block",
+                             expect=("Initialized",))
+        except LatticeError:
+            pass                # Error already, or being freed
 
     def ionode_lost(self, c: Ciod) -> None:
         """An I/O node closed its connection mid-job: its ranks are lost."""
+        if self.notice_freed():
+            for r, n in enumerate(self.nodes):
+                if self.m.pset_of(n) == c.pset and r not in self.outcome.ended:
+                    self.on_exit(wire.EXIT.pack(self.job, r, 0, wire.EXIT_SIGNAL, signal.SIGKILL))
+            return
         self.lost_ionode = True
         message = f"I/O node {c.location} lost (connection closed) during job {self.job}"
         print(f"lattice: {message}", file=sys.stderr, flush=True)
@@ -449,24 +543,18 @@ class Run:
             c.close()
 
 
-def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec) -> int:
-    """Run spec on booted block b; record it; return the exit status."""
+def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = False) -> int:
+    """Run spec on booted block b; record it; return the exit status.  A
+    block busy with another job refuses the run, or with `wait` the run
+    waits until the block is idle (lattice.busy)."""
     if spec.nranks > b.size * spec.mapping.ppn:
         raise LatticeError(f"{spec.nranks} ranks do not fit in block {b.name} of {b.size} compute nodes "
                            f"x {spec.mapping.ppn} per node")
-    if b.state != "Initialized":
-        raise LatticeError(f"block {b.name} is {b.state}, not Initialized")
     if spec.kernel not in KERNELS:
         raise LatticeError(f"unknown kernel {spec.kernel!r}: {' or '.join(KERNELS)}")
     if spec.trace and spec.kernel != "cnk":
         raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
-    cmdline = shlex.join([spec.exe, *spec.args])
-    with db.transaction(con):
-        cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, kernel) "
-                          "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?)",
-                          (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now(),
-                           spec.kernel))
-        job_id = int(cur.lastrowid or 0)
+    job_id = claim(con, m, b, spec, wait)
     r = Run(con, m, b, spec, job_id)
     pages: hugepages.Reservation | None = None
     handlers = {s: signal.signal(s, r.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}

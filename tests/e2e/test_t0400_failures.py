@@ -8,9 +8,8 @@ import re
 import signal
 import socket
 import struct
-import time
 
-from conftest import EXAMPLES, Machine
+from conftest import EXAMPLES, Machine, wait_for
 
 from lattice import wire
 
@@ -106,15 +105,6 @@ def test_malformed_messages_leave_ciod_serving(default_machine: Machine) -> None
     assert p.stdout.count("hello from rank") == 16
 
 
-def wait_for(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 def test_killing_a_compute_node_ends_the_job(small_machine: Machine) -> None:
     m = small_machine
     m.run("block", "create", "S", "--shape", "1x1x4")
@@ -177,27 +167,3 @@ def test_run_without_block_boots_and_frees_one(small_machine: Machine) -> None:
     assert "Initialized" not in blocks, blocks
     jobs = m.run("jobs").stdout
     assert "hello" in jobs
-
-
-def test_job_refused_by_one_io_node_ends_where_it_started(small_machine: Machine) -> None:
-    """Every I/O node gets the job at once: when one refuses it (here: busy
-    with another job), the ranks another one already started are ended, and
-    the run returns only once that I/O node is free again."""
-    m = small_machine
-    m.run("block", "create", "S", "--shape", "1x1x4")
-    m.run("boot", "S")
-    busy = m.popen("run", "--block", "S", "-n", "1", "--cwd", "/tmp", str(EXAMPLES / "sleeper"), "120")
-    assert busy.stdout is not None
-    assert "sleeping" in busy.stdout.readline()        # rank 0 runs on pset 0
-    p = m.run("run", "--block", "S", "-n", "4", "--cwd", "/tmp", str(EXAMPLES / "sleeper"), "120", check=False)
-    assert p.returncode == 126, (p.stdout, p.stderr)
-    assert "job refused by I/O node" in p.stderr and "running" in p.stderr, p.stderr
-    job_id = m.run("jobs").stdout.strip().splitlines()[-1].split()[0]
-    lines = m.run("jobs", "--ranks", job_id).stdout.strip().splitlines()[1:]
-    ended = {int(f[0]): f[2] for f in (line.split() for line in lines)}
-    assert ended == {2: "signal", 3: "signal"}, lines     # pset 1 had started ranks 2 and 3
-    busy.send_signal(signal.SIGTERM)
-    busy.communicate(timeout=60)
-    # both I/O nodes are free: no waiting, no retry
-    p = m.run("run", "--block", "S", "-n", "4", "--cwd", "/tmp", str(EXAMPLES / "hello"))
-    assert p.stdout.count("hello from rank") == 4

@@ -274,12 +274,12 @@ def no_boot() -> Iterator[dict[str, Any]]:
     replaced; what reaches job.run is kept."""
     seen: dict[str, Any] = {}
 
-    def fake_boot(con: Any, m: Machine, name: str) -> Block:
+    def fake_boot(con: Any, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
         seen.setdefault("booted", []).append(name)
         from lattice import blocks
         return blocks.get(con, name)
 
-    def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec) -> int:
+    def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec, wait: bool = False) -> int:
         seen["spec"], seen["block"] = spec, b
         return 0
 

@@ -283,3 +283,58 @@ def test_old_database_with_keys_is_scrubbed_and_tightened(tmp_path: Path) -> Non
     con.close()
     data = path.read_bytes()
     assert not any(k.encode() in data for k in keys)
+
+
+# --- lost state is refused, never re-created --------------------------------------
+
+def machine_with_a_block(home: Home, booted: bool) -> Path:
+    """A machine with block A (as if booted: a key file) and its database path."""
+    home.ok("init", "--shape", "2x2x2")
+    home.ok("block", "create", "A", "--shape", "2x2x2")
+    d = home.path / "blocks" / "A"
+    d.mkdir(parents=True, exist_ok=True)
+    if booted:
+        (d / "key").write_text("00" * 32 + "\n")
+    return home.path / "lattice.db"
+
+
+@pytest.mark.parametrize("damage", ["empty", "missing"])
+def test_lost_database_with_blocks_is_refused(home: Home, damage: str) -> None:
+    path = machine_with_a_block(home, booted=True)
+    for suffix in db.SUFFIXES:
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    if damage == "empty":
+        path.write_bytes(b"")
+    for args in (["blocks"], ["jobs"], ["block", "create", "B", "--shape", "2x2x2"]):
+        assert_clean_error(home.call(*args), f"the database {path} is {damage}", "block A", "A booted",
+                           "refusing", status=1)
+    # nothing was re-created behind the refusal
+    assert (path.exists() and path.stat().st_size == 0) if damage == "empty" else not path.exists()
+
+
+def test_corrupt_database_is_refused(home: Home) -> None:
+    path = machine_with_a_block(home, booted=False)
+    for suffix in db.SUFFIXES[1:]:
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    path.write_bytes(b"this is not an SQLite database, just bytes " * 100)
+    before = path.read_bytes()
+    assert_clean_error(home.call("blocks"), f"cannot open the database {path}", "never replaces", status=1)
+    assert path.read_bytes() == before
+
+
+def test_new_machine_still_gets_its_database(home: Home) -> None:
+    """No block has ever been made: a missing database is simply created."""
+    home.ok("init", "--shape", "2x2x2")
+    (home.path / "lattice.db").unlink()
+    assert "name" in home.ok("blocks").out
+    assert (home.path / "lattice.db").stat().st_size > 0
+
+
+def test_init_force_refuses_a_machine_whose_block_looks_booted(home: Home) -> None:
+    machine_with_a_block(home, booted=True)
+    with sqlite3.connect(home.path / "lattice.db") as con:      # the record says Free, the key file says booted
+        con.execute("UPDATE blocks SET state = 'Free'")
+    assert_clean_error(home.call("init", "--force", "--shape", "2x2x2"), "block A of the old machine looks booted")
+    (home.path / "blocks" / "A" / "key").unlink()
+    home.ok("init", "--force", "--shape", "2x2x2")
+    assert not (home.path / "blocks").exists()

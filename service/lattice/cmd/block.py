@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from lattice import blocks, db, machine
+from lattice import blocks, machine, reclaim
 from lattice.errors import LatticeError
 
 description = "create or delete a block (a box of whole psets)"
@@ -20,7 +20,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 def block(args: argparse.Namespace) -> int:
     m = machine.load()
-    con = db.connect()
+    con = reclaim.connect()
     if args.action == "create":
         corner = machine.parse_coord(args.corner) if args.corner else None
         b = blocks.create(con, m, args.name, machine.parse_shape(args.shape), corner)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 
 from lattice import blocks as model
-from lattice import db, machine
+from lattice import machine, reclaim
 
 description = "list blocks and their states"
 
@@ -14,7 +14,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 def blocks(args: argparse.Namespace) -> int:
     m = machine.load()
-    con = db.connect()
+    con = reclaim.connect()
     print(f"{'name':<16} {'state':<12} {'shape':<8} {'corner':<8} {'nodes':>5} {'I/O':>3}  message")
     for b in model.all_blocks(con):
         print(f"{b.name:<16} {b.state:<12} {machine.shape_str(b.shape):<8} {','.join(map(str, b.corner)):<8} "

@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 
 from lattice import boot as booting
-from lattice import db, host, machine
+from lattice import host, machine, reclaim
 
 description = "boot a block: one ciod per pset, one compute node process per compute node"
 
@@ -14,7 +14,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 def boot(args: argparse.Namespace) -> int:
     m = machine.load()
-    con = db.connect()
+    con = reclaim.connect()
     b = booting.boot(con, m, args.name)
     host.local(refresh=True)        # learn the host's cores again: jobs on the block map onto them
     print(f"block {b.name} {b.state}: {b.size} compute nodes, {len(b.psets(m))} I/O nodes")

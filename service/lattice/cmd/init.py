@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+from pathlib import Path
 
 from lattice import db, machine
 from lattice.errors import LatticeError
@@ -23,6 +25,19 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
 
 
+def forget_blocks(blocks_dir: Path) -> None:
+    """The old machine's block directories (logs), unless one still has a
+    key: that block was booted, and its daemons may still run."""
+    if not blocks_dir.is_dir():
+        return
+    booted = sorted(d.name for d in blocks_dir.iterdir() if (d / "key").exists())
+    if booted:
+        raise LatticeError(f"block{'s' if len(booted) > 1 else ''} {', '.join(booted)} of the old machine "
+                           f"{'look' if len(booted) > 1 else 'looks'} booted ({blocks_dir}/NAME/key): "
+                           f"`lattice free {' '.join(booted)}` first")
+    shutil.rmtree(blocks_dir)
+
+
 def init(args: argparse.Namespace) -> int:
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
                 memory=machine.parse_size(args.memory), cores=args.cores,
@@ -37,6 +52,7 @@ def init(args: argparse.Namespace) -> int:
             con.close()
             if busy:
                 raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
+        forget_blocks(home / "blocks")
         for suffix in db.SUFFIXES:
             (home / f"lattice.db{suffix}").unlink(missing_ok=True)
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lattice import db
+from lattice import reclaim
 
 description = "list jobs with their kernel, state and exit status"
 
@@ -14,7 +14,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
 
 
 def jobs(args: argparse.Namespace) -> int:
-    con = db.connect()
+    con = reclaim.connect()
     if args.ranks is not None:
         print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
         for r in con.execute("SELECT * FROM ranks WHERE job = ? ORDER BY rank", (args.ranks,)):
@@ -28,5 +28,5 @@ def jobs(args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["started"] or j["submitted"]))
         status = "" if j["status"] is None else str(j["status"])
         print(f"{j['id']:>5} {j['block'] or '':<14} {j['user']:<10} {j['nranks']:>5} {j['kernel'] or '-':<6} "
-              f"{j['state']:<10} {status:>6} {when:<19}  {j['args']}")
+              f"{j['state']:<10} {status:>6} {when:<19}  {j['args']}" + (f"  # {j['message']}" if j["message"] else ""))
     return 0

@@ -4,10 +4,11 @@ import argparse
 import os
 import pwd
 import socket
+import sqlite3
 import sys
 import time
 
-from lattice import blocks, boot, cores, db, host, job, machine, mapping, mpienv, ras
+from lattice import blocks, boot, cores, host, job, machine, mapping, mpienv, ras, reclaim
 from lattice.blocks import Block
 from lattice.cores import CoreMap
 from lattice.errors import LatticeError
@@ -34,6 +35,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                    help="print rank -> x y z t -> location -> host -> CPUs and exit without booting or running "
                         "anything (EXE may be left out)")
     p.add_argument("--block", help="a block to run on (default: create, boot and free one that fits)")
+    p.add_argument("--wait", action="store_true",
+                   help="if the block is busy with another job, wait until it is idle (default: refuse the run)")
     p.add_argument("--label", action="store_true", help="prefix each output line with its rank")
     p.add_argument("--cwd", help="working directory on the I/O nodes (default: the current one)")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
@@ -173,9 +176,20 @@ def print_map(m: Machine, b: Block, p: RankMapping, cm: CoreMap, booted: bool, v
         print(line)
 
 
+def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
+    """Free (and delete, if this run made it) the block this run booted for
+    itself, unless somebody freed it under the run already."""
+    try:
+        boot.free(con, m, name)
+        if blocks.get(con, name).auto:
+            blocks.delete(con, name)
+    except LatticeError as e:
+        print(f"lattice: block {name}: {e.message}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     m = machine.load()
-    con = db.connect()
+    con = reclaim.connect()
     cwd = os.path.abspath(args.cwd or os.getcwd())
     ppn = mapping.ppn_of(m, args.mode)
     chosen = blocks.get(con, args.block) if args.block else None
@@ -217,14 +231,14 @@ def run(args: argparse.Namespace) -> int:
         need_kernel(args.kernel)
         if b.state == "Free":
             owned = b.name
-            b = boot.boot(con, m, b.name)
+            b = boot.boot(con, m, b.name, owner=reclaim.me())
     else:
         need_kernel(args.kernel)
         name = chosen.name
         b = blocks.create(con, m, name, chosen.shape, chosen.corner, auto=True)
         owned = name
         try:
-            b = boot.boot(con, m, name)
+            b = boot.boot(con, m, name, owner=reclaim.me())
         except LatticeError:
             boot.free(con, m, name)
             blocks.delete(con, name)
@@ -245,13 +259,11 @@ def run(args: argparse.Namespace) -> int:
             said = ompi.describe()
             if args.verbose and said:
                 print(f"lattice: {said}", file=sys.stderr)
-            status = job.run(con, m, b, spec)
+            status = job.run(con, m, b, spec, wait=args.wait)
     finally:
         ras.ingest(con)
         if owned:
-            boot.free(con, m, owned)
-            if blocks.get(con, owned).auto:
-                blocks.delete(con, owned)
+            free_owned(con, m, owned)
     if args.verbose:
         print(f"lattice: job ended with status {status} after {time.monotonic() - t0:.2f} s", file=sys.stderr)
     return status
