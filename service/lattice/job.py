@@ -322,9 +322,10 @@ class Run:
         if rank >= len(self.nodes) or rank in self.outcome.ended:
             return
         self.output.flush(rank)
-        if how == wire.EXIT_SIGNAL and value == signal.SIGKILL and not self.ended_by:
-            self.notice_freed()             # killed by `lattice free --force`?
-        collateral = self.ended_by is not None and how == wire.EXIT_SIGNAL and value == signal.SIGKILL
+        killed = how == wire.EXIT_SIGNAL and value == signal.SIGKILL
+        if (killed or how == wire.EXIT_LOST) and not self.ended_by:
+            self.notice_freed()             # killed, or its node shut down, by `lattice free --force`?
+        collateral = self.ended_by is not None and (killed or (how == wire.EXIT_LOST and self.freed is not None))
         if collateral and self.ended_by is not None:
             text = self.ended_by            # collateral of ending the job, not a fault of its own
         if rank in self.aborts:
@@ -340,9 +341,9 @@ class Run:
             if self.outcome.first_failure is None:
                 self.outcome.status = status
                 self.outcome.first_failure = message
-            if not self.killed or kind != "signal":
+            if not collateral and (not self.killed or kind != "signal"):
                 print(f"lattice: {message}", file=sys.stderr, flush=True)
-            if kind == "lost":
+            if kind == "lost" and not collateral:
                 self.node_lost(rank, text)
             ends_job = kind in ("signal", "lost", "launch") and not self.killed
             if collateral:      # the cause was logged already: this rank only went with it
