@@ -88,8 +88,10 @@ def test_second_run_on_a_busy_block_is_refused_and_the_first_finishes(sm: Machin
     assert f"block S is busy: job {first_job}" in lines[0] and "--wait" in lines[0], lines
     assert second.stdout == ""
     go.touch()
-    rest, err = first.communicate(timeout=120)
-    assert first.returncode == 0, (rest, err)
+    rest = first.stdout.read()          # not communicate(): it would miss what readline buffered
+    assert first.stderr is not None
+    err = first.stderr.read()
+    assert first.wait(timeout=120) == 0, (rest, err)
     assert sorted((head + rest).splitlines()) == sorted(f"{r}: rank {r} line {i}" for r in range(4) for i in range(5))
     row = job_line(sm, first_job).split()
     assert row[5:7] == ["Terminated", "0"], row
