@@ -48,6 +48,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from lattice import procs
+
 SYSFS = Path("/sys/kernel/mm/hugepages")
 MEMINFO = Path("/proc/meminfo")
 GIB_KB = 1 << 20
@@ -175,13 +177,9 @@ def choose(memory: int, fixed_address: bool, largest: int, has_1g: bool) -> tupl
 # --- bookkeeping --------------------------------------------------------------
 
 def _start_time(pid: int) -> str | None:
-    """A process's start time (field 22 of /proc/PID/stat), None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return fields[19] if fields[0] != "Z" else None
+    """A process's start time as the book keeps it, None if it is gone."""
+    t = procs.start_time(pid)
+    return None if t is None else str(t)
 
 
 def _alive(entry: dict[str, object]) -> bool:

@@ -18,34 +18,24 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from lattice import blocks, boot, db, machine, ras
+from lattice import blocks, boot, db, machine, procs, ras
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 
 ACTIVE = ("Queued", "Starting", "Running", "Dying")
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks after boot; None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
-
-
 def me() -> tuple[int, int]:
     """This process as (pid, start time)."""
     pid = os.getpid()
-    return pid, start_time(pid) or 0
+    return pid, procs.start_time(pid) or 0
 
 
 def gone(pid: int | None, started: int | None) -> bool:
     """The process recorded as (pid, started) no longer runs."""
     if pid is None:
         return False            # recorded before lattice kept the pid: nothing to go by
-    now = start_time(pid)
+    now = procs.start_time(pid)
     return now is None or (started is not None and now != started)
 
 
