@@ -268,7 +268,8 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
     b = blocks.get(con, name)
     if b.state == "Free":
         return
-    blocks.set_state(con, name, "Terminating", why, expect=("Allocated", "Booting", "Initialized", "Error"))
+    blocks.set_state(con, name, "Terminating", why,
+                     expect=("Allocated", "Booting", "Initialized", "Error", "Terminating"))
     try:
         booted = read_key(name) is not None
     except LatticeError:

@@ -3,7 +3,9 @@
 The claim is the job's record, inserted in the same transaction that found
 the block Initialized with no active job; a second run on a busy block is
 refused with one line, or with `--wait` waits (a progress line when it
-starts waiting, then every PROGRESS_EVERY seconds) until the block is idle.
+starts waiting, then every PROGRESS_EVERY seconds) until the block is idle;
+if the run it waited for frees the block (it had booted it for itself), the
+waiting run boots it in turn (BlockFreed).
 While it waits it sweeps (lattice.reclaim), so a run killed meanwhile does
 not hold the block for ever; with `--wait` it also asks the I/O nodes,
 which may still be ending a job whose run was killed.
@@ -26,11 +28,16 @@ if TYPE_CHECKING:
 
 POLL = 0.5
 PROGRESS_EVERY = 30.0
-WAITABLE = ("Initialized", "Allocated", "Booting")     # states a block leaves by itself
+WAITABLE = ("Initialized", "Allocated", "Booting", "Terminating")     # states a block leaves by itself
+
+
+class BlockFreed(LatticeError):
+    """The block a run waited for was freed meanwhile: the run may boot it."""
 
 
 def active_job(con: sqlite3.Connection, block: str) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = con.execute(f"SELECT id, user, args, started, submitted FROM jobs WHERE block = ? AND state IN "
+    row: sqlite3.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
+                                          f"FROM jobs WHERE block = ? AND state IN "
                        f"({','.join('?' * len(reclaim.ACTIVE))}) ORDER BY id LIMIT 1",
                        (block, *reclaim.ACTIVE)).fetchone()
     return row
@@ -84,6 +91,8 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
             why = f"block {b.name} is busy: {describe(other)}"
         elif why is None:
             why = f"block {b.name} is {now.state}, not Initialized" + (f" ({now.message})" if now.message else "")
+        if wait and now.state == "Free":
+            raise BlockFreed(f"block {b.name} was freed while the run waited for it")
         if not wait or now.state not in WAITABLE:
             hint = "; `lattice run --wait` waits for it" if other is not None else ""
             raise LatticeError(why + hint)

@@ -136,6 +136,25 @@ def test_wait_waits_for_the_busy_block(sm: Machine, probe: str) -> None:
     assert out.count("of a long output") == 12, out
 
 
+def test_wait_for_a_block_another_run_booted_for_itself(sm: Machine, probe: str) -> None:
+    """S is Free: the first run boots it for itself and frees it after its
+    job; the waiting run gets it all the same, and nothing stays booted."""
+    go = sm.work / "go"
+    first = sm.popen("run", "--block", "S", "-n", "4", probe, "gate", str(go), "2")
+    assert first.stdout is not None
+    assert "line 0" in first.stdout.readline()
+    second = sm.popen("run", "--block", "S", "--wait", "-n", "4", "--label", probe, "flood", "3")
+    assert second.stderr is not None and second.stdout is not None
+    assert "waiting (--wait)" in second.stderr.readline()
+    go.touch()
+    assert first.wait(timeout=120) == 0
+    out = second.stdout.read()
+    assert second.wait(timeout=120) == 0, second.stderr.read()
+    assert out.count("of a long output") == 12, out
+    assert " Free " in block_line(sm, "S")
+    wait_for(lambda: not sm.processes("ciod") and not sm.processes("cnode"))
+
+
 def test_killed_client_ends_its_job_and_its_record(sm: Machine) -> None:
     job, job_id = start_sleepers(sm)
     job.kill()

@@ -8,8 +8,9 @@ import sqlite3
 import sys
 import time
 
-from lattice import blocks, boot, cores, host, job, machine, mapping, mpienv, ras, reclaim
+from lattice import blocks, boot, cores, db, host, job, machine, mapping, mpienv, ras, reclaim
 from lattice.blocks import Block
+from lattice.busy import BlockFreed, active_job
 from lattice.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.machine import Machine
@@ -178,7 +179,18 @@ def print_map(m: Machine, b: Block, p: RankMapping, cm: CoreMap, booted: bool, v
 
 def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
     """Free (and delete, if this run made it) the block this run booted for
-    itself, unless somebody freed it under the run already."""
+    itself, unless somebody freed it under the run already.  A run that got
+    the block meanwhile (it waited for it) keeps it: the block becomes its
+    run's to free (lattice.reclaim does, once that run is gone)."""
+    with db.transaction(con):
+        other = active_job(con, name)
+        if other is not None:
+            con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?",
+                        (other["client_pid"], other["client_start"], name))
+            return
+        # Terminating now, in the transaction that found it idle: no run can claim it any more
+        con.execute("UPDATE blocks SET state = 'Terminating', changed = ? WHERE name = ? AND state = 'Initialized'",
+                    (db.now(), name))
     try:
         boot.free(con, m, name)
         if blocks.get(con, name).auto:
@@ -259,7 +271,13 @@ def run(args: argparse.Namespace) -> int:
             said = ompi.describe()
             if args.verbose and said:
                 print(f"lattice: {said}", file=sys.stderr)
-            status = job.run(con, m, b, spec, wait=args.wait)
+            while True:
+                try:
+                    status = job.run(con, m, b, spec, wait=args.wait)
+                    break
+                except BlockFreed:      # the run it waited for freed the block: boot it, as for a Free --block
+                    owned = b.name
+                    b = boot.boot(con, m, b.name, owner=reclaim.me())
     finally:
         ras.ingest(con)
         if owned:
