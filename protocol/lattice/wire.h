@@ -173,7 +173,14 @@ enum lat_type {
     LAT_SYS_POLL       = 0x0328,  /* a0 nfds, a1 wait; fds -> fds */
     LAT_SYS_SEND_RDV   = 0x0329,  /* a0 fd, a1 flags, a2 namelen, a3 wait; name, segs */
     LAT_SYS_RECV_RDV   = 0x032A,  /* a0 fd, a1 flags, a2 wait; segs -> from */
-    LAT_SYS__END       = 0x032B,
+    LAT_SYS_LOCK       = 0x032B,  /* a0 fd, a1 cmd, a2 wait; fl -> fl */
+    LAT_SYS_FLOCK      = 0x032C,  /* a0 fd, a1 op, a2 wait */
+    LAT_SYS_SYMLINKAT  = 0x032D,  /* a0 newdirfd; target, path */
+    LAT_SYS_LINKAT     = 0x032E,  /* a0 olddirfd, a1 newdirfd, a2 flags; oldpath, newpath */
+    LAT_SYS_FCHOWNAT   = 0x032F,  /* a0 dirfd, a1 uid, a2 gid, a3 flags; path */
+    LAT_SYS_MKNODAT    = 0x0330,  /* a0 dirfd, a1 mode, a2 dev; path */
+    LAT_SYS_FALLOCATE  = 0x0331,  /* a0 fd, a1 mode, a2 offset, a3 len */
+    LAT_SYS__END       = 0x0332,
     /* END generated */
 
     /* plug-ins: compute process -> ciod (docs/plugins.md).  Request payload is
@@ -195,8 +202,9 @@ enum lat_type {
 /* BEGIN generated transport by lattice-pluggen --wire from lattice/fwd_posix.h (make wire-h) */
 /* OPENAT, CLOSE, READ, WRITE, PREAD, PWRITE, LSEEK, FSTATAT, STATX, FACCESSAT, UNLINKAT, RENAMEAT,
  * MKDIRAT, GETDENTS64, READLINKAT, TRUNCATE, FTRUNCATE, FSYNC, FDATASYNC, DUP, FCNTL, CHDIR,
- * FCHDIR, GETCWD, UMASK, FCHMODAT, FCHMOD, UTIMENSAT, STATFS, FSTATFS */
-#define LAT_MBOX_MAP 0x000000003FFFFFFFull
+ * FCHDIR, GETCWD, UMASK, FCHMODAT, FCHMOD, UTIMENSAT, STATFS, FSTATFS, SYMLINKAT, LINKAT,
+ * FCHOWNAT, MKNODAT, FALLOCATE */
+#define LAT_MBOX_MAP 0x0003E0003FFFFFFFull
 /* READ, WRITE, PREAD, PWRITE */
 #define LAT_BULK_MAP 0x000000000000003Cull
 /* END generated */
@@ -643,5 +651,12 @@ struct lat_statfs {
     int64_t  namelen, frsize, flags;
 };
 _Static_assert(sizeof(struct lat_statfs) == 88, "lat_statfs layout");
+
+struct lat_flock {                  /* a Linux struct flock; pid is -1 for a lock held through an I/O node */
+    int16_t  type, whence;          /* F_RDLCK, F_WRLCK, F_UNLCK; SEEK_SET, SEEK_CUR, SEEK_END */
+    int32_t  pid;
+    int64_t  start, len;
+};
+_Static_assert(sizeof(struct lat_flock) == 24, "lat_flock layout");
 
 #endif
