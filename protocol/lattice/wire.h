@@ -106,12 +106,16 @@ enum lat_type {
     LAT_CTL_COUNTERS   = 0x0104,  /* empty -> uint64_t calls[LAT_SYS__END - LAT_SYS__BASE] */
     LAT_CTL_FENCE_OUT  = 0x0105,  /* one-way sn->ciod: struct lat_fence + key/value strings:
                                      the fence is complete, here is everything it published */
+    LAT_CTL_NAME_OUT   = 0x0110,  /* one-way sn->ciod: struct lat_name + port\0 (a lookup's):
+                                     the answer to a rank's name service request */
     LAT_CTL_OUTPUT     = 0x0180,  /* one-way ciod->sn: struct lat_output + data */
     LAT_CTL_EXIT       = 0x0181,  /* one-way ciod->sn: struct lat_exit + message text */
     LAT_CTL_JOB_END    = 0x0182,  /* one-way ciod->sn: struct lat_job_end */
     LAT_CTL_FENCE      = 0x0183,  /* one-way ciod->sn: struct lat_fence + key/value strings:
                                      every rank of the pset entered the fence, with their puts */
     LAT_CTL_ABORT      = 0x0184,  /* one-way ciod->sn: struct lat_abort + message text */
+    LAT_CTL_NAME       = 0x0190,  /* one-way ciod->sn: struct lat_name + service\0 port\0:
+                                     a rank publishes, unpublishes or looks up a name */
 
     /* node: compute node <-> ciod */
     LAT_NODE_JOB       = 0x0200,  /* one-way ciod->cn: struct lat_node_job + tail */
@@ -627,6 +631,19 @@ struct lat_abort {
     int32_t  code;
 };
 _Static_assert(sizeof(struct lat_abort) == 16, "lat_abort layout");
+
+/* MPI name publishing through PMI (LAT_CTL_NAME, LAT_CTL_NAME_OUT): the
+ * service node keeps the job's names; rc 0 done, else the name is taken
+ * (publish) or unknown (unpublish, lookup). */
+struct lat_name {
+    uint64_t job;
+    uint32_t rank;
+    uint32_t op;            /* LAT_NAME_* */
+    int32_t  rc;            /* in NAME_OUT */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_name) == 24, "lat_name layout");
+enum lat_name_op { LAT_NAME_PUBLISH = 1, LAT_NAME_UNPUBLISH = 2, LAT_NAME_LOOKUP = 3 };
 
 struct lat_timespec {
     int64_t sec;
