@@ -56,11 +56,11 @@ CNK_CFLAGS := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -f
               -Wl,-z,noexecstack -Iprotocol -Icompute/include
 cnk: $(BUILD)/bin/cnk
 
-$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(HEADERS) $(FWD_GEN)
+$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) $(SYSCALLS_DEF) compute/include/lattice/cnk_report.h compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
 	$(CC) $(CNK_CFLAGS) -I$(BUILD)/gen -o $@ $(CNK_SRC)
 
-$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS) compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(FWD_GEN)
+$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(SYSCALLS_DEF) $(HEADERS) compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(FWD_GEN)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -shared -pthread -I$(BUILD)/gen -o $@ $(CLIENT_SRC)
 

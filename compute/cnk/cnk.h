@@ -14,6 +14,7 @@
 
 #include <lattice/cnk_report.h>
 #include "lib.h"
+#include "syscalls.h"
 
 #define CNK_FD_FLOOR 1000           /* cnk's own descriptors live at or above this */
 #define CNK_NSYS     512            /* x86-64 system call numbers covered by the table */
@@ -173,30 +174,13 @@ long ship_open(const char *path, int flags);   /* -> program descriptor or -errn
 long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
 long ship_close(int fd);
 long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
-/* Handlers for every file call (README "shipped" row), each deciding by
- * path or descriptor and setting c->cls: sys_openat, sys_open, sys_creat,
- * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,
- * sys_readv, sys_writev, sys_preadv, sys_pwritev, sys_preadv2, sys_pwritev2,
- * sys_lseek, sys_stat, sys_lstat, sys_fstat, sys_newfstatat, sys_statx,
- * sys_access, sys_faccessat, sys_faccessat2, sys_unlink, sys_unlinkat,
- * sys_rename, sys_renameat, sys_renameat2, sys_mkdir, sys_mkdirat, sys_rmdir,
- * sys_getdents64, sys_readlink, sys_readlinkat, sys_truncate, sys_ftruncate,
- * sys_fsync, sys_fdatasync, sys_dup, sys_dup2, sys_dup3, sys_fcntl, sys_chdir,
- * sys_fchdir, sys_getcwd, sys_umask, sys_chmod, sys_fchmod, sys_fchmodat,
- * sys_utimensat, sys_statfs, sys_fstatfs, sys_ioctl, sys_flock,
- * sys_fadvise64, sys_link, sys_linkat, sys_symlink, sys_symlinkat, sys_chown,
- * sys_fchown, sys_lchown, sys_fchownat, sys_sendfile, sys_copy_file_range. */
-#define SHIP_HANDLER(name) long sys_##name(struct cnk_call *c);
-#define SHIP_HANDLERS(X) \
-    X(openat) X(open) X(creat) X(close) X(close_range) X(read) X(write) X(pread64) X(pwrite64) \
-    X(readv) X(writev) X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(lseek) X(stat) X(lstat)     \
-    X(fstat) X(newfstatat) X(statx) X(access) X(faccessat) X(faccessat2) X(unlink) X(unlinkat)   \
-    X(rename) X(renameat) X(renameat2) X(mkdir) X(mkdirat) X(rmdir) X(getdents64) X(readlink)    \
-    X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
-    X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
-    X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
-    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
-SHIP_HANDLERS(SHIP_HANDLER)
+/* The handlers lattice/syscalls.def names (syscalls.h): sys_NAME of the
+ * file calls (ship.c), each deciding by path or descriptor and setting
+ * c->cls; sock_NAME of the socket calls (sock.c); sys_lattice_zoid
+ * (plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub, lattice/zoid.h). */
+#define SYS(name, cls, op, wire, trace, lx) CNK_DECL_##cls(op)
+#include <lattice/syscalls.def>
+#undef SYS
 /* Between ship.c, fd.c and path.c only.  A route is ROUTE_LOCAL, ROUTE_SHIP
  * (with the remote descriptor, LAT_AT_FDCWD for the I/O node's cwd) or -errno. */
 enum { ROUTE_LOCAL = 0, ROUTE_SHIP = 1 };
@@ -225,20 +209,10 @@ long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int n
 uint64_t ship_rdv_min(void);
 
 /* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
-#define SOCK_HANDLER(name) long sock_##name(struct cnk_call *c);
-#define SOCK_HANDLERS(X) \
-    X(socket) X(connect) X(bind) X(listen) X(accept) X(sendto) X(recvfrom) X(sendmsg)   \
-    X(recvmsg) X(sendmmsg) X(recvmmsg) X(shutdown) X(setsockopt) X(getsockopt)        \
-    X(getsockname) X(getpeername) X(poll) X(ppoll) X(select) X(pselect6) X(epoll_ctl) \
-    X(epoll_wait) X(epoll_pwait)
-SOCK_HANDLERS(SOCK_HANDLER)
 /* Descriptor numbers [first, last] were closed or replaced: the kernel would drop their epoll
  * registrations, and every registration in an epoll set numbered so.  main.c hands it to fd.c
  * (fd_on_close): fd.c and ship.c also run without sock.c (tests/unit/test_cnk_ship.py). */
 void sock_epoll_closed(unsigned first, unsigned last);
-
-/* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */
-long sys_lattice_zoid(struct cnk_call *c);
 
 /* ---- thread.c, signal.c ---- */
 /* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from

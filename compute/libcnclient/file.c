@@ -483,22 +483,7 @@ static int do_truncate(const char *path, off_t len)
 int truncate(const char *path, off_t len) { return do_truncate(path, len); }
 int truncate64(const char *path, off64_t len) { return do_truncate(path, len); }
 
-static int do_sync(int fd, int data_only)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return (int)(data_only ? fwd_fdatasync(r) : fwd_fsync(r));
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return data_only ? REAL(fdatasync)(fd) : REAL(fsync)(fd);
-}
-
-int fsync(int fd) { return do_sync(fd, 0); }
-int fdatasync(int fd) { return do_sync(fd, 1); }
+/* fsync, fdatasync: byfd.c, from lattice/syscalls.def */
 
 /* ---- dup family ---- */
 
