@@ -10,7 +10,7 @@ CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h
 
-.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire
+.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire syscalls-md
 all: ciod cnode cnk libcnclient liblatpers examples py-wire
 
 # The function shipping (LAT_SYS_*) is generated from one annotated header
@@ -27,6 +27,13 @@ $(FWD_GEN) &: $(FWD_HDR) $(FWD_PY)
 
 wire-h:
 	PYTHONPATH=protocol python3 -m pluggen --wire $(FWD_HDR) --out $(BUILD)/gen --wire-h protocol/lattice/wire.h
+
+# The one list of system calls (compute/include/lattice/syscalls.def): cnk's
+# table and handlers are made from it by the preprocessor; `make syscalls-md`
+# rewrites the table in compute/cnk/README.md (a test checks it is current).
+SYSCALLS_DEF := compute/include/lattice/syscalls.def
+syscalls-md:
+	PYTHONPATH=protocol python3 -m pluggen.syscalls --readme compute/cnk/README.md
 
 # The service node's view of wire.h (every LAT_* number and struct layout),
 # generated from it; tests/unit/test_service_wire.py checks it against gcc.
@@ -56,11 +63,11 @@ CNK_CFLAGS := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -f
               -Wl,-z,noexecstack -Iprotocol -Icompute/include
 cnk: $(BUILD)/bin/cnk
 
-$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) $(SYSCALLS_DEF) compute/include/lattice/cnk_report.h compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(HEADERS) $(FWD_GEN)
+$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) $(SYSCALLS_DEF) compute/include/lattice/syscalls_by_fd.h compute/include/lattice/cnk_report.h compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
 	$(CC) $(CNK_CFLAGS) -I$(BUILD)/gen -o $@ $(CNK_SRC)
 
-$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(SYSCALLS_DEF) $(HEADERS) compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(FWD_GEN)
+$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(SYSCALLS_DEF) compute/include/lattice/syscalls_by_fd.h $(HEADERS) compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(FWD_GEN)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -shared -pthread -I$(BUILD)/gen -o $@ $(CLIENT_SRC)
 

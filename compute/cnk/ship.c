@@ -1436,16 +1436,9 @@ static int64_t fchmod2(int fd, int64_t mode) { return fwd_fchmod(fd, (int)mode);
 
 long sys_ftruncate(struct cnk_call *c) { return fd_call(c, NULL, fwd_ftruncate, c->a[1]); }
 /* lattice/syscalls.def's BY_FD(f) lines (fsync, fdatasync): sys_f, fwd_f on a shipped descriptor. */
-#define BY_FD_SHIPPED(op)   BY_FD_##op
-#define BY_FD_OP(x)
-#define BY_FD_BY_FD(f)      long sys_##f(struct cnk_call *c) { return fd_call(c, fwd_##f, NULL, 0); }
-#define BY_FD_LOCAL(op)
-#define BY_FD_OWN(op)
-#define BY_FD_SOCKET(op)
-#define BY_FD_REFUSED(op)
-#define SYS(name, cls, op, wire, trace, lx) BY_FD_##cls(op)
-#include <lattice/syscalls.def>
-#undef SYS
+#define BY_FD_LINE(f) long sys_##f(struct cnk_call *c) { return fd_call(c, fwd_##f, NULL, 0); }
+#include <lattice/syscalls_by_fd.h>
+#undef BY_FD_LINE
 long sys_fchmod(struct cnk_call *c) { return fd_call(c, NULL, fchmod2, (int)c->a[1]); }
 /* A local directory cannot become the I/O node's cwd: fchdir on one
  * changes only the unused local cwd, as in libcnclient. */

@@ -8,9 +8,7 @@
 
 #include "client.h"
 
-#define BY_FD_SHIPPED(op)   BY_FD_##op
-#define BY_FD_OP(x)
-#define BY_FD_BY_FD(f)                                      \
+#define BY_FD_LINE(f)                                       \
     int f(int fd)                                           \
     {                                                       \
         int r;                                              \
@@ -24,10 +22,5 @@
         }                                                   \
         return REAL(f)(fd);                                 \
     }
-#define BY_FD_LOCAL(op)
-#define BY_FD_OWN(op)
-#define BY_FD_SOCKET(op)
-#define BY_FD_REFUSED(op)
-#define SYS(name, cls, op, wire, trace, lx) BY_FD_##cls(op)
-#include "../include/lattice/syscalls.def"
-#undef SYS
+#include "../include/lattice/syscalls_by_fd.h"
+#undef BY_FD_LINE
