@@ -14,6 +14,7 @@
 
 #include <lattice/cnk_report.h>
 #include "lib.h"
+#include "shipc.h"
 
 #define CNK_FD_FLOOR 1000           /* cnk's own descriptors live at or above this */
 #define CNK_NSYS     512            /* x86-64 system call numbers covered by the table */
@@ -167,7 +168,6 @@ int fd_is_shipped(int fd);                      /* program descriptor stands for
 void fd_on_close(void (*fn)(unsigned first, unsigned last)); /* told of numbers closed or replaced */
 void fd_closed(unsigned first, unsigned last);  /* numbers [first, last] were closed or replaced */
 int fd_is_hidden(int fd);                       /* one of cnk's own */
-int path_is_local(const char *path);            /* the path rule (README "Node-local files") */
 /* for the loader and for file-backed mappings; fd is a program descriptor */
 long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
 long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */

@@ -94,7 +94,6 @@ LAT_HIDDEN void lat_fd_init_std(void);
 LAT_HIDDEN unsigned lat_fd_limit(void);
 
 /* path.c */
-LAT_HIDDEN int lat_path_is_local(const char *path);
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
  * directory descriptor (LAT_AT_FDCWD for the cwd), or -1 with errno set
  * (ENAMETOOLONG, EBADF for the shipping socket). */

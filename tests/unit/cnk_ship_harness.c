@@ -531,14 +531,15 @@ static void path_rule(void)
     static const char *local[] = { "/proc", "/proc/", "/proc/self/status", "//proc",
         "/tmp/../proc/x", "/dev/shm", "/dev/shm/a/b", "/dev/null", "/dev//null", "/dev/./null",
         "/sys/devices", "/dev/fd/3", "/dev/stdout", "/a/b/c/../../../proc", "/../proc",
-        "/x/aaaaaaaaaaaaaaaaaaaaaaaa/../../dev/urandom", "/dev/zero", "/dev/random" };
+        "/x/aaaaaaaaaaaaaaaaaaaaaaaa/../../dev/urandom", "/dev/zero", "/dev/random",
+        "/dev/stdout/x", "/dev/stdin/a/b" };
     static const char *shipped[] = { "proc", "/procx", "/dev/nullx", "/dev/null/x", "/dev", "/",
         "/dev/shmx", "/tmp/proc", "/dev/tty", "/proc/../etc/passwd", "./proc", "/dev/random/..",
-        "/sysx", "", "/dev/stdout/x", "/lib/x86_64-linux-gnu/libc.so.6" };
+        "/sysx", "", "/lib/x86_64-linux-gnu/libc.so.6" };
     for (size_t i = 0; i < sizeof local / sizeof *local; i++)
-        ok(__LINE__, local[i], path_is_local(local[i]));
+        ok(__LINE__, local[i], shipc_path_is_local(local[i]));
     for (size_t i = 0; i < sizeof shipped / sizeof *shipped; i++)
-        ok(__LINE__, shipped[i], !path_is_local(shipped[i]));
+        ok(__LINE__, shipped[i], !shipc_path_is_local(shipped[i]));
 }
 
 static void local_names(void)
