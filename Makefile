@@ -85,7 +85,7 @@ $(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) $(SHIPC_DEPS) $(BUILD)/
 
 $(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(SHIPC_DEPS) $(BUILD)/lib/libshipc-lcn.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -fPIC -shared -pthread $(SHIPC_INC) -o $@ $(CLIENT_SRC) $(BUILD)/lib/libshipc-lcn.a
+	$(CC) $(CFLAGS) -fPIC -shared -pthread -Wl,-z,defs $(SHIPC_INC) -o $@ $(CLIENT_SRC) $(BUILD)/lib/libshipc-lcn.a -ldl
 
 # The personality API for programs: lattice/personality.h, -llatpers.
 PERS_SRC := compute/libpersonality/personality.c

@@ -522,11 +522,11 @@ long sys_mmap(struct cnk_call *c)
 
     if (!c->a[1] || !len || (off & (int64_t)(PAGE - 1)) || type < MAP_SHARED || type > MAP_SHARED_VALIDATE)
         return -EINVAL;
-    if (!anon && fd_is_hidden(fd))
+    if (!anon && shipc_fd_is_hidden(fd))
         return -EBADF;
     /* node-local shared files (/dev/shm, memfd): other processes see them,
      * so they are real mappings outside big memory */
-    if (!anon && type != MAP_PRIVATE && !fd_is_shipped(fd))
+    if (!anon && type != MAP_PRIVATE && !shipc_fd_is_shipped(fd))
         return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
     if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE)) {
         if (!placeholder_ok(fd))
@@ -536,13 +536,13 @@ long sys_mmap(struct cnk_call *c)
     if (fixed && !bigmem_contains(addr, len)) {
         if (overlaps(addr, len))
             return -EINVAL;
-        if (!anon && fd_is_shipped(fd))     /* a segment over a cached library (or an address of its own) */
+        if (!anon && shipc_fd_is_shipped(fd))     /* a segment over a cached library (or an address of its own) */
             return map_outside(addr, len, prot, flags, fd, off);
         return cnk_passthrough(c);  /* the program insists on an address of its own */
     }
     /* a read-only private view of a shipped file (ld.so's first map of a
      * library): the host's cached copy, outside big memory */
-    if (!fixed && !anon && type == MAP_PRIVATE && fd_is_shipped(fd) && !(prot & PROT_WRITE)) {
+    if (!fixed && !anon && type == MAP_PRIVATE && shipc_fd_is_shipped(fd) && !(prot & PROT_WRITE)) {
         long a = map_cached(0, len, prot, flags, fd, off);
         if (a >= 0)
             return a;
@@ -556,7 +556,7 @@ long sys_mmap(struct cnk_call *c)
         return a;
     long n = 0;
     if (!anon) {
-        if (fd_is_shipped(fd))
+        if (shipc_fd_is_shipped(fd))
             __atomic_fetch_add(&cnk.report->lib_copied, 1, __ATOMIC_RELAXED);
         n = read_file(fd, (uintptr_t)a, len, off);
         if (n < 0) {

@@ -147,7 +147,7 @@ void loader_load_prepared(uintptr_t *entry, uintptr_t *sp);
 long sys_execve(struct cnk_call *c);
 long sys_execveat(struct cnk_call *c);
 
-/* ---- ship.c, fd.c, path.c: shipped calls ---- */
+/* ---- ship.c: shipped calls (over the shipping core, compute/shipc/) ---- */
 /* The kernel's x86-64 struct msghdr (cnk has no libc headers): ship.c sends
  * with it, sock.c reads programs' sendmsg/recvmsg arguments as it. */
 struct kmsghdr {
@@ -164,10 +164,6 @@ _Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
 int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
 void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */
-int fd_is_shipped(int fd);                      /* program descriptor stands for a remote one */
-void fd_on_close(void (*fn)(unsigned first, unsigned last)); /* told of numbers closed or replaced */
-void fd_closed(unsigned first, unsigned last);  /* numbers [first, last] were closed or replaced */
-int fd_is_hidden(int fd);                       /* one of cnk's own */
 /* for the loader and for file-backed mappings; fd is a program descriptor */
 long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
 long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
@@ -197,20 +193,8 @@ long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 
     X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
     X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
 SHIP_HANDLERS(SHIP_HANDLER)
-/* Between ship.c, fd.c and path.c only.  A route is ROUTE_LOCAL, ROUTE_SHIP
- * (with the remote descriptor, LAT_AT_FDCWD for the I/O node's cwd) or -errno. */
-enum { ROUTE_LOCAL = 0, ROUTE_SHIP = 1 };
-int path_route(int dirfd, const char *path, int *rdirfd);
-int fd_route(int fd, int *remote);              /* -EBADF for cnk's own */
-void fd_setup(void);                            /* remote 0,1,2; note cnk's own descriptors */
-int fd_install(int remote, int cloexec, int minfd);            /* program fd or -errno */
-int fd_install_at(int remote, int cloexec, int fd, int *old);  /* *old: replaced remote or -1 */
-int fd_forget(int fd, int close_placeholder);   /* its remote descriptor or -1 */
-int fd_cloexec(int fd);
-unsigned fd_epoch(void);                        /* changes whenever a shipped descriptor goes or is replaced */
-void fd_set_cloexec(int fd, int on);
-int fd_next_shipped(unsigned from, unsigned last);   /* lowest shipped fd in range, or -1 */
-int fd_next_hidden(unsigned from, unsigned last);    /* lowest of cnk's own in range, or -1 */
+/* entry.c: cnk's side of the shipping core (compute/shipc/entry.h) */
+void cnk_fd_setup(void);                        /* remote 0,1,2; hide cnk's own descriptors */
 /* execve: open the new image as the job's user (X_OK, regular file):
  * program descriptor or -errno; *owned says whether the caller closes it
  * (not for execveat(fd, "", AT_EMPTY_PATH)). */

@@ -110,12 +110,12 @@ static void close_local_cloexec(void)
                 (void *)(buf + off);
             off += d->reclen;
             uint64_t fd;
-            if (kparse_u64(d->name, &fd) || fd > 0x7fffffff || (int)fd == dir || fd_is_shipped((int)fd) ||
-                fd_is_hidden((int)fd))
+            if (kparse_u64(d->name, &fd) || fd > 0x7fffffff || (int)fd == dir || shipc_fd_is_shipped((int)fd) ||
+                shipc_fd_is_hidden((int)fd))
                 continue;
             long fl = ksys2(__NR_fcntl, fd, F_GETFD);
             if (fl >= 0 && (fl & FD_CLOEXEC) && ksys1(__NR_close, fd) == 0)
-                fd_closed((unsigned)fd, (unsigned)fd);
+                shipc_fd_closed((unsigned)fd, (unsigned)fd);
         }
     }
     ksys1(__NR_close, dir);

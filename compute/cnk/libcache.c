@@ -108,7 +108,7 @@ static long remote_stat(int fd, struct lat_stat *w)
 {
     int remote;
     size_t got = 0;
-    if (fd_route(fd, &remote) != ROUTE_SHIP)
+    if (shipc_fd_route(fd, &remote) != SHIPC_SHIP)
         return -EBADF;
     int64_t a[4] = { remote, AT_EMPTY_PATH, 0, 0 };
     struct iovec out = { (void *)"", 1 }, in = { w, sizeof *w };
@@ -210,9 +210,9 @@ long libcache_open(int fd, size_t len)
     char name[sizeof memo.name], lock[sizeof memo.name + 8];
     int remote;
 
-    if (dirfd_ < 0 || fd_route(fd, &remote) != ROUTE_SHIP)
+    if (dirfd_ < 0 || shipc_fd_route(fd, &remote) != SHIPC_SHIP)
         return -ENOENT;
-    unsigned epoch = fd_epoch();        /* before the fstat: a close after it voids the memo */
+    unsigned epoch = shipc_fd_epoch();        /* before the fstat: a close after it voids the memo */
     long cfd = open_memo(fd, remote, epoch);
     if (cfd >= 0)
         return cfd;

@@ -132,7 +132,7 @@ int ship_init(int conn_fd)
     conn = conn_fd;
     dead = 0;
     datapath_init();
-    fd_setup();
+    cnk_fd_setup();
     mailbox_init();
     return 0;
 }
@@ -678,11 +678,11 @@ static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_
 struct rdv_pollfd { int fd; short events, revents; };
 struct rdv_ts { long sec, nsec; };
 
-static int rdv_tfd = -1;                /* cnk's own (fd_setup hides it); -1: no sleeping early */
+static int rdv_tfd = -1;                /* cnk's own (cnk_fd_setup hides it); -1: no sleeping early */
 static uint64_t rdv_ps[2];              /* picoseconds a byte, [wr]: 0 unknown */
 static unsigned rdv_skip;               /* waits left that only sleep */
 
-/* Before fd_setup, so the timer is one of cnk's hidden descriptors. */
+/* Before cnk_fd_setup, so the timer is one of cnk's hidden descriptors. */
 static void rdv_wait_init(void)
 {
     long t = ksys2(__NR_timerfd_create, 1 /* CLOCK_MONOTONIC */, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -833,9 +833,9 @@ static long refused(struct cnk_call *c, long r)
 /* 1: the descriptor is shipped (*r); 0: done, *ret is the answer. */
 static int by_fd(struct cnk_call *c, long fd, int *r, long *ret)
 {
-    int rt = fd_route((int)fd, r);
+    int rt = shipc_fd_route((int)fd, r);
 
-    if (rt == ROUTE_SHIP)
+    if (rt == SHIPC_SHIP)
         return 1;
     *ret = rt < 0 ? answered(c, rt) : local(c);
     return 0;
@@ -844,9 +844,9 @@ static int by_fd(struct cnk_call *c, long fd, int *r, long *ret)
 /* 1: the name is shipped (*rd is the remote dirfd); 0: done, *ret the answer. */
 static int by_path(struct cnk_call *c, long dirfd, const char *path, int *rd, long *ret)
 {
-    int rt = path_route((int)dirfd, path, rd);
+    int rt = shipc_path_route((int)dirfd, path, rd);
 
-    if (rt == ROUTE_SHIP)
+    if (rt == SHIPC_SHIP)
         return 1;
     *ret = rt < 0 ? answered(c, rt) : local(c);
     return 0;
@@ -861,7 +861,7 @@ static long open_ship(int rd, const char *path, int flags, int mode)
     long r = fwd_openat(rd, flags, NEEDS_MODE(flags) ? mode : 0, path);
     if (r < 0)
         return r;
-    int fd = fd_install((int)r, flags & O_CLOEXEC, 0);
+    int fd = shipc_fd_install((int)r, flags & O_CLOEXEC, 0);
     if (fd < 0)
         rclose((int)r);
     return fd;
@@ -899,11 +899,11 @@ long sys_close(struct cnk_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret)) {
         if (ret == 0)       /* perhaps an epoll set holding shipped descriptors */
-            fd_closed((unsigned)c->a[0], (unsigned)c->a[0]);
+            shipc_fd_closed((unsigned)c->a[0], (unsigned)c->a[0]);
         return ret;
     }
     /* a second closer of the same number finds -1 and gets EBADF */
-    return shipped(c, rclose(fd_forget((int)c->a[0], 1)));
+    return shipped(c, rclose(shipc_fd_forget((int)c->a[0], 1)));
 }
 
 /* The kernel's close_range over [first, last] minus cnk's own descriptors. */
@@ -912,7 +912,7 @@ static long close_pieces(unsigned first, unsigned last, unsigned flags)
     long ret = 0;
 
     for (;;) {
-        int h = fd_next_hidden(first, last);
+        int h = shipc_fd_next_hidden(first, last);
         if (h < 0)
             return ksys3(__NR_close_range, first, last, flags);
         if ((unsigned)h > first)
@@ -930,17 +930,17 @@ long sys_close_range(struct cnk_call *c)
 
     if ((flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) || first > last)
         return answered(c, -EINVAL);
-    for (int fd = fd_next_shipped(first, last); fd >= 0;
-         fd = fd_next_shipped((unsigned)fd + 1, last)) {
+    for (int fd = shipc_fd_next_shipped(first, last); fd >= 0;
+         fd = shipc_fd_next_shipped((unsigned)fd + 1, last)) {
         any = 1;
         if (flags & CLOSE_RANGE_CLOEXEC)
-            fd_set_cloexec(fd, 1);
+            shipc_fd_set_cloexec(fd, 1);
         else
-            rclose(fd_forget(fd, 1));   /* errors are dropped, as close_range does */
+            rclose(shipc_fd_forget(fd, 1));   /* errors are dropped, as close_range does */
     }
     long ret = close_pieces(first, last, flags);
     if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
-        fd_closed(first, last);
+        shipc_fd_closed(first, last);
     return any ? shipped(c, ret) : answered(c, ret);
 }
 
@@ -1022,11 +1022,11 @@ long sys_lseek(struct cnk_call *c)
 long ship_open(const char *path, int flags)
 {
     int rd;
-    int rt = path_route(AT_FDCWD, path, &rd);
+    int rt = shipc_path_route(AT_FDCWD, path, &rd);
 
     if (rt < 0)
         return rt;
-    if (rt == ROUTE_LOCAL)
+    if (rt == SHIPC_LOCAL)
         return ksys4(__NR_openat, AT_FDCWD, path, flags, 0);
     return open_ship(rd, path, flags, 0);
 }
@@ -1035,14 +1035,14 @@ long ship_open(const char *path, int flags)
 long ship_pread(int fd, void *buf, size_t len, int64_t off)
 {
     int r;
-    int rt = fd_route(fd, &r);
+    int rt = shipc_fd_route(fd, &r);
     size_t done = 0;
 
     if (rt < 0)
         return rt;
     if (off < 0)
         return -EINVAL;
-    if (rt == ROUTE_SHIP) {
+    if (rt == SHIPC_SHIP) {
         struct iovec v = { buf, len };
         return ship_rw(r, 0, &v, 1, off);
     }
@@ -1060,13 +1060,13 @@ long ship_pread(int fd, void *buf, size_t len, int64_t off)
 long ship_close(int fd)
 {
     int r;
-    int rt = fd_route(fd, &r);
+    int rt = shipc_fd_route(fd, &r);
 
     if (rt < 0)
         return rt;
-    if (rt == ROUTE_LOCAL)
+    if (rt == SHIPC_LOCAL)
         return ksys1(__NR_close, fd);
-    return rclose(fd_forget(fd, 1));
+    return rclose(shipc_fd_forget(fd, 1));
 }
 
 /* ---- the stat family ---- */
@@ -1113,14 +1113,14 @@ long ship_fd_kind(int fd, long *flags, uint32_t *mode)
 {
     struct kstat k;
     int r;
-    int rt = fd_route(fd, &r);
+    int rt = shipc_fd_route(fd, &r);
 
     if (rt < 0)
         return rt;
-    *flags = rt == ROUTE_SHIP ? fwd_fcntl(r, F_GETFL, 0) : ksys2(__NR_fcntl, fd, F_GETFL);
+    *flags = rt == SHIPC_SHIP ? fwd_fcntl(r, F_GETFL, 0) : ksys2(__NR_fcntl, fd, F_GETFL);
     if (*flags < 0)
         return *flags;
-    long s = rt == ROUTE_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
+    long s = rt == SHIPC_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
     if (s < 0)
         return s;
     *mode = k.mode;
@@ -1294,12 +1294,12 @@ long sys_rmdir(struct cnk_call *c) { return do_unlinkat(c, AT_FDCWD, PATH(0), AT
 static int two_names(struct cnk_call *c, long od, const char *old, long nd, const char *new,
                      int *ro, int *rn, long *ret)
 {
-    int a = path_route((int)od, old, ro);
-    int b = path_route((int)nd, new, rn);
+    int a = shipc_path_route((int)od, old, ro);
+    int b = shipc_path_route((int)nd, new, rn);
 
     if (a < 0 || b < 0)
         *ret = answered(c, a < 0 ? a : b);
-    else if (a == ROUTE_LOCAL && b == ROUTE_LOCAL)
+    else if (a == SHIPC_LOCAL && b == SHIPC_LOCAL)
         *ret = local(c);
     else if (a != b)
         *ret = answered(c, -EXDEV);
@@ -1449,7 +1449,7 @@ static long install_new(long nr, int cloexec, int minfd)
 {
     if (nr < 0)
         return nr;
-    int fd = fd_install((int)nr, cloexec, minfd);
+    int fd = shipc_fd_install((int)nr, cloexec, minfd);
     if (fd < 0)
         rclose((int)nr);
     return fd;
@@ -1472,9 +1472,9 @@ static long dup_local(struct cnk_call *c, int newfd, int new_shipped)
     long ret = local(c);
 
     if (ret >= 0)
-        fd_closed((unsigned)newfd, (unsigned)newfd);   /* replaced whatever was there */
+        shipc_fd_closed((unsigned)newfd, (unsigned)newfd);   /* replaced whatever was there */
     if (ret >= 0 && new_shipped) {
-        int old = fd_forget(newfd, 0);
+        int old = shipc_fd_forget(newfd, 0);
         if (old >= 0) {
             rclose(old);
             c->cls = CNK_SHIPPED;
@@ -1487,7 +1487,7 @@ static long dup_to(struct cnk_call *c, int is_dup3)
 {
     int oldfd = (int)c->a[0], newfd = (int)c->a[1], flags = is_dup3 ? (int)c->a[2] : 0;
     int ro, rn, old;
-    int o = fd_route(oldfd, &ro), n = fd_route(newfd, &rn);
+    int o = shipc_fd_route(oldfd, &ro), n = shipc_fd_route(newfd, &rn);
 
     if (o < 0 || n < 0)
         return answered(c, -EBADF);     /* cnk's own, on either side */
@@ -1496,14 +1496,16 @@ static long dup_to(struct cnk_call *c, int is_dup3)
     if (oldfd == newfd) {
         if (is_dup3)
             return answered(c, -EINVAL);
-        return o == ROUTE_SHIP ? answered(c, newfd) : local(c);
+        return o == SHIPC_SHIP ? answered(c, newfd) : local(c);
     }
-    if (o == ROUTE_LOCAL)
-        return dup_local(c, newfd, n == ROUTE_SHIP);
+    if (o == SHIPC_LOCAL)
+        return dup_local(c, newfd, n == SHIPC_SHIP);
+    if (newfd < 0 || (unsigned)newfd >= shipc_fd_limit())
+        return answered(c, -EBADF);     /* as the kernel: beyond RLIMIT_NOFILE */
     long nr = fwd_dup(ro);
     if (nr < 0)
         return shipped(c, nr);
-    long ret = fd_install_at((int)nr, flags & O_CLOEXEC, newfd, &old);
+    long ret = shipc_fd_install_at((int)nr, flags & O_CLOEXEC, newfd, &old);
     if (ret < 0)
         rclose((int)nr);
     if (old >= 0)
@@ -1524,17 +1526,17 @@ long sys_fcntl(struct cnk_call *c)
         return ret;
     switch (cmd) {
     case F_GETFD:
-        return answered(c, fd_cloexec(fd) ? FD_CLOEXEC : 0);
+        return answered(c, shipc_fd_cloexec(fd) ? FD_CLOEXEC : 0);
     case F_SETFD:
-        fd_set_cloexec(fd, (int)arg & FD_CLOEXEC);
+        shipc_fd_set_cloexec(fd, (int)arg & FD_CLOEXEC);
         return answered(c, 0);
     case F_GETFL:
     case F_SETFL:
         return shipped(c, fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0));
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
-        if (arg < 0 || arg > INT32_MAX)
-            return answered(c, -EINVAL);
+        if (arg < 0 || arg >= (long)shipc_fd_limit())
+            return answered(c, -EINVAL);    /* as the kernel: beyond RLIMIT_NOFILE */
         return shipped(c, install_new(fwd_dup(r), cmd == F_DUPFD_CLOEXEC,
                                       (int)arg));
     case F_GETLK:
@@ -1733,19 +1735,19 @@ static long copy_loop(struct end *in, struct end *out, size_t count)
 /* Route both ends: 1 = emulate, 0 = done (*ret). */
 static int two_fds(struct cnk_call *c, int in, int out, struct end *ei, struct end *eo, long *ret)
 {
-    int a = fd_route(in, &ei->remote), b = fd_route(out, &eo->remote);
+    int a = shipc_fd_route(in, &ei->remote), b = shipc_fd_route(out, &eo->remote);
 
     if (a < 0 || b < 0) {
         *ret = answered(c, -EBADF);
         return 0;
     }
-    if (a == ROUTE_LOCAL && b == ROUTE_LOCAL) {
+    if (a == SHIPC_LOCAL && b == SHIPC_LOCAL) {
         *ret = local(c);
         return 0;
     }
-    if (a == ROUTE_LOCAL)
+    if (a == SHIPC_LOCAL)
         ei->remote = -1;
-    if (b == ROUTE_LOCAL)
+    if (b == SHIPC_LOCAL)
         eo->remote = -1;
     ei->fd = in;
     eo->fd = out;
@@ -1812,11 +1814,11 @@ static long exec_fd_ok(int fd, int by_mode)
     struct kstat k;
     int r;
     long ret;
-    int rt = fd_route(fd, &r);
+    int rt = shipc_fd_route(fd, &r);
 
     if (rt < 0)
         return rt;
-    ret = rt == ROUTE_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
+    ret = rt == SHIPC_SHIP ? fstatat_ship(r, "", AT_EMPTY_PATH, &k) : ksys2(__NR_fstat, fd, &k);
     if (ret < 0)
         return ret;
     if ((k.mode & S_IFMT) != S_IFREG || (by_mode && !(k.mode & 0111)))
@@ -1836,10 +1838,10 @@ long ship_exec_open(int dirfd, const char *path, int flags, int *owned)
         r = exec_fd_ok(dirfd, 1);
         return r < 0 ? r : dirfd;
     }
-    int rt = path_route(dirfd, path, &rd);
+    int rt = shipc_path_route(dirfd, path, &rd);
     if (rt < 0)
         return rt;
-    if (rt == ROUTE_LOCAL) {
+    if (rt == SHIPC_LOCAL) {
         r = ksys4(__NR_faccessat, dirfd, path, 1 /* X_OK */, 0);
         if (r == 0)
             r = ksys4(__NR_openat, dirfd, path, O_RDONLY | O_CLOEXEC | nofollow, 0);
@@ -1861,7 +1863,7 @@ long ship_exec_open(int dirfd, const char *path, int flags, int *owned)
 
 void ship_exec_cloexec(void)
 {
-    for (int fd = fd_next_shipped(0, ~0u); fd >= 0; fd = fd_next_shipped((unsigned)fd + 1, ~0u))
-        if (fd_cloexec(fd))
-            rclose(fd_forget(fd, 1));
+    for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u))
+        if (shipc_fd_cloexec(fd))
+            rclose(shipc_fd_forget(fd, 1));
 }

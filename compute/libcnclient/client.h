@@ -4,7 +4,7 @@
  *
  *   conn.c     the PROC connection: start-up, one request/one reply RPC, and
  *              the same in parts for pipelined series
- *   fdtable.c  app-visible descriptor -> remote descriptor, placeholders
+ *   fdtable.c  routes and installs over the core's descriptor table (compute/shipc/)
  *   path.c     the rule deciding which paths stay on the compute node
  *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
  *   stat.c     the stat family, statx, statfs/statvfs, access, chmod, utimes
@@ -30,6 +30,7 @@
 #include <lattice/wire.h>
 
 #include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
+#include "shipc.h"                /* the shipping core (compute/shipc/) */
 
 #define LAT_HIDDEN __attribute__((visibility("hidden")))
 
@@ -82,16 +83,10 @@ LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
 LAT_HIDDEN int lat_fd_install(int remote, int cloexec, int minfd);
 /* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
 LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
-/* Forget app descriptor fd (closing its placeholder); returns its remote
- * descriptor or -1 if it was not remote. */
-LAT_HIDDEN int lat_fd_forget(int fd, int close_local);
+LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
 /* sock.c: numbers [first, last] were closed or replaced: drop the epoll
  * registrations of shipped descriptors there, and those of epoll sets numbered so. */
 LAT_HIDDEN void lat_epoll_closed(unsigned first, unsigned last);
-LAT_HIDDEN int lat_fd_cloexec(int fd);
-LAT_HIDDEN void lat_fd_set_cloexec(int fd, int on);
-LAT_HIDDEN void lat_fd_init_std(void);
-LAT_HIDDEN unsigned lat_fd_limit(void);
 
 /* path.c */
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote

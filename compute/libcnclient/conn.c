@@ -137,7 +137,7 @@ static void init(void)
     seq_init();
     datapath_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-    lat_fd_init_std();
+    lat_fd_init(conn, seq_fd);
     active = 1;
     lat_mbox_init(conn, dp_flags);
     lat_stdio_init();

@@ -257,7 +257,7 @@ int close(int fd)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return lat_ship_close(lat_fd_forget(fd, 1));
+        return lat_ship_close(shipc_fd_forget(fd, 1));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -276,15 +276,15 @@ static int close_range_impl(unsigned first, unsigned last, int flags)
         return REAL(close_range)(first, last, flags);
     if (first > last)
         return lat_fail(EINVAL);
-    unsigned lim = lat_fd_limit();
+    unsigned lim = shipc_fd_limit();
     for (unsigned fd = first; fd <= last && fd < lim; fd++) {
         int r;
         if (lat_fd_route((int)fd, &r) != LAT_SHIP)
             continue;
         if (flags & CLOSE_RANGE_CLOEXEC)
-            lat_fd_set_cloexec((int)fd, 1);
+            shipc_fd_set_cloexec((int)fd, 1);
         else
-            lat_ship_close(lat_fd_forget((int)fd, 1));
+            lat_ship_close(shipc_fd_forget((int)fd, 1));
     }
     /* the descriptors we hide (the socket, its seq page), in order: skipped */
     unsigned h[2] = { (unsigned)lat_conn_fd(), (unsigned)lat_seq_fd() };
@@ -532,7 +532,7 @@ static int do_dup3(int oldfd, int newfd, int flags, int is_dup2)
         return is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
     enum lat_route o = lat_fd_route(oldfd, &ro);
     enum lat_route n = lat_fd_route(newfd, &rn);
-    if (o == LAT_HIDE || n == LAT_HIDE || newfd < 0 || (unsigned)newfd >= lat_fd_limit())
+    if (o == LAT_HIDE || n == LAT_HIDE || newfd < 0 || (unsigned)newfd >= shipc_fd_limit())
         return lat_fail(EBADF);
     if (!is_dup2 && (flags & ~O_CLOEXEC))
         return lat_fail(EINVAL);
@@ -553,7 +553,7 @@ static int do_dup3(int oldfd, int newfd, int flags, int is_dup2)
     if (ret >= 0)
         lat_epoll_closed((unsigned)newfd, (unsigned)newfd);    /* replaced whatever was there */
     if (ret >= 0 && n == LAT_SHIP)
-        lat_ship_close(lat_fd_forget(newfd, 0));  /* the local dup replaced the placeholder */
+        lat_ship_close(shipc_fd_forget(newfd, 0));  /* the local dup replaced the placeholder */
     return ret;
 }
 
@@ -566,16 +566,16 @@ static int ship_fcntl(int fd, int r, int cmd, long arg)
 {
     switch (cmd) {
     case F_GETFD:
-        return lat_fd_cloexec(fd) ? FD_CLOEXEC : 0;
+        return shipc_fd_cloexec(fd) ? FD_CLOEXEC : 0;
     case F_SETFD:
-        lat_fd_set_cloexec(fd, (int)arg & FD_CLOEXEC);
+        shipc_fd_set_cloexec(fd, (int)arg & FD_CLOEXEC);
         return 0;
     case F_GETFL:
     case F_SETFL:
         return (int)fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0);
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
-        if (arg < 0 || arg >= (long)lat_fd_limit())
+        if (arg < 0 || arg >= (long)shipc_fd_limit())
             return lat_fail(EINVAL);
         return ship_dup(r, cmd == F_DUPFD_CLOEXEC, (int)arg);
     case F_GETLK:

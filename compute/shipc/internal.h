@@ -15,6 +15,22 @@
 
 #define SHIPC_MIN(a, b) ((a) < (b) ? (a) : (b))
 
+/* A lock between the program's threads (futex; no signal handler of the
+ * program runs on the holder's thread under cnk). */
+struct shipc_lock { struct kmutex m; };
+
+static inline void shipc_lock_take(struct shipc_lock *l)
+{
+    shipc_ent_crit_enter();
+    kmutex_lock(&l->m);
+}
+
+static inline void shipc_lock_drop(struct shipc_lock *l)
+{
+    kmutex_unlock(&l->m);
+    shipc_ent_crit_leave();
+}
+
 /* The string functions the core uses: cnk's lib.c in cnk, libc's in
  * libcnclient.so (neither does I/O, so nothing interposed is reached). */
 void *memcpy(void *restrict d, const void *restrict s, size_t n);

@@ -6,6 +6,10 @@
  * Linux mode alike.  Every other name, relative names included, is shipped:
  * the working directory lives on the I/O node, as on Blue Gene/L.
  */
+#include <linux/fcntl.h>
+
+#include <lattice/wire.h>
+
 #include "internal.h"
 
 /* A rule names one or two leading components; subtree: and what is below. */
@@ -93,4 +97,23 @@ int shipc_path_is_local(const char *path)
         if (matches(&c, &local_names[i]))
             return 1;
     return 0;
+}
+
+int shipc_path_route(int dirfd, const char *path, int *rdirfd)
+{
+    if (!path)
+        return SHIPC_LOCAL;         /* the kernel answers EFAULT */
+    if (strnlen(path, LAT_MAX_PATH) >= LAT_MAX_PATH)
+        return -ENAMETOOLONG;
+    if (path[0] == '/') {
+        if (shipc_path_is_local(path))
+            return SHIPC_LOCAL;
+        *rdirfd = LAT_AT_FDCWD;     /* dirfd is ignored for absolute names */
+        return SHIPC_SHIP;
+    }
+    if (dirfd == AT_FDCWD) {
+        *rdirfd = LAT_AT_FDCWD;     /* the cwd is the I/O node's */
+        return SHIPC_SHIP;
+    }
+    return shipc_fd_route(dirfd, rdirfd);
 }

@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Nothing of the core is exported from libcnclient.so. */
+#pragma GCC visibility push(hidden)
+
 /* How a call on a path or a descriptor goes: SHIPC_LOCAL (the node's own
  * kernel runs it), SHIPC_SHIP (with the remote descriptor; LAT_AT_FDCWD for
  * the I/O node's working directory), or -errno. */
@@ -18,5 +21,35 @@ enum { SHIPC_LOCAL = 0, SHIPC_SHIP = 1 };
 
 /* ---- path.c: the one path rule (README.md "Node-local names") ---- */
 int shipc_path_is_local(const char *path);      /* NULL: 0 */
+/* (dirfd, path) -> SHIPC_LOCAL (NULL too: the kernel says EFAULT), SHIPC_SHIP
+ * with *rdirfd, -ENAMETOOLONG, or -EBADF (dirfd is one of the client's own). */
+int shipc_path_route(int dirfd, const char *path, int *rdirfd);
+
+/* ---- fdtab.c: program descriptors that stand for remote ones ---- */
+/* Descriptors 0, 1, 2 stand for remote 0, 1, 2; the client's own
+ * descriptors are at or above floor (cnk: CNK_FD_FLOOR; Linux mode: 0). */
+void shipc_fd_setup(int floor);
+int shipc_fd_hide(int fd);                      /* one of the client's own: 0 or -EINVAL */
+int shipc_fd_is_hidden(int fd);
+int shipc_fd_is_shipped(int fd);
+int shipc_fd_route(int fd, int *remote);        /* SHIPC_LOCAL, SHIPC_SHIP, -EBADF (hidden) */
+unsigned shipc_fd_limit(void);                  /* RLIMIT_NOFILE, capped by the table */
+/* A program descriptor (>= minfd, lowest free) for remote, or -errno; the
+ * caller still owns remote on failure. */
+int shipc_fd_install(int remote, int cloexec, int minfd);
+/* remote at program descriptor fd, as dup2 would: fd or -errno; *old: the
+ * remote descriptor fd stood for (the caller closes it) or -1. */
+int shipc_fd_install_at(int remote, int cloexec, int fd, int *old);
+int shipc_fd_forget(int fd, int close_placeholder);     /* its remote descriptor or -1 */
+int shipc_fd_cloexec(int fd);
+void shipc_fd_set_cloexec(int fd, int on);
+unsigned shipc_fd_epoch(void);                  /* changes whenever a shipped descriptor goes or is replaced */
+int shipc_fd_next_shipped(unsigned from, unsigned last);   /* lowest shipped fd in range, or -1 */
+int shipc_fd_next_hidden(unsigned from, unsigned last);    /* lowest hidden fd in range, or -1 */
+/* Told of numbers [first, last] closed or replaced (epoll registrations go). */
+void shipc_fd_on_close(void (*fn)(unsigned first, unsigned last));
+void shipc_fd_closed(unsigned first, unsigned last);
+
+#pragma GCC visibility pop
 
 #endif

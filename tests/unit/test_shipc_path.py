@@ -17,14 +17,46 @@ FLAGS = ["-std=c11", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "
          "-Wextra", "-Werror", "-Iprotocol", "-Icompute/include", "-Icompute/shipc", "-Ibuild/gen"]
 
 PROBE = r"""
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include "shipc.h"
 
+/* the descriptor table, as far as routing a dirfd needs it: 7 stands for
+ * remote 70, 9 is one of the client's own, the rest are local */
+int shipc_fd_route(int fd, int *remote)
+{
+    if (fd == 9)
+        return -EBADF;
+    if (fd != 7)
+        return SHIPC_LOCAL;
+    *remote = 70;
+    return SHIPC_SHIP;
+}
+
+static void route(int dirfd, const char *path)
+{
+    int rd = -1, r = shipc_path_route(dirfd, path, &rd);
+    if (r < 0)
+        printf(" E%d", -r);
+    else if (r == SHIPC_SHIP)
+        printf(" S%d", rd);
+    else
+        printf(" L");
+}
+
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        printf("%s\n", shipc_path_is_local(strcmp(argv[i], "NULL") ? argv[i] : NULL) ? "local" : "ship");
+    for (int i = 1; i < argc; i++) {
+        const char *p = strcmp(argv[i], "NULL") ? argv[i] : NULL;
+        printf("%s", shipc_path_is_local(p) ? "local" : "ship");
+        route(AT_FDCWD, p);
+        route(7, p);
+        route(9, p);
+        route(5, p);
+        printf("\n");
+    }
     return 0;
 }
 """
@@ -38,14 +70,16 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(["gcc", *FLAGS, "-c", "compute/shipc/path.c", "-o", str(obj)], check=True, cwd=ROOT)
     (d / "probe.c").write_text(PROBE)
     exe = d / "probe"
-    subprocess.run(["gcc", "-std=c11", "-O1", "-Icompute/shipc", "-Icompute/include", "-Iprotocol",
+    subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O1", "-Icompute/shipc", "-Icompute/include", "-Iprotocol",
                     "-o", str(exe), str(d / "probe.c"), str(obj)], check=True, cwd=ROOT)
     return exe
 
 
 def judge(exe: Path, names: list[str]) -> dict[str, str]:
-    out = subprocess.run([str(exe), *names], capture_output=True, text=True, check=True).stdout.split()
-    return dict(zip(names, out))
+    """name -> "local" or "ship", then its route from AT_FDCWD, from a shipped dirfd (remote 70),
+    from one of the client's own and from a local one: L, S<remote dirfd> or E<errno>."""
+    out = subprocess.run([str(exe), *names], capture_output=True, text=True, check=True).stdout
+    return dict(zip(names, out.splitlines()))
 
 
 LOCAL = ["/proc", "//proc", "/proc/self/status", "/tmp/../proc/x", "/sys/devices", "/dev/shm",
@@ -53,19 +87,35 @@ LOCAL = ["/proc", "//proc", "/proc/self/status", "/tmp/../proc/x", "/sys/devices
          "/dev/random", "/dev/fd/3", "/dev/stdin", "/dev/stdout", "/dev/stderr",
          # below a name of one of the process's own descriptors: the local kernel's ENOTDIR
          "/dev/stdin/x", "/dev/stdout/a/b", "/a/b/c/../../../proc", "/../proc"]
-SHIPPED = ["proc", "./proc", "/procx", "/dev/nullx", "/dev/null/x", "/dev/zero/x", "/dev", "/",
+SHIPPED = ["/procx", "/dev/nullx", "/dev/null/x", "/dev/zero/x", "/dev", "/",
            "/dev/shmx", "/tmp/proc", "/dev/tty", "/proc/../etc/passwd", "/dev/random/..", "/sysx",
-           "", "relative/name", "/dev/stdinx", "NULL"]
+           "/dev/stdinx"]
 
 
 def test_node_local_names(probe: Path) -> None:
     got = judge(probe, LOCAL)
-    assert {n: v for n, v in got.items() if v != "local"} == {}
+    # an absolute local name is local whatever the dirfd
+    assert {n: v for n, v in got.items() if v != "local L L L L"} == {}
 
 
 def test_every_other_name_ships(probe: Path) -> None:
-    got = judge(probe, SHIPPED)
-    assert {n: v for n, v in got.items() if v != "ship"} == {}
+    got = judge(probe, [n for n in SHIPPED if n.startswith("/")])
+    # an absolute name ships against the I/O node's root, whatever the dirfd
+    assert {n: v for n, v in got.items() if v != "ship S-100 S-100 S-100 S-100"} == {}
+
+
+def test_relative_names_go_where_their_directory_is(probe: Path) -> None:
+    got = judge(probe, ["proc", "./proc", "", "relative/name", "dev/null"])
+    # the cwd is the I/O node's; a shipped dirfd gives its remote; one of the
+    # client's own is EBADF; a local dirfd is the node kernel's to judge
+    assert {n: v for n, v in got.items() if v != "ship S-100 S70 E9 L"} == {}
+
+
+def test_null_and_too_long_names(probe: Path) -> None:
+    got = judge(probe, ["NULL", "/" + "a" * 5000, "b" * 5000])
+    assert got["NULL"] == "ship L L L L"        # the kernel answers EFAULT
+    assert got["/" + "a" * 5000] == "ship E36 E36 E36 E36"      # ENAMETOOLONG
+    assert got["b" * 5000] == "ship E36 E36 E36 E36"
 
 
 def test_the_rule_is_linked_into_both_kernels() -> None:
