@@ -59,7 +59,7 @@ SHIPC_INC  := -Iprotocol -Icompute/include -Icompute/shipc -I$(BUILD)/gen
 # it never sits where a fixed-address program wants to be; it leaves the
 # program's vector registers alone (-mgeneral-regs-only).
 CNK_SRC    := $(wildcard compute/cnk/*.c) $(wildcard compute/cnk/*.S)
-CNK_CC     := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -fno-stack-protector \
+CNK_CC     := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -Werror=implicit-function-declaration -ffreestanding -fno-stack-protector \
               -fno-builtin -fPIE -fvisibility=hidden -O2 -mgeneral-regs-only $(SHIPC_INC)
 CNK_CFLAGS := $(CNK_CC) -nostdlib -static-pie -Wl,-z,noexecstack
 cnk: $(BUILD)/bin/cnk

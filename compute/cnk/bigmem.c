@@ -47,7 +47,7 @@ static long map_region(uintptr_t base, size_t len, int flags)
 }
 
 /* hugetlb pages of 1 << shift bytes in a memfd the I/O node maps too
- * (ship_share), so a big transfer is copied once, between the file and
+ * (shipc_share), so a big transfer is copied once, between the file and
  * this memory; sealed, so the file can never shrink under ciod's mapping.
  * *fd: the memfd, to share and close. */
 static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int noreserve, int *fd)
@@ -202,7 +202,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     bigmem.size = size;
     ship_bigmem(bigmem.base, size);
     if (fd >= 0) {              /* ciod keeps its own mapping: our descriptor is not needed */
-        bigmem.shared = ship_share(bigmem.base, up(size, bigmem.page_size), fd) == 0;
+        bigmem.shared = shipc_share(bigmem.base, up(size, bigmem.page_size), fd) == 0;
         ksys1(__NR_close, fd);
     }
     cnk.report->bigmem_bytes = size;
@@ -217,7 +217,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
 void bigmem_reset(void)
 {
     if (bigmem.shared)          /* ciod lets go too, so the pages go back to the pool */
-        ship_share(0, 0, -1);
+        shipc_share(0, 0, -1);
     if (bigmem.size)
         ksys2(__NR_munmap, bigmem.base, up(bigmem.size, bigmem.page_size ? bigmem.page_size : PAGE));
     bigmem = (struct bigmem){ 0 };

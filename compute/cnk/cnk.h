@@ -148,22 +148,6 @@ long sys_execve(struct cnk_call *c);
 long sys_execveat(struct cnk_call *c);
 
 /* ---- ship.c: shipped calls (over the shipping core, compute/shipc/) ---- */
-/* The kernel's x86-64 struct msghdr (cnk has no libc headers): ship.c sends
- * with it, sock.c reads programs' sendmsg/recvmsg arguments as it. */
-struct kmsghdr {
-    void *name;
-    int namelen, pad;
-    struct iovec *iov;
-    size_t iovlen;
-    void *control;
-    size_t controllen;
-    unsigned flags, pad2;
-};
-_Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
-
-int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
-int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
-void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */
 /* for the loader and for file-backed mappings; fd is a program descriptor */
 long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
 long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
@@ -194,19 +178,14 @@ long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 
     X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
 SHIP_HANDLERS(SHIP_HANDLER)
 /* entry.c: cnk's side of the shipping core (compute/shipc/entry.h) */
-void cnk_fd_setup(void);                        /* remote 0,1,2; hide cnk's own descriptors */
+int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
+void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies there itself) */
 /* execve: open the new image as the job's user (X_OK, regular file):
  * program descriptor or -errno; *owned says whether the caller closes it
  * (not for execveat(fd, "", AT_EMPTY_PATH)). */
 long ship_exec_open(int dirfd, const char *path, int flags, int *owned);
 void ship_exec_cloexec(void);                   /* close shipped descriptors marked FD_CLOEXEC */
 
-/* One request (type, a[], out) and its reply data into in: ret or -errno. */
-struct iovec;
-long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-               const struct iovec *in, int nin, size_t *got);
-/* Transfers of at least this many bytes go rendezvous (agreed in the hello); 0 = never. */
-uint64_t ship_rdv_min(void);
 
 /* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
 #define SOCK_HANDLER(name) long sock_##name(struct cnk_call *c);

@@ -112,7 +112,7 @@ static long remote_stat(int fd, struct lat_stat *w)
         return -EBADF;
     int64_t a[4] = { remote, AT_EMPTY_PATH, 0, 0 };
     struct iovec out = { (void *)"", 1 }, in = { w, sizeof *w };
-    long r = ship_call(LAT_SYS_FSTATAT, a, &out, 1, &in, 1, &got);
+    long r = shipc_call_msg(LAT_SYS_FSTATAT, a, &out, 1, &in, 1, &got);
     return r < 0 ? r : got == sizeof *w ? 0 : -EIO;
 }
 

@@ -35,6 +35,6 @@ long sys_lattice_zoid(struct cnk_call *c)
     a[1] = c->a[1];
     a[2] = cap;
     a[3] = 0;
-    long r = ship_call(LAT_PLUG_CALL, a, req, (int)nreq, rep, (int)nrep, &got);
+    long r = shipc_call_msg(LAT_PLUG_CALL, a, req, (int)nreq, rep, (int)nrep, &got);
     return r < 0 ? r : (long)got;
 }

@@ -163,7 +163,7 @@ static int eager_instead(long n)
 
 static int goes_rdv(size_t total, long cnt)
 {
-    uint64_t min = ship_rdv_min();
+    uint64_t min = shipc_rdv_min();
     return min && total >= min && cnt > 0;
 }
 

@@ -18,8 +18,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../include/lattice/pipe_series.h"   /* shared with cnk: freestanding */
-
 #include "client.h"
 
 /* fortified entry points glibc headers only declare with _FORTIFY_SOURCE */
@@ -41,114 +39,19 @@ int lat_ship_close(int rfd)
 {
     if (lat_forked())
         return 0;  /* the parent still owns it */
-    return (int)fwd_close(rfd);
+    return (int)lcn_ret(fwd_close(rfd));
 }
 
-/* Copy the part [skip, skip+len) of iov into out (at most IOV_MAX entries). */
-static int iov_slice(const struct iovec *iov, int cnt, size_t skip, size_t len, struct iovec *out)
-{
-    int n = 0;
-    for (int i = 0; i < cnt && len > 0 && n < IOV_MAX; i++) {
-        if (skip >= iov[i].iov_len) {
-            skip -= iov[i].iov_len;
-            continue;
-        }
-        size_t take = iov[i].iov_len - skip;
-        if (take > len)
-            take = len;
-        out[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
-        skip = 0;
-        len -= take;
-    }
-    return n;
-}
-
-/* A transfer above LAT_MAX_IO without rendezvous (another host, or
- * LATTICE_DATAPATH=messages): a pipelined series of chunks, the requests
- * built here from the program's vectors (lattice/pipe_series.h). */
-struct series {
-    int rfd, wr;
-    uint16_t type;
-    const struct iovec *iov;
-    int cnt;
-    off_t off;
-    struct iovec part[IOV_MAX];
-};
-
-static long series_send(void *ctx, size_t at, size_t len, uint8_t flags, uint32_t *sq)
-{
-    struct series *s = ctx;
-    int64_t a[4] = { s->rfd, s->wr ? 0 : (int64_t)len, s->off < 0 ? 0 : s->off + (off_t)at, 0 };
-    int n = s->wr ? iov_slice(s->iov, s->cnt, at, len, s->part) : 0;
-    return (long)lat_send_locked(s->type, flags, a, s->part, n, sq);
-}
-
-static long series_recv(void *ctx, uint32_t sq, size_t at, size_t len)
-{
-    struct series *s = ctx;
-    size_t got = 0;
-    int n = s->wr ? 0 : iov_slice(s->iov, s->cnt, at, len, s->part);
-    int64_t r = lat_recv_locked(s->type, sq, s->part, n, &got);
-    return !s->wr && r > (int64_t)got ? (long)got : (long)r;
-}
-
-static int series_lost(void *ctx)
-{
-    (void)ctx;
-    return lat_conn_lost();
-}
-
+/* A rendezvous, one message each way, or a pipelined series of chunks:
+ * the shipping core's (compute/shipc/bulk.c). */
 ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off)
 {
-    if (cnt < 0 || cnt > IOV_MAX)
-        return lat_fail(EINVAL);
-    size_t total = 0;
-    for (int i = 0; i < cnt; i++) {
-        if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
-            return lat_fail(EINVAL);
-        total += iov[i].iov_len;
-    }
-    uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
-    uint64_t rdv = lat_rdv_min();
-    if (rdv && total >= rdv && cnt > 0) {
-        /* rendezvous: ciod moves the bytes itself (docs/protocol.md section 6.2) */
-        struct lat_rdv_seg seg[IOV_MAX];
-        for (int i = 0; i < cnt; i++)
-            seg[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
-        struct iovec o = { seg, (size_t)cnt * sizeof seg[0] };
-        int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, 0 };
-        uint32_t sq;
-        lat_conn_lock();
-        int64_t r = lat_send_locked(type, LAT_HF_RDV, a, &o, 1, &sq);
-        if (r == 0)
-            r = lat_recv_locked(type, sq, NULL, 0, NULL);
-        lat_conn_unlock();
-        if (r >= 0)
-            return (ssize_t)r;
-        if (r != -EOPNOTSUPP && r != -EFAULT)
-            return lat_fail((int)-r);
-        /* not reachable that way: send the bytes */
-    }
-    if (total > LAT_MAX_IO) {
-        struct series s = { rfd, wr, type, iov, cnt, off, { { 0 } } };
-        struct lat_pipe_io io = { &s, series_send, series_recv, series_lost };
-        lat_conn_lock();        /* the whole series: chunks of two threads never interleave */
-        long r = lat_pipe_series(&io, total, LAT_MAX_IO);
-        lat_conn_unlock();
-        return r < 0 ? lat_fail((int)-r) : (ssize_t)r;
-    }
-    /* one message each way; zero-byte transfers are shipped too: they
-     * report EBADF etc. exactly */
-    struct iovec part[IOV_MAX];
-    int n = iov_slice(iov, cnt, 0, total, part);
-    if (wr)
-        return off < 0 ? fwd_write_v(rfd, part, n) : fwd_pwrite_v(rfd, part, n, off);
-    return off < 0 ? fwd_read_v(rfd, part, n, total) : fwd_pread_v(rfd, part, n, total, off);
+    return (ssize_t)lcn_ret(shipc_rw(rfd, wr, iov, cnt, off));
 }
 
 static int ship_open(int rdirfd, const char *path, int flags, mode_t mode)
 {
-    int64_t r = fwd_openat(rdirfd, flags, NEEDS_MODE(flags) ? (int)mode : 0, path);
+    int64_t r = lcn_ret(fwd_openat(rdirfd, flags, NEEDS_MODE(flags) ? (int)mode : 0, path));
     if (r < 0)
         return -1;
     return lat_fd_install((int)r, flags & O_CLOEXEC, 0);
@@ -438,7 +341,7 @@ static off_t do_lseek(int fd, off_t off, int whence)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (off_t)fwd_lseek(r, off, whence);
+        return (off_t)lcn_ret(fwd_lseek(r, off, whence));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -455,7 +358,7 @@ static int do_ftruncate(int fd, off_t len)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)fwd_ftruncate(r, len);
+        return (int)lcn_ret(fwd_ftruncate(r, len));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -472,7 +375,7 @@ static int do_truncate(const char *path, off_t len)
     int rd;
     switch (lat_path_route(AT_FDCWD, path, &rd)) {
     case LAT_SHIP:
-        return (int)fwd_truncate(path, len);
+        return (int)lcn_ret(fwd_truncate(path, len));
     case LAT_LOCAL:
         return REAL(truncate)(path, len);
     default:
@@ -488,7 +391,7 @@ static int do_sync(int fd, int data_only)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)(data_only ? fwd_fdatasync(r) : fwd_fsync(r));
+        return (int)(data_only ? lcn_ret(fwd_fdatasync(r)) : lcn_ret(fwd_fsync(r)));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -505,7 +408,7 @@ int fdatasync(int fd) { return do_sync(fd, 1); }
 /* A new remote descriptor sharing r's open file (and offset). */
 static int ship_dup(int r, int cx, int minfd)
 {
-    int64_t nr = fwd_dup(r);
+    int64_t nr = lcn_ret(fwd_dup(r));
     if (nr < 0)
         return -1;
     return lat_fd_install((int)nr, cx, minfd);
@@ -544,7 +447,7 @@ static int do_dup3(int oldfd, int newfd, int flags, int is_dup2)
         return REAL(dup2)(oldfd, newfd);
     }
     if (o == LAT_SHIP) {
-        int64_t nr = fwd_dup(ro);
+        int64_t nr = lcn_ret(fwd_dup(ro));
         if (nr < 0)
             return -1;
         return lat_fd_install_at((int)nr, flags & O_CLOEXEC, newfd);
@@ -572,7 +475,7 @@ static int ship_fcntl(int fd, int r, int cmd, long arg)
         return 0;
     case F_GETFL:
     case F_SETFL:
-        return (int)fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0);
+        return (int)lcn_ret(fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0));
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         if (arg < 0 || arg >= (long)shipc_fd_limit())

@@ -25,7 +25,7 @@ int unlinkat(int dirfd, const char *path, int flags)
     int rd;
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)fwd_unlinkat(rd, flags, path);
+        return (int)lcn_ret(fwd_unlinkat(rd, flags, path));
     case LAT_LOCAL:
         return REAL(unlinkat)(dirfd, path, flags);
     default:
@@ -68,7 +68,7 @@ int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpa
         return REAL(renameat2)(olddirfd, oldpath, newdirfd, newpath, flags);
     if (a != b)
         return lat_fail(EXDEV);  /* one name on each node: as across file systems */
-    return (int)fwd_renameat(ro, rn, (int)flags, oldpath, newpath);
+    return (int)lcn_ret(fwd_renameat(ro, rn, (int)flags, oldpath, newpath));
 }
 
 int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
@@ -88,7 +88,7 @@ int mkdirat(int dirfd, const char *path, mode_t mode)
     int rd;
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)fwd_mkdirat(rd, (int)mode, path);
+        return (int)lcn_ret(fwd_mkdirat(rd, (int)mode, path));
     case LAT_LOCAL:
         return REAL(mkdirat)(dirfd, path, mode);
     default:
@@ -172,7 +172,7 @@ int chdir(const char *path)
         return REAL(chdir)(path);
     if (lat_path_route(AT_FDCWD, path, &rd) < 0)
         return -1;
-    return (int)fwd_chdir(path);
+    return (int)lcn_ret(fwd_chdir(path));
 }
 
 /* A local directory descriptor cannot become the I/O node's cwd; fchdir on
@@ -182,7 +182,7 @@ int fchdir(int fd)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)fwd_fchdir(r);
+        return (int)lcn_ret(fwd_fchdir(r));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -205,7 +205,7 @@ char *getcwd(char *buf, size_t size)
     size_t cap = buf ? size : sizeof tmp;
     if (cap > LAT_MAX_PATH)
         cap = LAT_MAX_PATH;
-    int64_t r = fwd_getcwd(dst, (int64_t)cap);
+    int64_t r = lcn_ret(fwd_getcwd(dst, (int64_t)cap));
     if (r < 0)
         return NULL;
     size_t got = (size_t)r;     /* the length with the NUL */
@@ -248,7 +248,7 @@ mode_t umask(mode_t mask)
     mode_t local = REAL(umask)(mask);  /* /dev/shm files follow it too */
     if (!lat_active())
         return local;
-    int64_t old = fwd_umask(mask & 0777);
+    int64_t old = lcn_ret(fwd_umask(mask & 0777));
     return old < 0 ? local : (mode_t)old;
 }
 

@@ -61,7 +61,7 @@ static void from_wire(const struct lat_stat *w, struct stat *st)
 static int ship_fstatat(int rdirfd, const char *path, struct stat *st, int flags)
 {
     struct lat_stat w;
-    if (fwd_fstatat(rdirfd, flags, path, &w) < 0)
+    if (lcn_ret(fwd_fstatat(rdirfd, flags, path, &w)) < 0)
         return -1;
     from_wire(&w, st);
     return 0;
@@ -131,7 +131,7 @@ int statx(int dirfd, const char *path, int flags, unsigned int mask, struct stat
     /* statx(fd, "", AT_EMPTY_PATH) is how newer code spells fstat */
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP: {
-        return fwd_statx(rd, flags, (int)mask, path, (struct lat_statx *)stx) < 0 ? -1 : 0;
+        return lcn_ret(fwd_statx(rd, flags, (int)mask, path, (struct lat_statx *)stx)) < 0 ? -1 : 0;
     }
     case LAT_LOCAL:
         return REAL(statx)(dirfd, path, flags, mask, stx);
@@ -169,7 +169,7 @@ static int ship_statfs(const char *path, int fd, struct statfs *b, int *ret)
         int route = lat_path_route(AT_FDCWD, path, &rd);
         if (route == LAT_LOCAL)
             return 0;
-        r = route < 0 ? -1 : fwd_statfs(path, &w);
+        r = route < 0 ? -1 : lcn_ret(fwd_statfs(path, &w));
     } else {
         int rfd;
         switch (lat_fd_route(fd, &rfd)) {
@@ -181,7 +181,7 @@ static int ship_statfs(const char *path, int fd, struct statfs *b, int *ret)
         case LAT_SHIP:
             break;
         }
-        r = fwd_fstatfs(rfd, &w);
+        r = lcn_ret(fwd_fstatfs(rfd, &w));
     }
     if (r >= 0)
         statfs_from_wire(&w, b);
@@ -253,7 +253,7 @@ int faccessat(int dirfd, const char *path, int mode, int flags)
     int rd;
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)fwd_faccessat(rd, mode, flags, path);
+        return (int)lcn_ret(fwd_faccessat(rd, mode, flags, path));
     case LAT_LOCAL:
         return REAL(faccessat)(dirfd, path, mode, flags);
     default:
@@ -275,7 +275,7 @@ ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len)
         if (len == 0)
             return lat_fail(EINVAL);
         size_t cap = len > LAT_MAX_PATH ? LAT_MAX_PATH : len;
-        return (ssize_t)fwd_readlinkat(rd, path, buf, (int64_t)cap);
+        return (ssize_t)lcn_ret(fwd_readlinkat(rd, path, buf, (int64_t)cap));
     }
     case LAT_LOCAL:
         return REAL(readlinkat)(dirfd, path, buf, len);
@@ -307,7 +307,7 @@ int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
     int rd;
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)fwd_fchmodat(rd, (int)mode, flags, path);
+        return (int)lcn_ret(fwd_fchmodat(rd, (int)mode, flags, path));
     case LAT_LOCAL:
         return REAL(fchmodat)(dirfd, path, mode, flags);
     default:
@@ -323,7 +323,7 @@ int fchmod(int fd, mode_t mode)
     int r;
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP:
-        return (int)fwd_fchmod(r, (int)mode);
+        return (int)lcn_ret(fwd_fchmod(r, (int)mode));
     case LAT_HIDE:
         return lat_fail(EBADF);
     case LAT_LOCAL:
@@ -340,7 +340,7 @@ static int ship_utimens(int rdirfd, const char *path, const struct timespec ts[2
     if (ts)
         for (int i = 0; i < 2; i++)
             w[i] = (struct lat_timespec){ ts[i].tv_sec, ts[i].tv_nsec };
-    return (int)fwd_utimensat(rdirfd, flags, ts != NULL, w, path);
+    return (int)lcn_ret(fwd_utimensat(rdirfd, flags, ts != NULL, w, path));
 }
 
 int utimensat(int dirfd, const char *path, const struct timespec ts[2], int flags)

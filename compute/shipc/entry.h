@@ -17,6 +17,17 @@
 void shipc_ent_crit_enter(void);
 void shipc_ent_crit_leave(void);
 
+/* The connection broke (why, err a positive errno): say so, once, on fd 2
+ * in the entry's words (t0800 and the tests match them). */
+void shipc_ent_broken(const char *why, int err);
+
+/* [p, p + n) is known to be mapped, readable (wr: writable): the mailbox
+ * copies it with memcpy; elsewhere the kernel copies (EFAULT, no crash). */
+int shipc_ent_user_ok(const void *p, size_t n, int wr);
+
+/* CLOCK_MONOTONIC in ns (a rendezvous's wait). */
+uint64_t shipc_ent_now_ns(void);
+
 #pragma GCC visibility pop
 
 #endif

@@ -50,6 +50,31 @@ int shipc_fd_next_hidden(unsigned from, unsigned last);    /* lowest hidden fd i
 void shipc_fd_on_close(void (*fn)(unsigned first, unsigned last));
 void shipc_fd_closed(unsigned first, unsigned last);
 
+/* ---- conn.c, mbox.c, bulk.c, fwd.c: the PROC connection to ciod ---- */
+struct iovec;
+struct shipc_cfg {
+    int conn;                   /* the PROC connection, hello done */
+    const char *dp;             /* LATTICE_IO_DP: "eager_max,rdv_min,flags" ciod granted, or NULL */
+    int mailbox;                /* share a mailbox if ciod grants LAT_DP_SHM */
+    const char *mailbox_name;   /* its memfd's name */
+    uint32_t *seq;              /* the seq word shared with other programs on conn, or NULL: own */
+};
+/* After shipc_fd_setup: 0, or -errno (-ENOTSOCK: conn is no connection). */
+int shipc_init(const struct shipc_cfg *cfg);
+uint64_t shipc_rdv_min(void);   /* transfers of at least this go rendezvous; 0 never */
+/* One request (type, a[], out) and its reply data into in: ret or -errno
+ * (-EIO once the connection is broken).  The fwd_*() stubs of
+ * lattice/fwd_posix.h are over it. */
+long shipc_call_msg(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
+                    const struct iovec *in, int nin, size_t *got);
+/* A read (wr 0) or write of remote descriptor rfd, off < 0: at its file
+ * position.  Bytes or -errno. */
+long shipc_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t off);
+int shipc_share(uintptr_t base, size_t len, int memfd);  /* LAT_DP_SHARE: 0 or -errno; len 0 drops it */
+void shipc_conn_lock(void);     /* Linux mode's fork: held across it */
+void shipc_conn_unlock(void);
+void shipc_forked(void);        /* in a fork()ed child: calls fail with EIO from now on */
+
 #pragma GCC visibility pop
 
 #endif

@@ -136,19 +136,8 @@ KNOWN: dict[str, list[Known]] = {
 }
 
 
-# With LATTICE_MAILBOX=0 the Linux-mode client sends and receives the
-# program's buffers on its socket: a bad one fails sendmsg/recvmsg there,
-# the client drops the connection, and the process carries on without it.
-LINUX_SOCKET_EFAULT = known(
-    "Linux mode on the socket: a bad buffer costs the process its connection to the I/O node "
-    "(its later output is lost, the job ends with status 0)",
-    *((f"{c} = -1 EFAULT", f"{c} = exit 0, nothing printed; libcnclient: connection to the I/O node lost ({how}: "
-       "Bad address)") for c, how in (
-        ("write(file, bad buffer)", "send"), ("read(file, bad buffer)", "receive"),
-        ("pread(file, bad buffer)", "receive"), ("readlink(pre/link, bad buffer)", "receive"),
-        ("getcwd(bad buffer)", "receive"), ("getdents64(dir, bad buffer)", "receive"))))
 KNOWN["cnk-socket"] = KNOWN["cnk"]
-KNOWN["linux-socket"] = KNOWN["linux"] + LINUX_SOCKET_EFAULT
+KNOWN["linux-socket"] = KNOWN["linux"]
 
 
 def make_scratch(d: Path) -> Path:

@@ -52,4 +52,19 @@ static inline void kmutex_unlock(struct kmutex *m)
         ksys3(__NR_futex, &m->v, FUTEX_WAKE_PRIVATE, 1);
 }
 
+/* The kernel's x86-64 struct msghdr (freestanding code has no libc
+ * headers): the shipping core sends with it, cnk reads programs'
+ * sendmsg/recvmsg arguments as it. */
+struct iovec;
+struct kmsghdr {
+    void *name;
+    int namelen, pad;
+    struct iovec *iov;
+    unsigned long iovlen;
+    void *control;
+    unsigned long controllen;
+    unsigned flags, pad2;
+};
+_Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
+
 #endif
