@@ -410,7 +410,7 @@ static long read_file(int fd, uintptr_t dst, size_t len, int64_t off)
 {
     size_t done = 0;
     while (done < len) {
-        long r = ship_pread(fd, (void *)(dst + done), len - done, off + (int64_t)done);
+        long r = shipc_pread(fd, (void *)(dst + done), len - done, off + (int64_t)done);
         if (r < 0)
             return done ? (long)done : r;
         if (r == 0)
@@ -443,7 +443,7 @@ static long map_errno(int fd, int shared_write, long err)
 {
     long fl;
     uint32_t mode;
-    long r = ship_fd_kind(fd, &fl, &mode);
+    long r = shipc_fd_kind(fd, &fl, &mode);
     if (r < 0)
         return r;
     if (fl & O_PATH)

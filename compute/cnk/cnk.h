@@ -97,7 +97,7 @@ struct bigmem {
     uintptr_t base;
     size_t size;
     uint64_t page_size;
-    int shared;             /* a memfd the I/O node maps too (ship_share) */
+    int shared;             /* a memfd the I/O node maps too (shipc_share) */
 };
 extern struct bigmem bigmem;
 /* Map the region (fixed_lo..fixed_hi: a fixed-address program's span that
@@ -147,14 +147,9 @@ void loader_load_prepared(uintptr_t *entry, uintptr_t *sp);
 long sys_execve(struct cnk_call *c);
 long sys_execveat(struct cnk_call *c);
 
-/* ---- ship.c: shipped calls (over the shipping core, compute/shipc/) ---- */
-/* for the loader and for file-backed mappings; fd is a program descriptor */
-long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
-long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
-long ship_close(int fd);
-long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
-/* Handlers for every file call (README "shipped" row), each deciding by
- * path or descriptor and setting c->cls: sys_openat, sys_open, sys_creat,
+/* ---- entry.c: shipped calls (the shipping core, compute/shipc/) ---- */
+/* Handlers for every file call (README "shipped" row), each the shipping
+ * core's (shipc_sys), which decides by path or descriptor and sets c->cls: sys_openat, sys_open, sys_creat,
  * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,
  * sys_readv, sys_writev, sys_preadv, sys_pwritev, sys_preadv2, sys_pwritev2,
  * sys_lseek, sys_stat, sys_lstat, sys_fstat, sys_newfstatat, sys_statx,
@@ -167,25 +162,12 @@ long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 
  * sys_fadvise64, sys_link, sys_linkat, sys_symlink, sys_symlinkat, sys_chown,
  * sys_fchown, sys_lchown, sys_fchownat, sys_sendfile, sys_copy_file_range. */
 #define SHIP_HANDLER(name) long sys_##name(struct cnk_call *c);
-#define SHIP_HANDLERS(X) \
-    X(openat) X(open) X(creat) X(close) X(close_range) X(read) X(write) X(pread64) X(pwrite64) \
-    X(readv) X(writev) X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(lseek) X(stat) X(lstat)     \
-    X(fstat) X(newfstatat) X(statx) X(access) X(faccessat) X(faccessat2) X(unlink) X(unlinkat)   \
-    X(rename) X(renameat) X(renameat2) X(mkdir) X(mkdirat) X(rmdir) X(getdents64) X(readlink)    \
-    X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
-    X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
-    X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
-    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
+#define SHIP_HANDLERS(X) SHIPC_FILE_CALLS(X)      /* the core's list (compute/shipc/shipc.h) */
 SHIP_HANDLERS(SHIP_HANDLER)
 /* entry.c: cnk's side of the shipping core (compute/shipc/entry.h) */
+long cnk_shipped(struct cnk_call *c);           /* every file call: the core's shipc_sys */
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
 void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies there itself) */
-/* execve: open the new image as the job's user (X_OK, regular file):
- * program descriptor or -errno; *owned says whether the caller closes it
- * (not for execveat(fd, "", AT_EMPTY_PATH)). */
-long ship_exec_open(int dirfd, const char *path, int flags, int *owned);
-void ship_exec_cloexec(void);                   /* close shipped descriptors marked FD_CLOEXEC */
-
 
 /* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
 #define SOCK_HANDLER(name) long sock_##name(struct cnk_call *c);

@@ -1,12 +1,34 @@
 /*
- * entry.c - cnk's side of the shipping core (compute/shipc/entry.h): the
- * hooks it calls, the start of shipping, and the descriptors cnk keeps
- * from the program.
+ * entry.c - cnk's side of the shipping core (compute/shipc/): the file
+ * calls' handlers of the dispatch table, the hooks the core calls
+ * (entry.h), the start of shipping, and the descriptors cnk keeps from the
+ * program.
  */
 #include <linux/fcntl.h>
 
 #include "cnk.h"
 #include "entry.h"
+
+_Static_assert((int)SHIPC_CLS_LOCAL == (int)CNK_LOCAL && (int)SHIPC_CLS_SHIPPED == (int)CNK_SHIPPED &&
+               (int)SHIPC_CLS_REFUSED == (int)CNK_UNSUPPORTED, "one set of classes");
+
+/* A trapped file call, decided and done by the core. */
+long cnk_shipped(struct cnk_call *c)
+{
+    struct shipc_call s = { c->nr, { c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5] }, SHIPC_CLS_SHIPPED };
+    long r = shipc_sys(&s);
+
+    c->cls = (enum cnk_class)s.cls;
+    return r;
+}
+
+#define SHIP_ENTRY(name) long sys_##name(struct cnk_call *c) { return cnk_shipped(c); }
+SHIP_HANDLERS(SHIP_ENTRY)
+
+long shipc_ent_local(struct shipc_call *c)
+{
+    return ksys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+}
 
 void shipc_ent_crit_enter(void)
 {

@@ -152,7 +152,7 @@ static long fetch(int fd, const struct lat_stat *w, const char *name)
     r = ksys4(__NR_fallocate, tfd, 0, 0, size);
     long p = r < 0 ? r : ksys6(__NR_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
     while (p >= 0 && done < size) {
-        r = ship_pread(fd, (char *)p + done, size - done, (int64_t)done);
+        r = shipc_pread(fd, (char *)p + done, size - done, (int64_t)done);
         if (r <= 0)
             break;
         done += (size_t)r;

@@ -672,7 +672,7 @@ static long pollable(int fd)
 {
     long fl;
     uint32_t mode;
-    long r = ship_fd_kind(fd, &fl, &mode);
+    long r = shipc_fd_kind(fd, &fl, &mode);
     if (r < 0)
         return r;
     return (mode & 0170000) == 0100000 || (mode & 0170000) == 0040000 ? -EPERM : 0;

@@ -28,6 +28,11 @@ int shipc_ent_user_ok(const void *p, size_t n, int wr);
 /* CLOCK_MONOTONIC in ns (a rendezvous's wait). */
 uint64_t shipc_ent_now_ns(void);
 
+/* Run a call on the node's own kernel, with the program's arguments as
+ * they are: the result or -errno.  cnk: the system call itself. */
+struct shipc_call;
+long shipc_ent_local(struct shipc_call *c);
+
 #pragma GCC visibility pop
 
 #endif

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include <linux/errno.h>
+#include <linux/fcntl.h>
+#include <linux/stat.h>
 #include <linux/uio.h>
 
 #include <lattice/ksys.h>
@@ -71,5 +73,89 @@ long shipc_call_locked(uint16_t type, const int64_t a[4], const struct iovec *ou
 
 /* ---- bulk.c ---- */
 void shipc_rdv_wait_init(void);                 /* the timer of rendezvous waits (hidden) */
+
+/* ---- the handlers (dispatch.c, file.c, stat.c, name.c, copy.c) ---- */
+#define SHIPC_HANDLER(name) long shipc_sys_##name(struct shipc_call *c);
+SHIPC_FILE_CALLS(SHIPC_HANDLER)
+
+#define NEEDS_MODE(f) (((f) & O_CREAT) || ((f) & O_TMPFILE) == O_TMPFILE)
+#define PATH(i) ((const char *)c->a[i])
+
+/* How a call was handled: run on the node (local), answered by the client
+ * itself, shipped, or refused (ENOSYS/ENOLCK: no message for it). */
+static inline long local(struct shipc_call *c)
+{
+    c->cls = SHIPC_CLS_LOCAL;
+    return shipc_ent_local(c);
+}
+
+static inline long answered(struct shipc_call *c, long r)
+{
+    c->cls = SHIPC_CLS_LOCAL;
+    return r;
+}
+
+static inline long shipped(struct shipc_call *c, long r)
+{
+    c->cls = SHIPC_CLS_SHIPPED;
+    return r;
+}
+
+static inline long refused(struct shipc_call *c, long r)
+{
+    c->cls = SHIPC_CLS_REFUSED;
+    return r;
+}
+
+/* 1: the descriptor is shipped (*r); 0: done, *ret is the answer. */
+static inline int by_fd(struct shipc_call *c, long fd, int *r, long *ret)
+{
+    int rt = shipc_fd_route((int)fd, r);
+
+    if (rt == SHIPC_SHIP)
+        return 1;
+    *ret = rt < 0 ? answered(c, rt) : local(c);
+    return 0;
+}
+
+/* 1: the name is shipped (*rd is the remote dirfd); 0: done, *ret the answer. */
+static inline int by_path(struct shipc_call *c, long dirfd, const char *path, int *rd, long *ret)
+{
+    int rt = shipc_path_route((int)dirfd, path, rd);
+
+    if (rt == SHIPC_SHIP)
+        return 1;
+    *ret = rt < 0 ? answered(c, rt) : local(c);
+    return 0;
+}
+
+/* The x86-64 kernel's struct stat (asm/stat.h), filled from struct lat_stat. */
+struct kstat {
+    uint64_t dev, ino, nlink;
+    uint32_t mode, uid, gid, pad0;
+    uint64_t rdev;
+    int64_t size, blksize, blocks;
+    uint64_t atime, atime_nsec, mtime, mtime_nsec, ctime, ctime_nsec;
+    int64_t unused[3];
+};
+_Static_assert(sizeof(struct kstat) == 144, "x86-64 struct stat");
+
+/* The x86-64 kernel's struct statfs (asm-generic/statfs.h). */
+struct kstatfs {
+    int64_t type, bsize;
+    uint64_t blocks, bfree, bavail, files, ffree;
+    int32_t fsid[2];
+    int64_t namelen, frsize, flags, spare[4];
+};
+_Static_assert(sizeof(struct kstatfs) == 120, "x86-64 struct statfs");
+
+/* file.c: open a shipped name (remote dirfd rd) as a program descriptor */
+long shipc_open_ship(int rd, const char *path, int flags, int mode);
+/* stat.c: fstatat on the I/O node into a struct kstat at buf (NULL: EFAULT) */
+long shipc_fstatat_ship(int rd, const char *path, int flags, void *buf);
+const char *shipc_empty_ok(const char *path, int flags);   /* NULL with AT_EMPTY_PATH: "" */
+/* name.c: route two names: 1 both ship (*ro, *rn); 0 done (*ret) */
+int shipc_two_names(struct shipc_call *c, long od, const char *old, long nd, const char *new,
+                    int *ro, int *rn, long *ret);
 
 #endif

@@ -75,6 +75,40 @@ void shipc_conn_lock(void);     /* Linux mode's fork: held across it */
 void shipc_conn_unlock(void);
 void shipc_forked(void);        /* in a fork()ed child: calls fail with EIO from now on */
 
+/* ---- dispatch.c and the handlers: a file system call, as the kernel sees it ---- */
+/* How a call was handled (the values of cnk's enum cnk_class). */
+enum { SHIPC_CLS_LOCAL = 0, SHIPC_CLS_SHIPPED = 1, SHIPC_CLS_REFUSED = 2 };
+struct shipc_call {
+    long nr;                    /* x86-64 system call number */
+    long a[6];                  /* its arguments */
+    int cls;                    /* set by the handler: SHIPC_CLS_* */
+};
+/* The file calls the core handles, by x86-64 name: shipc_sys_NAME(c). */
+#define SHIPC_FILE_CALLS(X) \
+    X(openat) X(open) X(creat) X(close) X(close_range) X(read) X(write) X(pread64) X(pwrite64) \
+    X(readv) X(writev) X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(lseek) X(stat) X(lstat)     \
+    X(fstat) X(newfstatat) X(statx) X(access) X(faccessat) X(faccessat2) X(unlink) X(unlinkat)   \
+    X(rename) X(renameat) X(renameat2) X(mkdir) X(mkdirat) X(rmdir) X(getdents64) X(readlink)    \
+    X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
+    X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
+    X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
+    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
+/* Every file call of SHIPC_FILE_CALLS: decided by
+ * path or descriptor; local ones run through shipc_ent_local.  The result
+ * or -errno; -ENOSYS for a number the core does not handle. */
+long shipc_sys(struct shipc_call *c);
+
+/* ---- exec.c: files for the kernel itself (fd: a program descriptor) ---- */
+long shipc_open(const char *path, int flags);  /* -> program descriptor or -errno */
+long shipc_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
+long shipc_close(int fd);
+long shipc_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
+/* execve: open the new image as the job's user (X_OK, regular file):
+ * program descriptor or -errno; *owned says whether the caller closes it
+ * (not for execveat(fd, "", AT_EMPTY_PATH)). */
+long shipc_exec_open(int dirfd, const char *path, int flags, int *owned);
+void shipc_exec_cloexec(void);  /* close shipped descriptors marked FD_CLOEXEC */
+
 #pragma GCC visibility pop
 
 #endif

@@ -1,7 +1,7 @@
 /*
- * cnk_ship_harness.c - drives cnk's shipping handlers (compute/cnk/ship.c,
- * entry.c and the shipping core compute/shipc/, linked with lib.c) in an ordinary hosted process against a
- * real ciod.  tests/unit/test_cnk_ship.py builds and runs it.
+ * cnk_ship_harness.c - drives cnk's shipping handlers (compute/cnk/entry.c
+ * over the shipping core compute/shipc/, linked with lib.c) in an ordinary
+ * hosted process against a real ciod.  tests/unit/test_cnk_ship.py builds and runs it.
  *
  *   cnk_ship_harness CONN_FD WORK_DIR PHASE
  *

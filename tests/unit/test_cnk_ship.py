@@ -1,5 +1,5 @@
-"""cnk's shipping part (the shipping core compute/shipc/, and compute/cnk/ship.c,
-entry.c) against a real ciod.
+"""cnk's shipping part (the shipping core compute/shipc/ and compute/cnk/entry.c)
+against a real ciod.
 
 The files are built freestanding, as cnk builds them, and linked with
 cnk's lib.c into a hosted harness (tests/unit/cnk_ship_harness.c) that calls
@@ -41,7 +41,7 @@ JOB_ID = 77
 CNK_CFLAGS = ["-std=c11", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-fPIE",
               "-O2", "-g", "-Wall", "-Wextra", "-Wimplicit-fallthrough", "-Werror",
               "-Iprotocol", "-Icompute/include", "-Icompute/shipc", "-Ibuild/gen", "-DSHIPC_CNK"]
-MINE = ["ship", "entry"]    # entry.c: the core's hooks (the core carries the fwd_*() stubs)
+MINE = ["entry"]    # cnk's side of the core: the sys_* handlers and the hooks
 CORE = sorted(p.stem for p in (ROOT / "compute/shipc").glob("*.c"))   # the shipping core
 # What lib.h offers: the only things the shipping files may call.
 LIB_H = {"kcrit_enter", "kcrit_leave", "memcpy", "memmove", "memset", "memcmp", "strlen", "strnlen", "strcmp", "strncmp",
