@@ -182,7 +182,7 @@ SOCK_HANDLERS(SOCK_HANDLER)
  * (fd_on_close): fd.c and ship.c also run without sock.c (tests/unit/test_cnk_ship.py). */
 void sock_epoll_closed(unsigned first, unsigned last);
 
-/* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */
+/* LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h): entry.c, the core's plugin.c */
 long sys_lattice_zoid(struct cnk_call *c);
 
 /* ---- thread.c, signal.c ---- */

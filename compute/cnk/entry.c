@@ -24,6 +24,7 @@ long cnk_shipped(struct cnk_call *c)
 
 #define SHIP_ENTRY(name) long sys_##name(struct cnk_call *c) { return cnk_shipped(c); }
 SHIP_HANDLERS(SHIP_ENTRY)
+SHIP_ENTRY(lattice_zoid)
 
 long shipc_ent_local(struct shipc_call *c)
 {

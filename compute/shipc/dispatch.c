@@ -6,6 +6,8 @@
  */
 #include <asm/unistd.h>
 
+#include <lattice/zoid_nr.h>
+
 #include "internal.h"
 
 long shipc_sys(struct shipc_call *c)
@@ -14,6 +16,8 @@ long shipc_sys(struct shipc_call *c)
 #define SHIPC_CASE(name) case __NR_##name: return shipc_sys_##name(c);
     SHIPC_FILE_CALLS(SHIPC_CASE)
 #undef SHIPC_CASE
+    case LAT_NR_ZOID:
+        return shipc_sys_lattice_zoid(c);
     default:
         c->cls = SHIPC_CLS_REFUSED;
         return -ENOSYS;

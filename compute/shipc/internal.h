@@ -77,6 +77,7 @@ void shipc_rdv_wait_init(void);                 /* the timer of rendezvous waits
 /* ---- the handlers (dispatch.c, file.c, stat.c, name.c, copy.c) ---- */
 #define SHIPC_HANDLER(name) long shipc_sys_##name(struct shipc_call *c);
 SHIPC_FILE_CALLS(SHIPC_HANDLER)
+SHIPC_HANDLER(lattice_zoid)                 /* plugin.c: LAT_NR_ZOID */
 
 #define NEEDS_MODE(f) (((f) & O_CREAT) || ((f) & O_TMPFILE) == O_TMPFILE)
 #define PATH(i) ((const char *)c->a[i])

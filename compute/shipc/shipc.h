@@ -93,9 +93,9 @@ struct shipc_call {
     X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
     X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
     X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
-/* Every file call of SHIPC_FILE_CALLS: decided by
- * path or descriptor; local ones run through shipc_ent_local.  The result
- * or -errno; -ENOSYS for a number the core does not handle. */
+/* Every file call of SHIPC_FILE_CALLS, and the plug-in call LAT_NR_ZOID:
+ * decided by path or descriptor; local ones run through shipc_ent_local.
+ * The result or -errno; -ENOSYS for a number the core does not handle. */
 long shipc_sys(struct shipc_call *c);
 
 /* ---- exec.c: files for the kernel itself (fd: a program descriptor) ---- */
@@ -108,6 +108,10 @@ long shipc_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode:
  * (not for execveat(fd, "", AT_EMPTY_PATH)). */
 long shipc_exec_open(int dirfd, const char *path, int flags, int *owned);
 void shipc_exec_cloexec(void);  /* close shipped descriptors marked FD_CLOEXEC */
+
+/* ---- plugin.c: a plug-in call (lattice/zoid.h): reply bytes or -errno ---- */
+long shipc_plugin_call(uint32_t plugin, uint32_t fn, const struct iovec *req, long nreq,
+                       const struct iovec *rep, long nrep);
 
 #pragma GCC visibility pop
 
