@@ -4,7 +4,7 @@
  *
  *   conn.c     start-up: the PROC connection handed to the shipping core
  *              (compute/shipc/: RPC, mailbox, rendezvous, pipelined series)
- *   entry.c    the hooks the shipping core calls
+ *   entry.c    the hooks the shipping core calls; lat_sys, a call through it
  *   fdtable.c  routes and installs over the core's descriptor table (compute/shipc/)
  *   path.c     the rule deciding which paths stay on the compute node
  *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
@@ -53,6 +53,9 @@ LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, i
                             const struct iovec *out, int nout,
                             const struct iovec *in, int nin, size_t *got);
 LAT_HIDDEN void lat_say(const char *msg);      /* to fd 2, raw */
+/* entry.c: a call as the kernel sees it, decided and done by the shipping
+ * core (compute/shipc/dispatch.c, as under cnk): ret, or -1 with errno. */
+LAT_HIDDEN long lat_sys(long nr, long a0, long a1, long a2, long a3, long a4, long a5);
 
 /* fdtable.c */
 enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };

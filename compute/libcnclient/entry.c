@@ -6,8 +6,26 @@
 #include <string.h>
 #include <time.h>
 
+#include <lattice/ksys.h>
+
 #include "client.h"
 #include "entry.h"
+
+/* A call as the kernel sees it, through the core (inert: the kernel's
+ * own): its result, or -1 with errno. */
+long lat_sys(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+{
+    struct shipc_call c = { nr, { a0, a1, a2, a3, a4, a5 }, SHIPC_CLS_LOCAL };
+
+    return (long)lcn_ret(lat_active() ? shipc_sys(&c) : shipc_ent_local(&c));
+}
+
+/* The node-local case of a call the core routed: the system call itself,
+ * as cnk runs it (never our own interposed functions). */
+long shipc_ent_local(struct shipc_call *c)
+{
+    return ksys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+}
 
 /* No signal handler of ours to hold back: the program's run as they would. */
 void shipc_ent_crit_enter(void) {}
