@@ -62,9 +62,6 @@ enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };
 /* How a call on app descriptor fd goes; *remote is set for LAT_SHIP.
  * LAT_HIDE is the shipping socket itself: callers fail with EBADF. */
 LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
-/* Give remote descriptor `remote` an app-visible number (>= minfd); on
- * failure closes `remote` on the I/O node and returns -1 with errno. */
-LAT_HIDDEN int lat_fd_install(int remote, int cloexec, int minfd);
 /* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
 LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
 LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
@@ -81,9 +78,7 @@ LAT_HIDDEN int lat_path_route(int dirfd, const char *path, int *rdirfd);
  * NULL test inside an interposed function would be optimised away. */
 LAT_HIDDEN int lat_is_null(const void *p);
 
-/* file.c: shipped I/O on a remote descriptor (shipc_rw: rendezvous, one
- * chunk, or a pipelined series of chunks); off < 0: no offset */
-LAT_HIDDEN ssize_t lat_ship_rw(int rfd, int write, const struct iovec *iov, int cnt, off_t off);
+/* file.c: close remote descriptor rfd (a fork()ed child only forgets it) */
 LAT_HIDDEN int lat_ship_close(int rfd);
 
 /* usercopy.c: memory known to be mapped (this thread's stack, the brk

@@ -16,16 +16,6 @@ enum lat_route lat_fd_route(int fd, int *remote)
     return r < 0 ? LAT_HIDE : r == SHIPC_SHIP ? LAT_SHIP : LAT_LOCAL;
 }
 
-int lat_fd_install(int remote, int cloexec, int minfd)
-{
-    int fd = shipc_fd_install(remote, cloexec, minfd);
-    if (fd < 0) {
-        lat_ship_close(remote);
-        return lat_fail(-fd);
-    }
-    return fd;
-}
-
 int lat_fd_install_at(int remote, int cloexec, int fd)
 {
     int old, r = shipc_fd_install_at(remote, cloexec, fd, &old);

@@ -23,7 +23,7 @@ long shipc_open_ship(int rd, const char *path, int flags, int mode)
         return r;
     int fd = shipc_fd_install((int)r, flags & O_CLOEXEC, 0);
     if (fd < 0)
-        fwd_close((int)r);
+        shipc_rclose((int)r);
     return fd;
 }
 
@@ -63,7 +63,7 @@ long shipc_sys_close(struct shipc_call *c)
         return ret;
     }
     /* a second closer of the same number finds -1 and gets EBADF */
-    return shipped(c, fwd_close(shipc_fd_forget((int)c->a[0], 1)));
+    return shipped(c, shipc_rclose(shipc_fd_forget((int)c->a[0], 1)));
 }
 
 /* The kernel's close_range over [first, last] minus the client's own descriptors. */
@@ -96,7 +96,7 @@ long shipc_sys_close_range(struct shipc_call *c)
         if (flags & CLOSE_RANGE_CLOEXEC)
             shipc_fd_set_cloexec(fd, 1);
         else
-            fwd_close(shipc_fd_forget(fd, 1));   /* errors are dropped, as close_range does */
+            shipc_rclose(shipc_fd_forget(fd, 1));   /* errors are dropped, as close_range does */
     }
     long ret = close_pieces(first, last, flags);
     if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
@@ -231,7 +231,7 @@ static long install_new(long nr, int cloexec, int minfd)
         return nr;
     int fd = shipc_fd_install((int)nr, cloexec, minfd);
     if (fd < 0)
-        fwd_close((int)nr);
+        shipc_rclose((int)nr);
     return fd;
 }
 
@@ -256,7 +256,7 @@ static long dup_local(struct shipc_call *c, int newfd, int new_shipped)
     if (ret >= 0 && new_shipped) {
         int old = shipc_fd_forget(newfd, 0);
         if (old >= 0) {
-            fwd_close(old);
+            shipc_rclose(old);
             c->cls = SHIPC_CLS_SHIPPED;
         }
     }
@@ -287,9 +287,9 @@ static long dup_to(struct shipc_call *c, int is_dup3)
         return shipped(c, nr);
     long ret = shipc_fd_install_at((int)nr, flags & O_CLOEXEC, newfd, &old);
     if (ret < 0)
-        fwd_close((int)nr);
+        shipc_rclose((int)nr);
     if (old >= 0)
-        fwd_close(old);
+        shipc_rclose(old);
     return shipped(c, ret);
 }
 

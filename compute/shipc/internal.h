@@ -12,6 +12,7 @@
 #include <linux/stat.h>
 #include <linux/uio.h>
 
+#include <lattice/fwd_posix.h>
 #include <lattice/ksys.h>
 #include <lattice/wire.h>
 
@@ -149,6 +150,13 @@ struct kstatfs {
     int64_t namelen, frsize, flags, spare[4];
 };
 _Static_assert(sizeof(struct kstatfs) == 120, "x86-64 struct statfs");
+
+/* Close remote descriptor r (-1: the number stood for nothing, EBADF).  A
+ * fork()ed child only forgets it: the parent still owns it. */
+static inline long shipc_rclose(int r)
+{
+    return shipc_conn.forked ? (r < 0 ? -EBADF : 0) : fwd_close(r);
+}
 
 /* file.c: open a shipped name (remote dirfd rd) as a program descriptor */
 long shipc_open_ship(int rd, const char *path, int flags, int mode);
