@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -252,3 +253,34 @@ static int do_fadvise(int fd, off_t off, off_t len, int advice)
 
 int posix_fadvise(int fd, off_t off, off_t len, int advice) { return do_fadvise(fd, off, len, advice); }
 int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) { return do_fadvise(fd, off, len, advice); }
+
+/* ---- preadv2/pwritev2, sendfile, copy_file_range: the core's (cnk's) ---- */
+
+ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    return lat_sys(SYS_preadv2, fd, (long)iov, cnt, off, 0, flags);
+}
+
+ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    return lat_sys(SYS_pwritev2, fd, (long)iov, cnt, off, 0, flags);
+}
+
+ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+    return preadv2(fd, iov, cnt, off, flags);
+}
+
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+    return pwritev2(fd, iov, cnt, off, flags);
+}
+
+/* With a shipped side, emulated through a bounce buffer (compute/shipc/copy.c). */
+ssize_t sendfile(int out, int in, off_t *off, size_t count) { return SYS(SYS_sendfile, out, in, off, count); }
+ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { return SYS(SYS_sendfile, out, in, off, count); }
+
+ssize_t copy_file_range(int in, off64_t *oin, int out, off64_t *oout, size_t len, unsigned int flags)
+{
+    return lat_sys(SYS_copy_file_range, in, (long)oin, out, (long)oout, (long)len, flags);
+}
