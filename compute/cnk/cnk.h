@@ -148,19 +148,9 @@ long sys_execve(struct cnk_call *c);
 long sys_execveat(struct cnk_call *c);
 
 /* ---- entry.c: shipped calls (the shipping core, compute/shipc/) ---- */
-/* Handlers for every file call (README "shipped" row), each the shipping
- * core's (shipc_sys), which decides by path or descriptor and sets c->cls: sys_openat, sys_open, sys_creat,
- * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,
- * sys_readv, sys_writev, sys_preadv, sys_pwritev, sys_preadv2, sys_pwritev2,
- * sys_lseek, sys_stat, sys_lstat, sys_fstat, sys_newfstatat, sys_statx,
- * sys_access, sys_faccessat, sys_faccessat2, sys_unlink, sys_unlinkat,
- * sys_rename, sys_renameat, sys_renameat2, sys_mkdir, sys_mkdirat, sys_rmdir,
- * sys_getdents64, sys_readlink, sys_readlinkat, sys_truncate, sys_ftruncate,
- * sys_fsync, sys_fdatasync, sys_dup, sys_dup2, sys_dup3, sys_fcntl, sys_chdir,
- * sys_fchdir, sys_getcwd, sys_umask, sys_chmod, sys_fchmod, sys_fchmodat,
- * sys_utimensat, sys_statfs, sys_fstatfs, sys_ioctl, sys_flock,
- * sys_fadvise64, sys_link, sys_linkat, sys_symlink, sys_symlinkat, sys_chown,
- * sys_fchown, sys_lchown, sys_fchownat, sys_sendfile, sys_copy_file_range. */
+/* Handlers for every file call (README "shipped" row): sys_NAME for each
+ * NAME of the core's SHIPC_FILE_CALLS, each the shipping core's shipc_sys,
+ * which decides by path or descriptor and sets c->cls. */
 #define SHIP_HANDLER(name) long sys_##name(struct cnk_call *c);
 #define SHIP_HANDLERS(X) SHIPC_FILE_CALLS(X)      /* the core's list (compute/shipc/shipc.h) */
 SHIP_HANDLERS(SHIP_HANDLER)
