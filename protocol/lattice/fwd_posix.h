@@ -9,8 +9,8 @@
  *     validates every request per the annotations below and calls the
  *     hand-written implementation srv_NAME() of ionode/ciod/ship.c, sock.c,
  *   - the compute-side encoding stubs fwd_NAME() (build/gen/fwd_posix_stubs.c),
- *     #included by cnk (compute/cnk/fwd.c) and libcnclient
- *     (compute/libcnclient/fwd.c), each of which supplies the transport.
+ *     #included by the shipping client core (compute/shipc/fwd.c), which
+ *     supplies the transport and is linked into cnk and libcnclient.
  *
  * Wire mode, in short: the comment before a prototype gives its message
  * number (msg=N), and :mbox when the call may travel in the mailbox

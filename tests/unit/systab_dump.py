@@ -19,7 +19,7 @@ CLASSES = ("local", "shipped", "unsupported")
 CNK_CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-ffreestanding", "-fno-stack-protector", "-fno-builtin",
               "-fPIE", "-fvisibility=hidden", "-O2", "-mgeneral-regs-only",
               f"-I{ROOT / 'compute/cnk'}", f"-I{ROOT / 'protocol'}", f"-I{ROOT / 'compute/include'}",
-              f"-I{ROOT / 'build/gen'}"]
+              f"-I{ROOT / 'compute/shipc'}", f"-I{ROOT / 'build/gen'}"]
 
 MAIN = r"""
 #include <stdint.h>
