@@ -10,7 +10,7 @@ CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h
 
-.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire
+.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire syscalls-md
 all: ciod cnode cnk libcnclient liblatpers examples py-wire
 
 # The function shipping (LAT_SYS_*) is generated from one annotated header
@@ -27,6 +27,13 @@ $(FWD_GEN) &: $(FWD_HDR) $(FWD_PY)
 
 wire-h:
 	PYTHONPATH=protocol python3 -m pluggen --wire $(FWD_HDR) --out $(BUILD)/gen --wire-h protocol/lattice/wire.h
+
+# The one list of system calls (compute/include/lattice/syscalls.def): cnk's
+# table and handlers are made from it by the preprocessor; `make syscalls-md`
+# rewrites the table in compute/cnk/README.md (a test checks it is current).
+SYSCALLS_DEF := compute/include/lattice/syscalls.def
+syscalls-md:
+	PYTHONPATH=protocol python3 -m pluggen.syscalls --readme compute/cnk/README.md
 
 # The service node's view of wire.h (every LAT_* number and struct layout),
 # generated from it; tests/unit/test_service_wire.py checks it against gcc.
@@ -47,22 +54,45 @@ $(BUILD)/bin/cnode: $(CNODE_SRC) $(wildcard compute/cnode/*.h) compute/include/l
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) -ljansson -lcrypto
 
+# The shipping client core (compute/shipc/), one set of sources built twice
+# into static archives: freestanding for cnk, position-independent and
+# hidden for libcnclient.so (-ffreestanding there too, so a libc header that
+# slips in fails both builds).
+SHIPC_SRC  := $(wildcard compute/shipc/*.c)
+SHIPC_DEPS := $(wildcard compute/shipc/*.h) $(wildcard compute/include/lattice/*.h) $(SYSCALLS_DEF) $(HEADERS) $(FWD_GEN)
+SHIPC_INC  := -Iprotocol -Icompute/include -Icompute/shipc -I$(BUILD)/gen
+
 # cnk: freestanding (no libc: the program owns %fs and errno), static-PIE so
 # it never sits where a fixed-address program wants to be; it leaves the
 # program's vector registers alone (-mgeneral-regs-only).
 CNK_SRC    := $(wildcard compute/cnk/*.c) $(wildcard compute/cnk/*.S)
-CNK_CFLAGS := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -ffreestanding -fno-stack-protector \
-              -fno-builtin -nostdlib -static-pie -fPIE -fvisibility=hidden -O2 -mgeneral-regs-only \
-              -Wl,-z,noexecstack -Iprotocol -Icompute/include
+CNK_CC     := -std=c11 -g -Wall -Wextra -Wimplicit-fallthrough -Werror=implicit-function-declaration -ffreestanding -fno-stack-protector \
+              -fno-builtin -fPIE -fvisibility=hidden -O2 -mgeneral-regs-only $(SHIPC_INC)
+CNK_CFLAGS := $(CNK_CC) -nostdlib -static-pie -Wl,-z,noexecstack
 cnk: $(BUILD)/bin/cnk
 
-$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) compute/include/lattice/cnk_report.h compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(HEADERS) $(FWD_GEN)
+$(BUILD)/obj/shipc-cnk/%.o: compute/shipc/%.c $(SHIPC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CNK_CFLAGS) -I$(BUILD)/gen -o $@ $(CNK_SRC)
+	$(CC) $(CNK_CC) -DSHIPC_CNK -c -o $@ $<
 
-$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(HEADERS) compute/include/lattice/pipe_series.h compute/include/lattice/sock_rule.h compute/include/lattice/iov_slice.h $(FWD_GEN)
+$(BUILD)/obj/shipc-lcn/%.o: compute/shipc/%.c $(SHIPC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -fPIC -shared -pthread -I$(BUILD)/gen -o $@ $(CLIENT_SRC)
+	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -fno-stack-protector -ffreestanding $(SHIPC_INC) -c -o $@ $<
+
+$(BUILD)/lib/libshipc-cnk.a: $(patsubst compute/shipc/%.c,$(BUILD)/obj/shipc-cnk/%.o,$(SHIPC_SRC))
+$(BUILD)/lib/libshipc-lcn.a: $(patsubst compute/shipc/%.c,$(BUILD)/obj/shipc-lcn/%.o,$(SHIPC_SRC))
+$(BUILD)/lib/libshipc-cnk.a $(BUILD)/lib/libshipc-lcn.a:
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) $(SHIPC_DEPS) $(BUILD)/lib/libshipc-cnk.a
+	@mkdir -p $(@D)
+	$(CC) $(CNK_CFLAGS) -o $@ $(CNK_SRC) $(BUILD)/lib/libshipc-cnk.a
+
+$(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(SHIPC_DEPS) $(BUILD)/lib/libshipc-lcn.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -shared -pthread -Wl,-z,defs $(SHIPC_INC) -o $@ $(CLIENT_SRC) $(BUILD)/lib/libshipc-lcn.a -ldl
 
 # The personality API for programs: lattice/personality.h, -llatpers.
 PERS_SRC := compute/libpersonality/personality.c

@@ -20,8 +20,15 @@ fi
 
 make -s all
 
-if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
+# The venv is made from Debian's own Python (package python3-venv), whatever
+# python3 comes first on PATH: a venv's interpreter is a link to the Python
+# that made it, so one made from a user's pyenv or conda breaks on any other
+# machine. A .venv from another Python, or a broken one, is made anew.
+python=/usr/bin/python3
+if [ "$(readlink -f .venv/bin/python 2>/dev/null)" != "$(readlink -f "$python")" ] ||
+   ! .venv/bin/python -c '' 2>/dev/null; then
+    rm -rf .venv
+    "$python" -m venv .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 # Byte-compile the service node now: with PYTHONDONTWRITEBYTECODE set, every

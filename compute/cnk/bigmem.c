@@ -47,7 +47,7 @@ static long map_region(uintptr_t base, size_t len, int flags)
 }
 
 /* hugetlb pages of 1 << shift bytes in a memfd the I/O node maps too
- * (ship_share), so a big transfer is copied once, between the file and
+ * (shipc_share), so a big transfer is copied once, between the file and
  * this memory; sealed, so the file can never shrink under ciod's mapping.
  * *fd: the memfd, to share and close. */
 static long map_huge_shared(uintptr_t base, size_t len, unsigned shift, int noreserve, int *fd)
@@ -202,7 +202,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     bigmem.size = size;
     ship_bigmem(bigmem.base, size);
     if (fd >= 0) {              /* ciod keeps its own mapping: our descriptor is not needed */
-        bigmem.shared = ship_share(bigmem.base, up(size, bigmem.page_size), fd) == 0;
+        bigmem.shared = shipc_share(bigmem.base, up(size, bigmem.page_size), fd) == 0;
         ksys1(__NR_close, fd);
     }
     cnk.report->bigmem_bytes = size;
@@ -217,7 +217,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
 void bigmem_reset(void)
 {
     if (bigmem.shared)          /* ciod lets go too, so the pages go back to the pool */
-        ship_share(0, 0, -1);
+        shipc_share(0, 0, -1);
     if (bigmem.size)
         ksys2(__NR_munmap, bigmem.base, up(bigmem.size, bigmem.page_size ? bigmem.page_size : PAGE));
     bigmem = (struct bigmem){ 0 };
@@ -410,7 +410,7 @@ static long read_file(int fd, uintptr_t dst, size_t len, int64_t off)
 {
     size_t done = 0;
     while (done < len) {
-        long r = ship_pread(fd, (void *)(dst + done), len - done, off + (int64_t)done);
+        long r = shipc_pread(fd, (void *)(dst + done), len - done, off + (int64_t)done);
         if (r < 0)
             return done ? (long)done : r;
         if (r == 0)
@@ -443,7 +443,7 @@ static long map_errno(int fd, int shared_write, long err)
 {
     long fl;
     uint32_t mode;
-    long r = ship_fd_kind(fd, &fl, &mode);
+    long r = shipc_fd_kind(fd, &fl, &mode);
     if (r < 0)
         return r;
     if (fl & O_PATH)
@@ -522,11 +522,11 @@ long sys_mmap(struct cnk_call *c)
 
     if (!c->a[1] || !len || (off & (int64_t)(PAGE - 1)) || type < MAP_SHARED || type > MAP_SHARED_VALIDATE)
         return -EINVAL;
-    if (!anon && fd_is_hidden(fd))
+    if (!anon && shipc_fd_is_hidden(fd))
         return -EBADF;
     /* node-local shared files (/dev/shm, memfd): other processes see them,
      * so they are real mappings outside big memory */
-    if (!anon && type != MAP_PRIVATE && !fd_is_shipped(fd))
+    if (!anon && type != MAP_PRIVATE && !shipc_fd_is_shipped(fd))
         return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
     if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE)) {
         if (!placeholder_ok(fd))
@@ -536,13 +536,13 @@ long sys_mmap(struct cnk_call *c)
     if (fixed && !bigmem_contains(addr, len)) {
         if (overlaps(addr, len))
             return -EINVAL;
-        if (!anon && fd_is_shipped(fd))     /* a segment over a cached library (or an address of its own) */
+        if (!anon && shipc_fd_is_shipped(fd))     /* a segment over a cached library (or an address of its own) */
             return map_outside(addr, len, prot, flags, fd, off);
         return cnk_passthrough(c);  /* the program insists on an address of its own */
     }
     /* a read-only private view of a shipped file (ld.so's first map of a
      * library): the host's cached copy, outside big memory */
-    if (!fixed && !anon && type == MAP_PRIVATE && fd_is_shipped(fd) && !(prot & PROT_WRITE)) {
+    if (!fixed && !anon && type == MAP_PRIVATE && shipc_fd_is_shipped(fd) && !(prot & PROT_WRITE)) {
         long a = map_cached(0, len, prot, flags, fd, off);
         if (a >= 0)
             return a;
@@ -556,7 +556,7 @@ long sys_mmap(struct cnk_call *c)
         return a;
     long n = 0;
     if (!anon) {
-        if (fd_is_shipped(fd))
+        if (shipc_fd_is_shipped(fd))
             __atomic_fetch_add(&cnk.report->lib_copied, 1, __ATOMIC_RELAXED);
         n = read_file(fd, (uintptr_t)a, len, off);
         if (n < 0) {

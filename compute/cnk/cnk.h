@@ -14,6 +14,8 @@
 
 #include <lattice/cnk_report.h>
 #include "lib.h"
+#include "shipc.h"
+#include "syscalls.h"
 
 #define CNK_FD_FLOOR 1000           /* cnk's own descriptors live at or above this */
 #define CNK_NSYS     512            /* x86-64 system call numbers covered by the table */
@@ -101,7 +103,7 @@ struct bigmem {
     uintptr_t base;
     size_t size;
     uint64_t page_size;
-    int shared;             /* a memfd the I/O node maps too (ship_share) */
+    int shared;             /* a memfd the I/O node maps too (shipc_share) */
 };
 extern struct bigmem bigmem;
 /* Map the region (fixed_lo..fixed_hi: a fixed-address program's span that
@@ -151,99 +153,24 @@ void loader_load_prepared(uintptr_t *entry, uintptr_t *sp);
 long sys_execve(struct cnk_call *c);
 long sys_execveat(struct cnk_call *c);
 
-/* ---- ship.c, fd.c, path.c: shipped calls ---- */
-/* The kernel's x86-64 struct msghdr (cnk has no libc headers): ship.c sends
- * with it, sock.c reads programs' sendmsg/recvmsg arguments as it. */
-struct kmsghdr {
-    void *name;
-    int namelen, pad;
-    struct iovec *iov;
-    size_t iovlen;
-    void *control;
-    size_t controllen;
-    unsigned flags, pad2;
-};
-_Static_assert(sizeof(struct kmsghdr) == 56, "x86-64 struct msghdr");
-
+/* ---- entry.c: shipped calls (the shipping core, compute/shipc/) ---- */
+/* The handlers lattice/syscalls.def names (syscalls.h): sys_NAME of the
+ * file calls and sys_lattice_zoid (entry.c: each the shipping core's
+ * shipc_sys, which decides by path or descriptor and sets c->cls), sock_NAME
+ * of the socket calls (sock.c). */
+#define SYS(name, cls, op, wire, trace, lx) CNK_DECL_##cls(op)
+#include <lattice/syscalls.def>
+#undef SYS
+#define SHIP_HANDLERS(X) SHIPC_FILE_CALLS(X)      /* the core's list (compute/shipc/shipc.h) */
+long cnk_shipped(struct cnk_call *c);           /* every file call: the core's shipc_sys */
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
-int ship_share(uintptr_t base, size_t len, int memfd); /* big memory to ciod: 0 or -errno; len 0 drops it */
-void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies only there) */
-int fd_is_shipped(int fd);                      /* program descriptor stands for a remote one */
-void fd_on_close(void (*fn)(unsigned first, unsigned last)); /* told of numbers closed or replaced */
-void fd_closed(unsigned first, unsigned last);  /* numbers [first, last] were closed or replaced */
-int fd_is_hidden(int fd);                       /* one of cnk's own */
-int path_is_local(const char *path);            /* the path rule (README "Node-local files") */
-/* for the loader and for file-backed mappings; fd is a program descriptor */
-long ship_open(const char *path, int flags);   /* -> program descriptor or -errno */
-long ship_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
-long ship_close(int fd);
-long ship_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
-/* Handlers for every file call (README "shipped" row), each deciding by
- * path or descriptor and setting c->cls: sys_openat, sys_open, sys_creat,
- * sys_close, sys_close_range, sys_read, sys_write, sys_pread64, sys_pwrite64,
- * sys_readv, sys_writev, sys_preadv, sys_pwritev, sys_preadv2, sys_pwritev2,
- * sys_lseek, sys_stat, sys_lstat, sys_fstat, sys_newfstatat, sys_statx,
- * sys_access, sys_faccessat, sys_faccessat2, sys_unlink, sys_unlinkat,
- * sys_rename, sys_renameat, sys_renameat2, sys_mkdir, sys_mkdirat, sys_rmdir,
- * sys_getdents64, sys_readlink, sys_readlinkat, sys_truncate, sys_ftruncate,
- * sys_fsync, sys_fdatasync, sys_dup, sys_dup2, sys_dup3, sys_fcntl, sys_chdir,
- * sys_fchdir, sys_getcwd, sys_umask, sys_chmod, sys_fchmod, sys_fchmodat,
- * sys_utimensat, sys_statfs, sys_fstatfs, sys_ioctl, sys_flock,
- * sys_fadvise64, sys_link, sys_linkat, sys_symlink, sys_symlinkat, sys_chown,
- * sys_fchown, sys_lchown, sys_fchownat, sys_sendfile, sys_copy_file_range. */
-#define SHIP_HANDLER(name) long sys_##name(struct cnk_call *c);
-#define SHIP_HANDLERS(X) \
-    X(openat) X(open) X(creat) X(close) X(close_range) X(read) X(write) X(pread64) X(pwrite64) \
-    X(readv) X(writev) X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(lseek) X(stat) X(lstat)     \
-    X(fstat) X(newfstatat) X(statx) X(access) X(faccessat) X(faccessat2) X(unlink) X(unlinkat)   \
-    X(rename) X(renameat) X(renameat2) X(mkdir) X(mkdirat) X(rmdir) X(getdents64) X(readlink)    \
-    X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
-    X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
-    X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
-    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
-SHIP_HANDLERS(SHIP_HANDLER)
-/* Between ship.c, fd.c and path.c only.  A route is ROUTE_LOCAL, ROUTE_SHIP
- * (with the remote descriptor, LAT_AT_FDCWD for the I/O node's cwd) or -errno. */
-enum { ROUTE_LOCAL = 0, ROUTE_SHIP = 1 };
-int path_route(int dirfd, const char *path, int *rdirfd);
-int fd_route(int fd, int *remote);              /* -EBADF for cnk's own */
-void fd_setup(void);                            /* remote 0,1,2; note cnk's own descriptors */
-int fd_install(int remote, int cloexec, int minfd);            /* program fd or -errno */
-int fd_install_at(int remote, int cloexec, int fd, int *old);  /* *old: replaced remote or -1 */
-int fd_forget(int fd, int close_placeholder);   /* its remote descriptor or -1 */
-int fd_cloexec(int fd);
-unsigned fd_epoch(void);                        /* changes whenever a shipped descriptor goes or is replaced */
-void fd_set_cloexec(int fd, int on);
-int fd_next_shipped(unsigned from, unsigned last);   /* lowest shipped fd in range, or -1 */
-int fd_next_hidden(unsigned from, unsigned last);    /* lowest of cnk's own in range, or -1 */
-/* execve: open the new image as the job's user (X_OK, regular file):
- * program descriptor or -errno; *owned says whether the caller closes it
- * (not for execveat(fd, "", AT_EMPTY_PATH)). */
-long ship_exec_open(int dirfd, const char *path, int flags, int *owned);
-void ship_exec_cloexec(void);                   /* close shipped descriptors marked FD_CLOEXEC */
-
-/* One request (type, a[], out) and its reply data into in: ret or -errno. */
-struct iovec;
-long ship_call(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
-               const struct iovec *in, int nin, size_t *got);
-/* Transfers of at least this many bytes go rendezvous (agreed in the hello); 0 = never. */
-uint64_t ship_rdv_min(void);
+void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies there itself) */
 
 /* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
-#define SOCK_HANDLER(name) long sock_##name(struct cnk_call *c);
-#define SOCK_HANDLERS(X) \
-    X(socket) X(connect) X(bind) X(listen) X(accept) X(sendto) X(recvfrom) X(sendmsg)   \
-    X(recvmsg) X(sendmmsg) X(recvmmsg) X(shutdown) X(setsockopt) X(getsockopt)        \
-    X(getsockname) X(getpeername) X(poll) X(ppoll) X(select) X(pselect6) X(epoll_ctl) \
-    X(epoll_wait) X(epoll_pwait)
-SOCK_HANDLERS(SOCK_HANDLER)
 /* Descriptor numbers [first, last] were closed or replaced: the kernel would drop their epoll
  * registrations, and every registration in an epoll set numbered so.  main.c hands it to fd.c
  * (fd_on_close): fd.c and ship.c also run without sock.c (tests/unit/test_cnk_ship.py). */
 void sock_epoll_closed(unsigned first, unsigned last);
-
-/* plugin.c: LAT_NR_ZOID, a plug-in call from a generated stub (lattice/zoid.h) */
-long sys_lattice_zoid(struct cnk_call *c);
 
 /* ---- thread.c, signal.c ---- */
 /* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from

@@ -110,12 +110,12 @@ static void close_local_cloexec(void)
                 (void *)(buf + off);
             off += d->reclen;
             uint64_t fd;
-            if (kparse_u64(d->name, &fd) || fd > 0x7fffffff || (int)fd == dir || fd_is_shipped((int)fd) ||
-                fd_is_hidden((int)fd))
+            if (kparse_u64(d->name, &fd) || fd > 0x7fffffff || (int)fd == dir || shipc_fd_is_shipped((int)fd) ||
+                shipc_fd_is_hidden((int)fd))
                 continue;
             long fl = ksys2(__NR_fcntl, fd, F_GETFD);
             if (fl >= 0 && (fl & FD_CLOEXEC) && ksys1(__NR_close, fd) == 0)
-                fd_closed((unsigned)fd, (unsigned)fd);
+                shipc_fd_closed((unsigned)fd, (unsigned)fd);
         }
     }
     ksys1(__NR_close, dir);
@@ -126,7 +126,7 @@ __attribute__((noreturn)) static void commit(void *unused)
 {
     (void)unused;
     signal_exec();
-    ship_exec_cloexec();
+    shipc_exec_cloexec();
     close_local_cloexec();
     ksys2(__NR_set_robust_list, NULL, 24);  /* both point into the old memory */
     ksys1(__NR_set_tid_address, NULL);
@@ -166,10 +166,10 @@ static long do_exec(struct cnk_call *c, int dirfd, const char *path, char *const
     if (r < 0)
         return r;
     int owned;
-    long fd = ship_exec_open(dirfd, path, flags, &owned);
+    long fd = shipc_exec_open(dirfd, path, flags, &owned);
     r = fd < 0 ? fd : loader_prepare((int)fd, path);
     if (fd >= 0 && owned)
-        ship_close((int)fd);
+        shipc_close((int)fd);
     if (r < 0) {
         ksys2(__NR_munmap, x.buf, x.len);
         return r;

@@ -3,7 +3,6 @@
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
-#include <linux/futex.h>
 
 #include "lib.h"
 
@@ -305,30 +304,17 @@ void kthread_main(void)
     kthread_enter(&main_thread);
 }
 
-/* 0 free, 1 held, 2 held with waiters (Drepper, "Futexes are tricky").
- * crit goes up before the lock is taken and down after it is released, so
+/* crit goes up before a klock is taken and down after it is released, so
  * a signal arriving in between finds it raised and waits (signal.c). */
-void klock(struct klock *l)
+void kcrit_enter(void)
 {
-    struct kthread *t = kthread_self();
-    __atomic_add_fetch(&t->crit, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&kthread_self()->crit, 1, __ATOMIC_RELAXED);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    int c = 0;
-    if (!__atomic_compare_exchange_n(&l->v, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-        if (c != 2)
-            c = __atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE);
-        while (c) {
-            ksys4(__NR_futex, &l->v, FUTEX_WAIT_PRIVATE, 2, NULL);
-            c = __atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE);
-        }
-    }
 }
 
-void kunlock(struct klock *l)
+void kcrit_leave(void)
 {
     struct kthread *t = kthread_self();
-    if (__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2)
-        ksys3(__NR_futex, &l->v, FUTEX_WAKE_PRIVATE, 1);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     if (__atomic_sub_fetch(&t->crit, 1, __ATOMIC_RELAXED))
         return;
@@ -337,4 +323,16 @@ void kunlock(struct klock *l)
     uint64_t held = __atomic_exchange_n(&t->deferred, 0, __ATOMIC_RELAXED);
     if (held)
         ksys4(__NR_rt_sigprocmask, SIG_UNBLOCK_, &held, NULL, sizeof held);
+}
+
+void klock(struct klock *l)
+{
+    kcrit_enter();
+    kmutex_lock(&l->m);
+}
+
+void kunlock(struct klock *l)
+{
+    kmutex_unlock(&l->m);
+    kcrit_leave();
 }

@@ -10,24 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-static inline long ksys6(long n, long a, long b, long c, long d, long e, long f)
-{
-    long ret;
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
-#define ksys0(n)                ksys6((n), 0, 0, 0, 0, 0, 0)
-#define ksys1(n, a)             ksys6((n), (long)(a), 0, 0, 0, 0, 0)
-#define ksys2(n, a, b)          ksys6((n), (long)(a), (long)(b), 0, 0, 0, 0)
-#define ksys3(n, a, b, c)       ksys6((n), (long)(a), (long)(b), (long)(c), 0, 0, 0)
-#define ksys4(n, a, b, c, d)    ksys6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
-#define ksys5(n, a, b, c, d, e) ksys6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+#include <lattice/ksys.h>
 
 /* memory and strings (also the symbols gcc may emit calls to) */
 void *memcpy(void *restrict d, const void *restrict s, size_t n);
@@ -76,8 +59,11 @@ void kthread_main(void);                /* the main thread's, first thing at sta
  * No program signal handler runs on the holder's thread while it holds one
  * (kthread.crit), so none can deadlock on the same lock; holding it costs no
  * system call. */
-struct klock { int v; };
+struct klock { struct kmutex m; };
 void klock(struct klock *l);
 void kunlock(struct klock *l);
+/* The crit count alone (klock raises it around its mutex). */
+void kcrit_enter(void);
+void kcrit_leave(void);
 
 #endif

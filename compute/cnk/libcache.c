@@ -108,11 +108,11 @@ static long remote_stat(int fd, struct lat_stat *w)
 {
     int remote;
     size_t got = 0;
-    if (fd_route(fd, &remote) != ROUTE_SHIP)
+    if (shipc_fd_route(fd, &remote) != SHIPC_SHIP)
         return -EBADF;
     int64_t a[4] = { remote, AT_EMPTY_PATH, 0, 0 };
     struct iovec out = { (void *)"", 1 }, in = { w, sizeof *w };
-    long r = ship_call(LAT_SYS_FSTATAT, a, &out, 1, &in, 1, &got);
+    long r = shipc_call_msg(LAT_SYS_FSTATAT, a, &out, 1, &in, 1, &got);
     return r < 0 ? r : got == sizeof *w ? 0 : -EIO;
 }
 
@@ -152,7 +152,7 @@ static long fetch(int fd, const struct lat_stat *w, const char *name)
     r = ksys4(__NR_fallocate, tfd, 0, 0, size);
     long p = r < 0 ? r : ksys6(__NR_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
     while (p >= 0 && done < size) {
-        r = ship_pread(fd, (char *)p + done, size - done, (int64_t)done);
+        r = shipc_pread(fd, (char *)p + done, size - done, (int64_t)done);
         if (r <= 0)
             break;
         done += (size_t)r;
@@ -210,9 +210,9 @@ long libcache_open(int fd, size_t len)
     char name[sizeof memo.name], lock[sizeof memo.name + 8];
     int remote;
 
-    if (dirfd_ < 0 || fd_route(fd, &remote) != ROUTE_SHIP)
+    if (dirfd_ < 0 || shipc_fd_route(fd, &remote) != SHIPC_SHIP)
         return -ENOENT;
-    unsigned epoch = fd_epoch();        /* before the fstat: a close after it voids the memo */
+    unsigned epoch = shipc_fd_epoch();        /* before the fstat: a close after it voids the memo */
     long cfd = open_memo(fd, remote, epoch);
     if (cfd >= 0)
         return cfd;

@@ -23,7 +23,7 @@
 static uintptr_t up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
 static uintptr_t down(uintptr_t v, uintptr_t a) { return v & ~(a - 1); }
 
-/* Where an ELF file is read from: the pushed image, a file via ship_pread,
+/* Where an ELF file is read from: the pushed image, a file via shipc_pread,
  * or (execve) a buffer that already holds it. */
 struct src {
     const char *name;       /* for messages */
@@ -48,7 +48,7 @@ static long image_pread(const struct src *s, void *buf, size_t len, int64_t off)
 
 static long file_pread(const struct src *s, void *buf, size_t len, int64_t off)
 {
-    return ship_pread(s->fd, buf, len, off);
+    return shipc_pread(s->fd, buf, len, off);
 }
 
 static long mem_pread(const struct src *s, void *buf, size_t len, int64_t off)
@@ -215,7 +215,7 @@ static int open_interp(const struct src *prog, const struct elf *pe, char *path,
     read_exact(prog, path, p->p_filesz, p->p_offset, "the interpreter name");
     path[p->p_filesz - 1] = 0;
 
-    long fd = ship_open(path, O_RDONLY | O_CLOEXEC);
+    long fd = shipc_open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         load_fail((int)-fd, "cannot load the interpreter %s of %s: %s (error %ld)", path, prog->name,
                   fd == -ENOENT ? "no such file on the I/O node" : "cannot open it", -fd);
@@ -375,7 +375,7 @@ void load_program(uintptr_t *entry, uintptr_t *sp)
     read_elf(&is, &interp);
     check_interp(&is, &interp);
     place_all(&s, &prog, &is, &interp, entry, sp);
-    ship_close(is.fd);
+    shipc_close(is.fd);
 }
 
 /* ---- execve: the whole new image is read and checked before the old one goes ---- */
@@ -416,7 +416,7 @@ static void slurp(const struct src *f, struct elf *e, struct src *out, const cha
 static void discard_prepared(void)
 {
     if (xfd >= 0)
-        ship_close(xfd);
+        shipc_close(xfd);
     xfd = -1;
     drop_buffer(&xs);
     drop_buffer(&xis);
@@ -442,7 +442,7 @@ long loader_prepare(int fd, const char *name)
         struct src fi = { xiname, xfd, file_pread, NULL, 0 };
         slurp(&fi, &interp, &xis, xiname);
         check_interp(&xis, &interp);
-        ship_close(xfd);
+        shipc_close(xfd);
         xfd = -1;
         need += interp.hi - interp.lo + interp.align;
     }

@@ -89,7 +89,7 @@ static long ship_socket(int fd)
     for (int i = 0; i < sc.nopt; i++)
         fwd_setsockopt((int)r, sc.opt[i][0], sc.opt[i][1], &sc.opt[i][2], sizeof sc.opt[i][2]);
     int old;
-    long f = fd_install_at((int)r, sc.cloexec, fd, &old);  /* closes ours */
+    long f = shipc_fd_install_at((int)r, sc.cloexec, fd, &old);  /* closes ours */
     if (f < 0) {
         fwd_close((int)r);
         return f;
@@ -102,14 +102,14 @@ static long ship_socket(int fd)
 /* Route for a call with a destination: 1 shipped (*remote), 0 local, -errno. */
 static int decide(int fd, const void *dest, long dlen, int *remote)
 {
-    int rt = fd_route(fd, remote);
+    int rt = shipc_fd_route(fd, remote);
 
-    if (rt != ROUTE_LOCAL || !lat_sock_ships(&rule, fd, dest, dlen))
+    if (rt != SHIPC_LOCAL || !lat_sock_ships(&rule, fd, dest, dlen))
         return rt;
     long r = ship_socket(fd);
     if (r < 0)
         return (int)r;
-    return fd_route(fd, remote);
+    return shipc_fd_route(fd, remote);
 }
 
 /* ---- shipped calls that may block ---- */
@@ -163,7 +163,7 @@ static int eager_instead(long n)
 
 static int goes_rdv(size_t total, long cnt)
 {
-    uint64_t min = ship_rdv_min();
+    uint64_t min = shipc_rdv_min();
     return min && total >= min && cnt > 0;
 }
 
@@ -280,7 +280,7 @@ long sock_connect(struct cnk_call *c)
 
     if (rt < 0)
         return rt;
-    if (rt == ROUTE_LOCAL)
+    if (rt == SHIPC_LOCAL)
         return local(c);
     if (c->a[2] < 2 || c->a[2] > LAT_MAX_SOCKADDR)
         return shipped(c, -EINVAL);
@@ -295,9 +295,9 @@ long sock_connect(struct cnk_call *c)
 /* Calls on a descriptor that is either shipped or local, never decided by them. */
 static int route(struct cnk_call *c, int *r, long *ret)
 {
-    int rt = fd_route((int)c->a[0], r);
+    int rt = shipc_fd_route((int)c->a[0], r);
 
-    if (rt == ROUTE_SHIP)
+    if (rt == SHIPC_SHIP)
         return 1;
     *ret = rt < 0 ? rt : local(c);
     return 0;
@@ -346,7 +346,7 @@ long sock_sendto(struct cnk_call *c)
 
     if (rt < 0)
         return rt;
-    if (rt == ROUTE_LOCAL)
+    if (rt == SHIPC_LOCAL)
         return local(c);
     struct iovec v = { (void *)c->a[1], (size_t)c->a[2] };
     return shipped(c, send_ship(r, dest, dest ? c->a[5] : 0, &v, 1, (int)c->a[3]));
@@ -367,10 +367,10 @@ static long sendmsg1(struct cnk_call *c, int fd, struct kmsghdr *m, int flags, i
 {
     int r, rt = decide(fd, m->name, m->namelen, &r);
 
-    *shipped_out = rt == ROUTE_SHIP;
+    *shipped_out = rt == SHIPC_SHIP;
     if (rt < 0)
         return rt;
-    if (rt == ROUTE_LOCAL)
+    if (rt == SHIPC_LOCAL)
         return ksys3(__NR_sendmsg, fd, m, flags);
     if (m->controllen)
         return -EOPNOTSUPP;     /* no descriptors or credentials across the I/O node */
@@ -405,7 +405,7 @@ long sock_sendmmsg(struct cnk_call *c)
     unsigned n = (unsigned)c->a[2];
     int sh = 0, fd = (int)c->a[0], r;
 
-    if (fd_route(fd, &r) == ROUTE_LOCAL && (n == 0 || decide(fd, v[0].hdr.name, v[0].hdr.namelen, &r) == ROUTE_LOCAL))
+    if (shipc_fd_route(fd, &r) == SHIPC_LOCAL && (n == 0 || decide(fd, v[0].hdr.name, v[0].hdr.namelen, &r) == SHIPC_LOCAL))
         return local(c);
     unsigned i;
     for (i = 0; i < n && i < UIO_MAXIOV; i++) {
@@ -514,8 +514,8 @@ static long mixed_poll(struct kpollfd *p, unsigned long n, long ms, int *any_shi
         int r;
         if (p[i].fd < 0)
             continue;
-        int rt = fd_route(p[i].fd, &r);
-        if (rt != ROUTE_SHIP) {
+        int rt = shipc_fd_route(p[i].fd, &r);
+        if (rt != SHIPC_SHIP) {
             nlocal++;
             continue;
         }
@@ -599,7 +599,7 @@ static long mixed_select(struct cnk_call *c, long ms, int *sh)
                 e |= ev[s];
         if (!e)
             continue;
-        *sh |= fd_route(fd, &r) == ROUTE_SHIP;
+        *sh |= shipc_fd_route(fd, &r) == SHIPC_SHIP;
         p[np++] = (struct kpollfd){ fd, e, 0 };
     }
     if (!*sh)
@@ -672,7 +672,7 @@ static long pollable(int fd)
 {
     long fl;
     uint32_t mode;
-    long r = ship_fd_kind(fd, &fl, &mode);
+    long r = shipc_fd_kind(fd, &fl, &mode);
     if (r < 0)
         return r;
     return (mode & 0170000) == 0100000 || (mode & 0170000) == 0040000 ? -EPERM : 0;
@@ -683,9 +683,9 @@ long sock_epoll_ctl(struct cnk_call *c)
     int epfd = (int)c->a[0], op = (int)c->a[1], fd = (int)c->a[2], r;
     const struct kepoll_event *ev = (const void *)c->a[3];
 
-    if (fd_route(fd, &r) != ROUTE_SHIP)
+    if (shipc_fd_route(fd, &r) != SHIPC_SHIP)
         return local(c);
-    if (ksys2(__NR_fcntl, epfd, F_GETFD) < 0 || fd_is_hidden(epfd))
+    if (ksys2(__NR_fcntl, epfd, F_GETFD) < 0 || shipc_fd_is_hidden(epfd))
         return shipped(c, -EBADF);
     if ((op == 1 || op == 3) && !ev)
         return shipped(c, -EFAULT);

@@ -2,18 +2,17 @@
  * client.h - internals shared by the files of libcnclient.so, the LD_PRELOAD
  * library that ships a compute process's file calls to its I/O node (ciod).
  *
- *   conn.c     the PROC connection: start-up, one request/one reply RPC, and
- *              the same in parts for pipelined series
- *   fdtable.c  app-visible descriptor -> remote descriptor, placeholders
+ *   conn.c     start-up: the PROC connection handed to the shipping core
+ *              (compute/shipc/: RPC, mailbox, rendezvous, pipelined series)
+ *   entry.c    the hooks the shipping core calls; lat_sys, a call through it
+ *   fdtable.c  routes and installs over the core's descriptor table (compute/shipc/)
  *   path.c     the rule deciding which paths stay on the compute node
  *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
  *   stat.c     the stat family, statx, statfs/statvfs, access, chmod, utimes
  *   dir.c      DIR streams over shipped getdents64
  *   stdio.c    FILE streams over shipped descriptors; stdin/stdout/stderr
  *   misc.c     names (unlink, rename, mkdir...), cwd, umask, realpath, temp files
- *   fwd.c      the encoding stubs fwd_*() generated from lattice/fwd_posix.h
- *   mbox.c     the mailbox: small file calls through memory shared with ciod
- *   usercopy.c copying the program's buffers for it without a crash on EFAULT
+ *   usercopy.c which of the program's buffers the mailbox may memcpy
  *
  * Every interposed function starts with lat_active(): when LATTICE_IO_FD is
  * not set, the library is inert and every call goes straight to libc.
@@ -30,6 +29,7 @@
 #include <lattice/wire.h>
 
 #include "fwd_posix_stubs.h"      /* generated: the vectored stubs fwd_*_v */
+#include "shipc.h"                /* the shipping core (compute/shipc/) */
 
 #define LAT_HIDDEN __attribute__((visibility("hidden")))
 
@@ -52,49 +52,24 @@ LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: shipping is off *
 LAT_HIDDEN int64_t lat_call(uint16_t type, int64_t a0, int64_t a1, int64_t a2, int64_t a3,
                             const struct iovec *out, int nout,
                             const struct iovec *in, int nin, size_t *got);
-/* The same in parts, for requests sent without waiting for each reply (a
- * pipelined series) or with header flags (LAT_HF_*: a rendezvous, the
- * chunks of a series): with the connection locked, send requests (*sq: the
- * seq of each) and receive their replies in the same order.  0 / ret >= 0,
- * or -errno; -EIO with lat_conn_lost() once the connection is broken. */
-LAT_HIDDEN void lat_conn_lock(void);
-LAT_HIDDEN void lat_conn_unlock(void);
-LAT_HIDDEN int lat_conn_lost(void);
-LAT_HIDDEN int64_t lat_send_locked(uint16_t type, uint8_t flags, const int64_t a[4], const struct iovec *out,
-                                   int nout, uint32_t *sq);
-LAT_HIDDEN int64_t lat_recv_locked(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got);
-/* The stream is out of step or gone: every call fails from now on.  -EIO. */
-LAT_HIDDEN int64_t lat_conn_broken(const char *why, int err);
-/* Transfers of at least this many bytes go rendezvous; 0 = never. */
-LAT_HIDDEN uint64_t lat_rdv_min(void);
-/* Shorthands: no data / a path as the only data. */
-LAT_HIDDEN int64_t lat_call0(uint16_t type, int64_t a0, int64_t a1, int64_t a2);
-LAT_HIDDEN int64_t lat_call_path(uint16_t type, int64_t a0, int64_t a1, int64_t a2,
-                                 const char *path, void *in, size_t inlen, size_t *got);
+LAT_HIDDEN void lat_say(const char *msg);      /* to fd 2, raw */
+/* entry.c: a call as the kernel sees it, decided and done by the shipping
+ * core (compute/shipc/dispatch.c, as under cnk): ret, or -1 with errno. */
+LAT_HIDDEN long lat_sys(long nr, long a0, long a1, long a2, long a3, long a4, long a5);
 
 /* fdtable.c */
 enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };
 /* How a call on app descriptor fd goes; *remote is set for LAT_SHIP.
  * LAT_HIDE is the shipping socket itself: callers fail with EBADF. */
 LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
-/* Give remote descriptor `remote` an app-visible number (>= minfd); on
- * failure closes `remote` on the I/O node and returns -1 with errno. */
-LAT_HIDDEN int lat_fd_install(int remote, int cloexec, int minfd);
 /* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
 LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
-/* Forget app descriptor fd (closing its placeholder); returns its remote
- * descriptor or -1 if it was not remote. */
-LAT_HIDDEN int lat_fd_forget(int fd, int close_local);
+LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
 /* sock.c: numbers [first, last] were closed or replaced: drop the epoll
  * registrations of shipped descriptors there, and those of epoll sets numbered so. */
 LAT_HIDDEN void lat_epoll_closed(unsigned first, unsigned last);
-LAT_HIDDEN int lat_fd_cloexec(int fd);
-LAT_HIDDEN void lat_fd_set_cloexec(int fd, int on);
-LAT_HIDDEN void lat_fd_init_std(void);
-LAT_HIDDEN unsigned lat_fd_limit(void);
 
 /* path.c */
-LAT_HIDDEN int lat_path_is_local(const char *path);
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
  * directory descriptor (LAT_AT_FDCWD for the cwd), or -1 with errno set
  * (ENAMETOOLONG, EBADF for the shipping socket). */
@@ -103,30 +78,14 @@ LAT_HIDDEN int lat_path_route(int dirfd, const char *path, int *rdirfd);
  * NULL test inside an interposed function would be optimised away. */
 LAT_HIDDEN int lat_is_null(const void *p);
 
-/* file.c: shipped I/O on a remote descriptor (rendezvous, one chunk, or a
- * pipelined series of chunks); off < 0: no offset */
-LAT_HIDDEN ssize_t lat_ship_rw(int rfd, int write, const struct iovec *iov, int cnt, off_t off);
+/* file.c: close remote descriptor rfd (a fork()ed child only forgets it) */
 LAT_HIDDEN int lat_ship_close(int rfd);
 
-/* mbox.c: the mailbox (docs/protocol.md section 6.4).  Set up at start
- * (conn is the shipping socket, dp_flags what ciod granted); forgotten in a
- * fork()ed child.  lat_mbox_takes: this call may go through it; then
- * lat_mbox_call_locked sends it with seq sq (the connection's lock held):
- * ret >= 0 or -errno, -EIO with lat_conn_broken. */
-#define LAT_MBOX_MAXIOV 64
-LAT_HIDDEN void lat_mbox_init(int conn, unsigned dp_flags);
-LAT_HIDDEN void lat_mbox_forget(void);
-LAT_HIDDEN int lat_mbox_takes(uint16_t type, const struct iovec *out, int nout, const struct iovec *in, int nin);
-LAT_HIDDEN int64_t lat_mbox_call_locked(uint32_t sq, uint16_t type, const int64_t a[4], const struct iovec *out,
-                                        int nout, const struct iovec *in, int nin, size_t *got);
-
-/* usercopy.c: the program's buffers to (read) and from (write) the
- * mailbox; -EFAULT where the kernel would say so.  lat_user_copyable: the
- * buffers can be copied that way at all (wr: written). */
+/* usercopy.c: memory known to be mapped (this thread's stack, the brk
+ * heap, the main program's segments), readable or writable with wr: the
+ * shipping core's mailbox copies there with memcpy (shipc_ent_user_ok). */
 LAT_HIDDEN void lat_usercopy_init(void);
-LAT_HIDDEN int lat_user_copyable(const struct iovec *v, int n, int wr);
-LAT_HIDDEN int lat_user_read(void *dst, const struct iovec *v, int n, size_t total);
-LAT_HIDDEN int lat_user_write(const struct iovec *v, int n, const void *src, size_t len);
+LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
 
 /* stat.c */
 struct stat;
@@ -141,6 +100,13 @@ static inline int lat_fail(int err)
     extern int *__errno_location(void);
     *__errno_location() = err;
     return -1;
+}
+
+/* The shipping core's answer (ret or -errno) as libc gives it: ret, or -1
+ * with errno. */
+static inline int64_t lcn_ret(int64_t r)
+{
+    return r < 0 ? lat_fail((int)-r) : r;
 }
 
 #endif

@@ -102,7 +102,7 @@ static struct dirent64 *next_entry(struct lat_dir *ld)
             lat_fail(EBADF);
             return NULL;
         }
-        int64_t n = fwd_getdents64(r, ld->buf, sizeof ld->buf);
+        int64_t n = lcn_ret(fwd_getdents64(r, ld->buf, sizeof ld->buf));
         if (n <= 0)
             return NULL;
         ld->pos = 0;
@@ -238,7 +238,7 @@ ssize_t getdents64(int fd, void *buf, size_t n)
     switch (lat_fd_route(fd, &r)) {
     case LAT_SHIP: {
         size_t cap = n > LAT_MAX_IO ? LAT_MAX_IO : n;
-        return (ssize_t)fwd_getdents64(r, buf, cap);
+        return (ssize_t)lcn_ret(fwd_getdents64(r, buf, cap));
     }
     case LAT_HIDE:
         return lat_fail(EBADF);

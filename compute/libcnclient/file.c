@@ -2,10 +2,12 @@
  * file.c - descriptor calls: open family, close, read/write family, lseek,
  * truncate, sync, dup family, fcntl, close_range, isatty/ioctl/flock.
  *
- * Pattern of every call: route the descriptor or path; local -> libc;
- * the shipping socket itself -> EBADF (the program must not see it);
- * remote -> one request (a rendezvous, or data up to LAT_MAX_IO; above
- * that a pipelined series of chunks), errno from the I/O node.
+ * Each is the system call it stands for, handed to the shipping core
+ * (lat_sys: compute/shipc/file.c, the same handlers as under cnk), which
+ * routes the descriptor or path: node-local runs as the system call, the
+ * client's own descriptors are EBADF, remote ones go to the I/O node (a
+ * rendezvous, data up to LAT_MAX_IO, or a pipelined series of chunks).
+ * Here: libc's spellings (varargs, LFS aliases, fortified _chk variants).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,11 +16,11 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#include "../include/lattice/pipe_series.h"   /* shared with cnk: freestanding */
 
 #include "client.h"
 
@@ -41,132 +43,16 @@ int lat_ship_close(int rfd)
 {
     if (lat_forked())
         return 0;  /* the parent still owns it */
-    return (int)fwd_close(rfd);
+    return (int)lcn_ret(fwd_close(rfd));
 }
 
-/* Copy the part [skip, skip+len) of iov into out (at most IOV_MAX entries). */
-static int iov_slice(const struct iovec *iov, int cnt, size_t skip, size_t len, struct iovec *out)
-{
-    int n = 0;
-    for (int i = 0; i < cnt && len > 0 && n < IOV_MAX; i++) {
-        if (skip >= iov[i].iov_len) {
-            skip -= iov[i].iov_len;
-            continue;
-        }
-        size_t take = iov[i].iov_len - skip;
-        if (take > len)
-            take = len;
-        out[n++] = (struct iovec){ (char *)iov[i].iov_base + skip, take };
-        skip = 0;
-        len -= take;
-    }
-    return n;
-}
-
-/* A transfer above LAT_MAX_IO without rendezvous (another host, or
- * LATTICE_DATAPATH=messages): a pipelined series of chunks, the requests
- * built here from the program's vectors (lattice/pipe_series.h). */
-struct series {
-    int rfd, wr;
-    uint16_t type;
-    const struct iovec *iov;
-    int cnt;
-    off_t off;
-    struct iovec part[IOV_MAX];
-};
-
-static long series_send(void *ctx, size_t at, size_t len, uint8_t flags, uint32_t *sq)
-{
-    struct series *s = ctx;
-    int64_t a[4] = { s->rfd, s->wr ? 0 : (int64_t)len, s->off < 0 ? 0 : s->off + (off_t)at, 0 };
-    int n = s->wr ? iov_slice(s->iov, s->cnt, at, len, s->part) : 0;
-    return (long)lat_send_locked(s->type, flags, a, s->part, n, sq);
-}
-
-static long series_recv(void *ctx, uint32_t sq, size_t at, size_t len)
-{
-    struct series *s = ctx;
-    size_t got = 0;
-    int n = s->wr ? 0 : iov_slice(s->iov, s->cnt, at, len, s->part);
-    int64_t r = lat_recv_locked(s->type, sq, s->part, n, &got);
-    return !s->wr && r > (int64_t)got ? (long)got : (long)r;
-}
-
-static int series_lost(void *ctx)
-{
-    (void)ctx;
-    return lat_conn_lost();
-}
-
-ssize_t lat_ship_rw(int rfd, int wr, const struct iovec *iov, int cnt, off_t off)
-{
-    if (cnt < 0 || cnt > IOV_MAX)
-        return lat_fail(EINVAL);
-    size_t total = 0;
-    for (int i = 0; i < cnt; i++) {
-        if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
-            return lat_fail(EINVAL);
-        total += iov[i].iov_len;
-    }
-    uint16_t type = wr ? (off < 0 ? LAT_SYS_WRITE : LAT_SYS_PWRITE) : (off < 0 ? LAT_SYS_READ : LAT_SYS_PREAD);
-    uint64_t rdv = lat_rdv_min();
-    if (rdv && total >= rdv && cnt > 0) {
-        /* rendezvous: ciod moves the bytes itself (docs/protocol.md section 6.2) */
-        struct lat_rdv_seg seg[IOV_MAX];
-        for (int i = 0; i < cnt; i++)
-            seg[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
-        struct iovec o = { seg, (size_t)cnt * sizeof seg[0] };
-        int64_t a[4] = { rfd, (int64_t)total, off < 0 ? 0 : off, 0 };
-        uint32_t sq;
-        lat_conn_lock();
-        int64_t r = lat_send_locked(type, LAT_HF_RDV, a, &o, 1, &sq);
-        if (r == 0)
-            r = lat_recv_locked(type, sq, NULL, 0, NULL);
-        lat_conn_unlock();
-        if (r >= 0)
-            return (ssize_t)r;
-        if (r != -EOPNOTSUPP && r != -EFAULT)
-            return lat_fail((int)-r);
-        /* not reachable that way: send the bytes */
-    }
-    if (total > LAT_MAX_IO) {
-        struct series s = { rfd, wr, type, iov, cnt, off, { { 0 } } };
-        struct lat_pipe_io io = { &s, series_send, series_recv, series_lost };
-        lat_conn_lock();        /* the whole series: chunks of two threads never interleave */
-        long r = lat_pipe_series(&io, total, LAT_MAX_IO);
-        lat_conn_unlock();
-        return r < 0 ? lat_fail((int)-r) : (ssize_t)r;
-    }
-    /* one message each way; zero-byte transfers are shipped too: they
-     * report EBADF etc. exactly */
-    struct iovec part[IOV_MAX];
-    int n = iov_slice(iov, cnt, 0, total, part);
-    if (wr)
-        return off < 0 ? fwd_write_v(rfd, part, n) : fwd_pwrite_v(rfd, part, n, off);
-    return off < 0 ? fwd_read_v(rfd, part, n, total) : fwd_pread_v(rfd, part, n, total, off);
-}
-
-static int ship_open(int rdirfd, const char *path, int flags, mode_t mode)
-{
-    int64_t r = fwd_openat(rdirfd, flags, NEEDS_MODE(flags) ? (int)mode : 0, path);
-    if (r < 0)
-        return -1;
-    return lat_fd_install((int)r, flags & O_CLOEXEC, 0);
-}
+#define SYS(nr, a0, a1, a2, a3) lat_sys((nr), (long)(a0), (long)(a1), (long)(a2), (long)(a3), 0, 0)
 
 /* ---- open family ---- */
 
 static int do_openat(int dirfd, const char *path, int flags, mode_t mode)
 {
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return ship_open(rd, path, flags, mode);
-    case LAT_LOCAL:
-        return REAL(openat)(dirfd, path, flags, mode);
-    default:
-        return -1;
-    }
+    return (int)SYS(SYS_openat, dirfd, path, flags, mode);
 }
 
 static mode_t mode_arg(int flags, va_list ap)
@@ -174,41 +60,19 @@ static mode_t mode_arg(int flags, va_list ap)
     return NEEDS_MODE(flags) ? (mode_t)va_arg(ap, int) : 0;
 }
 
-int open(const char *path, int flags, ...)
-{
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    return do_openat(AT_FDCWD, path, flags, mode);
-}
+#define OPEN_VA(dirfd, path, flags)             \
+    do {                                        \
+        va_list ap;                             \
+        va_start(ap, flags);                    \
+        mode_t mode = mode_arg(flags, ap);      \
+        va_end(ap);                             \
+        return do_openat(dirfd, path, flags, mode); \
+    } while (0)
 
-int open64(const char *path, int flags, ...)
-{
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    return do_openat(AT_FDCWD, path, flags, mode);
-}
-
-int openat(int dirfd, const char *path, int flags, ...)
-{
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    return do_openat(dirfd, path, flags, mode);
-}
-
-int openat64(int dirfd, const char *path, int flags, ...)
-{
-    va_list ap;
-    va_start(ap, flags);
-    mode_t mode = mode_arg(flags, ap);
-    va_end(ap);
-    return do_openat(dirfd, path, flags, mode);
-}
+int open(const char *path, int flags, ...) { OPEN_VA(AT_FDCWD, path, flags); }
+int open64(const char *path, int flags, ...) { OPEN_VA(AT_FDCWD, path, flags); }
+int openat(int dirfd, const char *path, int flags, ...) { OPEN_VA(dirfd, path, flags); }
+int openat64(int dirfd, const char *path, int flags, ...) { OPEN_VA(dirfd, path, flags); }
 
 int creat(const char *path, mode_t mode)
 {
@@ -250,101 +114,24 @@ int __openat64_2(int dirfd, const char *path, int flags)
     return do_openat(dirfd, path, flags, 0);
 }
 
-/* ---- close ---- */
+/* ---- close: the core skips the client's own descriptors, as cnk's ---- */
 
-int close(int fd)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return lat_ship_close(lat_fd_forget(fd, 1));
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    int ret = REAL(close)(fd);
-    if (ret == 0)       /* perhaps an epoll set holding shipped descriptors */
-        lat_epoll_closed((unsigned)fd, (unsigned)fd);
-    return ret;
-}
-
-/* closefrom() and friends must not take the shipping socket with them. */
-static int close_range_impl(unsigned first, unsigned last, int flags)
-{
-    if (!lat_active())
-        return REAL(close_range)(first, last, flags);
-    if (first > last)
-        return lat_fail(EINVAL);
-    unsigned lim = lat_fd_limit();
-    for (unsigned fd = first; fd <= last && fd < lim; fd++) {
-        int r;
-        if (lat_fd_route((int)fd, &r) != LAT_SHIP)
-            continue;
-        if (flags & CLOSE_RANGE_CLOEXEC)
-            lat_fd_set_cloexec((int)fd, 1);
-        else
-            lat_ship_close(lat_fd_forget((int)fd, 1));
-    }
-    /* the descriptors we hide (the socket, its seq page), in order: skipped */
-    unsigned h[2] = { (unsigned)lat_conn_fd(), (unsigned)lat_seq_fd() };
-    if (h[0] > h[1]) {
-        unsigned t = h[0];
-        h[0] = h[1];
-        h[1] = t;
-    }
-    int ret = 0;
-    unsigned from = first;
-    for (int i = 0; i < 2 && ret == 0; i++) {
-        if (h[i] < from || h[i] > last)
-            continue;
-        if (h[i] > from)
-            ret = REAL(close_range)(from, h[i] - 1, flags);
-        if (h[i] == last)
-            return ret;
-        from = h[i] + 1;
-    }
-    return ret == 0 ? REAL(close_range)(from, last, flags) : ret;
-}
+int close(int fd) { return (int)SYS(SYS_close, fd, 0, 0, 0); }
 
 int close_range(unsigned int first, unsigned int last, int flags)
 {
-    int ret = close_range_impl(first, last, flags);
-    if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
-        lat_epoll_closed(first, last);
-    return ret;
+    return (int)SYS(SYS_close_range, first, last, flags, 0);
 }
 
 void closefrom(int lowfd)
 {
-    if (!lat_active()) {
-        REAL(closefrom)(lowfd);
-        return;
-    }
     close_range(lowfd < 0 ? 0u : (unsigned)lowfd, ~0u, 0);
 }
 
 /* ---- read / write ---- */
 
-#define RW_BODY(fd, wr, iov, cnt, off, local_call)                \
-    do {                                                          \
-        int r_;                                                   \
-        switch (lat_fd_route(fd, &r_)) {                          \
-        case LAT_SHIP:                                            \
-            return lat_ship_rw(r_, wr, iov, cnt, off);            \
-        case LAT_HIDE:                                            \
-            return lat_fail(EBADF);                               \
-        case LAT_LOCAL:                                           \
-            break;                                                \
-        }                                                         \
-        return local_call;                                        \
-    } while (0)
-
-ssize_t read(int fd, void *buf, size_t n)
-{
-    struct iovec v = { buf, n };
-    RW_BODY(fd, 0, &v, 1, -1, REAL(read)(fd, buf, n));
-}
+ssize_t read(int fd, void *buf, size_t n) { return SYS(SYS_read, fd, buf, n, 0); }
+ssize_t write(int fd, const void *buf, size_t n) { return SYS(SYS_write, fd, buf, n, 0); }
 
 ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
@@ -353,258 +140,59 @@ ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
     return read(fd, buf, n);
 }
 
-ssize_t write(int fd, const void *buf, size_t n)
-{
-    struct iovec v = { (void *)buf, n };
-    RW_BODY(fd, 1, &v, 1, -1, REAL(write)(fd, buf, n));
-}
-
-static ssize_t do_pread(int fd, void *buf, size_t n, off_t off)
-{
-    if (off < 0 && lat_active()) {
-        int r;
-        if (lat_fd_route(fd, &r) == LAT_SHIP)
-            return lat_fail(EINVAL);
-    }
-    struct iovec v = { buf, n };
-    RW_BODY(fd, 0, &v, 1, off, REAL(pread)(fd, buf, n, off));
-}
-
-static ssize_t do_pwrite(int fd, const void *buf, size_t n, off_t off)
-{
-    if (off < 0 && lat_active()) {
-        int r;
-        if (lat_fd_route(fd, &r) == LAT_SHIP)
-            return lat_fail(EINVAL);
-    }
-    struct iovec v = { (void *)buf, n };
-    RW_BODY(fd, 1, &v, 1, off, REAL(pwrite)(fd, buf, n, off));
-}
-
-ssize_t pread(int fd, void *buf, size_t n, off_t off) { return do_pread(fd, buf, n, off); }
-ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return do_pread(fd, buf, n, off); }
-ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return do_pwrite(fd, buf, n, off); }
-ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return do_pwrite(fd, buf, n, off); }
+ssize_t pread(int fd, void *buf, size_t n, off_t off) { return SYS(SYS_pread64, fd, buf, n, off); }
+ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return SYS(SYS_pread64, fd, buf, n, off); }
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return SYS(SYS_pwrite64, fd, buf, n, off); }
+ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return SYS(SYS_pwrite64, fd, buf, n, off); }
 
 ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
     if (n > buflen)
         __chk_fail();
-    return do_pread(fd, buf, n, off);
+    return pread(fd, buf, n, off);
 }
 
 ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen)
 {
     if (n > buflen)
         __chk_fail();
-    return do_pread(fd, buf, n, off);
+    return pread(fd, buf, n, off);
 }
 
-ssize_t readv(int fd, const struct iovec *iov, int cnt)
-{
-    RW_BODY(fd, 0, iov, cnt, -1, REAL(readv)(fd, iov, cnt));
-}
-
-ssize_t writev(int fd, const struct iovec *iov, int cnt)
-{
-    RW_BODY(fd, 1, iov, cnt, -1, REAL(writev)(fd, iov, cnt));
-}
-
-static ssize_t do_preadv(int fd, const struct iovec *iov, int cnt, off_t off)
-{
-    int r;
-    if (lat_fd_route(fd, &r) == LAT_SHIP && off < 0)
-        return lat_fail(EINVAL);
-    RW_BODY(fd, 0, iov, cnt, off, REAL(preadv)(fd, iov, cnt, off));
-}
-
-static ssize_t do_pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
-{
-    int r;
-    if (lat_fd_route(fd, &r) == LAT_SHIP && off < 0)
-        return lat_fail(EINVAL);
-    RW_BODY(fd, 1, iov, cnt, off, REAL(pwritev)(fd, iov, cnt, off));
-}
-
-ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) { return do_preadv(fd, iov, cnt, off); }
-ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) { return do_preadv(fd, iov, cnt, off); }
-ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) { return do_pwritev(fd, iov, cnt, off); }
-ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) { return do_pwritev(fd, iov, cnt, off); }
+ssize_t readv(int fd, const struct iovec *iov, int cnt) { return SYS(SYS_readv, fd, iov, cnt, 0); }
+ssize_t writev(int fd, const struct iovec *iov, int cnt) { return SYS(SYS_writev, fd, iov, cnt, 0); }
+/* the kernel's low word is the whole offset on x86-64 */
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) { return SYS(SYS_preadv, fd, iov, cnt, off); }
+ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) { return SYS(SYS_preadv, fd, iov, cnt, off); }
+ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) { return SYS(SYS_pwritev, fd, iov, cnt, off); }
+ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) { return SYS(SYS_pwritev, fd, iov, cnt, off); }
 
 /* ---- lseek, truncate, sync ---- */
 
-static off_t do_lseek(int fd, off_t off, int whence)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return (off_t)fwd_lseek(r, off, whence);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(lseek)(fd, off, whence);
-}
+off_t lseek(int fd, off_t off, int whence) { return SYS(SYS_lseek, fd, off, whence, 0); }
+off64_t lseek64(int fd, off64_t off, int whence) { return SYS(SYS_lseek, fd, off, whence, 0); }
+int ftruncate(int fd, off_t len) { return (int)SYS(SYS_ftruncate, fd, len, 0, 0); }
+int ftruncate64(int fd, off64_t len) { return (int)SYS(SYS_ftruncate, fd, len, 0, 0); }
+int truncate(const char *path, off_t len) { return (int)SYS(SYS_truncate, path, len, 0, 0); }
+int truncate64(const char *path, off64_t len) { return (int)SYS(SYS_truncate, path, len, 0, 0); }
+/* fsync, fdatasync: byfd.c, from lattice/syscalls.def */
 
-off_t lseek(int fd, off_t off, int whence) { return do_lseek(fd, off, whence); }
-off64_t lseek64(int fd, off64_t off, int whence) { return do_lseek(fd, off, whence); }
+/* ---- dup family, fcntl ---- */
 
-static int do_ftruncate(int fd, off_t len)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return (int)fwd_ftruncate(r, len);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(ftruncate)(fd, len);
-}
+int dup(int fd) { return (int)SYS(SYS_dup, fd, 0, 0, 0); }
+int dup2(int oldfd, int newfd) { return (int)SYS(SYS_dup2, oldfd, newfd, 0, 0); }
+int dup3(int oldfd, int newfd, int flags) { return (int)SYS(SYS_dup3, oldfd, newfd, flags, 0); }
 
-int ftruncate(int fd, off_t len) { return do_ftruncate(fd, len); }
-int ftruncate64(int fd, off64_t len) { return do_ftruncate(fd, len); }
-
-static int do_truncate(const char *path, off_t len)
-{
-    int rd;
-    switch (lat_path_route(AT_FDCWD, path, &rd)) {
-    case LAT_SHIP:
-        return (int)fwd_truncate(path, len);
-    case LAT_LOCAL:
-        return REAL(truncate)(path, len);
-    default:
-        return -1;
-    }
-}
-
-int truncate(const char *path, off_t len) { return do_truncate(path, len); }
-int truncate64(const char *path, off64_t len) { return do_truncate(path, len); }
-
-static int do_sync(int fd, int data_only)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return (int)(data_only ? fwd_fdatasync(r) : fwd_fsync(r));
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return data_only ? REAL(fdatasync)(fd) : REAL(fsync)(fd);
-}
-
-int fsync(int fd) { return do_sync(fd, 0); }
-int fdatasync(int fd) { return do_sync(fd, 1); }
-
-/* ---- dup family ---- */
-
-/* A new remote descriptor sharing r's open file (and offset). */
-static int ship_dup(int r, int cx, int minfd)
-{
-    int64_t nr = fwd_dup(r);
-    if (nr < 0)
-        return -1;
-    return lat_fd_install((int)nr, cx, minfd);
-}
-
-int dup(int fd)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return ship_dup(r, 0, 0);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(dup)(fd);
-}
-
-static int do_dup3(int oldfd, int newfd, int flags, int is_dup2)
-{
-    int ro, rn;
-    if (!lat_active())
-        return is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
-    enum lat_route o = lat_fd_route(oldfd, &ro);
-    enum lat_route n = lat_fd_route(newfd, &rn);
-    if (o == LAT_HIDE || n == LAT_HIDE || newfd < 0 || (unsigned)newfd >= lat_fd_limit())
-        return lat_fail(EBADF);
-    if (!is_dup2 && (flags & ~O_CLOEXEC))
-        return lat_fail(EINVAL);
-    if (oldfd == newfd) {
-        if (!is_dup2)
-            return lat_fail(EINVAL);
-        if (o == LAT_SHIP)
-            return newfd;
-        return REAL(dup2)(oldfd, newfd);
-    }
-    if (o == LAT_SHIP) {
-        int64_t nr = fwd_dup(ro);
-        if (nr < 0)
-            return -1;
-        return lat_fd_install_at((int)nr, flags & O_CLOEXEC, newfd);
-    }
-    int ret = is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
-    if (ret >= 0)
-        lat_epoll_closed((unsigned)newfd, (unsigned)newfd);    /* replaced whatever was there */
-    if (ret >= 0 && n == LAT_SHIP)
-        lat_ship_close(lat_fd_forget(newfd, 0));  /* the local dup replaced the placeholder */
-    return ret;
-}
-
-int dup2(int oldfd, int newfd) { return do_dup3(oldfd, newfd, 0, 1); }
-int dup3(int oldfd, int newfd, int flags) { return do_dup3(oldfd, newfd, flags, 0); }
-
-/* ---- fcntl ---- */
-
-static int ship_fcntl(int fd, int r, int cmd, long arg)
-{
-    switch (cmd) {
-    case F_GETFD:
-        return lat_fd_cloexec(fd) ? FD_CLOEXEC : 0;
-    case F_SETFD:
-        lat_fd_set_cloexec(fd, (int)arg & FD_CLOEXEC);
-        return 0;
-    case F_GETFL:
-    case F_SETFL:
-        return (int)fwd_fcntl(r, cmd, cmd == F_SETFL ? (int)arg : 0);
-    case F_DUPFD:
-    case F_DUPFD_CLOEXEC:
-        if (arg < 0 || arg >= (long)lat_fd_limit())
-            return lat_fail(EINVAL);
-        return ship_dup(r, cmd == F_DUPFD_CLOEXEC, (int)arg);
-    case F_GETLK:
-    case F_SETLK:
-    case F_SETLKW:
-    case F_OFD_GETLK:
-    case F_OFD_SETLK:
-    case F_OFD_SETLKW:
-        return lat_fail(ENOLCK);  /* no locks across the I/O node (yet) */
-    default:
-        return lat_fail(EINVAL);
-    }
-}
-
+/* The third argument is an int or a pointer; read it as a long, as glibc
+ * does.  F_GETOWN stays libc's: its answer may be a negative process group. */
 static int do_fcntl(int fd, int cmd, long arg)
 {
     int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return ship_fcntl(fd, r, cmd, arg);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(fcntl)(fd, cmd, arg);
+    if (cmd == F_GETOWN && lat_fd_route(fd, &r) == LAT_LOCAL)
+        return REAL(fcntl)(fd, cmd, arg);
+    return (int)SYS(SYS_fcntl, fd, cmd, arg, 0);
 }
 
-/* The third argument is an int or a pointer; read it as a long, as glibc does. */
 int fcntl(int fd, int cmd, ...)
 {
     va_list ap;
@@ -647,45 +235,51 @@ int ioctl(int fd, unsigned long req, ...)
     va_start(ap, req);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return lat_fail(ENOTTY);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(ioctl)(fd, req, arg);
+    return (int)SYS(SYS_ioctl, fd, req, arg, 0);
 }
 
-int flock(int fd, int op)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return lat_fail(ENOSYS);  /* libraries (HDF5) treat ENOSYS as "no locking here" */
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(flock)(fd, op);
-}
+int flock(int fd, int op) { return (int)SYS(SYS_flock, fd, op, 0, 0); }
 
+/* posix_fadvise returns the error number itself. */
 static int do_fadvise(int fd, off_t off, off_t len, int advice)
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return 0;  /* advice only */
-    case LAT_HIDE:
-        return EBADF;
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(posix_fadvise)(fd, off, len, advice);
+    int e = errno;
+    int r = (int)SYS(SYS_fadvise64, fd, off, len, advice);
+    int err = r < 0 ? errno : 0;
+    errno = e;
+    return err;
 }
 
 int posix_fadvise(int fd, off_t off, off_t len, int advice) { return do_fadvise(fd, off, len, advice); }
 int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) { return do_fadvise(fd, off, len, advice); }
+
+/* ---- preadv2/pwritev2, sendfile, copy_file_range: the core's (cnk's) ---- */
+
+ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    return lat_sys(SYS_preadv2, fd, (long)iov, cnt, off, 0, flags);
+}
+
+ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    return lat_sys(SYS_pwritev2, fd, (long)iov, cnt, off, 0, flags);
+}
+
+ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+    return preadv2(fd, iov, cnt, off, flags);
+}
+
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+    return pwritev2(fd, iov, cnt, off, flags);
+}
+
+/* With a shipped side, emulated through a bounce buffer (compute/shipc/copy.c). */
+ssize_t sendfile(int out, int in, off_t *off, size_t count) { return SYS(SYS_sendfile, out, in, off, count); }
+ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { return SYS(SYS_sendfile, out, in, off, count); }
+
+ssize_t copy_file_range(int in, off64_t *oin, int out, off64_t *oout, size_t len, unsigned int flags)
+{
+    return lat_sys(SYS_copy_file_range, in, (long)oin, out, (long)oout, (long)len, flags);
+}

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -18,23 +19,13 @@
 char *__getcwd_chk(char *buf, size_t size, size_t buflen);
 char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen);
 
-/* ---- unlink, rmdir, remove ---- */
+#define SYS(nr, a0, a1, a2, a3, a4) lat_sys((nr), (long)(a0), (long)(a1), (long)(a2), (long)(a3), (long)(a4), 0)
 
-int unlinkat(int dirfd, const char *path, int flags)
-{
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return (int)fwd_unlinkat(rd, flags, path);
-    case LAT_LOCAL:
-        return REAL(unlinkat)(dirfd, path, flags);
-    default:
-        return -1;
-    }
-}
+/* ---- names: the system calls, through the shipping core (compute/shipc/name.c) ---- */
 
-int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
-int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
+int unlinkat(int dirfd, const char *path, int flags) { return (int)SYS(SYS_unlinkat, dirfd, path, flags, 0, 0); }
+int unlink(const char *path) { return (int)SYS(SYS_unlink, path, 0, 0, 0, 0); }
+int rmdir(const char *path) { return (int)SYS(SYS_rmdir, path, 0, 0, 0, 0); }
 
 /* glibc's remove() calls its internal unlink/rmdir */
 int remove(const char *path)
@@ -55,141 +46,45 @@ int remove(const char *path)
     return unlinkat(AT_FDCWD, path, AT_REMOVEDIR);
 }
 
-/* ---- rename ---- */
-
+/* one name on each node: EXDEV, as across file systems */
 int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags)
 {
-    int ro, rn;
-    int a = lat_path_route(olddirfd, oldpath, &ro);
-    int b = lat_path_route(newdirfd, newpath, &rn);
-    if (a < 0 || b < 0)
-        return -1;
-    if (a == LAT_LOCAL && b == LAT_LOCAL)
-        return REAL(renameat2)(olddirfd, oldpath, newdirfd, newpath, flags);
-    if (a != b)
-        return lat_fail(EXDEV);  /* one name on each node: as across file systems */
-    return (int)fwd_renameat(ro, rn, (int)flags, oldpath, newpath);
+    return (int)SYS(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
-    return renameat2(olddirfd, oldpath, newdirfd, newpath, 0);
+    return (int)SYS(SYS_renameat, olddirfd, oldpath, newdirfd, newpath, 0);
 }
 
-int rename(const char *oldpath, const char *newpath)
-{
-    return renameat2(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
-}
+int rename(const char *oldpath, const char *newpath) { return (int)SYS(SYS_rename, oldpath, newpath, 0, 0, 0); }
+int mkdirat(int dirfd, const char *path, mode_t mode) { return (int)SYS(SYS_mkdirat, dirfd, path, mode, 0, 0); }
+int mkdir(const char *path, mode_t mode) { return (int)SYS(SYS_mkdir, path, mode, 0, 0, 0); }
 
-/* ---- mkdir ---- */
-
-int mkdirat(int dirfd, const char *path, mode_t mode)
-{
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return (int)fwd_mkdirat(rd, (int)mode, path);
-    case LAT_LOCAL:
-        return REAL(mkdirat)(dirfd, path, mode);
-    default:
-        return -1;
-    }
-}
-
-int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
-
-/* ---- calls the protocol has no message for: refused on shipped names ---- */
-
+/* The protocol has no message for these: ENOSYS on shipped names. */
 int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
 {
-    int ro, rn;
-    int a = lat_path_route(olddirfd, oldpath, &ro);
-    int b = lat_path_route(newdirfd, newpath, &rn);
-    if (a < 0 || b < 0)
-        return -1;
-    if (a == LAT_LOCAL && b == LAT_LOCAL)
-        return REAL(linkat)(olddirfd, oldpath, newdirfd, newpath, flags);
-    return lat_fail(a != b ? EXDEV : ENOSYS);
+    return (int)SYS(SYS_linkat, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
-int link(const char *oldpath, const char *newpath) { return linkat(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0); }
-
-int symlinkat(const char *target, int dirfd, const char *path)
-{
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return lat_fail(ENOSYS);
-    case LAT_LOCAL:
-        return REAL(symlinkat)(target, dirfd, path);
-    default:
-        return -1;
-    }
-}
-
-int symlink(const char *target, const char *path) { return symlinkat(target, AT_FDCWD, path); }
-
+int link(const char *oldpath, const char *newpath) { return (int)SYS(SYS_link, oldpath, newpath, 0, 0, 0); }
+int symlinkat(const char *target, int dirfd, const char *path) { return (int)SYS(SYS_symlinkat, target, dirfd, path, 0, 0); }
+int symlink(const char *target, const char *path) { return (int)SYS(SYS_symlink, target, path, 0, 0, 0); }
 int fchownat(int dirfd, const char *path, uid_t uid, gid_t gid, int flags)
 {
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return lat_fail(ENOSYS);
-    case LAT_LOCAL:
-        return REAL(fchownat)(dirfd, path, uid, gid, flags);
-    default:
-        return -1;
-    }
+    return (int)SYS(SYS_fchownat, dirfd, path, uid, gid, flags);
 }
-
-int chown(const char *path, uid_t uid, gid_t gid) { return fchownat(AT_FDCWD, path, uid, gid, 0); }
-int lchown(const char *path, uid_t uid, gid_t gid)
-{
-    return fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW);
-}
-
-int fchown(int fd, uid_t uid, gid_t gid)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return lat_fail(ENOSYS);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(fchown)(fd, uid, gid);
-}
+int chown(const char *path, uid_t uid, gid_t gid) { return (int)SYS(SYS_chown, path, uid, gid, 0, 0); }
+int lchown(const char *path, uid_t uid, gid_t gid) { return (int)SYS(SYS_lchown, path, uid, gid, 0, 0); }
+int fchown(int fd, uid_t uid, gid_t gid) { return (int)SYS(SYS_fchown, fd, uid, gid, 0, 0); }
 
 /* ---- working directory and umask: on the I/O node ---- */
 
-int chdir(const char *path)
-{
-    int rd;
-    /* even /proc: relative names are always resolved on the I/O node */
-    if (!lat_active() || lat_is_null(path))
-        return REAL(chdir)(path);
-    if (lat_path_route(AT_FDCWD, path, &rd) < 0)
-        return -1;
-    return (int)fwd_chdir(path);
-}
-
+/* even /proc: relative names are always resolved on the I/O node */
+int chdir(const char *path) { return (int)SYS(SYS_chdir, path, 0, 0, 0, 0); }
 /* A local directory descriptor cannot become the I/O node's cwd; fchdir on
  * one changes only the (unused) local cwd. */
-int fchdir(int fd)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return (int)fwd_fchdir(r);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(fchdir)(fd);
-}
+int fchdir(int fd) { return (int)SYS(SYS_fchdir, fd, 0, 0, 0, 0); }
 
 char *getcwd(char *buf, size_t size)
 {
@@ -205,11 +100,11 @@ char *getcwd(char *buf, size_t size)
     size_t cap = buf ? size : sizeof tmp;
     if (cap > LAT_MAX_PATH)
         cap = LAT_MAX_PATH;
-    int64_t r = fwd_getcwd(dst, (int64_t)cap);
+    long r = SYS(SYS_getcwd, dst, cap, 0, 0, 0);     /* the length with the NUL, checked */
     if (r < 0)
         return NULL;
-    size_t got = (size_t)r;     /* the length with the NUL */
-    if (got == 0 || got > cap || dst[got - 1] != '\0') {
+    size_t got = (size_t)r;
+    if (got == 0) {
         lat_fail(EIO);
         return NULL;
     }
@@ -243,13 +138,12 @@ char *get_current_dir_name(void)
     return getcwd(NULL, 0);
 }
 
+/* the local umask follows too: /dev/shm files are created here */
 mode_t umask(mode_t mask)
 {
-    mode_t local = REAL(umask)(mask);  /* /dev/shm files follow it too */
     if (!lat_active())
-        return local;
-    int64_t old = fwd_umask(mask & 0777);
-    return old < 0 ? local : (mode_t)old;
+        return REAL(umask)(mask);
+    return (mode_t)SYS(SYS_umask, mask, 0, 0, 0, 0);
 }
 
 /* ---- realpath: resolved on the I/O node with lstat/readlink/getcwd ---- */

@@ -100,15 +100,15 @@ static int ship_socket(int fd)
     struct lat_sock_carry sc;
 
     lat_sock_carry(fd, &sc);
-    int64_t r = fwd_socket(sc.domain, sc.type, sc.protocol);
+    int64_t r = lcn_ret(fwd_socket(sc.domain, sc.type, sc.protocol));
     if (r < 0)
         return -1;
     for (int i = 0; i < sc.nopt; i++)
-        fwd_setsockopt((int)r, sc.opt[i][0], sc.opt[i][1], &sc.opt[i][2], sizeof sc.opt[i][2]);
+        lcn_ret(fwd_setsockopt((int)r, sc.opt[i][0], sc.opt[i][1], &sc.opt[i][2], sizeof sc.opt[i][2]));
     /* replaces (closes) the local socket; on failure closes the remote one */
     if (lat_fd_install_at((int)r, sc.cloexec, fd) < 0)
         return -1;
-    if (sc.blen && fwd_bind((int)r, sc.bound, sc.blen) < 0)  /* a bound port moves with the socket */
+    if (sc.blen && lcn_ret(fwd_bind((int)r, sc.bound, sc.blen)) < 0)  /* a bound port moves with the socket */
         return lat_fail(EADDRINUSE);
     return 0;
 }
@@ -179,8 +179,8 @@ __attribute__((noinline)) static int64_t sock_rdv(int r, int send, const void *n
     for (size_t i = 0; i < cnt; i++)
         segs[i] = (struct lat_rdv_seg){ (uint64_t)(uintptr_t)iov[i].iov_base, iov[i].iov_len };
     for (int w = exact_wait();; w = next_wait()) {     /* again while ciod says LAT_ERR_WAIT */
-        n = send ? fwd_send_rdv(r, flags, name, name ? nlen : 0, segs, (uint32_t)cnt, w)
-                 : fwd_recv_rdv(r, flags, sn, segs, (uint32_t)cnt, w);
+        n = send ? lcn_ret(fwd_send_rdv(r, flags, name, name ? nlen : 0, segs, (uint32_t)cnt, w))
+                 : lcn_ret(fwd_recv_rdv(r, flags, sn, segs, (uint32_t)cnt, w));
         if (n >= 0 || errno != LAT_ERR_WAIT)
             return n;
     }
@@ -188,7 +188,7 @@ __attribute__((noinline)) static int64_t sock_rdv(int r, int send, const void *n
 
 static int goes_rdv(size_t total, size_t cnt)
 {
-    uint64_t min = lat_rdv_min();
+    uint64_t min = shipc_rdv_min();
     return min && total >= min && cnt > 0;
 }
 
@@ -211,7 +211,7 @@ __attribute__((noinline)) static ssize_t send_eager(int r, const void *name, soc
                               IOV_MAX - 1, &chunk);
         int64_t s;
         for (int w = exact_wait();; w = next_wait()) {  /* again while ciod says LAT_ERR_WAIT */
-            s = fwd_sendmsg_v(r, flags & ~MSG_NOSIGNAL, name, name ? nlen : 0, part, n, w);
+            s = lcn_ret(fwd_sendmsg_v(r, flags & ~MSG_NOSIGNAL, name, name ? nlen : 0, part, n, w));
             if (s >= 0 || errno != LAT_ERR_WAIT)
                 break;
         }
@@ -261,7 +261,7 @@ __attribute__((noinline)) static int64_t recv_eager(int r, const struct iovec *i
                                IOV_MAX - 1, &want);
         int64_t m;
         for (int w = (flags & MSG_WAITALL) ? exact_wait() : SLICE_MS;; w = next_wait()) {
-            m = fwd_recvmsg_v(r, flags, done ? &more : sn, part, np, want, w);
+            m = lcn_ret(fwd_recvmsg_v(r, flags, done ? &more : sn, part, np, want, w));
             if (m >= 0 || errno != LAT_ERR_WAIT)
                 break;
         }
@@ -326,7 +326,7 @@ int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
     if (len < 2 || len > LAT_MAX_SOCKADDR)
         return lat_fail(EINVAL);
     for (int w = SLICE_MS, resume = 0;; w = next_wait(), resume = 1) {   /* then: the connect in progress */
-        int64_t rc = fwd_connect(r, w, resume, SA(addr), len);
+        int64_t rc = lcn_ret(fwd_connect(r, w, resume, SA(addr), len));
         if (rc >= 0 || errno != LAT_ERR_WAIT)
             return (int)rc;
     }
@@ -354,7 +354,7 @@ int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
         return sh < 0 ? -1 : REAL(bind)(fd, addr, len);
     if (len < 2 || len > LAT_MAX_SOCKADDR)
         return lat_fail(EINVAL);
-    return (int)fwd_bind(r, SA(addr), len);
+    return (int)lcn_ret(fwd_bind(r, SA(addr), len));
 }
 
 /* Servers stay on the node: a listening socket is local for good. */
@@ -521,7 +521,7 @@ int shutdown(int fd, int how)
 
     if (sh <= 0)
         return sh < 0 ? -1 : REAL(shutdown)(fd, how);
-    return (int)fwd_shutdown(r, how);
+    return (int)lcn_ret(fwd_shutdown(r, how));
 }
 
 int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
@@ -532,7 +532,7 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
         return sh < 0 ? -1 : REAL(setsockopt)(fd, level, name, val, len);
     if (len > LAT_MAX_SOCKOPT)
         return lat_fail(EINVAL);
-    return (int)fwd_setsockopt(r, level, name, val ? val : "", val ? len : 0);
+    return (int)lcn_ret(fwd_setsockopt(r, level, name, val ? val : "", val ? len : 0));
 }
 
 int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
@@ -544,7 +544,7 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
     if (lat_is_null(len) || (int)*len < 0)
         return lat_fail(EINVAL);
     socklen_t want = *len > LAT_MAX_SOCKOPT ? LAT_MAX_SOCKOPT : *len;
-    int64_t ret = fwd_getsockopt(r, level, name, val, want);
+    int64_t ret = lcn_ret(fwd_getsockopt(r, level, name, val, want));
     if (ret < 0)
         return -1;
     *len = (socklen_t)ret;
@@ -628,7 +628,7 @@ static int mixed_poll(struct pollfd *p, nfds_t n, long ms, int *any_shipped)
         if (left < 0 && end >= 0)
             left = 0;
         long w = nl ? 0 : (nlocal || multithreaded()) ? (left < 0 || left > SLICE_MS ? SLICE_MS : left) : left;
-        int64_t rs = fwd_poll(rp, (uint32_t)ns, (int)w);
+        int64_t rs = lcn_ret(fwd_poll(rp, (uint32_t)ns, (int)w));
         if (rs < 0 && errno != EINTR) {
             ready = -1;
             err = errno;

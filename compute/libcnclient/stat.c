@@ -4,7 +4,8 @@
  * statfs/statvfs, access, readlink, chmod, utimes.  Missing stat variants
  * are the commonest gap in I/O forwarding layers, so all are here.
  *
- * Local pass-through of the stat family uses the system calls directly:
+ * Each is the system call it stands for, through the shipping core
+ * (lat_sys: compute/shipc/stat.c decides local or shipped, as under cnk);
  * on x86-64 struct stat == struct stat64 == the kernel's layout.
  */
 #include <errno.h>
@@ -35,63 +36,16 @@ ssize_t __readlinkat_chk(int dirfd, const char *path, char *buf, size_t len, siz
 _Static_assert(sizeof(struct stat) == sizeof(struct stat64), "x86-64 stat layout");
 _Static_assert(sizeof(struct statfs) == sizeof(struct statfs64), "x86-64 statfs layout");
 
-/* ---- stat family ---- */
-
-static void from_wire(const struct lat_stat *w, struct stat *st)
-{
-    memset(st, 0, sizeof *st);
-    st->st_dev = w->dev;
-    st->st_ino = w->ino;
-    st->st_nlink = w->nlink;
-    st->st_mode = w->mode;
-    st->st_uid = w->uid;
-    st->st_gid = w->gid;
-    st->st_rdev = w->rdev;
-    st->st_size = w->size;
-    st->st_blksize = w->blksize;
-    st->st_blocks = w->blocks;
-    st->st_atim.tv_sec = w->atime_sec;
-    st->st_atim.tv_nsec = w->atime_nsec;
-    st->st_mtim.tv_sec = w->mtime_sec;
-    st->st_mtim.tv_nsec = w->mtime_nsec;
-    st->st_ctim.tv_sec = w->ctime_sec;
-    st->st_ctim.tv_nsec = w->ctime_nsec;
-}
-
-static int ship_fstatat(int rdirfd, const char *path, struct stat *st, int flags)
-{
-    struct lat_stat w;
-    if (fwd_fstatat(rdirfd, flags, path, &w) < 0)
-        return -1;
-    from_wire(&w, st);
-    return 0;
-}
+/* ---- stat family: the shipping core's (compute/shipc/stat.c), as under cnk ---- */
 
 int lat_fstatat_any(int dirfd, const char *path, struct stat *st, int flags)
 {
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return ship_fstatat(rd, path, st, flags);
-    case LAT_LOCAL:
-        return (int)syscall(SYS_newfstatat, dirfd, path, st, flags);
-    default:
-        return -1;
-    }
+    return (int)lat_sys(SYS_newfstatat, dirfd, (long)path, (long)st, flags, 0, 0);
 }
 
 static int do_fstat(int fd, struct stat *st)
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return ship_fstatat(r, "", st, AT_EMPTY_PATH);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return (int)syscall(SYS_fstat, fd, st);
+    return (int)lat_sys(SYS_fstat, fd, (long)st, 0, 0, 0, 0);
 }
 
 int stat(const char *p, struct stat *st) { return lat_fstatat_any(AT_FDCWD, p, st, 0); }
@@ -125,88 +79,25 @@ int __fxstatat64(int ver, int d, const char *p, struct stat64 *st, int fl)
     return fstatat64(d, p, st, fl);
 }
 
+/* statx(fd, "", AT_EMPTY_PATH) is how newer code spells fstat */
 int statx(int dirfd, const char *path, int flags, unsigned int mask, struct statx *stx)
 {
-    int rd;
-    /* statx(fd, "", AT_EMPTY_PATH) is how newer code spells fstat */
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP: {
-        return fwd_statx(rd, flags, (int)mask, path, (struct lat_statx *)stx) < 0 ? -1 : 0;
-    }
-    case LAT_LOCAL:
-        return REAL(statx)(dirfd, path, flags, mask, stx);
-    default:
-        return -1;
-    }
+    return (int)lat_sys(SYS_statx, dirfd, (long)path, flags, mask, (long)stx, 0);
 }
-_Static_assert(sizeof(struct statx) == sizeof(struct lat_statx), "statx on the wire");
 
 /* ---- statfs / statvfs ---- */
 
-static void statfs_from_wire(const struct lat_statfs *w, struct statfs *b)
-{
-    memset(b, 0, sizeof *b);
-    b->f_type = w->type;
-    b->f_bsize = w->bsize;
-    b->f_blocks = w->blocks;
-    b->f_bfree = w->bfree;
-    b->f_bavail = w->bavail;
-    b->f_files = w->files;
-    b->f_ffree = w->ffree;
-    memcpy(&b->f_fsid, &w->fsid, sizeof b->f_fsid);
-    b->f_namelen = w->namelen;
-    b->f_frsize = w->frsize;
-    b->f_flags = w->flags;
-}
-
-/* 1: shipped (result in *b or -1), 0: local */
-static int ship_statfs(const char *path, int fd, struct statfs *b, int *ret)
-{
-    struct lat_statfs w;
-    int64_t r;
-    if (path) {
-        int rd;
-        int route = lat_path_route(AT_FDCWD, path, &rd);
-        if (route == LAT_LOCAL)
-            return 0;
-        r = route < 0 ? -1 : fwd_statfs(path, &w);
-    } else {
-        int rfd;
-        switch (lat_fd_route(fd, &rfd)) {
-        case LAT_LOCAL:
-            return 0;
-        case LAT_HIDE:
-            *ret = lat_fail(EBADF);
-            return 1;
-        case LAT_SHIP:
-            break;
-        }
-        r = fwd_fstatfs(rfd, &w);
-    }
-    if (r >= 0)
-        statfs_from_wire(&w, b);
-    *ret = r < 0 ? -1 : 0;
-    return 1;
-}
-
-int statfs(const char *path, struct statfs *b)
-{
-    int ret;
-    return ship_statfs(path, -1, b, &ret) ? ret : REAL(statfs)(path, b);
-}
-
-int fstatfs(int fd, struct statfs *b)
-{
-    int ret;
-    return ship_statfs(NULL, fd, b, &ret) ? ret : REAL(fstatfs)(fd, b);
-}
-
+int statfs(const char *path, struct statfs *b) { return (int)lat_sys(SYS_statfs, (long)path, (long)b, 0, 0, 0, 0); }
+int fstatfs(int fd, struct statfs *b) { return (int)lat_sys(SYS_fstatfs, fd, (long)b, 0, 0, 0, 0); }
 int statfs64(const char *path, struct statfs64 *b) { return statfs(path, (struct statfs *)b); }
 int fstatfs64(int fd, struct statfs64 *b) { return fstatfs(fd, (struct statfs *)b); }
 
-/* glibc's statvfs calls its internal __statfs, which we cannot catch. */
-static void statvfs_from_statfs(const struct statfs *s, struct statvfs *v)
+/* glibc's statvfs calls its internal __statfs, which we cannot catch: the
+ * same conversion, here. */
+static int statvfs_from_statfs(int r, const struct statfs *s, struct statvfs *v)
 {
+    if (r < 0)
+        return r;
     memset(v, 0, sizeof *v);
     v->f_bsize = (unsigned long)s->f_bsize;
     v->f_frsize = (unsigned long)(s->f_frsize ? s->f_frsize : s->f_bsize);
@@ -219,28 +110,23 @@ static void statvfs_from_statfs(const struct statfs *s, struct statvfs *v)
     memcpy(&v->f_fsid, &s->f_fsid, sizeof v->f_fsid);
     v->f_flag = (unsigned long)s->f_flags & ~0x20ul;  /* drop the kernel's ST_VALID */
     v->f_namemax = (unsigned long)s->f_namelen;
+    return 0;
 }
 
 int statvfs(const char *path, struct statvfs *v)
 {
     struct statfs s;
-    int ret;
-    if (!ship_statfs(path, -1, &s, &ret))
+    if (!lat_active())
         return REAL(statvfs)(path, v);
-    if (ret == 0)
-        statvfs_from_statfs(&s, v);
-    return ret;
+    return statvfs_from_statfs(statfs(path, &s), &s, v);
 }
 
 int fstatvfs(int fd, struct statvfs *v)
 {
     struct statfs s;
-    int ret;
-    if (!ship_statfs(NULL, fd, &s, &ret))
+    if (!lat_active())
         return REAL(fstatvfs)(fd, v);
-    if (ret == 0)
-        statvfs_from_statfs(&s, v);
-    return ret;
+    return statvfs_from_statfs(fstatfs(fd, &s), &s, v);
 }
 
 int statvfs64(const char *path, struct statvfs64 *v) { return statvfs(path, (struct statvfs *)v); }
@@ -250,15 +136,9 @@ int fstatvfs64(int fd, struct statvfs64 *v) { return fstatvfs(fd, (struct statvf
 
 int faccessat(int dirfd, const char *path, int mode, int flags)
 {
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return (int)fwd_faccessat(rd, mode, flags, path);
-    case LAT_LOCAL:
-        return REAL(faccessat)(dirfd, path, mode, flags);
-    default:
-        return -1;
-    }
+    if (!flags)
+        return (int)lat_sys(SYS_faccessat, dirfd, (long)path, mode, 0, 0, 0);
+    return (int)lat_sys(SYS_faccessat2, dirfd, (long)path, mode, flags, 0, 0);
 }
 
 int access(const char *path, int mode) { return faccessat(AT_FDCWD, path, mode, 0); }
@@ -269,19 +149,7 @@ int eaccess(const char *path, int mode) { return faccessat(AT_FDCWD, path, mode,
 
 ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len)
 {
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP: {
-        if (len == 0)
-            return lat_fail(EINVAL);
-        size_t cap = len > LAT_MAX_PATH ? LAT_MAX_PATH : len;
-        return (ssize_t)fwd_readlinkat(rd, path, buf, (int64_t)cap);
-    }
-    case LAT_LOCAL:
-        return REAL(readlinkat)(dirfd, path, buf, len);
-    default:
-        return -1;
-    }
+    return (ssize_t)lat_sys(SYS_readlinkat, dirfd, (long)path, (long)buf, (long)len, 0, 0);
 }
 
 ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT_FDCWD, path, buf, len); }
@@ -302,12 +170,16 @@ ssize_t __readlinkat_chk(int dirfd, const char *path, char *buf, size_t len, siz
 
 /* ---- chmod ---- */
 
+/* The system call has no flags: glibc's AT_SYMLINK_NOFOLLOW (lchmod) is
+ * shipped as such, and left to libc on a local name. */
 int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
 {
     int rd;
+    if (!flags)
+        return (int)lat_sys(SYS_fchmodat, dirfd, (long)path, mode, 0, 0, 0);
     switch (lat_path_route(dirfd, path, &rd)) {
     case LAT_SHIP:
-        return (int)fwd_fchmodat(rd, (int)mode, flags, path);
+        return (int)lcn_ret(fwd_fchmodat(rd, (int)mode, flags, path));
     case LAT_LOCAL:
         return REAL(fchmodat)(dirfd, path, mode, flags);
     default:
@@ -317,57 +189,20 @@ int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
 
 int chmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, 0); }
 int lchmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW); }
-
-int fchmod(int fd, mode_t mode)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return (int)fwd_fchmod(r, (int)mode);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(fchmod)(fd, mode);
-}
+int fchmod(int fd, mode_t mode) { return (int)lat_sys(SYS_fchmod, fd, mode, 0, 0, 0, 0); }
 
 /* ---- times ---- */
 
-static int ship_utimens(int rdirfd, const char *path, const struct timespec ts[2], int flags)
-{
-    struct lat_timespec w[2] = { { 0, 0 }, { 0, 0 } };
-    if (ts)
-        for (int i = 0; i < 2; i++)
-            w[i] = (struct lat_timespec){ ts[i].tv_sec, ts[i].tv_nsec };
-    return (int)fwd_utimensat(rdirfd, flags, ts != NULL, w, path);
-}
-
 int utimensat(int dirfd, const char *path, const struct timespec ts[2], int flags)
 {
-    int rd;
-    switch (lat_path_route(dirfd, path, &rd)) {
-    case LAT_SHIP:
-        return ship_utimens(rd, path, ts, flags);
-    case LAT_LOCAL:
-        return REAL(utimensat)(dirfd, path, ts, flags);
-    default:
-        return -1;
-    }
+    if (lat_is_null(path))
+        return lat_fail(EINVAL);        /* glibc's answer: the system call's NULL is futimens */
+    return (int)lat_sys(SYS_utimensat, dirfd, (long)path, (long)ts, flags, 0, 0);
 }
 
 int futimens(int fd, const struct timespec ts[2])
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return ship_utimens(r, "", ts, AT_EMPTY_PATH);
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(futimens)(fd, ts);
+    return (int)lat_sys(SYS_utimensat, fd, 0, (long)ts, 0, 0, 0);
 }
 
 /* timeval pair -> timespec pair; NULL stays NULL ("now") */

@@ -197,7 +197,7 @@ FILE *fdopen(int fd, const char *mode)
     if ((flags & O_APPEND) && !(fl & O_APPEND) && fcntl(fd, F_SETFL, fl | O_APPEND) < 0)
         return NULL;
     if (flags & O_CLOEXEC)
-        lat_fd_set_cloexec(fd, 1);
+        shipc_fd_set_cloexec(fd, 1);
     return make_stream(fd, plain);
 }
 

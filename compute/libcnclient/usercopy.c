@@ -1,13 +1,14 @@
 /*
- * usercopy.c - copying the program's buffers to and from the mailbox
- * (mbox.c) without turning a bad pointer into a crash.
+ * usercopy.c - which of the program's buffers the shipping core's mailbox
+ * (compute/shipc/mbox.c) may copy with memcpy without turning a bad pointer
+ * into a crash.
  *
  * On the socket a bad buffer is the kernel's EFAULT; a memcpy would be
  * SIGSEGV.  So a buffer is copied with memcpy only where it lies in memory
  * known to stay mapped with the access needed: the calling thread's live
  * stack, the brk heap (glibc's main arena) and the main program's own
  * segments (not its RELRO part when written).  Anything else (mmap'd
- * arrays, thread arenas, libraries' data) is copied by the kernel with
+ * arrays, thread arenas, libraries' data) the core has the kernel copy with
  * process_vm_readv/writev on ourselves (about 1.2 us here, still far less
  * than the socket), where a bad buffer is EFAULT.
  */
@@ -35,7 +36,6 @@ static struct range heap;               /* [start_brk, ...): the end is sbrk(0) 
 static struct range seg_r[8], seg_w[8], relro;
 static int nseg_r, nseg_w;
 static uintptr_t main_stack_max;        /* RLIMIT_STACK, capped */
-static int kernel_copy;                 /* process_vm_readv/writev on ourselves work */
 
 /* this thread's stack, found on its first check; hi 1: unknown */
 static __thread __attribute__((tls_model("initial-exec"))) struct range stack;
@@ -93,54 +93,9 @@ static int known(uintptr_t a, size_t len, int wr)
     return 0;
 }
 
-/* The first len bytes of v (all of them: len SIZE_MAX) are known memory. */
-static int all_known(const struct iovec *v, int n, size_t len, int wr)
+int lat_user_known(const void *p, size_t len, int wr)
 {
-    for (int i = 0; i < n && len > 0; i++) {
-        size_t l = v[i].iov_len < len ? v[i].iov_len : len;
-        if (l && !known((uintptr_t)v[i].iov_base, l, wr))
-            return 0;
-        len -= l;
-    }
-    return 1;
-}
-
-int lat_user_copyable(const struct iovec *v, int n, int wr)
-{
-    return kernel_copy || all_known(v, n, SIZE_MAX, wr);
-}
-
-/* Elsewhere the kernel copies (it stops at the shorter side). */
-int lat_user_read(void *dst, const struct iovec *v, int n, size_t total)
-{
-    if (!all_known(v, n, total, 0)) {
-        struct iovec d = { dst, total };
-        return syscall(SYS_process_vm_readv, getpid(), &d, 1, v, (unsigned long)n, 0) == (long)total
-                   ? 0 : -EFAULT;
-    }
-    char *p = dst;
-    for (int i = 0; i < n; i++) {
-        memcpy(p, v[i].iov_base, v[i].iov_len);
-        p += v[i].iov_len;
-    }
-    return 0;
-}
-
-int lat_user_write(const struct iovec *v, int n, const void *src, size_t len)
-{
-    if (!all_known(v, n, len, 1)) {
-        struct iovec s = { (void *)src, len };
-        return syscall(SYS_process_vm_writev, getpid(), &s, 1, v, (unsigned long)n, 0) == (long)len
-                   ? 0 : -EFAULT;
-    }
-    const char *p = src;
-    for (int i = 0; i < n && len > 0; i++) {
-        size_t l = v[i].iov_len < len ? v[i].iov_len : len;
-        memcpy(v[i].iov_base, p, l);
-        p += l;
-        len -= l;
-    }
-    return 0;
+    return known((uintptr_t)p, len, wr);
 }
 
 /* The main program's segments (the first object dl_iterate_phdr reports). */
@@ -193,8 +148,6 @@ static uintptr_t start_brk(void)
 void lat_usercopy_init(void)
 {
     struct rlimit rl;
-    long probe = 42, got = 0;
-    struct iovec l = { &got, sizeof got }, r = { &probe, sizeof probe };
 
     main_stack_max = 1u << 30;                  /* unlimited: a bound all the same */
     if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur < main_stack_max)
@@ -203,5 +156,4 @@ void lat_usercopy_init(void)
     if (b && b <= (uintptr_t)sbrk(0))
         heap.lo = b;
     dl_iterate_phdr(main_segments, NULL);
-    kernel_copy = syscall(SYS_process_vm_readv, getpid(), &l, 1, &r, 1, 0) == (long)sizeof got && got == 42;
 }

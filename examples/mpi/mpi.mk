@@ -8,7 +8,7 @@ MPIFC      ?= mpifort.mpich
 MPI_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra
 
 MPI_EXAMPLES := $(addprefix $(MPI_EX_DIR)/, \
-    hello ring allreduce collectives mpiio abort pingpong hello_f ring_f libmaps)
+    hello ring allreduce collectives mpiio abort pingpong hello_f ring_f libmaps names mpiio_locks)
 
 .PHONY: mpi-examples
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)

@@ -240,6 +240,8 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
 void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq);
 /* LAT_CTL_FENCE_OUT from the service node; -1 (why set) if malformed. */
 int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);
+/* LAT_CTL_NAME_OUT from the service node; -1 (why set) if malformed. */
+int  pmi_name_out(const char *p, size_t len, char *why, size_t whylen);
 
 /* ---- datapath.c: eager and rendezvous transfers, the I/O node's counters ---- */
 

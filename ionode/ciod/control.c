@@ -460,6 +460,12 @@ static int on_fence_out(struct conn *c, const struct lat_hdr *h, char *why, size
     return pmi_fence_out(c->buf, h->len, why, whylen);
 }
 
+/* The service node answered a rank's name request. */
+static int on_name_out(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    return pmi_name_out(c->buf, h->len, why, whylen);
+}
+
 static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
     struct conn *nodes[LAT_MAX_PSET];
@@ -549,6 +555,7 @@ static const ctl_fn handlers[] = {
     [LAT_CTL_SHUTDOWN - LAT_CTL_STATUS] = on_shutdown,
     [LAT_CTL_COUNTERS - LAT_CTL_STATUS] = on_counters,
     [LAT_CTL_FENCE_OUT - LAT_CTL_STATUS] = on_fence_out,   /* one-way: no reply */
+    [LAT_CTL_NAME_OUT - LAT_CTL_STATUS] = on_name_out,     /* one-way: no reply */
 };
 
 void control_serve(struct conn *c)

@@ -56,6 +56,9 @@ struct batch {
     char       *fence;              /* LAT_CTL_FENCE payloads back to back, or NULL */
     size_t      fence_len[PMI_FENCE_CHUNKS];
     int         nfence;
+    struct lat_name name;           /* a name request to the service node, if name.op */
+    char       *name_strs;          /* its service \0 port \0 */
+    size_t      name_len;
     bool        aborted;
     struct pmi_dest who;
     int         code;
@@ -113,6 +116,21 @@ static void on_abort(void *ctx, const struct pmi_dest *who, int code, const char
     snprintf(b->msg, sizeof(b->msg), "%s", msg);
 }
 
+static void on_name(void *ctx, const struct pmi_dest *who, int op, const char *service, const char *port)
+{
+    struct batch *b = ctx;          /* one at most: the process waits for the answer */
+    size_t sl = strlen(service) + 1, pl = strlen(port) + 1;
+
+    if (!(b->name_strs = malloc(sl + pl))) {
+        logmsg("pmi: out of memory for a name request of rank %u", who->rank);
+        return;
+    }
+    memcpy(b->name_strs, service, sl);
+    memcpy(b->name_strs + sl, port, pl);
+    b->name_len = sl + pl;
+    b->name = (struct lat_name){ .job = P.job, .rank = who->rank, .op = (uint32_t)op };
+}
+
 static void on_bad_request(void *ctx, const struct pmi_dest *who, const char *text)
 {
     char loc[128];
@@ -131,6 +149,7 @@ static void on_note(void *ctx, const char *text)
 static const struct pmi_ops ops = {
     .answer = on_answer,
     .fence = on_fence,
+    .name = on_name,
     .abort = on_abort,
     .bad_request = on_bad_request,
     .note = on_note,
@@ -225,6 +244,15 @@ static void batch_send(struct batch *b, uint64_t job, uint32_t node, struct conn
     if (b->fence)
         send_fence(job, b);
     free(b->fence);
+    if (b->name.op) {
+        struct conn *ctl = job_owner(job);
+        struct iovec v[2] = { { &b->name, sizeof(b->name) }, { b->name_strs, b->name_len } };
+        if (ctl) {
+            conn_sendv(ctl, LAT_CTL_NAME, 0, v, 2);
+            conn_put(ctl);
+        }
+    }
+    free(b->name_strs);
     if (b->aborted)
         send_abort(job, b);
     batch_init(b);
@@ -398,4 +426,36 @@ void pmi_job_end(uint64_t id)
     if (P.job == id)
         clear_locked();
     pthread_mutex_unlock(&P.lock);
+}
+
+/* LAT_CTL_NAME_OUT: the service node's answer to a rank's name request. */
+int pmi_name_out(const char *p, size_t len, char *why, size_t whylen)
+{
+    struct lat_name n;
+    const char *port = "";
+    struct batch b;
+    uint64_t job;
+    bool matched;
+
+    if (len < sizeof(n))
+        return snprintf(why, whylen, "NAME_OUT of %zu bytes", len), -1;
+    memcpy(&n, p, sizeof(n));
+    if (len > sizeof(n)) {
+        port = p + sizeof(n);
+        if (p[len - 1] != '\0' || strlen(port) + 1 != len - sizeof(n) || strlen(port) > LAT_PMI_VAL_MAX)
+            return snprintf(why, whylen, "NAME_OUT's port is not one string of at most 1024 bytes"), -1;
+    }
+    batch_init(&b);
+    pthread_mutex_lock(&P.lock);
+    job = P.job;
+    matched = P.e && n.job == job &&
+              pmi_engine_name_out(P.e, n.rank, (int)n.op, n.rc, port, &b);
+    pthread_mutex_unlock(&P.lock);
+    if (!matched) {
+        ras_event(RAS_WARNING, cfg.location, "name answer for job %" PRIu64 " rank %u does not match a request "
+                  "waiting here: ignored", n.job, n.rank);
+        return 0;
+    }
+    batch_send(&b, job, 0, NULL);
+    return 0;
 }

@@ -37,6 +37,7 @@ struct prank {
     bool     in_mcmd;               /* v1: inside an mcmd=...endcmd block */
     char     waitkey[LAT_PMI_KEY_MAX + 1];  /* v2 info-getnodeattr wait=TRUE */
     char     waitthr[32];
+    int      name_op;               /* LAT_NAME_* waiting for the service node, or 0 */
     char    *buf;                   /* partial input */
     size_t   len;
 };
@@ -382,6 +383,60 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+/* ---- the name service (MPI_Publish_name ...): kept by the service node ---- */
+
+static const char *name_response(int v, int op)
+{
+    static const char *const v1[] = { "", "publish_result", "unpublish_result", "lookup_result" };
+    static const char *const v2[] = { "", "name-publish-response", "name-unpublish-response",
+                                      "name-lookup-response" };
+    return (v == 2 ? v2 : v1)[op];
+}
+
+static void name_request(struct pmi_engine *e, struct prank *r, int v, int op, const char *service,
+                         const char *port)
+{
+    struct pmi_dest who = dest(e, r);
+
+    if (!service || !*service || vallen(service) > LAT_PMI_VAL_MAX)
+        return bad(e, r, v, name_response(v, op), "a name request needs a service name of 1..1024 characters");
+    if (op == LAT_NAME_PUBLISH && (!port || !*port || vallen(port) > LAT_PMI_VAL_MAX))
+        return bad(e, r, v, name_response(v, op), "publishing needs a port of 1..1024 characters");
+    r->name_op = op;
+    e->ops->name(e->ctx, &who, op, service, op == LAT_NAME_PUBLISH ? port : "");
+}
+
+bool pmi_engine_name_out(struct pmi_engine *e, uint32_t rank, int op, int rc, const char *port, void *ctx)
+{
+    uint32_t node;
+    int slot = pmi_engine_slot(e, rank, &node);
+    struct prank *r = slot >= 0 ? &e->r[slot] : NULL;
+    struct reply rp;
+
+    if (!r || !r->name_op || r->name_op != op)
+        return false;
+    e->ctx = ctx;
+    r->name_op = 0;
+    rp_begin(&rp, r->version, name_response(r->version, op));
+    rp_add(&rp, "rc", rc == 0 ? "0" : "1");
+    if (r->version == 1)
+        rp_add(&rp, "info", rc == 0 ? "ok" : op == LAT_NAME_PUBLISH ? "service_already_published"
+                                                                      : "service_not_found");
+    else if (op == LAT_NAME_LOOKUP)
+        rp_add(&rp, "found", rc == 0 ? "TRUE" : "FALSE");
+    if (rc != 0 && r->version == 2)
+        rp_add(&rp, "errmsg", op == LAT_NAME_PUBLISH ? "service already published" : "service not found");
+    if (rc == 0 && op == LAT_NAME_LOOKUP) {
+        rp_add(&rp, "port", port);
+        if (r->version == 2)
+            rp_add(&rp, "value", port);         /* what older clients read */
+    }
+    if (r->version == 2 && r->waitthr[0])
+        rp_add(&rp, "thrid", r->waitthr);
+    rp_end(e, r, &rp);
+    return true;
+}
+
 static void v1_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
 {
     struct reply rp;
@@ -457,9 +512,9 @@ static void v1_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
             ec = 1;
         return do_abort(e, r, (int)ec, m ? m : "");
     } else if (!strcmp(n, "publish_name") || !strcmp(n, "unpublish_name") || !strcmp(n, "lookup_name")) {
-        char resp[32];
-        snprintf(resp, sizeof(resp), "%.*s_result", (int)(strchr(n, '_') - n), n);
-        return error_reply(e, r, 1, resp, "name service not supported");
+        return name_request(e, r, 1, n[0] == 'p' ? LAT_NAME_PUBLISH : n[0] == 'u' ? LAT_NAME_UNPUBLISH
+                                                                                 : LAT_NAME_LOOKUP,
+                            find(c, "service"), find(c, "port"));
     } else {
         return bad(e, r, 1, "error", "unknown PMI-1 command");
     }
@@ -561,7 +616,12 @@ static void v2_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
         if (find(c, "exitcode"))
             parse_int(find(c, "exitcode"), -2147483647L - 1, 2147483647L, &ec);
         return do_abort(e, r, (int)ec, m ? m : "");
-    } else if (!strcmp(n, "spawn") || !strncmp(n, "name-", 5)) {
+    } else if (!strcmp(n, "name-publish") || !strcmp(n, "name-unpublish") || !strcmp(n, "name-lookup")) {
+        snprintf(r->waitthr, sizeof(r->waitthr), "%s", thrid ? thrid : "");
+        return name_request(e, r, 2, n[5] == 'p' ? LAT_NAME_PUBLISH : n[5] == 'u' ? LAT_NAME_UNPUBLISH
+                                                                                 : LAT_NAME_LOOKUP,
+                            find(c, "name"), find(c, "port"));
+    } else if (!strcmp(n, "spawn")) {
         return error_reply(e, r, 2, resp, "not supported by lattice");
     } else {
         return bad(e, r, 2, resp, "unknown PMI-2 command");

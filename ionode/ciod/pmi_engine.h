@@ -39,6 +39,10 @@ struct pmi_ops {
     void (*fence)(void *ctx, const char *msg, const size_t *len, int n);
     /* A process aborted, or left without finalize: no answer; the job ends. */
     void (*abort)(void *ctx, const struct pmi_dest *who, int code, const char *msg);
+    /* A process asked the name service (MPI_Publish_name and friends): op
+     * is LAT_NAME_*, port "" unless publishing.  The request goes to the
+     * service node, the answer comes back through pmi_engine_name_out. */
+    void (*name)(void *ctx, const struct pmi_dest *who, int op, const char *service, const char *port);
     /* A process's request was bad and got an error answer; text says why. */
     void (*bad_request)(void *ctx, const struct pmi_dest *who, const char *text);
     /* Something the engine could not do (out of memory), for the log. */
@@ -77,6 +81,10 @@ int  pmi_fence_check(const char *p, size_t len, char *why, size_t whylen);
  * last chunk releases every process of the fence.  false: it matches no
  * fence waiting here (nothing changed). */
 bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx);
+
+/* The service node's answer to rank's name request (rc 0: done; port: a
+ * lookup's).  false: rank has no name request waiting (nothing changed). */
+bool pmi_engine_name_out(struct pmi_engine *e, uint32_t rank, int op, int rc, const char *port, void *ctx);
 
 /* ---- kvs.c: the string -> string table of the key/value space ---- */
 

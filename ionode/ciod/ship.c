@@ -54,7 +54,7 @@ int fwd_malformed(struct proc *p, struct call *k, const char *call, const char *
  * fwd_posix_ciod.c, which calls the srv_* implementations below) ---- */
 
 /* The real descriptor behind r; standard streams get special_err. */
-static bool real_fd(struct call *k, const struct rfd *r, int special_err, int *fd)
+bool real_fd(struct call *k, const struct rfd *r, int special_err, int *fd)
 {
     if (r->kind == FD_COLL) {           /* the shared descriptor: same file, same rights */
         *fd = coll_fd(r->co);
@@ -69,7 +69,7 @@ static bool real_fd(struct call *k, const struct rfd *r, int special_err, int *f
 }
 
 /* A dirfd for a *at call.  Linux ignores dirfd for absolute paths; so do we. */
-static bool at_dir(struct proc *p, struct call *k, int dirfd, const char *path, int *fd)
+bool at_dir(struct proc *p, struct call *k, int dirfd, const char *path, int *fd)
 {
     if ((path && path[0] == '/') || dirfd == LAT_AT_FDCWD) {
         *fd = AT_FDCWD;
@@ -199,7 +199,7 @@ int srv_close(struct proc *p, struct call *k, struct rfd *r)
 {
     int rc = 0;
 
-    (void)p;
+    lock_closing(p, r);
     if (r->kind == FD_REAL)
         rc = close(r->fd);
     if (r->kind == FD_COLL)
@@ -1024,6 +1024,7 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
     if (rc < 0)
         ras_event(RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
                   p->job, p->rank, why);
+    lock_end(p);
     dp_unshare(&p->shm);
     dp_unshare(&p->mbox);
     if (p->mem >= 0)

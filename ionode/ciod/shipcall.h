@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <time.h>
 
 enum fd_kind { FD_FREE = 0, FD_REAL, FD_STDIN, FD_STDOUT, FD_STDERR, FD_COLL };
 
@@ -42,6 +43,9 @@ struct proc {
     uint32_t     mbox_done;             /* the last seq served from it */
     bool         pipe_broken;           /* a chunk of the current series was short or failed */
     struct rfd   fds[LAT_MAX_FDS];
+    struct lockfile *locks;             /* its POSIX locks, one open per file (lock.c) */
+    timer_t      lock_timer;            /* wakes a blocking lock request (lock.c) */
+    bool         lock_timer_ok;
 };
 
 /* One call: arguments in, result out.  `out` points at reply data (the
@@ -63,6 +67,17 @@ typedef int (*sys_fn)(struct proc *p, struct call *k);
  * and still running the program it ran at its first request?  false: it
  * exec'd or ended, and the connection is to be closed (ship.c). */
 bool proc_same_image(struct proc *p);
+
+/* A remote descriptor's own descriptor, or the error for the standard
+ * streams (special_err); a dirfd for a *at call (absolute paths ignore it,
+ * as on Linux).  false: the call failed, k says why (ship.c). */
+bool real_fd(struct call *k, const struct rfd *r, int special_err, int *fd);
+bool at_dir(struct proc *p, struct call *k, int dirfd, const char *path, int *fd);
+
+/* Locks (lock.c): r is about to be closed, which releases the process's
+ * locks on its file; the process is gone, release them all. */
+void lock_closing(struct proc *p, const struct rfd *r);
+void lock_end(struct proc *p);
 
 /* The result of a call, for every implementation (ship.c, sock.c). */
 

@@ -9,8 +9,8 @@
  *     validates every request per the annotations below and calls the
  *     hand-written implementation srv_NAME() of ionode/ciod/ship.c, sock.c,
  *   - the compute-side encoding stubs fwd_NAME() (build/gen/fwd_posix_stubs.c),
- *     #included by cnk (compute/cnk/fwd.c) and libcnclient
- *     (compute/libcnclient/fwd.c), each of which supplies the transport.
+ *     #included by the shipping client core (compute/shipc/fwd.c), which
+ *     supplies the transport and is linked into cnk and libcnclient.
  *
  * Wire mode, in short: the comment before a prototype gives its message
  * number (msg=N), and :mbox when the call may travel in the mailbox
@@ -174,6 +174,35 @@ int64_t fwd_recv_rdv(int fd /* in:obj:fd */, int flags /* in:obj */, struct lat_
                      const struct lat_rdv_seg *segs /* in:arr:size=+1 */,
                      uint32_t nseg /* in:obj:a=none:min=1:max=LAT_RDV_MAXSEG */,
                      int wait /* in:obj:min=-1:max=INT32_MAX */);
+
+/* ---- locks, held on the I/O node for the process (docs/protocol.md
+ * section 6.6).  A blocking request waits at most wait ms (-1: until done);
+ * when that runs out the reply is err LAT_ERR_WAIT, as for the socket
+ * calls: the process asks again. ---- */
+
+/* msg=0x032B  cmd: F_GETLK, F_SETLK, F_SETLKW or their F_OFD_ forms; fl comes back as the call left it */
+int64_t fwd_lock(int fd /* in:obj:fd */, int cmd /* in:obj */, int wait /* in:obj:min=-1:max=INT32_MAX */,
+                 struct lat_flock *fl /* inout:arr:len=1 */);
+/* msg=0x032C  op: LOCK_SH, LOCK_EX or LOCK_UN, with LOCK_NB */
+int64_t fwd_flock(int fd /* in:obj:fd */, int op /* in:obj */, int wait /* in:obj:min=-1:max=INT32_MAX */);
+
+/* ---- more file calls ---- */
+
+/* msg=0x032D:mbox */
+int64_t fwd_symlinkat(int newdirfd /* in:obj */, const char *target /* in:str */, const char *path /* in:str */);
+/* msg=0x032E:mbox  flags: AT_SYMLINK_FOLLOW, AT_EMPTY_PATH */
+int64_t fwd_linkat(int olddirfd /* in:obj */, int newdirfd /* in:obj */, int flags /* in:obj */,
+                   const char *oldpath /* in:str */, const char *newpath /* in:str */);
+/* msg=0x032F:mbox  uid, gid -1: unchanged; fchown is path "" with AT_EMPTY_PATH */
+int64_t fwd_fchownat(int dirfd /* in:obj */, int64_t uid /* in:obj:min=-1:max=UINT32_MAX */,
+                     int64_t gid /* in:obj:min=-1:max=UINT32_MAX */, int flags /* in:obj */,
+                     const char *path /* in:str */);
+/* msg=0x0330:mbox  a FIFO or a regular file (devices need a capability the I/O node's worker lacks) */
+int64_t fwd_mknodat(int dirfd /* in:obj */, int mode /* in:obj */, uint64_t dev /* in:obj */,
+                    const char *path /* in:str */);
+/* msg=0x0331:mbox */
+int64_t fwd_fallocate(int fd /* in:obj:fd */, int mode /* in:obj */, int64_t offset /* in:obj */,
+                      int64_t len /* in:obj */);
 
 #pragma GCC visibility pop
 

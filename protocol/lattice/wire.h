@@ -108,12 +108,16 @@ enum lat_type {
     LAT_CTL_COUNTERS   = 0x0104,  /* empty -> uint64_t calls[LAT_SYS__END - LAT_SYS__BASE] */
     LAT_CTL_FENCE_OUT  = 0x0105,  /* one-way sn->ciod: struct lat_fence + key/value strings:
                                      the fence is complete, here is everything it published */
+    LAT_CTL_NAME_OUT   = 0x0110,  /* one-way sn->ciod: struct lat_name + port\0 (a lookup's):
+                                     the answer to a rank's name service request */
     LAT_CTL_OUTPUT     = 0x0180,  /* one-way ciod->sn: struct lat_output + data */
     LAT_CTL_EXIT       = 0x0181,  /* one-way ciod->sn: struct lat_exit + message text */
     LAT_CTL_JOB_END    = 0x0182,  /* one-way ciod->sn: struct lat_job_end */
     LAT_CTL_FENCE      = 0x0183,  /* one-way ciod->sn: struct lat_fence + key/value strings:
                                      every rank of the pset entered the fence, with their puts */
     LAT_CTL_ABORT      = 0x0184,  /* one-way ciod->sn: struct lat_abort + message text */
+    LAT_CTL_NAME       = 0x0190,  /* one-way ciod->sn: struct lat_name + service\0 port\0:
+                                     a rank publishes, unpublishes or looks up a name */
 
     /* node: compute node <-> ciod */
     LAT_NODE_JOB       = 0x0200,  /* one-way ciod->cn: struct lat_node_job + tail */
@@ -176,7 +180,14 @@ enum lat_type {
     LAT_SYS_POLL       = 0x0328,  /* a0 nfds, a1 wait; fds -> fds */
     LAT_SYS_SEND_RDV   = 0x0329,  /* a0 fd, a1 flags, a2 namelen, a3 wait; name, segs */
     LAT_SYS_RECV_RDV   = 0x032A,  /* a0 fd, a1 flags, a2 wait; segs -> from */
-    LAT_SYS__END       = 0x032B,
+    LAT_SYS_LOCK       = 0x032B,  /* a0 fd, a1 cmd, a2 wait; fl -> fl */
+    LAT_SYS_FLOCK      = 0x032C,  /* a0 fd, a1 op, a2 wait */
+    LAT_SYS_SYMLINKAT  = 0x032D,  /* a0 newdirfd; target, path */
+    LAT_SYS_LINKAT     = 0x032E,  /* a0 olddirfd, a1 newdirfd, a2 flags; oldpath, newpath */
+    LAT_SYS_FCHOWNAT   = 0x032F,  /* a0 dirfd, a1 uid, a2 gid, a3 flags; path */
+    LAT_SYS_MKNODAT    = 0x0330,  /* a0 dirfd, a1 mode, a2 dev; path */
+    LAT_SYS_FALLOCATE  = 0x0331,  /* a0 fd, a1 mode, a2 offset, a3 len */
+    LAT_SYS__END       = 0x0332,
     /* END generated */
 
     /* plug-ins: compute process -> ciod (docs/plugins.md).  Request payload is
@@ -198,8 +209,9 @@ enum lat_type {
 /* BEGIN generated transport by lattice-pluggen --wire from lattice/fwd_posix.h (make wire-h) */
 /* OPENAT, CLOSE, READ, WRITE, PREAD, PWRITE, LSEEK, FSTATAT, STATX, FACCESSAT, UNLINKAT, RENAMEAT,
  * MKDIRAT, GETDENTS64, READLINKAT, TRUNCATE, FTRUNCATE, FSYNC, FDATASYNC, DUP, FCNTL, CHDIR,
- * FCHDIR, GETCWD, UMASK, FCHMODAT, FCHMOD, UTIMENSAT, STATFS, FSTATFS */
-#define LAT_MBOX_MAP 0x000000003FFFFFFFull
+ * FCHDIR, GETCWD, UMASK, FCHMODAT, FCHMOD, UTIMENSAT, STATFS, FSTATFS, SYMLINKAT, LINKAT,
+ * FCHOWNAT, MKNODAT, FALLOCATE */
+#define LAT_MBOX_MAP 0x0003E0003FFFFFFFull
 /* READ, WRITE, PREAD, PWRITE */
 #define LAT_BULK_MAP 0x000000000000003Cull
 /* END generated */
@@ -627,6 +639,19 @@ struct lat_abort {
 };
 _Static_assert(sizeof(struct lat_abort) == 16, "lat_abort layout");
 
+/* MPI name publishing through PMI (LAT_CTL_NAME, LAT_CTL_NAME_OUT): the
+ * service node keeps the job's names; rc 0 done, else the name is taken
+ * (publish) or unknown (unpublish, lookup). */
+struct lat_name {
+    uint64_t job;
+    uint32_t rank;
+    uint32_t op;            /* LAT_NAME_* */
+    int32_t  rc;            /* in NAME_OUT */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_name) == 24, "lat_name layout");
+enum lat_name_op { LAT_NAME_PUBLISH = 1, LAT_NAME_UNPUBLISH = 2, LAT_NAME_LOOKUP = 3 };
+
 struct lat_timespec {
     int64_t sec;
     int64_t nsec;           /* or UTIME_NOW / UTIME_OMIT */
@@ -650,5 +675,12 @@ struct lat_statfs {
     int64_t  namelen, frsize, flags;
 };
 _Static_assert(sizeof(struct lat_statfs) == 88, "lat_statfs layout");
+
+struct lat_flock {                  /* a Linux struct flock; pid is -1 for a lock held through an I/O node */
+    int16_t  type, whence;          /* F_RDLCK, F_WRLCK, F_UNLCK; SEEK_SET, SEEK_CUR, SEEK_END */
+    int32_t  pid;
+    int64_t  start, len;
+};
+_Static_assert(sizeof(struct lat_flock) == 24, "lat_flock layout");
 
 #endif

@@ -232,6 +232,7 @@ class Run:
         self.fence_in: set[Ciod] = set()     # entered the current fence (their last chunk arrived)
         self.fence_kvs: dict[str, str] = {}
         self.aborts: dict[int, str] = {}     # rank -> what it said when it called abort
+        self.names: dict[bytes, bytes] = {}  # the job's published names: service -> port (MPI_Publish_name)
         self.outcome = Outcome()
         self.output = Output(spec.label)
         self.killed = False
@@ -400,6 +401,33 @@ class Run:
             self.ended_by = f"ended by lattice because rank {rank} called abort with code {code}"
             self.kill(signal.SIGKILL)
 
+    def on_name(self, c: Ciod, body: bytes) -> None:
+        """A rank publishes, unpublishes or looks up a name: the job's names live
+        here, at the top of the PMI tree, so every rank of the job sees them."""
+        job, rank, op, _, _ = wire.NAME.unpack_from(body)
+        strings = body[wire.NAME.size:].split(b"\0")
+        if job != self.job or rank >= len(self.nodes) or len(strings) != 3 or strings[2] or not strings[0] \
+                or op not in (wire.NAME_PUBLISH, wire.NAME_UNPUBLISH, wire.NAME_LOOKUP) \
+                or self.m.pset_of(self.nodes[rank]) != c.pset:
+            raise ValueError(f"name request of rank {rank} of job {job} is malformed or not this I/O node's")
+        service, port = strings[0], strings[1]
+        rc, answer = 0, b""
+        if op == wire.NAME_PUBLISH:
+            if service in self.names:
+                rc = 1
+            else:
+                self.names[service] = port
+        elif op == wire.NAME_UNPUBLISH:
+            rc = 0 if self.names.pop(service, None) is not None else 1
+        elif service in self.names:
+            answer = self.names[service] + b"\0"
+        else:
+            rc = 1
+        try:
+            c.send(wire.CTL_NAME_OUT, wire.NAME.pack(self.job, rank, op, rc, 0) + answer)
+        except OSError:
+            pass                        # its loss shows as a closed connection
+
     def bad_message(self, c: Ciod, why: str) -> None:
         """An I/O node sent something the run cannot use: end the job, say why."""
         message = f"I/O node {c.location} sent a bad message during job {self.job}: {why}"
@@ -462,10 +490,12 @@ class Run:
                             self.output.write(rank, which, body[wire.OUTPUT.size:])
                     elif typ == wire.CTL_EXIT:
                         self.on_exit(body)
-                    elif typ in (wire.CTL_FENCE, wire.CTL_ABORT):
+                    elif typ in (wire.CTL_FENCE, wire.CTL_ABORT, wire.CTL_NAME):
                         try:
                             if typ == wire.CTL_FENCE:
                                 self.on_fence(c, body)
+                            elif typ == wire.CTL_NAME:
+                                self.on_name(c, body)
                             else:
                                 self.on_abort(body)
                         except (ValueError, struct.error, UnicodeDecodeError) as e:

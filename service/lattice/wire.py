@@ -48,6 +48,7 @@ SLOT = STRUCTS["lat_slot"]               # rank, node, t, app
 CPUS = STRUCTS["lat_cpus"]               # ncpus, progress (then the CPUs, after every slot's lat_cpus)
 FENCE = STRUCTS["lat_fence"]             # job, epoch, nkv, flags, pad
 ABORT = STRUCTS["lat_abort"]             # job, rank, code
+NAME = STRUCTS["lat_name"]               # job, rank, op, rc, pad
 DATAPATH = STRUCTS["lat_datapath"]       # eager_max, rdv_min, flags, window (after HELLO_ACK of a PROC)
 COUNTERS_EXT = STRUCTS["lat_counters_ext"]  # nsys, nbuckets, nstats, pad (in the LAT_CTL_COUNTERS reply)
 SIZES = {name: s.size for name, s in STRUCTS.items()}

@@ -4,6 +4,7 @@ counts cnk kept for each rank: the two agree."""
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Iterator
@@ -12,6 +13,13 @@ import pytest
 
 from conftest import Machine, make_machine
 from cnk_helpers import CNK_EX, by_rank, class_counts, last_job, trace_lines
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "protocol"))
+from pluggen import syscalls  # noqa: E402
+
+# what a trace may show for a call of each class of lattice/syscalls.def
+TRACED_AS = {"LOCAL": {"local"}, "SOCKET": {"local", "shipped"}, "REFUSED": {"local", "unsupported"},
+             "OWN": {"local", "unsupported"}, "SHIPPED": {"local", "shipped", "unsupported"}}
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +55,15 @@ def test_trace_classifies_calls(trace_machine: Machine) -> None:
         assert any(name in ("brk", "mmap") and cls == "local" for name, cls in calls), sorted(calls)
         mount = [t for t in by[r] if t.group(2) == "mount"]
         assert mount and all(t.group(4) in ("-38", "ENOSYS", "-ENOSYS") for t in mount), [t.group(0) for t in mount]
+    # every traced call is named by the list, in a class its line allows
+    listed = {s.name: s for s in syscalls.load()}
+    for t in lines:
+        s = listed.get(t.group(2))
+        if s is None:       # a number the list does not name: syscall_NR, unsupported
+            assert t.group(2).startswith("syscall_") and t.group(5) == "unsupported", t.group(0)
+            continue
+        allowed = {"unsupported"} if s.cls == "REFUSED" and s.op == "0" else TRACED_AS[s.cls]
+        assert t.group(5) in allowed, (t.group(0), s)
     # the counters kept by cnk match what the trace showed, class by class
     counts = class_counts(m, last_job(m))
     for r in range(2):

@@ -1,4 +1,4 @@
-"""Linux mode's mailbox (docs/protocol.md 6.4, compute/libcnclient/mbox.c): a
+"""Linux mode's mailbox (docs/protocol.md 6.4, compute/shipc/mbox.c): a
 preloaded program's small file calls go through memory shared with its ciod
 thread, byte-exact, from buffers of every kind and from many threads at once;
 LATTICE_MAILBOX=0 keeps them on the socket; a bad buffer is EFAULT, not a

@@ -1,7 +1,7 @@
 /*
- * cnk_ship_harness.c - drives cnk's shipping handlers (compute/cnk/ship.c,
- * fd.c, path.c, linked with lib.c) in an ordinary hosted process against a
- * real ciod.  tests/unit/test_cnk_ship.py builds and runs it.
+ * cnk_ship_harness.c - drives cnk's shipping handlers (compute/cnk/entry.c
+ * over the shipping core compute/shipc/, linked with lib.c) in an ordinary
+ * hosted process against a real ciod.  tests/unit/test_cnk_ship.py builds and runs it.
  *
  *   cnk_ship_harness CONN_FD WORK_DIR PHASE
  *
@@ -36,28 +36,49 @@
 #include <unistd.h>
 
 #include <lattice/wire.h>
+#include <lattice/zoid_nr.h>
 
 #include "cnk.h"
 
 struct cnk_config cnk;
 
-/* ---- dispatch: every handler cnk.h lists, by system call number ---- */
+/* ---- dispatch: every file call's handler, by system call number ---- */
 
 struct handler {
     long nr;
     const char *name;
-    cnk_handler fn;
+    cnk_handler fn;                 /* NULL: refused at once, not a ship.c handler */
 };
-#define ENTRY(n) { SYS_##n, #n, sys_##n },
-static const struct handler handlers[] = { SHIP_HANDLERS(ENTRY) };
+/* The list's SHIPPED and REFUSED lines, with cnk's handlers (syscalls.h). */
+#define SYS_lattice_zoid LAT_NR_ZOID
+#define sys_lattice_zoid NULL           /* plugin.c is not linked: test_cnk_core.py runs it */
+#define ROW(n, fn) { SYS_##n, #n, fn },
+#define ROW_LOCAL(n, op)
+#define ROW_OWN(n, op)
+#define ROW_SOCKET(n, op)
+#define ROW_SHIPPED(n, op) ROW(n, CNK_FN_SHIPPED(op))
+#define ROW_REFUSED(n, op) ROW(n, CNK_FN_REFUSED(op))
+static const struct handler handlers[] = {
+#define SYS(name, cls, op, wire, trace, lx) ROW_##cls(name, op)
+#include <lattice/syscalls.def>
+#undef SYS
+};
 #define NHANDLERS (sizeof handlers / sizeof handlers[0])
+
+static size_t handlers_linked(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < NHANDLERS; i++)
+        n += handlers[i].fn != NULL;
+    return n;
+}
 
 static int last_cls = -1;
 
 static long dispatch(long nr, const long a[6])
 {
     for (size_t i = 0; i < NHANDLERS; i++) {
-        if (handlers[i].nr != nr)
+        if (handlers[i].nr != nr || !handlers[i].fn)
             continue;
         struct cnk_call c = { .nr = nr, .cls = (enum cnk_class)77 };
         memcpy(c.a, a, sizeof c.a);
@@ -165,7 +186,7 @@ static int local_open(int fd)
 static int remote_of(int fd)
 {
     int r = -1;
-    return fd_route(fd, &r) == ROUTE_SHIP ? r : -1;
+    return shipc_fd_route(fd, &r) == SHIPC_SHIP ? r : -1;
 }
 
 /* names in a linux_dirent64 buffer */
@@ -187,7 +208,7 @@ static void open_read_write(void)
 {
     char buf[256];
     long fd = FD(S(open, P("f1"), O_CREAT | O_WRONLY | O_TRUNC, 0640), SHIP);
-    OK(fd >= 3 && fd_is_shipped((int)fd) && is_placeholder((int)fd));
+    OK(fd >= 3 && shipc_fd_is_shipped((int)fd) && is_placeholder((int)fd));
     OK(exists(W("f1")) && !exists("f1"));       /* on the I/O node, not here */
     EXPECT(S(write, fd, P("hello world\n"), 12), 12, SHIP);
     OK(content_is(W("f1"), "hello world\n", 12));
@@ -197,7 +218,7 @@ static void open_read_write(void)
     OK(content_is(W("f1"), "HELLO world\n", 12));
     EXPECT(S(read, fd, P(buf), 10), -EBADF, SHIP);         /* write-only, says the I/O node */
     EXPECT(S(close, fd), 0, SHIP);
-    OK(!fd_is_shipped((int)fd) && !local_open((int)fd));
+    OK(!shipc_fd_is_shipped((int)fd) && !local_open((int)fd));
     EXPECT(S(close, fd), -EBADF, LOC);
 
     fd = FD(S(openat, AT_FDCWD, P("f1"), O_RDONLY | O_CLOEXEC), SHIP);
@@ -398,7 +419,7 @@ static void descriptors(void)
 {
     long fd = FD(S(open, P("f3"), O_RDWR), SHIP);
     long nfd = FD(S(dup, fd), SHIP);
-    OK(nfd != fd && fd_is_shipped((int)nfd) && remote_of((int)nfd) != remote_of((int)fd));
+    OK(nfd != fd && shipc_fd_is_shipped((int)nfd) && remote_of((int)nfd) != remote_of((int)fd));
     EXPECT(S(lseek, nfd, 4, SEEK_SET), 4, SHIP);
     EXPECT(S(lseek, fd, 0, SEEK_CUR), 4, SHIP);             /* one open file, one offset */
     EXPECT(S(fcntl, nfd, F_GETFD), 0, LOC);
@@ -407,7 +428,7 @@ static void descriptors(void)
     EXPECT(S(fcntl, fd, F_GETFD), 0, LOC);
     long d50 = S(fcntl, fd, F_DUPFD_CLOEXEC, 50);
     EXPECT(last_cls, SHIP, ANY);
-    OK(d50 >= 50 && fd_is_shipped((int)d50) && is_placeholder((int)d50));
+    OK(d50 >= 50 && shipc_fd_is_shipped((int)d50) && is_placeholder((int)d50));
     EXPECT(S(fcntl, d50, F_GETFD), FD_CLOEXEC, LOC);
     EXPECT(S(fcntl, fd, F_DUPFD, -1), -EINVAL, ANY);
     EXPECT(S(fcntl, fd, F_GETFL) & O_ACCMODE, O_RDWR, SHIP);
@@ -430,7 +451,7 @@ static void descriptors(void)
     EXPECT(S(dup3, fd, 62, 0x40), -EINVAL, ANY);
     long nul = FD(S(open, P("/dev/null"), O_RDONLY), LOC);
     EXPECT(S(dup2, nul, 60), 60, SHIP);                       /* local over shipped */
-    OK(!fd_is_shipped(60) && local_open(60) && !is_placeholder(60));
+    OK(!shipc_fd_is_shipped(60) && local_open(60) && !is_placeholder(60));
     EXPECT(S(close, 60), 0, LOC);
     /* the replaced remote descriptor was closed on the I/O node: ciod hands
      * out its lowest free index, so the next open gets the same one back */
@@ -452,6 +473,26 @@ static void descriptors(void)
     EXPECT(S(close, c2), 0, SHIP);
     EXPECT(S(close, b), 0, SHIP);
     EXPECT(S(close, a), 0, SHIP);
+    /* dup2/dup3 onto the lowest free number: the placeholder taken for it is
+     * that very number (D5; once EINVAL in both kernels) */
+    long lo = FD(S(open, P("f3"), O_RDONLY), SHIP);
+    EXPECT(S(close, lo), 0, SHIP);
+    EXPECT(S(dup2, fd, lo), lo, SHIP);
+    OK(shipc_fd_is_shipped((int)lo) && is_placeholder((int)lo) && remote_of((int)lo) >= 0);
+    EXPECT(S(lseek, lo, 0, SEEK_CUR), S(lseek, fd, 0, SEEK_CUR), SHIP);
+    EXPECT(S(close, lo), 0, SHIP);
+    EXPECT(S(dup3, fd, lo, O_CLOEXEC), lo, SHIP);
+    EXPECT(S(fcntl, lo, F_GETFD), FD_CLOEXEC, LOC);
+    EXPECT(S(close, lo), 0, SHIP);
+    EXPECT(S(dup2, nul, lo), lo, LOC);                        /* local onto the lowest free */
+    OK(!shipc_fd_is_shipped((int)lo) && local_open((int)lo));
+    EXPECT(S(close, lo), 0, LOC);
+    /* beyond RLIMIT_NOFILE, as the kernel (D12) */
+    struct rlimit nofile;
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    long lim = nofile.rlim_cur < 65536 ? (long)nofile.rlim_cur : 65536;
+    EXPECT(S(dup2, fd, lim), -EBADF, ANY);
+    EXPECT(S(fcntl, fd, F_DUPFD, lim), -EINVAL, ANY);
 
     EXPECT(S(ioctl, fd, TCGETS, P(&fl)), -ENOTTY, LOC);
     EXPECT(S(flock, fd, LOCK_EX), -ENOSYS, UNSUP);
@@ -462,7 +503,7 @@ static void descriptors(void)
     EXPECT(S(close_range, 61, 61, CLOSE_RANGE_CLOEXEC), 0, SHIP);
     EXPECT(S(fcntl, 61, F_GETFD), FD_CLOEXEC, LOC);
     EXPECT(S(close_range, 61, 61, 0), 0, SHIP);
-    OK(!fd_is_shipped(61) && !local_open(61));
+    OK(!shipc_fd_is_shipped(61) && !local_open(61));
     EXPECT(S(close_range, 5, 4, 0), -EINVAL, LOC);
 
     /* the lowest free number, like the kernel: a freed shipped number is reused locally */
@@ -531,21 +572,22 @@ static void path_rule(void)
     static const char *local[] = { "/proc", "/proc/", "/proc/self/status", "//proc",
         "/tmp/../proc/x", "/dev/shm", "/dev/shm/a/b", "/dev/null", "/dev//null", "/dev/./null",
         "/sys/devices", "/dev/fd/3", "/dev/stdout", "/a/b/c/../../../proc", "/../proc",
-        "/x/aaaaaaaaaaaaaaaaaaaaaaaa/../../dev/urandom", "/dev/zero", "/dev/random" };
+        "/x/aaaaaaaaaaaaaaaaaaaaaaaa/../../dev/urandom", "/dev/zero", "/dev/random",
+        "/dev/stdout/x", "/dev/stdin/a/b" };
     static const char *shipped[] = { "proc", "/procx", "/dev/nullx", "/dev/null/x", "/dev", "/",
         "/dev/shmx", "/tmp/proc", "/dev/tty", "/proc/../etc/passwd", "./proc", "/dev/random/..",
-        "/sysx", "", "/dev/stdout/x", "/lib/x86_64-linux-gnu/libc.so.6" };
+        "/sysx", "", "/lib/x86_64-linux-gnu/libc.so.6" };
     for (size_t i = 0; i < sizeof local / sizeof *local; i++)
-        ok(__LINE__, local[i], path_is_local(local[i]));
+        ok(__LINE__, local[i], shipc_path_is_local(local[i]));
     for (size_t i = 0; i < sizeof shipped / sizeof *shipped; i++)
-        ok(__LINE__, shipped[i], !path_is_local(shipped[i]));
+        ok(__LINE__, shipped[i], !shipc_path_is_local(shipped[i]));
 }
 
 static void local_names(void)
 {
     char buf[4096];
     long fd = FD(S(open, P("/proc/self/status"), O_RDONLY), LOC);
-    OK(!fd_is_shipped((int)fd));
+    OK(!shipc_fd_is_shipped((int)fd));
     long n = S(read, fd, P(buf), sizeof buf - 1);
     EXPECT(last_cls, LOC, ANY);
     buf[n > 0 ? n : 0] = '\0';
@@ -614,7 +656,7 @@ static void hidden_fds(void)
 
     for (int i = 0; i < 3; i++) {
         long h = own[i];
-        OK(h >= CNK_FD_FLOOR && fd_is_hidden((int)h) && !fd_is_shipped((int)h));
+        OK(h >= CNK_FD_FLOOR && shipc_fd_is_hidden((int)h) && !shipc_fd_is_shipped((int)h));
         EXPECT(S(read, h, P(buf), 1), -EBADF, LOC);
         EXPECT(S(write, h, P("x"), 1), -EBADF, LOC);
         EXPECT(S(pread64, h, P(buf), 1, 0), -EBADF, LOC);
@@ -636,7 +678,7 @@ static void hidden_fds(void)
     long nul = FD(S(open, P("/dev/null"), O_RDONLY), LOC);
     EXPECT(S(dup2, nul, CNK_FD_FLOOR + 90), CNK_FD_FLOOR + 90, LOC);  /* not cnk's: allowed */
     EXPECT(S(close_range, 3, ~0u, 0), 0, SHIP);
-    OK(!fd_is_shipped((int)fd) && !local_open((int)fd) && !local_open((int)nul));
+    OK(!shipc_fd_is_shipped((int)fd) && !local_open((int)fd) && !local_open((int)nul));
     OK(!local_open(CNK_FD_FLOOR + 90));
     for (int i = 0; i < 3; i++)
         OK(local_open(own[i]));
@@ -689,7 +731,7 @@ static void stdio(void)
 {
     char buf[8];
     struct stat st;
-    OK(fd_is_shipped(0) && fd_is_shipped(1) && fd_is_shipped(2));
+    OK(shipc_fd_is_shipped(0) && shipc_fd_is_shipped(1) && shipc_fd_is_shipped(2));
     EXPECT(S(write, 1, P("out line\n"), 9), 9, SHIP);
     EXPECT(S(write, 2, P("err line\n"), 9), 9, SHIP);
     struct iovec v[2] = { { "two ", 4 }, { "parts\n", 6 } };
@@ -870,6 +912,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown phase %s\n", phase);
         return 2;
     }
-    printf("%s: %d checks, %d failed, %zu handlers\n", phase, checks, failures, NHANDLERS);
+    printf("%s: %d checks, %d failed, %zu handlers\n", phase, checks, failures, handlers_linked());
     return failures ? 1 : 0;
 }

@@ -10,9 +10,11 @@
  *   slot RANK             -> "slot S node N" or "slot -1"
  *   fenceout JOB EPOCH FLAGS [KEY=VALUE...]   a LAT_CTL_FENCE_OUT
  *                         -> "refused WHY", "matched" or "unmatched"
+ *   nameout RANK OP RC [PORT]   a LAT_CTL_NAME_OUT -> "matched" or "unmatched"
  *
  * Callbacks print: "answer SLOT RANK NODE TEXT" (escaped as above),
- * "fence JOB EPOCH FLAGS KEY=VALUE..." per chunk, "abort RANK CODE MSG",
+ * "fence JOB EPOCH FLAGS KEY=VALUE..." per chunk, "name RANK OP SERVICE PORT",
+ * "abort RANK CODE MSG",
  * "bad RANK TEXT", "note TEXT".
  */
 #include "pmi_engine.h"
@@ -85,6 +87,12 @@ static void on_abort(void *ctx, const struct pmi_dest *who, int code, const char
     printf("abort %u %d %s\n", who->rank, code, msg);
 }
 
+static void on_name(void *ctx, const struct pmi_dest *who, int op, const char *service, const char *port)
+{
+    (void)ctx;
+    printf("name %u %d %s %s\n", who->rank, op, service, *port ? port : "-");
+}
+
 static void on_bad_request(void *ctx, const struct pmi_dest *who, const char *text)
 {
     (void)ctx;
@@ -97,7 +105,8 @@ static void on_note(void *ctx, const char *text)
     printf("note %s\n", text);
 }
 
-static const struct pmi_ops ops = { on_answer, on_fence, on_abort, on_bad_request, on_note };
+static const struct pmi_ops ops = { .answer = on_answer, .fence = on_fence, .name = on_name, .abort = on_abort,
+                                    .bad_request = on_bad_request, .note = on_note };
 
 static struct pmi_engine *new_job(char *args)
 {
@@ -185,6 +194,13 @@ int main(void)
                 printf("slot %d node %u\n", s, node);
         } else if (!strncmp(line, "fenceout ", 9)) {
             fence_out(e, arg);
+        } else if (!strncmp(line, "nameout ", 8)) {
+            unsigned rank;
+            int op, rc, used = 0;
+            if (sscanf(arg, "%u %d %d %n", &rank, &op, &rc, &used) < 3)
+                puts("usage");
+            else
+                puts(pmi_engine_name_out(e, rank, op, rc, arg + used, NULL) ? "matched" : "unmatched");
         } else {
             printf("unknown command: %s\n", line);
         }

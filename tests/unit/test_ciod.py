@@ -102,8 +102,9 @@ class Ciod:
             time.sleep(0.02)
 
     def listening(self) -> bool:
-        if not self.tcp_port:
-            return self.sock.exists()
+        # a Unix socket's file exists from bind(), before listen(): connect to know
+        if not self.tcp_port and not self.sock.exists():
+            return False
         try:
             self.raw().close()
             return True

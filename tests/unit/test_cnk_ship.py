@@ -1,6 +1,7 @@
-"""cnk's shipping part (compute/cnk/ship.c, fd.c, path.c) against a real ciod.
+"""cnk's shipping part (the shipping core compute/shipc/ and compute/cnk/entry.c)
+against a real ciod.
 
-The three files are built freestanding, as cnk builds them, and linked with
+The files are built freestanding, as cnk builds them, and linked with
 cnk's lib.c into a hosted harness (tests/unit/cnk_ship_harness.c) that calls
 the sys_* handlers with struct cnk_call.  Here we play the service node and
 the compute node: a one-node pset, a job, and for each phase a fresh PROC
@@ -39,10 +40,11 @@ SYS = ["openat", "close", "read", "write", "pread", "pwrite", "lseek", "fstatat"
 JOB_ID = 77
 CNK_CFLAGS = ["-std=c11", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-fPIE",
               "-O2", "-g", "-Wall", "-Wextra", "-Wimplicit-fallthrough", "-Werror",
-              "-Iprotocol", "-Icompute/include", "-Ibuild/gen"]
-MINE = ["ship", "fd", "path", "fwd"]    # fwd.c: the stubs generated from lattice/fwd_posix.h
+              "-Iprotocol", "-Icompute/include", "-Icompute/shipc", "-Ibuild/gen", "-DSHIPC_CNK"]
+MINE = ["entry"]    # cnk's side of the core: the sys_* handlers and the hooks
+CORE = sorted(p.stem for p in (ROOT / "compute/shipc").glob("*.c"))   # the shipping core
 # What lib.h offers: the only things the shipping files may call.
-LIB_H = {"memcpy", "memmove", "memset", "memcmp", "strlen", "strnlen", "strcmp", "strncmp",
+LIB_H = {"kcrit_enter", "kcrit_leave", "memcpy", "memmove", "memset", "memcmp", "strlen", "strnlen", "strcmp", "strncmp",
          "strchr", "kgetenv", "kparse_u64", "kvfmt", "kfmt", "kprint", "kwrite_all", "kread_all",
          "kexit", "klock", "kunlock"}
 LIBC_NAMES = ["memcpy", "memmove", "memset", "memcmp", "strlen", "strnlen", "strcmp", "strncmp",
@@ -77,17 +79,16 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cnkship")
     subprocess.run(["make", "-s", "-C", str(ROOT), "build/gen/fwd_posix_stubs.c"], check=True)
     objs = []
-    for name in MINE + ["lib"]:
-        obj = out / f"{name}.o"
-        subprocess.run(["gcc", *CNK_CFLAGS, "-c", f"compute/cnk/{name}.c", "-o", str(obj)],
-                       check=True, cwd=ROOT)
+    for src in [f"compute/shipc/{n}.c" for n in CORE] + [f"compute/cnk/{n}.c" for n in MINE + ["lib"]]:
+        obj = out / (("shipc_" if "/shipc/" in src else "") + Path(src).stem + ".o")
+        subprocess.run(["gcc", *CNK_CFLAGS, "-c", src, "-o", str(obj)], check=True, cwd=ROOT)
         objs.append(str(obj))
     # the hosted harness keeps libc's string functions: lib.c's stay cnk's
     subprocess.run(["objcopy", *[f"--localize-symbol={n}" for n in LIBC_NAMES], objs[-1]],
                    check=True)
     exe = out / "cnk_ship_harness"
     subprocess.run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-pthread", "-Iprotocol",
-                    "-Icompute/include", "-Icompute/cnk", "-o", str(exe),
+                    "-Icompute/include", "-Icompute/shipc", "-Icompute/cnk", "-o", str(exe),
                     "tests/unit/cnk_ship_harness.c", *objs], check=True, cwd=ROOT)
     return exe
 
@@ -230,13 +231,13 @@ def test_shipping_files_are_freestanding(harness: Path) -> None:
                              check=True).stdout.strip()
     allowed = (str(ROOT) + "/", "protocol/", "compute/", "build/gen/", gcc_inc, "/usr/include/linux/",
                "/usr/include/asm-generic/", "/usr/include/x86_64-linux-gnu/asm/")
-    for name in MINE:
-        deps = subprocess.run(["gcc", *CNK_CFLAGS, "-M", f"compute/cnk/{name}.c"], cwd=ROOT,
+    for src in [f"compute/cnk/{n}.c" for n in MINE] + [f"compute/shipc/{n}.c" for n in CORE]:
+        deps = subprocess.run(["gcc", *CNK_CFLAGS, "-M", src], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout
         files = [f for f in deps.replace("\\\n", " ").split()[1:]]
         bad = [f for f in files if not f.startswith(allowed)]
-        assert not bad, f"{name}.c includes {bad}"
-    objs = [harness.parent / f"{n}.o" for n in MINE]
+        assert not bad, f"{src} includes {bad}"
+    objs = [harness.parent / f"{n}.o" for n in MINE] + [harness.parent / f"shipc_{n}.o" for n in CORE]
     nm = subprocess.run(["nm", "-u", *map(str, objs)], capture_output=True, text=True, check=True)
     undefined = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip().startswith("U")}
     defined = set()

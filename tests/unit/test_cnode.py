@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from test_client import CFLAGS, LIB_SRC, ROOT, FakeCiod, _recv_exact
+from test_client import CFLAGS, ROOT, FakeCiod, _recv_exact, build_library
 
 from lattice import wire
 
@@ -167,9 +167,7 @@ class FakeNodeCiod:
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("cnode")
     lib, cnode, prog = d / "libcnclient.so", d / "cnode", d / "prog"
-    p = subprocess.run(["gcc", *CFLAGS, "-fPIC", "-shared", "-pthread", "-o", str(lib), *map(str, LIB_SRC)],
-                       capture_output=True, text=True)
-    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    build_library(lib)
     src = sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c"))
     p = subprocess.run(["gcc", *CFLAGS, "-o", str(cnode), *src, "-ljansson", "-lcrypto"], capture_output=True, text=True)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr

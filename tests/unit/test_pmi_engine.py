@@ -248,3 +248,35 @@ def test_engine_calls_no_io(tmp_path: Path) -> None:
     assert undefined and undefined <= ALLOWED, sorted(undefined - ALLOWED)
     text = (ROOT / "ionode/ciod/pmi_engine.c").read_text()
     assert '#include "ciod.h"' not in text and "struct conn" not in text
+
+
+def test_name_requests_go_up_and_their_answers_come_back(harness: Path, engines: list[Engine]) -> None:
+    """MPI_Publish_name / Lookup / Unpublish: the engine sends each request to the service node
+    (which keeps the job's names) and answers the rank when the service node's answer comes."""
+    e = Engine(harness, "7 2 - 0:0:0 1:1:0")
+    engines.append(e)
+    assert e.cmd(f"in 0 {INIT1}") and e.cmd(f"in 1 {INIT2}")
+    # PMI-1: no answer yet, the request goes up
+    assert e.cmd("in 0 cmd=publish_name service=ocean port=tag#0$host#x$\\n") == ["name 0 1 ocean tag#0$host#x$"]
+    assert e.cmd("nameout 0 3 0 x") == ["unmatched"]          # not the request that waits
+    assert e.cmd("nameout 1 1 0") == ["unmatched"]            # rank 1 asked nothing
+    assert e.cmd("nameout 0 1 0") == ["answer 0 0 0 cmd=publish_result rc=0 info=ok\\n", "matched"]
+    assert e.cmd("nameout 0 1 0") == ["unmatched"]            # answered once
+    assert e.cmd("in 0 cmd=lookup_name service=ocean\\n") == ["name 0 3 ocean -"]
+    assert e.cmd("nameout 0 3 0 tag#0$host#x$") == [
+        "answer 0 0 0 cmd=lookup_result rc=0 info=ok port=tag#0$host#x$\\n", "matched"]
+    assert e.cmd("in 0 cmd=unpublish_name service=ocean\\n") == ["name 0 2 ocean -"]
+    assert e.cmd("nameout 0 2 1") == [
+        "answer 0 0 0 cmd=unpublish_result rc=1 info=service_not_found\\n", "matched"]
+    # PMI-2, with thrid
+    assert e.cmd("in 1 " + v2("cmd=name-lookup;name=ocean;infokeycount=0;thrid=9;")) == ["name 1 3 ocean -"]
+    assert e.cmd("nameout 1 3 0 P1") == [
+        "answer 1 1 1 " + v2("cmd=name-lookup-response;rc=0;found=TRUE;port=P1;value=P1;thrid=9;"), "matched"]
+    assert e.cmd("in 1 " + v2("cmd=name-publish;name=ocean;port=P2;")) == ["name 1 1 ocean P2"]
+    assert e.cmd("nameout 1 1 1") == [
+        "answer 1 1 1 " + v2("cmd=name-publish-response;rc=1;errmsg=service already published;"), "matched"]
+    # malformed requests are answered at once and never go up
+    assert e.cmd("in 0 cmd=publish_name service=ocean\\n") == [
+        "bad 0 publishing needs a port of 1..1024 characters",
+        "answer 0 0 0 cmd=publish_result rc=-1 msg=publishing_needs_a_port_of_1..1024_characters\\n"]
+    assert e.cmd("in 1 " + v2("cmd=name-lookup;"))[0] == "bad 1 a name request needs a service name of 1..1024 characters"

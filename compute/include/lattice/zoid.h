@@ -4,9 +4,9 @@
  * Generated stubs marshal a call into iovecs and hand them to zoid_call(),
  * which reaches the process's I/O node one of two ways:
  *   - under cnk: the Lattice-private system call LAT_NR_ZOID, which cnk
- *     traps and ships over its own PROC connection (compute/cnk/plugin.c);
+ *     traps and ships over its own PROC connection (compute/shipc/plugin.c);
  *   - in Linux mode: lattice_zoid_call(), exported by the preloaded
- *     libcnclient.so (compute/libcnclient/plugin.c).  The weak reference is
+ *     libcnclient.so (compute/libcnclient/plugin.c, over the same core).  The weak reference is
  *     NULL when no libcnclient is loaded, as under cnk.
  * Header only, so a stub library needs nothing else to link.
  */

@@ -2,16 +2,15 @@
  * path.c - the path rule: which names stay on the compute node.
  *
  * Names under these entries belong to the node itself (its processes,
- * kernel, shared memory, devices) and are used locally.  Every other name,
- * relative names included, is shipped: the working directory lives on the
- * I/O node, as on Blue Gene/L.
+ * kernel, shared memory, devices) and are used locally, under cnk and in
+ * Linux mode alike.  Every other name, relative names included, is shipped:
+ * the working directory lives on the I/O node, as on Blue Gene/L.
  */
-#include <linux/errno.h>
 #include <linux/fcntl.h>
 
 #include <lattice/wire.h>
 
-#include "cnk.h"
+#include "internal.h"
 
 /* A rule names one or two leading components; subtree: and what is below. */
 struct rule {
@@ -23,20 +22,23 @@ static const struct rule local_names[] = {
     { "dev", "shm", 1 },        /* shared by the processes of one node; MPI maps it */
     { "proc", NULL, 1 },        /* /proc/self is this process */
     { "sys", NULL, 1 },         /* the node's topology (hwloc, MPI) */
+    /* Devices: mmap of /dev/zero and writes to /dev/null stay on the node. */
     { "dev", "null", 0 },
     { "dev", "zero", 0 },
     { "dev", "urandom", 0 },
     { "dev", "random", 0 },
-    /* This process's own descriptors: shipped, they would name ciod's. */
+    /* This process's own descriptors: shipped, they would name ciod's.
+     * Below them too: /dev/stdin/x is the local kernel's ENOTDIR. */
     { "dev", "fd", 1 },
-    { "dev", "stdin", 0 },
-    { "dev", "stdout", 0 },
-    { "dev", "stderr", 0 },
+    { "dev", "stdin", 1 },
+    { "dev", "stdout", 1 },
+    { "dev", "stderr", 1 },
 };
 
 /* An absolute path, lexically normalised ("//", ".", ".."), as the first
  * KEEP components and the depth: only the first two decide, so no copy of
- * the path is made (this runs on the program's stack, in a signal handler). */
+ * the path is made (under cnk this runs on the program's stack, in a
+ * signal handler). */
 #define KEEP 2
 struct comps {
     const char *s[KEEP];
@@ -84,7 +86,7 @@ static int matches(const struct comps *c, const struct rule *r)
     return is(c, 0, r->c0) && (!r->c1 || is(c, 1, r->c1));
 }
 
-int path_is_local(const char *path)
+int shipc_path_is_local(const char *path)
 {
     struct comps c;
 
@@ -97,21 +99,21 @@ int path_is_local(const char *path)
     return 0;
 }
 
-int path_route(int dirfd, const char *path, int *rdirfd)
+int shipc_path_route(int dirfd, const char *path, int *rdirfd)
 {
     if (!path)
-        return ROUTE_LOCAL;         /* the kernel answers EFAULT */
+        return SHIPC_LOCAL;         /* the kernel answers EFAULT */
     if (strnlen(path, LAT_MAX_PATH) >= LAT_MAX_PATH)
         return -ENAMETOOLONG;
     if (path[0] == '/') {
-        if (path_is_local(path))
-            return ROUTE_LOCAL;
+        if (shipc_path_is_local(path))
+            return SHIPC_LOCAL;
         *rdirfd = LAT_AT_FDCWD;     /* dirfd is ignored for absolute names */
-        return ROUTE_SHIP;
+        return SHIPC_SHIP;
     }
     if (dirfd == AT_FDCWD) {
         *rdirfd = LAT_AT_FDCWD;     /* the cwd is the I/O node's */
-        return ROUTE_SHIP;
+        return SHIPC_SHIP;
     }
-    return fd_route(dirfd, rdirfd);
+    return shipc_fd_route(dirfd, rdirfd);
 }

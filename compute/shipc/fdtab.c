@@ -1,6 +1,6 @@
 /*
- * fd.c - the descriptor table: program descriptors that stand for remote ones,
- * and cnk's own descriptors, which the program must not see.
+ * fdtab.c - the descriptor table: program descriptors that stand for remote
+ * ones, and the client's own descriptors, which the program must not see.
  *
  * Program descriptor numbers are real kernel numbers.  A shipped descriptor
  * sits on a local placeholder (O_PATH|O_CLOEXEC of /dev/null) of the same
@@ -12,13 +12,12 @@
  * slot[fd] holds remote+1 (0: not shipped) and the program's FD_CLOEXEC in
  * the top bit.  Lookups are lock-free; changes take fdlock.
  */
-#include <asm/unistd.h>
-#include <linux/errno.h>
 #include <linux/fcntl.h>
+#include <linux/resource.h>
 
 #include <lattice/wire.h>
 
-#include "cnk.h"
+#include "internal.h"
 
 #define FD_SLOTS   65536
 #define SLOT_CLOEX 0x8000u
@@ -28,8 +27,9 @@
 _Static_assert(LAT_MAX_FDS < SLOT_FD, "remote+1 fits a slot");
 
 static uint16_t slot[FD_SLOTS];
-static struct klock fdlock;
-static int hidden[MAX_HIDDEN];      /* cnk's own descriptors, found by fd_setup */
+static struct shipc_lock fdlock;
+static int floor_ = 0;              /* the client's own descriptors are at or above this */
+static int hidden[MAX_HIDDEN];
 static int nhidden;
 
 static uint16_t load(int fd)
@@ -42,46 +42,61 @@ static void store(int fd, uint16_t v)
     __atomic_store_n(&slot[fd], v, __ATOMIC_RELEASE);
 }
 
-int fd_is_hidden(int fd)
+void shipc_fd_setup(int floor)
 {
-    if (fd < CNK_FD_FLOOR)
+    for (int fd = 0; fd < 3; fd++)
+        store(fd, (uint16_t)(fd + 1));
+    floor_ = floor;
+    nhidden = 0;
+}
+
+int shipc_fd_hide(int fd)
+{
+    if (fd < floor_ || nhidden >= MAX_HIDDEN)
+        return -EINVAL;
+    for (int i = 0; i < nhidden; i++)
+        if (hidden[i] == fd)
+            return 0;
+    hidden[nhidden++] = fd;
+    return 0;
+}
+
+int shipc_fd_is_hidden(int fd)
+{
+    if (fd < floor_)
         return 0;
-    if (fd == cnk.conn_fd || fd == cnk.image_fd)
-        return 1;
     for (int i = 0; i < nhidden; i++)
         if (hidden[i] == fd)
             return 1;
     return 0;
 }
 
-int fd_is_shipped(int fd)
+int shipc_fd_is_shipped(int fd)
 {
     return fd >= 0 && fd < FD_SLOTS && (load(fd) & SLOT_FD) != 0;
 }
 
-int fd_route(int fd, int *remote)
+int shipc_fd_route(int fd, int *remote)
 {
-    if (fd_is_hidden(fd))
+    if (shipc_fd_is_hidden(fd))
         return -EBADF;
     if (fd < 0 || fd >= FD_SLOTS)
-        return ROUTE_LOCAL;     /* the kernel judges it */
+        return SHIPC_LOCAL;     /* the kernel judges it */
     uint16_t v = load(fd) & SLOT_FD;
     if (!v)
-        return ROUTE_LOCAL;
+        return SHIPC_LOCAL;
     *remote = v - 1;
-    return ROUTE_SHIP;
+    return SHIPC_SHIP;
 }
 
-/* cnk's own descriptors are moved above CNK_FD_FLOOR before shipping starts
- * (main.c); whatever is open there now is cnk's, report page included. */
-void fd_setup(void)
+/* RLIMIT_NOFILE, at most what the table can stand for. */
+unsigned shipc_fd_limit(void)
 {
-    for (int fd = 0; fd < 3; fd++)
-        store(fd, (uint16_t)(fd + 1));
-    nhidden = 0;
-    for (int fd = CNK_FD_FLOOR; fd < CNK_FD_FLOOR + 64 && nhidden < MAX_HIDDEN; fd++)
-        if (ksys2(__NR_fcntl, fd, F_GETFD) >= 0)
-            hidden[nhidden++] = fd;
+    struct rlimit rl;
+
+    if (ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, 0, &rl) < 0 || rl.rlim_cur > FD_SLOTS)
+        return FD_SLOTS;
+    return (unsigned)rl.rlim_cur;
 }
 
 /* A placeholder numbered >= minfd, lowest free (as open and F_DUPFD pick). */
@@ -89,6 +104,8 @@ static int placeholder(int minfd)
 {
     int fd = (int)ksys4(__NR_openat, AT_FDCWD, "/dev/null", O_PATH | O_CLOEXEC, 0);
 
+    if (fd < 0)
+        fd = (int)ksys4(__NR_openat, AT_FDCWD, "/", O_PATH | O_CLOEXEC, 0);
     if (fd < 0 || fd >= minfd)
         return fd;
     int moved = (int)ksys3(__NR_fcntl, fd, F_DUPFD_CLOEXEC, minfd);
@@ -96,7 +113,7 @@ static int placeholder(int minfd)
     return moved;
 }
 
-int fd_install(int remote, int cloexec, int minfd)
+int shipc_fd_install(int remote, int cloexec, int minfd)
 {
     if (minfd < 0)
         return -EINVAL;
@@ -107,20 +124,20 @@ int fd_install(int remote, int cloexec, int minfd)
     }
     if (fd < 0)
         return fd;
-    klock(&fdlock);
+    shipc_lock_take(&fdlock);
     store(fd, (uint16_t)((remote + 1) | (cloexec ? SLOT_CLOEX : 0)));
-    kunlock(&fdlock);
+    shipc_lock_drop(&fdlock);
     return fd;
 }
 
 static void (*close_hook)(unsigned, unsigned);
 
-void fd_on_close(void (*fn)(unsigned first, unsigned last))
+void shipc_fd_on_close(void (*fn)(unsigned first, unsigned last))
 {
     close_hook = fn;
 }
 
-void fd_closed(unsigned first, unsigned last)
+void shipc_fd_closed(unsigned first, unsigned last)
 {
     if (close_hook)
         close_hook(first, last);
@@ -128,68 +145,70 @@ void fd_closed(unsigned first, unsigned last)
 
 static unsigned epoch;          /* shipped descriptors closed or replaced so far */
 
-unsigned fd_epoch(void)
+unsigned shipc_fd_epoch(void)
 {
     return __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
 }
 
-int fd_install_at(int remote, int cloexec, int fd, int *old)
+int shipc_fd_install_at(int remote, int cloexec, int fd, int *old)
 {
     *old = -1;
-    if (fd < 0 || fd >= FD_SLOTS || fd_is_hidden(fd))
+    if (fd < 0 || fd >= FD_SLOTS || shipc_fd_is_hidden(fd))
         return -EBADF;
     int ph = placeholder(0);
     if (ph < 0)
         return ph;
-    klock(&fdlock);
-    /* dup3 closes whatever was at fd, atomically, as dup2 would */
-    long r = ksys3(__NR_dup3, ph, fd, O_CLOEXEC);
+    shipc_lock_take(&fdlock);
+    /* dup3 closes whatever was at fd, atomically, as dup2 would; when the
+     * placeholder got fd itself, fd was free and it stays there */
+    long r = ph == fd ? fd : ksys3(__NR_dup3, ph, fd, O_CLOEXEC);
     if (r >= 0) {
         *old = (int)(slot[fd] & SLOT_FD) - 1;
         store(fd, (uint16_t)((remote + 1) | (cloexec ? SLOT_CLOEX : 0)));
         __atomic_fetch_add(&epoch, 1, __ATOMIC_RELEASE);
     }
-    kunlock(&fdlock);
-    ksys1(__NR_close, ph);
+    shipc_lock_drop(&fdlock);
+    if (ph != fd)
+        ksys1(__NR_close, ph);
     if (r >= 0)
-        fd_closed((unsigned)fd, (unsigned)fd);  /* what was at fd is gone */
+        shipc_fd_closed((unsigned)fd, (unsigned)fd);    /* what was at fd is gone */
     return r < 0 ? (int)r : fd;
 }
 
-int fd_forget(int fd, int close_placeholder)
+int shipc_fd_forget(int fd, int close_placeholder)
 {
     if (fd < 0 || fd >= FD_SLOTS)
         return -1;
-    klock(&fdlock);
+    shipc_lock_take(&fdlock);
     int v = slot[fd] & SLOT_FD;
     store(fd, 0);
     __atomic_fetch_add(&epoch, 1, __ATOMIC_RELEASE);
     /* cleared first: the number may be handed out as soon as it is closed */
     if (v && close_placeholder)
         ksys1(__NR_close, fd);
-    kunlock(&fdlock);
+    shipc_lock_drop(&fdlock);
     if (v)
-        fd_closed((unsigned)fd, (unsigned)fd);
+        shipc_fd_closed((unsigned)fd, (unsigned)fd);
     return v - 1;
 }
 
-int fd_cloexec(int fd)
+int shipc_fd_cloexec(int fd)
 {
     return fd >= 0 && fd < FD_SLOTS && (load(fd) & SLOT_CLOEX) != 0;
 }
 
-void fd_set_cloexec(int fd, int on)
+void shipc_fd_set_cloexec(int fd, int on)
 {
     if (fd < 0 || fd >= FD_SLOTS)
         return;
-    klock(&fdlock);
+    shipc_lock_take(&fdlock);
     uint16_t v = slot[fd];
     if (v & SLOT_FD)
         store(fd, (uint16_t)(on ? v | SLOT_CLOEX : v & ~SLOT_CLOEX));
-    kunlock(&fdlock);
+    shipc_lock_drop(&fdlock);
 }
 
-int fd_next_shipped(unsigned from, unsigned last)
+int shipc_fd_next_shipped(unsigned from, unsigned last)
 {
     for (unsigned fd = from; fd <= last && fd < FD_SLOTS; fd++)
         if (load((int)fd) & SLOT_FD)
@@ -197,19 +216,15 @@ int fd_next_shipped(unsigned from, unsigned last)
     return -1;
 }
 
-int fd_next_hidden(unsigned from, unsigned last)
+int shipc_fd_next_hidden(unsigned from, unsigned last)
 {
     int best = -1;
-    int own[2 + MAX_HIDDEN] = { cnk.conn_fd, cnk.image_fd };
-    int n = 2;
 
-    for (int i = 0; i < nhidden; i++)
-        own[n++] = hidden[i];
-    for (int i = 0; i < n; i++) {
-        if (own[i] < CNK_FD_FLOOR || (unsigned)own[i] < from || (unsigned)own[i] > last)
+    for (int i = 0; i < nhidden; i++) {
+        if ((unsigned)hidden[i] < from || (unsigned)hidden[i] > last)
             continue;
-        if (best < 0 || own[i] < best)
-            best = own[i];
+        if (best < 0 || hidden[i] < best)
+            best = hidden[i];
     }
     return best;
 }

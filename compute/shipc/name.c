@@ -1,0 +1,169 @@
+/*
+ * name.c - names and the working directory: unlink, rename, mkdir, the
+ * calls without a wire message (link, symlink, chown: ENOSYS on shipped
+ * names), chdir, getcwd, umask.  The working directory lives on the I/O
+ * node, as on Blue Gene/L.
+ */
+#include <linux/fcntl.h>
+
+#include <lattice/fwd_posix.h>
+
+#include "internal.h"
+
+/* ---- names: unlink, rename, mkdir ---- */
+
+static long do_unlinkat(struct shipc_call *c, long dirfd, const char *path, int flags)
+{
+    int rd;
+    long ret;
+
+    if (!by_path(c, dirfd, path, &rd, &ret))
+        return ret;
+    return shipped(c, fwd_unlinkat(rd, flags, path));
+}
+
+long shipc_sys_unlink(struct shipc_call *c) { return do_unlinkat(c, AT_FDCWD, PATH(0), 0); }
+long shipc_sys_unlinkat(struct shipc_call *c) { return do_unlinkat(c, c->a[0], PATH(1), (int)c->a[2]); }
+long shipc_sys_rmdir(struct shipc_call *c) { return do_unlinkat(c, AT_FDCWD, PATH(0), AT_REMOVEDIR); }
+
+/* Two names: both local runs the call, one on each node is EXDEV (as
+ * across file systems); *ro, *rn are the remote dirfds when both ship. */
+int shipc_two_names(struct shipc_call *c, long od, const char *old, long nd, const char *new,
+                     int *ro, int *rn, long *ret)
+{
+    int a = shipc_path_route((int)od, old, ro);
+    int b = shipc_path_route((int)nd, new, rn);
+
+    if (a < 0 || b < 0)
+        *ret = answered(c, a < 0 ? a : b);
+    else if (a == SHIPC_LOCAL && b == SHIPC_LOCAL)
+        *ret = local(c);
+    else if (a != b)
+        *ret = answered(c, -EXDEV);
+    else
+        return 1;
+    return 0;
+}
+
+static long do_rename(struct shipc_call *c, long od, const char *old, long nd, const char *new,
+                      unsigned flags)
+{
+    int ro, rn;
+    long ret;
+
+    if (!shipc_two_names(c, od, old, nd, new, &ro, &rn, &ret))
+        return ret;
+    return shipped(c, fwd_renameat(ro, rn, (int)flags, old, new));
+}
+
+long shipc_sys_rename(struct shipc_call *c)
+{
+    return do_rename(c, AT_FDCWD, PATH(0), AT_FDCWD, PATH(1), 0);
+}
+
+long shipc_sys_renameat(struct shipc_call *c)
+{
+    return do_rename(c, c->a[0], PATH(1), c->a[2], PATH(3), 0);
+}
+
+long shipc_sys_renameat2(struct shipc_call *c)
+{
+    return do_rename(c, c->a[0], PATH(1), c->a[2], PATH(3), (unsigned)c->a[4]);
+}
+
+static long do_mkdirat(struct shipc_call *c, long dirfd, const char *path, int mode)
+{
+    int rd;
+    long ret;
+
+    if (!by_path(c, dirfd, path, &rd, &ret))
+        return ret;
+    return shipped(c, fwd_mkdirat(rd, mode, path));
+}
+
+long shipc_sys_mkdir(struct shipc_call *c) { return do_mkdirat(c, AT_FDCWD, PATH(0), (int)c->a[1]); }
+long shipc_sys_mkdirat(struct shipc_call *c) { return do_mkdirat(c, c->a[0], PATH(1), (int)c->a[2]); }
+
+/* No message exists for these: refused on shipped names, like libcnclient. */
+long shipc_sys_linkat(struct shipc_call *c)
+{
+    int ro, rn;
+    long ret;
+
+    if (!shipc_two_names(c, c->a[0], PATH(1), c->a[2], PATH(3), &ro, &rn, &ret))
+        return ret;
+    return refused(c, -ENOSYS);
+}
+
+long shipc_sys_link(struct shipc_call *c)
+{
+    int ro, rn;
+    long ret;
+
+    if (!shipc_two_names(c, AT_FDCWD, PATH(0), AT_FDCWD, PATH(1), &ro, &rn, &ret))
+        return ret;
+    return refused(c, -ENOSYS);
+}
+
+static long refuse_shipped_path(struct shipc_call *c, long dirfd, const char *path)
+{
+    int rd;
+    long ret;
+
+    if (!by_path(c, dirfd, path, &rd, &ret))
+        return ret;
+    return refused(c, -ENOSYS);
+}
+
+long shipc_sys_symlink(struct shipc_call *c) { return refuse_shipped_path(c, AT_FDCWD, PATH(1)); }
+long shipc_sys_symlinkat(struct shipc_call *c) { return refuse_shipped_path(c, c->a[1], PATH(2)); }
+long shipc_sys_chown(struct shipc_call *c) { return refuse_shipped_path(c, AT_FDCWD, PATH(0)); }
+long shipc_sys_lchown(struct shipc_call *c) { return refuse_shipped_path(c, AT_FDCWD, PATH(0)); }
+long shipc_sys_fchownat(struct shipc_call *c)
+{
+    return refuse_shipped_path(c, c->a[0], shipc_empty_ok(PATH(1), (int)c->a[4]));
+}
+
+long shipc_sys_fchown(struct shipc_call *c)
+{
+    int r;
+    long ret;
+
+    if (!by_fd(c, c->a[0], &r, &ret))
+        return ret;
+    return refused(c, -ENOSYS);
+}
+
+/* ---- working directory, umask, modes, times ---- */
+
+/* Always shipped, /proc included: relative names resolve on the I/O node. */
+long shipc_sys_chdir(struct shipc_call *c)
+{
+    const char *path = PATH(0);
+
+    if (!path)
+        return local(c);
+    if (strnlen(path, LAT_MAX_PATH) >= LAT_MAX_PATH)
+        return answered(c, -ENAMETOOLONG);
+    return shipped(c, fwd_chdir(path));
+}
+
+/* The system call's contract: the length with the NUL, ERANGE if short. */
+long shipc_sys_getcwd(struct shipc_call *c)
+{
+    size_t cap = SHIPC_MIN((size_t)c->a[1], (size_t)LAT_MAX_IO);
+    long ret = fwd_getcwd((char *)c->a[0], (int64_t)cap);
+
+    if (ret > 0 && ((size_t)ret > cap || ((char *)c->a[0])[ret - 1] != '\0'))
+        ret = -EIO;
+    return shipped(c, ret);
+}
+
+/* The local umask follows too: /dev/shm files are created here. */
+long shipc_sys_umask(struct shipc_call *c)
+{
+    long mine = ksys1(__NR_umask, c->a[0] & 0777);
+    long old = fwd_umask(c->a[0] & 0777);
+
+    return shipped(c, old < 0 ? mine : old);
+}
