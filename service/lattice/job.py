@@ -308,7 +308,7 @@ class Run:
         if s.stdin_rank is not None:
             readers = [c for c in self.ciods if any(s.stdin_rank in (r, wire.STDIN_ALL) for r, _, _, _ in
                                                     by_pset[c.pset])]
-            self.input = jobinput.Forward(self.job, sys.stdin.fileno(), readers)
+            self.input = jobinput.Forward(self.job, 0, readers)     # descriptor 0, even if sys.stdin is None
         if s.time_limit is not None:
             self.deadline = time.monotonic() + s.time_limit
 

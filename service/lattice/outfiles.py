@@ -54,15 +54,15 @@ def as_owner(owner: Owner) -> Iterator[None]:
     if os.geteuid() != 0 or owner.uid == 0:
         yield
         return
-    groups = os.getgroups()
+    groups, egid = os.getgroups(), os.getegid()
     os.setgroups(owner.groups)
     os.setegid(owner.gid)
     os.seteuid(owner.uid)
     try:
         yield
     finally:
-        os.seteuid(0)
-        os.setegid(0)
+        os.seteuid(0)           # first: only root may set the rest back
+        os.setegid(egid)
         os.setgroups(groups)
 
 

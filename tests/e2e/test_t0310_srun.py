@@ -246,3 +246,21 @@ def test_jobs_running_shows_the_running_job(sm: Machine) -> None:
         busy.terminate()
         busy.communicate(timeout=120)
     assert len(sm.run("jobs", "--running").stdout.splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a job as another user")
+def test_output_files_belong_to_the_job_owner(sm: Machine) -> None:
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    shared, private = sm.work / "out-shared", sm.work / "out-private"     # sm.work: others may reach it
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    private.mkdir(mode=0o755)                  # root's: nobody may not create files there
+    args = ["run", "--block", "S", "-n", "1", "--user", "nobody", "-D", "/tmp", "-o"]
+    sm.run(*args, str(shared / "out-%u"), str(EXAMPLES / "hello"))
+    made = shared / "out-nobody"
+    assert made.read_text().startswith("hello from rank 0")
+    assert (made.stat().st_uid, made.stat().st_gid) == (nobody.pw_uid, nobody.pw_gid)
+    p = sm.run(*args, str(private / "out"), str(EXAMPLES / "hello"), check=False)
+    assert p.returncode == 1 and "cannot create output file" in p.stderr and "Permission denied" in p.stderr, p
+    assert not (private / "out").exists()
