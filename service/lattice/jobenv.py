@@ -81,13 +81,13 @@ def check_size(strings: list[str], env: list[str]) -> None:
     """A clear error if the job's strings (executable, directory, argv of
     every program, and env) pass a limit of the job message or of exec."""
     for s in env:
-        if len(s.encode()) + 1 > MAX_STRING:
+        if len(wire.cstring(s)) > MAX_STRING:
             name = s.partition("=")[0]
-            raise LatticeError(f"environment variable {name} is {len(s.encode())} bytes: a program cannot be "
+            raise LatticeError(f"environment variable {name} is {len(wire.cstring(s)) - 1} bytes: a program cannot be "
                                f"started with one longer than {MAX_STRING}",
                                f"leave it out with --export=NONE or --export=NAME,... (unset {name})")
     count = len(strings) + len(env)
-    size = sum(len(s.encode()) + 1 for s in strings + env)
+    size = sum(len(wire.cstring(s)) for s in strings + env)
     if count > wire.MAX_ARGS or size > wire.MAX_PAYLOAD - HEADROOM:
         biggest = sorted(env, key=len, reverse=True)[:3]
         raise LatticeError(f"the job's arguments and environment are too large: {count} strings of {size} bytes "

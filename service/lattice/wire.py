@@ -101,12 +101,18 @@ def ack_ok(key: bytes, server_nonce: bytes, client_nonce: bytes, body: bytes) ->
         proof, ack_proof(key, server_nonce, client_nonce, fields, datapath))
 
 
+def cstring(s: str) -> bytes:
+    """A string as the job message carries it: its bytes as the OS gave them
+    (an environment value that is not UTF-8 comes back as it was), NUL-terminated."""
+    return s.encode(errors="surrogateescape") + b"\0"
+
+
 def job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,
                 exe: str, cwd: str, argv: list[str], env: list[str], flags: int = 0) -> bytes:
     """LAT_CTL_JOB payload: struct lat_job, ranks, groups, then the strings."""
     head = JOB.pack(job, uid, gid, len(groups), len(argv), len(env), nranks, len(ranks), flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
-    strings = b"".join(s.encode() + b"\0" for s in [exe, cwd, *argv, *env])
+    strings = b"".join(cstring(s) for s in [exe, cwd, *argv, *env])
     return head + tail + strings
 
 
@@ -134,7 +140,7 @@ def placed_job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: l
     strs = [exe0, cwd, *argv0, *env, mapping]
     for exe, argv in apps[1:]:
         strs += [exe, *argv]
-    return head + tail + b"".join(s.encode() + b"\0" for s in strs)
+    return head + tail + b"".join(cstring(s) for s in strs)
 
 
 def fence_messages(job: int, epoch: int, kvs: dict[str, str]) -> list[bytes]:

@@ -127,6 +127,12 @@ def test_caller_environment_reaches_the_ranks(sm: Machine) -> None:
     assert env["PMI_RANK"] == "0" and env["LATTICE_RANK"] == "0"
 
 
+def test_a_value_that_is_not_utf8_passes_as_it_is(sm: Machine) -> None:
+    p = subprocess.run([*LATTICE, "run", "--block", "S", "-n", "1", "/usr/bin/env"],
+                       env={**sm.env, "RAW": "a\udcffb"}, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0 and b"\nRAW=a\xffb\n" in p.stdout, p.stderr
+
+
 def test_export_none_and_a_list(sm: Machine) -> None:
     env = rank_env(sm, "--export=NONE", env={"FOO": "bar"})
     assert "FOO" not in env and "PATH" not in env and env["LATTICE_RANK"] == "0"
