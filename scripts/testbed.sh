@@ -44,12 +44,13 @@ in_host() { local enter; enter_host "$1"; shift; "${enter[@]}" "$@"; }
 in_head() { nsenter --uts="$dir/uts/$head_name" "$@"; }
 
 # start_daemon NAME CMD...: runs CMD in the background, detached from our
-# stdin/stdout (a caller reading our output must not wait for the daemons),
+# stdin/stdout (a caller reading our output must not wait for the daemons)
+# and from our lock (fd 9: it must not outlive this command),
 # and records its pid in $dir/pids/NAME. CMD is a program, not a shell
 # function, and its wrappers (nsenter) exec: the pid is the daemon's own.
 start_daemon() {
     local name=$1; shift
-    "$@" </dev/null >>"$dir/log/$name.out" 2>&1 &
+    "$@" </dev/null >>"$dir/log/$name.out" 2>&1 9>&- &
     echo $! >"$dir/pids/$name"
     disown $!    # no "Killed" notice from this shell when `down` stops it
 }
@@ -420,9 +421,15 @@ status() {
     SLURM_CONF=$dir/slurm/slurm.conf sinfo -N -o '%N %t %c' 2>/dev/null || echo "sinfo: no answer"
 }
 
+# up and down one at a time on this machine (the names are the machine's)
+lock() {
+    exec 9>>/run/lock/lattice-testbed.lock
+    flock -w 300 9 || die "another up or down has held /run/lock/lattice-testbed.lock for 5 minutes"
+}
+
 case ${1:-} in
-    up) up "${2:-4}" ;;
-    down) down ;;
+    up) lock; up "${2:-4}" ;;
+    down) lock; down ;;
     status) status ;;
     exec)
         [ $# -ge 3 ] || die "usage: $0 exec hX CMD..."

@@ -4,6 +4,7 @@ Tests that need several hosts use `cluster_up()` in a module fixture; it needs r
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "testbed.sh"
 STATE_DIR = Path("/run/lattice-testbed")  # the script's default
+TESTS_LOCK = "/run/lock/lattice-testbed-tests.lock"
 
 
 @dataclass
@@ -34,12 +36,12 @@ class Cluster:
             raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
         return p
 
-    def ssh(self, host: str, command: str, **kw: object) -> subprocess.CompletedProcess[str]:
-        return self.run("ssh", "-F", self.ssh_config, host, command, **kw)  # type: ignore[arg-type]
+    def ssh(self, host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("ssh", "-F", self.ssh_config, host, command, check=check)
 
-    def in_host(self, host: str, *cmd: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    def in_host(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Runs a command inside a host's namespaces directly (no ssh): what the host really is."""
-        return self.run(str(SCRIPT), "exec", host, *cmd, **kw)  # type: ignore[arg-type]
+        return self.run(str(SCRIPT), "exec", host, *cmd, check=check)
 
 
 def source_env(path: Path) -> dict[str, str]:
@@ -57,18 +59,21 @@ def script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
 def cluster_up(n: int = 4) -> Iterator[Cluster]:
     """A testbed of n hosts for the duration; taken down afterwards even on failure.
 
-    Refuses to take over a testbed brought up by hand (taking it down afterwards
-    would surprise whoever is using it)."""
-    if script("status").returncode == 0:
-        raise RuntimeError("a testbed is already up: run scripts/testbed.sh down first")
-    try:
-        p = script("up", str(n))
-        if p.returncode != 0:
-            raise AssertionError(f"testbed.sh up {n} exited {p.returncode}\n{p.stderr}")
-        env = source_env(STATE_DIR / "testbed.env")
-        yield Cluster(hosts=env["LATTICE_TESTBED_HOSTS"].split(), dir=STATE_DIR, env=env)
-    finally:
-        script("down")
+    Test runs on this machine (other worktrees' too) take turns: the hosts' names
+    are the machine's. Refuses to take over a testbed brought up by hand (taking
+    it down afterwards would surprise whoever is using it)."""
+    with open(TESTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if script("status").returncode == 0:
+            raise RuntimeError("a testbed is already up: run scripts/testbed.sh down first")
+        try:
+            p = script("up", str(n))
+            if p.returncode != 0:
+                raise AssertionError(f"testbed.sh up {n} exited {p.returncode}\n{p.stderr}")
+            env = source_env(STATE_DIR / "testbed.env")
+            yield Cluster(hosts=env["LATTICE_TESTBED_HOSTS"].split(), dir=STATE_DIR, env=env)
+        finally:
+            script("down")
 
 
 def daemon_pids(tb: Cluster) -> dict[str, int]:
