@@ -9,7 +9,7 @@
 # `exec hX CMD...` runs a command inside host hX (its network and hostname).
 # docs/testbed.md says how to use it; run as root.
 set -Eeuo pipefail
-trap 'say "line $LINENO failed: $BASH_COMMAND"' ERR
+trap 'case $BASH_COMMAND in return*) ;; *) say "line $LINENO failed: $BASH_COMMAND" ;; esac' ERR
 here=$(cd "$(dirname "$0")" && pwd)
 
 dir=${LATTICE_TESTBED_DIR:-/run/lattice-testbed}
@@ -241,10 +241,21 @@ export SLURM_CONF=$dir/slurm/slurm.conf
 EOF
 }
 
-# wait_until SECONDS WHAT CMD...: retries CMD until it succeeds.
+# The daemons `up` started that have ended already.
+ended_daemons() {
+    local f
+    for f in "$dir"/pids/*; do
+        [ -d "/proc/$(cat "$f")" ] || echo "${f##*/}"
+    done
+}
+
+# wait_until SECONDS WHAT CMD...: retries CMD until it succeeds; gives up at
+# once if a daemon has ended (it will not come back).
 wait_until() {
-    local limit=$1 what=$2 t0=$SECONDS; shift 2
+    local limit=$1 what=$2 t0=$SECONDS ended; shift 2
     until "$@" >/dev/null 2>&1; do
+        ended=$(ended_daemons)
+        [ -z "$ended" ] || { say "waiting for $what: ended: "$ended" (logs in $dir/log)"; return 1; }
         ((SECONDS - t0 < limit)) || { say "gave up waiting for $what after ${limit}s"; return 1; }
         sleep 0.1
     done
@@ -267,6 +278,16 @@ wait_ready() {
     wait_until 30 "every slurmd idle in sinfo" all_idle || rc=1
     for h in "${pids[@]}"; do wait "$h" || rc=1; done
     return $rc
+}
+
+# After a failed `up`: the end of the logs of the daemons that ended, or of all.
+show_failure() {
+    local ended logs=() d
+    ended=$(ended_daemons 2>/dev/null) || true
+    for d in $ended; do logs+=("$dir/log/$d".*); done
+    [ ${#logs[@]} -gt 0 ] || logs=("$dir"/log/*)
+    say "up failed: taking down what was started; the end of its logs:"
+    tail -n 8 "${logs[@]}" >&2 2>/dev/null || true
 }
 
 up() {
@@ -292,7 +313,7 @@ up() {
     local t0=$EPOCHREALTIME
     # a failed or interrupted `up` leaves nothing behind
     trap 'exit 130' INT TERM
-    trap 'say "up failed: taking down what was started; the end of its logs:"; tail -n 5 "$dir"/log/* >&2 2>/dev/null || true; down quiet' EXIT
+    trap 'show_failure; down quiet' EXIT
     # others may pass through (munge's socket) but not list; the secrets
     # (ssh and munge keys) are in 0700 directories below
     mkdir -p "$dir"
