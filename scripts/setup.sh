@@ -4,19 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "setup: please install as root: apt-get install ${missing[*]}" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
+# openssh-server, munge and Slurm are for the multi-host testbed (scripts/testbed.sh)
+packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox
+          openssh-server munge slurmctld slurmd slurm-client)
+. scripts/lib/packages.sh
+ensure_packages "${packages[@]}" || { echo "setup: cannot go on without these packages" >&2; exit 1; }
 
 make -s all
 

@@ -31,15 +31,16 @@ class Machine:
 
     def run(self, *args: str, check: bool = True, timeout: float = 120,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run([*LATTICE, *args], env=self.env, capture_output=True, text=True,
-                           timeout=timeout, input=input)
+        # without input, none: `lattice run` would give the test's own stdin to rank 0
+        p = subprocess.run([*LATTICE, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+                           input=input, stdin=subprocess.DEVNULL if input is None else None)
         if check and p.returncode != 0:
             raise AssertionError(f"lattice {' '.join(args)} exited {p.returncode}\n"
                                  f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
         return p
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([*LATTICE, *args], env=self.env, stdout=subprocess.PIPE,
+        return subprocess.Popen([*LATTICE, *args], env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
     def personalities(self, block: str) -> list[dict[str, object]]:

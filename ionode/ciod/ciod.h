@@ -168,6 +168,7 @@ struct job_spec {                       /* a decoded, validated LAT_CTL_JOB */
     const struct lat_cpus *cpus;        /* [nslots] with LAT_JOB_CPUS, else NULL */
     const uint32_t *cpu;                /* every slot's CPUs, slot after slot (LAT_JOB_CPUS) */
     uint32_t        nslots, napps, ppn;
+    uint32_t        stdin_rank;         /* with LAT_JOB_STDIN: who reads the input (LAT_STDIN_ALL: all) */
     struct job_app  app[LAT_MAX_APPS];
     struct lat_slot one[LAT_MAX_PSET];  /* slots of a job without LAT_JOB_PLACED */
     struct ident    who;
@@ -324,6 +325,9 @@ int  worker_open_exe(const char *path, int *fd, char *why, size_t whylen);  /* 0
 int  worker_run(void);                  /* after the push: its messages are served */
 void worker_end(uint64_t job);          /* the job ended: the worker finishes */
 void worker_abort(uint64_t job);        /* the job was refused before it ran */
+/* LAT_CTL_STDIN of the running job, passed to its worker: 0, ESRCH (not the
+ * running job), ENOBUFS (over the window) or EIO (the worker is gone). */
+int  worker_stdin(uint64_t job, uint32_t flags, const void *data, size_t len);
 int  worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd);
 /* A PROC hello: checked, acknowledged, handed over (true: the caller must
  * not hang up on the connection, which is the worker's now). */
@@ -332,6 +336,14 @@ bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struc
 /* The worker: */
 bool worker_is_self(void);
 void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len);
+void worker_stdin_ack(uint32_t bytes);  /* stdin.c: bytes handed to the reading ranks */
+
+/* stdin.c: the job's standard input in its worker (LAT_JOB_STDIN). */
+int     stdin_setup(const struct job_spec *js, char *why, size_t whylen);   /* pipes and the pump */
+void    stdin_put(uint32_t flags, const void *data, size_t len);            /* a W_STDIN chunk */
+int     stdin_fd(int32_t rank);         /* the rank's pipe to read, or -1: it reads end of file */
+/* A read of that pipe: waits for data or end of file; -1 EINTR once conn_fd hangs up. */
+ssize_t stdin_read(int fd, int conn_fd, void *buf, size_t n);
 /* ship.c: serves a process's calls in the worker; plug NULL: no plug-in line. */
 void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const struct ident *who,
                 const char *cwd);

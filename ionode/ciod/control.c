@@ -199,6 +199,8 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         return errprintf(why, whylen, "job flag TRACE needs flag CNK (tracing is done by cnk)");
     if ((jh->flags & LAT_JOB_CPUS) && !placed)
         return errprintf(why, whylen, "job flag CPUS needs flag PLACED (CPUs are given per slot)");
+    if ((jh->flags & LAT_JOB_STDIN) && !placed)
+        return errprintf(why, whylen, "job flag STDIN needs flag PLACED (the reading rank is in the mapping)");
     if (jh->ngroups > CIOD_MAX_GROUPS)
         return errprintf(why, whylen, "%u supplementary groups (at most %u)", jh->ngroups,
                          CIOD_MAX_GROUPS);
@@ -233,6 +235,10 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         js->nslots = ext.nslots;
         js->napps = ext.napps;
         js->ppn = ext.ppn;
+        js->stdin_rank = ext.stdin_rank;
+        if ((jh->flags & LAT_JOB_STDIN) && ext.stdin_rank != LAT_STDIN_ALL && ext.stdin_rank >= jh->nranks)
+            return errprintf(why, whylen, "standard input for rank %u of a job of %u ranks", ext.stdin_rank,
+                             jh->nranks);
         if (nargs[0] != jh->nargs)
             return errprintf(why, whylen, "application 0 has %u arguments in the rank mapping, %u in the job",
                              nargs[0], jh->nargs);
@@ -454,6 +460,31 @@ static int push_node(struct conn *n, const struct job_spec *js, uint32_t node,
     return rc;
 }
 
+/* Standard input of the running job, for its worker (stdin.c).  Input for
+ * a job that ended meanwhile is dropped; more than the window is refused. */
+static int on_stdin(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    struct lat_stdin in;
+
+    if (h->len < sizeof(in))
+        return errprintf(why, whylen, "CTL_STDIN of %u bytes", h->len);
+    memcpy(&in, c->buf, sizeof(in));
+    if (in.bytes != h->len - sizeof(in) || in.bytes > LAT_STDIN_MAX || (in.flags & ~LAT_STDIN_EOF))
+        return errprintf(why, whylen, "CTL_STDIN of %u bytes announcing %u (at most %u), flags 0x%x", h->len,
+                         in.bytes, LAT_STDIN_MAX, in.flags);
+    struct conn *owner = job_owner(in.job);
+    bool ours = owner == c;
+    if (owner)
+        conn_put(owner);
+    if (!ours)
+        return 0;                       /* the job ended, or is not this connection's */
+    int err = worker_stdin(in.job, in.flags, c->buf + sizeof(in), in.bytes);
+    if (err == ENOBUFS)
+        ras_event(RAS_WARNING, cfg.location, "job %" PRIu64 ": standard input over the window of %u bytes "
+                  "refused (%u bytes)", in.job, LAT_STDIN_WINDOW, in.bytes);
+    return 0;
+}
+
 /* The service node completed a fence of the job: publish and release. */
 static int on_fence_out(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
@@ -556,6 +587,7 @@ static const ctl_fn handlers[] = {
     [LAT_CTL_COUNTERS - LAT_CTL_STATUS] = on_counters,
     [LAT_CTL_FENCE_OUT - LAT_CTL_STATUS] = on_fence_out,   /* one-way: no reply */
     [LAT_CTL_NAME_OUT - LAT_CTL_STATUS] = on_name_out,     /* one-way: no reply */
+    [LAT_CTL_STDIN - LAT_CTL_STATUS]    = on_stdin,         /* one-way: acknowledged by CTL_STDIN_ACK */
 };
 
 void control_serve(struct conn *c)

@@ -7,8 +7,9 @@
  * The thread owns everything of the process on this side: its working
  * directory and umask (unshare(CLONE_FS)) and a table of LAT_MAX_FDS
  * remote descriptors.  Remote
- * descriptors 0, 1 and 2 are not files: 0 reads end-of-file, 1 and 2
- * turn writes into the rank's output on the control connection.
+ * descriptors 0, 1 and 2 are not files: 0 reads the rank's standard input
+ * if the job gives it one (stdin.c), else end-of-file; 1 and 2 turn writes
+ * into the rank's output on the control connection.
  *
  * A request is decoded (arguments, path, data), the remote descriptors
  * are mapped to real ones, the real call runs and its result and errno
@@ -254,6 +255,7 @@ struct rdv_io {
     const struct proc *p;
     int      fd;
     bool     sock;
+    bool     in;                        /* the rank's standard input (stdin.c) */
     struct coll_ofd *co;
     int64_t  off;                       /* < 0: the file position */
 };
@@ -271,6 +273,8 @@ static ssize_t rdv_read(void *ctx, char *buf, size_t n, uint64_t done)
     }
     if (io->sock)
         return sock_rw(io->p, io->fd, false, buf, n);
+    if (io->in)
+        return stdin_read(io->fd, io->p->c->fd, buf, n);
     return io->off < 0 ? read(io->fd, buf, n) : pread(io->fd, buf, n, (off_t)(io->off + (int64_t)done));
 }
 
@@ -295,7 +299,7 @@ static ssize_t rdv_write(void *ctx, char *buf, size_t n, uint64_t done)
 static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t off)
 {
     struct iovec segs[LAT_RDV_MAXSEG];
-    struct rdv_io io = { p, r->fd, r->kind == FD_REAL && r->sock, NULL, off };
+    struct rdv_io io = { p, r->fd, r->kind == FD_REAL && r->sock, false, NULL, off };
     unsigned nseg;
     int err;
 
@@ -305,17 +309,20 @@ static int rdv(struct proc *p, struct call *k, struct rfd *r, bool wr, int64_t o
         return fail(k, EFAULT);         /* it exec'd or ended: the connection closes */
     if ((err = dp_segments(k->data, k->dlen, k->rq.a[1], segs, &nseg)) != 0)
         return fail(k, err);
-    if (r->kind == FD_STDIN && !wr)
-        return result(k, 0);
-    if (r->kind == FD_COLL && !wr)
+    io.in = r->kind == FD_STDIN && !wr;
+    if (io.in) {
+        if ((io.fd = stdin_fd(p->rank)) < 0)
+            return result(k, 0);        /* no input for this rank: end of file */
+    } else if (r->kind == FD_COLL && !wr) {
         io.co = r->co;
-    else if (r->kind == FD_COLL)
+    } else if (r->kind == FD_COLL) {
         io.fd = coll_fd(r->co);         /* a write on a read-only descriptor: EBADF from the kernel */
-    else if (r->kind != FD_REAL)
+    } else if (r->kind != FD_REAL) {
         return fail(k, EOPNOTSUPP);     /* standard streams: the client sends the bytes */
+    }
     if (wr)
         coll_changed();
-    int64_t pos = wr || off >= 0 ? off : io.co ? *coll_pos(io.co) : (int64_t)lseek(io.fd, 0, SEEK_CUR);
+    int64_t pos = wr || off >= 0 || io.in ? off : io.co ? *coll_pos(io.co) : (int64_t)lseek(io.fd, 0, SEEK_CUR);
     int64_t done = dp_rdv(p->pid, &p->shm, outbuf(p), LAT_MAX_IO, wr, pos, segs, nseg, (uint64_t)k->rq.a[1],
                           wr ? rdv_write : rdv_read, &io, &err);
     if (done == 0 && err)
@@ -344,8 +351,10 @@ int srv_read(struct proc *p, struct call *k, struct rfd *r, void *buf, uint64_t 
 {
     ssize_t got;
 
-    if (r->kind == FD_STDIN)
-        return result(k, 0);            /* compute processes have no input */
+    if (r->kind == FD_STDIN) {          /* the job's input, if this rank reads it; else end of file */
+        int in = stdin_fd(p->rank);
+        return result(k, in < 0 ? 0 : stdin_read(in, p->c->fd, buf, n));
+    }
     if (r->kind == FD_COLL) {
         got = coll_pread(r->co, buf, n, *coll_pos(r->co));
         if (got > 0)

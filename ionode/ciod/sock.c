@@ -493,8 +493,9 @@ int srv_getpeername(struct proc *p, struct call *k, struct rfd *r, void *addr)
 }
 
 /* poll(2) on remote descriptors, waiting at most the request's wait.  A
- * bad descriptor is POLLNVAL as on Linux; the standard streams are
- * always ready (0 reads end of file, 1 and 2 take output). */
+ * bad descriptor is POLLNVAL as on Linux; 0 is ready when the rank's
+ * standard input has data or ended (stdin.c; always, without input), 1 and
+ * 2 always take output. */
 int srv_poll(struct proc *p, struct call *k, struct lat_pollfd *lp, uint32_t nfds, int ms)
 {
     static _Thread_local struct pollfd pf[LAT_MAX_FDS + 1];
@@ -508,6 +509,8 @@ int srv_poll(struct proc *p, struct call *k, struct lat_pollfd *lp, uint32_t nfd
             continue;
         if (r >= (int32_t)LAT_MAX_FDS || p->fds[r].kind == FD_FREE)
             lp[i].revents = POLLNVAL;
+        else if (p->fds[r].kind == FD_STDIN && stdin_fd(p->rank) >= 0)
+            pf[i] = (struct pollfd){ stdin_fd(p->rank), (short)(lp[i].events & POLLIN), 0 };
         else if (p->fds[r].kind == FD_STDIN)
             lp[i].revents = lp[i].events & POLLIN;
         else if (p->fds[r].kind != FD_REAL)

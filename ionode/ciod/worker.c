@@ -58,12 +58,14 @@ enum wmsg_type {
     W_OUTPUT,       /* worker -> monitor (output channel): rank, stream, data: a rank wrote on 1 or 2 */
     W_OUTPUT_ACK,   /* monitor -> worker (output channel): passed on, or noted */
     W_PROC_GONE,    /* worker -> monitor (output channel): node, t: its connection closed */
+    W_STDIN,        /* monitor -> worker: standard input (stream: LAT_STDIN_* flags), stdin.c */
+    W_STDIN_ACK,    /* worker -> monitor (output channel): count bytes of it handed to the ranks */
 };
 
 struct wmsg {
     uint32_t type, len;                 /* len: bytes after this header */
     int32_t  err, rank;
-    uint32_t stream, node, t, pad;
+    uint32_t stream, node, t, count;
     uint64_t job;
 };
 
@@ -186,6 +188,15 @@ void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data
     pthread_mutex_unlock(&wk.send_lock);
 }
 
+void worker_stdin_ack(uint32_t bytes)
+{
+    struct wmsg m = { .type = W_STDIN_ACK, .count = bytes, .job = wk.job };
+
+    pthread_mutex_lock(&wk.send_lock);
+    send_acked(&m, NULL);
+    pthread_mutex_unlock(&wk.send_lock);
+}
+
 /* Every capability gone for good, then the owner's ids: real, effective,
  * saved and file-system, its groups.  An owner of uid 0 is root without
  * capabilities (SECBIT_NOROOT: not even an exec gives them back). */
@@ -254,13 +265,13 @@ static void open_exe(const char *path)
 
     if (fd < 0 || fstat(fd, &st) < 0) {
         r.err = errno;
-        snprintf(text, sizeof(text), "cannot read %s: %s", path, strerror(errno));
+        snprintf(text, sizeof(text), "cannot read %.*s: %s", (int)LAT_MAX_PATH, path, strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
         r.err = EACCES;                 /* what execve says about non-files */
-        snprintf(text, sizeof(text), "cannot execute %s: not a regular file", path);
+        snprintf(text, sizeof(text), "cannot execute %.*s: not a regular file", (int)LAT_MAX_PATH, path);
     } else if (syscall(SYS_faccessat2, fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) < 0) {
         r.err = errno;
-        snprintf(text, sizeof(text), "cannot execute %s: %s", path, strerror(errno));
+        snprintf(text, sizeof(text), "cannot execute %.*s: %s", (int)LAT_MAX_PATH, path, strerror(errno));
     }
     if (r.err && fd >= 0) {
         close(fd);
@@ -395,7 +406,7 @@ static void close_all_but(const int *keep, int n)
 static void worker_main(int ch, int out, const struct job_spec *js) __attribute__((noreturn));
 static void worker_main(int ch, int out, const struct job_spec *js)
 {
-    static char buf[LAT_MAX_PATH + 64];
+    static char buf[LAT_MAX_PATH + LAT_STDIN_MAX + 64];     /* a path, or a chunk of input */
     struct wmsg r = { .type = W_READY };
     char why[CIOD_ERRLEN] = "";
     int fds[2];
@@ -420,7 +431,8 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     wk.cwd = js->cwd;
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0)
+    if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0
+        || stdin_setup(js, why, sizeof(why)) < 0)
         r.err = errno ? errno : EPERM;
     if (!r.err && (js->hdr->flags & LAT_JOB_CNK))     /* before the push: the ranks look for it */
         libcache_job_start(js->hdr->job);
@@ -436,6 +448,8 @@ static void worker_main(int ch, int out, const struct job_spec *js)
             open_exe(buf);
         else if (m.type == W_PROC)
             take_proc(buf, m.len, fds);
+        else if (m.type == W_STDIN)
+            stdin_put(m.stream, buf, m.len);
         else
             logmsg("worker of job %" PRIu64 ": message %u from the monitor ignored", wk.job, m.type);
         for (int i = 0; i < 2; i++)
@@ -452,6 +466,7 @@ struct worker {
     uint64_t  job;
     pthread_t reader;
     bool      reading;                  /* reader started: it reaps the worker */
+    uint32_t  stdin_held;               /* input bytes passed on, not yet acknowledged (under W.lock) */
     atomic_bool ending;
 };
 
@@ -460,6 +475,21 @@ static struct {
     struct worker  *cur;                /* the running job's */
     struct worker  *old;                /* ended, not yet reaped */
 } W = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The worker handed `bytes` of input to its ranks: the service node may send as much again. */
+static void stdin_acked(struct worker *w, uint32_t bytes)
+{
+    struct lat_stdin ack = { .job = w->job, .bytes = bytes };
+
+    pthread_mutex_lock(&W.lock);
+    w->stdin_held -= bytes < w->stdin_held ? bytes : w->stdin_held;
+    pthread_mutex_unlock(&W.lock);
+    struct conn *ctl = job_owner(w->job);
+    if (ctl) {
+        conn_send(ctl, LAT_CTL_STDIN_ACK, 0, &ack, sizeof(ack));
+        conn_put(ctl);
+    }
+}
 
 /* Reads what the worker sends until it is gone, then reaps it. */
 static void *reader_main(void *arg)
@@ -491,6 +521,8 @@ static void *reader_main(void *arg)
             break;
         if (m.type == W_PROC_GONE && m.job == w->job) {
             job_proc_detach(m.node, m.t, m.job);
+        } else if (m.type == W_STDIN_ACK && m.job == w->job) {
+            stdin_acked(w, m.count);
         } else if (m.type == W_OUTPUT) {
             if (m.job == w->job && (m.stream == LAT_STDOUT || m.stream == LAT_STDERR))
                 job_rank_output(m.rank, m.job, m.stream, buf, m.len);
@@ -681,6 +713,23 @@ void worker_abort(uint64_t job)
 
     if (w)
         end_unwatched(w);
+}
+
+int worker_stdin(uint64_t job, uint32_t flags, const void *data, size_t len)
+{
+    struct wmsg m = { .type = W_STDIN, .len = (uint32_t)len, .stream = flags, .job = job };
+    int rc = ESRCH;
+
+    pthread_mutex_lock(&W.lock);
+    if (W.cur && W.cur->job == job && W.cur->stdin_held + len > LAT_STDIN_WINDOW) {
+        rc = ENOBUFS;
+    } else if (W.cur && W.cur->job == job) {
+        rc = wsend(W.cur->ch, &m, data, NULL, 0) == 0 ? 0 : EIO;
+        if (rc == 0)
+            W.cur->stdin_held += (uint32_t)len;
+    }
+    pthread_mutex_unlock(&W.lock);
+    return rc;
 }
 
 int worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd)

@@ -108,6 +108,8 @@ enum lat_type {
     LAT_CTL_COUNTERS   = 0x0104,  /* empty -> uint64_t calls[LAT_SYS__END - LAT_SYS__BASE] */
     LAT_CTL_FENCE_OUT  = 0x0105,  /* one-way sn->ciod: struct lat_fence + key/value strings:
                                      the fence is complete, here is everything it published */
+    LAT_CTL_STDIN      = 0x0106,  /* one-way sn->ciod: struct lat_stdin + at most LAT_STDIN_MAX
+                                     bytes of the job's standard input (LAT_JOB_STDIN) */
     LAT_CTL_NAME_OUT   = 0x0110,  /* one-way sn->ciod: struct lat_name + port\0 (a lookup's):
                                      the answer to a rank's name service request */
     LAT_CTL_OUTPUT     = 0x0180,  /* one-way ciod->sn: struct lat_output + data */
@@ -116,6 +118,8 @@ enum lat_type {
     LAT_CTL_FENCE      = 0x0183,  /* one-way ciod->sn: struct lat_fence + key/value strings:
                                      every rank of the pset entered the fence, with their puts */
     LAT_CTL_ABORT      = 0x0184,  /* one-way ciod->sn: struct lat_abort + message text */
+    LAT_CTL_STDIN_ACK  = 0x0185,  /* one-way ciod->sn: struct lat_stdin: that many
+                                     bytes of standard input were handed to the ranks */
     LAT_CTL_NAME       = 0x0190,  /* one-way ciod->sn: struct lat_name + service\0 port\0:
                                      a rank publishes, unpublishes or looks up a name */
 
@@ -504,17 +508,41 @@ enum lat_job_flags {
     LAT_JOB_VN     = 4,     /* virtual node mode (personality mode=vn); else coprocessor mode */
     LAT_JOB_PLACED = 8,     /* the message carries slots and applications (lat_job_ext) */
     LAT_JOB_CPUS   = 16,    /* each slot's CPUs (lat_cpus); needs LAT_JOB_PLACED */
+    LAT_JOB_STDIN  = 32,    /* standard input comes in LAT_CTL_STDIN for the rank(s) named by
+                               lat_job_ext.stdin_rank; needs LAT_JOB_PLACED.  Without it every
+                               rank's descriptor 0 reads end of file at once */
 };
-#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS)
+#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS | LAT_JOB_STDIN)
 
 /* Rank mapping of a job in one pset (LAT_JOB_PLACED). */
 struct lat_job_ext {
     uint32_t nslots;        /* processes (ranks) in this pset, or on this node (NODE_JOB) */
     uint32_t napps;         /* applications of the job, 1..LAT_MAX_APPS */
     uint32_t ppn;           /* processes per node of the job's mode, 1..LAT_MAX_PPN */
-    uint32_t pad;
+    uint32_t stdin_rank;    /* with LAT_JOB_STDIN: the rank that reads the job's standard input,
+                               or LAT_STDIN_ALL (each rank reads all of it); else 0 */
 };
 _Static_assert(sizeof(struct lat_job_ext) == 16, "lat_job_ext layout");
+
+/*
+ * Standard input (LAT_CTL_STDIN down, LAT_CTL_STDIN_ACK up; docs/protocol.md
+ * section 4.1).  The service node sends the job's input to the I/O nodes of
+ * the ranks that read it, in order, and has at most LAT_STDIN_WINDOW bytes
+ * unacknowledged per I/O node; ciod acknowledges bytes once every reading
+ * rank of its pset was handed them.  LAT_STDIN_EOF (in the last message,
+ * with or without data) ends the input: reads return 0 from then on.
+ */
+#define LAT_STDIN_ALL    0xFFFFFFFFu    /* lat_job_ext.stdin_rank: every rank */
+#define LAT_STDIN_MAX    32768u         /* data bytes per LAT_CTL_STDIN */
+#define LAT_STDIN_WINDOW 131072u        /* unacknowledged bytes per I/O node */
+#define LAT_STDIN_EOF    1u
+
+struct lat_stdin {
+    uint64_t job;
+    uint32_t bytes;         /* CTL_STDIN: data bytes that follow; CTL_STDIN_ACK: bytes handed over */
+    uint32_t flags;         /* LAT_STDIN_EOF (CTL_STDIN only) */
+};
+_Static_assert(sizeof(struct lat_stdin) == 16, "lat_stdin layout");
 
 struct lat_slot {
     uint32_t rank;          /* job rank, < nranks, each at most once */

@@ -24,6 +24,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     from importing every other command's dependencies."""
     ap = argparse.ArgumentParser(prog="lattice", description="Lattice service node: machine, blocks and jobs. "
                                  "The machine lives in $LATTICE_HOME (default ~/.lattice).")
+    ap.add_argument("--version", action="version", version=version())
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         if only is not None and name != only:
@@ -34,6 +35,12 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
         mod.setup_parser(p)
         p.set_defaults(func=getattr(mod, name))
     return ap
+
+
+def version() -> str:
+    """`lattice --version`: the release and the wire protocol it speaks."""
+    from lattice import __version__, wire
+    return f"lattice {__version__} (wire protocol {wire.VERSION})"
 
 
 def command_of(argv: list[str]) -> str | None:

@@ -20,6 +20,11 @@ run is also the top of the PMI tree (docs/protocol.md, section 10): each I/O
 node sends one LAT_CTL_FENCE per fence with its pset's puts; once every I/O
 node of the job has, the merged keys go back down in LAT_CTL_FENCE_OUT.  A
 rank's PMI abort (LAT_CTL_ABORT) ends the job with that rank's code.
+
+While the job runs the run also forwards its own standard input to the ranks
+that read it (lattice.jobinput), ends the job at its wall-clock limit
+(lattice.timelimit), and writes the ranks' output to files if asked
+(lattice.outfiles).
 """
 from __future__ import annotations
 
@@ -31,10 +36,11 @@ import signal
 import sqlite3
 import struct
 import sys
+import time
 from types import FrameType
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
-from lattice import blocks, boot, db, machine, ras, wire
+from lattice import blocks, boot, db, jobinput, machine, ras, timelimit, wire
 from lattice.busy import claim
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError, sysret
@@ -45,6 +51,7 @@ from lattice.mapping import RankMapping, process_mapping
 if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mode run needs none of it
     from lattice import hugepages
     from lattice.cores import CoreMap
+    from lattice.outfiles import Plan, Routes
 
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a closed pipe: 141)
@@ -68,6 +75,10 @@ class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     verbose: bool = False           # -v: kernel, big memory and call totals after the job
     hugepages: bool = True          # reserve huge pages for a cnk job's big memory
     cores: CoreMap | None = None    # each rank's real CPUs (lattice.cores); None: nodes are not bound
+    exported: tuple[str, ...] = ()  # K=V from the caller's environment (lattice.jobenv), below everything else
+    stdin_rank: int | None = None   # who reads the run's input (lattice.jobinput); None: nobody
+    time_limit: int | None = None   # seconds of wall clock (lattice.timelimit); None: no limit
+    output: Plan | None = None      # -o/-e files (lattice.outfiles); None: the run's own streams
 
 
 KERNELS = ("cnk", "linux")
@@ -159,15 +170,20 @@ def libcache_line(reports: dict[int, str]) -> str | None:
 
 class Output:
     """Each rank's stdout and stderr, written whole lines at a time so ranks
-    never interleave inside a line; `--label` prefixes the rank."""
+    never interleave inside a line; `--label` prefixes the rank; files
+    (-o/-e, lattice.outfiles) take the ranks they name."""
 
     def __init__(self, label: bool) -> None:
         self.label = label
         self.partial: dict[tuple[int, int], bytes] = {}
+        self.files: Routes | None = None
         self.failed: str | None = None      # why a stream could not be written (the job then ends)
         self.failed_errno = 0
 
-    def stream(self, which: int) -> BinaryIO:
+    def stream(self, rank: int, which: int) -> BinaryIO:
+        f = self.files.stream(rank, which) if self.files is not None else None
+        if f is not None:
+            return f
         return sys.stdout.buffer if which == wire.STDOUT else sys.stderr.buffer
 
     def write(self, rank: int, which: int, data: bytes) -> None:
@@ -178,7 +194,7 @@ class Output:
             if self.label:
                 prefix = f"{rank}: ".encode()
                 lines = b"".join(prefix + l for l in lines.splitlines(keepends=True))
-            out = self.stream(which)
+            out = self.stream(rank, which)
             try:
                 out.write(lines)
                 out.flush()
@@ -203,9 +219,16 @@ class Output:
             pass
 
     def flush(self, rank: int | None = None) -> None:
+        """A last line without its newline goes out as it is (a labelled one ends with one)."""
         for (r, which), rest in sorted(self.partial.items()):
             if rank is None or r == rank:
-                self.write(r, which, rest + b"\n")
+                del self.partial[(r, which)]
+                if self.label:
+                    self.write(r, which, rest + b"\n")
+                else:
+                    out = self.stream(r, which)
+                    out.write(rest)
+                    out.flush()
 
 
 def describe(how: int, value: int, text: str) -> tuple[str, int, str]:
@@ -242,6 +265,9 @@ class Run:
         self.lost_ionode = False
         self.freed: str | None = None        # why the job was cancelled, if its block was freed under it
         self.rank_rows: list[tuple[int, int, str, str, int, str | None, str | None]] = []   # not yet recorded
+        self.input: jobinput.Forward | None = None      # the run's stdin on its way to the ranks
+        self.deadline: float | None = None              # time.monotonic() of the time limit
+        self.timed_out = False
 
     def location(self, rank: int) -> str:
         return self.m.compute_location(self.nodes[rank])
@@ -252,7 +278,7 @@ class Run:
         flags = ((wire.JOB_CNK if s.kernel == "cnk" else 0) | (wire.JOB_TRACE if s.trace else 0)
                  | (wire.JOB_VN if p.mode == "vn" else 0))
         apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
-        env = [*(f"{k}={v}" for k, v in p.env.items()), *s.env]
+        env = [*s.exported, *(f"{k}={v}" for k, v in p.env.items()), *s.env]
         mapping = process_mapping(p)
         if len(mapping) > wire.PMI_VAL_MAX:     # MPICH then finds the node-sharing out by itself
             mapping = ""
@@ -277,7 +303,12 @@ class Run:
             if s.cores is not None:     # each slot's CPUs and its node's progress thread
                 cpus = [(s.cores.ranks[rank], progress[p.slots[rank].node]) for rank, _, _, _ in mine]
             payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
-                                              flags, p.ppn, mine, apps, mapping, cpus)
+                                              flags, p.ppn, mine, apps, mapping, cpus, s.stdin_rank)
+            if len(payload) > wire.MAX_PAYLOAD:
+                error = LatticeError(f"the job does not fit in one job message: {len(payload)} bytes, at most "
+                                     f"{wire.MAX_PAYLOAD}", "its environment is the likely cause: "
+                                     "pass less of it (--export=NONE or --export=NAME,...)")
+                break
             try:
                 sent.append((c, c.send(wire.CTL_JOB, payload)))
             except OSError as e:
@@ -298,6 +329,12 @@ class Run:
         if error is not None:
             self.abandon(accepted, error.message)
             raise error
+        if s.stdin_rank is not None:
+            readers = [c for c in self.ciods if any(s.stdin_rank in (r, wire.STDIN_ALL) for r, _, _, _ in
+                                                    by_pset[c.pset])]
+            self.input = jobinput.Forward(self.job, 0, readers)     # descriptor 0, even if sys.stdin is None
+        if s.time_limit is not None:
+            self.deadline = time.monotonic() + s.time_limit
 
     def abandon(self, accepted: list[Ciod], why: str) -> None:
         """The job could not start everywhere: end it on the I/O nodes that
@@ -500,14 +537,19 @@ class Run:
                                 self.on_abort(body)
                         except (ValueError, struct.error, UnicodeDecodeError) as e:
                             self.bad_message(c, str(e))
+                    elif typ == wire.CTL_STDIN_ACK and self.input is not None:
+                        self.input.acked(c, body)
                     elif typ == wire.CTL_JOB_END:
                         sel.unregister(c)
                         open_ciods.discard(c)
+                        if self.input is not None:
+                            self.input.gone(c)
                         break
                 if self.output.failed and not self.killed:
                     self.output_lost(self.output.failed)
-            ready = [(key.data, key.data.frames())
-                     for key, _ in sel.select(timeout=1.0)] if open_ciods else []
+            ready = self.next_ready(sel) if open_ciods else []
+        if self.input is not None:
+            self.input.close(sel)
         sel.close()
         self.output.flush()
         if self.output.failed and not self.killed:
@@ -543,6 +585,40 @@ class Run:
         except LatticeError:
             pass                # Error already, or being freed
 
+    def next_ready(self, sel: selectors.BaseSelector) -> list[tuple[Ciod, list[tuple[int, bytes]] | None]]:
+        """What the I/O nodes sent next; meanwhile the run's input goes on
+        to the ranks and the time limit is kept."""
+        input_ready = self.input is not None and self.input.watch(sel)
+        timeout = 0.0 if input_ready else 1.0
+        if self.deadline is not None and not self.timed_out:
+            timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
+        ready = []
+        for key, _ in sel.select(timeout=timeout):
+            if key.data is self.input and self.input is not None:
+                self.input.pump()
+            else:
+                ready.append((key.data, key.data.frames()))
+        if input_ready and self.input is not None:
+            self.input.pump()
+        if self.deadline is not None and not self.timed_out and time.monotonic() >= self.deadline:
+            self.on_time_limit()
+        return ready
+
+    def on_time_limit(self) -> None:
+        """The job ran its wall-clock limit: end it everywhere, say so once."""
+        self.timed_out = True
+        limit = timelimit.words(self.spec.time_limit or 0)
+        message = f"job {self.job} reached its time limit of {limit}: ended on every node"
+        print(f"lattice: {message}", file=sys.stderr, flush=True)
+        ras.record(self.con, "ERROR", "MMCS", self.b.name, message, self.job)
+        if self.outcome.first_failure is None:
+            self.outcome.status = timelimit.TIME_LIMIT
+            self.outcome.first_failure = message
+        if not self.killed:
+            self.killed = True
+            self.ended_by = f"ended by lattice at the job's time limit of {limit}"
+            self.kill(signal.SIGKILL)
+
     def ionode_lost(self, c: Ciod) -> None:
         """An I/O node closed its connection mid-job: its ranks are lost."""
         if self.notice_freed():
@@ -551,6 +627,8 @@ class Run:
                     self.on_exit(wire.EXIT.pack(self.job, r, 0, wire.EXIT_SIGNAL, signal.SIGKILL))
             return
         self.lost_ionode = True
+        if self.input is not None:
+            self.input.gone(c)
         message = f"I/O node {c.location} lost (connection closed) during job {self.job}"
         print(f"lattice: {message}", file=sys.stderr, flush=True)
         ras.record(self.con, "FATAL", "CIOD", c.location, message, self.job)
@@ -594,6 +672,8 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
             if spec.kernel == "cnk" and spec.hugepages:
                 pages = reserve_pages(m, spec, job_id)
                 r.spec = spec._replace(env=[*spec.env, *pages.env])    # tells cnk which pages to take
+            if spec.output is not None:
+                r.output.files = open_outputs(m, spec, job_id)
             if r.interrupted is None:
                 r.start()
         except LatticeError as e:
@@ -605,12 +685,16 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
         for s, h in handlers.items():
             signal.signal(s, h)
         r.close()
+        if r.output.files is not None:
+            r.output.files.close()
         r.record_ranks()
         if pages is not None:
             from lattice import hugepages
             for problem in hugepages.release(pages):
                 print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)
     status = r.outcome.status
+    if r.timed_out:
+        status = timelimit.TIME_LIMIT
     if r.interrupted is not None:
         status = 128 + r.interrupted
     state = "Error" if r.lost_ionode else "Terminated"
@@ -619,6 +703,15 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
         for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals()):
             print(f"lattice: {line}", file=sys.stderr, flush=True)
     return status
+
+
+def open_outputs(m: Machine, spec: Spec, job_id: int) -> Routes:
+    """The -o/-e files of every rank, created before any rank starts."""
+    assert spec.output is not None
+    p = spec.mapping
+    number = {n: i for i, n in enumerate(p.nodes())}
+    return spec.output.open(job_id, [number[sl.node] for sl in p.slots],
+                            [m.compute_location(sl.node) for sl in p.slots])
 
 
 def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:

@@ -106,6 +106,24 @@ def order_coords(order: str, shape: Coord, ppn: int, nranks: int) -> list[Coord4
     return out
 
 
+def spread_coords(shape: Coord, nodes: int, ppn: int, nranks: int) -> list[Coord4]:
+    """Each rank's (x, y, z, t) on the block's first `nodes` nodes (x fastest),
+    srun's block distribution: consecutive ranks share a node, the first
+    nranks mod nodes nodes take one rank more."""
+    size = shape[0] * shape[1] * shape[2]
+    if nodes > size:
+        raise LatticeError(f"{nodes} nodes: the {shape_str(shape)} block has {size}")
+    base, extra = divmod(nranks, nodes)
+    if base + (extra > 0) > ppn:
+        raise LatticeError(f"{nranks} ranks on {nodes} nodes need {base + (extra > 0)} per node; "
+                           f"a node runs {ppn} in this mode")
+    out = []
+    for i in range(nodes):
+        x, y, z = i % shape[0], i // shape[0] % shape[1], i // (shape[0] * shape[1])
+        out += [(x, y, z, t) for t in range(base + (i < extra))]
+    return out
+
+
 def read_map(path: str, shape: Coord, ppn: int, nranks: int) -> list[Coord4]:
     """Each rank's (x, y, z, t) from a map file: line i (not counting
     comments and blank lines) is rank i.  Every line must be a coordinate in
@@ -146,9 +164,12 @@ def read_map(path: str, shape: Coord, ppn: int, nranks: int) -> list[Coord4]:
     return coords[:nranks]
 
 
-def map_ranks(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | None) -> RankMapping:
+def map_ranks(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | None,
+              nodes: int | None = None) -> RankMapping:
     """Where each rank of the job runs on block b, or a LatticeError saying
-    why it cannot (bad mode or mapping, more ranks than the block holds)."""
+    why it cannot (bad mode or mapping, more ranks than the block holds).
+    nodes (-N): the ranks on exactly that many nodes (spread_coords), or at
+    most that many with a mapping."""
     ppn = ppn_of(m, mode)
     if not apps:
         raise LatticeError("no program to run")
@@ -160,14 +181,18 @@ def map_ranks(m: Machine, b: Block, apps: list[App], mode: str, mapping: str | N
     if nranks > capacity:
         raise LatticeError(f"{nranks} ranks do not fit in block {b.name}: {b.size} nodes x {ppn} "
                            f"process{'es' if ppn > 1 else ''} per node ({mode} mode) hold {capacity}")
-    mapping = mapping or DEFAULT_MAPPING
-    if is_order(mapping):
+    if nodes is not None and mapping is None:
+        coords = spread_coords(b.shape, nodes, ppn, nranks)
+    elif is_order(mapping := mapping or DEFAULT_MAPPING):
         coords = order_coords(mapping, b.shape, ppn, nranks)
     else:
         coords = read_map(mapping, b.shape, ppn, nranks)
     app_of = [i for i, a in enumerate(apps) for _ in range(a.nranks)]
     slots = [Slot(rank=r, node=m.index((b.corner[0] + x, b.corner[1] + y, b.corner[2] + z)), t=t, app=app_of[r])
              for r, (x, y, z, t) in enumerate(coords)]
+    used = len({s.node for s in slots})
+    if nodes is not None and used > nodes:
+        raise LatticeError(f"the mapping puts the ranks on {used} nodes, more than -N {nodes}")
     # MPICH's progress thread is decided per node, on real cores (lattice.cores)
     return RankMapping(mode=mode, ppn=ppn, slots=slots, apps=list(apps), env={})
 

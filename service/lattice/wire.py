@@ -43,12 +43,13 @@ KILL = STRUCTS["lat_kill"]               # sig, pad
 OUTPUT = STRUCTS["lat_output"]           # rank, stream
 EXIT = STRUCTS["lat_exit"]               # job, rank, node, how, value
 JOB_END = STRUCTS["lat_job_end"]         # job
-JOB_EXT = STRUCTS["lat_job_ext"]         # nslots, napps, ppn, pad
+JOB_EXT = STRUCTS["lat_job_ext"]         # nslots, napps, ppn, stdin_rank
 SLOT = STRUCTS["lat_slot"]               # rank, node, t, app
 CPUS = STRUCTS["lat_cpus"]               # ncpus, progress (then the CPUs, after every slot's lat_cpus)
 FENCE = STRUCTS["lat_fence"]             # job, epoch, nkv, flags, pad
 ABORT = STRUCTS["lat_abort"]             # job, rank, code
 NAME = STRUCTS["lat_name"]               # job, rank, op, rc, pad
+STDIN = STRUCTS["lat_stdin"]             # job, bytes, flags (LAT_CTL_STDIN and its ack)
 DATAPATH = STRUCTS["lat_datapath"]       # eager_max, rdv_min, flags, window (after HELLO_ACK of a PROC)
 COUNTERS_EXT = STRUCTS["lat_counters_ext"]  # nsys, nbuckets, nstats, pad (in the LAT_CTL_COUNTERS reply)
 SIZES = {name: s.size for name, s in STRUCTS.items()}
@@ -100,28 +101,37 @@ def ack_ok(key: bytes, server_nonce: bytes, client_nonce: bytes, body: bytes) ->
         proof, ack_proof(key, server_nonce, client_nonce, fields, datapath))
 
 
+def cstring(s: str) -> bytes:
+    """A string as the job message carries it: its bytes as the OS gave them
+    (an environment value that is not UTF-8 comes back as it was), NUL-terminated."""
+    return s.encode(errors="surrogateescape") + b"\0"
+
+
 def job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,
                 exe: str, cwd: str, argv: list[str], env: list[str], flags: int = 0) -> bytes:
     """LAT_CTL_JOB payload: struct lat_job, ranks, groups, then the strings."""
     head = JOB.pack(job, uid, gid, len(groups), len(argv), len(env), nranks, len(ranks), flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
-    strings = b"".join(s.encode() + b"\0" for s in [exe, cwd, *argv, *env])
+    strings = b"".join(cstring(s) for s in [exe, cwd, *argv, *env])
     return head + tail + strings
 
 
 def placed_job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: list[int], nranks: int,
                        cwd: str, env: list[str], flags: int, ppn: int,
                        slots: list[tuple[int, int, int, int]], apps: list[tuple[str, list[str]]],
-                       mapping: str, cpus: list[tuple[tuple[int, ...], int]] | None = None) -> bytes:
+                       mapping: str, cpus: list[tuple[tuple[int, ...], int]] | None = None,
+                       stdin_rank: int | None = None) -> bytes:
     """LAT_CTL_JOB payload of a placed job (flag JOB_PLACED): ranks[node] is
     the rank of each pset-local node's process 0 (-1 idle), slots are this
     pset's (rank, node, t, app), apps are (exe, argv) in application order;
-    cpus (flag JOB_CPUS) gives each slot's (CPUs, progress), in slot order."""
+    cpus (flag JOB_CPUS) gives each slot's (CPUs, progress), in slot order;
+    stdin_rank (flag JOB_STDIN) the rank that reads the job's input, or
+    STDIN_ALL."""
     exe0, argv0 = apps[0]
-    flags |= JOB_PLACED | (JOB_CPUS if cpus is not None else 0)
+    flags |= JOB_PLACED | (JOB_CPUS if cpus is not None else 0) | (JOB_STDIN if stdin_rank is not None else 0)
     head = JOB.pack(job, uid, gid, len(groups), len(argv0), len(env), nranks, len(ranks), flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
-    tail += JOB_EXT.pack(len(slots), len(apps), ppn, 0) + b"".join(SLOT.pack(*s) for s in slots)
+    tail += JOB_EXT.pack(len(slots), len(apps), ppn, stdin_rank or 0) + b"".join(SLOT.pack(*s) for s in slots)
     tail += struct.pack(f"<{len(apps)}I", *(len(a[1]) for a in apps))
     if cpus is not None:
         tail += b"".join(CPUS.pack(len(c), progress) for c, progress in cpus)
@@ -130,7 +140,7 @@ def placed_job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: l
     strs = [exe0, cwd, *argv0, *env, mapping]
     for exe, argv in apps[1:]:
         strs += [exe, *argv]
-    return head + tail + b"".join(s.encode() + b"\0" for s in strs)
+    return head + tail + b"".join(cstring(s) for s in strs)
 
 
 def fence_messages(job: int, epoch: int, kvs: dict[str, str]) -> list[bytes]:

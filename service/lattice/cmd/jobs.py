@@ -5,12 +5,22 @@ import time
 
 from lattice import reclaim
 
-description = "list jobs with their kernel, state and exit status"
+description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
+ACTIVE = reclaim.ACTIVE
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, metavar="JOB",
                    help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
+    p.add_argument("--running", action="store_true",
+                   help="only the jobs that have not ended (starting or running), with how long they have run")
+
+
+def elapsed(seconds: float) -> str:
+    """[D-]HH:MM:SS, as srun's and squeue's TIME."""
+    s = max(0, int(seconds))
+    d, s = divmod(s, 86400)
+    return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def jobs(args: argparse.Namespace) -> int:
@@ -22,11 +32,16 @@ def jobs(args: argparse.Namespace) -> int:
             print(f"{r['rank']:>5} {r['location']:<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
                   f"  {text}")
         return 0
+    where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
+    rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
     print(f"{'id':>5} {'block':<14} {'user':<10} {'ranks':>5} {'kernel':<6} {'state':<10} {'status':>6} "
-          f"{'started':<19}  command")
-    for j in con.execute("SELECT * FROM jobs ORDER BY id"):
+          f"{'started':<19} {'time':>10}  command")
+    now = time.time()
+    for j in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["started"] or j["submitted"]))
-        status = "" if j["status"] is None else str(j["status"])
+        status = "-" if j["status"] is None else str(j["status"])
+        ran = elapsed((j["ended"] or now) - j["started"]) if j["started"] else "-"
         print(f"{j['id']:>5} {j['block'] or '':<14} {j['user']:<10} {j['nranks']:>5} {j['kernel'] or '-':<6} "
-              f"{j['state']:<10} {status:>6} {when:<19}  {j['args']}" + (f"  # {j['message']}" if j["message"] else ""))
+              f"{j['state']:<10} {status:>6} {when:<19} {ran:>10}  {j['args']}"
+              + (f"  # {j['message']}" if j["message"] else ""))
     return 0

@@ -8,7 +8,8 @@ import sqlite3
 import sys
 import time
 
-from lattice import blocks, boot, cores, db, host, job, machine, mapping, mpienv, ras, reclaim
+from lattice import (blocks, boot, cores, db, distribution, host, job, jobenv, jobinput, machine, mapping, mpienv,
+                     outfiles, ras, reclaim, timelimit, wire)
 from lattice.blocks import Block
 from lattice.busy import BlockFreed, active_job
 from lattice.cores import CoreMap
@@ -19,14 +20,22 @@ from lattice.mapping import App, RankMapping
 description = "run a program on compute nodes (booting and freeing a block if none is given)"
 epilog = ("MPMD: `lattice run [OPTIONS] -n 4 a.out ARGS : -n 4 b.out ARGS` runs several programs as one job; "
           "options before the first program apply to the job, each program after ':' takes only -n N. "
-          "Ranks are numbered consecutively across programs; the application number is the program's index.")
+          "Ranks are numbered consecutively across programs; the application number is the program's index. "
+          f"At its --time limit a job ends with status {timelimit.TIME_LIMIT}. docs/cli.md maps srun's and "
+          "mpiexec's options to these.")
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
     p.epilog = epilog
-    p.add_argument("-n", "--np", dest="n", type=int,
-                   help="ranks of the (first) program (default: one per process slot of --block, else 1)")
-    p.add_argument("--mode", choices=mapping.MODES, default=mapping.DEFAULT_MODE,
+    p.add_argument("-n", "-np", "--np", "--ntasks", dest="n", type=int,
+                   help="ranks of the (first) program (default: -N x --ntasks-per-node, else one per process slot "
+                        "of --block, else 1)")
+    p.add_argument("-N", "--nodes", type=int,
+                   help="run on exactly this many compute nodes, consecutive ranks on the same node (srun's block "
+                        "distribution); more than one rank per node means --mode vn")
+    p.add_argument("--ntasks-per-node", type=int, metavar="K",
+                   help="K ranks on each node (more than 1: --mode vn, at most one per core)")
+    p.add_argument("--mode", choices=mapping.MODES,
                    help="co (default): one rank per compute node, MPICH's progress thread on a second real core "
                         "where the node has one to spare; vn: one rank per core, the node's memory split evenly")
     p.add_argument("--mapping", metavar="ORDER|FILE",
@@ -38,10 +47,25 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block", help="a block to run on (default: create, boot and free one that fits)")
     p.add_argument("--wait", action="store_true",
                    help="if the block is busy with another job, wait until it is idle (default: refuse the run)")
-    p.add_argument("--label", action="store_true", help="prefix each output line with its rank")
-    p.add_argument("--cwd", help="working directory on the I/O nodes (default: the current one)")
+    p.add_argument("-l", "--label", action="store_true", help="prefix each output line with its rank")
+    p.add_argument("-D", "--chdir", "--cwd", dest="cwd",
+                   help="working directory on the I/O nodes (default: the current one)")
+    p.add_argument("--export", default="ALL", metavar="ALL|NONE|NAME[=VALUE],...",
+                   help="the caller's environment the ranks get: ALL (default), NONE, or these names (and values); "
+                        "PMI_*, PMIX_* and LATTICE_* are never passed, Lattice's own job variables win "
+                        "(docs/cli.md, \"Environment of a job\")")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
-                   help="environment variable for the job (repeatable); the job gets only these")
+                   help="environment variable for the job (repeatable); wins over exported and Lattice's values")
+    p.add_argument("--stdin", default="0", metavar="all|none|RANK",
+                   help="who reads the run's standard input: rank 0 (default), that rank, every rank (all, each a "
+                        "copy) or none (end of file at once)")
+    p.add_argument("-t", "--time", metavar="LIMIT",
+                   help=f"wall-clock limit ({timelimit.FORMS}); the job is ended on every node at it and the run "
+                        f"exits {timelimit.TIME_LIMIT}")
+    p.add_argument("-o", "--output", metavar="PATTERN",
+                   help="standard output (and standard error without -e) to files: %%j job id, %%t rank, "
+                        "%%n node number in the job, %%N node location, %%u user, %%%% a percent sign")
+    p.add_argument("-e", "--error", metavar="PATTERN", help="standard error to files (patterns as -o)")
     p.add_argument("--user", help="run as this user (root only)")
     p.add_argument("--kernel", choices=job.KERNELS, default="cnk",
                    help="cnk: run under the compute node kernel (big memory, every system call local, shipped "
@@ -116,7 +140,7 @@ def segments(args: argparse.Namespace) -> list[tuple[int | None, list[str]]]:
         while part and part[0].startswith("-"):
             opt = part.pop(0)
             value: str | None = None
-            if opt in ("-n", "--np"):
+            if opt in ("-n", "--np", "-np"):
                 value = part.pop(0) if part else None
             elif opt.startswith("--np="):
                 value = opt[5:]
@@ -203,12 +227,25 @@ def run(args: argparse.Namespace) -> int:
     m = machine.load()
     con = reclaim.connect()
     cwd = os.path.abspath(args.cwd or os.getcwd())
-    ppn = mapping.ppn_of(m, args.mode)
     chosen = blocks.get(con, args.block) if args.block else None
+    lay = distribution.layout(m, args.mode, args.n, args.nodes, args.ntasks_per_node,
+                              chosen.size if chosen else None)
+    args.mode, args.n = lay.mode, lay.n
+    ppn = mapping.ppn_of(m, args.mode)
     apps = job_apps(args, chosen.size * ppn if chosen else 1)
     for kv in args.env:
         if "=" not in kv or kv.startswith("="):
             raise LatticeError(f"bad --env {kv!r}: expected NAME=VALUE")
+    try:
+        stdin_rank = jobinput.parse(args.stdin)
+    except ValueError as e:
+        raise LatticeError(str(e)) from None
+    if stdin_rank is not None and stdin_rank != wire.STDIN_ALL and stdin_rank >= sum(a.nranks for a in apps):
+        raise LatticeError(f"--stdin {stdin_rank}: the job has {sum(a.nranks for a in apps)} ranks")
+    limit = timelimit.parse(args.time) if args.time is not None else None
+    for pattern, opt in ((args.output, "-o"), (args.error, "-e")):
+        if pattern is not None:
+            outfiles.check(pattern, opt)
     if args.trace and args.kernel != "cnk":
         raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
     if args.hugepages not in ("reserve", "keep"):
@@ -218,20 +255,24 @@ def run(args: argparse.Namespace) -> int:
 
     # place the job before anything boots: a bad mapping or too many ranks costs nothing
     if chosen is None:
-        nodes = mapping.nodes_needed(m, args.mode, sum(a.nranks for a in apps))
+        nodes = max(mapping.nodes_needed(m, args.mode, sum(a.nranks for a in apps)), lay.nodes or 0)
         if nodes > m.nodes:
             raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
                                f"this machine: {args.mode} mode runs {ppn} per node, so they need {nodes}")
         corner, shape = blocks.smallest_fit(con, m, nodes)
         name = f"auto-{os.getpid()}-{int(time.time())}"
         chosen = Block(name, corner, shape, "Free", True, None)
-    p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping)
+    p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping, lay.nodes)
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe, m, p).items():
             p.env.setdefault(k, v)
-    user_env = dict(kv.split("=", 1) for kv in args.env)
+    exported, given = jobenv.exported(args.export, os.environ, set(p.env))
+    user_env = {**given, **dict(kv.split("=", 1) for kv in args.env)}
     for k in user_env:
         p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+    env_list = [f"{k}={v}" for k, v in user_env.items()]
+    jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
+                      exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
     cm = cores.map_job(host.local(), p, m.cores, user_env)     # nodes on real cores
     if args.print_map:
         print_map(m, chosen, p, cm, chosen.state == "Initialized", args.verbose)
@@ -261,13 +302,17 @@ def run(args: argparse.Namespace) -> int:
         for line in core_lines(m, p, cm):
             print(f"lattice: {line}", file=sys.stderr)
     # exe and args are the first program's; every program is in the mapping's apps
-    spec = job.Spec(exe=apps[0].exe, args=list(apps[0].args), cwd=cwd, env=list(args.env), nranks=p.nranks,
+    output = None
+    if args.output is not None or args.error is not None:
+        output = outfiles.Plan(args.output, args.error, os.getcwd(), outfiles.Owner(user, uid, gid, groups))
+    spec = job.Spec(exe=apps[0].exe, args=list(apps[0].args), cwd=cwd, env=env_list, nranks=p.nranks,
                     uid=uid, gid=gid, groups=groups, user=user, mapping=p, label=args.label,
                     kernel=args.kernel, trace=args.trace, verbose=args.verbose,
-                    hugepages=args.hugepages == "reserve", cores=cm)
+                    hugepages=args.hugepages == "reserve", cores=cm, exported=tuple(exported),
+                    stdin_rank=stdin_rank, time_limit=limit, output=output)
     try:
         # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
-        with mpienv.OpenMpiJob(p.env, list(args.env), uid, gid) as ompi:
+        with mpienv.OpenMpiJob(p.env, env_list, uid, gid) as ompi:
             said = ompi.describe()
             if args.verbose and said:
                 print(f"lattice: {said}", file=sys.stderr)
