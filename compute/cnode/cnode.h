@@ -3,8 +3,11 @@
  *
  *   main.c   arguments, personality, hidden paths, the message loop
  *   net.c    connections to ciod: address parsing, hello, framed messages
- *   job.c    one job: receive it, launch the compute process (in Linux mode
- *            or under cnk), supervise it, report how it ended
+ *   netdev.c which network interfaces a job's UCX may use (UCX_NET_DEVICES)
+ *   job.c    one job: receive it, supervise its processes, report how each ended
+ *   launch.c start the job's processes (in Linux mode or under cnk)
+ *   report.c cnk's report page as the exit message's report line
+ *   job.h    the job's types, shared by job.c, launch.c and report.c
  */
 #ifndef CNODE_H
 #define CNODE_H
