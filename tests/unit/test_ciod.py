@@ -969,7 +969,7 @@ def test_parallel_processes_and_output(ciod: Ciod, tmp_path: Path) -> None:
 
 def as_job(argv: list[str]) -> list[str]:
     """argv run as a compute process of this test's job: as root, root without
-    capabilities, as cnode starts a root job's processes (compute/cnode/job.c),
+    capabilities, as cnode starts a root job's processes (compute/cnode/launch.c),
     so that the job's I/O worker, which holds none, may reach its memory."""
     if os.geteuid() != 0:
         return argv
