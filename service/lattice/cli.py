@@ -14,7 +14,7 @@ import sys
 
 from lattice.errors import LatticeError
 
-COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs", "ras", "counters",
+COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs", "cancel", "ras", "counters",
             "personality")
 
 

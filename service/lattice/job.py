@@ -360,10 +360,13 @@ class Run:
         if rank >= len(self.nodes) or rank in self.outcome.ended:
             return
         self.output.flush(rank)
-        killed = how == wire.EXIT_SIGNAL and value == signal.SIGKILL
-        if (killed or how == wire.EXIT_LOST) and not self.ended_by:
-            self.notice_freed()             # killed, or its node shut down, by `lattice free --force`?
-        collateral = self.ended_by is not None and (killed or (how == wire.EXIT_LOST and self.freed is not None))
+        signalled = how == wire.EXIT_SIGNAL
+        killed = signalled and value == signal.SIGKILL
+        if (signalled or how == wire.EXIT_LOST) and not self.ended_by:
+            # killed, or its node shut down, by `lattice free --force` or `lattice cancel`?
+            self.notice_freed(value if signalled else signal.SIGKILL)
+        collateral = self.ended_by is not None and (
+            killed or (self.freed is not None and (signalled or how == wire.EXIT_LOST)))
         if collateral and self.ended_by is not None:
             text = self.ended_by            # collateral of ending the job, not a fault of its own
         if rank in self.aborts:
@@ -555,9 +558,10 @@ class Run:
         if self.output.failed and not self.killed:
             self.output_lost(self.output.failed)
 
-    def notice_freed(self) -> bool:
-        """Whether the block was freed under the job (`lattice free --force`):
-        then that is why its ranks die and its I/O nodes go, said once."""
+    def notice_freed(self, sig: int = signal.SIGKILL) -> bool:
+        """Whether the job was cancelled (`lattice cancel`) or its block freed
+        under it (`lattice free --force`): then that is why its ranks die (of
+        sig) and its I/O nodes go, said once."""
         if self.freed is None:
             mine = self.con.execute("SELECT state, message FROM jobs WHERE id = ?", (self.job,)).fetchone()
             row = self.con.execute("SELECT state, message FROM blocks WHERE name = ?", (self.b.name,)).fetchone()
@@ -569,7 +573,7 @@ class Run:
             if self.freed is not None:
                 print(f"lattice: {self.freed}", file=sys.stderr, flush=True)
                 if self.outcome.first_failure is None:
-                    self.outcome.status = 128 + signal.SIGKILL
+                    self.outcome.status = 128 + sig
                     self.outcome.first_failure = self.freed
                 self.killed = True
                 self.ended_by = self.ended_by or self.freed
@@ -692,6 +696,8 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
             from lattice import hugepages
             for problem in hugepages.release(pages):
                 print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)
+    if r.freed is None and r.interrupted is None:
+        r.notice_freed(signal.SIGTERM)      # cancelled, its ranks ending by themselves after SIGTERM?
     status = r.outcome.status
     if r.timed_out:
         status = timelimit.TIME_LIMIT
