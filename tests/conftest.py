@@ -103,6 +103,16 @@ def booted_block(tmp: Path, block: str, shape: str, *init_args: str) -> Iterator
     shutil.rmtree(m.work, ignore_errors=True)
 
 
+def build_probe(tmp_path_factory: pytest.TempPathFactory, name: str) -> str:
+    """tests/e2e/NAME.c built into a directory every job user can read: its path."""
+    d = tmp_path_factory.mktemp(name)
+    os.chmod(d, 0o755)
+    exe = d / name
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe),
+                    str(ROOT / "tests" / "e2e" / f"{name}.c")], check=True)
+    return str(exe)
+
+
 @pytest.fixture(scope="session")
 def built() -> Path:
     """Everything is built by scripts/test.sh; fail clearly if not."""

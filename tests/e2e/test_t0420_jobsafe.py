@@ -25,17 +25,12 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for
+from conftest import build_probe, EXAMPLES, LATTICE, Machine, make_machine, wait_for
 
 
 @pytest.fixture(scope="module")
 def probe(built: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    d = tmp_path_factory.mktemp("probe")
-    os.chmod(d, 0o755)
-    exe = d / "jobsafe_probe"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe),
-                    str(Path(__file__).with_name("jobsafe_probe.c"))], check=True)
-    return str(exe)
+    return build_probe(tmp_path_factory, "jobsafe_probe")
 
 
 @pytest.fixture

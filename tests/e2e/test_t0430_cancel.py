@@ -4,7 +4,6 @@ cancelled it; `-s SIG` only signals; a job that is not running is refused, and t
 never touched by it.  tests/e2e/cancel_probe.c is the job."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -13,17 +12,12 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, Machine, booted_block
+from conftest import build_probe, EXAMPLES, Machine, booted_block
 
 
 @pytest.fixture(scope="module")
 def probe(built: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    d = tmp_path_factory.mktemp("probe")
-    os.chmod(d, 0o755)
-    exe = d / "cancel_probe"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe),
-                    str(Path(__file__).with_name("cancel_probe.c"))], check=True)
-    return str(exe)
+    return build_probe(tmp_path_factory, "cancel_probe")
 
 
 @pytest.fixture(scope="module")
