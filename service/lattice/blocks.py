@@ -120,6 +120,24 @@ def smallest_fit(con: sqlite3.Connection, m: Machine, n: int) -> tuple[Coord, Co
     raise LatticeError(f"no free block of whole psets holds {n} compute nodes (see `lattice blocks`)")
 
 
+def fit(con: sqlite3.Connection, m: Machine, n: int) -> Block:
+    """Where `lattice run` without --block runs n compute nodes: a Free block
+    the administrator made that holds them, unless a new box of fewer nodes
+    would (the smallest such block; ties: the lowest name), else a new box
+    (smallest_fit, auto: created for the run, deleted after it)."""
+    made = sorted((b for b in all_blocks(con) if b.state == "Free" and not b.auto and b.size >= n),
+                  key=lambda b: (b.size, b.name))
+    try:
+        corner, shape = smallest_fit(con, m, n)
+    except LatticeError:
+        if made:
+            return made[0]
+        raise
+    if made and made[0].size <= shape[0] * shape[1] * shape[2]:
+        return made[0]
+    return Block("", corner, shape, "Free", True, None)
+
+
 def set_state(con: sqlite3.Connection, name: str, state: str, message: str | None = None,
               expect: tuple[str, ...] | None = None) -> None:
     """Move a block to `state`, checking it is in one of `expect` first."""

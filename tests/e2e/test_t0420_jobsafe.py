@@ -296,3 +296,13 @@ def test_cnk_cpu_clocks_start_with_the_program(built: Path, tmp_path: Path, prob
                 assert v[k] <= v["end"] + 0.05, (kernel, k, out)
     finally:
         shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_a_run_without_block_takes_the_free_block_that_fits(sm: Machine) -> None:
+    """The administrator's Free block S holds the job: `lattice run` without --block boots it, runs
+    there and frees it (it is not deleted), instead of failing for want of room for a new block."""
+    p = sm.run("run", "-n", "4", "--label", str(EXAMPLES / "hello"))
+    assert sorted(l.split(":")[0] for l in p.stdout.splitlines() if "hello" in l) == ["0", "1", "2", "3"], p.stdout
+    assert job_rows(sm)[-1][1] == "S"
+    assert block_line(sm, "S").split()[1] == "Free"
+    assert [l.split()[0] for l in sm.run("blocks").stdout.splitlines()[1:]] == ["S"]

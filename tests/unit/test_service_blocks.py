@@ -239,3 +239,25 @@ def test_smallest_fit(wide: Home) -> None:
         blocks.create(con, mach, "b", (4, 2, 1), (0, 0, 1))
         with pytest.raises(LatticeError, match="no free block"):
             blocks.smallest_fit(con, mach, 7)
+
+
+def test_a_run_without_block_takes_a_free_block_that_fits(m: Home) -> None:
+    """lattice run without --block: the smallest Free block made by hand that holds the job, unless
+    a new box of fewer nodes would; never a booted or auto block; a new box when none fits."""
+    con, mach = m.db(), m.machine()
+    fit, create = (lambda n: blocks.fit(con, mach, n)), (lambda *a, **k: blocks.create(con, mach, *a, **k))
+    create("BIG", (2, 2, 4), (0, 0, 0))
+    assert fit(8).name == "BIG"              # no room for a new box: the made block
+    blocks.delete(con, "BIG")
+    create("HALF", (2, 2, 2), (0, 0, 0))
+    assert fit(8).name == "HALF"             # as small as a new box would be
+    assert fit(3).name == "HALF"             # psets of 8: a new box is no smaller
+    blocks.set_state(con, "HALF", "Initialized")
+    new = fit(8)                               # a booted block is not taken
+    assert new.auto and new.corner == (0, 0, 2) and new.shape[0] * new.shape[1] * new.shape[2] == 8
+    blocks.set_state(con, "HALF", "Free")
+    create("auto-1", (2, 2, 2), (0, 0, 2), auto=True)
+    assert fit(8).name == "HALF"               # an auto block is another run's
+    blocks.delete(con, "HALF")
+    with pytest.raises(LatticeError, match="no free block"):
+        fit(9)

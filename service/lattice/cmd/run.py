@@ -259,9 +259,9 @@ def run(args: argparse.Namespace) -> int:
         if nodes > m.nodes:
             raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
                                f"this machine: {args.mode} mode runs {ppn} per node, so they need {nodes}")
-        corner, shape = blocks.smallest_fit(con, m, nodes)
-        name = f"auto-{os.getpid()}-{int(time.time())}"
-        chosen = Block(name, corner, shape, "Free", True, None)
+        chosen = blocks.fit(con, m, nodes)           # a Free block that fits, or a new box
+        if chosen.auto:
+            chosen = chosen._replace(name=f"auto-{os.getpid()}-{int(time.time())}")
     p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping, lay.nodes)
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe, m, p).items():
@@ -279,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     owned = None          # a block this run boots, and frees afterwards
-    if args.block:
+    if args.block or not chosen.auto:
         b = chosen
         need_kernel(args.kernel)
         if b.state == "Free":
