@@ -296,10 +296,10 @@ def test_print_map_cli(machine_home: Path) -> None:
     assert lines[0].startswith("# block B (not booted): 2x2x1 at 0,0,0, vn mode, 2 processes per node, 8 ranks")
     assert len(lines) == 2 + 8 and lines[3].split()[:6] == ["1", "0", "0", "0", "0", "1"]
     assert lattice("blocks")[1].count("Free") == 1, "nothing booted"
-    # without --block: the block lattice run would create, not created
-    status, out, err = lattice("run", "-n", "3", "--mode", "vn", "--print-map", "/bin/true", ":", "-n", "2",
-                               "/bin/true")
-    assert status == 0 and "not created yet" in out and "2x2x1 at 0,0,1" in out, (out, err)
+    # without --block: the Free block B holds the job, and a new box would be no smaller
+    mpmd = ("run", "-n", "3", "--mode", "vn", "--print-map", "/bin/true", ":", "-n", "2", "/bin/true")
+    status, out, err = lattice(*mpmd)
+    assert status == 0 and out.startswith("# block B (not booted): 2x2x1 at 0,0,0"), (out, err)
     assert [l.split()[1] for l in out.splitlines()[2:]] == ["0", "0", "0", "1", "1"]
     status, out, _ = lattice("run", "--block", "B", "-v", "--print-map", "-n", "3")
     lines = out.splitlines()
@@ -311,6 +311,11 @@ def test_print_map_cli(machine_home: Path) -> None:
     assert all(host.parse_cpulist(l.split()[-1]) <= host_cpus for l in lines[7:]), "a rank's CPUs are the host's"
     status, _, err = lattice("run", "-n", "5", "--print-map", "/bin/true")
     assert status == 1 and "no free block of whole psets holds 5 compute nodes" in err
+    assert "auto-" not in lattice("blocks")[1]
+    # with no such block: the block lattice run would create, not created
+    assert lattice("block", "delete", "B")[0] == 0
+    status, out, err = lattice(*mpmd)
+    assert status == 0 and "not created yet" in out and "2x2x1 at 0,0,0" in out, (out, err)
     assert "auto-" not in lattice("blocks")[1]
 
 
