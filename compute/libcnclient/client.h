@@ -65,9 +65,6 @@ LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
 /* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
 LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
 LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
-/* sock.c: numbers [first, last] were closed or replaced: drop the epoll
- * registrations of shipped descriptors there, and those of epoll sets numbered so. */
-LAT_HIDDEN void lat_epoll_closed(unsigned first, unsigned last);
 
 /* path.c */
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote

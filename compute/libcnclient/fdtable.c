@@ -36,5 +36,5 @@ void lat_fd_init(int conn, int seq_fd)
     shipc_fd_hide(conn);
     if (seq_fd >= 0)
         shipc_fd_hide(seq_fd);
-    shipc_fd_on_close(lat_epoll_closed);
+    shipc_fd_on_close(shipc_epoll_closed);
 }

@@ -20,6 +20,9 @@
 #include "shipc.h"
 
 #define SHIPC_MIN(a, b) ((a) < (b) ? (a) : (b))
+/* Longest a shipped wait (socket, poll) holds the connection while other
+ * threads, or local descriptors of a poll set, may need it. */
+#define SHIPC_SLICE_MS 10
 #define LAT_MBOX_MAXIOV 64          /* vectors a mailbox call may gather or scatter */
 
 /* A lock between the program's threads (futex; no signal handler of the
@@ -78,6 +81,7 @@ void shipc_rdv_wait_init(void);                 /* the timer of rendezvous waits
 /* ---- the handlers (dispatch.c, file.c, stat.c, name.c, copy.c) ---- */
 #define SHIPC_HANDLER(name) long shipc_sys_##name(struct shipc_call *c);
 SHIPC_FILE_CALLS(SHIPC_HANDLER)
+SHIPC_SOCK_CALLS(SHIPC_HANDLER)
 SHIPC_HANDLER(lattice_zoid)                 /* plugin.c: LAT_NR_ZOID */
 
 #define NEEDS_MODE(f) (((f) & O_CREAT) || ((f) & O_TMPFILE) == O_TMPFILE)
