@@ -7,11 +7,13 @@
  *   entry.c    the hooks the shipping core calls; lat_sys, a call through it
  *   fdtable.c  routes and installs over the core's descriptor table (compute/shipc/)
  *   path.c     the rule deciding which paths stay on the compute node
- *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
- *   stat.c     the stat family, statx, statfs/statvfs, access, chmod, utimes
+ *   interpose.c the plain system calls, made from lattice/syscalls.def's GEN lines
+ *   file.c     open family, fcntl, ioctl, isatty, fadvise; LFS and _chk names
+ *   stat.c     the stat family's other spellings, statvfs, faccessat, chmod, utimes
  *   dir.c      DIR streams over shipped getdents64
  *   stdio.c    FILE streams over shipped descriptors; stdin/stdout/stderr
- *   misc.c     names (unlink, rename, mkdir...), cwd, umask, realpath, temp files
+ *   sock.c     send, recv, ppoll, pselect, epoll_pwait: as their system calls
+ *   misc.c     remove, getcwd, realpath, temp files, ttyname
  *   usercopy.c which of the program's buffers the mailbox may memcpy
  *
  * Every interposed function starts with lat_active(): when LATTICE_IO_FD is
@@ -83,10 +85,6 @@ LAT_HIDDEN int lat_ship_close(int rfd);
  * shipping core's mailbox copies there with memcpy (shipc_ent_user_ok). */
 LAT_HIDDEN void lat_usercopy_init(void);
 LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
-
-/* stat.c */
-struct stat;
-LAT_HIDDEN int lat_fstatat_any(int dirfd, const char *path, struct stat *st, int flags);
 
 /* stdio.c */
 LAT_HIDDEN void lat_stdio_init(void);

@@ -232,22 +232,6 @@ int dirfd(DIR *d)
     return ld ? ld->fd : REAL(dirfd)(d);
 }
 
-ssize_t getdents64(int fd, void *buf, size_t n)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP: {
-        size_t cap = n > LAT_MAX_IO ? LAT_MAX_IO : n;
-        return (ssize_t)lcn_ret(fwd_getdents64(r, buf, cap));
-    }
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(getdents64)(fd, buf, n);
-}
-
 /* scandir: glibc's reads the directory with its internal calls, so shipped
  * directories get this one, built on the stream above. */
 struct sort_ctx {
