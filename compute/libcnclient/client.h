@@ -64,8 +64,6 @@ enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };
 /* How a call on app descriptor fd goes; *remote is set for LAT_SHIP.
  * LAT_HIDE is the shipping socket itself: callers fail with EBADF. */
 LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
-/* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
-LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
 LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
 
 /* path.c */
@@ -76,9 +74,6 @@ LAT_HIDDEN int lat_path_route(int dirfd, const char *path, int *rdirfd);
 /* p == NULL, out of line: libc declares path arguments nonnull, so a
  * NULL test inside an interposed function would be optimised away. */
 LAT_HIDDEN int lat_is_null(const void *p);
-
-/* file.c: close remote descriptor rfd (a fork()ed child only forgets it) */
-LAT_HIDDEN int lat_ship_close(int rfd);
 
 /* usercopy.c: memory known to be mapped (this thread's stack, the brk
  * heap, the main program's segments), readable or writable with wr: the

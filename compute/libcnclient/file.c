@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -38,15 +39,6 @@ int close_range(unsigned int first, unsigned int last, int flags);
 void closefrom(int lowfd);
 
 #define NEEDS_MODE(flags) (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE)
-
-/* ---- shipping helpers ---- */
-
-int lat_ship_close(int rfd)
-{
-    if (lat_forked())
-        return 0;  /* the parent still owns it */
-    return (int)lcn_ret(fwd_close(rfd));
-}
 
 #define SYS(nr, a0, a1, a2, a3) lat_sys((nr), (long)(a0), (long)(a1), (long)(a2), (long)(a3), 0, 0)
 
@@ -186,20 +178,12 @@ int fcntl64(int fd, int cmd, ...)
 
 /* ---- terminals, ioctl, advice ---- */
 
+/* glibc's isatty is TCGETS: the core's ioctl says ENOTTY for a shipped
+ * file (a remote file is never a terminal), EBADF for the client's own. */
 int isatty(int fd)
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        lat_fail(ENOTTY);  /* a remote file is never a terminal */
-        return 0;
-    case LAT_HIDE:
-        lat_fail(EBADF);
-        return 0;
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(isatty)(fd);
+    struct termios t;
+    return lat_sys(SYS_ioctl, fd, TCGETS, (long)&t, 0, 0, 0) == 0;
 }
 
 int ioctl(int fd, unsigned long req, ...)
