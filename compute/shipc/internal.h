@@ -78,6 +78,12 @@ long shipc_call_locked(uint16_t type, const int64_t a[4], const struct iovec *ou
 /* ---- bulk.c ---- */
 void shipc_rdv_wait_init(void);                 /* the timer of rendezvous waits (hidden) */
 
+/* ---- sockio.c: the bytes of a shipped socket (remote descriptor r) ---- */
+int shipc_sock_next_wait(void);     /* after LAT_ERR_WAIT: the next try's wait (other threads go first) */
+long shipc_sock_send(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags);
+/* the sender into name (*nlen: its room, then its length; left alone without a name) */
+long shipc_sock_recv(int r, void *name, int *nlen, const struct iovec *iov, long cnt, int flags, unsigned *mflags);
+
 /* ---- the handlers (dispatch.c, file.c, stat.c, name.c, copy.c) ---- */
 #define SHIPC_HANDLER(name) long shipc_sys_##name(struct shipc_call *c);
 SHIPC_FILE_CALLS(SHIPC_HANDLER)
