@@ -156,21 +156,16 @@ long sys_execveat(struct cnk_call *c);
 /* ---- entry.c: shipped calls (the shipping core, compute/shipc/) ---- */
 /* The handlers lattice/syscalls.def names (syscalls.h): sys_NAME of the
  * file calls and sys_lattice_zoid (entry.c: each the shipping core's
- * shipc_sys, which decides by path or descriptor and sets c->cls), sock_NAME
- * of the socket calls (sock.c). */
+ * shipc_sys, which decides by path or descriptor and sets c->cls), and
+ * sock_NAME of the socket and poll calls (the same). */
 #define SYS(name, cls, op, wire, trace, lx) CNK_DECL_##cls(op)
 #include <lattice/syscalls.def>
 #undef SYS
-#define SHIP_HANDLERS(X) SHIPC_FILE_CALLS(X)      /* the core's list (compute/shipc/shipc.h) */
+#define SHIP_HANDLERS(X) SHIPC_FILE_CALLS(X)      /* the core's lists (compute/shipc/shipc.h) */
+#define SOCK_HANDLERS(X) SHIPC_SOCK_CALLS(X)
 long cnk_shipped(struct cnk_call *c);           /* every file call: the core's shipc_sys */
 int ship_init(int conn_fd);                     /* 0 or -errno; descriptors 0,1,2 become remote 0,1,2 */
 void ship_bigmem(uintptr_t base, size_t len);   /* where big memory is now (the mailbox copies there itself) */
-
-/* ---- sock.c: sockets local or shipped by destination (README "Sockets") ---- */
-/* Descriptor numbers [first, last] were closed or replaced: the kernel would drop their epoll
- * registrations, and every registration in an epoll set numbered so.  main.c hands it to fd.c
- * (fd_on_close): fd.c and ship.c also run without sock.c (tests/unit/test_cnk_ship.py). */
-void sock_epoll_closed(unsigned first, unsigned last);
 
 /* ---- thread.c, signal.c ---- */
 /* start.S: clone(2) whose child pops a struct clone_frame (thread.c) from

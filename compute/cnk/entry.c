@@ -4,6 +4,7 @@
  * (entry.h), the start of shipping, and the descriptors cnk keeps from the
  * program.
  */
+#include <asm/unistd.h>
 #include <linux/fcntl.h>
 
 #include "cnk.h"
@@ -25,10 +26,31 @@ long cnk_shipped(struct cnk_call *c)
 #define SHIP_ENTRY(name) long sys_##name(struct cnk_call *c) { return cnk_shipped(c); }
 SHIP_HANDLERS(SHIP_ENTRY)
 SHIP_ENTRY(lattice_zoid)
+#define SOCK_ENTRY(name) long sock_##name(struct cnk_call *c) { return cnk_shipped(c); }
+SOCK_HANDLERS(SOCK_ENTRY)
 
+/* The node-local case: the call itself; the waits with a signal mask keep
+ * SIGSYS open (signal.c). */
 long shipc_ent_local(struct shipc_call *c)
 {
-    return ksys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    struct cnk_call k = { c->nr, { c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5] }, NULL, CNK_LOCAL };
+
+    switch (c->nr) {
+    case __NR_ppoll:
+        return sys_ppoll(&k);
+    case __NR_pselect6:
+        return sys_pselect6(&k);
+    case __NR_epoll_pwait:
+    case __NR_epoll_pwait2:
+        return sys_epoll_pwait(&k);
+    default:
+        return ksys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    }
+}
+
+unsigned shipc_ent_threads(void)
+{
+    return thread_alive();
 }
 
 void shipc_ent_crit_enter(void)

@@ -109,7 +109,7 @@ void cnk_main(long *sp)
     int r = ship_init(cnk.conn_fd);
     if (r < 0)
         cnk_fail(-r, "cannot set up function shipping to the I/O node (error %d)", -r);
-    shipc_fd_on_close(sock_epoll_closed);     /* closed descriptors leave cnk's epoll records */
+    shipc_fd_on_close(shipc_epoll_closed);    /* closed descriptors leave the core's epoll records */
     uintptr_t entry, stack;
     load_program(&entry, &stack);
     ksys1(__NR_close, cnk.image_fd);

@@ -27,9 +27,9 @@
 #define CNK_FN_SHIPPED(op)      CNK_SHIP_##op
 #define CNK_FN_SOCKET(op)       CNK_SOCK_##op
 #define CNK_FN_REFUSED(op)      CNK_REFUSE_##op
-#define CNK_SHIP_OP(x)          sys_##x             /* ship.c, plugin.c */
+#define CNK_SHIP_OP(x)          sys_##x             /* entry.c */
 #define CNK_SHIP_BY_FD(f)       sys_##f             /* made from the line: ship.c */
-#define CNK_SOCK_OP(x)          sock_##x            /* sock.c */
+#define CNK_SOCK_OP(x)          sock_##x            /* entry.c */
 #define CNK_REFUSE_0            NULL
 #define CNK_REFUSE_OP(x)        sys_##x             /* ship.c */
 

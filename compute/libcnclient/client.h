@@ -7,11 +7,13 @@
  *   entry.c    the hooks the shipping core calls; lat_sys, a call through it
  *   fdtable.c  routes and installs over the core's descriptor table (compute/shipc/)
  *   path.c     the rule deciding which paths stay on the compute node
- *   file.c     open/close/read/write/lseek/dup/fcntl/truncate/sync
- *   stat.c     the stat family, statx, statfs/statvfs, access, chmod, utimes
+ *   interpose.c the plain system calls, made from lattice/syscalls.def's GEN lines
+ *   file.c     open family, fcntl, ioctl, isatty, fadvise; LFS and _chk names
+ *   stat.c     the stat family's other spellings, statvfs, faccessat, chmod, utimes
  *   dir.c      DIR streams over shipped getdents64
  *   stdio.c    FILE streams over shipped descriptors; stdin/stdout/stderr
- *   misc.c     names (unlink, rename, mkdir...), cwd, umask, realpath, temp files
+ *   sock.c     send, recv, ppoll, pselect, epoll_pwait: as their system calls
+ *   misc.c     remove, getcwd, realpath, temp files, ttyname
  *   usercopy.c which of the program's buffers the mailbox may memcpy
  *
  * Every interposed function starts with lat_active(): when LATTICE_IO_FD is
@@ -62,12 +64,7 @@ enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };
 /* How a call on app descriptor fd goes; *remote is set for LAT_SHIP.
  * LAT_HIDE is the shipping socket itself: callers fail with EBADF. */
 LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
-/* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
-LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
 LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
-/* sock.c: numbers [first, last] were closed or replaced: drop the epoll
- * registrations of shipped descriptors there, and those of epoll sets numbered so. */
-LAT_HIDDEN void lat_epoll_closed(unsigned first, unsigned last);
 
 /* path.c */
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
@@ -78,18 +75,11 @@ LAT_HIDDEN int lat_path_route(int dirfd, const char *path, int *rdirfd);
  * NULL test inside an interposed function would be optimised away. */
 LAT_HIDDEN int lat_is_null(const void *p);
 
-/* file.c: close remote descriptor rfd (a fork()ed child only forgets it) */
-LAT_HIDDEN int lat_ship_close(int rfd);
-
 /* usercopy.c: memory known to be mapped (this thread's stack, the brk
  * heap, the main program's segments), readable or writable with wr: the
  * shipping core's mailbox copies there with memcpy (shipc_ent_user_ok). */
 LAT_HIDDEN void lat_usercopy_init(void);
 LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
-
-/* stat.c */
-struct stat;
-LAT_HIDDEN int lat_fstatat_any(int dirfd, const char *path, struct stat *st, int flags);
 
 /* stdio.c */
 LAT_HIDDEN void lat_stdio_init(void);

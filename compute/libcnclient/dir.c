@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -97,12 +98,7 @@ DIR *fdopendir(int fd)
 static struct dirent64 *next_entry(struct lat_dir *ld)
 {
     if (ld->pos >= ld->len) {
-        int r;
-        if (lat_fd_route(ld->fd, &r) != LAT_SHIP) {
-            lat_fail(EBADF);
-            return NULL;
-        }
-        int64_t n = lcn_ret(fwd_getdents64(r, ld->buf, sizeof ld->buf));
+        long n = lat_sys(SYS_getdents64, ld->fd, (long)ld->buf, sizeof ld->buf, 0, 0, 0);
         if (n <= 0)
             return NULL;
         ld->pos = 0;
@@ -230,22 +226,6 @@ int dirfd(DIR *d)
 {
     struct lat_dir *ld = ours(d);
     return ld ? ld->fd : REAL(dirfd)(d);
-}
-
-ssize_t getdents64(int fd, void *buf, size_t n)
-{
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP: {
-        size_t cap = n > LAT_MAX_IO ? LAT_MAX_IO : n;
-        return (ssize_t)lcn_ret(fwd_getdents64(r, buf, cap));
-    }
-    case LAT_HIDE:
-        return lat_fail(EBADF);
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(getdents64)(fd, buf, n);
 }
 
 /* scandir: glibc's reads the directory with its internal calls, so shipped

@@ -1,13 +1,15 @@
 /*
- * file.c - descriptor calls: open family, close, read/write family, lseek,
- * truncate, sync, dup family, fcntl, close_range, isatty/ioctl/flock.
+ * file.c - descriptor calls whose libc function is not the system call of
+ * its name: open family (varargs), closefrom, LFS aliases and fortified _chk
+ * variants of the read/write family, fcntl, ioctl, isatty, posix_fadvise,
+ * preadv2/pwritev2 (the call's offset is two words).  The plain ones
+ * (read, close, dup2...) are made from lattice/syscalls.def (interpose.c).
  *
  * Each is the system call it stands for, handed to the shipping core
  * (lat_sys: compute/shipc/file.c, the same handlers as under cnk), which
  * routes the descriptor or path: node-local runs as the system call, the
  * client's own descriptors are EBADF, remote ones go to the I/O node (a
  * rendezvous, data up to LAT_MAX_IO, or a pipelined series of chunks).
- * Here: libc's spellings (varargs, LFS aliases, fortified _chk variants).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -36,15 +39,6 @@ int close_range(unsigned int first, unsigned int last, int flags);
 void closefrom(int lowfd);
 
 #define NEEDS_MODE(flags) (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE)
-
-/* ---- shipping helpers ---- */
-
-int lat_ship_close(int rfd)
-{
-    if (lat_forked())
-        return 0;  /* the parent still owns it */
-    return (int)lcn_ret(fwd_close(rfd));
-}
 
 #define SYS(nr, a0, a1, a2, a3) lat_sys((nr), (long)(a0), (long)(a1), (long)(a2), (long)(a3), 0, 0)
 
@@ -73,11 +67,6 @@ int open(const char *path, int flags, ...) { OPEN_VA(AT_FDCWD, path, flags); }
 int open64(const char *path, int flags, ...) { OPEN_VA(AT_FDCWD, path, flags); }
 int openat(int dirfd, const char *path, int flags, ...) { OPEN_VA(dirfd, path, flags); }
 int openat64(int dirfd, const char *path, int flags, ...) { OPEN_VA(dirfd, path, flags); }
-
-int creat(const char *path, mode_t mode)
-{
-    return do_openat(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
-}
 
 int creat64(const char *path, mode_t mode)
 {
@@ -114,14 +103,7 @@ int __openat64_2(int dirfd, const char *path, int flags)
     return do_openat(dirfd, path, flags, 0);
 }
 
-/* ---- close: the core skips the client's own descriptors, as cnk's ---- */
-
-int close(int fd) { return (int)SYS(SYS_close, fd, 0, 0, 0); }
-
-int close_range(unsigned int first, unsigned int last, int flags)
-{
-    return (int)SYS(SYS_close_range, first, last, flags, 0);
-}
+/* ---- closefrom: close_range, which skips the client's own descriptors ---- */
 
 void closefrom(int lowfd)
 {
@@ -129,9 +111,6 @@ void closefrom(int lowfd)
 }
 
 /* ---- read / write ---- */
-
-ssize_t read(int fd, void *buf, size_t n) { return SYS(SYS_read, fd, buf, n, 0); }
-ssize_t write(int fd, const void *buf, size_t n) { return SYS(SYS_write, fd, buf, n, 0); }
 
 ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
@@ -141,9 +120,7 @@ ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 }
 
 ssize_t pread(int fd, void *buf, size_t n, off_t off) { return SYS(SYS_pread64, fd, buf, n, off); }
-ssize_t pread64(int fd, void *buf, size_t n, off64_t off) { return SYS(SYS_pread64, fd, buf, n, off); }
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return SYS(SYS_pwrite64, fd, buf, n, off); }
-ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) { return SYS(SYS_pwrite64, fd, buf, n, off); }
 
 ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
@@ -159,29 +136,17 @@ ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen)
     return pread(fd, buf, n, off);
 }
 
-ssize_t readv(int fd, const struct iovec *iov, int cnt) { return SYS(SYS_readv, fd, iov, cnt, 0); }
-ssize_t writev(int fd, const struct iovec *iov, int cnt) { return SYS(SYS_writev, fd, iov, cnt, 0); }
 /* the kernel's low word is the whole offset on x86-64 */
-ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) { return SYS(SYS_preadv, fd, iov, cnt, off); }
 ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) { return SYS(SYS_preadv, fd, iov, cnt, off); }
-ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) { return SYS(SYS_pwritev, fd, iov, cnt, off); }
 ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) { return SYS(SYS_pwritev, fd, iov, cnt, off); }
 
-/* ---- lseek, truncate, sync ---- */
+/* ---- lseek, truncate ---- */
 
-off_t lseek(int fd, off_t off, int whence) { return SYS(SYS_lseek, fd, off, whence, 0); }
 off64_t lseek64(int fd, off64_t off, int whence) { return SYS(SYS_lseek, fd, off, whence, 0); }
-int ftruncate(int fd, off_t len) { return (int)SYS(SYS_ftruncate, fd, len, 0, 0); }
 int ftruncate64(int fd, off64_t len) { return (int)SYS(SYS_ftruncate, fd, len, 0, 0); }
-int truncate(const char *path, off_t len) { return (int)SYS(SYS_truncate, path, len, 0, 0); }
 int truncate64(const char *path, off64_t len) { return (int)SYS(SYS_truncate, path, len, 0, 0); }
-/* fsync, fdatasync: byfd.c, from lattice/syscalls.def */
 
-/* ---- dup family, fcntl ---- */
-
-int dup(int fd) { return (int)SYS(SYS_dup, fd, 0, 0, 0); }
-int dup2(int oldfd, int newfd) { return (int)SYS(SYS_dup2, oldfd, newfd, 0, 0); }
-int dup3(int oldfd, int newfd, int flags) { return (int)SYS(SYS_dup3, oldfd, newfd, flags, 0); }
+/* ---- fcntl ---- */
 
 /* The third argument is an int or a pointer; read it as a long, as glibc
  * does.  F_GETOWN stays libc's: its answer may be a negative process group. */
@@ -211,22 +176,14 @@ int fcntl64(int fd, int cmd, ...)
     return do_fcntl(fd, cmd, arg);
 }
 
-/* ---- terminals, ioctl, locks, advice ---- */
+/* ---- terminals, ioctl, advice ---- */
 
+/* glibc's isatty is TCGETS: the core's ioctl says ENOTTY for a shipped
+ * file (a remote file is never a terminal), EBADF for the client's own. */
 int isatty(int fd)
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        lat_fail(ENOTTY);  /* a remote file is never a terminal */
-        return 0;
-    case LAT_HIDE:
-        lat_fail(EBADF);
-        return 0;
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(isatty)(fd);
+    struct termios t;
+    return lat_sys(SYS_ioctl, fd, TCGETS, (long)&t, 0, 0, 0) == 0;
 }
 
 int ioctl(int fd, unsigned long req, ...)
@@ -237,8 +194,6 @@ int ioctl(int fd, unsigned long req, ...)
     va_end(ap);
     return (int)SYS(SYS_ioctl, fd, req, arg, 0);
 }
-
-int flock(int fd, int op) { return (int)SYS(SYS_flock, fd, op, 0, 0); }
 
 /* posix_fadvise returns the error number itself. */
 static int do_fadvise(int fd, off_t off, off_t len, int advice)
@@ -253,7 +208,7 @@ static int do_fadvise(int fd, off_t off, off_t len, int advice)
 int posix_fadvise(int fd, off_t off, off_t len, int advice) { return do_fadvise(fd, off, len, advice); }
 int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) { return do_fadvise(fd, off, len, advice); }
 
-/* ---- preadv2/pwritev2, sendfile, copy_file_range: the core's (cnk's) ---- */
+/* ---- preadv2/pwritev2 (the call: offset in two words, then flags); sendfile64 ---- */
 
 ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
@@ -276,10 +231,5 @@ ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int f
 }
 
 /* With a shipped side, emulated through a bounce buffer (compute/shipc/copy.c). */
-ssize_t sendfile(int out, int in, off_t *off, size_t count) { return SYS(SYS_sendfile, out, in, off, count); }
 ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { return SYS(SYS_sendfile, out, in, off, count); }
 
-ssize_t copy_file_range(int in, off64_t *oin, int out, off64_t *oout, size_t len, unsigned int flags)
-{
-    return lat_sys(SYS_copy_file_range, in, (long)oin, out, (long)oout, (long)len, flags);
-}

@@ -1,7 +1,8 @@
 /*
- * misc.c - calls on names (unlink, rename, mkdir, rmdir, remove, link...),
- * the working directory and umask (which live on the I/O node), realpath,
- * temporary files, ttyname.
+ * misc.c - remove, getcwd (the working directory lives on the I/O node),
+ * realpath, temporary files, ttyname.  The name calls (unlink, rename,
+ * mkdir, link, chown...), chdir and umask are made from
+ * lattice/syscalls.def (interpose.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,70 +22,19 @@ char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen);
 
 #define SYS(nr, a0, a1, a2, a3, a4) lat_sys((nr), (long)(a0), (long)(a1), (long)(a2), (long)(a3), (long)(a4), 0)
 
-/* ---- names: the system calls, through the shipping core (compute/shipc/name.c) ---- */
+/* ---- names ---- */
 
-int unlinkat(int dirfd, const char *path, int flags) { return (int)SYS(SYS_unlinkat, dirfd, path, flags, 0, 0); }
-int unlink(const char *path) { return (int)SYS(SYS_unlink, path, 0, 0, 0, 0); }
-int rmdir(const char *path) { return (int)SYS(SYS_rmdir, path, 0, 0, 0, 0); }
-
-/* glibc's remove() calls its internal unlink/rmdir */
+/* glibc's remove() calls its internal unlink/rmdir: the same, through the core */
 int remove(const char *path)
 {
-    int rd;
-    switch (lat_path_route(AT_FDCWD, path, &rd)) {
-    case LAT_SHIP:
-        break;
-    case LAT_LOCAL:
-        return REAL(remove)(path);
-    default:
-        return -1;
-    }
-    if (unlinkat(AT_FDCWD, path, 0) == 0)
+    if (lat_sys(SYS_unlinkat, AT_FDCWD, (long)path, 0, 0, 0, 0) == 0)
         return 0;
     if (errno != EISDIR)
         return -1;
-    return unlinkat(AT_FDCWD, path, AT_REMOVEDIR);
+    return (int)lat_sys(SYS_unlinkat, AT_FDCWD, (long)path, AT_REMOVEDIR, 0, 0, 0);
 }
 
-/* one name on each node: EXDEV, as across file systems */
-int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags)
-{
-    return (int)SYS(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
-}
-
-int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
-{
-    return (int)SYS(SYS_renameat, olddirfd, oldpath, newdirfd, newpath, 0);
-}
-
-int rename(const char *oldpath, const char *newpath) { return (int)SYS(SYS_rename, oldpath, newpath, 0, 0, 0); }
-int mkdirat(int dirfd, const char *path, mode_t mode) { return (int)SYS(SYS_mkdirat, dirfd, path, mode, 0, 0); }
-int mkdir(const char *path, mode_t mode) { return (int)SYS(SYS_mkdir, path, mode, 0, 0, 0); }
-
-/* The protocol has no message for these: ENOSYS on shipped names. */
-int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
-{
-    return (int)SYS(SYS_linkat, olddirfd, oldpath, newdirfd, newpath, flags);
-}
-
-int link(const char *oldpath, const char *newpath) { return (int)SYS(SYS_link, oldpath, newpath, 0, 0, 0); }
-int symlinkat(const char *target, int dirfd, const char *path) { return (int)SYS(SYS_symlinkat, target, dirfd, path, 0, 0); }
-int symlink(const char *target, const char *path) { return (int)SYS(SYS_symlink, target, path, 0, 0, 0); }
-int fchownat(int dirfd, const char *path, uid_t uid, gid_t gid, int flags)
-{
-    return (int)SYS(SYS_fchownat, dirfd, path, uid, gid, flags);
-}
-int chown(const char *path, uid_t uid, gid_t gid) { return (int)SYS(SYS_chown, path, uid, gid, 0, 0); }
-int lchown(const char *path, uid_t uid, gid_t gid) { return (int)SYS(SYS_lchown, path, uid, gid, 0, 0); }
-int fchown(int fd, uid_t uid, gid_t gid) { return (int)SYS(SYS_fchown, fd, uid, gid, 0, 0); }
-
-/* ---- working directory and umask: on the I/O node ---- */
-
-/* even /proc: relative names are always resolved on the I/O node */
-int chdir(const char *path) { return (int)SYS(SYS_chdir, path, 0, 0, 0, 0); }
-/* A local directory descriptor cannot become the I/O node's cwd; fchdir on
- * one changes only the (unused) local cwd. */
-int fchdir(int fd) { return (int)SYS(SYS_fchdir, fd, 0, 0, 0, 0); }
+/* ---- working directory: on the I/O node ---- */
 
 char *getcwd(char *buf, size_t size)
 {
@@ -139,12 +89,6 @@ char *get_current_dir_name(void)
 }
 
 /* the local umask follows too: /dev/shm files are created here */
-mode_t umask(mode_t mask)
-{
-    if (!lat_active())
-        return REAL(umask)(mask);
-    return (mode_t)SYS(SYS_umask, mask, 0, 0, 0, 0);
-}
 
 /* ---- realpath: resolved on the I/O node with lstat/readlink/getcwd ---- */
 
@@ -334,32 +278,16 @@ char *mkdtemp(char *t)
 
 /* ---- terminals ---- */
 
+/* glibc's own terminal check cannot see through a placeholder: ours
+ * (isatty, the core's ioctl) first. */
 int ttyname_r(int fd, char *buf, size_t len)
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        return ENOTTY;
-    case LAT_HIDE:
-        return EBADF;
-    case LAT_LOCAL:
-        break;
-    }
+    if (!isatty(fd))
+        return errno;
     return REAL(ttyname_r)(fd, buf, len);
 }
 
 char *ttyname(int fd)
 {
-    int r;
-    switch (lat_fd_route(fd, &r)) {
-    case LAT_SHIP:
-        lat_fail(ENOTTY);
-        return NULL;
-    case LAT_HIDE:
-        lat_fail(EBADF);
-        return NULL;
-    case LAT_LOCAL:
-        break;
-    }
-    return REAL(ttyname)(fd);
+    return isatty(fd) ? REAL(ttyname)(fd) : NULL;
 }

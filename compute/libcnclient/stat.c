@@ -2,7 +2,9 @@
  * stat.c - file attributes: the stat family in every spelling glibc
  * programs and older binaries use (stat/stat64/fstatat/__xstat...), statx,
  * statfs/statvfs, access, readlink, chmod, utimes.  Missing stat variants
- * are the commonest gap in I/O forwarding layers, so all are here.
+ * are the commonest gap in I/O forwarding layers, so all are here (the
+ * plain system calls stat, statx, statfs, access, readlink, chmod... are
+ * made from lattice/syscalls.def: interpose.c).
  *
  * Each is the system call it stands for, through the shipping core
  * (lat_sys: compute/shipc/stat.c decides local or shipped, as under cnk);
@@ -38,7 +40,7 @@ _Static_assert(sizeof(struct statfs) == sizeof(struct statfs64), "x86-64 statfs 
 
 /* ---- stat family: the shipping core's (compute/shipc/stat.c), as under cnk ---- */
 
-int lat_fstatat_any(int dirfd, const char *path, struct stat *st, int flags)
+static int lat_fstatat_any(int dirfd, const char *path, struct stat *st, int flags)
 {
     return (int)lat_sys(SYS_newfstatat, dirfd, (long)path, (long)st, flags, 0, 0);
 }
@@ -48,9 +50,6 @@ static int do_fstat(int fd, struct stat *st)
     return (int)lat_sys(SYS_fstat, fd, (long)st, 0, 0, 0, 0);
 }
 
-int stat(const char *p, struct stat *st) { return lat_fstatat_any(AT_FDCWD, p, st, 0); }
-int lstat(const char *p, struct stat *st) { return lat_fstatat_any(AT_FDCWD, p, st, AT_SYMLINK_NOFOLLOW); }
-int fstat(int fd, struct stat *st) { return do_fstat(fd, st); }
 int fstatat(int d, const char *p, struct stat *st, int fl) { return lat_fstatat_any(d, p, st, fl); }
 
 int stat64(const char *p, struct stat64 *st) { return stat(p, (struct stat *)st); }
@@ -80,15 +79,9 @@ int __fxstatat64(int ver, int d, const char *p, struct stat64 *st, int fl)
 }
 
 /* statx(fd, "", AT_EMPTY_PATH) is how newer code spells fstat */
-int statx(int dirfd, const char *path, int flags, unsigned int mask, struct statx *stx)
-{
-    return (int)lat_sys(SYS_statx, dirfd, (long)path, flags, mask, (long)stx, 0);
-}
 
 /* ---- statfs / statvfs ---- */
 
-int statfs(const char *path, struct statfs *b) { return (int)lat_sys(SYS_statfs, (long)path, (long)b, 0, 0, 0, 0); }
-int fstatfs(int fd, struct statfs *b) { return (int)lat_sys(SYS_fstatfs, fd, (long)b, 0, 0, 0, 0); }
 int statfs64(const char *path, struct statfs64 *b) { return statfs(path, (struct statfs *)b); }
 int fstatfs64(int fd, struct statfs64 *b) { return fstatfs(fd, (struct statfs *)b); }
 
@@ -141,18 +134,10 @@ int faccessat(int dirfd, const char *path, int mode, int flags)
     return (int)lat_sys(SYS_faccessat2, dirfd, (long)path, mode, flags, 0, 0);
 }
 
-int access(const char *path, int mode) { return faccessat(AT_FDCWD, path, mode, 0); }
 int euidaccess(const char *path, int mode) { return faccessat(AT_FDCWD, path, mode, AT_EACCESS); }
 int eaccess(const char *path, int mode) { return faccessat(AT_FDCWD, path, mode, AT_EACCESS); }
 
 /* ---- readlink ---- */
-
-ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len)
-{
-    return (ssize_t)lat_sys(SYS_readlinkat, dirfd, (long)path, (long)buf, (long)len, 0, 0);
-}
-
-ssize_t readlink(const char *path, char *buf, size_t len) { return readlinkat(AT_FDCWD, path, buf, len); }
 
 ssize_t __readlink_chk(const char *path, char *buf, size_t len, size_t buflen)
 {
@@ -187,9 +172,7 @@ int fchmodat(int dirfd, const char *path, mode_t mode, int flags)
     }
 }
 
-int chmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, 0); }
 int lchmod(const char *path, mode_t mode) { return fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW); }
-int fchmod(int fd, mode_t mode) { return (int)lat_sys(SYS_fchmod, fd, mode, 0, 0, 0, 0); }
 
 /* ---- times ---- */
 
@@ -266,7 +249,6 @@ int utime(const char *path, const struct utimbuf *ub)
 
 /* ---- extended attributes: not in the protocol; "not supported here" is
  * what tools (ls -l, cp -a) expect from such a file system ---- */
-
 
 static int xattr_path(const char *path, int *ship)
 {

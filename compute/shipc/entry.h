@@ -28,8 +28,13 @@ int shipc_ent_user_ok(const void *p, size_t n, int wr);
 /* CLOCK_MONOTONIC in ns (a rendezvous's wait). */
 uint64_t shipc_ent_now_ns(void);
 
+/* The program's threads, itself included (more than one: a shipped wait
+ * comes in slices, so the others get the connection). */
+unsigned shipc_ent_threads(void);
+
 /* Run a call on the node's own kernel, with the program's arguments as
- * they are: the result or -errno.  cnk: the system call itself. */
+ * they are: the result or -errno.  cnk: the system call itself (ppoll,
+ * pselect6 and epoll_pwait with SIGSYS taken out of their mask). */
 struct shipc_call;
 long shipc_ent_local(struct shipc_call *c);
 

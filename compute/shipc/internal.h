@@ -20,6 +20,9 @@
 #include "shipc.h"
 
 #define SHIPC_MIN(a, b) ((a) < (b) ? (a) : (b))
+/* Longest a shipped wait (socket, poll) holds the connection while other
+ * threads, or local descriptors of a poll set, may need it. */
+#define SHIPC_SLICE_MS 10
 #define LAT_MBOX_MAXIOV 64          /* vectors a mailbox call may gather or scatter */
 
 /* A lock between the program's threads (futex; no signal handler of the
@@ -75,9 +78,16 @@ long shipc_call_locked(uint16_t type, const int64_t a[4], const struct iovec *ou
 /* ---- bulk.c ---- */
 void shipc_rdv_wait_init(void);                 /* the timer of rendezvous waits (hidden) */
 
+/* ---- sockio.c: the bytes of a shipped socket (remote descriptor r) ---- */
+int shipc_sock_next_wait(void);     /* after LAT_ERR_WAIT: the next try's wait (other threads go first) */
+long shipc_sock_send(int r, const void *name, long nlen, const struct iovec *iov, long cnt, int flags);
+/* the sender into name (*nlen: its room, then its length; left alone without a name) */
+long shipc_sock_recv(int r, void *name, int *nlen, const struct iovec *iov, long cnt, int flags, unsigned *mflags);
+
 /* ---- the handlers (dispatch.c, file.c, stat.c, name.c, copy.c) ---- */
 #define SHIPC_HANDLER(name) long shipc_sys_##name(struct shipc_call *c);
 SHIPC_FILE_CALLS(SHIPC_HANDLER)
+SHIPC_SOCK_CALLS(SHIPC_HANDLER)
 SHIPC_HANDLER(lattice_zoid)                 /* plugin.c: LAT_NR_ZOID */
 
 #define NEEDS_MODE(f) (((f) & O_CREAT) || ((f) & O_TMPFILE) == O_TMPFILE)

@@ -49,6 +49,7 @@ int shipc_fd_next_hidden(unsigned from, unsigned last);    /* lowest hidden fd i
 /* Told of numbers [first, last] closed or replaced (epoll registrations go). */
 void shipc_fd_on_close(void (*fn)(unsigned first, unsigned last));
 void shipc_fd_closed(unsigned first, unsigned last);
+void shipc_epoll_closed(unsigned first, unsigned last);  /* poll.c: the hook for shipc_fd_on_close */
 
 /* ---- conn.c, mbox.c, bulk.c, fwd.c: the PROC connection to ciod ---- */
 struct iovec;
@@ -93,7 +94,13 @@ struct shipc_call {
     X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
     X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
     X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
-/* Every file call of SHIPC_FILE_CALLS, and the plug-in call LAT_NR_ZOID:
+/* The socket and poll calls (sock.c, poll.c), by the handler's name:
+ * accept4 is accept's, epoll_pwait2 epoll_pwait's. */
+#define SHIPC_SOCK_CALLS(X) \
+    X(socket) X(connect) X(bind) X(listen) X(accept) X(sendto) X(recvfrom) X(sendmsg) X(recvmsg)      \
+    X(sendmmsg) X(recvmmsg) X(shutdown) X(setsockopt) X(getsockopt) X(getsockname) X(getpeername)     \
+    X(poll) X(ppoll) X(select) X(pselect6) X(epoll_ctl) X(epoll_wait) X(epoll_pwait)
+/* Every call of SHIPC_FILE_CALLS and SHIPC_SOCK_CALLS, and the plug-in call LAT_NR_ZOID:
  * decided by path or descriptor; local ones run through shipc_ent_local.
  * The result or -errno; -ENOSYS for a number the core does not handle. */
 long shipc_sys(struct shipc_call *c);

@@ -437,6 +437,9 @@ static int basic(void)
     CHECK(fcntl(fd, F_GETFD) == 0);
     CHECK(fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 && fcntl(fd, F_GETFD) == FD_CLOEXEC);
     CHECK(isatty(fd) == 0 && errno == ENOTTY);
+    errno = 0;
+    CHECK(ttyname(fd) == NULL && errno == ENOTTY);      /* glibc's own check would say EBADF */
+    CHECK(ttyname_r(fd, buf, sizeof buf) == ENOTTY);
     CHECK(close(fd) == 0);
     ERRNO(close(fd), EBADF);
     ERRNO(read(fd, buf, 1), EBADF);
@@ -532,6 +535,8 @@ static int basic(void)
     CHECK(fopen("s.txt", "wx") == NULL && errno == EEXIST);
     CHECK(fopen("nodir/x", "r") == NULL && errno == ENOENT);
     CHECK(remove("s.txt") == 0);
+    CHECK(mkdir("rmme", 0755) == 0 && remove("rmme") == 0);    /* a directory: rmdir */
+    ERRNO(remove("rmme"), ENOENT);
 
     /* stdout, stderr, stdin are the remote 1, 2, 0 */
     CHECK(fgetc(stdin) == EOF);

@@ -109,7 +109,7 @@ def test_linux_mode_is_recorded_as_it_is(calls: list[syscalls.Syscall], built: P
 
 def test_by_fd_lines_need_no_handler_of_their_own(calls: list[syscalls.Syscall], built: Path) -> None:
     """A BY_FD(f) line is all a one-descriptor call needs: cnk's sys_f and the
-    interposer f are made from it (ship.c, libcnclient/byfd.c)."""
+    interposer f are made from it (compute/shipc/file.c, libcnclient/interpose.c)."""
     by_fd = [s for s in calls if s.by_fd]
     assert {s.name for s in by_fd} >= {"fsync", "fdatasync"}
     hand = "".join(p.read_text() for p in [*CNK_SRC.glob("*.c"), *(ROOT / "compute" / "libcnclient").glob("*.c")])

@@ -1,8 +1,8 @@
 /*
  * lattice/sock_rule.h - which sockets are shipped to the I/O node and which
  * stay on the compute node (compute/cnk/README.md "Sockets"): the one rule
- * of cnk (compute/cnk/sock.c) and the Linux-mode client
- * (compute/libcnclient/sock.c).
+ * of cnk and the Linux-mode client, in their shipping core
+ * (compute/shipc/sock.c).
  *
  * Every socket is created local.  An AF_INET/AF_INET6 socket that is not
  * yet connected, listening or decided is decided by the first destination

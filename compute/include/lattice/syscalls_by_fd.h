@@ -1,8 +1,9 @@
 /*
  * lattice/syscalls_by_fd.h - BY_FD_LINE(f) once per BY_FD(f) line of
  * lattice/syscalls.def (a call whose one argument is a descriptor: fwd_f on
- * the remote one).  Define BY_FD_LINE, include this, undefine it: cnk makes
- * its handlers sys_f with it (ship.c), libcnclient its interposers (byfd.c).
+ * the remote one).  Define BY_FD_LINE, include this, undefine it: the
+ * shipping core makes its handlers shipc_sys_f with it (compute/shipc/file.c);
+ * the interposers come from the lines' GEN (libcnclient/interpose.c).
  * No include guard, like the list.
  */
 #define LAT_BY_FD_LOCAL(op)
