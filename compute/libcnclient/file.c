@@ -1,6 +1,7 @@
 /*
  * file.c - descriptor calls: open family, close, read/write family, lseek,
- * truncate, sync, dup family, fcntl, close_range, isatty/ioctl/flock.
+ * truncate, sync, dup family, fcntl, close_range, isatty/ioctl/flock,
+ * fallocate.
  *
  * Each is the system call it stands for, handed to the shipping core
  * (lat_sys: compute/shipc/file.c, the same handlers as under cnk), which
@@ -252,6 +253,28 @@ static int do_fadvise(int fd, off_t off, off_t len, int advice)
 
 int posix_fadvise(int fd, off_t off, off_t len, int advice) { return do_fadvise(fd, off, len, advice); }
 int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) { return do_fadvise(fd, off, len, advice); }
+
+/* ---- fallocate: reserved on the I/O node (compute/shipc/file.c) ---- */
+
+int fallocate(int fd, int mode, off_t off, off_t len) { return (int)SYS(SYS_fallocate, fd, mode, off, len); }
+int fallocate64(int fd, int mode, off64_t off, off64_t len) { return (int)SYS(SYS_fallocate, fd, mode, off, len); }
+
+/* posix_fallocate returns the error number itself; glibc's calls its
+ * internal fallocate, so it is interposed too.  A node-local descriptor
+ * keeps glibc's (which writes where the file system cannot reserve). */
+static int do_posix_fallocate(int fd, off_t off, off_t len)
+{
+    int r, e = errno;
+
+    if (lat_fd_route(fd, &r) == LAT_LOCAL)
+        return REAL(posix_fallocate)(fd, off, len);
+    int err = SYS(SYS_fallocate, fd, 0, off, len) < 0 ? errno : 0;
+    errno = e;
+    return err;
+}
+
+int posix_fallocate(int fd, off_t off, off_t len) { return do_posix_fallocate(fd, off, len); }
+int posix_fallocate64(int fd, off64_t off, off64_t len) { return do_posix_fallocate(fd, off, len); }
 
 /* ---- preadv2/pwritev2, sendfile, copy_file_range: the core's (cnk's) ---- */
 

@@ -61,13 +61,18 @@ int rename(const char *oldpath, const char *newpath) { return (int)SYS(SYS_renam
 int mkdirat(int dirfd, const char *path, mode_t mode) { return (int)SYS(SYS_mkdirat, dirfd, path, mode, 0, 0); }
 int mkdir(const char *path, mode_t mode) { return (int)SYS(SYS_mkdir, path, mode, 0, 0, 0); }
 
-/* The protocol has no message for these: ENOSYS on shipped names. */
+/* Links, owners and nodes, made on the I/O node (compute/shipc/name.c). */
 int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
 {
     return (int)SYS(SYS_linkat, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 int link(const char *oldpath, const char *newpath) { return (int)SYS(SYS_link, oldpath, newpath, 0, 0, 0); }
+/* glibc's mkfifo/mkfifoat/mknod call its internal mknodat: each is interposed */
+int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) { return (int)SYS(SYS_mknodat, dirfd, path, mode, dev, 0); }
+int mknod(const char *path, mode_t mode, dev_t dev) { return (int)SYS(SYS_mknod, path, mode, dev, 0, 0); }
+int mkfifoat(int dirfd, const char *path, mode_t mode) { return mknodat(dirfd, path, mode | S_IFIFO, 0); }
+int mkfifo(const char *path, mode_t mode) { return mknodat(AT_FDCWD, path, mode | S_IFIFO, 0); }
 int symlinkat(const char *target, int dirfd, const char *path) { return (int)SYS(SYS_symlinkat, target, dirfd, path, 0, 0); }
 int symlink(const char *target, const char *path) { return (int)SYS(SYS_symlink, target, path, 0, 0, 0); }
 int fchownat(int dirfd, const char *path, uid_t uid, gid_t gid, int flags)

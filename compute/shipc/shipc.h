@@ -92,7 +92,8 @@ struct shipc_call {
     X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
     X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
     X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
-    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
+    X(chown) X(fchown) X(lchown) X(fchownat) X(mknod) X(mknodat) X(fallocate) X(sendfile)         \
+    X(copy_file_range)
 /* Every file call of SHIPC_FILE_CALLS, and the plug-in call LAT_NR_ZOID:
  * decided by path or descriptor; local ones run through shipc_ent_local.
  * The result or -errno; -ENOSYS for a number the core does not handle. */
