@@ -256,6 +256,8 @@ int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) { return do_fa
 
 /* ---- fallocate: reserved on the I/O node (compute/shipc/file.c) ---- */
 
+/* fallocate: a GEN line of syscalls.def, by hand until generated */
+
 int fallocate(int fd, int mode, off_t off, off_t len) { return (int)SYS(SYS_fallocate, fd, mode, off, len); }
 int fallocate64(int fd, int mode, off64_t off, off64_t len) { return (int)SYS(SYS_fallocate, fd, mode, off, len); }
 

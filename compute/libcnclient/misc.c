@@ -68,7 +68,8 @@ int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
 }
 
 int link(const char *oldpath, const char *newpath) { return (int)SYS(SYS_link, oldpath, newpath, 0, 0, 0); }
-/* glibc's mkfifo/mkfifoat/mknod call its internal mknodat: each is interposed */
+/* glibc's mkfifo/mkfifoat/mknod call its internal mknodat: each is interposed.
+ * mknod, mknodat: GEN lines of syscalls.def, by hand until generated. */
 int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev) { return (int)SYS(SYS_mknodat, dirfd, path, mode, dev, 0); }
 int mknod(const char *path, mode_t mode, dev_t dev) { return (int)SYS(SYS_mknod, path, mode, dev, 0, 0); }
 int mkfifoat(int dirfd, const char *path, mode_t mode) { return mknodat(dirfd, path, mode | S_IFIFO, 0); }
