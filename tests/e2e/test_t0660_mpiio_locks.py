@@ -8,7 +8,9 @@ one, 2-3 behind the other, so they exclude each other only because both
 I/O nodes lock the same host file.  Under both kernels the program prints
 what it prints under mpiexec.hydra, and the test reads the files' bytes
 itself.  Before the locks were shipped, ROMIO aborted with
-"ADIOI_GEN_SetLock: No locks available".
+"ADIOI_GEN_SetLock: No locks available".  examples/lockwait shows the
+blocking wait itself: F_SETLKW across the two I/O nodes, ended by the
+holder, with signals and another thread's calls going through meanwhile.
 
 One 1x1x4 machine (two psets of 2, 256 MiB per node) with block L.
 """
@@ -85,3 +87,35 @@ def test_mpiio_locks_exclude_ranks_behind_two_ionodes(two_ionodes: Machine, nati
     assert got == ["atomic: ok (4000 bytes of one rank, atomicity 1)", "interleaved: ok (64000 bytes)",
                    "shared: ok (80 bytes)"]
     check_files(d)
+
+
+LOCKWAIT = EXAMPLES / "lockwait"
+WAITED = ["last rank: F_GETLK = 0 F_WRLCK",
+          "last rank: F_SETLK while rank 0 holds it = EAGAIN",
+          "last rank: F_SETLKW = 0, after rank 0 let go = yes, handler ran = yes",
+          "rank 0: the waiting rank handled a signal while it waited = yes"]
+
+
+def test_lockwait_native(tmp_path: Path) -> None:
+    """The program's lines natively, two processes on one host."""
+    d = scratch(tmp_path / "native")
+    env = dict(os.environ, LATTICE_SIZE="2")
+    ps = [subprocess.Popen([str(LOCKWAIT), str(d)], env=dict(env, LATTICE_RANK=str(r)), stdout=subprocess.PIPE,
+                           text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=180)[0] for p in ps]
+    assert [p.returncode for p in ps] == [0, 0], outs
+    assert lines("".join(outs)) == WAITED
+
+
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_setlkw_waits_across_ionodes_and_takes_signals(two_ionodes: Machine, kernel: str) -> None:
+    """Rank 0 (first I/O node) holds a write lock until rank 3 (second I/O
+    node), blocked in F_SETLKW, has run a SIGALRM handler and, from a second
+    thread, made a file: the wait goes in slices, so signals are delivered
+    and the connection is free between them; the wait ends when the holder
+    lets go."""
+    d = scratch(two_ionodes.work / f"wait-{kernel}")
+    p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", "--kernel", kernel, str(LOCKWAIT), str(d),
+                        timeout=300)
+    assert lines(p.stdout) == WAITED, (p.stdout, p.stderr)
+    assert {l.split(":")[0] for l in p.stdout.splitlines() if "last rank" in l} == {str(N - 1)}
