@@ -17,7 +17,6 @@ One 1x1x4 machine (two psets of 2, 256 MiB per node) with block L.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Iterator
 import pytest
 
 from conftest import EXAMPLES, Machine, booted_block
+from cnk_helpers import unlabelled
 
 PROG = EXAMPLES / "mpi" / "mpiio_locks"
 N = 4                   # one rank per compute node, two per I/O node
@@ -36,10 +36,6 @@ BLK, NBLK = 1000, 16    # as in the program
 def two_ionodes(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     assert PROG.exists(), f"{PROG} missing: run make"
     yield from booted_block(tmp_path_factory.mktemp("mpiiolk"), "L", "1x1x4", "--pset-size", "2", "--memory", "256M")
-
-
-def lines(out: str) -> list[str]:
-    return sorted(re.sub(r"^\d+: ", "", l) for l in out.splitlines() if l.strip())
 
 
 def check_files(d: Path) -> None:
@@ -73,7 +69,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
                        timeout=120)
     assert p.returncode == 0, p.stderr
     check_files(d)
-    return lines(p.stdout)
+    return unlabelled(p.stdout)
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])
@@ -82,7 +78,7 @@ def test_mpiio_locks_exclude_ranks_behind_two_ionodes(two_ionodes: Machine, nati
     p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", "--kernel", kernel, str(PROG), str(d),
                         timeout=300)
     assert "No locks available" not in p.stdout + p.stderr
-    got = lines(p.stdout)
+    got = unlabelled(p.stdout)
     assert got == native, (got, native, p.stderr)
     assert got == ["atomic: ok (4000 bytes of one rank, atomicity 1)", "interleaved: ok (64000 bytes)",
                    "shared: ok (80 bytes)"]
@@ -104,7 +100,7 @@ def test_lockwait_native(tmp_path: Path) -> None:
                            text=True) for r in (0, 1)]
     outs = [p.communicate(timeout=180)[0] for p in ps]
     assert [p.returncode for p in ps] == [0, 0], outs
-    assert lines("".join(outs)) == WAITED
+    assert unlabelled("".join(outs)) == WAITED
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])
@@ -117,5 +113,5 @@ def test_setlkw_waits_across_ionodes_and_takes_signals(two_ionodes: Machine, ker
     d = scratch(two_ionodes.work / f"wait-{kernel}")
     p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", "--kernel", kernel, str(LOCKWAIT), str(d),
                         timeout=300)
-    assert lines(p.stdout) == WAITED, (p.stdout, p.stderr)
+    assert unlabelled(p.stdout) == WAITED, (p.stdout, p.stderr)
     assert {l.split(":")[0] for l in p.stdout.splitlines() if "last rank" in l} == {str(N - 1)}
