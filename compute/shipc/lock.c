@@ -51,13 +51,16 @@ long shipc_lock(struct shipc_call *c, int r, int cmd, void *arg)
 
     if (!fl)
         return answered(c, -EFAULT);
-    do {
+    for (;;) {                          /* again while ciod says LAT_ERR_WAIT */
         lf = (struct lat_flock){ .type = fl->type, .whence = fl->whence, .pid = fl->pid,
                                  .start = fl->start, .len = fl->len };
         if (cmd == F_GETLK || cmd == F_SETLK || cmd == F_SETLKW)
             lf.pid = 0;                 /* a record lock's l_pid is the kernel's to fill */
         ret = fwd_lock(r, cmd, blocking ? LOCK_SLICE_MS : 0, &lf);
-    } while (ret == -LAT_ERR_WAIT && (nap(), 1));
+        if (ret != -LAT_ERR_WAIT)
+            break;
+        nap();
+    }
     if (ret == 0 && (cmd == F_GETLK || cmd == F_OFD_GETLK)) {
         fl->type = lf.type;             /* no conflict: the rest stays as given, as Linux leaves it */
         if (lf.type != F_UNLCK) {
@@ -82,6 +85,6 @@ long shipc_sys_flock(struct shipc_call *c)
         return answered(c, -EINVAL);
     int blocking = !(op & LOCK_NB_) && how != LOCK_UN_;
     while ((ret = fwd_flock(r, op, blocking ? LOCK_SLICE_MS : 0)) == -LAT_ERR_WAIT)
-        nap();
+        nap();                          /* asked again while ciod says LAT_ERR_WAIT */
     return shipped(c, ret);
 }
