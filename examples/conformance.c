@@ -576,10 +576,10 @@ static void readiness(void)
         close(fds[i]);
 }
 
-/* chown, link, symlink, mknod: issue 14 says they have no wire message */
+/* chown, link, symlink, mknod (issue 14: each has its own wire message now) */
 static void unshipped(void)
 {
-    printf("# calls without a wire message (issue 14)\n");
+    printf("# links, owners, nodes\n");
     SAY(symlink("s.dat", "sym"), "symlink(s.dat, sym)");
     STAT(lstat, "sym", "lstat(sym)");
     SAY(link("s.dat", "hard"), "link(s.dat, hard)");
@@ -589,6 +589,19 @@ static void unshipped(void)
     snprintf(fifo, sizeof fifo, "%s/fifo", top);
     SAY(mkfifo(fifo, 0644), "mkfifo(<dir>/fifo)");
     STAT(lstat, "fifo", "lstat(fifo)");
+    SAY(symlinkat("s.dat", AT_FDCWD, "sym"), "symlinkat(s.dat, sym) again");
+    SAY(linkat(AT_FDCWD, "sym", AT_FDCWD, "hard2", 0), "linkat(sym, hard2) links the link");
+    STAT(lstat, "hard2", "lstat(hard2)");
+    SAY(lchown("sym", (uid_t)-1, (gid_t)-1), "lchown(sym, -1, -1)");
+    SAY(fchownat(AT_FDCWD, "missing", (uid_t)-1, (gid_t)-1, 0), "fchownat(missing)");
+    int f = open("s.dat", O_RDONLY);
+    SAY(fchown(f, (uid_t)-1, getgid()), "fchown(s.dat, -1, own group)");
+    close(f);
+    SAY(mknod("node", S_IFREG | 0600, 0), "mknod(node, S_IFREG)");
+    STAT(lstat, "node", "lstat(node)");
+    SAY(mknodat(AT_FDCWD, "node", S_IFIFO | 0600, 0), "mknodat(node) exists");
+    unlink("node");
+    unlink("hard2");
     unlink("sym");
     unlink("hard");
     unlink("fifo");
@@ -672,6 +685,64 @@ static void more(void)
     unlink("u.txt");
 }
 
+static void show_lock(const char *what, long r, const struct flock *lk, int pid_too)
+{
+    if (r < 0) {
+        printf("%s = -1 %s\n", what, strerrorname_np(errno));
+        return;
+    }
+    printf("%s = %s", what, lk->l_type == F_UNLCK ? "F_UNLCK" : lk->l_type == F_RDLCK ? "F_RDLCK" : "F_WRLCK");
+    if (lk->l_type != F_UNLCK)
+        printf(" whence %d start %lld len %lld", lk->l_whence, (long long)lk->l_start, (long long)lk->l_len);
+    if (pid_too && lk->l_type != F_UNLCK)
+        printf(" pid %d", lk->l_pid);
+    printf("\n");
+}
+
+/* Locks between the program's descriptors: a process's record locks never
+ * conflict with each other and go with any close of the file; OFD locks
+ * and flock belong to the open file, so a second open conflicts. */
+static void other_locks(int fd)
+{
+    int b = open("s.dat", O_RDWR), c = open("s.dat", O_RDWR), w = open("s.dat", O_WRONLY);
+    struct flock lk = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+
+    SAY(fcntl(fd, F_SETLKW, &lk), "fcntl(s.dat, F_SETLKW, write lock [0,1))");
+    lk = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+    show_lock("fcntl(other descriptor, F_GETLK)", fcntl(b, F_GETLK, &lk), &lk, 1);
+    lk = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 4 };
+    show_lock("fcntl(other descriptor, F_OFD_GETLK) sees the record lock", fcntl(c, F_OFD_GETLK, &lk), &lk, 0);
+    lk = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+    SAY(fcntl(b, F_OFD_SETLK, &lk), "fcntl(other descriptor, F_OFD_SETLK, same range)");
+    close(b);
+    lk = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+    show_lock("after closing the other descriptor, F_OFD_GETLK", fcntl(c, F_OFD_GETLK, &lk), &lk, 0);
+
+    lk = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 10, .l_len = 10 };
+    SAY(fcntl(c, F_OFD_SETLK, &lk), "fcntl(c, F_OFD_SETLK, write lock [10,20))");
+    lk = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 15, .l_len = 1 };
+    SAY(fcntl(fd, F_SETLK, &lk), "fcntl(s.dat, F_SETLK, read lock at 15)");
+    lk = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+    show_lock("fcntl(s.dat, F_GETLK) the OFD lock", fcntl(fd, F_GETLK, &lk), &lk, 1);
+    lk = (struct flock){ .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 1 };
+    SAY(fcntl(c, F_OFD_SETLK, &lk), "fcntl(c, F_OFD_SETLK, l_pid 1)");
+    lk.l_pid = 0;
+    SAY(fcntl(c, F_OFD_SETLK, &lk), "fcntl(c, F_OFD_SETLK, unlock)");
+    lk = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+    SAY(fcntl(w, F_SETLK, &lk), "fcntl(write-only, F_SETLK, read lock)");
+    lk.l_type = 7;
+    SAY(fcntl(fd, F_SETLK, &lk), "fcntl(s.dat, F_SETLK, bad type)");
+
+    SAY(flock(fd, LOCK_EX), "flock(s.dat, LOCK_EX) again");
+    SAY(flock(c, LOCK_SH | LOCK_NB), "flock(other open, LOCK_SH|LOCK_NB)");
+    SAY(flock(fd, LOCK_SH), "flock(s.dat, LOCK_SH) converts");
+    SAY(flock(c, LOCK_SH | LOCK_NB), "flock(other open, LOCK_SH|LOCK_NB) shares");
+    SAY(flock(fd, 0), "flock(s.dat, 0)");
+    close(c);
+    close(w);
+    SAY(flock(fd, LOCK_UN), "flock(s.dat, LOCK_UN) again");
+}
+
 /* calls programs and tools make beyond open/read/write: locks, copies, mappings, terminals */
 static void beyond(void)
 {
@@ -687,6 +758,7 @@ static void beyond(void)
     printf("F_GETLK's own lock shows as = %s\n", lk.l_type == F_UNLCK ? "F_UNLCK" : "locked");
     lk.l_type = F_UNLCK;
     SAY(fcntl(fd, F_SETLK, &lk), "fcntl(s.dat, F_SETLK, unlock)");
+    other_locks(fd);
     int out = open("copy.dat", O_CREAT | O_RDWR | O_TRUNC, 0644);
     loff_t from = 0;
     SAY(copy_file_range(fd, &from, out, NULL, 5, 0), "copy_file_range(s.dat -> copy.dat, 5)");

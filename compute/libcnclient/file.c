@@ -2,7 +2,8 @@
  * file.c - descriptor calls whose libc function is not the system call of
  * its name: open family (varargs), closefrom, LFS aliases and fortified _chk
  * variants of the read/write family, fcntl, ioctl, isatty, posix_fadvise,
- * preadv2/pwritev2 (the call's offset is two words).  The plain ones
+ * preadv2/pwritev2 (the call's offset is two words), fallocate64 and
+ * posix_fallocate (glibc's calls its internal fallocate).  The plain ones
  * (read, close, dup2...) are made from lattice/syscalls.def (interpose.c).
  *
  * Each is the system call it stands for, handed to the shipping core
@@ -207,6 +208,28 @@ static int do_fadvise(int fd, off_t off, off_t len, int advice)
 
 int posix_fadvise(int fd, off_t off, off_t len, int advice) { return do_fadvise(fd, off, len, advice); }
 int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) { return do_fadvise(fd, off, len, advice); }
+
+/* ---- fallocate: reserved on the I/O node (compute/shipc/file.c) ---- */
+
+/* fallocate itself is made from lattice/syscalls.def (interpose.c); its LFS name is not */
+int fallocate64(int fd, int mode, off64_t off, off64_t len) { return (int)SYS(SYS_fallocate, fd, mode, off, len); }
+
+/* posix_fallocate returns the error number itself; glibc's calls its
+ * internal fallocate, so it is interposed too.  A node-local descriptor
+ * keeps glibc's (which writes where the file system cannot reserve). */
+static int do_posix_fallocate(int fd, off_t off, off_t len)
+{
+    int r, e = errno;
+
+    if (lat_fd_route(fd, &r) == LAT_LOCAL)
+        return REAL(posix_fallocate)(fd, off, len);
+    int err = SYS(SYS_fallocate, fd, 0, off, len) < 0 ? errno : 0;
+    errno = e;
+    return err;
+}
+
+int posix_fallocate(int fd, off_t off, off_t len) { return do_posix_fallocate(fd, off, len); }
+int posix_fallocate64(int fd, off64_t off, off64_t len) { return do_posix_fallocate(fd, off, len); }
 
 /* ---- preadv2/pwritev2 (the call: offset in two words, then flags); sendfile64 ---- */
 

@@ -34,6 +34,15 @@ int remove(const char *path)
     return (int)lat_sys(SYS_unlinkat, AT_FDCWD, (long)path, AT_REMOVEDIR, 0, 0, 0);
 }
 
+/* glibc's mkfifo and mkfifoat call its internal mknodat: interposed here
+ * (link, symlink, chown, mknod... are made from lattice/syscalls.def). */
+int mkfifoat(int dirfd, const char *path, mode_t mode)
+{
+    return (int)lat_sys(SYS_mknodat, dirfd, (long)path, mode | S_IFIFO, 0, 0, 0);
+}
+
+int mkfifo(const char *path, mode_t mode) { return mkfifoat(AT_FDCWD, path, mode); }
+
 /* ---- working directory: on the I/O node ---- */
 
 char *getcwd(char *buf, size_t size)

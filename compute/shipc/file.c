@@ -1,7 +1,7 @@
 /*
  * file.c - the descriptor calls: open family, close, close_range, the
  * read/write family, lseek, truncate, sync, dup family, fcntl, ioctl,
- * flock, fadvise.  Each routes its descriptor or name first (fdtab.c,
+ * fadvise, fallocate (locks: lock.c).  Each routes its descriptor or name first (fdtab.c,
  * path.c): node-local runs on the node's kernel, one of the client's own
  * descriptors is EBADF, anything else one request to the I/O node.
  */
@@ -327,7 +327,7 @@ long shipc_sys_fcntl(struct shipc_call *c)
     case F_OFD_GETLK:
     case F_OFD_SETLK:
     case F_OFD_SETLKW:
-        return refused(c, -ENOLCK);     /* no locks across the I/O node */
+        return shipc_lock(c, r, cmd, (void *)arg);     /* held on the I/O node: lock.c */
     default:
         return answered(c, -EINVAL);
     }
@@ -343,14 +343,14 @@ long shipc_sys_ioctl(struct shipc_call *c)
     return answered(c, -ENOTTY);        /* a remote file is never a terminal */
 }
 
-long shipc_sys_flock(struct shipc_call *c)
+long shipc_sys_fallocate(struct shipc_call *c)
 {
     int r;
     long ret;
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return refused(c, -ENOSYS);         /* HDF5 & co. read it as "no locking here" */
+    return shipped(c, fwd_fallocate(r, (int)c->a[1], c->a[2], c->a[3]));
 }
 
 long shipc_sys_fadvise64(struct shipc_call *c)

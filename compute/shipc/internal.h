@@ -173,6 +173,8 @@ long shipc_open_ship(int rd, const char *path, int flags, int mode);
 /* stat.c: fstatat on the I/O node into a struct kstat at buf (NULL: EFAULT) */
 long shipc_fstatat_ship(int rd, const char *path, int flags, void *buf);
 const char *shipc_empty_ok(const char *path, int flags);   /* NULL with AT_EMPTY_PATH: "" */
+/* lock.c: fcntl's lock commands on remote descriptor r, arg the program's struct flock */
+long shipc_lock(struct shipc_call *c, int r, int cmd, void *arg);
 /* name.c: route two names: 1 both ship (*ro, *rn); 0 done (*ret) */
 int shipc_two_names(struct shipc_call *c, long od, const char *old, long nd, const char *new,
                     int *ro, int *rn, long *ret);

@@ -1,7 +1,6 @@
 /*
- * name.c - names and the working directory: unlink, rename, mkdir, the
- * calls without a wire message (link, symlink, chown: ENOSYS on shipped
- * names), chdir, getcwd, umask.  The working directory lives on the I/O
+ * name.c - names and the working directory: unlink, rename, mkdir, link,
+ * symlink, chown, mknod, chdir, getcwd, umask.  The working directory lives on the I/O
  * node, as on Blue Gene/L.
  */
 #include <linux/fcntl.h>
@@ -84,44 +83,63 @@ static long do_mkdirat(struct shipc_call *c, long dirfd, const char *path, int m
 long shipc_sys_mkdir(struct shipc_call *c) { return do_mkdirat(c, AT_FDCWD, PATH(0), (int)c->a[1]); }
 long shipc_sys_mkdirat(struct shipc_call *c) { return do_mkdirat(c, c->a[0], PATH(1), (int)c->a[2]); }
 
-/* No message exists for these: refused on shipped names, like libcnclient. */
+/* ---- links, owners, nodes: made on the I/O node, as the job's user ---- */
+
+static long do_linkat(struct shipc_call *c, long od, const char *old, long nd, const char *new, int flags)
+{
+    int ro, rn;
+    long ret;
+
+    if (!shipc_two_names(c, od, old, nd, new, &ro, &rn, &ret))
+        return ret;
+    return shipped(c, fwd_linkat(ro, rn, flags, old, new));
+}
+
+long shipc_sys_link(struct shipc_call *c) { return do_linkat(c, AT_FDCWD, PATH(0), AT_FDCWD, PATH(1), 0); }
 long shipc_sys_linkat(struct shipc_call *c)
 {
-    int ro, rn;
-    long ret;
-
-    if (!shipc_two_names(c, c->a[0], PATH(1), c->a[2], PATH(3), &ro, &rn, &ret))
-        return ret;
-    return refused(c, -ENOSYS);
+    return do_linkat(c, c->a[0], shipc_empty_ok(PATH(1), (int)c->a[4]), c->a[2], PATH(3), (int)c->a[4]);
 }
 
-long shipc_sys_link(struct shipc_call *c)
-{
-    int ro, rn;
-    long ret;
-
-    if (!shipc_two_names(c, AT_FDCWD, PATH(0), AT_FDCWD, PATH(1), &ro, &rn, &ret))
-        return ret;
-    return refused(c, -ENOSYS);
-}
-
-static long refuse_shipped_path(struct shipc_call *c, long dirfd, const char *path)
+/* The new name decides; the target is only text. */
+static long do_symlinkat(struct shipc_call *c, const char *target, long dirfd, const char *path)
 {
     int rd;
     long ret;
 
     if (!by_path(c, dirfd, path, &rd, &ret))
         return ret;
-    return refused(c, -ENOSYS);
+    if (!target)
+        return answered(c, -EFAULT);
+    if (strnlen(target, LAT_MAX_PATH) >= LAT_MAX_PATH)
+        return answered(c, -ENAMETOOLONG);
+    return shipped(c, fwd_symlinkat(rd, target, path));
 }
 
-long shipc_sys_symlink(struct shipc_call *c) { return refuse_shipped_path(c, AT_FDCWD, PATH(1)); }
-long shipc_sys_symlinkat(struct shipc_call *c) { return refuse_shipped_path(c, c->a[1], PATH(2)); }
-long shipc_sys_chown(struct shipc_call *c) { return refuse_shipped_path(c, AT_FDCWD, PATH(0)); }
-long shipc_sys_lchown(struct shipc_call *c) { return refuse_shipped_path(c, AT_FDCWD, PATH(0)); }
+long shipc_sys_symlink(struct shipc_call *c) { return do_symlinkat(c, PATH(0), AT_FDCWD, PATH(1)); }
+long shipc_sys_symlinkat(struct shipc_call *c) { return do_symlinkat(c, PATH(0), c->a[1], PATH(2)); }
+
+/* uid and gid -1 (as 32 bits) leave them as they are. */
+static int64_t owner_id(long id) { return (uint32_t)id == (uint32_t)-1 ? -1 : (int64_t)(uint32_t)id; }
+
+static long do_fchownat(struct shipc_call *c, long dirfd, const char *path, long uid, long gid, int flags)
+{
+    int rd;
+    long ret;
+
+    if (!by_path(c, dirfd, path, &rd, &ret))
+        return ret;
+    return shipped(c, fwd_fchownat(rd, owner_id(uid), owner_id(gid), flags, path));
+}
+
+long shipc_sys_chown(struct shipc_call *c) { return do_fchownat(c, AT_FDCWD, PATH(0), c->a[1], c->a[2], 0); }
+long shipc_sys_lchown(struct shipc_call *c)
+{
+    return do_fchownat(c, AT_FDCWD, PATH(0), c->a[1], c->a[2], AT_SYMLINK_NOFOLLOW);
+}
 long shipc_sys_fchownat(struct shipc_call *c)
 {
-    return refuse_shipped_path(c, c->a[0], shipc_empty_ok(PATH(1), (int)c->a[4]));
+    return do_fchownat(c, c->a[0], shipc_empty_ok(PATH(1), (int)c->a[4]), c->a[2], c->a[3], (int)c->a[4]);
 }
 
 long shipc_sys_fchown(struct shipc_call *c)
@@ -131,8 +149,22 @@ long shipc_sys_fchown(struct shipc_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return refused(c, -ENOSYS);
+    return shipped(c, fwd_fchownat(r, owner_id(c->a[1]), owner_id(c->a[2]), AT_EMPTY_PATH, ""));
 }
+
+/* FIFOs and regular files; devices need a capability ciod's worker lacks. */
+static long do_mknodat(struct shipc_call *c, long dirfd, const char *path, long mode, long dev)
+{
+    int rd;
+    long ret;
+
+    if (!by_path(c, dirfd, path, &rd, &ret))
+        return ret;
+    return shipped(c, fwd_mknodat(rd, (int)(uint32_t)mode, (uint64_t)(uint32_t)dev, path));
+}
+
+long shipc_sys_mknod(struct shipc_call *c) { return do_mknodat(c, AT_FDCWD, PATH(0), c->a[1], c->a[2]); }
+long shipc_sys_mknodat(struct shipc_call *c) { return do_mknodat(c, c->a[0], PATH(1), c->a[2], c->a[3]); }
 
 /* ---- working directory, umask, modes, times ---- */
 

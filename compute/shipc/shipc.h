@@ -93,7 +93,8 @@ struct shipc_call {
     X(readlinkat) X(truncate) X(ftruncate) X(fsync) X(fdatasync) X(dup) X(dup2) X(dup3) X(fcntl) \
     X(chdir) X(fchdir) X(getcwd) X(umask) X(chmod) X(fchmod) X(fchmodat) X(utimensat) X(statfs)  \
     X(fstatfs) X(ioctl) X(flock) X(fadvise64) X(link) X(linkat) X(symlink) X(symlinkat)          \
-    X(chown) X(fchown) X(lchown) X(fchownat) X(sendfile) X(copy_file_range)
+    X(chown) X(fchown) X(lchown) X(fchownat) X(mknod) X(mknodat) X(fallocate) X(sendfile)         \
+    X(copy_file_range)
 /* The socket and poll calls (sock.c, poll.c), by the handler's name:
  * accept4 is accept's, epoll_pwait2 epoll_pwait's. */
 #define SHIPC_SOCK_CALLS(X) \

@@ -140,7 +140,9 @@ def readme_block(calls: list[Syscall]) -> str:
         return f"{s.name} ({'/'.join(s.wire)})" if s.cls == "SHIPPED" and s.wire else s.name
     lines = [BEGIN, "", "| class | calls |", "| --- | --- |"]
     for title, pick in ROWS:
-        lines.append(f"| {title} | {', '.join(show(s) for s in calls if pick(s))} |")
+        names = [show(s) for s in calls if pick(s)]
+        if names:           # a class no call has today is left out
+            lines.append(f"| {title} | {', '.join(names)} |")
     return "\n".join(lines + ["", END])
 
 

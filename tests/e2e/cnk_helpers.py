@@ -174,6 +174,12 @@ def by_rank(stdout: str) -> dict[int, list[str]]:
     return out
 
 
+def unlabelled(stdout: str) -> list[str]:
+    """The non-empty lines of `lattice run --label` output (or a native
+    run's) without their labels, sorted: ranks print in any order."""
+    return sorted(re.sub(r"^\d+: ", "", line) for line in stdout.splitlines() if line.strip())
+
+
 def last_job(m: Machine) -> int:
     ids = [int(l.split()[0]) for l in m.run("jobs").stdout.splitlines()[1:] if l.split() and l.split()[0].isdigit()]
     assert ids, "no job recorded"

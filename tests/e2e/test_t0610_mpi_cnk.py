@@ -35,7 +35,8 @@ FILE_CALLS = {
     "mkdir", "mkdirat", "rmdir", "getdents64", "readlink", "readlinkat", "truncate", "ftruncate", "fsync",
     "fdatasync", "dup", "dup2", "dup3", "fcntl", "chdir", "fchdir", "getcwd", "umask", "chmod", "fchmod",
     "fchmodat", "utimensat", "statfs", "fstatfs", "ioctl", "flock", "fadvise64", "link", "linkat",
-    "symlink", "symlinkat", "chown", "fchown", "lchown", "fchownat", "sendfile", "copy_file_range",
+    "symlink", "symlinkat", "chown", "fchown", "lchown", "fchownat", "mknod", "mknodat", "fallocate",
+    "sendfile", "copy_file_range",
 }
 SOCKET_CALLS = {
     "socket", "socketpair", "bind", "listen", "accept", "accept4", "connect", "getsockname", "getpeername",

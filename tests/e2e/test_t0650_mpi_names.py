@@ -3,7 +3,6 @@ the job's names live at the top of the PMI tree, so ranks behind another I/O nod
 answers are those of mpiexec.hydra on this host, under both kernels."""
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -11,6 +10,7 @@ from typing import Iterator
 import pytest
 
 from conftest import EXAMPLES, Machine, booted_block
+from cnk_helpers import unlabelled
 
 NAMES = EXAMPLES / "mpi" / "names"
 
@@ -21,21 +21,17 @@ def two_psets(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     yield from booted_block(tmp_path_factory.mktemp("names"), "P", "1x1x4", "--pset-size", "2", "--memory", "256M")
 
 
-def lines(out: str) -> list[str]:
-    return sorted(re.sub(r"^\d+: ", "", l) for l in out.splitlines() if l.strip())
-
-
 @pytest.fixture(scope="module")
 def native() -> list[str]:
     p = subprocess.run(["mpiexec.hydra", "-n", "4", str(NAMES)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    return lines(p.stdout)
+    return unlabelled(p.stdout)
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])
 def test_names_are_the_jobs_and_answer_as_under_hydra(two_psets: Machine, native: list[str], kernel: str) -> None:
     p = two_psets.run("run", "--block", "P", "-n", "4", "--label", "--kernel", kernel, str(NAMES), timeout=180)
-    got = lines(p.stdout)
+    got = unlabelled(p.stdout)
     assert got == native, (got, native)
     # what that means: every rank, on both I/O nodes, found rank 0's port; a name is taken once
     assert got.count("lookup: ok same port") == 4

@@ -52,20 +52,6 @@ def known(why: str, *pairs: tuple[str, str]) -> list[Known]:
 
 # Issue 14's conformance bugs, and those this test found, in both kernels.
 BOTH = [
-    *known("symlink, link, chown and mknod have no wire message (issue 14)",
-           ("symlink(s.dat, sym) = 0", "symlink(s.dat, sym) = -1 ENOSYS"),
-           ("lstat(sym) = 0 type=lnk mode=0777 size=5 nlink=1", "lstat(sym) = -1 ENOENT"),
-           ("link(s.dat, hard) = 0", "link(s.dat, hard) = -1 ENOSYS"),
-           ("stat(s.dat) = 0 type=reg mode=0644 size=5 nlink=2", "stat(s.dat) = 0 type=reg mode=0644 size=5 nlink=1"),
-           ("chown(s.dat, -1, -1) = 0", "chown(s.dat, -1, -1) = -1 ENOSYS"),
-           ("lstat(fifo) = 0 type=fifo mode=0644 size=0 nlink=1", "lstat(fifo) = -1 ENOENT")),
-    *known("record locks and flock are not shipped: ENOLCK and ENOSYS (issue 14)",
-           ("flock(s.dat, LOCK_EX) = 0", "flock(s.dat, LOCK_EX) = -1 ENOSYS"),
-           ("flock(s.dat, LOCK_UN) = 0", "flock(s.dat, LOCK_UN) = -1 ENOSYS"),
-           ("fcntl(s.dat, F_SETLK, write lock) = 0", "fcntl(s.dat, F_SETLK, write lock) = -1 ENOLCK"),
-           ("fcntl(s.dat, F_GETLK) = 0", "fcntl(s.dat, F_GETLK) = -1 ENOLCK"),
-           ("F_GETLK's own lock shows as = F_UNLCK", "F_GETLK's own lock shows as = locked"),
-           ("fcntl(s.dat, F_SETLK, unlock) = 0", "fcntl(s.dat, F_SETLK, unlock) = -1 ENOLCK")),
     *known("a second connect() of a socket connected through the I/O node returns 0, not EISCONN: ciod "
            "completes the connect with poll and SO_ERROR, so the kernel's socket is still connecting",
            ("connect again = -1 EISCONN", "connect again = 0")),
@@ -91,18 +77,9 @@ KNOWN: dict[str, list[Known]] = {
         *BOTH,
         *known("cnk runs one process: fork is unsupported (compute/cnk/README.md), as on Blue Gene",
                ("fork, child _exit(7), waitpid = exit status 7", "fork, child _exit(7), waitpid = -1 ENOSYS")),
-        *known("mknod has no wire message (issue 14)",
-               ("mkfifo(<dir>/fifo) = 0", "mkfifo(<dir>/fifo) = -1 ENOSYS")),
-        *known("fallocate has no wire message under cnk (glibc's posix_fallocate emulates only on EOPNOTSUPP)",
-               ("fallocate(copy.dat, 0, 100) = 0", "fallocate(copy.dat, 0, 100) = -1 ENOSYS"),
-               ("posix_fallocate(copy.dat, 0, 200) = 0", "posix_fallocate(copy.dat, 0, 200) = -1 ENOSYS"),
-               ("fstat(copy.dat) = 0 type=reg mode=0644 size=200 nlink=1",
-                "fstat(copy.dat) = 0 type=reg mode=0644 size=7 nlink=1")),
     ],
     "linux": [
         *BOTH,
-        *known("mkfifo is not intercepted: it runs on the compute side, where the directory is hidden (issue 14)",
-               ("mkfifo(<dir>/fifo) = 0", "mkfifo(<dir>/fifo) = -1 ENOENT")),
         # the program starts with descriptors 3 (LATTICE_IO_FD), 4 (cnode's
         # memfd of the image, left open by fexecve), 6 (LATTICE_IO_SEQ_FD)
         # and 8 (PMI_FD) open: its first descriptor is 5, and 6 and 8 are skipped
@@ -121,14 +98,9 @@ KNOWN: dict[str, list[Known]] = {
                ("pipe fds = B+0 B+1", "pipe fds = B+0 B+2"),
                ("socket(AF_INET, SOCK_STREAM) client = B+1", "socket(AF_INET, SOCK_STREAM) client = B+2"),
                ("accept = B+2", "accept = B+4")),
-        *known("Linux mode does not intercept mmap, fallocate or posix_fallocate: they reach the descriptor's "
-               "O_PATH placeholder (EBADF); copy_file_range and sendfile are the shipping core's, as under cnk",
+        *known("Linux mode does not intercept mmap: it reaches the descriptor's O_PATH placeholder (EBADF)",
                ("mmap(s.dat, PROT_READ, MAP_PRIVATE) maps = 5 \"vecto\"",
-                "mmap(s.dat, PROT_READ, MAP_PRIVATE) = MAP_FAILED EBADF"),
-               ("fallocate(copy.dat, 0, 100) = 0", "fallocate(copy.dat, 0, 100) = -1 EBADF"),
-               ("posix_fallocate(copy.dat, 0, 200) = 0", "posix_fallocate(copy.dat, 0, 200) = -1 EBADF"),
-               ("fstat(copy.dat) = 0 type=reg mode=0644 size=200 nlink=1",
-                "fstat(copy.dat) = 0 type=reg mode=0644 size=7 nlink=1")),
+                "mmap(s.dat, PROT_READ, MAP_PRIVATE) = MAP_FAILED EBADF")),
     ],
 }
 

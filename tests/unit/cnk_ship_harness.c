@@ -446,9 +446,18 @@ static void descriptors(void)
     EXPECT(S(fcntl, fd, F_GETFL) & O_ACCMODE, O_RDWR, SHIP);
     EXPECT(S(fcntl, fd, F_SETFL, O_APPEND), 0, SHIP);
     EXPECT(S(fcntl, nfd, F_GETFL) & O_APPEND, O_APPEND, SHIP);   /* shared status flags */
+    /* record locks are held on the I/O node, on an open of the file of the
+     * process's own: the descriptor's own open file (OFD) sees them conflict */
     struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
-    EXPECT(S(fcntl, fd, F_SETLK, P(&fl)), -ENOLCK, UNSUP);
-    EXPECT(S(fcntl, fd, F_OFD_GETLK, P(&fl)), -ENOLCK, UNSUP);
+    EXPECT(S(fcntl, fd, F_SETLK, P(&fl)), 0, SHIP);
+    EXPECT(S(fcntl, fd, F_OFD_GETLK, P(&fl)), 0, SHIP);
+    OK(fl.l_type == F_WRLCK && fl.l_whence == SEEK_SET && fl.l_start == 0 && fl.l_len == 0 && fl.l_pid == -1);
+    fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET };
+    EXPECT(S(fcntl, fd, F_GETLK, P(&fl)), 0, SHIP);
+    OK(fl.l_type == F_UNLCK);                   /* the process's own lock */
+    fl = (struct flock){ .l_type = F_UNLCK, .l_whence = SEEK_SET };
+    EXPECT(S(fcntl, fd, F_SETLKW, P(&fl)), 0, SHIP);
+    EXPECT(S(fcntl, fd, F_SETLK, NULL), -EFAULT, LOC);
     EXPECT(S(fcntl, fd, 9999), -EINVAL, ANY);
 
     EXPECT(S(dup2, fd, 60), 60, SHIP);
@@ -507,7 +516,11 @@ static void descriptors(void)
     EXPECT(S(fcntl, fd, F_DUPFD, lim), -EINVAL, ANY);
 
     EXPECT(S(ioctl, fd, TCGETS, P(&fl)), -ENOTTY, LOC);
-    EXPECT(S(flock, fd, LOCK_EX), -ENOSYS, UNSUP);
+    EXPECT(S(flock, fd, LOCK_EX), 0, SHIP);
+    EXPECT(S(flock, fd, LOCK_UN), 0, SHIP);
+    EXPECT(S(flock, fd, 0), -EINVAL, LOC);
+    fl = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET };
+    EXPECT(S(fcntl, nul, F_GETLK, P(&fl)), 0, LOC);      /* a node-local descriptor: the node's locks */
     EXPECT(S(fadvise64, fd, 0, 0, POSIX_FADV_SEQUENTIAL), 0, LOC);
     EXPECT(S(fadvise64, fd, 0, 0, 99), -EINVAL, LOC);
 
@@ -527,18 +540,26 @@ static void descriptors(void)
     EXPECT(S(close, fd), 0, SHIP);
     EXPECT(S(close, nul), 0, LOC);
 
-    /* refused: the protocol has no message for these */
-    EXPECT(S(link, P("f3"), P("f4")), -ENOSYS, UNSUP);
+    /* links, owners, nodes, space: made on the I/O node */
+    EXPECT(S(link, P("f3"), P("f4")), 0, SHIP);
     EXPECT(S(linkat, AT_FDCWD, P("f3"), AT_FDCWD, P("/dev/shm/f4"), 0), -EXDEV, LOC);
-    EXPECT(S(symlink, P("f3"), P("s4")), -ENOSYS, UNSUP);
-    EXPECT(S(symlinkat, P("f3"), AT_FDCWD, P("s4")), -ENOSYS, UNSUP);
-    EXPECT(S(chown, P("f3"), 0, 0), -ENOSYS, UNSUP);
-    EXPECT(S(lchown, P("f3"), 0, 0), -ENOSYS, UNSUP);
-    EXPECT(S(fchownat, AT_FDCWD, P("f3"), 0, 0, 0), -ENOSYS, UNSUP);
-    fd = FD(S(open, P("f3"), O_RDONLY), SHIP);
-    EXPECT(S(fchown, fd, 0, 0), -ENOSYS, UNSUP);
+    EXPECT(S(symlink, P("f3"), P("s4")), 0, SHIP);
+    EXPECT(S(symlinkat, P("f3"), AT_FDCWD, P("s4")), -EEXIST, SHIP);
+    EXPECT(S(chown, P("f3"), -1, -1), 0, SHIP);
+    EXPECT(S(lchown, P("s4"), -1, -1), 0, SHIP);
+    EXPECT(S(fchownat, AT_FDCWD, P("f3"), -1, -1, 0), 0, SHIP);
+    EXPECT(S(mknod, P("p4"), S_IFIFO | 0600, 0), 0, SHIP);
+    EXPECT(S(mknodat, AT_FDCWD, P("p4"), S_IFIFO | 0600, 0), -EEXIST, SHIP);
+    fd = FD(S(open, P("f3"), O_RDWR), SHIP);
+    EXPECT(S(fchown, fd, -1, -1), 0, SHIP);
+    EXPECT(S(fallocate, fd, 0, 0, 4096), 0, SHIP);
     EXPECT(S(close, fd), 0, SHIP);
-    OK(!exists(W("f4")) && !exists(W("s4")));
+    OK(exists(W("f4")) && exists(W("s4")) && exists(W("p4")) && size_of(W("f3")) == 4096);
+    struct stat lst;
+    OK(lstat(W("s4"), &lst) == 0 && S_ISLNK(lst.st_mode) && lstat(W("p4"), &lst) == 0 && S_ISFIFO(lst.st_mode));
+    EXPECT(S(unlink, P("f4")), 0, SHIP);
+    EXPECT(S(unlink, P("s4")), 0, SHIP);
+    EXPECT(S(unlink, P("p4")), 0, SHIP);
 }
 
 static void cwd_umask(void)

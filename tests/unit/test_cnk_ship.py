@@ -219,7 +219,7 @@ def pset(ciod_bin: Path) -> Iterator[Pset]:
 
 def passed(p: subprocess.CompletedProcess[str]) -> str:
     assert p.returncode == 0 and "FAIL" not in p.stdout, f"{p.stdout}\n{p.stderr}"
-    assert " 0 failed, 66 handlers" in p.stdout, p.stdout
+    assert " 0 failed, 69 handlers" in p.stdout, p.stdout
     return p.stdout
 
 

@@ -21,20 +21,10 @@ from systab_dump import dump  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "syscalls" / "cnk_systab.golden"
 CNK_SRC = ROOT / "compute" / "cnk"
-# LAT_SYS_ messages no line of the list names, and why.  Issue 14 gave ciod
-# these (docs/protocol.md 6 and 6.6); cnk and libcnclient do not send them
-# yet: the compute side's change names them in its lines (fcntl and flock:
-# LOCK, FLOCK; symlinkat, linkat, fchownat, mknodat; fallocate) and drops
-# them from here.
-ELSEWHERE: dict[str, str] = {
-    "LOCK": "ciod only (record locks, 6.6)",
-    "FLOCK": "ciod only (flock, 6.6)",
-    "SYMLINKAT": "ciod only",
-    "LINKAT": "ciod only",
-    "FCHOWNAT": "ciod only",
-    "MKNODAT": "ciod only",
-    "FALLOCATE": "ciod only",
-}
+# LAT_SYS_ messages no line of the list names, and why (a message ciod
+# serves before the compute side sends it).  None today: issue 14's locks,
+# links, owners, nodes and fallocate are all named by their lines.
+ELSEWHERE: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
