@@ -3,7 +3,8 @@
  * so the same binary runs directly on Linux (the baseline) and as a Lattice
  * job (calls shipped to the I/O node).  Prints one `key=value` line.
  *
- *   fwd_io rtt COUNT          8-byte writes to /dev/null: ns per call
+ *   fwd_io rtt COUNT          8-byte pwrites at offset 0 of rtt.dat in the working
+ *                             directory (a shipped file): ns per call
  *   fwd_io seq PATH MIB       write then read MIB MiB in 1 MiB blocks: MB/s
  *   fwd_io sweep write|read PATH MIB [BARRIER_DIR [MIN_BUF]]
  *                             for buffers of MIN_BUF (4 KiB) .. 4 MiB (x4): MIB MiB moved
@@ -28,18 +29,21 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A file, not /dev/null: the node's devices stay on the compute node (the
+ * path rule), so only a file's write makes the round trip to the I/O node. */
 static int rtt(long count)
 {
-    int fd = open("/dev/null", O_WRONLY);
-    if (fd < 0) { perror("open /dev/null"); return 1; }
+    int fd = open("rtt.dat", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror("open rtt.dat"); return 1; }
     char b[8] = "lattice";
     for (long i = 0; i < count / 10; i++)          /* warm up */
-        if (write(fd, b, sizeof b) != sizeof b) { perror("write"); return 1; }
+        if (pwrite(fd, b, sizeof b, 0) != sizeof b) { perror("pwrite"); return 1; }
     double t0 = now();
     for (long i = 0; i < count; i++)
-        if (write(fd, b, sizeof b) != sizeof b) { perror("write"); return 1; }
+        if (pwrite(fd, b, sizeof b, 0) != sizeof b) { perror("pwrite"); return 1; }
     double t = now() - t0;
     close(fd);
+    unlink("rtt.dat");
     printf("rtt_ns=%.1f\n", t / (double)count * 1e9);
     return 0;
 }
