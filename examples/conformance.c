@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "conformance.h"
+#include "conformance_proc.h"
 
 static char top[4096];             /* getcwd() in DIR */
 
@@ -720,22 +721,6 @@ static void beyond(void)
     close(fd);
 }
 
-static void processes(void)
-{
-    printf("# processes\n");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(7);
-    int status = 0;
-    if (pid < 0)
-        printf("fork, child _exit(7), waitpid = -1 %s\n", strerrorname_np(errno));
-    else if (waitpid(pid, &status, 0) != pid)
-        printf("fork, child _exit(7), waitpid = -1 %s (waitpid)\n", strerrorname_np(errno));
-    else
-        printf("fork, child _exit(7), waitpid = exit status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-}
-
 /* last: it lowers RLIMIT_NOFILE for a moment */
 static void emfile(void)
 {
@@ -782,6 +767,7 @@ int main(int argc, char **argv)
     beyond();
     unshipped();
     processes();
+    signals();
     emfile();
     printf("# done\n");
     return 0;

@@ -65,6 +65,13 @@ LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
 /* Put remote descriptor `remote` at app number `fd` (dup2 semantics). */
 LAT_HIDDEN int lat_fd_install_at(int remote, int cloexec, int fd);
 LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
+
+/* startfds.c: the descriptors the process starts with (plan D10) */
+/* Move one of the client's own to 1000 or above and name it in var: the new number. */
+LAT_HIDDEN int lat_move_own(int fd, const char *var);
+LAT_HIDDEN void lat_close_image(void);      /* cnode's memfd of our own executable */
+/* After lat_fd_init: 0, 1, 2 the program put there itself are local. */
+LAT_HIDDEN void lat_stdio_identify(void);
 /* sock.c: numbers [first, last] were closed or replaced: drop the epoll
  * registrations of shipped descriptors there, and those of epoll sets numbered so. */
 LAT_HIDDEN void lat_epoll_closed(unsigned first, unsigned last);

@@ -1,0 +1,95 @@
+/*
+ * startfds.c - the descriptors a Linux-mode process starts with, made to
+ * look as they would natively (plan D10, issue 14):
+ *
+ * - the client's own (the PROC connection, the seq page) move to 1000 and
+ *   above, as cnk's do, so the program's first descriptor is 3 and its
+ *   numbers are the native ones; the variables that name them follow, so a
+ *   program this one execs finds them;
+ * - cnode's memfd of the executable (fexecve, AT_EXECFN /dev/fd/N) is
+ *   closed once it is this process's own image (a #! script's interpreter
+ *   still reads it, so then it stays);
+ * - 0, 1, 2 stand for the rank's remote ones only while they are still the
+ *   ones cnode gave the rank (LATTICE_IO_STDIO records them): a child that
+ *   popen() or a shell gave a pipe or file there keeps it local.  A program
+ *   that opens /dev/null on 0 itself is taken for cnode's, the one case
+ *   this cannot tell apart.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client.h"
+
+#define OWN_FD_MIN 1000
+
+int lat_move_own(int fd, const char *var)
+{
+    if (fd < 0 || fd >= OWN_FD_MIN)
+        return fd;
+    /* not close-on-exec: a program this one execs uses it too */
+    long moved = syscall(SYS_fcntl, fd, F_DUPFD, OWN_FD_MIN);
+    if (moved < 0)
+        return fd;      /* RLIMIT_NOFILE at or below 1000: it stays */
+    char num[24];
+    snprintf(num, sizeof num, "%ld", moved);
+    if (setenv(var, num, 1) != 0) {
+        syscall(SYS_close, moved);
+        return fd;
+    }
+    syscall(SYS_close, fd);
+    return (int)moved;
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+void lat_close_image(void)
+{
+    const char *fn = (const char *)getauxval(AT_EXECFN);
+    char *end;
+    struct stat img, exe;
+    if (!fn || strncmp(fn, "/dev/fd/", 8) != 0)
+        return;
+    long fd = strtol(fn + 8, &end, 10);
+    if (end == fn + 8 || *end || fd < 3 || fd >= OWN_FD_MIN)
+        return;
+    if (syscall(SYS_fstat, (int)fd, &img) == 0 &&
+        syscall(SYS_newfstatat, AT_FDCWD, "/proc/self/exe", &exe, 0) == 0 && same_file(&img, &exe))
+        syscall(SYS_close, (int)fd);
+}
+
+void lat_stdio_identify(void)
+{
+    struct stat st[3];
+    unsigned long long dev, ino;
+    char rec[3 * 48] = "", *p;
+    for (int fd = 0; fd < 3; fd++)
+        if (syscall(SYS_fstat, fd, &st[fd]) != 0)
+            st[fd].st_dev = st[fd].st_ino = (unsigned long)-1;
+    const char *was = getenv("LATTICE_IO_STDIO");
+    if (!was) {     /* the rank's first program: these are cnode's */
+        for (int fd = 0; fd < 3; fd++)
+            snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%llu:%llu", fd ? "," : "",
+                     (unsigned long long)st[fd].st_dev, (unsigned long long)st[fd].st_ino);
+        setenv("LATTICE_IO_STDIO", rec, 1);
+        return;
+    }
+    p = (char *)was;
+    for (int fd = 0; fd < 3; fd++) {
+        if (sscanf(p, "%llu:%llu", &dev, &ino) != 2 || st[fd].st_dev != dev || st[fd].st_ino != ino)
+            shipc_fd_forget(fd, 0);         /* the program's own: local */
+        p = strchr(p, ',');
+        if (!p)
+            p = "";
+        else
+            p++;
+    }
+}
