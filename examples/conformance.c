@@ -674,6 +674,22 @@ static void more(void)
 }
 
 /* calls programs and tools make beyond open/read/write: locks, copies, mappings, terminals */
+/* open path as oflags, map it so, say what happened (errors in Linux's order) */
+static void map_case(const char *path, int oflags, int prot, int flags, const char *label)
+{
+    int fd = open(path, oflags);
+    char *m = mmap(NULL, 4096, prot, flags, fd, 0);
+    if (m == MAP_FAILED)
+        printf("mmap(%s) = MAP_FAILED %s\n", label, strerrorname_np(errno));
+    else {
+        char what[96];
+        snprintf(what, sizeof what, "mmap(%s) maps", label);
+        show_bytes(what, m, 5);
+        munmap(m, 4096);
+    }
+    close(fd);
+}
+
 static void beyond(void)
 {
     char buf[16];
@@ -708,6 +724,13 @@ static void beyond(void)
         show_bytes("mmap(s.dat, PROT_READ, MAP_PRIVATE) maps", m, 5);
         munmap(m, 4096);
     }
+    map_case("s.dat", O_WRONLY, PROT_READ, MAP_PRIVATE, "O_WRONLY, PROT_READ, MAP_PRIVATE");
+    map_case("s.dat", O_RDONLY, PROT_READ | PROT_WRITE, MAP_SHARED, "O_RDONLY, PROT_WRITE, MAP_SHARED");
+    map_case("s.dat", O_WRONLY, PROT_READ | PROT_WRITE, MAP_SHARED, "O_WRONLY, PROT_WRITE, MAP_SHARED");
+    map_case("s.dat", O_PATH, PROT_READ, MAP_PRIVATE, "O_PATH, PROT_READ, MAP_PRIVATE");
+    map_case("pre", O_RDONLY, PROT_READ, MAP_PRIVATE, "directory, PROT_READ, MAP_PRIVATE");
+    map_case("s.dat", O_RDWR, PROT_READ, MAP_SHARED, "O_RDWR, PROT_READ, MAP_SHARED");
+    map_case("s.dat", O_RDWR, PROT_READ | PROT_WRITE, MAP_SHARED, "O_RDWR, PROT_WRITE, MAP_SHARED");
     errno = 0;
     printf("isatty(s.dat) = %d %s\n", isatty(fd), strerrorname_np(errno) ? strerrorname_np(errno) : "");
     int avail = -1;

@@ -75,7 +75,7 @@ static void seq_init(void)
     if (errno || *end || fd < 0 || fd > INT_MAX || fd == conn || syscall(SYS_fstat, (int)fd, &st) != 0 ||
         !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(uint32_t))
         return;
-    void *p = mmap(NULL, sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+    void *p = REAL(mmap)(NULL, sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
     if (p == MAP_FAILED)
         return;
     seqp = p;

@@ -103,6 +103,8 @@ long shipc_open(const char *path, int flags);  /* -> program descriptor or -errn
 long shipc_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
 long shipc_close(int fd);
 long shipc_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
+/* mmap's error for fd where the client cannot map it (err) or read it, in Linux's order */
+long shipc_map_errno(int fd, int shared_write, long err);
 /* execve: open the new image as the job's user (X_OK, regular file):
  * program descriptor or -errno; *owned says whether the caller closes it
  * (not for execveat(fd, "", AT_EMPTY_PATH)). */

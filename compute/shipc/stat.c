@@ -69,6 +69,28 @@ long shipc_fd_kind(int fd, long *flags, uint32_t *mode)
     return 0;
 }
 
+/* What Linux's mmap says of fd where the client cannot map it (a shared
+ * writable view of an I/O-node file: err -ENODEV) or could not read it
+ * (err), in Linux's order: EBADF for O_PATH; EACCES for a descriptor not
+ * open for reading, or not for writing when the view is shared and
+ * writable; ENODEV for what has no pages to map (socket, directory, FIFO,
+ * character device); else err. */
+long shipc_map_errno(int fd, int shared_write, long err)
+{
+    long fl;
+    uint32_t mode;
+    long r = shipc_fd_kind(fd, &fl, &mode);
+    if (r < 0)
+        return r;
+    if (fl & O_PATH)
+        return -EBADF;
+    if ((fl & O_ACCMODE) == O_WRONLY || (shared_write && (fl & O_ACCMODE) != O_RDWR))
+        return -EACCES;
+    if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != S_IFBLK)
+        return -ENODEV;
+    return err;
+}
+
 /* Linux >= 6.11 takes a NULL path with AT_EMPTY_PATH as "". */
 const char *shipc_empty_ok(const char *path, int flags)
 {
