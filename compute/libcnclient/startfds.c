@@ -3,8 +3,9 @@
  * look as they would natively (plan D10, issue 14):
  *
  * - the client's own (the PROC connection, the seq page) move to 1000 and
- *   above, as cnk's do, so the program's first descriptor is 3 and its
- *   numbers are the native ones; the variables that name them follow, so a
+ *   above, past the soft RLIMIT_NOFILE where there is room (the core's
+ *   shipc_own_floor), as cnk's do, so the program's first descriptor is 3,
+ *   its numbers are the native ones, and EMFILE comes where it would; the variables that name them follow, so a
  *   program this one execs finds them;
  * - cnode's memfd of the executable (fexecve, AT_EXECFN /dev/fd/N) is
  *   closed once it is this process's own image (a #! script's interpreter
@@ -26,16 +27,14 @@
 
 #include "client.h"
 
-#define OWN_FD_MIN 1000
-
 int lat_move_own(int fd, const char *var)
 {
-    if (fd < 0 || fd >= OWN_FD_MIN)
+    if (fd < 0 || fd >= shipc_own_floor())
         return fd;
     /* not close-on-exec: a program this one execs uses it too */
-    long moved = syscall(SYS_fcntl, fd, F_DUPFD, OWN_FD_MIN);
+    long moved = shipc_own_dup(fd, 0);
     if (moved < 0)
-        return fd;      /* RLIMIT_NOFILE at or below 1000: it stays */
+        return fd;      /* no room: it stays */
     char num[24];
     snprintf(num, sizeof num, "%ld", moved);
     if (setenv(var, num, 1) != 0) {
@@ -59,7 +58,7 @@ void lat_close_image(void)
     if (!fn || strncmp(fn, "/dev/fd/", 8) != 0)
         return;
     long fd = strtol(fn + 8, &end, 10);
-    if (end == fn + 8 || *end || fd < 3 || fd >= OWN_FD_MIN)
+    if (end == fn + 8 || *end || fd < 3 || fd >= shipc_own_floor())
         return;
     if (syscall(SYS_fstat, (int)fd, &img) == 0 &&
         syscall(SYS_newfstatat, AT_FDCWD, "/proc/self/exe", &exe, 0) == 0 && same_file(&img, &exe))

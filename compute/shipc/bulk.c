@@ -120,7 +120,6 @@ static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_
 #define RDV_LEAD_NS 30000ull            /* wake this long before the reply is due */
 #define RDV_POLL_NS 30000ull            /* and poll until this long past it, plus a quarter */
 #define RDV_WAKE_NS 15000ull            /* how late a sleeping client sees the reply */
-#define OWN_FD_MIN  1000                /* the timer's number: out of the program's way */
 
 struct rdv_pollfd { int fd; short events, revents; };
 struct rdv_ts { long sec, nsec; };
@@ -135,7 +134,7 @@ void shipc_rdv_wait_init(void)
         long t = ksys2(__NR_timerfd_create, 1 /* CLOCK_MONOTONIC */, TFD_CLOEXEC | TFD_NONBLOCK);
         if (t < 0)
             return;
-        rdv_tfd = (int)ksys3(__NR_fcntl, t, F_DUPFD_CLOEXEC, OWN_FD_MIN);
+        rdv_tfd = (int)shipc_own_dup((int)t, 1);       /* out of the program's way */
         ksys1(__NR_close, t);
     }
     if (rdv_tfd >= 0 && shipc_fd_hide(rdv_tfd) < 0) {

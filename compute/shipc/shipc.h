@@ -34,6 +34,8 @@ int shipc_fd_is_hidden(int fd);
 int shipc_fd_is_shipped(int fd);
 int shipc_fd_route(int fd, int *remote);        /* SHIPC_LOCAL, SHIPC_SHIP, -EBADF (hidden) */
 unsigned shipc_fd_limit(void);                  /* RLIMIT_NOFILE, capped by the table */
+int shipc_own_floor(void);                      /* where the client's own descriptors go (>= 1000) */
+long shipc_own_dup(int fd, int cloexec);        /* fd copied there: the new number or -errno */
 /* A program descriptor (>= minfd, lowest free) for remote, or -errno; the
  * caller still owns remote on failure. */
 int shipc_fd_install(int remote, int cloexec, int minfd);

@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import resource
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ KERNELS = ("cnk", "linux")
 # each kernel as it runs by default, and with every call on the socket
 # instead of the mailbox (docs/protocol.md 6.4): name -> kernel, environment
 RUNS = {k: (k, ()) for k in KERNELS} | {f"{k}-socket": (k, ("LATTICE_MAILBOX=0",)) for k in KERNELS}
+# every run starts with this soft RLIMIT_NOFILE (below the hard limit, as on
+# most systems): the client's own descriptors must take none of its numbers
+START_NOFILE = min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
 
 
 @dataclass(frozen=True)
@@ -160,8 +164,23 @@ class Runs:
 @pytest.fixture(scope="module")
 def cm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     assert PROG.exists() and FAULT.exists(), f"{PROG} or {FAULT} missing: run make"
-    yield from booted_block(tmp_path_factory.mktemp("conformance"), "C", "1x1x2", "--pset-size", "2",
-                            "--memory", "256M", "--cores", "2")
+    # the node's daemons, and so the ranks, start with the soft descriptor
+    # limit the native runs get (start_nofile)
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (START_NOFILE, old[1]))
+    try:
+        machine = booted_block(tmp_path_factory.mktemp("conformance"), "C", "1x1x2", "--pset-size", "2",
+                               "--memory", "256M", "--cores", "2")
+        m = next(machine)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+    yield m
+    next(machine, None)
+
+
+def start_nofile() -> None:
+    """The native runs' soft RLIMIT_NOFILE, as the ranks get it."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (START_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def outcome(p: subprocess.CompletedProcess[str], native_line: str) -> str:
@@ -184,7 +203,7 @@ def runs(cm: Machine) -> Runs:
 
     def native(prog: Path, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(prog), "native", *args], cwd=parent, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, preexec_fn=start_nofile)
 
     def job(how: str, prog: Path, *args: str) -> subprocess.CompletedProcess[str]:
         kernel, env = RUNS[how]
