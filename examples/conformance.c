@@ -744,46 +744,6 @@ static void beyond(void)
     close(fd);
 }
 
-/* Every number below the soft RLIMIT_NOFILE the program starts with is its
- * own (the test starts it with 1024, below the hard limit): the client's
- * descriptors take none of them. */
-static void emfile_at_start(void)
-{
-    struct rlimit now;
-    getrlimit(RLIMIT_NOFILE, &now);
-    printf("RLIMIT_NOFILE at start = %llu\n", (unsigned long long)now.rlim_cur);
-    int *mine = calloc(now.rlim_cur, sizeof *mine), n = 0, fd, last = -1, closed = 0;
-    while (mine && n < (int)now.rlim_cur && (fd = open("/dev/null", O_RDONLY)) >= 0)
-        last = mine[n++] = fd;
-    printf("open(/dev/null) until it fails = -1 %s, the last descriptor %d\n", strerrorname_np(errno), last);
-    for (fd = 0; fd < (int)now.rlim_cur; fd++)
-        closed += fcntl(fd, F_GETFD) < 0;
-    printf("numbers below the limit not open = %d\n", closed);
-    while (n > 0)
-        close(mine[--n]);
-    free(mine);
-}
-
-/* last: it lowers RLIMIT_NOFILE for a moment */
-static void emfile(void)
-{
-    struct rlimit old, lim;
-    printf("# EMFILE\n");
-    emfile_at_start();
-    getrlimit(RLIMIT_NOFILE, &old);
-    lim = old;
-    lim.rlim_cur = 40;
-    SAY(setrlimit(RLIMIT_NOFILE, &lim), "setrlimit(RLIMIT_NOFILE, 40)");
-    int last = -1, fd;
-    while ((fd = open("s.dat", O_RDONLY)) >= 0)
-        last = fd;
-    printf("open until it fails = -1 %s, the last descriptor %d\n", strerrorname_np(errno), last);
-    SAY(dup(base), "dup at the limit");
-    for (fd = base; fd <= last; fd++)
-        close(fd);
-    setrlimit(RLIMIT_NOFILE, &old);
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2) {

@@ -1,10 +1,14 @@
 /*
- * conformance_proc.h - the processes and signals part of
+ * conformance_proc.h - the processes, signals and limits part of
  * examples/conformance.c (included once, after conformance.h): fork,
  * popen, kill and sigqueue of the program itself and of a pid that does
- * not exist, and a handler's sa_mask while the handler makes calls.
+ * not exist, a handler's sa_mask while the handler makes calls, and
+ * EMFILE at RLIMIT_NOFILE.
  */
+#include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,4 +105,44 @@ static void signals(void)
     printf("queued value seen by the handler = %d\n", (int)queued_value);
     signal(SIGUSR1, SIG_DFL);
     signal(SIGUSR2, SIG_DFL);
+}
+
+/* Every number below the soft RLIMIT_NOFILE the program starts with is its
+ * own (the test starts it with 1024, below the hard limit): the client's
+ * descriptors take none of them. */
+static void emfile_at_start(void)
+{
+    struct rlimit now;
+    getrlimit(RLIMIT_NOFILE, &now);
+    printf("RLIMIT_NOFILE at start = %llu\n", (unsigned long long)now.rlim_cur);
+    int *mine = calloc(now.rlim_cur, sizeof *mine), n = 0, fd, last = -1, closed = 0;
+    while (mine && n < (int)now.rlim_cur && (fd = open("/dev/null", O_RDONLY)) >= 0)
+        last = mine[n++] = fd;
+    printf("open(/dev/null) until it fails = -1 %s, the last descriptor %d\n", strerrorname_np(errno), last);
+    for (fd = 0; fd < (int)now.rlim_cur; fd++)
+        closed += fcntl(fd, F_GETFD) < 0;
+    printf("numbers below the limit not open = %d\n", closed);
+    while (n > 0)
+        close(mine[--n]);
+    free(mine);
+}
+
+/* last: it lowers RLIMIT_NOFILE for a moment */
+static void emfile(void)
+{
+    struct rlimit old, lim;
+    printf("# EMFILE\n");
+    emfile_at_start();
+    getrlimit(RLIMIT_NOFILE, &old);
+    lim = old;
+    lim.rlim_cur = 40;
+    SAY(setrlimit(RLIMIT_NOFILE, &lim), "setrlimit(RLIMIT_NOFILE, 40)");
+    int last = -1, fd;
+    while ((fd = open("s.dat", O_RDONLY)) >= 0)
+        last = fd;
+    printf("open until it fails = -1 %s, the last descriptor %d\n", strerrorname_np(errno), last);
+    SAY(dup(base), "dup at the limit");
+    for (fd = base; fd <= last; fd++)
+        close(fd);
+    setrlimit(RLIMIT_NOFILE, &old);
 }
