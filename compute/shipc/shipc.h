@@ -22,7 +22,8 @@ enum { SHIPC_LOCAL = 0, SHIPC_SHIP = 1 };
 /* ---- path.c: the one path rule (README.md "Node-local names") ---- */
 int shipc_path_is_local(const char *path);      /* NULL: 0 */
 /* (dirfd, path) -> SHIPC_LOCAL (NULL too: the kernel says EFAULT), SHIPC_SHIP
- * with *rdirfd, -ENAMETOOLONG, or -EBADF (dirfd is one of the client's own). */
+ * with *rdirfd, -ENAMETOOLONG, -EFAULT (the name runs into unmapped memory),
+ * or -EBADF (dirfd is one of the client's own). */
 int shipc_path_route(int dirfd, const char *path, int *rdirfd);
 
 /* ---- fdtab.c: program descriptors that stand for remote ones ---- */
