@@ -14,14 +14,13 @@
 #include <lattice/pipe_series.h>
 
 /* under conn_lock: */
+static struct iovec prog_iov[UIO_MAXIOV];     /* the program's array, copied (a bad one is EFAULT) */
 static struct iovec slice[UIO_MAXIOV];
 static struct lat_rdv_seg segs[UIO_MAXIOV];
 
 static long iov_total(const struct iovec *iov, int cnt, size_t *total)
 {
     *total = 0;
-    if (cnt < 0 || cnt > UIO_MAXIOV)
-        return -EINVAL;
     for (int i = 0; i < cnt; i++) {
         if (iov[i].iov_len > (size_t)INT64_MAX - *total)
             return -EINVAL;
@@ -219,15 +218,24 @@ static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t
     return shipc_recv_reply(type, sq, NULL, 0, NULL, 0);
 }
 
-/* Zero-byte transfers are shipped too: errors stay exact. */
-long shipc_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t off)
+/* Zero-byte transfers are shipped too: errors stay exact.  The program's
+ * iovec array is read once, through shipc_get (plan D7). */
+long shipc_rw(int rfd, int wr, const struct iovec *uiov, int cnt, int64_t off)
 {
-    size_t total;
-    long r = iov_total(iov, cnt, &total);
+    const struct iovec *iov = prog_iov;
+    size_t total = 0;
+    long r;
 
-    if (r < 0)
-        return r;
+    if (cnt < 0 || cnt > UIO_MAXIOV)
+        return -EINVAL;
     shipc_lock_take(&shipc_conn_lock_);
+    r = cnt ? shipc_get(prog_iov, uiov, (size_t)cnt * sizeof *uiov) : 0;
+    if (r == 0)
+        r = iov_total(iov, cnt, &total);
+    if (r < 0) {
+        shipc_lock_drop(&shipc_conn_lock_);
+        return r;
+    }
     if (shipc_conn.rdv_min && total >= shipc_conn.rdv_min && cnt > 0) {
         r = rdv_locked(rfd, wr, iov, cnt, total, off);
         if (r != -EOPNOTSUPP && r != -EFAULT) {
