@@ -449,8 +449,7 @@ static int is_cnk(const struct job *j)
 /* Is s one of the variables the node sets itself? */
 static int ours_var(const char *s, int cnk)
 {
-    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_SEQ_FD=", "LATTICE_IO_STDIO=",
-                                         "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
+    static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_SEQ_FD=", "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
                                          "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
                                          "PMI_JOBID=", "PMI_PORT=", "PMI_ID=" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -12,7 +12,9 @@
  *   still reads it, so then it stays);
  * - 0, 1, 2 stand for the rank's remote ones only while they are still the
  *   ones cnode gave the rank (LATTICE_IO_STDIO records them): a child that
- *   popen() or a shell gave a pipe or file there keeps it local.  A program
+ *   popen() or a shell gave a pipe or file there keeps it local.  The record
+ *   names the process cnode started (LATTICE_IO_PID), so one left in an
+ *   environment passed on from another job is not believed.  A program
  *   that opens /dev/null on 0 itself is taken for cnode's, the one case
  *   this cannot tell apart.
  */
@@ -69,19 +71,21 @@ void lat_stdio_identify(void)
 {
     struct stat st[3];
     unsigned long long dev, ino;
-    char rec[3 * 48] = "", *p;
+    const char *hello = getenv("LATTICE_IO_PID");
+    char rec[32 + 3 * 48], *p;
     for (int fd = 0; fd < 3; fd++)
         if (syscall(SYS_fstat, fd, &st[fd]) != 0)
             st[fd].st_dev = st[fd].st_ino = (unsigned long)-1;
+    snprintf(rec, sizeof rec, "%s;", hello ? hello : "");
     const char *was = getenv("LATTICE_IO_STDIO");
-    if (!was) {     /* the rank's first program: these are cnode's */
+    if (!was || strncmp(was, rec, strlen(rec)) != 0) {     /* the rank's first program: these are cnode's */
         for (int fd = 0; fd < 3; fd++)
             snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%llu:%llu", fd ? "," : "",
                      (unsigned long long)st[fd].st_dev, (unsigned long long)st[fd].st_ino);
         setenv("LATTICE_IO_STDIO", rec, 1);
         return;
     }
-    p = (char *)was;
+    p = (char *)was + strlen(rec);
     for (int fd = 0; fd < 3; fd++) {
         if (sscanf(p, "%llu:%llu", &dev, &ino) != 2 || st[fd].st_dev != dev || st[fd].st_ino != ino)
             shipc_fd_forget(fd, 0);         /* the program's own: local */
