@@ -116,6 +116,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 examples: $(EXAMPLES)
 $(BUILD)/examples/libmaps: examples/libmaps.h
 $(BUILD)/examples/conformance $(BUILD)/examples/conformance_fault: examples/conformance.h
+$(BUILD)/examples/conformance: examples/conformance_proc.h
 
 $(BUILD)/examples/%: examples/%.c
 	@mkdir -p $(@D)

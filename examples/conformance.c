@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "conformance.h"
+#include "conformance_proc.h"
 
 static char top[4096];             /* getcwd() in DIR */
 
@@ -744,6 +745,22 @@ static void other_locks(int fd)
 }
 
 /* calls programs and tools make beyond open/read/write: locks, copies, mappings, terminals */
+/* open path as oflags, map it so, say what happened (errors in Linux's order) */
+static void map_case(const char *path, int oflags, int prot, int flags, const char *label)
+{
+    int fd = open(path, oflags);
+    char *m = mmap(NULL, 4096, prot, flags, fd, 0);
+    if (m == MAP_FAILED)
+        printf("mmap(%s) = MAP_FAILED %s\n", label, strerrorname_np(errno));
+    else {
+        char what[96];
+        snprintf(what, sizeof what, "mmap(%s) maps", label);
+        show_bytes(what, m, 5);
+        munmap(m, 4096);
+    }
+    close(fd);
+}
+
 static void beyond(void)
 {
     char buf[16];
@@ -779,6 +796,13 @@ static void beyond(void)
         show_bytes("mmap(s.dat, PROT_READ, MAP_PRIVATE) maps", m, 5);
         munmap(m, 4096);
     }
+    map_case("s.dat", O_WRONLY, PROT_READ, MAP_PRIVATE, "O_WRONLY, PROT_READ, MAP_PRIVATE");
+    map_case("s.dat", O_RDONLY, PROT_READ | PROT_WRITE, MAP_SHARED, "O_RDONLY, PROT_WRITE, MAP_SHARED");
+    map_case("s.dat", O_WRONLY, PROT_READ | PROT_WRITE, MAP_SHARED, "O_WRONLY, PROT_WRITE, MAP_SHARED");
+    map_case("s.dat", O_PATH, PROT_READ, MAP_PRIVATE, "O_PATH, PROT_READ, MAP_PRIVATE");
+    map_case("pre", O_RDONLY, PROT_READ, MAP_PRIVATE, "directory, PROT_READ, MAP_PRIVATE");
+    map_case("s.dat", O_RDWR, PROT_READ, MAP_SHARED, "O_RDWR, PROT_READ, MAP_SHARED");
+    map_case("s.dat", O_RDWR, PROT_READ | PROT_WRITE, MAP_SHARED, "O_RDWR, PROT_WRITE, MAP_SHARED");
     errno = 0;
     printf("isatty(s.dat) = %d %s\n", isatty(fd), strerrorname_np(errno) ? strerrorname_np(errno) : "");
     int avail = -1;
@@ -790,41 +814,6 @@ static void beyond(void)
     SAY(chmod("missing", 0644), "chmod(missing)");
     SAY(getdents64(fd, buf, sizeof buf), "getdents64(a file)");
     close(fd);
-}
-
-static void processes(void)
-{
-    printf("# processes\n");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(7);
-    int status = 0;
-    if (pid < 0)
-        printf("fork, child _exit(7), waitpid = -1 %s\n", strerrorname_np(errno));
-    else if (waitpid(pid, &status, 0) != pid)
-        printf("fork, child _exit(7), waitpid = -1 %s (waitpid)\n", strerrorname_np(errno));
-    else
-        printf("fork, child _exit(7), waitpid = exit status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-}
-
-/* last: it lowers RLIMIT_NOFILE for a moment */
-static void emfile(void)
-{
-    struct rlimit old, lim;
-    printf("# EMFILE\n");
-    getrlimit(RLIMIT_NOFILE, &old);
-    lim = old;
-    lim.rlim_cur = 40;
-    SAY(setrlimit(RLIMIT_NOFILE, &lim), "setrlimit(RLIMIT_NOFILE, 40)");
-    int last = -1, fd;
-    while ((fd = open("s.dat", O_RDONLY)) >= 0)
-        last = fd;
-    printf("open until it fails = -1 %s, the last descriptor %d\n", strerrorname_np(errno), last);
-    SAY(dup(base), "dup at the limit");
-    for (fd = base; fd <= last; fd++)
-        close(fd);
-    setrlimit(RLIMIT_NOFILE, &old);
 }
 
 int main(int argc, char **argv)
@@ -854,6 +843,7 @@ int main(int argc, char **argv)
     beyond();
     unshipped();
     processes();
+    signals();
     emfile();
     printf("# done\n");
     return 0;

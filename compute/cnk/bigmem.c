@@ -434,27 +434,6 @@ static int placeholder_ok(int fd)
     return 0;
 }
 
-/* What Linux's mmap says of fd where cnk cannot map it (a shared writable
- * view of an I/O-node file: err -ENODEV) or could not read it (err): EACCES
- * for a descriptor not open for reading, or not for writing when the view
- * is shared and writable; EBADF for O_PATH; ENODEV for what has no pages to
- * map (socket, directory, FIFO, character device); else err. */
-static long map_errno(int fd, int shared_write, long err)
-{
-    long fl;
-    uint32_t mode;
-    long r = shipc_fd_kind(fd, &fl, &mode);
-    if (r < 0)
-        return r;
-    if (fl & O_PATH)
-        return -EBADF;
-    if ((fl & O_ACCMODE) == O_WRONLY || (shared_write && (fl & O_ACCMODE) != O_RDWR))
-        return -EACCES;
-    if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != S_IFBLK)
-        return -ENODEV;
-    return err;
-}
-
 /* Place a mapping: at addr (fixed) or wherever the allocator says.
  * *dirty tells whether the place may hold old contents. */
 static long place(uintptr_t addr, size_t len, int flags, int *dirty)
@@ -478,7 +457,12 @@ static long place(uintptr_t addr, size_t len, int flags, int *dirty)
 /* Map the cached copy of shipped fd's file for real (libcache.c). */
 static long map_cached(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)
 {
-    long cfd = libcache_open(fd, len);
+    /* the cache holds the file whatever the descriptor: answer for the
+     * descriptor first (EACCES for O_WRONLY, EBADF for O_PATH...) */
+    long cfd = shipc_map_errno(fd, 0, 0);
+    if (cfd < 0)
+        return cfd;
+    cfd = libcache_open(fd, len);
     if (cfd < 0)
         return cfd;
     long a = ksys6(__NR_mmap, addr, len, prot, flags, cfd, off);
@@ -506,7 +490,7 @@ static long map_outside(uintptr_t addr, size_t len, int prot, int flags, int fd,
     long n = read_file(fd, (uintptr_t)a, len, off);
     if (n < 0 || ((prot & PROT_WRITE) == 0 && ksys3(__NR_mprotect, a, len, prot) < 0)) {
         ksys2(__NR_munmap, a, len);
-        return n < 0 ? map_errno(fd, 0, n) : -EINVAL;
+        return n < 0 ? shipc_map_errno(fd, 0, n) : -EINVAL;
     }
     return a;
 }
@@ -531,7 +515,7 @@ long sys_mmap(struct cnk_call *c)
     if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE)) {
         if (!placeholder_ok(fd))
             return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
-        return map_errno(fd, 1, -ENODEV);   /* a shared writable view of a file on the I/O node */
+        return shipc_map_errno(fd, 1, -ENODEV);   /* a shared writable view of a file on the I/O node */
     }
     if (fixed && !bigmem_contains(addr, len)) {
         if (overlaps(addr, len))
@@ -561,7 +545,7 @@ long sys_mmap(struct cnk_call *c)
         n = read_file(fd, (uintptr_t)a, len, off);
         if (n < 0) {
             give_back((uintptr_t)a, len);
-            return map_errno(fd, 0, n);
+            return shipc_map_errno(fd, 0, n);
         }
     }
     if (dirty)

@@ -193,6 +193,8 @@ long sys_epoll_pwait(struct cnk_call *c);       /* and epoll_pwait2 */
 long sys_kill(struct cnk_call *c);
 long sys_tgkill(struct cnk_call *c);
 long sys_tkill(struct cnk_call *c);
+long sys_rt_sigqueueinfo(struct cnk_call *c);
+long sys_rt_tgsigqueueinfo(struct cnk_call *c);
 /* A SIGSYS that is not a trapped call (kill, raise): the program's virtual action. */
 void signal_sigsys(void *info, struct cnk_ucontext *uc);
 

@@ -96,12 +96,14 @@ int shipc_ent_user_ok(const void *p, size_t n, int wr)
     return a >= mem_lo && n <= mem_len && a - mem_lo <= mem_len - n;
 }
 
-/* cnk's own descriptors are moved above CNK_FD_FLOOR before shipping starts
- * (main.c); whatever is open there now is cnk's, report page included. */
+/* cnk's own descriptors are moved to shipc_own_floor() (>= CNK_FD_FLOOR)
+ * before shipping starts (main.c); whatever is open there now is cnk's,
+ * report page included. */
 static void fd_setup(void)
 {
+    int floor = shipc_own_floor();
     shipc_fd_setup(CNK_FD_FLOOR);
-    for (int fd = CNK_FD_FLOOR; fd < CNK_FD_FLOOR + 64; fd++)
+    for (int fd = floor; fd < floor + 64; fd++)
         if (ksys2(__NR_fcntl, fd, F_GETFD) >= 0 && shipc_fd_hide(fd) < 0)
             break;
 }

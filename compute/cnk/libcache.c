@@ -83,7 +83,7 @@ static const char *open_dir(char *path, size_t pathlen)
     /* /dev/shm is anybody's: only a directory the I/O node made for this job's user will do */
     int ok = ksys2(__NR_fstat, fd, &st) == 0 && S_ISDIR(st.mode) &&
              st.uid == (uint32_t)ksys0(__NR_getuid) && (st.mode & 07777) == 0700;
-    long moved = ok ? ksys3(__NR_fcntl, fd, F_DUPFD_CLOEXEC, CNK_FD_FLOOR) : -1;
+    long moved = ok ? shipc_own_dup((int)fd, 1) : -1;
     ksys1(__NR_close, fd);
     if (!ok)
         return "refused-owner-or-mode";

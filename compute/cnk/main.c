@@ -29,10 +29,11 @@ void cnk_fail(int err, const char *fmt, ...)
     kexit(127);
 }
 
-/* Move a descriptor of cnk's to CNK_FD_FLOOR or above; -errno if it is not open. */
+/* Move a descriptor of cnk's out of the program's way (shipc_own_floor,
+ * >= CNK_FD_FLOOR); -errno if it is not open. */
 static int move_fd(int fd)
 {
-    long r = ksys3(__NR_fcntl, fd, F_DUPFD_CLOEXEC, CNK_FD_FLOOR);
+    long r = shipc_own_dup(fd, 1);
     if (r >= 0)
         ksys1(__NR_close, fd);
     return (int)r;
@@ -94,7 +95,7 @@ void cnk_main(long *sp)
     cnk.auxv = (const unsigned long *)(e + 1);
 
     map_report();
-    long err = ksys3(__NR_fcntl, 2, F_DUPFD_CLOEXEC, CNK_FD_FLOOR);
+    long err = shipc_own_dup(2, 1);
     cnk.err_fd = err >= 0 ? (int)err : -1;
     parse_args(argc, argv);
     uint64_t rank;

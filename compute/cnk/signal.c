@@ -29,6 +29,7 @@
 #define SA_RESTORER_    0x04000000ul
 #define SA_RESETHAND_   0x80000000ul
 #define SIG_BLOCK_      0
+#define SIG_SETMASK_    2
 #define SIG_DFL_        ((void *)0)
 #define SIG_IGN_        ((void *)1)
 #define SIGBIT(s)       (1ull << ((s) - 1))
@@ -211,14 +212,38 @@ long sys_pselect6(struct cnk_call *c)
     return cnk_passthrough(&kc);
 }
 
-long sys_kill(struct cnk_call *c)
+/* The node runs one process, the program (cnode made it its own process
+ * group's leader): a signal reaches it and nothing else, never cnode or
+ * the host.  Any other pid is a process the node does not have: ESRCH,
+ * as Linux answers for one that does not exist (kill(-1): none to signal). */
+static int is_self(long pid)
 {
-    return c->a[0] == ksys0(__NR_getpid) ? cnk_passthrough(c) : -EPERM;
+    return pid == ksys0(__NR_getpid);
 }
 
-long sys_tgkill(struct cnk_call *c)
+long sys_kill(struct cnk_call *c)
 {
-    return c->a[0] == ksys0(__NR_getpid) ? cnk_passthrough(c) : -EPERM;
+    int pid = (int)c->a[0];
+    long self = ksys0(__NR_getpid);
+    if (pid == 0 || pid == self || (pid < -1 && -pid == ksys1(__NR_getpgid, 0)))
+        return ksys2(__NR_kill, self, c->a[1]);
+    return -ESRCH;
+}
+
+/* tgkill and rt_tgsigqueueinfo: a thread of the program, or none */
+static long to_own_thread(struct cnk_call *c)
+{
+    if ((int)c->a[0] <= 0 || (int)c->a[1] <= 0)
+        return -EINVAL;
+    return is_self((int)c->a[0]) ? cnk_passthrough(c) : -ESRCH;
+}
+
+long sys_tgkill(struct cnk_call *c) { return to_own_thread(c); }
+long sys_rt_tgsigqueueinfo(struct cnk_call *c) { return to_own_thread(c); }
+
+long sys_rt_sigqueueinfo(struct cnk_call *c)
+{
+    return is_self((int)c->a[0]) ? cnk_passthrough(c) : -ESRCH;
 }
 
 /* tkill names a thread only: make it one of ours. */
@@ -263,8 +288,16 @@ void signal_sigsys(void *info, struct cnk_ucontext *uc)
         ksys3(__NR_tgkill, ksys0(__NR_getpid), ksys0(__NR_gettid), SIGSYS_);
         return;
     }
-    if (vact[SIGSYS_].flags & SA_SIGINFO_)
+    /* the kernel would block the handler's sa_mask (never SIGSYS itself:
+     * blocked, it would kill at the next trapped call) while it runs */
+    struct ksigaction a = vact[SIGSYS_];
+    uint64_t mask = a.mask & ~UNBLOCKABLE, old;
+    if (a.flags & SA_RESETHAND_)
+        vact[SIGSYS_] = (struct ksigaction){ 0 };
+    ksys4(__NR_rt_sigprocmask, SIG_BLOCK_, &mask, &old, sizeof mask);
+    if (a.flags & SA_SIGINFO_)
         ((void (*)(int, void *, void *))h)(SIGSYS_, info, uc);
     else
         ((void (*)(int))h)(SIGSYS_);
+    ksys4(__NR_rt_sigprocmask, SIG_SETMASK_, &old, NULL, sizeof old);
 }

@@ -66,6 +66,13 @@ enum lat_route { LAT_LOCAL, LAT_SHIP, LAT_HIDE };
 LAT_HIDDEN enum lat_route lat_fd_route(int fd, int *remote);
 LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
 
+/* startfds.c: the descriptors the process starts with (plan D10) */
+/* Move one of the client's own to 1000 or above and name it in var: the new number. */
+LAT_HIDDEN int lat_move_own(int fd, const char *var);
+LAT_HIDDEN void lat_close_image(void);      /* cnode's memfd of our own executable */
+/* After lat_fd_init: 0, 1, 2 the program put there itself are local. */
+LAT_HIDDEN void lat_stdio_identify(void);
+
 /* path.c */
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
  * directory descriptor (LAT_AT_FDCWD for the cwd), or -1 with errno set

@@ -75,11 +75,11 @@ static void seq_init(void)
     if (errno || *end || fd < 0 || fd > INT_MAX || fd == conn || syscall(SYS_fstat, (int)fd, &st) != 0 ||
         !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(uint32_t))
         return;
-    void *p = mmap(NULL, sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+    void *p = REAL(mmap)(NULL, sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
     if (p == MAP_FAILED)
         return;
     seqp = p;
-    seq_fd = (int)fd;
+    seq_fd = lat_move_own((int)fd, "LATTICE_IO_SEQ_FD");
 }
 
 static void init(void)
@@ -96,10 +96,12 @@ static void init(void)
         lat_say("libcnclient: LATTICE_IO_FD is not a connected socket; file calls stay local\n");
         return;
     }
-    conn = (int)fd;
+    conn = lat_move_own((int)fd, "LATTICE_IO_FD");
     seq_init();
+    lat_close_image();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init(conn, seq_fd);
+    lat_stdio_identify();
     /* Only the process that said hello shares a mailbox (ciod opens our
      * memfd through /proc/<that pid>/fd: LATTICE_IO_PID); an exec()'d
      * program shares a new one, a fork()ed child none. */

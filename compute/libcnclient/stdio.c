@@ -263,7 +263,10 @@ void lat_stdio_init(void)
     /* anything a constructor printed before us goes out the old way first */
     fflush(stdout);
     fflush(stderr);
-    FILE *in = make_stream(0, "r"), *out = make_stream(1, "w"), *err = make_stream(2, "w");
+    /* only those that stand for the rank's (startfds.c) */
+    FILE *in = shipc_fd_is_shipped(0) ? make_stream(0, "r") : NULL;
+    FILE *out = shipc_fd_is_shipped(1) ? make_stream(1, "w") : NULL;
+    FILE *err = shipc_fd_is_shipped(2) ? make_stream(2, "w") : NULL;
     if (in)
         stdin = in;
     if (out)

@@ -14,14 +14,13 @@
 #include <lattice/pipe_series.h>
 
 /* under conn_lock: */
+static struct iovec prog_iov[UIO_MAXIOV];     /* the program's array, copied (a bad one is EFAULT) */
 static struct iovec slice[UIO_MAXIOV];
 static struct lat_rdv_seg segs[UIO_MAXIOV];
 
 static long iov_total(const struct iovec *iov, int cnt, size_t *total)
 {
     *total = 0;
-    if (cnt < 0 || cnt > UIO_MAXIOV)
-        return -EINVAL;
     for (int i = 0; i < cnt; i++) {
         if (iov[i].iov_len > (size_t)INT64_MAX - *total)
             return -EINVAL;
@@ -120,7 +119,6 @@ static long pipe_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_
 #define RDV_LEAD_NS 30000ull            /* wake this long before the reply is due */
 #define RDV_POLL_NS 30000ull            /* and poll until this long past it, plus a quarter */
 #define RDV_WAKE_NS 15000ull            /* how late a sleeping client sees the reply */
-#define OWN_FD_MIN  1000                /* the timer's number: out of the program's way */
 
 struct rdv_pollfd { int fd; short events, revents; };
 struct rdv_ts { long sec, nsec; };
@@ -135,7 +133,7 @@ void shipc_rdv_wait_init(void)
         long t = ksys2(__NR_timerfd_create, 1 /* CLOCK_MONOTONIC */, TFD_CLOEXEC | TFD_NONBLOCK);
         if (t < 0)
             return;
-        rdv_tfd = (int)ksys3(__NR_fcntl, t, F_DUPFD_CLOEXEC, OWN_FD_MIN);
+        rdv_tfd = (int)shipc_own_dup((int)t, 1);       /* out of the program's way */
         ksys1(__NR_close, t);
     }
     if (rdv_tfd >= 0 && shipc_fd_hide(rdv_tfd) < 0) {
@@ -220,15 +218,24 @@ static long rdv_locked(int rfd, int wr, const struct iovec *iov, int cnt, size_t
     return shipc_recv_reply(type, sq, NULL, 0, NULL, 0);
 }
 
-/* Zero-byte transfers are shipped too: errors stay exact. */
-long shipc_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t off)
+/* Zero-byte transfers are shipped too: errors stay exact.  The program's
+ * iovec array is read once, through shipc_get (plan D7). */
+long shipc_rw(int rfd, int wr, const struct iovec *uiov, int cnt, int64_t off)
 {
-    size_t total;
-    long r = iov_total(iov, cnt, &total);
+    const struct iovec *iov = prog_iov;
+    size_t total = 0;
+    long r;
 
-    if (r < 0)
-        return r;
+    if (cnt < 0 || cnt > UIO_MAXIOV)
+        return -EINVAL;
     shipc_lock_take(&shipc_conn_lock_);
+    r = cnt ? shipc_get(prog_iov, uiov, (size_t)cnt * sizeof *uiov) : 0;
+    if (r == 0)
+        r = iov_total(iov, cnt, &total);
+    if (r < 0) {
+        shipc_lock_drop(&shipc_conn_lock_);
+        return r;
+    }
     if (shipc_conn.rdv_min && total >= shipc_conn.rdv_min && cnt > 0) {
         r = rdv_locked(rfd, wr, iov, cnt, total, off);
         if (r != -EOPNOTSUPP && r != -EFAULT) {

@@ -99,6 +99,51 @@ unsigned shipc_fd_limit(void)
     return (unsigned)rl.rlim_cur;
 }
 
+/* Where the client's own descriptors go: 1000 and above, and at the
+ * program's soft RLIMIT_NOFILE when it is above that and below the hard
+ * limit, so that they take no number the program could have (Linux says
+ * EMFILE only when every number below the soft limit is in use).  Up to
+ * OWN_TOP only: a larger limit would grow the kernel's descriptor table of
+ * every rank for them.  A program that later raises its soft limit past
+ * them, or whose soft limit is its hard one, has them among its numbers. */
+#define OWN_MIN 1000
+#define OWN_TOP 4096
+#define OWN_ROOM 64
+
+static int own_floor;
+
+int shipc_own_floor(void)
+{
+    if (!own_floor) {
+        struct rlimit rl;
+        int f = OWN_MIN;
+        if (ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, 0, &rl) == 0 && rl.rlim_cur > OWN_MIN &&
+            rl.rlim_cur <= OWN_TOP && rl.rlim_cur < rl.rlim_max)
+            f = (int)rl.rlim_cur;
+        own_floor = f;
+    }
+    return own_floor;
+}
+
+/* F_DUPFD at the floor needs a soft limit above it: widened for the
+ * moment (at start, before the program runs), then put back. */
+long shipc_own_dup(int fd, int cloexec)
+{
+    unsigned long floor = (unsigned long)shipc_own_floor();
+    struct rlimit rl, wide;
+    int widened = 0;
+    if (ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, 0, &rl) == 0 && rl.rlim_cur < floor + OWN_ROOM &&
+        rl.rlim_max > rl.rlim_cur) {
+        wide = rl;
+        wide.rlim_cur = rl.rlim_max < floor + OWN_ROOM ? rl.rlim_max : floor + OWN_ROOM;
+        widened = ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, &wide, 0) == 0;
+    }
+    long r = ksys3(__NR_fcntl, fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, floor);
+    if (widened)
+        ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, &rl, 0);
+    return r;
+}
+
 /* A placeholder numbered >= minfd, lowest free (as open and F_DUPFD pick). */
 static int placeholder(int minfd)
 {

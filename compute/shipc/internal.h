@@ -44,6 +44,10 @@ static inline void shipc_lock_drop(struct shipc_lock *l)
 /* The string functions the core uses: cnk's lib.c in cnk, libc's in
  * libcnclient.so (neither does I/O, so nothing interposed is reached). */
 void *memcpy(void *restrict d, const void *restrict s, size_t n);
+/* usercopy.c: a small struct to or from the program's memory; 0 or -EFAULT */
+int shipc_put(void *dst, const void *src, size_t n);
+int shipc_get(void *dst, const void *src, size_t n);
+long shipc_strnlen(const char *s, size_t max);      /* -EFAULT for a string in unmapped memory */
 void *memset(void *d, int c, size_t n);
 int memcmp(const void *a, const void *b, size_t n);
 size_t strlen(const char *s);

@@ -103,7 +103,10 @@ int shipc_path_route(int dirfd, const char *path, int *rdirfd)
 {
     if (!path)
         return SHIPC_LOCAL;         /* the kernel answers EFAULT */
-    if (strnlen(path, LAT_MAX_PATH) >= LAT_MAX_PATH)
+    long len = shipc_strnlen(path, LAT_MAX_PATH);
+    if (len < 0)
+        return (int)len;            /* EFAULT, as the kernel answers */
+    if (len >= LAT_MAX_PATH)
         return -ENAMETOOLONG;
     if (path[0] == '/') {
         if (shipc_path_is_local(path))

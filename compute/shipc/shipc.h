@@ -22,7 +22,8 @@ enum { SHIPC_LOCAL = 0, SHIPC_SHIP = 1 };
 /* ---- path.c: the one path rule (README.md "Node-local names") ---- */
 int shipc_path_is_local(const char *path);      /* NULL: 0 */
 /* (dirfd, path) -> SHIPC_LOCAL (NULL too: the kernel says EFAULT), SHIPC_SHIP
- * with *rdirfd, -ENAMETOOLONG, or -EBADF (dirfd is one of the client's own). */
+ * with *rdirfd, -ENAMETOOLONG, -EFAULT (the name runs into unmapped memory),
+ * or -EBADF (dirfd is one of the client's own). */
 int shipc_path_route(int dirfd, const char *path, int *rdirfd);
 
 /* ---- fdtab.c: program descriptors that stand for remote ones ---- */
@@ -34,6 +35,8 @@ int shipc_fd_is_hidden(int fd);
 int shipc_fd_is_shipped(int fd);
 int shipc_fd_route(int fd, int *remote);        /* SHIPC_LOCAL, SHIPC_SHIP, -EBADF (hidden) */
 unsigned shipc_fd_limit(void);                  /* RLIMIT_NOFILE, capped by the table */
+int shipc_own_floor(void);                      /* where the client's own descriptors go (>= 1000) */
+long shipc_own_dup(int fd, int cloexec);        /* fd copied there: the new number or -errno */
 /* A program descriptor (>= minfd, lowest free) for remote, or -errno; the
  * caller still owns remote on failure. */
 int shipc_fd_install(int remote, int cloexec, int minfd);
@@ -111,6 +114,8 @@ long shipc_open(const char *path, int flags);  /* -> program descriptor or -errn
 long shipc_pread(int fd, void *buf, size_t len, int64_t off);  /* local or shipped; bytes or -errno */
 long shipc_close(int fd);
 long shipc_fd_kind(int fd, long *flags, uint32_t *mode); /* F_GETFL and st_mode: 0 or -errno */
+/* mmap's error for fd where the client cannot map it (err) or read it, in Linux's order */
+long shipc_map_errno(int fd, int shared_write, long err);
 /* execve: open the new image as the job's user (X_OK, regular file):
  * program descriptor or -errno; *owned says whether the caller closes it
  * (not for execveat(fd, "", AT_EMPTY_PATH)). */

@@ -45,8 +45,7 @@ long shipc_fstatat_ship(int rd, const char *path, int flags, void *buf)
     if (r < 0)
         return r;
     stat_from_wire(&w, &k);
-    memcpy(buf, &k, sizeof k);
-    return 0;
+    return shipc_put(buf, &k, sizeof k);
 }
 
 /* fd's status flags (F_GETFL) and file type (st_mode), wherever it lives:
@@ -67,6 +66,28 @@ long shipc_fd_kind(int fd, long *flags, uint32_t *mode)
         return s;
     *mode = k.mode;
     return 0;
+}
+
+/* What Linux's mmap says of fd where the client cannot map it (a shared
+ * writable view of an I/O-node file: err -ENODEV) or could not read it
+ * (err), in Linux's order: EBADF for O_PATH; EACCES for a descriptor not
+ * open for reading, or not for writing when the view is shared and
+ * writable; ENODEV for what has no pages to map (socket, directory, FIFO,
+ * character device); else err. */
+long shipc_map_errno(int fd, int shared_write, long err)
+{
+    long fl;
+    uint32_t mode;
+    long r = shipc_fd_kind(fd, &fl, &mode);
+    if (r < 0)
+        return r;
+    if (fl & O_PATH)
+        return -EBADF;
+    if ((fl & O_ACCMODE) == O_WRONLY || (shared_write && (fl & O_ACCMODE) != O_RDWR))
+        return -EACCES;
+    if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != S_IFBLK)
+        return -ENODEV;
+    return err;
 }
 
 /* Linux >= 6.11 takes a NULL path with AT_EMPTY_PATH as "". */
@@ -121,7 +142,7 @@ long shipc_sys_statx(struct shipc_call *c)
     return shipped(c, fwd_statx(rd, flags, (int)c->a[3], path, buf));
 }
 
-static void statfs_from_wire(const struct lat_statfs *w, void *buf)
+static int statfs_from_wire(const struct lat_statfs *w, void *buf)
 {
     struct kstatfs k;
 
@@ -137,15 +158,14 @@ static void statfs_from_wire(const struct lat_statfs *w, void *buf)
     k.namelen = w->namelen;
     k.frsize = w->frsize;
     k.flags = w->flags;
-    memcpy(buf, &k, sizeof k);
+    return shipc_put(buf, &k, sizeof k);
 }
 
 static long statfs_reply(long r, const struct lat_statfs *w, void *buf)
 {
     if (r < 0)
         return r;
-    statfs_from_wire(w, buf);
-    return 0;
+    return statfs_from_wire(w, buf);
 }
 
 long shipc_sys_statfs(struct shipc_call *c)
@@ -231,12 +251,16 @@ long shipc_sys_fchmodat(struct shipc_call *c) { return do_fchmodat(c, c->a[0], P
 static long utimens_ship(int rd, const char *path, const void *times, int flags)
 {
     struct lat_timespec w[2] = { { 0, 0 }, { 0, 0 } };
-    const int64_t *t = times;       /* struct timespec[2]: sec, nsec, sec, nsec */
+    int64_t t[4];                   /* struct timespec[2]: sec, nsec, sec, nsec */
 
-    if (t)
+    if (times) {
+        int r = shipc_get(t, times, sizeof t);
+        if (r < 0)
+            return r;
         for (int i = 0; i < 2; i++)
             w[i] = (struct lat_timespec){ t[2 * i], t[2 * i + 1] };
-    return fwd_utimensat(rd, flags, t != NULL, w, path);
+    }
+    return fwd_utimensat(rd, flags, times != NULL, w, path);
 }
 
 /* A NULL path means the descriptor itself (futimens). */
