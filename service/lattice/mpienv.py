@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import host, wire
@@ -165,6 +166,22 @@ def mpi_env(exe: str, m: Machine, p: RankMapping) -> dict[str, str]:
     if len(mapping) <= 2 * wire.PMI_VAL_MAX:    # else libpmi falls back to the ranks of each node
         env[HOST_MAPPING] = mapping
     return env
+
+
+# Under cnk every system call a rank makes outside the seccomp filter's
+# pass-through list is a trapped signal: UCX's shared-memory endpoints to each
+# peer open, read and close the peer's /proc/PID/stat, and its posix transport
+# also opens /proc/PID/fd/N and maps it.  sysv (and cma for large messages) do
+# the same job as posix between the ranks of a host, so leaving posix out
+# saves ~6 trapped calls per peer at MPI_Init: 64 ranks start 13% sooner
+# (bench/RESULTS.md).  "^posix" keeps every other transport (TCP, InfiniBand).
+UCX_TLS_CNK = "^posix"
+
+
+def cnk_ucx_default(kernel: str, chosen: Mapping[str, str]) -> dict[str, str]:
+    """UCX_TLS for a cnk job unless the user chose one (--env, --export, or the
+    environment exported to the job): {} otherwise."""
+    return {"UCX_TLS": UCX_TLS_CNK} if kernel == "cnk" and "UCX_TLS" not in chosen else {}
 
 
 def _fresh_job_id() -> int:

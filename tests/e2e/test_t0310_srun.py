@@ -153,6 +153,16 @@ def test_which_value_wins(sm: Machine) -> None:
     assert env["FOO"] == "given" and env["MPIR_CVAR_ASYNC_PROGRESS"] == "1"
 
 
+def test_cnk_leaves_ucx_posix_out_unless_the_job_chooses(sm: Machine) -> None:
+    """Under cnk UCX_TLS is ^posix (fewer trapped calls per peer at MPI_Init, mpienv.UCX_TLS_CNK); a
+    UCX_TLS of the user's, given or exported, wins; Linux mode sets none."""
+    assert rank_env(sm, env={})["UCX_TLS"] == "^posix"
+    assert rank_env(sm, "--export=NONE", env={})["UCX_TLS"] == "^posix"
+    assert rank_env(sm, env={"UCX_TLS": "self,sysv,tcp"})["UCX_TLS"] == "self,sysv,tcp"
+    assert rank_env(sm, "--env", "UCX_TLS=tcp", env={"UCX_TLS": "self"})["UCX_TLS"] == "tcp"
+    assert "UCX_TLS" not in rank_env(sm, "--kernel", "linux", env={})
+
+
 def test_huge_environment_is_a_clear_error(sm: Machine) -> None:
     jobs_before = sm.run("jobs").stdout
     # too many strings; too many bytes (a single variable over 128 KiB could

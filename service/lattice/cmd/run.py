@@ -270,6 +270,9 @@ def run(args: argparse.Namespace) -> int:
     user_env = {**given, **dict(kv.split("=", 1) for kv in args.env)}
     for k in user_env:
         p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+    exported_names = {kv.partition("=")[0] for kv in exported}
+    for k, v in mpienv.cnk_ucx_default(args.kernel, {**dict.fromkeys(exported_names, ""), **user_env}).items():
+        p.env[k] = v           # the job's own UCX choice wins (mpienv.UCX_TLS_CNK)
     env_list = [f"{k}={v}" for k, v in user_env.items()]
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
