@@ -97,7 +97,7 @@ KNOWN["linux-socket"] = KNOWN["linux"]
 
 
 def make_scratch(d: Path) -> Path:
-    """The layout the program expects (it cannot make symbolic links under cnk)."""
+    """The layout the program expects, made by the test."""
     (d / "pre" / "dir").mkdir(parents=True)
     (d / "pre" / "file.txt").write_text("pre-made\n")
     (d / "pre" / "link").symlink_to("file.txt")
