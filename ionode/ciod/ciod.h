@@ -35,7 +35,9 @@ struct ciod_config {
     const char *block;
     uint32_t    pset;
     uint32_t    pset_size;
-    const char *listen;
+    const char *listen;             /* where the pset's compute nodes connect (and the service node, on one host) */
+    const char *listen_also;        /* a second address, e.g. tcp: for a service node on another host; or NULL */
+    int         notify_fd;          /* --notify-fd: "listening ADDR" and "ready" lines for the host agent; or -1 */
     const char *location;           /* this I/O node's location */
     uint8_t     key[LAT_KEY_BYTES];
     char       *title;                  /* argv's bytes, for a worker's name in ps */
@@ -117,6 +119,8 @@ void ras_thread_peer(const char *who);
 /* Writes every pending fold summary now (at exit). */
 void ras_flush(void);
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One line to the --notify-fd, if any (main.c): the host agent's readiness events. */
+void notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int  errprintf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void node_location(uint32_t node, char *buf, size_t len);
 

@@ -44,6 +44,7 @@ static struct {
     pthread_mutex_t lock;
     struct conn    *node[LAT_MAX_PSET];
     struct job     *job;
+    bool            announced;          /* "ready" went to the notify fd */
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void job_free(struct job *j)
@@ -84,6 +85,15 @@ int node_attach(uint32_t node, struct conn *c)
         err = EBUSY;
     else
         g.node[node] = conn_get(c);
+    if (!err && !g.announced) {     /* the pset's last node: tell the host agent, once (an event, not a poll) */
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < cfg.pset_size; i++)
+            n += g.node[i] != NULL;
+        if (n == cfg.pset_size) {
+            g.announced = true;
+            notify("ready");
+        }
+    }
     pthread_mutex_unlock(&g.lock);
     return err;
 }

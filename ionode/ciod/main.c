@@ -11,10 +11,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -26,9 +29,12 @@ struct ciod_config cfg;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ciod --block NAME --pset N --pset-size P --listen ADDR --key-file FILE\n"
-               "            --ras FILE --location LOC [--plugin PATH[:LIMIT][;CONFIG]]...\n"
-               "  ADDR is unix:/abs/path.sock or tcp:HOST:PORT\n");
+    fprintf(f, "usage: ciod --block NAME --pset N --pset-size P --listen ADDR [--listen ADDR2]\n"
+               "            --key-file FILE --ras FILE --location LOC [--notify-fd FD]\n"
+               "            [--plugin PATH[:LIMIT][;CONFIG]]...\n"
+               "  ADDR is unix:/abs/path.sock or tcp:HOST:PORT (PORT 0: any free port)\n"
+               "  --notify-fd: write \"listening ADDR\" per address and \"ready\" once every\n"
+               "  compute node of the pset is connected (for the host agent)\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -78,6 +84,40 @@ static int load_key(const char *path, uint8_t key[LAT_KEY_BYTES], char *err, siz
     return 0;
 }
 
+void notify(const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    int n;
+
+    if (cfg.notify_fd < 0)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line) - 1)
+        return;
+    line[n++] = '\n';
+    if (write(cfg.notify_fd, line, (size_t)n) < 0) {
+        /* the agent is gone: it kills us anyway */
+    }
+}
+
+/* The address a listener really has: a tcp: one with port 0 gets its port. */
+static void bound_address(int fd, const char *asked, char *out, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    const char *colon = strrchr(asked, ':');
+
+    snprintf(out, len, "%s", asked);
+    if (strncmp(asked, "tcp:", 4) != 0 || !colon || getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return;
+    unsigned port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                             : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(out, len, "%.*s:%u", (int)(colon - asked), asked, port);
+}
+
 static int parse_args(int argc, char **argv, const char **keyfile, const char **ras)
 {
     static const struct option opts[] = {
@@ -89,6 +129,7 @@ static int parse_args(int argc, char **argv, const char **keyfile, const char **
         { "ras", required_argument, NULL, 'r' },
         { "location", required_argument, NULL, 'L' },
         { "plugin", required_argument, NULL, 'P' },
+        { "notify-fd", required_argument, NULL, 'n' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -98,7 +139,23 @@ static int parse_args(int argc, char **argv, const char **keyfile, const char **
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'b': cfg.block = optarg; break;
-        case 'l': cfg.listen = optarg; break;
+        case 'l':
+            if (cfg.listen && cfg.listen_also) {
+                fprintf(stderr, "ciod: at most two --listen addresses\n");
+                return -1;
+            }
+            *(cfg.listen ? &cfg.listen_also : &cfg.listen) = optarg;
+            break;
+        case 'n': {
+            uint32_t fd;
+            if (parse_u32(optarg, 1u << 20, &fd) < 0 || fd < 3 || fcntl((int)fd, F_GETFD) < 0) {
+                fprintf(stderr, "ciod: --notify-fd must be an open descriptor above 2: %s\n", optarg);
+                return -1;
+            }
+            cfg.notify_fd = (int)fd;
+            fcntl(cfg.notify_fd, F_SETFD, FD_CLOEXEC);     /* no worker or job inherits it */
+            break;
+        }
         case 'k': *keyfile = optarg; break;
         case 'r': *ras = optarg; break;
         case 'L': cfg.location = optarg; break;
@@ -140,18 +197,43 @@ static int parse_args(int argc, char **argv, const char **keyfile, const char **
     return 0;
 }
 
+static void serve(int fd, pthread_attr_t *attr)
+{
+    pthread_t t;
+    struct conn *c = conn_new(fd);
+
+    if (!c) {
+        logmsg("no memory for a new connection");
+        close(fd);
+        return;
+    }
+    if (!admit_new(c)) {
+        conn_put(c);                /* over the cap: closed at once */
+        return;
+    }
+    int rc = pthread_create(&t, attr, session_thread, c);
+    if (rc != 0) {
+        logmsg("cannot start a connection thread: %s", strerror(rc));
+        admit_undo(c);
+        conn_put(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *keyfile = NULL, *ras = NULL;
-    char err[CIOD_ERRLEN];
+    char err[CIOD_ERRLEN], addr[2][300];
     pthread_attr_t attr;
-    int lfd;
+    struct pollfd lfd[2] = { { .fd = -1, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
+    nfds_t nl = 1;
 
+    cfg.notify_fd = -1;
     if (parse_args(argc, argv, &keyfile, &ras) < 0)
         return 2;
     /* a worker writes its name over argv: keep nothing there */
     cfg.block = strdup(cfg.block);
     cfg.listen = strdup(cfg.listen);
+    cfg.listen_also = cfg.listen_also ? strdup(cfg.listen_also) : NULL;
     cfg.location = strdup(cfg.location);
     if (!cfg.block || !cfg.listen || !cfg.location)
         return 1;
@@ -163,44 +245,38 @@ int main(int argc, char **argv)
     libcache_init();
     if (load_key(keyfile, cfg.key, err, sizeof(err)) < 0 || ras_open(ras, err, sizeof(err)) < 0
         || admit_init(err, sizeof(err)) < 0
-        || plugin_load_all(err, sizeof(err)) < 0 || (lfd = net_listen(cfg.listen, err, sizeof(err))) < 0) {
+        || plugin_load_all(err, sizeof(err)) < 0 || (lfd[0].fd = net_listen(cfg.listen, err, sizeof(err))) < 0
+        || (cfg.listen_also && (lfd[nl++].fd = net_listen(cfg.listen_also, err, sizeof(err))) < 0)) {
         logmsg("%s", err);
         return 1;
     }
-    ras_event(RAS_INFO, cfg.location, "ciod of block %s pset %u (%u compute nodes) listening on %s",
-              cfg.block, cfg.pset, cfg.pset_size, cfg.listen);
+    bound_address(lfd[0].fd, cfg.listen, addr[0], sizeof(addr[0]));
+    if (nl > 1)
+        bound_address(lfd[1].fd, cfg.listen_also, addr[1], sizeof(addr[1]));
+    ras_event(RAS_INFO, cfg.location, "ciod of block %s pset %u (%u compute nodes) listening on %s%s%s",
+              cfg.block, cfg.pset, cfg.pset_size, addr[0], nl > 1 ? " and " : "", nl > 1 ? addr[1] : "");
+    for (nfds_t i = 0; i < nl; i++)
+        notify("listening %s", addr[i]);
 
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, THREAD_STACK);
     for (;;) {
-        pthread_t t;
-        struct conn *c;
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+        if (nl > 1 && poll(lfd, nl, -1) < 0)
+            continue;
+        for (nfds_t i = 0; i < nl; i++) {
+            if (nl > 1 && !(lfd[i].revents & POLLIN))
                 continue;
-            /* out of descriptors or memory: wait for some to come back */
-            logmsg("accept: %s", strerror(errno));
-            nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
-            continue;
-        }
-        c = conn_new(fd);
-        if (!c) {
-            logmsg("no memory for a new connection");
-            close(fd);
-            continue;
-        }
-        if (!admit_new(c)) {
-            conn_put(c);                /* over the cap: closed at once */
-            continue;
-        }
-        int rc = pthread_create(&t, &attr, session_thread, c);
-        if (rc != 0) {
-            logmsg("cannot start a connection thread: %s", strerror(rc));
-            admit_undo(c);
-            conn_put(c);
+            int fd = accept4(lfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+                    continue;
+                /* out of descriptors or memory: wait for some to come back */
+                logmsg("accept: %s", strerror(errno));
+                nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
+                continue;
+            }
+            serve(fd, &attr);
         }
     }
 }

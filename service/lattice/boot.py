@@ -19,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from lattice import blocks, db, machine, ras
+from lattice import blocks, db, machine, procs, ras
 from lattice import personality as personalities
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError
@@ -93,13 +93,6 @@ def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) 
     return out
 
 
-def _start(argv: list[str], log: Path) -> int:
-    import subprocess      # here, as json and secrets below: `lattice run` on a booted block starts nothing
-    with open(log, "ab") as fh:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
-    return p.pid
-
-
 def plugin_options(m: Machine) -> list[str]:
     """--plugin for each of [ionode] plugins; a relative path is the repository's."""
     out = []
@@ -111,9 +104,14 @@ def plugin_options(m: Machine) -> list[str]:
 
 def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
     """Boot block name; owner (pid, start time): the `lattice run` that boots
-    it for itself, so that the block is freed if that run dies (lattice.reclaim)."""
-    import json
+    it for itself, so that the block is freed if that run dies (lattice.reclaim).
+
+    Each host that runs psets of the block gets one agent (lattice.agent,
+    started by lattice.placement), which starts that host's daemons, waits
+    for their readiness and reports; so the service node does per host what
+    it did per node, and reaps nothing."""
     import secrets
+    from lattice import placement
     blocks.set_state(con, name, "Allocated", expect=("Free",))
     if owner is not None:
         con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*owner, name))
@@ -122,9 +120,9 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     d = block_dir(name)
     private_dir(d.parent)
     private_dir(d)
-    (d / "log").mkdir(exist_ok=True)
-    private_dir(machine.socket_dir())
+    private_dir(d / "log")
     private_dir(ras.spool_dir())
+    private_dir(machine.socket_dir())
     keyfile = key_file(name)
     keyfile.unlink(missing_ok=True)
     fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -134,32 +132,29 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
         con.execute("UPDATE blocks SET state = 'Booting', message = NULL, changed = ? WHERE name = ?",
                     (db.now(), name))
         con.execute("DELETE FROM daemons WHERE block = ?", (name,))
-    bin_dir = machine.prefix()
-    cnk = bin_dir / "bin" / "cnk"
-    # without a built cnk the nodes run Linux-mode jobs only; a cnk job gets a clear launch error
-    cnk_option = ["--cnk", str(cnk)] if os.access(cnk, os.X_OK) else []
+        con.execute("DELETE FROM agents WHERE block = ?", (name,))
     try:
+        where = placement.pset_hosts(con, m)
+        plan: dict[str | None, list[int]] = {}
         for p in b.psets(m):
-            addr = ciod_address(name, p)
-            Path(addr[5:]).unlink(missing_ok=True)
-            pid = _start([str(bin_dir / "bin" / "ciod"), "--block", name, "--pset", str(p),
-                          "--pset-size", str(m.pset_size), "--listen", addr, "--key-file", str(keyfile),
-                          "--ras", str(ras.spool_dir() / f"{name}-ionode{p}.log"),
-                          "--location", m.io_location(p), *plugin_options(m)], d / "log" / f"ciod-{p}.log")
-            con.execute("INSERT INTO daemons (block, kind, node, pid, address) VALUES (?, 'ciod', ?, ?, ?)",
-                        (name, p, pid, addr))
-            for i in m.pset_nodes(p):
-                pfile = d / f"node-{i}.json"
-                pfile.unlink(missing_ok=True)
-                fd = os.open(pfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                os.write(fd, json.dumps(personality(m, b, key, i, addr), indent=1).encode())
-                os.close(fd)
-                pid = _start([str(bin_dir / "bin" / "cnode"), "--personality", str(pfile),
-                              "--client", str(bin_dir / "lib" / "libcnclient.so"), *cnk_option],
-                             d / "log" / f"cnode-{i}.log")
-                con.execute("INSERT INTO daemons (block, kind, node, pid) VALUES (?, 'cnode', ?, ?)",
-                            (name, i, pid))
-        wait_ready(con, m, blocks.get(con, name))
+            plan.setdefault(where[p], []).append(p)
+        launches = placement.launch(m, name, plan, orders(m, b, key, plan), d / "log")
+        with db.transaction(con):
+            for ln in launches:
+                for h in ln.hosts:
+                    con.execute("INSERT INTO agents (block, host, pid, start, log) VALUES (?, ?, ?, ?, ?)",
+                                (name, h, ln.pid, procs.start_time(ln.pid), str(ln.log)))
+        ready = placement.wait_ready(launches, boot_timeout(b.size) + 10, alive)
+        with db.transaction(con):
+            for h, r in ready.items():
+                host = None if h == "local" else h
+                for p, c in r["ciods"].items():
+                    con.execute("INSERT INTO daemons (block, kind, node, pid, address, host) "
+                                "VALUES (?, 'ciod', ?, ?, ?, ?)", (name, int(p), c["pid"], c["address"], host))
+                con.executemany("INSERT INTO daemons (block, kind, node, pid, host) VALUES (?, 'cnode', ?, ?, ?)",
+                                [(name, int(i), pid, host) for i, pid in r["cnodes"].items()])
+                if "cores" in r:
+                    remember_cores(h, r["cores"])
     except (LatticeError, OSError) as e:
         why = e.message if isinstance(e, LatticeError) else str(e)
         ras.record(con, "FATAL", "MMCS", name, f"boot of block {name} failed: {why}")
@@ -168,49 +163,66 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
         raise LatticeError(f"boot of block {name} failed: {why}",
                            f"daemon logs are in {d / 'log'}") from e
     blocks.set_state(con, name, "Initialized")
+    hosts = sorted({h for h in where.values() if h is not None and h in {where[p] for p in b.psets(m)}})
     ras.record(con, "INFO", "MMCS", name, f"block {name} initialized ({b.size} compute nodes, "
-                                          f"{len(b.psets(m))} I/O nodes)")
+                                          f"{len(b.psets(m))} I/O nodes"
+                                          + (f" on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}" if hosts else "")
+                                          + ")")
     return blocks.get(con, name)
 
 
-def personality(m: Machine, b: Block, key: bytes, i: int, addr: str) -> dict[str, object]:
+def boot_timeout(nodes: int) -> float:
+    """How long a host may take to bring its nodes up: the old 30 s, and
+    more for very large blocks (a few ms a node on a loaded host)."""
+    return BOOT_TIMEOUT + 0.005 * nodes
+
+
+def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[int]]) -> dict[str, object]:
+    """What every host's agent is told (lattice.agent): the key, and per host
+    its psets with each node's personality (the agent adds key and socket)."""
+    from lattice import placement
+    hosts: dict[str, list[dict[str, object]]] = {}
+    for h, psets in plan.items():
+        hosts[h or "local"] = [{
+            "pset": p, "location": m.io_location(p),
+            "nodes": [{"index": i, "personality": personality(m, b, None, i, None)} for i in m.pset_nodes(p)],
+        } for p in psets]
+    locations = {f"ciod-{p}": m.io_location(p) for ps in plan.values() for p in ps}
+    locations.update({f"cnode-{i}": m.compute_location(i) for ps in plan.values() for p in ps for i in m.pset_nodes(p)})
+    return {
+        "block": b.name, "key": key.hex(), "prefix": str(machine.prefix()), "pset_size": m.pset_size,
+        "ras_dir": str(ras.spool_dir()), "plugins": plugin_options(m), "hosts": hosts,
+        "tcp": any(h is not None for h in plan), "report_cores": any(h is not None for h in plan),
+        "timeout": boot_timeout(b.size),
+        "dirs": {h or "local": str(block_dir(b.name) if h is None else placement.private_dir(h, b.name)) for h in plan},
+        "socket_dirs": {h or "local": str(machine.socket_dir() if h is None else placement.private_dir(h, b.name))
+                        for h in plan},
+        "log_dirs": {h or "local": str(block_dir(b.name) / "log" / (h or "")).rstrip("/") for h in plan},
+        "locations": locations,
+        # settings the daemons read from their environment (LATTICE_RAS_WINDOW, LATTICE_MAX_CONNS...)
+        "env": {k: v for k, v in os.environ.items() if k.startswith("LATTICE_") and k != "LATTICE_HOME"},
+    }
+
+
+def remember_cores(h: str, report: dict[str, object]) -> None:
+    """Keep what a host's agent said of its cores (lattice.host's cache)."""
+    from lattice import host as hostmod
+    cores = tuple(hostmod.Core(int(c[0]), tuple(int(x) for x in c[1:])) for c in report["cores"])  # type: ignore[attr-defined]
+    if cores:
+        hostmod.save(hostmod.Host(h, cores, str(report.get("source", "agent"))), "agent")
+
+
+def personality(m: Machine, b: Block, key: bytes | None, i: int, addr: str | None) -> dict[str, object]:
     """Node i's personality file: what cnode needs (key, ciod, hide) and the
     fields it passes to jobs as LATTICE_PERSONALITY (lattice.personality)."""
     p = personalities.of_node(m, b.name, i)
     return {
-        "block": p.block, "key": key.hex(), "ciod": addr, "node": p.rank_in_pset, "pset": p.pset,
+        "block": p.block, **({"key": key.hex()} if key else {}), **({"ciod": addr} if addr else {}),
+        "node": p.rank_in_pset, "pset": p.pset,
         "pset_size": p.pset_size, "coords": list(p.coords), "torus": list(p.torus),
         "memory": p.memory, "cores": p.cores, "mode": p.mode, "location": p.location,
         "ionode_location": p.ionode, "hide": list(m.hide),
     }
-
-
-def wait_ready(con: sqlite3.Connection, m: Machine, b: Block) -> None:
-    """Until every ciod says all its compute nodes are connected."""
-    deadline = time.monotonic() + BOOT_TIMEOUT
-    pending = set(b.psets(m))
-    last = ""
-    while pending:
-        for p in sorted(pending):
-            dead = [r for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ?", (b.name,))
-                    if not alive(r["pid"])]
-            if dead:
-                r = dead[0]
-                where = m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])
-                raise LatticeError(f"{r['kind']} of {where} exited during boot")
-            try:
-                with ciods_one(con, b, m, p) as c:
-                    nodes, _, _ = c.status()
-                if nodes == m.pset_size:
-                    pending.discard(p)
-                else:
-                    last = f"I/O node {m.io_location(p)} has {nodes} of {m.pset_size} compute nodes"
-            except (CiodError, OSError) as e:
-                last = str(e)
-        if pending and time.monotonic() > deadline:
-            raise LatticeError(f"timed out after {BOOT_TIMEOUT:.0f} s: {last}")
-        if pending:
-            time.sleep(0.05)
 
 
 def ciods_one(con: sqlite3.Connection, b: Block, m: Machine, pset: int) -> Ciod:
@@ -243,7 +255,9 @@ def ours(pid: int, block: str) -> bool:
 
 
 def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None:
-    rows = con.execute("SELECT pid FROM daemons WHERE block = ?", (name,)).fetchall()
+    """End the block's daemons on this host, then its agents (each ends what
+    is left on its host when its channel closes or it is told to stop)."""
+    rows = con.execute("SELECT pid FROM daemons WHERE block = ? AND host IS NULL", (name,)).fetchall()
     pids = [r["pid"] for r in rows if ours(r["pid"], name)]
     deadline = time.monotonic() + grace
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
@@ -259,7 +273,26 @@ def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None
             if not alive(p):
                 break
             time.sleep(0.02)
+    stop_agents(con, name, grace)
     con.execute("DELETE FROM daemons WHERE block = ?", (name,))
+
+
+def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> None:
+    rows = {r["pid"]: r["start"] for r in con.execute("SELECT pid, start FROM agents WHERE block = ?", (name,))}
+    mine = [pid for pid, start in rows.items() if procs.start_time(pid) == start]
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        for pid in mine:
+            try:
+                os.killpg(pid, sig)   # its session: the agent, or the shell, ssh or srun that carry it
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while any(alive(p) for p in mine) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        mine = [p for p in mine if alive(p)]
+        if not mine:
+            break
+    con.execute("DELETE FROM agents WHERE block = ?", (name,))
 
 
 def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None) -> None:

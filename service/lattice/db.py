@@ -124,6 +124,27 @@ MIGRATIONS: list[str] = [
     ALTER TABLE blocks ADD COLUMN owner_pid INTEGER;
     ALTER TABLE blocks ADD COLUMN owner_start INTEGER;
     """,
+    # 4 -> 5: placement (lattice.placement): which host runs which pset.  The
+    # hosts of an ssh placement (from its hostfile, at `lattice init`) and the
+    # host each I/O node's pset runs on; each daemon's host (NULL: this one);
+    # each booted block's host agents: the local process (the agent itself, or
+    # the ssh or srun that carries it) whose life is the agent's connection
+    """
+    CREATE TABLE hosts (
+        name      TEXT PRIMARY KEY,
+        slots     INTEGER                       -- compute nodes it may run (NULL: no limit)
+    );
+    ALTER TABLE nodes ADD COLUMN host TEXT;
+    ALTER TABLE daemons ADD COLUMN host TEXT;
+    CREATE TABLE agents (
+        block     TEXT NOT NULL REFERENCES blocks(name) ON DELETE CASCADE,
+        host      TEXT NOT NULL,
+        pid       INTEGER NOT NULL,             -- on this host: the agent, or its ssh or srun
+        start     INTEGER,                      -- its start time (a recycled pid is not it)
+        log       TEXT NOT NULL,                -- what the agent reports, line by line
+        PRIMARY KEY (block, host)
+    );
+    """,
 ]
 KEYLESS = 3         # the first version whose database never held a key
 

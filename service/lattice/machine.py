@@ -22,6 +22,7 @@ DEFAULT_PSET = 8
 DEFAULT_MEMORY = 512 << 20     # as a Blue Gene/L node; 2 MiB pages for big memory (lattice.hugepages)
 DEFAULT_CORES = 2           # as on Blue Gene/L: one core computes, the other communicates
 MAX_CORES = 4096
+PLACEMENTS = ("local", "ssh", "slurm")
 
 
 def home() -> Path:
@@ -63,7 +64,8 @@ class MachineFields(NamedTuple):
     shape: Coord = DEFAULT_SHAPE
     pset_size: int = DEFAULT_PSET
     memory: int = DEFAULT_MEMORY
-    placement: str = "local"
+    placement: str = "local"        # which hosts run the psets: local, ssh or slurm (lattice.placement)
+    ssh: str = ""                   # ssh placement: the command that reaches a host ("" = plain ssh)
     hide: tuple[str, ...] = ()
     cores: int = DEFAULT_CORES
     plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
@@ -95,8 +97,8 @@ class Machine(MachineFields):
             raise LatticeError(f"memory per node ({self.memory} bytes) must be at least 1M and below 8E")
         if not 1 <= self.cores <= MAX_CORES:
             raise LatticeError(f"cores per node ({self.cores}) must be 1..{MAX_CORES}")
-        if self.placement != "local":
-            raise LatticeError(f"placement {self.placement!r} is not supported yet (only 'local')")
+        if self.placement not in PLACEMENTS:
+            raise LatticeError(f"placement {self.placement!r} is not one of {', '.join(PLACEMENTS)}")
 
     @property
     def nodes(self) -> int:
@@ -141,7 +143,7 @@ class Machine(MachineFields):
             "torus": {"shape": list(self.shape)},
             "pset": {"size": self.pset_size},
             "node": {"memory": self.memory, "cores": self.cores},
-            "placement": {"hosts": self.placement},
+            "placement": {"hosts": self.placement, **({"ssh": self.ssh} if self.ssh else {})},
             "compute": {"hide": list(self.hide)},
             **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
         }
@@ -164,6 +166,7 @@ class Machine(MachineFields):
                        memory=int(data["node"]["memory"]),  # type: ignore[index]
                        cores=int(data["node"].get("cores", DEFAULT_CORES)),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
+                       ssh=str(data.get("placement", {}).get("ssh", "")),  # type: ignore[attr-defined]
                        hide=tuple(str(p) for p in hide), plugins=tuple(plugins))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LatticeError(f"{source}: bad machine description: {e}") from e

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 
 from lattice import blocks, boot, db, machine, procs, ras
 from lattice.errors import LatticeError
@@ -88,11 +89,24 @@ def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
 
 
 def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
-    """Locations of the block's nodes whose daemon is gone."""
+    """Locations of the block's nodes whose daemon is gone: on this host
+    from /proc; on another host from its agent, whose channel (the ssh or
+    srun here) closing means the host's part is gone, and whose log reports
+    each daemon that ended (lattice.placement)."""
+    from lattice import placement
     out = []
-    for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? ORDER BY kind, node", (name,)):
+    where = lambda r: m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])  # noqa: E731
+    for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
+                         (name,)):
         if not (boot.alive(r["pid"]) and boot.ours(r["pid"], name)):
-            out.append(m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"]))
+            out.append(where(r))
+    for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'", (name,)):
+        if gone(a["pid"], a["start"]):
+            out += [where(r) for r in con.execute("SELECT kind, node FROM daemons WHERE block = ? AND host = ? "
+                                                  "ORDER BY kind, node", (name, a["host"]))]
+            continue
+        out += [e["location"] for e in placement.events(Path(a["log"]))
+                if e["event"] == "exited" and e.get("host") == a["host"] and "location" in e]
     return out
 
 

@@ -17,7 +17,7 @@ from lattice import blocks, db
 from lattice.errors import LatticeError
 from test_service_machine import ROOT, Home, Result, assert_clean_error, finish, home  # noqa: F401 - fixture
 
-TABLES = {"nodes", "blocks", "daemons", "jobs", "ranks", "ras", "ras_spool", "schema_version"}
+TABLES = {"nodes", "blocks", "daemons", "jobs", "ranks", "ras", "ras_spool", "schema_version", "hosts", "agents"}
 
 
 def tables(con: sqlite3.Connection) -> set[str]:
@@ -111,11 +111,11 @@ def test_foreign_keys_cascade(home: Home) -> None:
     home.ok("block", "create", "A", "--shape", "2x2x2")
     with home.active():
         con = db.connect()
-        con.execute("INSERT INTO daemons VALUES ('A', 'ciod', 0, 1, NULL)")
+        con.execute("INSERT INTO daemons VALUES ('A', 'ciod', 0, 1, NULL, NULL)")
         blocks.delete(con, "A")
         assert con.execute("SELECT count(*) FROM daemons").fetchone()[0] == 0
         with pytest.raises(sqlite3.IntegrityError):
-            con.execute("INSERT INTO daemons VALUES ('nope', 'ciod', 0, 1, NULL)")
+            con.execute("INSERT INTO daemons VALUES ('nope', 'ciod', 0, 1, NULL, NULL)")
 
 
 def test_parallel_first_opens(tmp_path: Path) -> None:

@@ -383,9 +383,9 @@ def test_toml_optional_sections_default(tmp_path: Path) -> None:
     (lambda d: d.pop("node"), "bad machine description"),
     (lambda d: d.update(placement="local"), "bad machine description"),      # a string, not a table
     (lambda d: d["compute"].update(hide="/one/path"), "list"),                # not split into characters
-    (lambda d: d["placement"].update(hosts="ssh"), "not supported"),
+    (lambda d: d["placement"].update(hosts="mars"), "not one of local, ssh, slurm"),
     (lambda d: d["pset"].update(size=3), "does not divide"),
-], ids=["size-not-int", "2d-shape", "no-node", "placement-not-table", "hide-not-list", "ssh", "pset-3"])
+], ids=["size-not-int", "2d-shape", "no-node", "placement-not-table", "hide-not-list", "unknown-placement", "pset-3"])
 def test_bad_machine_file_is_a_clear_error(default_home: Home, edit: Callable[[dict[str, Any]], None],
                                            why: str) -> None:
     path = default_home.path / "machine.toml"

@@ -5,7 +5,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lattice import db, machine
+from lattice import db, machine, placement
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 
@@ -22,6 +22,15 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                    help=f"cores per compute node (default {machine.DEFAULT_CORES}, as on Blue Gene/L)")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="a path compute nodes must not see locally (repeatable)")
+    p.add_argument("--placement", choices=machine.PLACEMENTS, default="local",
+                   help="which hosts run the psets: local (this host, the default), ssh (the hosts of "
+                        "--hostfile, reached with key login) or slurm (the hosts of the allocation "
+                        "`lattice` runs in)")
+    p.add_argument("--hostfile", metavar="FILE",
+                   help="ssh placement: the hosts, one a line: NAME [slots=N] (N: compute nodes it may run)")
+    p.add_argument("--ssh-command", metavar="CMD", default="",
+                   help=f"ssh placement: how to reach a host (default {placement.SSH_DEFAULT!r}), "
+                        "e.g. 'ssh -F /path/config'")
     p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
 
 
@@ -38,10 +47,29 @@ def forget_blocks(blocks_dir: Path) -> None:
     shutil.rmtree(blocks_dir)
 
 
+def read_hosts(args: argparse.Namespace) -> list[tuple[str, int | None]]:
+    """The hosts of an ssh placement, from --hostfile."""
+    if args.placement != "ssh":
+        if args.hostfile or args.ssh_command:
+            raise LatticeError(f"--hostfile and --ssh-command are for --placement ssh, not {args.placement}")
+        return []
+    if not args.hostfile:
+        raise LatticeError("--placement ssh needs --hostfile FILE (one host a line: NAME [slots=N])")
+    try:
+        text = Path(args.hostfile).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LatticeError(f"cannot read the hostfile {args.hostfile}: {e}") from e
+    return placement.parse_hostfile(text, args.hostfile)
+
+
 def init(args: argparse.Namespace) -> int:
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
                 memory=machine.parse_size(args.memory), cores=args.cores,
-                hide=tuple(os.path.abspath(h) for h in args.hide))
+                hide=tuple(os.path.abspath(h) for h in args.hide),
+                placement=args.placement, ssh=args.ssh_command)
+    hosts = read_hosts(args)
+    if hosts:
+        placement.deal(m, hosts)        # fits, before anything is replaced
     home = machine.home()
     if machine.machine_file().exists() or db.path().exists():   # a database alone: a broken machine
         if not args.force:
@@ -64,10 +92,15 @@ def init(args: argparse.Namespace) -> int:
     with db.transaction(con):
         for i in range(m.nodes):
             x, y, z = m.coord(i)
-            con.execute("INSERT INTO nodes VALUES (?, 'compute', ?, ?, ?, ?, ?)",
+            con.execute("INSERT INTO nodes (id, kind, x, y, z, pset, location) VALUES (?, 'compute', ?, ?, ?, ?, ?)",
                         (i, x, y, z, m.pset_of(i), m.compute_location(i)))
         for p in range(m.psets):
-            con.execute("INSERT INTO nodes VALUES (?, 'io', NULL, NULL, NULL, ?, ?)", (-1 - p, p, m.io_location(p)))
+            con.execute("INSERT INTO nodes (id, kind, x, y, z, pset, location) VALUES (?, 'io', NULL, NULL, NULL, ?, ?)",
+                        (-1 - p, p, m.io_location(p)))
+        if hosts:
+            placement.record_hosts(con, m, hosts)
     print(f"machine in {home}: {machine.shape_str(m.shape)} torus, {m.nodes} compute nodes, "
-          f"{m.psets} I/O nodes (psets of {m.pset_size}), {m.memory >> 20} MiB and {m.cores} cores per node")
+          f"{m.psets} I/O nodes (psets of {m.pset_size}), {m.memory >> 20} MiB and {m.cores} cores per node"
+          + (f", placement {m.placement}" + (f" on {len(hosts)} hosts" if hosts else "")
+             if m.placement != "local" else ""))
     return 0

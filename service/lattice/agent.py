@@ -1,0 +1,327 @@
+"""The host agent: starts, watches and ends one block's daemons on one host.
+
+The placement (lattice.placement) starts one agent per host and block: on
+this host as a child of `lattice boot`, on another through ssh, in a Slurm
+allocation through one srun for all hosts.  The agent reads its orders as
+one JSON line on standard input, the block key among them, so the key
+reaches a host only over the launcher's own channel (ssh's, Slurm's), never
+on a command line, in an environment or on a shared file system.  Then it:
+
+- writes the key and each node's personality into a directory of its own
+  on the host (0700; files 0600);
+- starts each pset's ciod (listening on a unix socket for its compute nodes
+  and, for a service node on another host, on a TCP port it picks) and its
+  cnodes, every one in a session of its own;
+- waits for each ciod's "ready" (all its compute nodes connected), an event
+  on a pipe (ciod --notify-fd), and reaps children as they end: boot costs
+  the same per node however many there are;
+- reports one JSON line on standard output: the ciods' addresses and every
+  daemon's pid (or an error, after ending what it started);
+- then stays, as the host's part of the block: a daemon that ends is
+  reported (a line), and when the launcher's channel closes (standard
+  input at end of file: the ssh or srun is gone), on SIGTERM/SIGHUP, or when
+  its daemons have all ended (the block was freed), it ends the rest (each
+  daemon's session: the jobs it started go too), removes its secrets and
+  exits.
+
+Reports are JSON lines: {"host", "event": "listening"|"ready"|"error"|"exited"|"done", ...}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+STOP_GRACE = 2.0        # seconds between SIGTERM and SIGKILL when the agent ends its daemons
+
+
+class Daemon(NamedTuple):
+    kind: str           # "ciod" or "cnode"
+    node: int           # pset (ciod) or compute node index (cnode)
+    pid: int
+
+
+def say(host: str, event: str, **fields: Any) -> None:
+    """One report line; a launcher that went away costs nothing here."""
+    try:
+        os.write(1, (json.dumps({"host": host, "event": event, **fields}) + "\n").encode())
+    except OSError:
+        pass
+
+
+def private_file(path: Path, data: bytes) -> None:
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def spawn(argv: list[str], log: Path, env: dict[str, str], notify: int | None = None) -> int:
+    """argv in a session of its own, stdin /dev/null, stdout and stderr to log;
+    notify (a pipe's write end) becomes its descriptor 3."""
+    actions: list[tuple[Any, ...]] = [
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    if notify is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, notify, 3))
+    return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+
+
+class Agent:
+    def __init__(self, spec: dict[str, Any], host: str) -> None:
+        self.spec = spec
+        self.host = host
+        self.psets: list[dict[str, Any]] = spec["hosts"][host]
+        self.dir = Path(spec["dirs"][host])
+        self.log_dir = Path(spec["log_dirs"][host])
+        self.daemons: dict[int, Daemon] = {}          # pid -> daemon, while it runs
+        self.stopping = False
+        self.status_text = ""                         # how the last reaped daemon ended
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "signal")
+
+    # ---- start ----
+
+    def prepare(self) -> tuple[Path, str | None]:
+        """The host's private directory with the key file; the cnk to use, if built."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.dir, 0o700)
+        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        Path(self.spec["socket_dirs"][self.host]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        keyfile = self.dir / "key"
+        private_file(keyfile, self.spec["key"].encode() + b"\n")
+        cnk = Path(self.spec["prefix"]) / "bin" / "cnk"
+        return keyfile, (str(cnk) if os.access(cnk, os.X_OK) else None)
+
+    def start(self) -> None:
+        spec, prefix = self.spec, Path(self.spec["prefix"])
+        keyfile, cnk = self.prepare()
+        env = {**os.environ, **spec.get("env", {})}
+        self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
+        for ps in self.psets:
+            p = ps["pset"]
+            sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
+            argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
+                    "--pset-size", str(spec["pset_size"]), "--listen", sock,
+                    *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
+                    "--key-file", str(keyfile), "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
+                    "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
+            r, w = os.pipe()
+            try:
+                pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w)
+            finally:
+                os.close(w)
+            self.daemons[pid] = Daemon("ciod", p, pid)
+            self.notify[p] = r
+            self.sel.register(r, selectors.EVENT_READ, p)
+            ps["socket"] = sock
+            for node in ps["nodes"]:
+                i = node["index"]
+                pfile = self.dir / f"node-{i}.json"
+                private_file(pfile, json.dumps({**node["personality"], "key": spec["key"], "ciod": sock},
+                                               indent=1).encode())
+                argv = [str(prefix / "bin" / "cnode"), "--personality", str(pfile),
+                        "--client", str(prefix / "lib" / "libcnclient.so"), *(["--cnk", cnk] if cnk else [])]
+                pid = spawn(argv, self.log_dir / f"cnode-{i}.log", env)
+                self.daemons[pid] = Daemon("cnode", i, pid)
+
+    def wait_ready(self, timeout: float) -> dict[int, str]:
+        """Until every ciod says "ready": each pset's advertised address."""
+        pending = {ps["pset"] for ps in self.psets}
+        listening: dict[int, list[str]] = {}
+        partial: dict[int, bytes] = {}
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"timed out after {timeout:.0f} s waiting for the compute nodes of "
+                                   f"pset{'s' if len(pending) > 1 else ''} {', '.join(map(str, sorted(pending)))}")
+            for key, _ in self.sel.select(min(left, 1.0)):
+                if key.data == "signal":
+                    self.drain_wakeups()
+                    continue
+                p, fd = key.data, key.fd
+                data = os.read(fd, 4096)
+                if not data:
+                    self.sel.unregister(fd)
+                    continue        # the ciod ended: reaped below
+                lines = (partial.pop(p, b"") + data).split(b"\n")
+                partial[p] = lines.pop()
+                for line in lines:
+                    word, _, rest = line.decode(errors="replace").partition(" ")
+                    if word == "listening":
+                        listening.setdefault(p, []).append(rest)
+                    elif word == "ready":
+                        pending.discard(p)
+            for d in self.reap():
+                raise RuntimeError(f"{d.kind} of {self.location(d)} exited during boot ({self.status_text})")
+            if self.stopping:
+                raise RuntimeError("asked to stop during boot")
+        return {p: self.advertise(addrs) for p, addrs in listening.items()}
+
+    def advertise(self, addrs: list[str]) -> str:
+        """The address the service node uses: the TCP one under this host's
+        name when the service node is elsewhere, else the unix socket."""
+        for a in addrs:
+            if a.startswith("tcp:"):
+                return f"tcp:{self.host}:{a.rsplit(':', 1)[1]}"
+        return addrs[0]
+
+    def location(self, d: Daemon) -> str:
+        loc = self.spec.get("locations", {})
+        return loc.get(f"{d.kind}-{d.node}", f"{d.kind} {d.node}")
+
+    # ---- watch ----
+
+    def reap(self) -> list[Daemon]:
+        """The daemons that ended since the last call (each waited for once)."""
+        out = []
+        while self.daemons:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            d = self.daemons.pop(pid, None)
+            if d is not None:
+                self.status_text = describe(status)
+                out.append(d)
+        return out
+
+    def drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        if signum != signal.SIGCHLD:
+            self.stopping = True
+
+    def watch(self, stdin_is_channel: bool) -> None:
+        """The block's life on this host: report daemons that end; stop when asked."""
+        for fd in list(self.notify.values()):
+            try:
+                self.sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(fd)
+        if stdin_is_channel:
+            os.set_blocking(0, False)
+            self.sel.register(0, selectors.EVENT_READ, "stdin")
+        while self.daemons and not self.stopping:
+            for key, _ in self.sel.select(5.0):
+                if key.data == "signal":
+                    self.drain_wakeups()
+                elif key.data == "stdin":
+                    try:
+                        if not os.read(0, 4096):
+                            self.stopping = True     # the ssh or srun that carries us is gone
+                            say(self.host, "channel-closed")
+                    except BlockingIOError:
+                        pass
+            for d in self.reap():
+                say(self.host, "exited", kind=d.kind, node=d.node, location=self.location(d), status=self.status_text)
+
+    def stop(self) -> None:
+        """End every daemon still running (its whole session), then reap them."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in list(self.daemons):
+                try:
+                    os.killpg(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + STOP_GRACE
+            while self.daemons and time.monotonic() < deadline:
+                self.reap()
+                if self.daemons:
+                    time.sleep(0.02)
+            if not self.daemons:
+                break
+
+    def forget_secrets(self) -> None:
+        for f in [self.dir / "key", *self.dir.glob("node-*.json")]:
+            f.unlink(missing_ok=True)
+
+
+def describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        try:
+            return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+        except ValueError:
+            return f"signal {os.WTERMSIG(status)}"
+    return f"status {os.waitstatus_to_exitcode(status)}"
+
+
+def my_host(spec: dict[str, Any], argv: list[str]) -> str:
+    """Which of the spec's hosts this is: --host NAME, else Slurm's name for
+    this node, else the host name; a spec for one host needs none."""
+    if "--host" in argv:
+        return argv[argv.index("--host") + 1]
+    hosts = list(spec["hosts"])
+    for name in (os.environ.get("SLURMD_NODENAME"), socket.gethostname(), socket.gethostname().split(".")[0]):
+        if name in hosts:
+            return name
+    if len(hosts) == 1:
+        return hosts[0]
+    raise RuntimeError(f"this host ({socket.gethostname()}) is none of {', '.join(hosts)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    line = sys.stdin.buffer.readline()
+    try:
+        spec = json.loads(line)
+        host = my_host(spec, argv)
+    except (ValueError, KeyError, IndexError, RuntimeError) as e:
+        say(socket.gethostname(), "error", message=f"bad orders on standard input: {e}")
+        return 2
+    a = Agent(spec, host)
+    signal.set_wakeup_fd(a.wake_w)
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
+        signal.signal(s, a.on_signal)
+    try:
+        a.start()
+        addresses = a.wait_ready(float(spec.get("timeout", 30)))
+    except (OSError, RuntimeError) as e:
+        a.stop()
+        a.forget_secrets()
+        say(host, "error", message=str(e))
+        return 1
+    say(host, "ready", ciods={str(p): {"address": addresses[p],
+                                       "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
+                              for p in addresses},
+        cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
+        **({"cores": host_cores()} if spec.get("report_cores") else {}))
+    a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
+    a.stop()
+    a.forget_secrets()
+    say(host, "done")
+    return 0
+
+
+def host_cores() -> dict[str, Any]:
+    """This host's cores as lattice.host learns them, for the service node's cache."""
+    from lattice import host as hostmod
+    h = hostmod.learn(socket.gethostname())
+    return {"source": h.source, "cores": [[c.os_index, *c.pus] for c in h.cores]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
