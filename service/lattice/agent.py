@@ -8,7 +8,8 @@ reaches a host only over the launcher's own channel (ssh's, Slurm's), never
 on a command line, in an environment or on a shared file system.  Then it:
 
 - writes the key and each node's personality into a directory of its own
-  on the host (0700; files 0600);
+  on the host (0700; files 0600), and on another host than the service
+  node's removes them as soon as every daemon has read them;
 - starts each pset's ciod (listening on a unix socket for its compute nodes
   and, for a service node on another host, on a TCP port it picks) and its
   cnodes, every one in a session of its own;
@@ -304,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         a.forget_secrets()
         say(host, "error", message=str(e))
         return 1
+    if spec.get("forget_secrets_when_ready"):
+        a.forget_secrets()      # read by every daemon already: no key lingers on the host's disk
     say(host, "ready", ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
                               for p in addresses},

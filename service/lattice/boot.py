@@ -193,6 +193,7 @@ def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[int]]) 
         "block": b.name, "key": key.hex(), "prefix": str(machine.prefix()), "pset_size": m.pset_size,
         "ras_dir": str(ras.spool_dir()), "plugins": plugin_options(m), "hosts": hosts,
         "tcp": any(h is not None for h in plan), "report_cores": any(h is not None for h in plan),
+        "forget_secrets_when_ready": any(h is not None for h in plan),
         "timeout": boot_timeout(b.size),
         "dirs": {h or "local": str(block_dir(b.name) if h is None else placement.private_dir(h, b.name)) for h in plan},
         "socket_dirs": {h or "local": str(machine.socket_dir() if h is None else placement.private_dir(h, b.name))
@@ -278,12 +279,16 @@ def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None
 
 
 def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> None:
+    """An agent whose daemons have all ended leaves by itself (and its ssh or
+    srun with it); one still there after a moment is told to (SIGTERM: it
+    ends its daemons), then killed."""
     rows = {r["pid"]: r["start"] for r in con.execute("SELECT pid, start FROM agents WHERE block = ?", (name,))}
     mine = [pid for pid, start in rows.items() if procs.start_time(pid) == start]
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+    for sig, wait in ((0, 2.0), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         for pid in mine:
             try:
-                os.killpg(pid, sig)   # its session: the agent, or the shell, ssh or srun that carry it
+                if sig:
+                    os.killpg(pid, sig)   # its session: the agent, or the shell, ssh or srun that carry it
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait

@@ -42,9 +42,10 @@ class NodeCores(NamedTuple):
 
 
 class CoreMap(NamedTuple):
-    host: Host
+    host: Host                          # the (first) host's cores
     nodes: list[NodeCores]              # in the job's node order
-    ranks: list[tuple[int, ...]]        # rank -> its CPUs (OS indexes)
+    ranks: list[tuple[int, ...]]        # rank -> its CPUs (OS indexes, on its node's host)
+    hosts: dict[int, Host] = {}         # node -> its host, when the job spans several
 
     def node(self, index: int) -> NodeCores:
         return next(n for n in self.nodes if n.node == index)
@@ -82,20 +83,31 @@ def progress(mode: str, model_cores: int, own: int, shared_with: int, user: str 
     return 0, "off: one core of its own, none to spare"
 
 
-def map_job(host: Host, p: RankMapping, model_cores: int, user_env: dict[str, str] | None = None) -> CoreMap:
-    """Each node's and each rank's real CPUs for mapping p on host, with
-    the progress thread decision; user_env is the job's --env (name -> value)."""
+def map_job(host: Host | dict[int, Host], p: RankMapping, model_cores: int,
+            user_env: dict[str, str] | None = None) -> CoreMap:
+    """Each node's and each rank's real CPUs for mapping p on host (or on
+    each node's host: node -> Host), with the progress thread decision;
+    user_env is the job's --env (name -> value).  The nodes of each host
+    share out that host's cores."""
     user = (user_env or {}).get(ASYNC_PROGRESS)
     order = p.nodes()
-    shares = spread(host.cores, len(order))
-    users: dict[tuple[int, ...], int] = {}   # core (by its PUs: core numbers repeat across packages) -> nodes using it
-    for share in shares:
-        for c in share:
-            users[c.pus] = users.get(c.pus, 0) + 1
+    host_of = host if isinstance(host, dict) else dict.fromkeys(order, host)
+    on: dict[str, list[int]] = {}
+    for node in order:
+        on.setdefault(host_of[node].name, []).append(node)
+    share_of: dict[int, list[Core]] = {}
+    for names in on.values():
+        for node, share in zip(names, spread(host_of[names[0]].cores, len(names))):
+            share_of[node] = share
+    users: dict[tuple[str, tuple[int, ...]], int] = {}  # (host, core by its PUs: numbers repeat across packages) -> nodes
+    for node in order:
+        for c in share_of[node]:
+            users[host_of[node].name, c.pus] = users.get((host_of[node].name, c.pus), 0) + 1
     nodes: list[NodeCores] = []
-    for node, share in zip(order, shares):
-        own = sum(1 for c in share if users[c.pus] == 1)
-        shared_with = max(users[c.pus] for c in share) - 1
+    for node in order:
+        share, h = share_of[node], host_of[node].name
+        own = sum(1 for c in share if users[h, c.pus] == 1)
+        shared_with = max(users[h, c.pus] for c in share) - 1
         value, why = progress(p.mode, model_cores, own, shared_with, user)
         nodes.append(NodeCores(node, tuple(share), own, value, why))
     ranks: list[tuple[int, ...]] = [()] * p.nranks
@@ -106,17 +118,22 @@ def map_job(host: Host, p: RankMapping, model_cores: int, user_env: dict[str, st
         slots = sorted(slots_of[n.node], key=lambda s: s.t)
         for s, cores in zip(slots, spread(n.cores, len(slots))):
             ranks[s.rank] = tuple(pu for c in cores for pu in c.pus)
-    return CoreMap(host, nodes, ranks)
+    several = len(on) > 1
+    return CoreMap(host_of[order[0]], nodes, ranks, host_of if several else {})
 
 
 def node_lines(cm: CoreMap, location: dict[int, str], ranks_of: dict[int, list[int]]) -> list[str]:
     """`lattice run -v`: one line per node, what it got and why."""
-    lines = [f"cores: {len(cm.nodes)} node{'s' if len(cm.nodes) != 1 else ''} on {len(cm.host.cores)} "
-             f"usable core{'s' if len(cm.host.cores) != 1 else ''} of host {cm.host.name} ({cm.host.source})"]
+    lines = []
+    for h in ({id(x): x for x in cm.hosts.values()}.values() if cm.hosts else [cm.host]):
+        count = sum(1 for n in cm.nodes if cm.hosts.get(n.node, cm.host).name == h.name)
+        lines.append(f"cores: {count} node{'s' if count != 1 else ''} on {len(h.cores)} "
+                     f"usable core{'s' if len(h.cores) != 1 else ''} of host {h.name} ({h.source})")
     for n in cm.nodes:
         rs = ranks_of.get(n.node, [])
+        on = f" on {cm.hosts[n.node].name}" if cm.hosts else ""
         who = f"rank{'s' if len(rs) != 1 else ''} {cpulist(rs)}"
         cores = ",".join(str(c.os_index) for c in n.cores)
-        lines.append(f"node {location[n.node]} ({who}): CPUs {cpulist(n.cpus())} (core{'s' if len(n.cores) != 1 else ''} "
+        lines.append(f"node {location[n.node]} ({who}){on}: CPUs {cpulist(n.cpus())} (core{'s' if len(n.cores) != 1 else ''} "
                      f"{cores}); progress thread {n.why}")
     return lines

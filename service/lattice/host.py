@@ -235,12 +235,22 @@ def local(refresh: bool = False) -> Host:
 SHM_DIR = Path("/dev/shm")      # memory every process of a host can map (POSIX shm, tmpfs)
 
 
-def node_host(m: machine.Machine, node: int) -> str:
-    """The host that runs compute node `node`: today this one, for every node.
+def node_host(m: machine.Machine, node: int, where: dict[int, str | None] | None = None) -> str:
+    """The host that runs compute node `node`: its pset's host in the
+    placement `where` (pset -> host, None: this one; lattice.placement).
     Ranks on one host share memory whichever compute node runs them."""
     if not 0 <= node < m.nodes:
         raise ValueError(f"compute node {node} is not in this machine of {m.nodes} nodes")
-    return socket.gethostname()
+    return (where or {}).get(m.pset_of(node)) or socket.gethostname()
+
+
+def known(name: str | None) -> Host | None:
+    """A host's cores: this host's (name None), or what its agent said at
+    its last boot (lattice.boot keeps it in the cache); None if never seen."""
+    if name is None:
+        return local()
+    cached = load(name)
+    return cached[0] if cached else None
 
 
 def process_start(pid: int) -> int | None:

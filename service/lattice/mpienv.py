@@ -128,19 +128,19 @@ def is_open_mpi(exe: str | Path) -> bool:
         return False
 
 
-def host_mapping(m: Machine, p: RankMapping) -> str:
+def host_mapping(m: Machine, p: RankMapping, where: dict[int, str | None] | None = None) -> str:
     """Which ranks share a host, in PMI_process_mapping's vector format with
     host ids in place of node ids: LATTICE_HOST_MAPPING, from which libpmi
     answers PMI_Get_clique_size/ranks.  Ranks on one host share memory
     whichever compute node runs them (lattice.host says which host that is)."""
     hosts: dict[str, int] = {}
-    ids = [hosts.setdefault(host.node_host(m, s.node), len(hosts)) for s in p.slots]
+    ids = [hosts.setdefault(host.node_host(m, s.node, where), len(hosts)) for s in p.slots]
     # process_mapping counts "nodes" in order of first appearance: give it host ids as nodes
     by_host = p._replace(slots=[s._replace(node=i) for s, i in zip(p.slots, ids)])
     return process_mapping(by_host)
 
 
-def mpi_env(exe: str, m: Machine, p: RankMapping) -> dict[str, str]:
+def mpi_env(exe: str, m: Machine, p: RankMapping, where: dict[int, str | None] | None = None) -> dict[str, str]:
     """Environment for exe to bootstrap through Lattice's PMI: Open MPI's
     pmix/flux component over build/lib/libpmi.so, and its shared-memory
     transport between all ranks of a host, for an Open MPI program; {} for
@@ -152,8 +152,8 @@ def mpi_env(exe: str, m: Machine, p: RankMapping) -> dict[str, str]:
     if not lib.is_file():
         raise LatticeError(f"{exe} is an Open MPI program, but Lattice's PMI-1 library {lib} is missing",
                            "build it with `make libpmi` in the repository")
-    mapping = host_mapping(m, p)
-    one_host = len({host.node_host(m, s.node) for s in p.slots}) == 1
+    mapping = host_mapping(m, p, where)
+    one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
     env = {
         "FLUX_PMI_LIBRARY_PATH": str(lib),      # the PMI-1 library pmix/flux dlopens
         "OMPI_MCA_pmix": "flux",                # no fallback to another PMIx client

@@ -204,7 +204,9 @@ def launch(m: Machine, block: str, plan: dict[str | None, list[int]], spec: dict
             log = log_dir / f"agent-{h}.log"
             log.unlink(missing_ok=True)
             orders = dict(spec, hosts={h: spec["hosts"][h]}, stdin_is_channel=True)
-            argv = [*ssh_command(m), h, shlex.join([*agent_argv(), "--host", h])]
+            # the far side's environment is its own: name where the lattice package is
+            remote = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[1]}", *agent_argv(), "--host", h]
+            argv = [*ssh_command(m), h, shlex.join(remote)]
             out.append(Launch((h,), _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True), log))
     else:
         log = log_dir / "agent-slurm.log"

@@ -9,7 +9,7 @@ import sys
 import time
 
 from lattice import (blocks, boot, cores, db, distribution, host, job, jobenv, jobinput, machine, mapping, mpienv,
-                     outfiles, ras, reclaim, timelimit, wire)
+                     outfiles, placement, ras, reclaim, timelimit, wire)
 from lattice.blocks import Block
 from lattice.busy import BlockFreed, active_job
 from lattice.cores import CoreMap
@@ -178,6 +178,22 @@ def job_apps(args: argparse.Namespace, default_n: int) -> list[App]:
     return apps
 
 
+def map_cores(m: Machine, p: RankMapping, where: dict[int, str | None],
+              user_env: dict[str, str]) -> tuple[CoreMap, bool]:
+    """Each node's cores on its own host; True if a host's cores are not
+    known yet (never booted there: this host's stand in until its agent says)."""
+    hosts: dict[str | None, host.Host] = {}
+    unknown = False
+    for node in p.nodes():
+        h = where[m.pset_of(node)]
+        if h not in hosts:
+            k = host.known(h)
+            unknown |= k is None
+            hosts[h] = k or host.local()._replace(name=h or host.LOCAL)
+    per_node = {n: hosts[where[m.pset_of(n)]] for n in p.nodes()}
+    return cores.map_job(per_node, p, m.cores, user_env), unknown
+
+
 def core_lines(m: Machine, p: RankMapping, cm: CoreMap) -> list[str]:
     """What each node got of the host's cores (-v)."""
     ranks_of: dict[int, list[int]] = {}
@@ -263,8 +279,9 @@ def run(args: argparse.Namespace) -> int:
         if chosen.auto:
             chosen = chosen._replace(name=f"auto-{os.getpid()}-{int(time.time())}")
     p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping, lay.nodes)
+    where = placement.pset_hosts(con, m)       # which host runs each pset
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
-        for k, v in mpienv.mpi_env(a.exe, m, p).items():
+        for k, v in mpienv.mpi_env(a.exe, m, p, where).items():
             p.env.setdefault(k, v)
     exported, given = jobenv.exported(args.export, os.environ, set(p.env))
     user_env = {**given, **dict(kv.split("=", 1) for kv in args.env)}
@@ -276,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
     env_list = [f"{k}={v}" for k, v in user_env.items()]
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
-    cm = cores.map_job(host.local(), p, m.cores, user_env)     # nodes on real cores
+    cm, unknown = map_cores(m, p, where, user_env)       # nodes on real cores
     if args.print_map:
         print_map(m, chosen, p, cm, chosen.state == "Initialized", args.verbose)
         return 0
@@ -299,6 +316,8 @@ def run(args: argparse.Namespace) -> int:
             boot.free(con, m, name)
             blocks.delete(con, name)
             raise
+    if unknown:         # hosts first seen at this boot: their agents said what cores they have
+        cm, _ = map_cores(m, p, where, user_env)
     if args.verbose:
         print(f"lattice: block {b.name} ({machine.shape_str(b.shape)}, {b.size} nodes) ready after "
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)

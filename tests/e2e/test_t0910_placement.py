@@ -1,0 +1,264 @@
+"""Placement over several hosts (issue 15): the testbed's four hosts (network
+namespaces with their own addresses, hostnames, sshd and slurmd) run the
+psets of one block, placed over ssh from a hostfile and by Slurm (salloc,
+sbatch, srun); an MPICH job spans them, its file I/O goes to each host's
+I/O node, its output and exit status come back; a host whose daemons are
+killed mid-job ends the job everywhere at once."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import LATTICE, ROOT, Machine, make_machine, wait_for
+from testbed import Cluster, cluster_up, namespace_pids
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the testbed's namespaces and daemons"),
+    pytest.mark.skipif(not shutil.which("mpicc.mpich"), reason="MPICH (mpicc.mpich) not installed"),
+]
+
+HOSTS = ["h1", "h2", "h3", "h4"]
+SHAPE = ("--shape", "2x2x2", "--pset-size", "2")       # 4 psets of 2: one a host
+RANK_LINE = re.compile(r"rank (\d+) of 8 on (h\d) sum 28")
+
+
+@pytest.fixture(scope="module")
+def tb() -> Iterator[Cluster]:
+    with cluster_up(4) as t:
+        yield t
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    d = tmp_path_factory.mktemp("hosts_probe")
+    os.chmod(d, 0o755)
+    exe = d / "hosts_probe"
+    subprocess.run(["mpicc.mpich", "-O2", "-o", str(exe), str(ROOT / "tests/e2e/mpi/hosts_probe.c")], check=True)
+    return str(exe)
+
+
+def machine_on(tb: Cluster, tmp: Path, *placement: str) -> Machine:
+    m = make_machine(tmp, *SHAPE, *placement)
+    m.env.update({k: v for k, v in tb.env.items() if k.startswith(("SLURM_CONF", "LATTICE_TESTBED"))})
+    return m
+
+
+@pytest.fixture
+def ssh_machine(tb: Cluster, tmp_path: Path) -> Iterator[Machine]:
+    m = machine_on(tb, tmp_path, "--placement", "ssh", "--hostfile", tb.env["LATTICE_TESTBED_HOSTFILE"],
+                   "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
+    m.run("block", "create", "all", "--shape", "2x2x2")
+    yield m
+    m.run("free", "all", check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+def expected_host(rank: int) -> str:
+    """Rank r runs on compute node r (one a node), in pset r // 2, on host h(pset + 1)."""
+    return HOSTS[rank // 2]
+
+
+def check_job(out: str, work: Path) -> None:
+    """Every rank ran on its pset's host, and its file, written through that
+    host's I/O node, says so."""
+    seen = {int(r): h for r, h in RANK_LINE.findall(out)}
+    assert seen == {r: expected_host(r) for r in range(8)}, out
+    for r in range(8):
+        assert (work / f"rank-{r}.txt").read_text() == f"{r} {expected_host(r)}\n"
+
+
+def lattice_processes(host: str) -> list[tuple[int, str]]:
+    """Lattice's processes inside a testbed host: agents, daemons and ranks."""
+    out = []
+    for pid in namespace_pids(host):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if re.search(r"lattice\.agent|/ciod |/cnode |^cnk |ciod-worker|hosts_probe", argv):
+            out.append((pid, argv))
+    return out
+
+
+def test_ssh_placement_spans_four_hosts(tb: Cluster, ssh_machine: Machine, probe: str) -> None:
+    m = ssh_machine
+    # chosen at init, recorded, shown by `lattice machine`
+    listing = m.run("machine").stdout
+    for p, h in enumerate(HOSTS):
+        assert re.search(rf"R00-M0-N00-I:J0{p}\s+io\s+-\s+{p}\s+-\s+{h}\b", listing), listing
+    assert "placement ssh" in listing
+    m.run("boot", "all")
+    # each host runs its own pset's daemons, in its own namespace
+    for h in HOSTS:
+        progs = " ".join(a for _, a in lattice_processes(h))
+        assert "lattice.agent" in progs and progs.count("/cnode ") == 2 and progs.count("/ciod ") == 1, (h, progs)
+    for kernel in ("cnk", "linux"):
+        for f in m.work.glob("rank-*"):
+            f.unlink()
+        r = m.run("run", "-n", "8", "--kernel", kernel, "--block", "all", probe, str(m.work), "5", check=False)
+        assert r.returncode == 3, r.stderr
+        assert "rank 5 (R00-M0-N00-C:J05) exited with status 3" in r.stderr
+        check_job(r.stdout, m.work)
+    # every host's I/O node did the I/O of its own ranks
+    counters = json.loads(m.run("counters", "all", "--json").stdout)
+    assert sorted(c["location"] for c in counters) == [f"R00-M0-N00-I:J0{p}" for p in range(4)]
+    for c in counters:
+        assert any("open" in k.lower() and v > 0 for k, v in c["calls"].items()), c
+        assert any("write" in k.lower() and v > 0 for k, v in c["calls"].items()), c
+
+
+def test_the_key_reaches_hosts_only_through_the_channel(tb: Cluster, ssh_machine: Machine) -> None:
+    m = ssh_machine
+    m.run("boot", "all")
+    key = (m.home / "blocks" / "all" / "key").read_text().strip()
+    assert len(key) == 64
+    for h in HOSTS:
+        for pid, argv in lattice_processes(h):
+            assert key not in argv
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            assert key not in environ, (h, argv)
+    # the launchers on this host hold no key in their command lines either
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                assert key not in (d / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                pass
+    # each host's directory is private, and no copy of the key or of a
+    # personality stays on its disk once the daemons have read them
+    digest = hashlib.sha256(str(m.home.absolute()).encode()).hexdigest()[:12]
+    dirs = [Path(f"/tmp/lattice-{os.getuid()}-{digest}/{h}/all") for h in HOSTS]
+    for d in dirs:
+        assert d.is_dir() and d.stat().st_mode & 0o077 == 0
+        assert not list(d.glob("key")) and not list(d.glob("node-*.json")), list(d.iterdir())
+    m.run("free", "all")
+    for h in HOSTS:
+        assert lattice_processes(h) == []
+
+
+def test_killing_a_hosts_daemons_ends_the_job_everywhere(tb: Cluster, ssh_machine: Machine, probe: str) -> None:
+    m = ssh_machine
+    m.run("boot", "all")
+    job = subprocess.Popen([*LATTICE, "run", "-n", "8", "--block", "all", probe, str(m.work), "-1", "spin"],
+                           env=m.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    started: list[str] = []
+    reader = threading.Thread(target=lambda: started.extend(job.stdout), daemon=True)   # type: ignore[arg-type]
+    reader.start()
+    wait_for(lambda: sum("started" in s for s in started) == 8, timeout=60)
+    victims = lattice_processes("h3")
+    assert any("/ciod " in a for _, a in victims) and any(a.startswith("cnk ") for _, a in victims)
+    t0 = time.monotonic()
+    for pid, _ in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    status = job.wait(timeout=30)
+    ended = time.monotonic() - t0
+    err = job.stderr.read()   # type: ignore[union-attr]
+    assert status == 255, err
+    assert ended < 2.0, f"the job took {ended:.2f} s to end"
+    assert "R00-M0-N00-I:J02 lost" in err, err
+    # every other host's ranks are gone within a second or two
+    wait_for(lambda: not [a for h in HOSTS for _, a in lattice_processes(h) if "hosts_probe" in a], timeout=2)
+    ras = m.run("ras").stdout
+    assert re.search(r"R00-M0-N00-I:J02 lost", ras) or "J02" in ras, ras
+    blocks = m.run("blocks").stdout
+    assert re.search(r"all\s+Error", blocks), blocks
+    # the lost host is named; freeing and booting again brings the block back
+    listing = m.run("machine").stdout
+    assert "LOST" in listing, listing
+    m.run("free", "all")
+    m.run("boot", "all")
+    r = m.run("run", "-n", "8", "--block", "all", probe, str(m.work), "-1")
+    check_job(r.stdout, m.work)
+
+
+def test_an_unreachable_host_fails_the_boot_clearly(tb: Cluster, tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("h1\nh2\nh3\nnosuchhost\n")
+    m = machine_on(tb, tmp_path, "--placement", "ssh", "--hostfile", str(hostfile),
+                   "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
+    m.run("block", "create", "all", "--shape", "2x2x2")
+    r = m.run("boot", "all", check=False)
+    assert r.returncode != 0
+    assert "nosuchhost" in r.stderr and "ended before it was ready" in r.stderr, r.stderr
+    assert re.search(r"all\s+Error", m.run("blocks").stdout)
+    m.run("free", "all")
+    for h in HOSTS:
+        assert lattice_processes(h) == []
+
+
+def test_bad_hostfiles_are_refused_at_init(tmp_path: Path) -> None:
+    for text, why in (("h1 slots=x\n", "slots=N"), ("", "names no host"), ("h1\nh1\n", "listed twice"),
+                      ("h1 slots=1\n", "cannot hold")):
+        f = tmp_path / "hosts"
+        f.write_text(text)
+        home = tmp_path / f"home{abs(hash(text))}"
+        env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"))
+        p = subprocess.run([*LATTICE, "init", *SHAPE, "--placement", "ssh", "--hostfile", str(f)], env=env,
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and why in p.stderr, (text, p.stderr)
+        assert not (home / "machine.toml").exists()
+
+
+@pytest.fixture
+def slurm_machine(tb: Cluster, tmp_path: Path) -> Iterator[Machine]:
+    m = machine_on(tb, tmp_path, "--placement", "slurm")
+    yield m
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_slurm_placement_in_salloc(tb: Cluster, slurm_machine: Machine, probe: str) -> None:
+    m = slurm_machine
+    p = subprocess.run(["salloc", "-N", "4", *LATTICE, "run", "-n", "8", probe, str(m.work), "6"], env=m.env,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 3, p.stderr
+    assert "rank 6 (R00-M0-N00-C:J06) exited with status 3" in p.stderr
+    check_job(p.stdout, m.work)
+    # the run booted and freed its block: nothing is left on any host
+    for h in HOSTS:
+        assert lattice_processes(h) == []
+
+
+def test_slurm_placement_in_sbatch_and_srun(tb: Cluster, slurm_machine: Machine, probe: str) -> None:
+    m = slurm_machine
+    out = m.work / "batch.out"
+    script = m.work / "job.sh"
+    script.write_text(f"#!/bin/sh\nexec {' '.join(LATTICE)} run -n 8 {probe} {m.work} -1\n")
+    script.chmod(0o755)
+    p = subprocess.run(["sbatch", "--wait", "-N", "4", "-o", str(out), str(script)], env=m.env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr + out.read_text() if out.exists() else p.stderr
+    check_job(out.read_text(), m.work)
+    for f in m.work.glob("rank-*"):
+        f.unlink()
+    # lattice run itself as a job step (on the allocation's first host)
+    p = subprocess.run(["salloc", "-N", "4", "srun", "-N", "1", "-n", "1", *LATTICE, "run", "-n", "8", probe,
+                        str(m.work), "-1"], env=m.env, capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    check_job(p.stdout, m.work)
+
+
+def test_slurm_placement_outside_an_allocation_is_a_clear_error(tb: Cluster, slurm_machine: Machine) -> None:
+    env = {k: v for k, v in slurm_machine.env.items() if not k.startswith("SLURM_JOB") and k != "SLURM_NODELIST"}
+    p = subprocess.run([*LATTICE, "run", "-n", "2", "/bin/true"], env=env, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    assert "needs a Slurm allocation" in p.stderr and "salloc" in p.stderr, p.stderr
