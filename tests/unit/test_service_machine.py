@@ -347,8 +347,9 @@ def test_machine_command_lists_every_node(default_home: Home) -> None:
         row = rows[m.compute_location(i)]
         assert row[1] == "compute" and row[2] == ",".join(map(str, m.coord(i)))
         assert int(row[3]) == m.pset_of(i) and row[4] == m.io_location(m.pset_of(i))
+        assert row[5] == "local", "local placement: every pset on this host"
         # the block owns exactly pset 1 (z = 2..3)
-        assert (row[5:] == ["Z"]) == (m.coord(i)[2] >= 2)
+        assert (row[6:] == ["Z"]) == (m.coord(i)[2] >= 2)
 
 
 # --- machine.toml --------------------------------------------------------------

@@ -30,7 +30,7 @@ def machine(args: argparse.Namespace) -> int:
     print(f"{'location':<18} {'kind':<8} {'x,y,z':<8} {'pset':>4}  {'I/O node':<18} {'host':<12} block")
     for p in range(m.psets):
         io = m.io_location(p)
-        host = hosts.get(p) or planned.get(p) or ("(this host)" if m.placement == "local" else "(at boot)")
+        host = hosts.get(p) or planned.get(p) or ("local" if m.placement == "local" else "-")  # slurm: hosts at boot
         print(f"{io:<18} {'io':<8} {'-':<8} {p:>4}  {'-':<18} {host:<12} " + (" LOST (ciod gone)" if io in lost else ""))
         for i in m.pset_nodes(p):
             c = ",".join(map(str, m.coord(i)))
