@@ -7,9 +7,11 @@ one JSON line on standard input, the block key among them, so the key
 reaches a host only over the launcher's own channel (ssh's, Slurm's), never
 on a command line, in an environment or on a shared file system.  Then it:
 
-- writes the key and each node's personality into a directory of its own
-  on the host (0700; files 0600), and on another host than the service
-  node's removes them as soon as every daemon has read them;
+- gives each daemon the key (ciod) or its personality (cnode), which holds
+  it: on this host in files of the block's directory (0700; files 0600),
+  where the service node keeps them anyway; on another host on the
+  daemon's standard input (a pipe), so the key never touches that host's
+  disk;
 - starts each pset's ciod (listening on a unix socket for its compute nodes
   and, for a service node on another host, on a TCP port it picks) and its
   cnodes, every one in a session of its own;
@@ -65,11 +67,13 @@ def private_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def spawn(argv: list[str], log: Path, env: dict[str, str], notify: int | None = None) -> int:
-    """argv in a session of its own, stdin /dev/null, stdout and stderr to log;
-    notify (a pipe's write end) becomes its descriptor 3."""
+def spawn(argv: list[str], log: Path, env: dict[str, str], notify: int | None = None,
+          stdin: int | None = None) -> int:
+    """argv in a session of its own, stdin /dev/null (or the descriptor
+    stdin), stdout and stderr to log; notify (a pipe's write end) becomes its
+    descriptor 3."""
     actions: list[tuple[Any, ...]] = [
-        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin is not None else (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
@@ -85,6 +89,9 @@ class Agent:
         self.psets: list[dict[str, Any]] = spec["hosts"][host]
         self.dir = Path(spec["dirs"][host])
         self.log_dir = Path(spec["log_dirs"][host])
+        # this host's copy of the block's files: on its disk only where the
+        # service node keeps them anyway (this host); elsewhere, on pipes
+        self.on_disk = bool(spec.get("secrets_on_disk", True))
         self.daemons: dict[int, Daemon] = {}          # pid -> daemon, while it runs
         self.stopping = False
         self.status_text = ""                         # how the last reaped daemon ended
@@ -103,7 +110,8 @@ class Agent:
         self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         Path(self.spec["socket_dirs"][self.host]).mkdir(parents=True, exist_ok=True, mode=0o700)
         keyfile = self.dir / "key"
-        private_file(keyfile, self.spec["key"].encode() + b"\n")
+        if self.on_disk:
+            private_file(keyfile, self.spec["key"].encode() + b"\n")
         cnk = Path(self.spec["prefix"]) / "bin" / "cnk"
         return keyfile, (str(cnk) if os.access(cnk, os.X_OK) else None)
 
@@ -114,34 +122,58 @@ class Agent:
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
         for ps in self.psets:
             p = ps["pset"]
-            sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
-            argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
-                    "--pset-size", str(spec["pset_size"]), "--listen", sock,
-                    *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
-                    "--key-file", str(keyfile), "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
-                    "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
-            r, w = os.pipe()
-            try:
-                pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w)
-            finally:
-                os.close(w)
-            self.daemons[pid] = Daemon("ciod", p, pid)
-            self.notify[p] = r
-            self.sel.register(r, selectors.EVENT_READ, p)
-            ps["socket"] = sock
+            if ps.get("ciod", True):
+                sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
+                argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
+                        "--pset-size", str(spec["pset_size"]), "--listen", sock,
+                        *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
+                        "--key-file", str(keyfile) if self.on_disk else "/dev/stdin",
+                        "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
+                        "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
+                r, w = os.pipe()
+                key_in = None if self.on_disk else self.pipe_with(spec["key"].encode() + b"\n")
+                try:
+                    pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w, stdin=key_in)
+                finally:
+                    os.close(w)
+                    if key_in is not None:
+                        os.close(key_in)
+                self.daemons[pid] = Daemon("ciod", p, pid)
+                self.notify[p] = r
+                self.sel.register(r, selectors.EVENT_READ, p)
+            else:       # the I/O node is on another host: ship over TCP (no shared memory)
+                sock = spec["ciod_addresses"][str(p)]
             for node in ps["nodes"]:
                 i = node["index"]
-                pfile = self.dir / f"node-{i}.json"
-                private_file(pfile, json.dumps({**node["personality"], "key": spec["key"], "ciod": sock},
-                                               indent=1).encode())
-                argv = [str(prefix / "bin" / "cnode"), "--personality", str(pfile),
+                text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock}, indent=1).encode()
+                if self.on_disk:
+                    pfile, stdin = str(self.dir / f"node-{i}.json"), None
+                    private_file(Path(pfile), text)
+                else:   # on its standard input: the key never touches this host's disk
+                    pfile, stdin = "/dev/stdin", self.pipe_with(text)
+                argv = [str(prefix / "bin" / "cnode"), "--personality", pfile,
                         "--client", str(prefix / "lib" / "libcnclient.so"), *(["--cnk", cnk] if cnk else [])]
-                pid = spawn(argv, self.log_dir / f"cnode-{i}.log", env)
+                try:
+                    pid = spawn(argv, self.log_dir / f"cnode-{i}.log", env, stdin=stdin)
+                finally:
+                    if stdin is not None:
+                        os.close(stdin)
                 self.daemons[pid] = Daemon("cnode", i, pid)
+
+    @staticmethod
+    def pipe_with(data: bytes) -> int:
+        """A pipe's read end holding data and then end of file (data fits its buffer)."""
+        r, w = os.pipe()
+        try:
+            os.write(w, data)
+        finally:
+            os.close(w)
+        return r
 
     def wait_ready(self, timeout: float) -> dict[int, str]:
         """Until every ciod says "ready": each pset's advertised address."""
-        pending = {ps["pset"] for ps in self.psets}
+        pending = {ps["pset"] for ps in self.psets if ps.get("ciod", True)}
+        unheard = set(pending)          # ciods that have not said where they listen
         listening: dict[int, list[str]] = {}
         partial: dict[int, bytes] = {}
         deadline = time.monotonic() + timeout
@@ -165,6 +197,11 @@ class Agent:
                     word, _, rest = line.decode(errors="replace").partition(" ")
                     if word == "listening":
                         listening.setdefault(p, []).append(rest)
+                        if len(listening[p]) == (2 if self.spec.get("tcp") else 1):
+                            unheard.discard(p)
+                            if not unheard:     # compute nodes on other hosts may start now
+                                say(self.host, "listening",
+                                    ciods={str(q): self.advertise(a) for q, a in listening.items()})
                     elif word == "ready":
                         pending.discard(p)
             for d in self.reap():
@@ -305,8 +342,6 @@ def main(argv: list[str] | None = None) -> int:
         a.forget_secrets()
         say(host, "error", message=str(e))
         return 1
-    if spec.get("forget_secrets_when_ready"):
-        a.forget_secrets()      # read by every daemon already: no key lingers on the host's disk
     say(host, "ready", ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
                               for p in addresses},

@@ -134,17 +134,26 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
         con.execute("DELETE FROM daemons WHERE block = ?", (name,))
         con.execute("DELETE FROM agents WHERE block = ?", (name,))
     try:
-        where = placement.pset_hosts(con, m)
-        plan: dict[str | None, list[int]] = {}
+        where = placement.of(con, m)
+        plan: dict[str | None, list[dict[str, object]]] = {}     # host -> what it runs of each pset
         for p in b.psets(m):
-            plan.setdefault(where[p], []).append(p)
-        launches = placement.launch(m, name, plan, orders(m, b, key, plan), d / "log")
-        with db.transaction(con):
-            for ln in launches:
-                for h in ln.hosts:
-                    con.execute("INSERT INTO agents (block, host, pid, start, log) VALUES (?, ?, ?, ?, ?)",
-                                (name, h, ln.pid, procs.start_time(ln.pid), str(ln.log)))
-        ready = placement.wait_ready(launches, boot_timeout(b.size) + 10, alive)
+            io, comp = where.io[p], where.compute[p]
+            plan.setdefault(io, []).append({"pset": p, "ciod": True, "nodes": io == comp})
+            if comp != io:
+                plan.setdefault(comp, []).append({"pset": p, "ciod": False, "nodes": True})
+        spec = orders(m, b, key, plan)
+        # hosts that run I/O nodes first: the compute nodes elsewhere need their addresses
+        first = {h: e for h, e in plan.items() if any(x["ciod"] for x in e)}
+        reports = placement.Reports(placement.launch(m, name, first, spec, d / "log"), alive)
+        record_agents(con, name, reports.launches)
+        rest = {h: e for h, e in plan.items() if h not in first}
+        if rest:
+            listening = reports.wait("listening", [h or "local" for h in first], boot_timeout(b.size))
+            spec["ciod_addresses"] = {p: a for r in listening.values() for p, a in r["ciods"].items()}
+            more = placement.launch(m, name, rest, spec, d / "log", phase="-compute")
+            reports.add(more)
+            record_agents(con, name, more)
+        ready = reports.wait("ready", [h or "local" for h in plan], boot_timeout(b.size) + 10)
         with db.transaction(con):
             for h, r in ready.items():
                 host = None if h == "local" else h
@@ -163,12 +172,20 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
         raise LatticeError(f"boot of block {name} failed: {why}",
                            f"daemon logs are in {d / 'log'}") from e
     blocks.set_state(con, name, "Initialized")
-    hosts = sorted({h for h in where.values() if h is not None and h in {where[p] for p in b.psets(m)}})
+    hosts = sorted({h for h in plan if h is not None})
     ras.record(con, "INFO", "MMCS", name, f"block {name} initialized ({b.size} compute nodes, "
                                           f"{len(b.psets(m))} I/O nodes"
                                           + (f" on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}" if hosts else "")
                                           + ")")
     return blocks.get(con, name)
+
+
+def record_agents(con: sqlite3.Connection, name: str, launches: list) -> None:  # type: ignore[type-arg]
+    with db.transaction(con):
+        for ln in launches:
+            for h in ln.hosts:
+                con.execute("INSERT INTO agents (block, host, pid, start, log) VALUES (?, ?, ?, ?, ?)",
+                            (name, h, ln.pid, procs.start_time(ln.pid), str(ln.log)))
 
 
 def boot_timeout(nodes: int) -> float:
@@ -177,23 +194,26 @@ def boot_timeout(nodes: int) -> float:
     return BOOT_TIMEOUT + 0.005 * nodes
 
 
-def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[int]]) -> dict[str, object]:
+def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[dict[str, object]]]) -> dict[str, object]:
     """What every host's agent is told (lattice.agent): the key, and per host
-    its psets with each node's personality (the agent adds key and socket)."""
+    what it runs of each pset (its I/O node, its compute nodes, or both) with
+    each node's personality (the agent adds key and I/O node address)."""
     from lattice import placement
     hosts: dict[str, list[dict[str, object]]] = {}
-    for h, psets in plan.items():
+    for h, entries in plan.items():
         hosts[h or "local"] = [{
-            "pset": p, "location": m.io_location(p),
-            "nodes": [{"index": i, "personality": personality(m, b, None, i, None)} for i in m.pset_nodes(p)],
-        } for p in psets]
-    locations = {f"ciod-{p}": m.io_location(p) for ps in plan.values() for p in ps}
-    locations.update({f"cnode-{i}": m.compute_location(i) for ps in plan.values() for p in ps for i in m.pset_nodes(p)})
+            "pset": e["pset"], "location": m.io_location(e["pset"]), "ciod": e["ciod"],  # type: ignore[arg-type]
+            "nodes": [{"index": i, "personality": personality(m, b, None, i, None)}
+                      for i in m.pset_nodes(e["pset"])] if e["nodes"] else [],  # type: ignore[arg-type]
+        } for e in entries]
+    psets = {e["pset"] for es in plan.values() for e in es}
+    locations = {f"ciod-{p}": m.io_location(p) for p in psets}  # type: ignore[arg-type]
+    locations.update({f"cnode-{i}": m.compute_location(i) for p in psets for i in m.pset_nodes(p)})  # type: ignore[arg-type]
+    remote = any(h is not None for h in plan)
     return {
         "block": b.name, "key": key.hex(), "prefix": str(machine.prefix()), "pset_size": m.pset_size,
         "ras_dir": str(ras.spool_dir()), "plugins": plugin_options(m), "hosts": hosts,
-        "tcp": any(h is not None for h in plan), "report_cores": any(h is not None for h in plan),
-        "forget_secrets_when_ready": any(h is not None for h in plan),
+        "tcp": remote, "report_cores": remote, "secrets_on_disk": not remote,
         "timeout": boot_timeout(b.size),
         "dirs": {h or "local": str(block_dir(b.name) if h is None else placement.private_dir(h, b.name)) for h in plan},
         "socket_dirs": {h or "local": str(machine.socket_dir() if h is None else placement.private_dir(h, b.name))

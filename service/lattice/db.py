@@ -126,13 +126,14 @@ MIGRATIONS: list[str] = [
     """,
     # 4 -> 5: placement (lattice.placement): which host runs which pset.  The
     # hosts of an ssh placement (from its hostfile, at `lattice init`) and the
-    # host each I/O node's pset runs on; each daemon's host (NULL: this one);
+    # host of each I/O node (and of compute nodes that run on another host); each daemon's host (NULL: this one);
     # each booted block's host agents: the local process (the agent itself, or
     # the ssh or srun that carries it) whose life is the agent's connection
     """
     CREATE TABLE hosts (
         name      TEXT PRIMARY KEY,
-        slots     INTEGER                       -- compute nodes it may run (NULL: no limit)
+        slots     INTEGER,                      -- compute nodes it may run (NULL: no limit)
+        role      TEXT NOT NULL DEFAULT 'both' CHECK (role IN ('both', 'io', 'compute'))
     );
     ALTER TABLE nodes ADD COLUMN host TEXT;
     ALTER TABLE daemons ADD COLUMN host TEXT;

@@ -60,52 +60,91 @@ class Launch(NamedTuple):
 
 # ---- which host runs which pset ----
 
-def parse_hostfile(text: str, source: str = "hostfile") -> list[tuple[str, int | None]]:
-    """`NAME [slots=N]` or `NAME:N` per line; # comments and blank lines ignored."""
-    out: list[tuple[str, int | None]] = []
+ROLES = ("both", "io", "compute")
+
+
+class HostEntry(NamedTuple):
+    name: str
+    slots: int | None = None    # compute nodes it may run; None: no limit
+    role: str = "both"          # both: whole psets; io: I/O nodes only; compute: compute nodes only
+
+
+class Where(NamedTuple):
+    """Which host runs each pset's I/O node, and which its compute nodes
+    (the same one unless the hostfile names I/O hosts); None: this host."""
+    io: dict[int, str | None]
+    compute: dict[int, str | None]
+
+
+def parse_hostfile(text: str, source: str = "hostfile") -> list[HostEntry]:
+    """`NAME [slots=N] [role=both|io|compute]` or `NAME:N` per line; #
+    comments and blank lines ignored."""
+    out: list[HostEntry] = []
     for n, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        name, slots = words[0], None
+        name, slots, role = words[0], None, "both"
         if ":" in name:
             name, _, s = name.partition(":")
             words = [name, f"slots={s}", *words[1:]]
         for w in words[1:]:
             k, _, v = w.partition("=")
-            if k != "slots" or not v.isdigit() or int(v) < 1:
-                raise LatticeError(f"{source} line {n}: {w!r} is not slots=N (N >= 1)")
-            slots = int(v)
+            if k == "slots" and v.isdigit() and int(v) >= 1:
+                slots = int(v)
+            elif k == "role" and v in ROLES:
+                role = v
+            else:
+                raise LatticeError(f"{source} line {n}: {w!r} is not slots=N (N >= 1) or role={'|'.join(ROLES)}")
         if not name or any(c in name for c in "/ \t'\"$;&|") or name.startswith("-"):
             raise LatticeError(f"{source} line {n}: {name!r} is not a host name")
-        if name in (h for h, _ in out):
+        if name in (h.name for h in out):
             raise LatticeError(f"{source} line {n}: host {name} is listed twice")
-        out.append((name, slots))
+        out.append(HostEntry(name, slots, role))
     if not out:
         raise LatticeError(f"{source} names no host")
     return out
 
 
-def deal(m: Machine, hosts: list[tuple[str, int | None]]) -> dict[int, str]:
+def _deal_psets(m: Machine, hosts: list[HostEntry], what: str) -> dict[int, str]:
     """Psets dealt to hosts in turn (pset p to the next host with room for
     pset_size more compute nodes), so a block of k psets spans k hosts."""
-    room = {h: s for h, s in hosts}
+    room = {h.name: h.slots for h in hosts}
     out: dict[int, str] = {}
     at = 0
     for p in range(m.psets):
         for k in range(len(hosts)):
-            h = hosts[(at + k) % len(hosts)][0]
-            if room[h] is None or room[h] >= m.pset_size:  # type: ignore[operator]
+            h = hosts[(at + k) % len(hosts)].name
+            left = room[h]
+            if left is None or left >= m.pset_size:
                 out[p] = h
-                if room[h] is not None:
-                    room[h] -= m.pset_size  # type: ignore[operator]
+                if left is not None:
+                    room[h] = left - m.pset_size
                 at = (at + k + 1) % len(hosts)
                 break
         else:
-            total = sum(s or 0 for _, s in hosts)
-            raise LatticeError(f"the hosts' slots ({total} compute nodes in all) cannot hold {m.psets} psets of "
-                               f"{m.pset_size} compute nodes", "give hosts more slots, or list more hosts")
+            total = sum(h.slots or 0 for h in hosts)
+            raise LatticeError(f"the {what} hosts' slots ({total} compute nodes in all) cannot hold {m.psets} psets "
+                               f"of {m.pset_size} compute nodes", "give hosts more slots, or list more hosts")
     return out
+
+
+def deal(m: Machine, hosts: list[HostEntry]) -> Where:
+    """Whole psets dealt to the hosts in turn; or, when the hostfile names
+    I/O hosts (role=io), the I/O nodes dealt to them and each pset's compute
+    nodes to the other hosts, so compute nodes ship their calls over TCP to
+    an I/O node on another host, as on Blue Gene."""
+    io_hosts = [h for h in hosts if h.role == "io"]
+    compute_hosts = [h for h in hosts if h.role != "io"]
+    if not compute_hosts:
+        raise LatticeError("every host of the hostfile is role=io: none runs compute nodes")
+    compute = _deal_psets(m, compute_hosts, "compute")
+    if not io_hosts:
+        if any(h.role == "compute" for h in hosts):
+            raise LatticeError("role=compute hosts need role=io hosts for their I/O nodes")
+        return Where(dict(compute), dict(compute))
+    io = {p: io_hosts[p % len(io_hosts)].name for p in range(m.psets)}
+    return Where(dict(io), dict(compute))
 
 
 def slurm_hosts() -> list[str]:
@@ -123,24 +162,31 @@ def slurm_hosts() -> list[str]:
     return p.stdout.split()
 
 
-def pset_hosts(con: sqlite3.Connection, m: Machine) -> dict[int, str | None]:
-    """Which host runs each pset of the machine; None: this host (local)."""
+def of(con: sqlite3.Connection, m: Machine) -> Where:
+    """Which hosts run each pset of the machine; None: this host (local)."""
     if m.placement == "local":
-        return dict.fromkeys(range(m.psets))
+        none: dict[int, str | None] = dict.fromkeys(range(m.psets))
+        return Where(none, dict(none))
     if m.placement == "slurm":
-        return dict(deal(m, [(h, None) for h in slurm_hosts()]))
-    rows = con.execute("SELECT pset, host FROM nodes WHERE kind = 'io'").fetchall()
-    out: dict[int, str | None] = {r["pset"]: r["host"] for r in rows}
-    if any(h is None for h in out.values()):
+        return deal(m, [HostEntry(h) for h in slurm_hosts()])
+    io: dict[int, str | None] = {}
+    compute: dict[int, str | None] = {}
+    for r in con.execute("SELECT kind, pset, host FROM nodes WHERE kind = 'io' OR host IS NOT NULL"):
+        (io if r["kind"] == "io" else compute)[r["pset"]] = r["host"]
+    if len(io) != m.psets or any(h is None for h in io.values()):
         raise LatticeError("the machine's ssh placement lost its hosts: run `lattice init --force` again")
-    return out
+    return Where(io, {p: compute.get(p, io[p]) for p in io})
 
 
-def record_hosts(con: sqlite3.Connection, m: Machine, hosts: list[tuple[str, int | None]]) -> None:
-    """`lattice init` of an ssh placement: the hosts, and which pset each runs."""
+def record_hosts(con: sqlite3.Connection, m: Machine, hosts: list[HostEntry]) -> None:
+    """`lattice init` of an ssh placement: the hosts, and which run each pset
+    (the I/O nodes' rows; the compute nodes' too when they run elsewhere)."""
     where = deal(m, hosts)
-    con.executemany("INSERT INTO hosts (name, slots) VALUES (?, ?)", hosts)
-    con.executemany("UPDATE nodes SET host = ? WHERE kind = 'io' AND pset = ?", [(h, p) for p, h in where.items()])
+    con.executemany("INSERT INTO hosts (name, slots, role) VALUES (?, ?, ?)",
+                    [(h.name, h.slots, h.role) for h in hosts])
+    con.executemany("UPDATE nodes SET host = ? WHERE kind = 'io' AND pset = ?", [(h, p) for p, h in where.io.items()])
+    con.executemany("UPDATE nodes SET host = ? WHERE kind = 'compute' AND pset = ?",
+                    [(h, p) for p, h in where.compute.items() if h != where.io[p]])
 
 
 # ---- where each host keeps a block's files ----
@@ -186,9 +232,10 @@ def _spawn(argv: list[str], orders: bytes, log: Path, hold_channel: bool, env: d
     return p.pid
 
 
-def launch(m: Machine, block: str, plan: dict[str | None, list[int]], spec: dict[str, Any],
-           log_dir: Path) -> list[Launch]:
-    """Start the agents of plan (host -> its psets; None: this host)."""
+def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, Any],
+           log_dir: Path, phase: str = "") -> list[Launch]:
+    """Start the agents of the hosts of plan (None: this host); phase names
+    the srun's log of a second launch in one boot."""
     out: list[Launch] = []
     if None in plan:
         log = log_dir / "agent.log"
@@ -209,9 +256,9 @@ def launch(m: Machine, block: str, plan: dict[str | None, list[int]], spec: dict
             argv = [*ssh_command(m), h, shlex.join(remote)]
             out.append(Launch((h,), _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True), log))
     else:
-        log = log_dir / "agent-slurm.log"
+        log = log_dir / f"agent-slurm{phase}.log"
         log.unlink(missing_ok=True)
-        orders = dict(spec, stdin_is_channel=True)
+        orders = dict(spec, hosts={h: spec["hosts"][h] for h in remote}, stdin_is_channel=True)
         argv = ["srun", f"--nodes={len(remote)}", f"--ntasks={len(remote)}", "--ntasks-per-node=1",
                 f"--nodelist={','.join(remote)}", "--input=all", "--overlap", "--kill-on-bad-exit=0",
                 f"--job-name=lattice-{block}", *agent_argv()]
@@ -244,36 +291,50 @@ def read_reports(log: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]
     return out, offset + end
 
 
-def wait_ready(launches: list[Launch], timeout: float, running: Any) -> dict[str, dict[str, Any]]:
-    """Every host's "ready" report, or a clear error: an agent's own, or the
-    last words of a launcher that ended (ssh could not log in, srun refused)."""
-    pending = {h: ln for ln in launches for h in ln.hosts}
-    offsets = {ln.log: 0 for ln in launches}
-    texts: dict[Path, list[str]] = {ln.log: [] for ln in launches}
-    ready: dict[str, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout
-    while pending:
-        for ln in {id(x): x for x in pending.values()}.values():
-            reports, offsets[ln.log] = read_reports(ln.log, offsets[ln.log])
-            for r in reports:
-                if r["event"] == "ready" and r.get("host") in pending:
-                    ready[r["host"]] = r
-                    pending.pop(r["host"])
-                elif r["event"] == "error":
-                    raise LatticeError(f"host {r.get('host', '?')}: {r.get('message', 'failed')}")
-                elif r["event"] == "text":
-                    texts[ln.log].append(r["text"])
-            if not running(ln.pid) and any(h in pending for h in ln.hosts):
-                reports, _ = read_reports(ln.log, offsets[ln.log])
-                last = "; ".join(texts[ln.log][-3:]) or "no report"
-                raise LatticeError(f"the agent of host{'s' if len(ln.hosts) > 1 else ''} "
-                                   f"{', '.join(h for h in ln.hosts if h in pending)} ended before it was ready: {last}")
-        if pending and time.monotonic() > deadline:
-            raise LatticeError(f"timed out after {timeout:.0f} s waiting for host{'s' if len(pending) > 1 else ''} "
-                               f"{', '.join(sorted(pending))}")
-        if pending:
+class Reports:
+    """What the agents of some launches have reported, read as it comes."""
+
+    def __init__(self, launches: list[Launch], running: Any) -> None:
+        self.launches: list[Launch] = []
+        self.running = running                  # pid -> bool: the launcher still runs
+        self.offsets: dict[Path, int] = {}
+        self.texts: dict[Path, list[str]] = {}
+        self.seen: dict[tuple[str, str], dict[str, Any]] = {}   # (host, event) -> its report
+        self.add(launches)
+
+    def add(self, launches: list[Launch]) -> None:
+        for ln in launches:
+            self.launches.append(ln)
+            self.offsets.setdefault(ln.log, 0)
+            self.texts.setdefault(ln.log, [])
+
+    def wait(self, event: str, hosts: list[str], timeout: float) -> dict[str, dict[str, Any]]:
+        """Each host's `event` report, or a clear error: an agent's own, or
+        the last words of a launcher that ended (ssh could not log in, srun
+        refused)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for ln in {id(x): x for x in self.launches}.values():
+                reports, self.offsets[ln.log] = read_reports(ln.log, self.offsets[ln.log])
+                for r in reports:
+                    if r["event"] == "error":
+                        raise LatticeError(f"host {r.get('host', '?')}: {r.get('message', 'failed')}")
+                    if r["event"] == "text":
+                        self.texts[ln.log].append(r["text"])
+                    elif "host" in r:
+                        self.seen[r["host"], r["event"]] = r
+                waiting = [h for h in ln.hosts if h in hosts and (h, event) not in self.seen]
+                if waiting and not self.running(ln.pid):
+                    last = "; ".join(self.texts[ln.log][-3:]) or "no report"
+                    raise LatticeError(f"the agent of host{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} "
+                                       f"ended before it was ready: {last}")
+            pending = [h for h in hosts if (h, event) not in self.seen]
+            if not pending:
+                return {h: self.seen[h, event] for h in hosts}
+            if time.monotonic() > deadline:
+                raise LatticeError(f"timed out after {timeout:.0f} s waiting for host{'s' if len(pending) > 1 else ''} "
+                                   f"{', '.join(sorted(pending))}")
             time.sleep(0.01)
-    return ready
 
 
 def events(log: Path) -> list[dict[str, Any]]:

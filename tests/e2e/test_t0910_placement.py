@@ -118,6 +118,36 @@ def test_ssh_placement_spans_four_hosts(tb: Cluster, ssh_machine: Machine, probe
         assert any("write" in k.lower() and v > 0 for k, v in c["calls"].items()), c
 
 
+def test_io_hosts_serve_compute_nodes_on_other_hosts_over_tcp(tb: Cluster, tmp_path: Path, probe: str) -> None:
+    """role=io: the I/O nodes on h1, each pset's compute nodes on h2..h4,
+    shipping their calls over TCP with the same protocol."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("h1 role=io\nh2\nh3\nh4\n")
+    m = machine_on(tb, tmp_path, "--placement", "ssh", "--hostfile", str(hostfile),
+                   "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
+    try:
+        rows = [line.split() for line in m.run("machine").stdout.splitlines()[2:]]
+        assert {r[5] for r in rows if r[1] == "io"} == {"h1"}
+        compute_host = {int(r[3]): r[5] for r in rows if r[1] == "compute"}
+        assert set(compute_host.values()) == {"h2", "h3", "h4"}
+        m.run("block", "create", "all", "--shape", "2x2x2")
+        m.run("boot", "all")
+        assert [a for _, a in lattice_processes("h1") if "/cnode " in a] == []
+        r = m.run("run", "-n", "8", "--block", "all", probe, str(m.work), "-1")
+        seen = {int(rank): h for rank, h in RANK_LINE.findall(r.stdout)}
+        assert seen == {rank: compute_host[rank // 2] for rank in range(8)}, r.stdout
+        for rank in range(8):       # written by the I/O node on h1, for a rank elsewhere
+            assert (m.work / f"rank-{rank}.txt").read_text() == f"{rank} {compute_host[rank // 2]}\n"
+        h1_addr = tb.run("getent", "hosts", "h1").stdout.split()[0]
+        for p in range(4):
+            log = (m.home / "blocks" / "all" / "log" / "h1" / f"ciod-{p}.log").read_text()
+            peers = re.findall(r"compute node \S+ \(node \d\) connected from (\S+):\d+", log)
+            assert len(peers) == 2 and all(a.startswith("10.213.15.") and a != h1_addr for a in peers), log
+    finally:
+        m.run("free", "all", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
+
+
 def test_the_key_reaches_hosts_only_through_the_channel(tb: Cluster, ssh_machine: Machine) -> None:
     m = ssh_machine
     m.run("boot", "all")
@@ -138,8 +168,8 @@ def test_the_key_reaches_hosts_only_through_the_channel(tb: Cluster, ssh_machine
                 assert key not in (d / "cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 pass
-    # each host's directory is private, and no copy of the key or of a
-    # personality stays on its disk once the daemons have read them
+    # each host's directory is private, and the key never touches its disk:
+    # its daemons read it (and their personalities) on their standard input
     digest = hashlib.sha256(str(m.home.absolute()).encode()).hexdigest()[:12]
     dirs = [Path(f"/tmp/lattice-{os.getuid()}-{digest}/{h}/all") for h in HOSTS]
     for d in dirs:

@@ -279,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         if chosen.auto:
             chosen = chosen._replace(name=f"auto-{os.getpid()}-{int(time.time())}")
     p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping, lay.nodes)
-    where = placement.pset_hosts(con, m)       # which host runs each pset
+    where = placement.of(con, m).compute       # which host runs each pset's compute nodes
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe, m, p, where).items():
             p.env.setdefault(k, v)
