@@ -1,0 +1,105 @@
+"""lattice.placement: hostfiles, dealing psets to hosts, reading the agents' reports."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lattice import placement
+from lattice.errors import LatticeError
+from lattice.machine import Machine
+from lattice.placement import HostEntry, Launch, Reports, deal, parse_hostfile
+
+M8 = Machine(shape=(2, 2, 2), pset_size=2)       # 4 psets of 2
+
+
+def test_hostfile_forms() -> None:
+    text = "# the cluster\nh1\nh2 slots=4   # half\nh3:2\n\nio1 role=io\nc1 role=compute slots=8\n"
+    assert parse_hostfile(text) == [HostEntry("h1"), HostEntry("h2", 4), HostEntry("h3", 2),
+                                    HostEntry("io1", None, "io"), HostEntry("c1", 8, "compute")]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "names no host"),
+    ("# nothing\n\n", "names no host"),
+    ("h1 slots=0\n", "slots=N"),
+    ("h1 slots=two\n", "slots=N"),
+    ("h1 role=storage\n", "role="),
+    ("h1 cpus=4\n", "slots=N"),
+    ("h1\nh1\n", "listed twice"),
+    ("-oProxyCommand=x\n", "not a host name"),
+    ("h1;rm\n", "not a host name"),
+])
+def test_bad_hostfiles(text: str, why: str) -> None:
+    with pytest.raises(LatticeError, match=why):
+        parse_hostfile(text, "hosts")
+
+
+def test_psets_are_dealt_in_turn_so_a_block_spans_hosts() -> None:
+    w = deal(M8, [HostEntry("a"), HostEntry("b")])
+    assert w.io == w.compute == {0: "a", 1: "b", 2: "a", 3: "b"}
+
+
+def test_slots_bound_what_a_host_takes() -> None:
+    w = deal(M8, [HostEntry("small", 2), HostEntry("big")])
+    assert w.compute == {0: "small", 1: "big", 2: "big", 3: "big"}
+    with pytest.raises(LatticeError, match="cannot hold 4 psets"):
+        deal(M8, [HostEntry("a", 2), HostEntry("b", 3)])
+
+
+def test_io_hosts_take_the_io_nodes_and_the_others_the_compute_nodes() -> None:
+    w = deal(M8, [HostEntry("io1", role="io"), HostEntry("io2", role="io"), HostEntry("c1"), HostEntry("c2", role="compute")])
+    assert w.io == {0: "io1", 1: "io2", 2: "io1", 3: "io2"}
+    assert w.compute == {0: "c1", 1: "c2", 2: "c1", 3: "c2"}
+    with pytest.raises(LatticeError, match="none runs compute nodes"):
+        deal(M8, [HostEntry("io1", role="io")])
+    with pytest.raises(LatticeError, match="need role=io hosts"):
+        deal(M8, [HostEntry("c1", role="compute")])
+
+
+def test_slurm_needs_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    monkeypatch.delenv("SLURM_NODELIST", raising=False)
+    with pytest.raises(LatticeError, match="needs a Slurm allocation"):
+        placement.slurm_hosts()
+
+
+def report(host: str, event: str, **kw: object) -> str:
+    return json.dumps({"host": host, "event": event, **kw}) + "\n"
+
+
+def test_reports_wait_for_every_host(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    log.write_text(report("h1", "ready", ciods={}) + "ssh: a warning of its own\n" + report("h2", "listen"))
+    r = Reports([Launch(("h1", "h2"), 1, log)], lambda pid: True)
+    with pytest.raises(LatticeError, match="timed out .* host h2"):
+        r.wait("ready", ["h1", "h2"], 0.05)
+    with open(log, "a") as fh:
+        fh.write('{"host": "h2", "event": "ready", "ci')      # half a line: not read yet
+    with pytest.raises(LatticeError, match="timed out"):
+        r.wait("ready", ["h1", "h2"], 0.05)
+    with open(log, "a") as fh:
+        fh.write('ods": {"0": 1}}\n')
+    got = r.wait("ready", ["h1", "h2"], 1.0)
+    assert got["h2"]["ciods"] == {"0": 1} and got["h1"]["event"] == "ready"
+
+
+def test_an_agent_s_error_and_a_dead_launcher_are_clear(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    log.write_text(report("h3", "error", message="cnode of R00-M0-N00-C:J04 exited during boot (status 1)"))
+    with pytest.raises(LatticeError, match=r"host h3: cnode of R00-M0-N00-C:J04 exited during boot"):
+        Reports([Launch(("h3",), 1, log)], lambda pid: True).wait("ready", ["h3"], 1.0)
+    log.write_text("ssh: Could not resolve hostname h9: Name or service not known\n")
+    with pytest.raises(LatticeError, match="host h9 ended before it was ready: ssh: Could not resolve"):
+        Reports([Launch(("h9",), 1, log)], lambda pid: False).wait("ready", ["h9"], 1.0)
+
+
+def test_the_agent_refuses_bad_orders() -> None:
+    for orders in (b"not json\n", b"{}\n", b'{"hosts": {"a": [], "b": []}}\n'):
+        p = subprocess.run([sys.executable, "-m", "lattice.agent"], input=orders, capture_output=True)
+        assert p.returncode == 2
+        r = json.loads(p.stdout)
+        assert r["event"] == "error" and "bad orders" in r["message"]
