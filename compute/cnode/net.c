@@ -60,8 +60,15 @@ static int connect_once(const char *addr)
             if (fd < 0)
                 continue;
             if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-                int one = 1;
+                /* no Nagle for small calls; keepalive probes as ciod's
+                 * (ionode/ciod/net.c): an I/O node whose host vanished is
+                 * noticed within ~11 s, and the node exits */
+                int one = 1, idle = 5, intvl = 2, cnt = 3;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+                setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+                setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+                setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
                 break;
             }
             e = errno;

@@ -334,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.set_wakeup_fd(a.wake_w)
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
         signal.signal(s, a.on_signal)
+    t0 = time.monotonic()
     try:
         a.start()
+        spawned = time.monotonic() - t0
         addresses = a.wait_ready(float(spec.get("timeout", 30)))
     except (OSError, RuntimeError) as e:
         a.stop()
@@ -346,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
                               for p in addresses},
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
+        seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
         **({"cores": host_cores()} if spec.get("report_cores") else {}))
     a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
     a.stop()

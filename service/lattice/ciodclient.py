@@ -15,6 +15,16 @@ class CiodError(LatticeError):
     """ciod refused a request or the connection failed."""
 
 
+def keepalive(s: socket.socket) -> None:
+    """TCP keepalive probes as ciod sets them (ionode/ciod/net.c): an I/O
+    node whose host vanished without a word fails its connection within
+    about 11 s, so a run waiting on it ends the job instead of hanging."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 2)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
 def open_socket(address: str, timeout: float) -> socket.socket:
     kind, _, where = address.partition(":")
     if kind == "unix":
@@ -33,6 +43,7 @@ def open_socket(address: str, timeout: float) -> socket.socket:
     elif kind == "tcp":
         host, _, port = where.rpartition(":")
         s = socket.create_connection((host, int(port)), timeout=timeout)
+        keepalive(s)
     else:
         raise LatticeError(f"bad I/O node address {address!r}")
     return s

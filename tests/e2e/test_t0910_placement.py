@@ -133,12 +133,20 @@ def test_io_hosts_serve_compute_nodes_on_other_hosts_over_tcp(tb: Cluster, tmp_p
         m.run("block", "create", "all", "--shape", "2x2x2")
         m.run("boot", "all")
         assert [a for _, a in lattice_processes("h1") if "/cnode " in a] == []
+        # both ends of every compute node's TCP connection send keepalive probes: the
+        # heartbeat that ends a node whose I/O node's host vanished (and the reverse)
+        h1_addr = tb.run("getent", "hosts", "h1").stdout.split()[0]
+        for h in ("h2", "h3", "h4"):
+            to_h1 = [ln for ln in tb.in_host(h, "ss", "-tno").stdout.splitlines() if f" {h1_addr}:" in ln]
+            assert len(to_h1) >= 2 and all("timer:(keepalive" in ln for ln in to_h1), to_h1
+        served = [ln for ln in tb.in_host("h1", "ss", "-tno").stdout.splitlines()
+                  if re.search(r"10\.213\.15\.[234]:\d+\s", ln)]
+        assert len(served) >= 8 and all("timer:(keepalive" in ln for ln in served), served
         r = m.run("run", "-n", "8", "--block", "all", probe, str(m.work), "-1")
         seen = {int(rank): h for rank, h in RANK_LINE.findall(r.stdout)}
         assert seen == {rank: compute_host[rank // 2] for rank in range(8)}, r.stdout
         for rank in range(8):       # written by the I/O node on h1, for a rank elsewhere
             assert (m.work / f"rank-{rank}.txt").read_text() == f"{rank} {compute_host[rank // 2]}\n"
-        h1_addr = tb.run("getent", "hosts", "h1").stdout.split()[0]
         for p in range(4):
             log = (m.home / "blocks" / "all" / "log" / "h1" / f"ciod-{p}.log").read_text()
             peers = re.findall(r"compute node \S+ \(node \d\) connected from (\S+):\d+", log)
