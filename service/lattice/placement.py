@@ -12,7 +12,7 @@ interface:
   nodes it may run), psets dealt out to them in turn at `lattice init` and
   recorded in the database (nodes.host of the I/O nodes); each host's agent
   starts over ssh with key login ([placement] ssh: the command, default
-  `ssh -o BatchMode=yes`);
+  `ssh -o BatchMode=yes` with ssh heartbeats: SSH_DEFAULT);
 - slurm: the hosts of the Slurm allocation `lattice` runs in
   (SLURM_JOB_NODELIST), psets dealt out to them in turn at boot, every host's
   agent started by one `srun` (one task a host).
@@ -49,7 +49,7 @@ from lattice import machine
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 
-SSH_DEFAULT = "ssh -o BatchMode=yes"
+SSH_DEFAULT = "ssh -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
 
 
 class Launch(NamedTuple):
