@@ -673,7 +673,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
     handlers = {s: signal.signal(s, r.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            if spec.kernel == "cnk" and spec.hugepages:
+            if spec.kernel == "cnk" and spec.hugepages and local_ranks(spec):
                 pages = reserve_pages(m, spec, job_id)
                 r.spec = spec._replace(env=[*spec.env, *pages.env])    # tells cnk which pages to take
             if spec.output is not None:
@@ -720,6 +720,17 @@ def open_outputs(m: Machine, spec: Spec, job_id: int) -> Routes:
                             [m.compute_location(sl.node) for sl in p.slots])
 
 
+def local_ranks(spec: Spec) -> int:
+    """The job's ranks on this host: the pools here are this host's, and a
+    rank on another host takes what its own host's pools give (cnk falls
+    back to smaller pages there when they give none)."""
+    cm = spec.cores
+    if cm is None:
+        return spec.nranks
+    from lattice import host
+    return sum(1 for sl in spec.mapping.slots if cm.hosts.get(sl.node, cm.host).name == host.LOCAL)
+
+
 def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
     """Huge pages for the job's big memory, sized to the node (lattice.hugepages);
     the page size a user's --env LATTICE_BIGMEM_PAGES=1G|2M|4K allows at most."""
@@ -733,7 +744,7 @@ def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
             except ValueError as e:
                 raise LatticeError(str(e)) from None
     # one book per host: name the run by its machine too, job ids repeat across machines
-    res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", spec.nranks,
+    res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", local_ranks(spec),
                             m.memory // spec.mapping.ppn, fixed_address=hugepages.fixed_below_1g(spec.exe),
                             largest=largest)
     user = {kv.partition("=")[0] for kv in spec.env}
