@@ -321,8 +321,9 @@ def my_host(spec: dict[str, Any], argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The agent as a program (on another host, over ssh or srun): its
+    orders are the first line of its standard input."""
     argv = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     line = sys.stdin.buffer.readline()
     try:
         spec = json.loads(line)
@@ -330,6 +331,33 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, IndexError, RuntimeError) as e:
         say(socket.gethostname(), "error", message=f"bad orders on standard input: {e}")
         return 2
+    return serve(spec, host)
+
+
+def fork(spec: dict[str, Any], host: str, log: Path) -> int:
+    """The agent of this host as a forked child of `lattice` (no new
+    interpreter to start: 50 ms less per boot), in a session of its own,
+    its reports appended to log; its pid."""
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    pid = os.fork()
+    if pid:
+        os.close(out)
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.closerange(3, 65536)     # the database and anything else of the parent's
+        code = serve(spec, host)
+    finally:
+        os._exit(code)
+
+
+def serve(spec: dict[str, Any], host: str) -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     a = Agent(spec, host)
     signal.set_wakeup_fd(a.wake_w)
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):

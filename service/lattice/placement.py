@@ -238,11 +238,11 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     the srun's log of a second launch in one boot."""
     out: list[Launch] = []
     if None in plan:
+        from lattice import agent
         log = log_dir / "agent.log"
         log.unlink(missing_ok=True)
-        orders = dict(spec, hosts={"local": spec["hosts"]["local"]})
-        pid = _spawn(agent_argv(), json.dumps(orders).encode() + b"\n", log, hold_channel=False)
-        out.append(Launch(("local",), pid, log))
+        out.append(Launch(("local",), agent.fork(dict(spec, hosts={"local": spec["hosts"]["local"]}), "local", log),
+                          log))
     remote = [h for h in plan if h is not None]
     if not remote:
         return out
