@@ -12,8 +12,9 @@ host runs one pset.  Timed is the whole command, start to exit:
   lattice-ssh    lattice run --block B (ssh placement; the block booted once before, as a booted
                  Blue Gene partition is: the daemons stay up across jobs)
   lattice-ssh-cold  lattice run (ssh placement) that boots its block, runs, frees it
-  srun-pmi2      salloc -N H srun --mpi=pmi2 -n R (an allocation and a step each time)
-  lattice-slurm  salloc -N H lattice run -n R (slurm placement: boots with one srun, runs, frees)
+  srun-pmi2      salloc -N H --ntasks-per-node=RPH srun --mpi=pmi2 -n R (an allocation and a step each time)
+  lattice-slurm  salloc -N H --ntasks-per-node=RPH lattice run -n R (slurm placement: boots with one
+                 srun, runs, frees)
 
 Configurations and sizes are interleaved (each goes first in turn); the table
 gives median [min-max] seconds and ratios to the baselines.
@@ -103,10 +104,10 @@ def main() -> int:
                     "lattice-ssh": ([*bl.lattice_cmd(), "run", "--block", "B", "-n", str(n), str(HELLO)],
                                     homes["ssh", h]),
                     "lattice-ssh-cold": ([*bl.lattice_cmd(), "run", "-n", str(n), str(HELLO)], homes["ssh", h]),
-                    "srun-pmi2": (["salloc", "-N", str(h), "srun", "--mpi=pmi2", "-n", str(n),
-                                   f"--ntasks-per-node={rph}", str(HELLO)], tb),
-                    "lattice-slurm": (["salloc", "-N", str(h), *bl.lattice_cmd(), "run", "-n", str(n), str(HELLO)],
-                                      homes["slurm", h]),
+                    "srun-pmi2": (["salloc", "-N", str(h), f"--ntasks-per-node={rph}", "srun", "--mpi=pmi2",
+                                   "-n", str(n), str(HELLO)], tb),
+                    "lattice-slurm": (["salloc", "-N", str(h), f"--ntasks-per-node={rph}", *bl.lattice_cmd(), "run",
+                                       "-n", str(n), str(HELLO)], homes["slurm", h]),
                 }
                 for c in bl.rotations(CONFIGS, i):
                     if c == "lattice-ssh-cold":

@@ -358,6 +358,12 @@ def fork(spec: dict[str, Any], host: str, log: Path) -> int:
 
 def serve(spec: dict[str, Any], host: str) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    cores: dict[str, Any] = {}
+    learning = None
+    if spec.get("report_cores"):     # hwloc takes tens of ms: while the daemons start
+        import threading
+        learning = threading.Thread(target=lambda: cores.update(host_cores()), daemon=True)
+        learning.start()
     a = Agent(spec, host)
     signal.set_wakeup_fd(a.wake_w)
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
@@ -377,7 +383,7 @@ def serve(spec: dict[str, Any], host: str) -> int:
                               for p in addresses},
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
         seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
-        **({"cores": host_cores()} if spec.get("report_cores") else {}))
+        **({"cores": cores} if learning is not None and not learning.join() and cores else {}))
     a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
     a.stop()
     a.forget_secrets()
