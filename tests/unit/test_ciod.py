@@ -73,7 +73,8 @@ def ciod_bin() -> Path:
         subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra",
                         "-Wimplicit-fallthrough", "-Iprotocol", "-Iionode/ciod", "-Ibuild/gen", "-pthread",
                         "-o", "build/bin/ciod", "build/gen/fwd_posix_ciod.c",
-                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")), "-lcrypto"],
+                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")),
+                        "protocol/peer/peer.c", "-lcrypto"],
                        check=True, cwd=ROOT)
     return ROOT / "build/bin/ciod"
 
