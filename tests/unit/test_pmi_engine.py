@@ -226,8 +226,8 @@ def test_abort_and_leaving_without_finalize(harness: Path, engines: list[Engine]
 def test_fence_out_is_checked_before_use(harness: Path, engines: list[Engine]) -> None:
     e = Engine(harness, "7 1 - 0:0:0")
     engines.append(e)
-    assert e.cmd("fenceout 7 0 4 a=b") == ["refused CTL_FENCE_OUT with unknown flags 0x4"]
-    assert e.cmd("fenceout 7 0 0 " + "k" * 65 + "=v") == ["refused CTL_FENCE_OUT: key 0 too long"]
+    assert e.cmd("fenceout 7 0 4 a=b") == ["refused fence with unknown flags 0x4"]
+    assert e.cmd("fenceout 7 0 0 " + "k" * 65 + "=v") == ["refused fence: key 0 too long"]
     assert e.cmd("fenceout 7 0 0 a=b") == ["unmatched"]          # no fence waiting
 
 
