@@ -124,11 +124,11 @@ static const struct pmi_ops ops = { .answer = on_answer, .fence = on_fence, .nam
 static struct pmi_engine *new_job(char *args, bool tree)
 {
     static struct lat_slot slot[64];
-    static char mapping[8192];
+    static char mapping[65536];
     struct pmi_job job = { .slot = slot, .tree = tree };
     int used;
 
-    if (sscanf(args, "%" SCNu64 " %u %8191s%n", &job.id, &job.nranks, mapping, &used) != 3)
+    if (sscanf(args, "%" SCNu64 " %u %65535s%n", &job.id, &job.nranks, mapping, &used) != 3)
         return NULL;
     job.mapping = strcmp(mapping, "-") ? mapping : "";
     for (char *tok = strtok(args + used, " "); tok && job.nslots < 64; tok = strtok(NULL, " ")) {
@@ -194,7 +194,7 @@ static void child_fence(struct pmi_engine *e, char *args)
 
 int main(void)
 {
-    static char line[16384];
+    static char line[131072];
     struct pmi_engine *e = NULL;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
