@@ -259,13 +259,13 @@ def counters(c: Ciod) -> dict[str, int]:
 def job_payload(job: int, exe: str, cwd: str, ranks: list[int], nranks: int,
                 argv: list[str] | None = None, env: list[str] | None = None,
                 uid: int | None = None, gid: int | None = None, groups: list[int] | None = None,
-                pset_size: int = PSET_SIZE) -> bytes:
+                pset_size: int = PSET_SIZE, flags: int = 0) -> bytes:
     argv = argv or [exe]
     env = env or []
     groups = [os.getgid()] if groups is None else groups
     head = struct.pack("<QIIIIIIII", job, os.getuid() if uid is None else uid,
                        os.getgid() if gid is None else gid, len(groups), len(argv), len(env),
-                       nranks, pset_size, 0)
+                       nranks, pset_size, flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
     return head + tail + b"".join(x.encode() + b"\0" for x in [exe, cwd, *argv, *env])
 
