@@ -80,8 +80,9 @@ def ciod_bin() -> Path:
 
 
 class Ciod:
-    def __init__(self, binary: Path, d: Path, tcp_port: int = 0) -> None:
+    def __init__(self, binary: Path, d: Path, tcp_port: int = 0, pset: int = PSET) -> None:
         self.dir = d
+        self.pset = pset
         self.key = bytes(random.Random(7).getrandbits(8) for _ in range(32))
         keyfile = d / "key"
         keyfile.write_text(self.key.hex() + "\n")
@@ -93,7 +94,7 @@ class Ciod:
         self.log = open(d / "ciod.log", "w")
         self.exited_ok = False
         self.proc = subprocess.Popen(
-            [str(binary), "--block", "T", "--pset", str(PSET), "--pset-size", str(PSET_SIZE),
+            [str(binary), "--block", "T", "--pset", str(pset), "--pset-size", str(PSET_SIZE),
              "--listen", self.addr, "--key-file", str(keyfile), "--ras", str(self.ras),
              "--location", IO_LOCATION], stdout=self.log, stderr=subprocess.STDOUT)
         end = time.time() + 10
@@ -143,7 +144,7 @@ class Ciod:
         typ, seq, body = recv(s)
         assert (typ, seq) == (HELLO | REPLY, 1) and len(body) in (48, 64)
         err, max_io, pset, pset_size = struct.unpack_from("<iIII", body)
-        assert (max_io, pset, pset_size) == (MAX_IO, PSET, PSET_SIZE)
+        assert (max_io, pset, pset_size) == (MAX_IO, self.pset, PSET_SIZE)
         if err == 0:
             assert wire.ack_ok(self.key, CHALLENGES[s], nonce, body), "ciod's proof is wrong"
         ACKS[s] = body

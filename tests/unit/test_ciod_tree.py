@@ -5,13 +5,16 @@ needs the block key and a place below this ciod in that job; its fence
 joins the pset's on the way up, the FENCE_OUT comes back down to it,
 numbered; a malformed fence, a replayed message or a child lost in the
 middle of a fence ends the job with LAT_CTL_TREE_FAIL and a RAS event, and
-ciod goes on serving.  The other side (a ciod connecting to the one above
-it, over unix: and tcp:) runs in tests/e2e/test_t0605_pmi_tree.py."""
+ciod goes on serving.  Two real ciods make a tree over TCP; a 'parent'
+that cannot prove it holds the key gets no fence.  Whole jobs through
+trees of ciods: tests/e2e/test_t0605_pmi_tree.py."""
 from __future__ import annotations
 
 import errno
+import shutil
 import socket
 import struct
+import tempfile
 import time
 from pathlib import Path
 
@@ -192,3 +195,44 @@ def test_a_parent_without_the_key_is_refused(ciod: Ciod, tmp_path: Path) -> None
     assert "does not hold the block key" in tree_fail(j)
     conn.close()
     srv.close()
+
+
+def test_two_ciods_over_tcp(ciod_bin: Path, tmp_path: Path) -> None:
+    """A child ciod (pset 2, on a unix socket) below a parent on TCP (pset
+    1): the child's pset's fence reaches the service node through the
+    parent, the FENCE_OUT comes back to both psets' ranks."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dirs = [Path(tempfile.mkdtemp(prefix="ciod-tree-", dir="/tmp")) for _ in range(2)]
+    parent = Ciod(ciod_bin, dirs[0], tcp_port=port, pset=1)
+    child = Ciod(ciod_bin, dirs[1], pset=2)
+    try:
+        jp = Job(parent, tmp_path, JOB, flags=wire.JOB_TREE)
+        jc = Job(child, tmp_path, JOB, flags=wire.JOB_TREE)
+        assert request(jp.ctl, wire.CTL_PMI_TREE, wire.pmi_tree_payload(JOB, [2], ""))[:2] == (0, 0)
+        assert request(jc.ctl, wire.CTL_PMI_TREE, wire.pmi_tree_payload(JOB, [], f"tcp:127.0.0.1:{port}"))[:2] \
+            == (0, 0)
+        for j in (jc, jp):
+            pset_in_fence(j)
+        t, _, body = recv(jp.ctl)               # one fence, at the top, with both psets' keys
+        assert t == wire.CTL_FENCE
+        job, epoch, nkv, flags, _ = wire.FENCE.unpack_from(body)
+        pairs = sorted(wire.parse_kvs(body[wire.FENCE.size:], nkv))     # each pset's ranks 0 and 1 (two jobs' views)
+        assert (job, epoch, flags) == (JOB, 0, 0)
+        assert pairs == [("card-0", "at-0")] * 2 + [("card-1", "at-1")] * 2
+        send(jp.ctl, wire.CTL_FENCE_OUT, fence(JOB, 0, {"merged": "yes"}))
+        for j in (jp, jc):
+            assert answer(j, 0) == answer(j, 1) == "cmd=barrier_out rc=0\n"
+            pmi(j, 1, f"cmd=get kvsname=lattice-{JOB} key=merged\n")
+            assert answer(j, 1) == "cmd=get_result rc=0 msg=success value=yes\n"
+        assert f"job {JOB}: PMI tree: pset 2 below connected" in parent.logtext()
+        assert f"job {JOB}: PMI tree: above tcp:127.0.0.1:{port}, 0 below" in child.logtext()
+        assert parent.alive() and child.alive()
+    finally:
+        for c, d in ((parent, dirs[0]), (child, dirs[1])):
+            if c.alive():
+                c.proc.terminate()
+            c.proc.wait(10)
+            c.log.close()
+            shutil.rmtree(d, ignore_errors=True)
