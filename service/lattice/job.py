@@ -319,12 +319,9 @@ class Run:
                 error = CiodError(f"lost I/O node {c.location}: {e.strerror or e}")
                 break
         accepted: list[Ciod] = []
-        for c, seq in sent:
-            try:
-                ret, err, text = sysret(c.reply(wire.CTL_JOB, seq))
-            except LatticeError as e:
-                error = error or e
-                continue
+        answers, lost = await_replies(sent, wire.CTL_JOB)
+        error = error or lost
+        for c, ret, err, text in answers:
             if ret >= 0:
                 accepted.append(c)
             elif error is None:
@@ -349,7 +346,6 @@ class Run:
         places = pmitree.layout(len(tree), k)
         self.pmi_top = {tree[i] for i in pmitree.top(len(tree), k)}
         sent: list[tuple[Ciod, int]] = []
-        error: LatticeError | None = None
         for c, place in zip(tree, places):
             parent = "" if place.parent is None else tree[place.parent].address
             try:
@@ -357,12 +353,8 @@ class Run:
                     self.job, [tree[i].pset for i in place.children], parent))))
             except OSError as e:
                 return CiodError(f"lost I/O node {c.location}: {e.strerror or e}")
-        for c, seq in sent:
-            try:
-                ret, err, text = sysret(c.reply(wire.CTL_PMI_TREE, seq))
-            except LatticeError as e:
-                error = error or e
-                continue
+        answers, error = await_replies(sent, wire.CTL_PMI_TREE)
+        for c, ret, err, text in answers:
             if ret < 0 and err != errno.ESRCH and error is None:     # ESRCH: the job ended there already
                 error = LatticeError(f"I/O node {c.location} cannot join the job's PMI fence tree: "
                                      f"{text or os.strerror(err)}", status=LAUNCH_FAILED)
@@ -761,6 +753,21 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
         for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals()):
             print(f"lattice: {line}", file=sys.stderr, flush=True)
     return status
+
+
+def await_replies(sent: list[tuple[Ciod, int]], typ: int) -> tuple[list[tuple[Ciod, int, int, str]],
+                                                                    LatticeError | None]:
+    """The lat_sysret answers (I/O node, ret, errno, text) to requests of
+    type typ sent to several I/O nodes at once, and the first I/O node lost
+    meanwhile, if any."""
+    answers: list[tuple[Ciod, int, int, str]] = []
+    lost: LatticeError | None = None
+    for c, seq in sent:
+        try:
+            answers.append((c, *sysret(c.reply(typ, seq))))
+        except LatticeError as e:
+            lost = lost or e
+    return answers, lost
 
 
 def tree_lines(tree: list[Ciod], places: list[pmitree.Place], k: int) -> list[str]:
