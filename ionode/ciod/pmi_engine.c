@@ -530,10 +530,10 @@ static void v1_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
         const char *v = kvs_get(e->kv, key);
         rp_begin(&rp, 1, "get_result");
         if (!v && e->mapping_len && !strcmp(key, "PMI_process_mapping")) {
-            /* longer than vallen_max: MPICH then finds the ranks that share a node by itself */
+            /* longer than MPICH takes: it then finds the ranks that share a node by itself */
             char msg[96];
-            snprintf(msg, sizeof(msg), "PMI_process_mapping_has_%zu_characters,_more_than_vallen_max_%u",
-                     e->mapping_len, LAT_PMI_VAL_MAX);
+            snprintf(msg, sizeof(msg), "PMI_process_mapping_has_%zu_characters,_more_than_the_%u_served",
+                     e->mapping_len, PMI_MAPPING_MAX);
             rp_add(&rp, "rc", "1");
             rp_add(&rp, "msg", msg);
         } else if (v) {
@@ -615,8 +615,8 @@ static void v2_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
         if (e->mapping_len && !strcmp(key, "PMI_process_mapping")) {
             /* a PMI-2 client needs it and cannot take it: a clear error, not a cut value */
             char text[128];
-            snprintf(text, sizeof(text), "PMI_process_mapping has %zu characters, more than a PMI-2 value "
-                     "may have (%u)", e->mapping_len, LAT_PMI_VAL_MAX);
+            snprintf(text, sizeof(text), "PMI_process_mapping has %zu characters, more than the %u served",
+                     e->mapping_len, PMI_MAPPING_MAX);
             return error_reply(e, r, 2, resp, text);
         }
         if (!strcmp(key, "PMI_process_mapping"))
@@ -802,14 +802,13 @@ struct pmi_engine *pmi_engine_new(const struct pmi_job *job, const struct pmi_op
     for (uint32_t i = 0; i < job->nslots; i++)
         e->r[i] = (struct prank){ .rank = job->slot[i].rank, .node = job->slot[i].node, .app = job->slot[i].app };
     e->tree_wait = job->tree;
-    /* the service node's answer to "which ranks share a node": a value like
-     * any other, so at most LAT_PMI_VAL_MAX characters; a longer one (an
-     * irregular mapping of many nodes) is not served, and said so */
+    /* the service node's answer to "which ranks share a node", whole; one
+     * longer than MPICH can read (an irregular mapping of many nodes) is
+     * not served, and said so: PMI_MAPPING_MAX */
     e->mapping_len = strlen(job->mapping);
-    if (e->mapping_len > LAT_PMI_VAL_MAX)
-        note(e, "job %" PRIu64 ": PMI_process_mapping has %zu characters, more than a PMI value may have (%u): "
-             "not served; MPI finds the ranks that share a node by itself", e->job, e->mapping_len,
-             LAT_PMI_VAL_MAX);
+    if (e->mapping_len > PMI_MAPPING_MAX)
+        note(e, "job %" PRIu64 ": PMI_process_mapping has %zu characters, more than the %u served: "
+             "MPI finds the ranks that share a node by itself", e->job, e->mapping_len, PMI_MAPPING_MAX);
     else if (e->mapping_len && kvs_put(e->kv, "PMI_process_mapping", job->mapping) < 0)
         goto error;
     else

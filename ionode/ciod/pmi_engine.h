@@ -20,6 +20,13 @@
 
 struct pmi_engine;
 
+/* The longest PMI_process_mapping served.  get_maxes says values may have
+ * LAT_PMI_VAL_MAX (1024) characters, but MPICH 4.0.2's PMI-1 client aborts
+ * MPI_Init on a mapping of 681 characters or more (673 was read; measured
+ * with 128 ranks on irregular map files, docs/protocol.md section 10); one
+ * not served makes it find the ranks that share a node by itself. */
+#define PMI_MAPPING_MAX 640u
+
 /* A process of the job in this pset. */
 struct pmi_dest {
     uint32_t slot;                  /* its index in pmi_job.slot */
@@ -57,7 +64,7 @@ struct pmi_job {
     uint32_t               nslots;      /* its processes in this pset */
     const struct lat_slot *slot;        /* [nslots]: rank, node, app */
     const char            *mapping;     /* PMI_process_mapping, "" if none; served only
-                                           if it fits in a value (LAT_PMI_VAL_MAX) */
+                                           up to PMI_MAPPING_MAX characters */
     bool                   tree;        /* LAT_JOB_TREE: no fence goes up before pmi_engine_tree */
 };
 

@@ -6,10 +6,14 @@ sends to whom and the I/O nodes' logs show the connections below them.  A
 job of 32 ranks' fences (PMI-1 spoken by bench/pmi_fence.c, 452-byte
 values) gives every rank the right values.  Killing an I/O node in the
 middle of the tree while a job runs ends the job at once, with a RAS
-event, and no daemon hangs."""
+event, and no daemon hangs.  On a 4x4x4 machine (eight I/O nodes), 128
+MPICH ranks placed irregularly by a map file, whose PMI_process_mapping is
+longer than MPICH 4.0.2 reads, start and compute (MPICH finds the ranks
+that share a node by itself)."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import sqlite3
@@ -126,3 +130,28 @@ def test_killing_an_io_node_in_the_tree_ends_the_job(tree_machine: Machine) -> N
     m.run("free", BLOCK)
     m.run("boot", BLOCK)
     assert "allreduce: ok" in m.run("run", "--block", BLOCK, "-n", "8", str(EXAMPLES / "mpi" / "allreduce")).stdout
+
+
+def test_128_irregular_ranks_with_a_mapping_mpich_cannot_read(built: Path,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    m = make_machine(tmp_path_factory.mktemp("pmimap"), "--shape", "4x4x4", "--pset-size", "8", "--memory", "128M")
+    m.run("block", "create", "M", "--shape", "4x4x4")
+    m.run("boot", "M")
+    try:
+        cells = [(x, y, z, t) for t in range(2) for z in range(4) for y in range(4) for x in range(4)]
+        random.Random(9).shuffle(cells)
+        mapfile = m.work / "irregular.map"
+        mapfile.write_text("".join(" ".join(map(str, c)) + "\n" for c in cells))
+        mapfile.chmod(0o644)
+        head = m.run("run", "--block", "M", "-n", "128", "--mode", "vn", "--mapping", str(mapfile), "--print-map",
+                     "-v", "/bin/true").stdout.splitlines()[1]
+        mapping = head.removeprefix("# PMI_process_mapping ")
+        assert 640 < len(mapping) <= 1024, mapping     # was served, and MPICH 4.0.2 aborted MPI_Init on it
+        for kernel in ("linux", "cnk"):
+            p = m.run("run", "--block", "M", "-n", "128", "--mode", "vn", "--mapping", str(mapfile), "--kernel",
+                      kernel, str(EXAMPLES / "mpi" / "allreduce"))
+            assert "allreduce: size 128 sum 8128" in p.stdout and "allreduce: ok" in p.stdout, p.stderr
+        logs = "".join(f.read_text() for f in (m.home / "blocks" / "M" / "log").glob("ciod-*.log"))
+        assert f"PMI_process_mapping has {len(mapping)} characters, more than the 640 served" in logs
+    finally:
+        m.run("free", "M", check=False)
