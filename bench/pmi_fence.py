@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -40,17 +41,23 @@ PROGRAM = bl.BENCH / "pmi_fence"
 CONFIGS = {"star": "100000", "tree8": "8", "tree2": "2"}
 
 
-def one_run(b: Block, n: int, fanout: str, fences: int) -> tuple[list[float], float]:
-    """Fence times (s, after the first) as rank 0 saw them, and the wall time of the run."""
+SENT = re.compile(r"PMI: (\d+) fence\(s\); the service node sent (\d+) bytes of FENCE_OUT to (\d+) of (\d+)")
+
+
+def one_run(b: Block, n: int, fanout: str, fences: int) -> tuple[list[float], float, float, str]:
+    """Fence times (s, after the first) as rank 0 saw them, the wall time of
+    the run, the FENCE_OUT bytes the service node sent per fence (its -v
+    line) and to how many of the job's I/O nodes."""
     env = dict(b.env, LATTICE_PMI_FANOUT=fanout)
     t0 = time.perf_counter()
-    p = subprocess.run(b.run_cmd(n, PROGRAM, str(fences), kernel="linux", opts=("--mode", "vn")), env=env,
+    p = subprocess.run(b.run_cmd(n, PROGRAM, str(fences), kernel="linux", opts=("--mode", "vn", "-v")), env=env,
                        capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
-    if p.returncode != 0 or not p.stdout.rstrip().endswith("ok"):
+    sent = SENT.search(p.stderr)
+    if p.returncode != 0 or not p.stdout.rstrip().endswith("ok") or not sent:
         raise RuntimeError(f"{n} ranks, fan-out {fanout}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     times = [float(line.split()[2]) for line in p.stdout.splitlines() if line.startswith("fence ")]
-    return times[1:], wall
+    return times[1:], wall, int(sent[2]) / int(sent[1]), f"{sent[3]} of {sent[4]}"
 
 
 def main() -> int:
@@ -65,20 +72,28 @@ def main() -> int:
     names = list(CONFIGS)
     fence_ms: dict[int, dict[str, list[float]]] = {n: {c: [] for c in names} for n in sizes}
     wall_s: dict[int, dict[str, list[float]]] = {n: {c: [] for c in names} for n in sizes}
+    sent_kb: dict[int, dict[str, list[float]]] = {n: {c: [] for c in names} for n in sizes}
+    fan: dict[tuple[int, str], str] = {}
     with Block("4x4x8", 8, "128M", cores=2) as b:
         print(f"machine 4x4x8, psets of 8 (16 I/O nodes), booted in {b.boot_s:.2f} s", flush=True)
         for rep in range(args.repeat):
             for n in sizes:
                 for c in bl.rotations(names, rep):
-                    times, wall = one_run(b, n, CONFIGS[c], args.fences)
+                    times, wall, sent, to = one_run(b, n, CONFIGS[c], args.fences)
                     # one number per run: the median fence of that run
                     fence_ms[n][c].append(1000 * statistics.median(times))
                     wall_s[n][c].append(wall)
+                    sent_kb[n][c].append(sent / 1000)
+                    fan[(n, c)] = to
                     print(f"  rep {rep} n {n} {c}: fence {1000 * statistics.median(times):.2f} ms, "
-                          f"run {wall:.2f} s", flush=True)
+                          f"run {wall:.2f} s, service node sent {sent / 1000:.1f} kB/fence to {to} I/O nodes",
+                          flush=True)
     rows = [(f"{n} ranks: fence (ms)", fence_ms[n], [("tree8/star", "tree8", "star"), ("tree2/star", "tree2", "star")])
             for n in sizes]
     rows += [(f"{n} ranks: whole run (s)", wall_s[n], [("tree8/star", "tree8", "star"), ("tree2/star", "tree2", "star")])
+             for n in sizes]
+    rows += [(f"{n} ranks: service node sends per fence (kB; to {', '.join(fan[(n, c)] for c in names)} "
+              "I/O nodes)", sent_kb[n], [("tree8/star", "tree8", "star"), ("tree2/star", "tree2", "star")])
              for n in sizes]
     print()
     print(bl.table(f"PMI fence time vs ranks, median [min–max] of {args.repeat} runs (each run: the median of "

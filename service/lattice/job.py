@@ -255,6 +255,7 @@ class Run:
         self.pmi_ciods: set[Ciod] = set()    # I/O nodes that run ranks: each takes part in every fence
         self.pmi_top: set[Ciod] = set()      # those at the top of the PMI fence tree: the fences come from them
         self.tree_broken = False
+        self.fence_bytes_out = 0             # FENCE_OUT payload bytes this run sent (-v)
         self.epoch = 0
         self.fence_in: set[Ciod] = set()     # entered the current fence (their last chunk arrived)
         self.fence_kvs: dict[str, str] = {}
@@ -443,6 +444,7 @@ class Run:
             for other in self.pmi_top:      # they pass it on down the tree
                 try:
                     other.send(wire.CTL_FENCE_OUT, msg)
+                    self.fence_bytes_out += len(msg)
                 except OSError:
                     pass                    # its loss shows as a closed connection
         self.epoch += 1
@@ -752,6 +754,9 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
     if spec.verbose:
         for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals()):
             print(f"lattice: {line}", file=sys.stderr, flush=True)
+        if r.epoch:
+            print(f"lattice: PMI: {r.epoch} fence(s); the service node sent {r.fence_bytes_out} bytes of "
+                  f"FENCE_OUT to {len(r.pmi_top)} of {len(r.pmi_ciods)} I/O nodes", file=sys.stderr, flush=True)
     return status
 
 
