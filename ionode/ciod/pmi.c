@@ -544,8 +544,8 @@ int pmi_tree_child_attach(uint64_t job, uint32_t pset, struct conn *c, uint32_t 
     pthread_mutex_lock(&P.lock);
     /* its parent may not have been told of the tree yet: the service node
      * sends LAT_CTL_PMI_TREE to every I/O node at once */
-    while (!(P.job == job && P.tree_known) && P.last_job <= job && !(P.last_job == job && P.job != job)
-           && pthread_cond_timedwait(&P.tree_set, &P.lock, &until) == 0)
+    while (!(P.job == job && (P.tree_known || !P.tree)) && P.last_job <= job
+           && !(P.last_job == job && P.job != job) && pthread_cond_timedwait(&P.tree_set, &P.lock, &until) == 0)
         ;                               /* (a job that ended here, or was followed by another, never comes) */
     for (uint32_t i = 0; P.job == job && P.tree_known && i < P.nchildren; i++)
         if (P.child_pset[i] == pset && !P.child[i]) {

@@ -60,6 +60,8 @@ def test_mpich_starts_through_a_tree_of_two(tree_machine: Machine, kernel: str) 
     assert "allreduce: size 8 sum 28" in p.stdout and "allreduce: ok" in p.stdout
     assert TOP.format(k=2, levels=2, n=2) + "R00-M0-N00-I:J00, R00-M0-N00-I:J01" in p.stderr, p.stderr
     assert "lattice: PMI fence tree: R00-M0-N00-I:J00 sends to R00-M0-N00-I:J02, R00-M0-N00-I:J03" in p.stderr
+    assert re.search(r"lattice: PMI: \d+ fence\(s\); the service node sent \d+ bytes of FENCE_OUT to 2 of 4 I/O "
+                     "nodes", p.stderr), p.stderr
     job = last_job(m)
     # psets 2 and 3 went to pset 0, not to the service node
     sock0 = f"unix:{m.home}/run/{BLOCK}-0.sock"
@@ -83,8 +85,9 @@ def test_a_chain_and_a_star(tree_machine: Machine) -> None:
         sends = re.findall(r"PMI fence tree: (\S+) sends to (.*)", p.stderr)
         if k == "1":        # a chain: each I/O node sends to the next
             assert sends == [(f"R00-M0-N00-I:J0{i}", f"R00-M0-N00-I:J0{i + 1}") for i in range(3)], sends
-        else:               # the star: only the service node sends
-            assert sends == [], sends
+            assert "FENCE_OUT to 1 of 4 I/O nodes" in p.stderr
+        else:               # the star: only the service node sends, to all
+            assert sends == [] and "FENCE_OUT to 4 of 4 I/O nodes" in p.stderr, sends
 
 
 def test_fences_of_16_ranks_give_every_value(tree_machine: Machine) -> None:
