@@ -8,7 +8,8 @@ BUILD   := build
 CIOD_SRC   := $(wildcard ionode/ciod/*.c)
 CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
-HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h
+PEER_SRC   := protocol/peer/peer.c
+HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h
 
 .PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire syscalls-md
 all: ciod cnode cnk libcnclient liblatpers examples py-wire
@@ -46,13 +47,13 @@ ciod: $(BUILD)/bin/ciod
 cnode: $(BUILD)/bin/cnode
 libcnclient: $(BUILD)/lib/libcnclient.so
 
-$(BUILD)/bin/ciod: $(CIOD_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS) $(FWD_GEN)
+$(BUILD)/bin/ciod: $(CIOD_SRC) $(PEER_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS) $(FWD_GEN)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -pthread -Iionode/ciod -I$(BUILD)/gen -o $@ $(CIOD_SRC) $(BUILD)/gen/fwd_posix_ciod.c -lcrypto
+	$(CC) $(CFLAGS) -pthread -Iionode/ciod -I$(BUILD)/gen -o $@ $(CIOD_SRC) $(PEER_SRC) $(BUILD)/gen/fwd_posix_ciod.c -lcrypto
 
-$(BUILD)/bin/cnode: $(CNODE_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
+$(BUILD)/bin/cnode: $(CNODE_SRC) $(PEER_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) -ljansson -lcrypto
+	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) $(PEER_SRC) -ljansson -lcrypto
 
 # The shipping client core (compute/shipc/), one set of sources built twice
 # into static archives: freestanding for cnk, position-independent and

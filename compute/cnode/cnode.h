@@ -2,7 +2,7 @@
  * cnode.h - the compute node supervisor.
  *
  *   main.c   arguments, personality, hidden paths, the message loop
- *   net.c    connections to ciod: address parsing, hello, framed messages
+ *   net.c    messages from ciod (connecting, the hello, sending: protocol/peer/peer.c)
  *   netdev.c which network interfaces a job's UCX may use (UCX_NET_DEVICES)
  *   job.c    one job: receive it, supervise its processes, report how each ended
  *   launch.c start the job's processes (in Linux mode or under cnk)
@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <lattice/peer.h>
 #include <lattice/wire.h>
 
 struct personality {
@@ -45,18 +46,9 @@ struct msg {
     uint8_t *p;                 /* payload, h.len bytes */
 };
 
-/* net.c */
-int net_connect(const char *addr, double retry_seconds);
+/* net.c; connecting, the handshake and sending: lattice/peer.h */
 /* netdev.c: the interfaces of the host's default routes, comma-separated ("" if none) */
 void netdev_default_routes(char *out, size_t len);
-/* The handshake, our hello with seq `seq`; returns 0, or -1 with errno (the
- * ack's err if refused, EBADMSG if ciod's proof is wrong).  With hp (a PROC
- * hello), *dp gets the data path ciod agreed. */
-int net_hello(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES], uint32_t seq);
-int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uint8_t key[LAT_KEY_BYTES],
-                   uint32_t seq, const struct lat_hello_proc *hp, struct lat_datapath *dp);
-/* One message; seq: after the last one sent on the connection (the hello's first) */
-int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, const void *b, size_t blen);
 /* 1 message, 0 orderly EOF, -1 error (errno; EPROTO for a bad header) */
 int net_recv(int fd, struct msg *m);
 

@@ -1,14 +1,13 @@
 /* PMI_process_mapping, as MPICH's process managers write it: blocks of
  * (first node, number of nodes, ranks per node) assigned in rank order,
  * the whole vector repeating until every rank has a node (so a cyclic
- * mapping is written as one short block). */
+ * mapping is written as one short block).  Every block places at least one
+ * rank, so a mapping of `size` ranks has at most `size` blocks: no other cap. */
 #include "clique.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_BLOCKS 1024
 
 struct block { long node, nnodes, ppn; };
 
@@ -54,9 +53,10 @@ static int parse(const char *p, struct block *b, int max)
 
 int clique_from_mapping(const char *mapping, int size, int rank, int *ranks)
 {
-    struct block *b = malloc(sizeof *b * MAX_BLOCKS);
-    long *node = malloc(sizeof *node * (size_t)(size > 0 ? size : 1));
-    int nb = b && node ? parse(mapping, b, MAX_BLOCKS) : -1, count = -1;
+    int max = size > 0 ? size : 1;
+    struct block *b = malloc(sizeof *b * (size_t)max);
+    long *node = malloc(sizeof *node * (size_t)max);
+    int nb = b && node ? parse(mapping, b, max) : -1, count = -1;
 
     if (nb > 0 && rank >= 0 && rank < size) {
         int r = 0;

@@ -68,6 +68,7 @@ struct conn {
     bool            authed;         /* the hello's mac was right: acks carry a proof */
     bool            seq_seen;       /* a message was received: seq_last is its seq */
     uint32_t        seq_last;
+    uint32_t        seq_out;        /* the last seq sent, on a PMI tree connection (under wlock) */
     /* read-ahead: a small message arrives in one read, header and payload
      * (conn_recv, dp_spin); the bytes of the next message may wait here */
     uint32_t        ra_pos, ra_len;
@@ -248,6 +249,33 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq);
 int  pmi_fence_out(const char *p, size_t len, char *why, size_t whylen);
 /* LAT_CTL_NAME_OUT from the service node; -1 (why set) if malformed. */
 int  pmi_name_out(const char *p, size_t len, char *why, size_t whylen);
+/* The job's PMI fence tree (LAT_JOB_TREE), its state: */
+/* LAT_CTL_PMI_TREE's children (psets) and whether an I/O node is above:
+ * 0 or an errno (why set). */
+int  pmi_tree_set(uint64_t job, uint32_t n, const uint32_t *psets, bool has_parent, char *why, size_t whylen);
+/* The way up is settled: the connection to the I/O node above, or NULL
+ * (the service node is above, or why says why there is no connection: a
+ * fence that needs it breaks the tree).  Fences go up from now.  0, or
+ * ESRCH if the job ended meanwhile. */
+int  pmi_tree_up(uint64_t job, struct conn *up, const char *why);
+/* A child's hello (pset): waits until the tree is known; 0 (*child its
+ * index) or EACCES (not a child of this one in job, or connected already). */
+int  pmi_tree_child_attach(uint64_t job, uint32_t pset, struct conn *c, uint32_t *child);
+/* A LAT_CTL_FENCE from a child: 0, -1 (why set) if malformed or unexpected. */
+int  pmi_tree_child_fence(uint64_t job, uint32_t child, const char *p, size_t len, char *why, size_t whylen);
+void pmi_tree_child_gone(uint64_t job, uint32_t child, struct conn *c);
+void pmi_tree_up_gone(uint64_t job, struct conn *up);
+/* The tree broke here: a RAS ERROR and LAT_CTL_TREE_FAIL to the job's owner, once. */
+void pmi_tree_fail(uint64_t job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- tree.c: the connections of a job's PMI fence tree ---- */
+
+/* LAT_CTL_PMI_TREE: decoded, the children recorded, the I/O node above
+ * being connected by a thread of its own.  0, an errno (a refusal, why
+ * set), or -1 if malformed. */
+int  tree_start(const char *p, size_t len, char *why, size_t whylen);
+/* A child I/O node's connection (LAT_ROLE_TREE), after its hello's mac was checked. */
+void tree_serve_child(struct conn *c, const struct lat_hello *hello, uint32_t seq);
 
 /* ---- datapath.c: eager and rendezvous transfers, the I/O node's counters ---- */
 

@@ -290,8 +290,6 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
     if (placed) {
         if (!(js->mapping = next_string(&s, end)))
             return errprintf(why, whylen, "PMI_process_mapping missing or not NUL-terminated");
-        if (strlen(js->mapping) > LAT_PMI_VAL_MAX)
-            return errprintf(why, whylen, "PMI_process_mapping longer than %u characters", LAT_PMI_VAL_MAX);
         for (uint32_t a = 1; a < js->napps; a++) {
             if (!(js->app[a].exe = next_string(&s, end)))
                 return errprintf(why, whylen, "application %u: executable missing", a);
@@ -491,6 +489,19 @@ static int on_fence_out(struct conn *c, const struct lat_hdr *h, char *why, size
     return pmi_fence_out(c->buf, h->len, why, whylen);
 }
 
+/* Where this I/O node sits in the job's PMI fence tree. */
+static int on_pmi_tree(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    char text[CIOD_ERRLEN];
+    int err = tree_start(c->buf, h->len, text, sizeof(text));
+
+    if (err < 0)
+        return snprintf(why, whylen, "%s", text), -1;
+    if (err)
+        return reply_refused(c, h, err, text), 0;
+    return reply_ok(c, h), 0;
+}
+
 /* The service node answered a rank's name request. */
 static int on_name_out(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
 {
@@ -588,6 +599,7 @@ static const ctl_fn handlers[] = {
     [LAT_CTL_FENCE_OUT - LAT_CTL_STATUS] = on_fence_out,   /* one-way: no reply */
     [LAT_CTL_NAME_OUT - LAT_CTL_STATUS] = on_name_out,     /* one-way: no reply */
     [LAT_CTL_STDIN - LAT_CTL_STATUS]    = on_stdin,         /* one-way: acknowledged by CTL_STDIN_ACK */
+    [LAT_CTL_PMI_TREE - LAT_CTL_STATUS] = on_pmi_tree,
 };
 
 void control_serve(struct conn *c)

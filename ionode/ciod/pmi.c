@@ -11,7 +11,11 @@
  * second saves two hops per request: under MPICH every rank is its own node,
  * so each fetches every other rank's business card, N^2 gets per job.  A
  * fence goes up to the job's owner as LAT_CTL_FENCE, an abort as
- * LAT_CTL_ABORT; LAT_CTL_FENCE_OUT comes back (control.c).
+ * LAT_CTL_ABORT; LAT_CTL_FENCE_OUT comes back (control.c).  In a job's PMI
+ * fence tree (LAT_JOB_TREE, docs/protocol.md section 10) the fence waits for
+ * the I/O nodes below this one too and goes to the one above, and the
+ * FENCE_OUT is passed on down: this file keeps the tree's state, tree.c its
+ * connections.
  *
  * The engine is under `P.lock`, never held while writing to a socket: its
  * callbacks collect what it produces in a batch, sent after unlocking.
@@ -21,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +39,27 @@ static struct {
     uint32_t           nslots;
     struct conn      **direct;      /* [nslots]: a process's own PMI connection (a reference), or NULL: relayed */
     pthread_cond_t     gone;        /* a process's own PMI connection ended */
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER };
+    /* the job's PMI fence tree (LAT_JOB_TREE) */
+    bool               tree;        /* the job has one */
+    bool               tree_known;  /* its LAT_CTL_PMI_TREE came: the children below are known */
+    bool               has_parent;  /* the fence goes to an I/O node above, not the service node */
+    bool               failed;      /* LAT_CTL_TREE_FAIL was sent */
+    uint32_t           nchildren;
+    uint32_t          *child_pset;  /* [nchildren] */
+    struct conn      **child;       /* [nchildren]: a child's connection (a reference) after its hello */
+    struct conn       *up;          /* to the I/O node above (a reference), NULL if none or gone */
+    char               no_up[CIOD_ERRLEN];  /* why there is none, when there should be */
+    uint64_t           last_job;    /* the last job started here: ids only grow */
+    pthread_cond_t     tree_set;    /* tree_known, or the job changed */
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .gone = PTHREAD_COND_INITIALIZER, .tree_set = PTHREAD_COND_INITIALIZER };
 
 /* How long an exit waits for the rest of the process's own PMI connection
  * (its last bytes, e.g. an abort, then EOF): only a descriptor the process
  * handed on to a survivor keeps it open this long. */
 #define DIRECT_DRAIN_MS 2000
+
+/* How long a child's hello waits for this I/O node to learn the job's tree. */
+#define TREE_WAIT_MS 10000
 
 /* ---- the batch: what the engine produced, to send once the lock is dropped ---- */
 
@@ -54,8 +74,11 @@ struct out {
 struct batch {
     struct out *head, **tail;       /* answers */
     char       *fence;              /* LAT_CTL_FENCE payloads back to back, or NULL */
-    size_t      fence_len[PMI_FENCE_CHUNKS];
+    size_t     *fence_len;
     int         nfence;
+    struct conn *up;                /* where the fence goes: the I/O node above (a reference), or NULL */
+    char        no_way_up[CIOD_ERRLEN]; /* there is one above, but no connection to it: why */
+    char        broken[160];        /* why the job's fence cannot complete, if it cannot */
     struct lat_name name;           /* a name request to the service node, if name.op */
     char       *name_strs;          /* its service \0 port \0 */
     size_t      name_len;
@@ -97,13 +120,30 @@ static void on_fence(void *ctx, const char *msg, const size_t *len, int n)
 
     for (int i = 0; i < n; i++)
         total += len[i];
-    if (!(b->fence = malloc(total))) {
+    b->fence = malloc(total);
+    b->fence_len = malloc(n * sizeof(*len));
+    if (!b->fence || !b->fence_len) {
         logmsg("pmi: out of memory for the fence of job %" PRIu64, P.job);
+        free(b->fence);
+        free(b->fence_len);
+        b->fence = NULL;
+        b->fence_len = NULL;
         return;
     }
     memcpy(b->fence, msg, total);
     memcpy(b->fence_len, len, n * sizeof(*len));
     b->nfence = n;
+    /* called under P.lock: where it goes is decided now */
+    b->up = conn_get(P.up);
+    if (P.has_parent && !P.up)
+        snprintf(b->no_way_up, sizeof(b->no_way_up), "%s", P.no_up);
+}
+
+static void on_broken(void *ctx, const char *text)
+{
+    struct batch *b = ctx;
+
+    snprintf(b->broken, sizeof(b->broken), "%s", text);
 }
 
 static void on_abort(void *ctx, const struct pmi_dest *who, int code, const char *msg)
@@ -153,6 +193,7 @@ static const struct pmi_ops ops = {
     .abort = on_abort,
     .bad_request = on_bad_request,
     .note = on_note,
+    .broken = on_broken,
 };
 
 /* Raw bytes to a process's own PMI connection; a process that went away just loses them. */
@@ -180,22 +221,32 @@ static bool batch_relayed(const struct batch *b)
     return false;
 }
 
-/* The fence's chunks to the job's owner, kept together. */
+/* The fence's chunks, kept together, to the I/O node above in the job's
+ * tree, else to the job's owner. */
 static void send_fence(uint64_t job, const struct batch *b)
 {
-    struct conn *ctl = job_owner(job);
+    struct conn *to = b->up ? conn_get(b->up) : job_owner(job);
     size_t w = 0;
+    int rc = 0;
 
-    if (!ctl)
+    if (b->no_way_up[0]) {
+        pmi_tree_fail(job, "fence of job %" PRIu64 " cannot go up: %s", job, b->no_way_up);
         return;
-    pthread_mutex_lock(&ctl->wlock);
-    for (int i = 0; i < b->nfence; i++) {
-        struct iovec v = { b->fence + w, b->fence_len[i] };
-        conn_sendv_locked(ctl, LAT_CTL_FENCE, 0, &v, 1);
+    }
+    if (!to)
+        return;
+    pthread_mutex_lock(&to->wlock);
+    for (int i = 0; i < b->nfence && rc == 0; i++) {
+        struct iovec v = { .iov_base = b->fence + w, .iov_len = b->fence_len[i] };
+        /* a tree connection numbers what it sends (docs/protocol.md 3.2) */
+        rc = conn_sendv_locked(to, LAT_CTL_FENCE, b->up ? ++to->seq_out : 0, &v, 1);
         w += b->fence_len[i];
     }
-    pthread_mutex_unlock(&ctl->wlock);
-    conn_put(ctl);
+    pthread_mutex_unlock(&to->wlock);
+    conn_put(to);
+    if (rc < 0 && b->up)
+        pmi_tree_fail(job, "fence of job %" PRIu64 " cannot go up to the I/O node above (%s): %s", job,
+                      b->up->peer, strerror(errno));
 }
 
 /* abort: no reply; the service node ends the job. */
@@ -244,6 +295,10 @@ static void batch_send(struct batch *b, uint64_t job, uint32_t node, struct conn
     if (b->fence)
         send_fence(job, b);
     free(b->fence);
+    free(b->fence_len);
+    conn_put(b->up);
+    if (b->broken[0])
+        pmi_tree_fail(job, "%s", b->broken);
     if (b->name.op) {
         struct conn *ctl = job_owner(job);
         struct iovec v[2] = { { &b->name, sizeof(b->name) }, { b->name_strs, b->name_len } };
@@ -361,11 +416,14 @@ void pmi_rank_exit(uint32_t rank, int status)
     batch_send(&b, job, 0, NULL);
 }
 
-/* LAT_CTL_FENCE_OUT: publish, then release the pset. */
+/* LAT_CTL_FENCE_OUT (from the service node, or the I/O node above):
+ * passed on down the tree, published here, and the pset released. */
 int pmi_fence_out(const char *p, size_t len, char *why, size_t whylen)
 {
     struct lat_fence f;
     struct batch b;
+    struct conn **down = NULL;
+    uint32_t ndown = 0;
     uint64_t job;
     bool matched;
 
@@ -376,14 +434,178 @@ int pmi_fence_out(const char *p, size_t len, char *why, size_t whylen)
     pthread_mutex_lock(&P.lock);
     job = P.job;
     matched = P.e && pmi_engine_fence_out(P.e, p, &b);
+    if (matched && P.nchildren && (down = calloc(P.nchildren, sizeof(*down))))
+        for (uint32_t i = 0; i < P.nchildren; i++)
+            if ((down[ndown] = conn_get(P.child[i])))
+                ndown++;
     pthread_mutex_unlock(&P.lock);
     if (!matched) {
-        ras_event(RAS_WARNING, cfg.location, "fence %u of job %" PRIu64 " from the service node does not "
+        ras_event(RAS_WARNING, cfg.location, "fence %u of job %" PRIu64 " from above does not "
                   "match a fence waiting here: ignored", f.epoch, f.job);
         return 0;
     }
+    /* down first: the subtree is the longer way */
+    for (uint32_t i = 0; i < ndown; i++) {
+        struct iovec v = { .iov_base = (void *)p, .iov_len = len };
+        pthread_mutex_lock(&down[i]->wlock);
+        conn_sendv_locked(down[i], LAT_CTL_FENCE_OUT, ++down[i]->seq_out, &v, 1);
+        pthread_mutex_unlock(&down[i]->wlock);
+        conn_put(down[i]);              /* a child that is gone shows on its own connection */
+    }
+    free(down);
     batch_send(&b, job, 0, NULL);
     return 0;
+}
+
+/* ---- the job's PMI fence tree (LAT_JOB_TREE): its state; tree.c has the connections ---- */
+
+void pmi_tree_fail(uint64_t job, const char *fmt, ...)
+{
+    struct lat_job_end end = { .job = job };
+    char text[CIOD_ERRLEN];
+    struct conn *ctl;
+    va_list ap;
+    bool first;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&P.lock);
+    first = P.job == job && !P.failed;
+    if (first)
+        P.failed = true;
+    pthread_mutex_unlock(&P.lock);
+    if (!first)
+        return;                         /* said once per job; a job that ended needs nothing */
+    ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 ": PMI fence tree broken: %s", job, text);
+    if ((ctl = job_owner(job))) {
+        struct iovec v[2] = { { .iov_base = &end, .iov_len = sizeof(end) },
+                              { .iov_base = text, .iov_len = strlen(text) } };
+        conn_sendv(ctl, LAT_CTL_TREE_FAIL, 0, v, 2);
+        conn_put(ctl);
+    }
+}
+
+int pmi_tree_set(uint64_t job, uint32_t n, const uint32_t *psets, bool has_parent, char *why, size_t whylen)
+{
+    uint32_t *copy = calloc(n ? n : 1, sizeof(*copy));
+    struct conn **child = calloc(n ? n : 1, sizeof(*child));
+    int err = 0;
+
+    pthread_mutex_lock(&P.lock);
+    if (P.job != job || !P.e)
+        err = ESRCH, errprintf(why, whylen, "job %" PRIu64 " does not run here", job);
+    else if (!P.tree || P.tree_known)
+        err = EINVAL, errprintf(why, whylen, "job %" PRIu64 " %s", job,
+                                P.tree ? "was given its PMI tree already" : "was not sent as a tree job");
+    else if (!copy || !child || pmi_engine_tree(P.e, n) < 0)
+        err = ENOMEM, errprintf(why, whylen, "out of memory for the job's PMI tree");
+    if (!err) {
+        memcpy(copy, psets, n * sizeof(*copy));
+        P.child_pset = copy;
+        P.child = child;
+        P.nchildren = n;
+        P.has_parent = has_parent;
+        P.tree_known = true;
+        copy = NULL;
+        child = NULL;
+        pthread_cond_broadcast(&P.tree_set);     /* children that said hello early wait for this */
+    }
+    pthread_mutex_unlock(&P.lock);
+    free(copy);
+    free(child);
+    return err;
+}
+
+int pmi_tree_up(uint64_t job, struct conn *up, const char *why)
+{
+    struct batch b;
+    bool ours;
+
+    batch_init(&b);
+    pthread_mutex_lock(&P.lock);
+    if ((ours = P.job == job && P.tree_known)) {
+        P.up = conn_get(up);
+        snprintf(P.no_up, sizeof(P.no_up), "%s", why ? why : "");
+        pmi_engine_tree_up(P.e, &b);    /* the pset may be in its fence already */
+    }
+    pthread_mutex_unlock(&P.lock);
+    batch_send(&b, job, 0, NULL);
+    return ours ? 0 : ESRCH;
+}
+
+int pmi_tree_child_attach(uint64_t job, uint32_t pset, struct conn *c, uint32_t *child)
+{
+    struct timespec until;
+    int err = EACCES;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += TREE_WAIT_MS / 1000;
+    pthread_mutex_lock(&P.lock);
+    /* its parent may not have been told of the tree yet: the service node
+     * sends LAT_CTL_PMI_TREE to every I/O node at once */
+    while (!(P.job == job && (P.tree_known || !P.tree)) && P.last_job <= job
+           && !(P.last_job == job && P.job != job) && pthread_cond_timedwait(&P.tree_set, &P.lock, &until) == 0)
+        ;                               /* (a job that ended here, or was followed by another, never comes) */
+    for (uint32_t i = 0; P.job == job && P.tree_known && i < P.nchildren; i++)
+        if (P.child_pset[i] == pset && !P.child[i]) {
+            P.child[i] = conn_get(c);
+            *child = i;
+            err = 0;
+        }
+    pthread_mutex_unlock(&P.lock);
+    return err;
+}
+
+int pmi_tree_child_fence(uint64_t job, uint32_t child, const char *p, size_t len, char *why, size_t whylen)
+{
+    struct batch b;
+    int rc = 0;
+
+    if (pmi_fence_check(p, len, why, whylen) < 0)
+        return -1;
+    batch_init(&b);
+    pthread_mutex_lock(&P.lock);
+    if (P.job == job)                   /* else the job ended here: nothing to do */
+        rc = pmi_engine_child_fence(P.e, child, p, why, whylen, &b);
+    pthread_mutex_unlock(&P.lock);
+    batch_send(&b, job, 0, NULL);
+    return rc;
+}
+
+void pmi_tree_child_gone(uint64_t job, uint32_t child, struct conn *c)
+{
+    struct batch b;
+    struct conn *drop = NULL;
+
+    batch_init(&b);
+    pthread_mutex_lock(&P.lock);
+    if (P.job == job && child < P.nchildren && P.child[child] == c) {
+        drop = c;
+        P.child[child] = NULL;
+        pmi_engine_child_gone(P.e, child, &b);
+    }
+    pthread_mutex_unlock(&P.lock);
+    conn_put(drop);
+    batch_send(&b, job, 0, NULL);
+}
+
+void pmi_tree_up_gone(uint64_t job, struct conn *up)
+{
+    struct conn *drop = NULL;
+    bool waiting = false;
+
+    pthread_mutex_lock(&P.lock);
+    if (P.job == job && P.up == up) {
+        drop = up;
+        P.up = NULL;
+        snprintf(P.no_up, sizeof(P.no_up), "the connection to the I/O node above (%s) has ended", up->peer);
+        waiting = pmi_engine_fence_waits(P.e);
+    }
+    pthread_mutex_unlock(&P.lock);
+    conn_put(drop);
+    if (waiting)
+        pmi_tree_fail(job, "the connection to the I/O node above this one ended during a fence");
 }
 
 static void clear_locked(void)
@@ -391,6 +613,24 @@ static void clear_locked(void)
     for (uint32_t i = 0; P.direct && i < P.nslots; i++)
         conn_put(P.direct[i]);
     free(P.direct);
+    /* the tree's connections end with the job here (their threads see it) */
+    for (uint32_t i = 0; P.child && i < P.nchildren; i++)
+        if (P.child[i]) {
+            conn_hangup(P.child[i]);
+            conn_put(P.child[i]);
+        }
+    if (P.up) {
+        conn_hangup(P.up);
+        conn_put(P.up);
+    }
+    free(P.child);
+    free(P.child_pset);
+    P.child = NULL;
+    P.child_pset = NULL;
+    P.up = NULL;
+    P.nchildren = 0;
+    P.tree = P.tree_known = P.has_parent = P.failed = false;
+    pthread_cond_broadcast(&P.tree_set);
     pmi_engine_free(P.e);
     P.direct = NULL;
     P.e = NULL;
@@ -401,7 +641,8 @@ static void clear_locked(void)
 int pmi_job_start(const struct job_spec *js, char *why, size_t whylen)
 {
     struct pmi_job job = { .id = js->hdr->job, .nranks = js->hdr->nranks, .nslots = js->nslots,
-                           .slot = js->slot, .mapping = js->mapping };
+                           .slot = js->slot, .mapping = js->mapping,
+                           .tree = (js->hdr->flags & LAT_JOB_TREE) != 0 };
     int err = 0;
 
     pthread_mutex_lock(&P.lock);
@@ -413,8 +654,10 @@ int pmi_job_start(const struct job_spec *js, char *why, size_t whylen)
         err = ENOMEM;
         errprintf(why, whylen, "out of memory for the job's PMI state");
     } else {
-        P.job = job.id;
+        P.job = P.last_job = job.id;
         P.nslots = js->nslots;
+        P.tree = job.tree;
+        pthread_cond_broadcast(&P.tree_set);     /* a child waiting for an earlier job gives up */
     }
     pthread_mutex_unlock(&P.lock);
     return err;

@@ -8,9 +8,11 @@
  * kvsname, puts (cached), gets (from the cache), node attributes.  A fence
  * (barrier_in / kvs-fence) is the only thing that leaves the pset: when every
  * process of the pset has entered, the pset's puts since the last fence go
- * up in ONE fence (ops->fence); the service node's FENCE_OUT, once every pset
- * of the job has entered, brings the merged keys, which go into the cache,
- * and every process gets its barrier_out.
+ * up in ONE fence (ops->fence); the FENCE_OUT, once every pset of the job
+ * has entered, brings the merged keys, which go into the cache, and every
+ * process gets its barrier_out.  In a job's PMI fence tree (LAT_JOB_TREE)
+ * the fence also waits for the fences of the I/O nodes below this one
+ * (pmi_engine_child_fence), whose keys go up with the pset's.
  *
  * No socket, descriptor or lock here: what to send, and to whom, goes to the
  * caller's callbacks.  A process has one request outstanding at a time, so
@@ -49,6 +51,14 @@ struct pmi_engine {
     uint64_t      job;
     uint32_t      nranks, nslots, epoch, entered;
     bool          fence_sent;       /* this pset's fence is upstream, waiting for FENCE_OUT */
+    bool          tree_wait;        /* LAT_JOB_TREE: the fence goes up once the tree is known */
+    bool          broken;           /* a fence cannot complete: said once (ops->broken) */
+    uint32_t      nchildren, children_in;
+    struct child {
+        bool in;                    /* its last chunk of this epoch arrived */
+        bool gone;                  /* its connection ended */
+    }            *child;
+    size_t        mapping_len;      /* of PMI_process_mapping; longer than a value: not served */
     struct prank *r;
     char          kvsname[32];
     struct kvs   *kv;               /* published keys (after fences) and this pset's puts */
@@ -314,15 +324,21 @@ static int put(struct pmi_engine *e, const char *key, const char *val)
 }
 
 /* The whole pset is in the fence: its puts go up in one message, or in
- * chunks of LAT_MAX_PAYLOAD with LAT_FENCE_MORE on all but the last. */
+ * chunks of LAT_MAX_PAYLOAD with LAT_FENCE_MORE on all but the last.  A
+ * pair is at most LAT_PMI_KEY_MAX + 2 * LAT_PMI_VAL_MAX (escapes) + 2 bytes,
+ * so a chunk holds at least room - that: the count has no fixed cap. */
 static void fence_up(struct pmi_engine *e)
 {
-    size_t room = LAT_MAX_PAYLOAD - sizeof(struct lat_fence), off = 0, w = 0, len[PMI_FENCE_CHUNKS];
-    char *msg = malloc(e->pendlen + PMI_FENCE_CHUNKS * sizeof(struct lat_fence) + 1);
+    size_t room = LAT_MAX_PAYLOAD - sizeof(struct lat_fence), off = 0, w = 0;
+    size_t most = e->pendlen / (room - LAT_PMI_KEY_MAX - 2 * LAT_PMI_VAL_MAX - 2) + 1;
+    char *msg = malloc(e->pendlen + most * sizeof(struct lat_fence) + 1);
+    size_t *len = malloc(most * sizeof(*len));
     int n = 0;
 
-    if (!msg) {
+    if (!msg || !len) {
         note(e, "pmi: out of memory for the fence of job %" PRIu64, e->job);
+        free(msg);
+        free(len);
         return;
     }
     do {
@@ -336,10 +352,8 @@ static void fence_up(struct pmi_engine *e)
             off += kl + vl;
             f.nkv++;
         }
-        if (off < e->pendlen && n < PMI_FENCE_CHUNKS - 1)
+        if (off < e->pendlen)
             f.flags = LAT_FENCE_MORE;
-        else
-            off = e->pendlen;           /* 64 full chunks cannot happen: PMI keys are bounded per rank */
         memcpy(msg + w, &f, sizeof(f));
         memcpy(msg + w + sizeof(f), e->pend + start, off - start);
         len[n++] = sizeof(f) + off - start;
@@ -350,13 +364,39 @@ static void fence_up(struct pmi_engine *e)
     e->npend = 0;
     e->ops->fence(e->ctx, msg, len, n);
     free(msg);
+    free(len);
+}
+
+/* A fence in progress that a lost child can never join: said once. */
+static void check_children(struct pmi_engine *e)
+{
+    if (e->broken || e->fence_sent || (e->entered == 0 && e->children_in == 0))
+        return;
+    for (uint32_t i = 0; i < e->nchildren; i++)
+        if (e->child[i].gone && !e->child[i].in) {
+            char text[160];
+            e->broken = true;
+            snprintf(text, sizeof(text), "fence %u of job %" PRIu64 " cannot complete: the connection of "
+                     "I/O node %u below this one ended before it joined", e->epoch, e->job, i);
+            e->ops->broken(e->ctx, text);
+            return;
+        }
+}
+
+/* Up once every process of the pset and every child is in. */
+static void maybe_up(struct pmi_engine *e)
+{
+    check_children(e);
+    if (!e->fence_sent && !e->tree_wait && !e->broken && e->entered >= e->nslots
+        && e->children_in >= e->nchildren)
+        fence_up(e);
 }
 
 static void enter_fence(struct pmi_engine *e, struct prank *r)
 {
     r->in_fence = true;
-    if (++e->entered >= e->nslots && !e->fence_sent)
-        fence_up(e);
+    e->entered++;
+    maybe_up(e);
 }
 
 /* abort: no answer; the job ends. */
@@ -489,7 +529,14 @@ static void v1_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
             return bad(e, r, 1, "get_result", "get needs a key of 1..64 characters");
         const char *v = kvs_get(e->kv, key);
         rp_begin(&rp, 1, "get_result");
-        if (v) {
+        if (!v && e->mapping_len && !strcmp(key, "PMI_process_mapping")) {
+            /* longer than MPICH takes: it then finds the ranks that share a node by itself */
+            char msg[96];
+            snprintf(msg, sizeof(msg), "PMI_process_mapping_has_%zu_characters,_more_than_the_%u_served",
+                     e->mapping_len, PMI_MAPPING_MAX);
+            rp_add(&rp, "rc", "1");
+            rp_add(&rp, "msg", msg);
+        } else if (v) {
             rp_add(&rp, "rc", "0");
             rp_add(&rp, "msg", "success");
             rp_add(&rp, "value", v);
@@ -565,6 +612,13 @@ static void v2_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
             return bad(e, r, 2, resp, "info-getjobattr needs a key");
         const char *v = NULL;
         char num[16];
+        if (e->mapping_len && !strcmp(key, "PMI_process_mapping")) {
+            /* a PMI-2 client needs it and cannot take it: a clear error, not a cut value */
+            char text[128];
+            snprintf(text, sizeof(text), "PMI_process_mapping has %zu characters, more than the %u served",
+                     e->mapping_len, PMI_MAPPING_MAX);
+            return error_reply(e, r, 2, resp, text);
+        }
         if (!strcmp(key, "PMI_process_mapping"))
             v = kvs_get(e->kv, key);
         else if (!strcmp(key, "universeSize"))
@@ -717,7 +771,7 @@ static void drain(struct pmi_engine *e, struct prank *r)
 
 /* ---- the entry points ---- */
 
-/* why: the reason a FENCE_OUT is refused; -1 */
+/* why: the reason a fence message is refused; -1 */
 static int fail(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *why, size_t whylen, const char *fmt, ...)
 {
@@ -747,9 +801,18 @@ struct pmi_engine *pmi_engine_new(const struct pmi_job *job, const struct pmi_op
     snprintf(e->kvsname, sizeof(e->kvsname), "lattice-%" PRIu64, e->job);
     for (uint32_t i = 0; i < job->nslots; i++)
         e->r[i] = (struct prank){ .rank = job->slot[i].rank, .node = job->slot[i].node, .app = job->slot[i].app };
-    /* the service node's answer to "which ranks share a node" */
-    if (job->mapping[0] && kvs_put(e->kv, "PMI_process_mapping", job->mapping) < 0)
+    e->tree_wait = job->tree;
+    /* the service node's answer to "which ranks share a node", whole; one
+     * longer than MPICH can read (an irregular mapping of many nodes) is
+     * not served, and said so: PMI_MAPPING_MAX */
+    e->mapping_len = strlen(job->mapping);
+    if (e->mapping_len > PMI_MAPPING_MAX)
+        note(e, "job %" PRIu64 ": PMI_process_mapping has %zu characters, more than the %u served: "
+             "MPI finds the ranks that share a node by itself", e->job, e->mapping_len, PMI_MAPPING_MAX);
+    else if (e->mapping_len && kvs_put(e->kv, "PMI_process_mapping", job->mapping) < 0)
         goto error;
+    else
+        e->mapping_len = 0;
     return e;
 error:
     pmi_engine_free(e);
@@ -763,6 +826,7 @@ void pmi_engine_free(struct pmi_engine *e)
     for (uint32_t i = 0; e->r && i < e->nslots; i++)
         free(e->r[i].buf);
     free(e->r);
+    free(e->child);
     free(e->pend);
     kvs_free(e->kv);
     kvs_free(e->nodeattr);
@@ -815,24 +879,24 @@ int pmi_fence_check(const char *p, size_t len, char *why, size_t whylen)
     const char *s, *end = p + len;
 
     if (len < sizeof(f))
-        return fail(why, whylen, "CTL_FENCE_OUT of %zu bytes", len);
+        return fail(why, whylen, "fence of %zu bytes", len);
     memcpy(&f, p, sizeof(f));
     if (f.flags & ~LAT_FENCE_MORE)
-        return fail(why, whylen, "CTL_FENCE_OUT with unknown flags 0x%x", f.flags);
+        return fail(why, whylen, "fence with unknown flags 0x%x", f.flags);
     /* every string checked before anything is stored */
     s = p + sizeof(f);
     for (uint32_t i = 0; i < 2 * f.nkv; i++) {
         const char *nul = s < end ? memchr(s, '\0', end - s) : NULL;
         if (!nul)
-            return fail(why, whylen, "CTL_FENCE_OUT: string %u of %u missing or not NUL-terminated",
+            return fail(why, whylen, "fence: string %u of %u missing or not NUL-terminated",
                         i, 2 * f.nkv);
         if ((i % 2 == 0 && (nul == s || nul - s > (long)LAT_PMI_KEY_MAX)) ||
             (i % 2 == 1 && vallen(s) > LAT_PMI_VAL_MAX))
-            return fail(why, whylen, "CTL_FENCE_OUT: %s %u too long", i % 2 ? "value" : "key", i / 2);
+            return fail(why, whylen, "fence: %s %u too long", i % 2 ? "value" : "key", i / 2);
         s = nul + 1;
     }
     if (s != end)
-        return fail(why, whylen, "CTL_FENCE_OUT: %zu stray bytes", (size_t)(end - s));
+        return fail(why, whylen, "fence: %zu stray bytes", (size_t)(end - s));
     return 0;
 }
 
@@ -868,5 +932,68 @@ bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx)
     e->entered = 0;
     e->fence_sent = false;
     e->epoch++;
+    e->children_in = 0;
+    for (uint32_t i = 0; i < e->nchildren; i++)
+        e->child[i].in = false;
     return true;
+}
+
+int pmi_engine_tree(struct pmi_engine *e, uint32_t nchildren)
+{
+    if (!e->tree_wait || e->child || e->nchildren)
+        return -1;                      /* not a tree job, or told twice */
+    if (nchildren && !(e->child = calloc(nchildren, sizeof(*e->child))))
+        return -1;
+    e->nchildren = nchildren;
+    return 0;
+}
+
+void pmi_engine_tree_up(struct pmi_engine *e, void *ctx)
+{
+    if (!e->tree_wait)
+        return;
+    e->ctx = ctx;
+    e->tree_wait = false;
+    maybe_up(e);                        /* the pset may be in its fence already */
+}
+
+bool pmi_engine_fence_waits(const struct pmi_engine *e)
+{
+    return e->fence_sent;
+}
+
+int pmi_engine_child_fence(struct pmi_engine *e, uint32_t child, const char *p, char *why, size_t whylen,
+                           void *ctx)
+{
+    struct lat_fence f;
+    const char *s = p + sizeof(f);
+
+    memcpy(&f, p, sizeof(f));
+    if (child >= e->nchildren)
+        return fail(why, whylen, "fence from I/O node %u, which is not below this one", child);
+    if (f.job != e->job || f.epoch != e->epoch || e->fence_sent || e->child[child].in)
+        return fail(why, whylen, "fence %u of job %" PRIu64 " not expected here (job %" PRIu64 " is at fence %u%s)",
+                    f.epoch, f.job, e->job, e->epoch, e->fence_sent || e->child[child].in ? ", which it joined" : "");
+    e->ctx = ctx;
+    for (uint32_t i = 0; i < f.nkv; i++) {
+        const char *k = s, *v = k + strlen(k) + 1;
+        if (pend_add(e, k, v) < 0)
+            return fail(why, whylen, "out of memory for the fence of job %" PRIu64, e->job);
+        s = v + strlen(v) + 1;
+    }
+    if (!(f.flags & LAT_FENCE_MORE)) {
+        e->child[child].in = true;
+        e->children_in++;
+        maybe_up(e);
+    }
+    return 0;
+}
+
+void pmi_engine_child_gone(struct pmi_engine *e, uint32_t child, void *ctx)
+{
+    if (child >= e->nchildren)
+        return;
+    e->ctx = ctx;
+    e->child[child].gone = true;
+    check_children(e);
 }

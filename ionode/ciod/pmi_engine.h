@@ -20,7 +20,12 @@
 
 struct pmi_engine;
 
-#define PMI_FENCE_CHUNKS 64         /* LAT_CTL_FENCE messages of one fence, at most */
+/* The longest PMI_process_mapping served.  get_maxes says values may have
+ * LAT_PMI_VAL_MAX (1024) characters, but MPICH 4.0.2's PMI-1 client aborts
+ * MPI_Init on a mapping of 681 characters or more (673 was read; measured
+ * with 128 ranks on irregular map files, docs/protocol.md section 10); one
+ * not served makes it find the ranks that share a node by itself. */
+#define PMI_MAPPING_MAX 640u
 
 /* A process of the job in this pset. */
 struct pmi_dest {
@@ -33,9 +38,10 @@ struct pmi_ops {
     /* One complete answer for a process: a PMI-1 line with its newline, or
      * a PMI-2 command with its length prefix. */
     void (*answer)(void *ctx, const struct pmi_dest *to, const char *data, size_t len);
-    /* Every process of the pset entered the fence: n (<= PMI_FENCE_CHUNKS)
-     * LAT_CTL_FENCE payloads (struct lat_fence + key\0value\0 ...) back to
-     * back in msg, len[i] bytes each, for the service node, kept together. */
+    /* Every process of the pset (and every I/O node below this one in the
+     * job's PMI fence tree) entered the fence: n LAT_CTL_FENCE payloads
+     * (struct lat_fence + key\0value\0 ...) back to back in msg, len[i]
+     * bytes each, for the I/O node above (or the service node), kept together. */
     void (*fence)(void *ctx, const char *msg, const size_t *len, int n);
     /* A process aborted, or left without finalize: no answer; the job ends. */
     void (*abort)(void *ctx, const struct pmi_dest *who, int code, const char *msg);
@@ -47,6 +53,9 @@ struct pmi_ops {
     void (*bad_request)(void *ctx, const struct pmi_dest *who, const char *text);
     /* Something the engine could not do (out of memory), for the log. */
     void (*note)(void *ctx, const char *text);
+    /* A fence cannot complete: an I/O node below this one is gone before
+     * joining it.  The job must end; said once per job. */
+    void (*broken)(void *ctx, const char *text);
 };
 
 struct pmi_job {
@@ -54,7 +63,9 @@ struct pmi_job {
     uint32_t               nranks;      /* of the whole job */
     uint32_t               nslots;      /* its processes in this pset */
     const struct lat_slot *slot;        /* [nslots]: rank, node, app */
-    const char            *mapping;     /* PMI_process_mapping, "" if none */
+    const char            *mapping;     /* PMI_process_mapping, "" if none; served only
+                                           up to PMI_MAPPING_MAX characters */
+    bool                   tree;        /* LAT_JOB_TREE: no fence goes up before pmi_engine_tree */
 };
 
 /* NULL if out of memory.  ops is kept, not copied. */
@@ -81,6 +92,23 @@ int  pmi_fence_check(const char *p, size_t len, char *why, size_t whylen);
  * last chunk releases every process of the fence.  false: it matches no
  * fence waiting here (nothing changed). */
 bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx);
+
+/* LAT_CTL_PMI_TREE of a tree job: this pset's fence also waits for the
+ * fences of nchildren I/O nodes below it (0: none), whose chunks may come
+ * from now on.  -1: not a tree job, told twice, or out of memory. */
+int  pmi_engine_tree(struct pmi_engine *e, uint32_t nchildren);
+/* The way up is open (connected to the I/O node above): fences go up from now. */
+void pmi_engine_tree_up(struct pmi_engine *e, void *ctx);
+/* This pset's fence went up and waits for its FENCE_OUT. */
+bool pmi_engine_fence_waits(const struct pmi_engine *e);
+/* A LAT_CTL_FENCE chunk (passed pmi_fence_check) from child 0..nchildren-1:
+ * its keys go up with this pset's; its last chunk counts it in.  -1 (why
+ * set) if the child is not one, or the fence is not the one under way. */
+int  pmi_engine_child_fence(struct pmi_engine *e, uint32_t child, const char *p, char *why, size_t whylen,
+                            void *ctx);
+/* The connection of a child ended: a fence it has not joined cannot
+ * complete (ops->broken, now or when the next fence starts). */
+void pmi_engine_child_gone(struct pmi_engine *e, uint32_t child, void *ctx);
 
 /* The service node's answer to rank's name request (rc 0: done; port: a
  * lookup's).  false: rank has no name request waiting (nothing changed). */

@@ -105,6 +105,9 @@ void *session_main(void *arg)
     case LAT_ROLE_PMI:
         pmi_serve(c, &hello, h.seq);
         break;
+    case LAT_ROLE_TREE:                 /* an I/O node below this one in a job's PMI fence tree */
+        tree_serve_child(c, &hello, h.seq);
+        break;
     default:
         snprintf(why, sizeof(why), "unknown role %u", hello.role);
         refuse(c, h.seq, EPROTO, why);

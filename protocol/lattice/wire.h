@@ -23,9 +23,10 @@
 #include <stdint.h>
 
 #define LAT_MAGIC   0x5454414Cu     /* "LATT" on the wire */
-#define LAT_VERSION 4                /* 2: challenge-response hello, seq checked;
+#define LAT_VERSION 5                /* 2: challenge-response hello, seq checked;
                                         3: transport flags in the header (lat_hdr.flags);
-                                        4: lat_kill names its job */
+                                        4: lat_kill names its job;
+                                        5: the PMI fence goes through a tree of I/O nodes */
 
 /* Limits.  A receiver closes the connection on a header whose len is
  * larger than LAT_MAX_PAYLOAD: it never buffers more than that. */
@@ -110,6 +111,9 @@ enum lat_type {
                                      the fence is complete, here is everything it published */
     LAT_CTL_STDIN      = 0x0106,  /* one-way sn->ciod: struct lat_stdin + at most LAT_STDIN_MAX
                                      bytes of the job's standard input (LAT_JOB_STDIN) */
+    LAT_CTL_PMI_TREE   = 0x0107,  /* struct lat_pmi_tree + child psets + parent address ->
+                                     struct lat_sysret + message text: where this I/O node
+                                     sits in the job's PMI fence tree (LAT_JOB_TREE) */
     LAT_CTL_NAME_OUT   = 0x0110,  /* one-way sn->ciod: struct lat_name + port\0 (a lookup's):
                                      the answer to a rank's name service request */
     LAT_CTL_OUTPUT     = 0x0180,  /* one-way ciod->sn: struct lat_output + data */
@@ -120,6 +124,9 @@ enum lat_type {
     LAT_CTL_ABORT      = 0x0184,  /* one-way ciod->sn: struct lat_abort + message text */
     LAT_CTL_STDIN_ACK  = 0x0185,  /* one-way ciod->sn: struct lat_stdin: that many
                                      bytes of standard input were handed to the ranks */
+    LAT_CTL_TREE_FAIL  = 0x0186,  /* one-way ciod->sn: struct lat_job_end + message text: the
+                                     job's PMI fence tree broke here (a peer lost, a bad
+                                     fence); the service node ends the job */
     LAT_CTL_NAME       = 0x0190,  /* one-way ciod->sn: struct lat_name + service\0 port\0:
                                      a rank publishes, unpublishes or looks up a name */
 
@@ -268,6 +275,8 @@ enum lat_role {
     LAT_ROLE_NODE    = 2,   /* a compute node's supervisor */
     LAT_ROLE_PROC    = 3,   /* a compute process shipping its calls */
     LAT_ROLE_PMI     = 4,   /* a compute process's own PMI connection (raw PMI after the hello) */
+    LAT_ROLE_TREE    = 5,   /* another I/O node of the job, a child in its PMI fence tree:
+                               lat_hello.node is the child's pset, .job the job */
 };
 
 /*
@@ -511,8 +520,10 @@ enum lat_job_flags {
     LAT_JOB_STDIN  = 32,    /* standard input comes in LAT_CTL_STDIN for the rank(s) named by
                                lat_job_ext.stdin_rank; needs LAT_JOB_PLACED.  Without it every
                                rank's descriptor 0 reads end of file at once */
+    LAT_JOB_TREE   = 64,    /* the job's fences go through a tree of I/O nodes: a
+                               LAT_CTL_PMI_TREE follows, and this pset's fence waits for it */
 };
-#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS | LAT_JOB_STDIN)
+#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS | LAT_JOB_STDIN | LAT_JOB_TREE)
 
 /* Rank mapping of a job in one pset (LAT_JOB_PLACED). */
 struct lat_job_ext {
@@ -658,6 +669,22 @@ struct lat_fence {
 };
 _Static_assert(sizeof(struct lat_fence) == 24, "lat_fence layout");
 #define LAT_FENCE_MORE 1u
+
+/*
+ * The job's PMI fence tree (LAT_CTL_PMI_TREE, docs/protocol.md section 10):
+ * the I/O nodes that run ranks form a k-ary tree under the service node.
+ * Each child connects to its parent with a LAT_ROLE_TREE hello and sends it
+ * its subtree's LAT_CTL_FENCE; the parent sends LAT_CTL_FENCE_OUT back down.
+ * Payload: struct lat_pmi_tree, uint32_t child_pset[nchildren], then the
+ * parent's address, NUL-terminated ("" : the service node, over the
+ * CONTROL connection, as without a tree).
+ */
+struct lat_pmi_tree {
+    uint64_t job;
+    uint32_t nchildren;     /* I/O nodes below this one */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct lat_pmi_tree) == 16, "lat_pmi_tree layout");
 
 /* A rank called PMI abort: the job ends with its code (LAT_CTL_ABORT). */
 struct lat_abort {

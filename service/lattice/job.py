@@ -17,8 +17,10 @@ nodes run which ranks, as process t of the node, of which application, and
 (lattice.cores) which real CPUs each rank is bound to and whether it gets
 MPICH's progress thread.  The
 run is also the top of the PMI tree (docs/protocol.md, section 10): each I/O
-node sends one LAT_CTL_FENCE per fence with its pset's puts; once every I/O
-node of the job has, the merged keys go back down in LAT_CTL_FENCE_OUT.  A
+node's fence joins those of the I/O nodes below it in the job's PMI fence
+tree (lattice.pmitree), and only the top k send their LAT_CTL_FENCE here;
+once they have, the merged keys go back down in LAT_CTL_FENCE_OUT to those
+k, which pass them on.  A broken tree (LAT_CTL_TREE_FAIL) ends the job.  A
 rank's PMI abort (LAT_CTL_ABORT) ends the job with that rank's code.
 
 While the job runs the run also forwards its own standard input to the ranks
@@ -40,7 +42,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
-from lattice import blocks, boot, db, jobinput, machine, ras, timelimit, wire
+from lattice import blocks, boot, db, jobinput, machine, pmitree, ras, timelimit, wire
 from lattice.busy import claim
 from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError, sysret
@@ -251,6 +253,9 @@ class Run:
         self.con, self.m, self.b, self.spec, self.job = con, m, b, spec, job_id
         self.nodes = [s.node for s in spec.mapping.slots]   # rank r runs on nodes[r]
         self.pmi_ciods: set[Ciod] = set()    # I/O nodes that run ranks: each takes part in every fence
+        self.pmi_top: set[Ciod] = set()      # those at the top of the PMI fence tree: the fences come from them
+        self.tree_broken = False
+        self.fence_bytes_out = 0             # FENCE_OUT payload bytes this run sent (-v)
         self.epoch = 0
         self.fence_in: set[Ciod] = set()     # entered the current fence (their last chunk arrived)
         self.fence_kvs: dict[str, str] = {}
@@ -279,9 +284,8 @@ class Run:
                  | (wire.JOB_VN if p.mode == "vn" else 0))
         apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
         env = [*s.exported, *(f"{k}={v}" for k, v in p.env.items()), *s.env]
-        mapping = process_mapping(p)
-        if len(mapping) > wire.PMI_VAL_MAX:     # MPICH then finds the node-sharing out by itself
-            mapping = ""
+        mapping = process_mapping(p)    # in full: the I/O node serves it if it fits in a PMI value
+        k = pmitree.fanout()
         progress = {n.node: n.progress for n in s.cores.nodes} if s.cores is not None else {}
         by_pset: dict[int, list[tuple[int, int, int, int]]] = {c.pset: [] for c in self.ciods}
         for sl in p.slots:
@@ -303,7 +307,8 @@ class Run:
             if s.cores is not None:     # each slot's CPUs and its node's progress thread
                 cpus = [(s.cores.ranks[rank], progress[p.slots[rank].node]) for rank, _, _, _ in mine]
             payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
-                                              flags, p.ppn, mine, apps, mapping, cpus, s.stdin_rank)
+                                              flags | (wire.JOB_TREE if mine else 0), p.ppn, mine, apps,
+                                              mapping, cpus, s.stdin_rank)
             if len(payload) > wire.MAX_PAYLOAD:
                 error = LatticeError(f"the job does not fit in one job message: {len(payload)} bytes, at most "
                                      f"{wire.MAX_PAYLOAD}", "its environment is the likely cause: "
@@ -315,17 +320,16 @@ class Run:
                 error = CiodError(f"lost I/O node {c.location}: {e.strerror or e}")
                 break
         accepted: list[Ciod] = []
-        for c, seq in sent:
-            try:
-                ret, err, text = sysret(c.reply(wire.CTL_JOB, seq))
-            except LatticeError as e:
-                error = error or e
-                continue
+        answers, lost = await_replies(sent, wire.CTL_JOB)
+        error = error or lost
+        for c, ret, err, text in answers:
             if ret >= 0:
                 accepted.append(c)
             elif error is None:
                 error = LatticeError(f"job refused by I/O node {c.location}: {text or os.strerror(err)}",
                                      status=LAUNCH_FAILED)
+        if error is None:
+            error = self.send_tree(k)
         if error is not None:
             self.abandon(accepted, error.message)
             raise error
@@ -335,6 +339,30 @@ class Run:
             self.input = jobinput.Forward(self.job, 0, readers)     # descriptor 0, even if sys.stdin is None
         if s.time_limit is not None:
             self.deadline = time.monotonic() + s.time_limit
+
+    def send_tree(self, k: int) -> LatticeError | None:
+        """Tell each I/O node that runs ranks where it sits in the job's PMI
+        fence tree (all at once; a child waits for its parent to know it)."""
+        tree = sorted(self.pmi_ciods, key=lambda c: c.pset)
+        places = pmitree.layout(len(tree), k)
+        self.pmi_top = {tree[i] for i in pmitree.top(len(tree), k)}
+        sent: list[tuple[Ciod, int]] = []
+        for c, place in zip(tree, places):
+            parent = "" if place.parent is None else tree[place.parent].address
+            try:
+                sent.append((c, c.send(wire.CTL_PMI_TREE, wire.pmi_tree_payload(
+                    self.job, [tree[i].pset for i in place.children], parent))))
+            except OSError as e:
+                return CiodError(f"lost I/O node {c.location}: {e.strerror or e}")
+        answers, error = await_replies(sent, wire.CTL_PMI_TREE)
+        for c, ret, err, text in answers:
+            if ret < 0 and err != errno.ESRCH and error is None:     # ESRCH: the job ended there already
+                error = LatticeError(f"I/O node {c.location} cannot join the job's PMI fence tree: "
+                                     f"{text or os.strerror(err)}", status=LAUNCH_FAILED)
+        if self.spec.verbose and error is None:
+            for line in tree_lines(tree, places, k):
+                print(f"lattice: {line}", file=sys.stderr, flush=True)
+        return error
 
     def abandon(self, accepted: list[Ciod], why: str) -> None:
         """The job could not start everywhere: end it on the I/O nodes that
@@ -404,18 +432,19 @@ class Run:
     def on_fence(self, c: Ciod, body: bytes) -> None:
         """One I/O node's part of a fence; the last one completes it."""
         job, epoch, nkv, flags, _ = wire.FENCE.unpack_from(body)
-        if job != self.job or epoch != self.epoch or c not in self.pmi_ciods or c in self.fence_in:
+        if job != self.job or epoch != self.epoch or c not in self.pmi_top or c in self.fence_in:
             raise ValueError(f"fence {epoch} of job {job} not expected (job {self.job} is at fence {self.epoch})")
         self.fence_kvs.update(wire.parse_kvs(body[wire.FENCE.size:], nkv))
         if flags & wire.FENCE_MORE:
             return
         self.fence_in.add(c)
-        if self.fence_in != self.pmi_ciods:
+        if self.fence_in != self.pmi_top:
             return
         for msg in wire.fence_messages(self.job, self.epoch, self.fence_kvs):
-            for other in self.pmi_ciods:
+            for other in self.pmi_top:      # they pass it on down the tree
                 try:
                     other.send(wire.CTL_FENCE_OUT, msg)
+                    self.fence_bytes_out += len(msg)
                 except OSError:
                     pass                    # its loss shows as a closed connection
         self.epoch += 1
@@ -468,9 +497,21 @@ class Run:
         except OSError:
             pass                        # its loss shows as a closed connection
 
+    def on_tree_fail(self, c: Ciod, body: bytes) -> None:
+        """An I/O node saw the job's PMI fence tree break (a peer lost, a bad
+        fence): no fence can complete, so the job ends now, not at a hang."""
+        job, = wire.JOB_END.unpack_from(body)
+        if job == self.job and not self.tree_broken:     # the first to see it says why; the rest follow
+            self.tree_broken = True
+            text = body[wire.JOB_END.size:].decode(errors="replace")
+            self.end_for(c, f"I/O node {c.location}: PMI fence tree broken during job {self.job}: {text}")
+
     def bad_message(self, c: Ciod, why: str) -> None:
         """An I/O node sent something the run cannot use: end the job, say why."""
-        message = f"I/O node {c.location} sent a bad message during job {self.job}: {why}"
+        self.end_for(c, f"I/O node {c.location} sent a bad message during job {self.job}: {why}")
+
+    def end_for(self, c: Ciod, message: str) -> None:
+        """End the job because of what I/O node c said: print it, record it."""
         print(f"lattice: {message}", file=sys.stderr, flush=True)
         ras.record(self.con, "ERROR", "MMCS", c.location, message, self.job)
         if self.outcome.first_failure is None:
@@ -539,6 +580,11 @@ class Run:
                             else:
                                 self.on_abort(body)
                         except (ValueError, struct.error, UnicodeDecodeError) as e:
+                            self.bad_message(c, str(e))
+                    elif typ == wire.CTL_TREE_FAIL:
+                        try:
+                            self.on_tree_fail(c, body)
+                        except struct.error as e:
                             self.bad_message(c, str(e))
                     elif typ == wire.CTL_STDIN_ACK and self.input is not None:
                         self.input.acked(c, body)
@@ -708,7 +754,36 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
     if spec.verbose:
         for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals()):
             print(f"lattice: {line}", file=sys.stderr, flush=True)
+        if r.epoch:
+            print(f"lattice: PMI: {r.epoch} fence(s); the service node sent {r.fence_bytes_out} bytes of "
+                  f"FENCE_OUT to {len(r.pmi_top)} of {len(r.pmi_ciods)} I/O nodes", file=sys.stderr, flush=True)
     return status
+
+
+def await_replies(sent: list[tuple[Ciod, int]], typ: int) -> tuple[list[tuple[Ciod, int, int, str]],
+                                                                    LatticeError | None]:
+    """The lat_sysret answers (I/O node, ret, errno, text) to requests of
+    type typ sent to several I/O nodes at once, and the first I/O node lost
+    meanwhile, if any."""
+    answers: list[tuple[Ciod, int, int, str]] = []
+    lost: LatticeError | None = None
+    for c, seq in sent:
+        try:
+            answers.append((c, *sysret(c.reply(typ, seq))))
+        except LatticeError as e:
+            lost = lost or e
+    return answers, lost
+
+
+def tree_lines(tree: list[Ciod], places: list[pmitree.Place], k: int) -> list[str]:
+    """`lattice run -v`: who sends each fence to whom."""
+    top = pmitree.top(len(tree), k)
+    lines = [f"PMI fence tree, fan-out {k}, {pmitree.depth(len(tree), k)} level(s) of I/O nodes: "
+             f"the service node sends to {len(top)} of {len(tree)}: {', '.join(tree[i].location for i in top)}"]
+    for c, place in zip(tree, places):
+        if place.children:
+            lines.append(f"PMI fence tree: {c.location} sends to {', '.join(tree[i].location for i in place.children)}")
+    return lines
 
 
 def open_outputs(m: Machine, spec: Spec, job_id: int) -> Routes:

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import host, wire
+from . import host
 from .errors import LatticeError
 from .machine import Machine, prefix
 from .mapping import RankMapping, process_mapping
@@ -163,8 +163,7 @@ def mpi_env(exe: str, m: Machine, p: RankMapping, where: dict[int, str | None] |
         # (a loaded TCP BTL makes the progress loop poll its sockets).
         "OMPI_MCA_btl": "self,vader" if one_host else "self,vader,tcp",
     }
-    if len(mapping) <= 2 * wire.PMI_VAL_MAX:    # else libpmi falls back to the ranks of each node
-        env[HOST_MAPPING] = mapping
+    env[HOST_MAPPING] = mapping     # whole, however long: libpmi reads it from its environment
     return env
 
 

@@ -47,6 +47,7 @@ JOB_EXT = STRUCTS["lat_job_ext"]         # nslots, napps, ppn, stdin_rank
 SLOT = STRUCTS["lat_slot"]               # rank, node, t, app
 CPUS = STRUCTS["lat_cpus"]               # ncpus, progress (then the CPUs, after every slot's lat_cpus)
 FENCE = STRUCTS["lat_fence"]             # job, epoch, nkv, flags, pad
+PMI_TREE = STRUCTS["lat_pmi_tree"]       # job, nchildren, pad
 ABORT = STRUCTS["lat_abort"]             # job, rank, code
 NAME = STRUCTS["lat_name"]               # job, rank, op, rc, pad
 STDIN = STRUCTS["lat_stdin"]             # job, bytes, flags (LAT_CTL_STDIN and its ack)
@@ -141,6 +142,13 @@ def placed_job_payload(job: int, uid: int, gid: int, groups: list[int], ranks: l
     for exe, argv in apps[1:]:
         strs += [exe, *argv]
     return head + tail + b"".join(cstring(s) for s in strs)
+
+
+def pmi_tree_payload(job: int, child_psets: list[int], parent: str) -> bytes:
+    """LAT_CTL_PMI_TREE: the psets below an I/O node in the job's PMI fence
+    tree and the address of the one above ("" : the service node)."""
+    return (PMI_TREE.pack(job, len(child_psets), 0) + struct.pack(f"<{len(child_psets)}I", *child_psets)
+            + cstring(parent))
 
 
 def fence_messages(job: int, epoch: int, kvs: dict[str, str]) -> list[bytes]:

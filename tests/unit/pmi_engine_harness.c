@@ -4,6 +4,12 @@
  * got on stdout, then "." when the command is done (tests/unit/test_pmi_engine.py).
  *
  *   job ID NRANKS MAPPING RANK:NODE:APP...   a new engine (MAPPING "-": none)
+ *   treejob ID NRANKS MAPPING RANK:NODE:APP...   the same, of a job with a PMI fence tree
+ *   tree NCHILDREN        the job's tree: I/O nodes below -> "tree ok" or "tree refused"
+ *   treeup                the way up is open (fences may go up)
+ *   child C JOB EPOCH FLAGS [KEY=VALUE...]   a LAT_CTL_FENCE from child C
+ *                         -> "refused WHY" or "ok"
+ *   childgone C           child C's connection ended
  *   in SLOT TEXT          the bytes TEXT (\n, \0, \\ escapes) from a process
  *   bytes SLOT TEXT       the same, one byte per call
  *   exit SLOT STATUS      the process exited
@@ -15,11 +21,12 @@
  * Callbacks print: "answer SLOT RANK NODE TEXT" (escaped as above),
  * "fence JOB EPOCH FLAGS KEY=VALUE..." per chunk, "name RANK OP SERVICE PORT",
  * "abort RANK CODE MSG",
- * "bad RANK TEXT", "note TEXT".
+ * "bad RANK TEXT", "note TEXT", "broken TEXT".
  */
 #include "pmi_engine.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,17 +112,23 @@ static void on_note(void *ctx, const char *text)
     printf("note %s\n", text);
 }
 
-static const struct pmi_ops ops = { .answer = on_answer, .fence = on_fence, .name = on_name, .abort = on_abort,
-                                    .bad_request = on_bad_request, .note = on_note };
+static void on_broken(void *ctx, const char *text)
+{
+    (void)ctx;
+    printf("broken %s\n", text);
+}
 
-static struct pmi_engine *new_job(char *args)
+static const struct pmi_ops ops = { .answer = on_answer, .fence = on_fence, .name = on_name, .abort = on_abort,
+                                    .bad_request = on_bad_request, .note = on_note, .broken = on_broken };
+
+static struct pmi_engine *new_job(char *args, bool tree)
 {
     static struct lat_slot slot[64];
-    struct pmi_job job = { .slot = slot };
-    char mapping[256];
+    static char mapping[65536];
+    struct pmi_job job = { .slot = slot, .tree = tree };
     int used;
 
-    if (sscanf(args, "%" SCNu64 " %u %255s%n", &job.id, &job.nranks, mapping, &used) != 3)
+    if (sscanf(args, "%" SCNu64 " %u %65535s%n", &job.id, &job.nranks, mapping, &used) != 3)
         return NULL;
     job.mapping = strcmp(mapping, "-") ? mapping : "";
     for (char *tok = strtok(args + used, " "); tok && job.nslots < 64; tok = strtok(NULL, " ")) {
@@ -126,18 +139,15 @@ static struct pmi_engine *new_job(char *args)
     return pmi_engine_new(&job, &ops);
 }
 
-static void fence_out(struct pmi_engine *e, char *args)
+/* A fence message from "JOB EPOCH FLAGS KEY=VALUE...": its length, 0 if malformed. */
+static size_t fence_msg(char *args, char *msg)
 {
-    static char msg[65536];
     struct lat_fence f = { 0 };
     size_t len = sizeof(f);
-    char why[256];
     int used;
 
-    if (sscanf(args, "%" SCNu64 " %u %u%n", &f.job, &f.epoch, &f.flags, &used) != 3) {
-        puts("usage");
-        return;
-    }
+    if (sscanf(args, "%" SCNu64 " %u %u%n", &f.job, &f.epoch, &f.flags, &used) != 3)
+        return 0;
     for (char *tok = strtok(args + used, " "); tok; tok = strtok(NULL, " ")) {
         char *eq = strchr(tok, '=');
         if (!eq)
@@ -148,15 +158,43 @@ static void fence_out(struct pmi_engine *e, char *args)
         f.nkv++;
     }
     memcpy(msg, &f, sizeof(f));
-    if (pmi_fence_check(msg, len, why, sizeof(why)) < 0)
+    return len;
+}
+
+static void fence_out(struct pmi_engine *e, char *args)
+{
+    static char msg[65536];
+    char why[256];
+    size_t len = fence_msg(args, msg);
+
+    if (!len)
+        puts("usage");
+    else if (pmi_fence_check(msg, len, why, sizeof(why)) < 0)
         printf("refused %s\n", why);
     else
         puts(pmi_engine_fence_out(e, msg, NULL) ? "matched" : "unmatched");
 }
 
+static void child_fence(struct pmi_engine *e, char *args)
+{
+    static char msg[65536];
+    char why[256];
+    unsigned child;
+    int used = 0;
+    size_t len;
+
+    if (sscanf(args, "%u %n", &child, &used) < 1 || !(len = fence_msg(args + used, msg)))
+        puts("usage");
+    else if (pmi_fence_check(msg, len, why, sizeof(why)) < 0
+             || pmi_engine_child_fence(e, child, msg, why, sizeof(why), NULL) < 0)
+        printf("refused %s\n", why);
+    else
+        puts("ok");
+}
+
 int main(void)
 {
-    static char line[16384];
+    static char line[131072];
     struct pmi_engine *e = NULL;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -167,9 +205,9 @@ int main(void)
             *nl = '\0';
         arg = strchr(line, ' ');
         arg = arg ? arg + 1 : line + strlen(line);
-        if (!strncmp(line, "job ", 4)) {
+        if (!strncmp(line, "job ", 4) || !strncmp(line, "treejob ", 8)) {
             pmi_engine_free(e);
-            if (!(e = new_job(arg)))
+            if (!(e = new_job(arg, line[0] == 't')))
                 puts("no engine");
         } else if (!e) {
             puts("no job");
@@ -194,6 +232,14 @@ int main(void)
                 printf("slot %d node %u\n", s, node);
         } else if (!strncmp(line, "fenceout ", 9)) {
             fence_out(e, arg);
+        } else if (sscanf(line, "tree %u", &a) == 1) {
+            puts(pmi_engine_tree(e, a) == 0 ? "tree ok" : "tree refused");
+        } else if (!strcmp(line, "treeup")) {
+            pmi_engine_tree_up(e, NULL);
+        } else if (!strncmp(line, "child ", 6)) {
+            child_fence(e, arg);
+        } else if (sscanf(line, "childgone %u", &a) == 1) {
+            pmi_engine_child_gone(e, a, NULL);
         } else if (!strncmp(line, "nameout ", 8)) {
             unsigned rank;
             int op, rc, used = 0;

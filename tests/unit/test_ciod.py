@@ -73,14 +73,16 @@ def ciod_bin() -> Path:
         subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra",
                         "-Wimplicit-fallthrough", "-Iprotocol", "-Iionode/ciod", "-Ibuild/gen", "-pthread",
                         "-o", "build/bin/ciod", "build/gen/fwd_posix_ciod.c",
-                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")), "-lcrypto"],
+                        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")),
+                        "protocol/peer/peer.c", "-lcrypto"],
                        check=True, cwd=ROOT)
     return ROOT / "build/bin/ciod"
 
 
 class Ciod:
-    def __init__(self, binary: Path, d: Path, tcp_port: int = 0) -> None:
+    def __init__(self, binary: Path, d: Path, tcp_port: int = 0, pset: int = PSET) -> None:
         self.dir = d
+        self.pset = pset
         self.key = bytes(random.Random(7).getrandbits(8) for _ in range(32))
         keyfile = d / "key"
         keyfile.write_text(self.key.hex() + "\n")
@@ -92,7 +94,7 @@ class Ciod:
         self.log = open(d / "ciod.log", "w")
         self.exited_ok = False
         self.proc = subprocess.Popen(
-            [str(binary), "--block", "T", "--pset", str(PSET), "--pset-size", str(PSET_SIZE),
+            [str(binary), "--block", "T", "--pset", str(pset), "--pset-size", str(PSET_SIZE),
              "--listen", self.addr, "--key-file", str(keyfile), "--ras", str(self.ras),
              "--location", IO_LOCATION], stdout=self.log, stderr=subprocess.STDOUT)
         end = time.time() + 10
@@ -142,7 +144,7 @@ class Ciod:
         typ, seq, body = recv(s)
         assert (typ, seq) == (HELLO | REPLY, 1) and len(body) in (48, 64)
         err, max_io, pset, pset_size = struct.unpack_from("<iIII", body)
-        assert (max_io, pset, pset_size) == (MAX_IO, PSET, PSET_SIZE)
+        assert (max_io, pset, pset_size) == (MAX_IO, self.pset, PSET_SIZE)
         if err == 0:
             assert wire.ack_ok(self.key, CHALLENGES[s], nonce, body), "ciod's proof is wrong"
         ACKS[s] = body
@@ -258,13 +260,13 @@ def counters(c: Ciod) -> dict[str, int]:
 def job_payload(job: int, exe: str, cwd: str, ranks: list[int], nranks: int,
                 argv: list[str] | None = None, env: list[str] | None = None,
                 uid: int | None = None, gid: int | None = None, groups: list[int] | None = None,
-                pset_size: int = PSET_SIZE) -> bytes:
+                pset_size: int = PSET_SIZE, flags: int = 0) -> bytes:
     argv = argv or [exe]
     env = env or []
     groups = [os.getgid()] if groups is None else groups
     head = struct.pack("<QIIIIIIII", job, os.getuid() if uid is None else uid,
                        os.getgid() if gid is None else gid, len(groups), len(argv), len(env),
-                       nranks, pset_size, 0)
+                       nranks, pset_size, flags)
     tail = struct.pack(f"<{len(ranks)}i", *ranks) + struct.pack(f"<{len(groups)}I", *groups)
     return head + tail + b"".join(x.encode() + b"\0" for x in [exe, cwd, *argv, *env])
 

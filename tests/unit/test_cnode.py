@@ -168,7 +168,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("cnode")
     lib, cnode, prog = d / "libcnclient.so", d / "cnode", d / "prog"
     build_library(lib)
-    src = sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c"))
+    src = [*sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c")), str(ROOT / "protocol/peer/peer.c")]
     p = subprocess.run(["gcc", *CFLAGS, "-o", str(cnode), *src, "-ljansson", "-lcrypto"], capture_output=True, text=True)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
     (d / "prog.c").write_text(PROG)

@@ -213,6 +213,12 @@ def test_clique_from_host_mapping(lib: Path) -> None:
     out, p, _ = run_client(lib, kvs_handler(size=6), "init", "clique_ranks|3", size=6, rank=4,
                            env={"LATTICE_HOST_MAPPING": "(vector,(0,2,3))"})
     assert out[1] == ["clique_ranks", 0, [3, 4, 5]], p.stderr
+    # no cap but the job's size: 2,048 ranks placed irregularly over 3 hosts, one block per rank
+    host = [r * r % 3 for r in range(2048)]
+    irregular = "(vector," + ",".join(f"({h},1,1)" for h in host) + ")"
+    out, p, _ = run_client(lib, kvs_handler(size=2048), "init", "clique_size", size=2048, rank=5,
+                           env={"LATTICE_HOST_MAPPING": irregular})
+    assert out[1] == ["clique_size", 0, host.count(host[5])], p.stderr
     out, p, _ = run_client(lib, kvs_handler(size=4), "init", "clique_size", size=4, rank=1,
                            env={"LATTICE_HOST_MAPPING": "(vector"})
     assert out[1] == ["clique_size", 0, 1] and "LATTICE_HOST_MAPPING '(vector' is malformed" in p.stderr

@@ -242,6 +242,30 @@ def test_process_mapping_round_trips_any_mapping(tmp_path: Path) -> None:
             assert mpich_decode(process_mapping(p), n) == ids(p), (order, n)
 
 
+def test_process_mapping_of_1024_ranks_and_more() -> None:
+    """A regular mapping stays a few triples however many ranks (within
+    the 640 characters an I/O node serves, ionode/ciod/pmi_engine.h
+    PMI_MAPPING_MAX, so MPICH gets it); an irregular one of 2,048 ranks does
+    not, and travels whole in the job message all the same (the I/O node
+    decides what a rank may be given: tests/unit/test_pmi_engine.py)."""
+    big = Machine(shape=(8, 8, 16), pset_size=64, cores=4)         # 1,024 nodes
+    block = Block("B", (0, 0, 0), (8, 8, 16), "Initialized", False, None)
+    for n, mode, order in ((1024, "co", "XYZT"), (4096, "vn", "TXYZ"), (4096, "vn", "XYZT"), (4096, "vn", "ZYXT")):
+        p = map_ranks(big, block, apps(n), mode, order)
+        text = process_mapping(p)
+        assert len(text) <= 640 and mpich_decode(text, n) == ids(p), (n, mode, order, text)
+    # 2,048 ranks, two on each node, in random order: hundreds of runs
+    cells = [(x, y, z, t) for t in range(2) for z in range(16) for y in range(8) for x in range(8)]
+    random.Random(15).shuffle(cells)
+    p = map_ranks(big, block, apps(2048), "vn", "XYZT")
+    p = p._replace(slots=[Slot(r, big.index(c[:3]), c[3], 0) for r, c in enumerate(cells)])
+    text = process_mapping(p)
+    assert len(text) > wire.PMI_VAL_MAX and mpich_decode(text, 2048) == ids(p)
+    payload = wire.placed_job_payload(1, 0, 0, [0], [-1] * 64, 2048, "/", [], 0, 4, [], [("/bin/true", ["true"])],
+                                      text)
+    assert payload.endswith(wire.cstring(text))
+
+
 # --- --print-map ----------------------------------------------------------------
 
 def test_map_lines() -> None:

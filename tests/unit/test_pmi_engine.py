@@ -172,6 +172,96 @@ def test_a_large_fence_goes_up_and_comes_down_in_chunks(harness: Path, engines: 
     assert e.cmd("fenceout 5 0 0 farther=2") == ["answer 0 0 0 cmd=barrier_out rc=0\\n", "matched"]
 
 
+def test_tree_fence_waits_for_the_tree_and_every_child(harness: Path, engines: list[Engine]) -> None:
+    """A tree job's fence goes up once the tree is known and the way up is
+    open, with the pset's puts and every child's (in chunks too); what does
+    not belong to the fence under way is refused and changes nothing."""
+    e = Engine(harness, "1 1 - 0:0:0")
+    engines.append(e)
+    assert e.cmd("treejob 5 6 - 0:0:0 1:1:0") == []
+    for slot in (0, 1):
+        assert e.cmd(f"in {slot} {INIT1}")
+    assert answers(e.cmd("in 0 cmd=put kvsname=lattice-5 key=card-0 value=a0\\n")) == ["cmd=put_result rc=0\\n"]
+    assert e.cmd("in 0 cmd=barrier_in\\n") == []
+    assert e.cmd("in 1 cmd=barrier_in\\n") == []          # the pset is in, but the tree is not known
+    assert e.cmd("child 0 5 0 0 x=1") == ["refused fence from I/O node 0, which is not below this one"]
+    assert e.cmd("tree 2") == ["tree ok"]
+    assert e.cmd("tree 2") == ["tree refused"]           # once per job
+    assert e.cmd("child 0 5 0 1 card-2=a2") == ["ok"]     # a first chunk (FENCE_MORE)
+    assert e.cmd("child 0 5 0 0 card-3=a3") == ["ok"]     # its last
+    assert e.cmd("child 0 5 0 0 card-3=again") == [
+        "refused fence 0 of job 5 not expected here (job 5 is at fence 0, which it joined)"]
+    assert e.cmd("child 1 5 1 0 card-4=a4") == [           # a fence that is not under way
+        "refused fence 1 of job 5 not expected here (job 5 is at fence 0)"]
+    assert e.cmd("child 1 6 0 0 card-4=a4") == [
+        "refused fence 0 of job 6 not expected here (job 5 is at fence 0)"]
+    assert e.cmd("child 2 5 0 0 card-4=a4") == ["refused fence from I/O node 2, which is not below this one"]
+    assert e.cmd("child 1 5 0 0 card-4=a4 card-5=a5") == ["ok"]   # every child is in: still no way up
+    up = e.cmd("treeup")
+    assert len(up) == 1 and up[0].startswith("fence 5 0 0 "), up
+    assert fence_keys(up[0]) == {"card-0": "a0", "card-2": "a2", "card-3": "a3", "card-4": "a4", "card-5": "a5"}
+    out = e.cmd("fenceout 5 0 0 card-0=a0 card-2=a2 card-3=a3 card-4=a4 card-5=a5")
+    assert out[-1] == "matched" and len(answers(out)) == 2
+    # the next fence: the children count again, from nothing
+    assert e.cmd("child 1 5 1 0 late=1") == ["ok"]
+    assert e.cmd("in 0 cmd=barrier_in\\n") == []
+    assert e.cmd("in 1 cmd=barrier_in\\n") == []
+    up = e.cmd("child 0 5 1 0")
+    assert len(up) == 2 and up[0].startswith("fence 5 1 0 ") and fence_keys(up[0]) == {"late": "1"}, up
+
+
+def test_a_child_lost_before_it_joins_breaks_the_fence(harness: Path, engines: list[Engine]) -> None:
+    """A child whose connection ended can never join: the fence under way,
+    or the next one to start, is broken (said once), instead of a hang."""
+    e = Engine(harness, "1 1 - 0:0:0")
+    engines.append(e)
+    assert e.cmd("treejob 5 4 - 0:0:0") == []
+    assert e.cmd(f"in 0 {INIT1}")
+    assert e.cmd("tree 3") == ["tree ok"]
+    assert e.cmd("treeup") == []
+    assert e.cmd("childgone 2") == []                   # no fence under way: nothing yet
+    assert e.cmd("child 0 5 0 0 a=1") == ["broken fence 0 of job 5 cannot complete: the connection of I/O node 2 "
+                                          "below this one ended before it joined", "ok"]
+    assert e.cmd("childgone 1") == []                   # said once
+    assert e.cmd("in 0 cmd=barrier_in\\n") == []          # and nothing goes up
+    # a child that joined and then went is no loss to the fence under way
+    f = Engine(harness, "1 1 - 0:0:0")
+    engines.append(f)
+    assert f.cmd("treejob 6 4 - 0:0:0") == []
+    assert f.cmd(f"in 0 {INIT1}") and f.cmd("tree 1") == ["tree ok"] and f.cmd("treeup") == []
+    assert f.cmd("child 0 6 0 0 b=2") == ["ok"]
+    assert f.cmd("childgone 0") == []
+    assert f.cmd("in 0 cmd=barrier_in\\n")[0].startswith("fence 6 0 0 ")
+
+
+def test_a_mapping_longer_than_mpich_reads_is_not_served(harness: Path, engines: list[Engine]) -> None:
+    """PMI_process_mapping comes whole with the job; one longer than MPICH
+    4.0.2 reads (640 characters served; it aborts MPI_Init at 681, though
+    get_maxes says 1024) is not served cut short: PMI-1 gets rc=1, so
+    MPICH finds the ranks that share a node by itself; PMI-2, which must
+    have it, a clear error.  One that fits is served whole."""
+    irregular = "(vector," + ",".join(f"({n},1,1)" for n in range(0, 2 * 1024, 2)) + ")"    # 1,024 ranks
+    e = Engine(harness, "1 1 - 0:0:0")
+    engines.append(e)
+    assert e.cmd(f"job 8 1024 {irregular} 0:0:0 1:0:0") == [
+        f"note job 8: PMI_process_mapping has {len(irregular)} characters, more than the 640 served: "
+        "MPI finds the ranks that share a node by itself"]
+    assert e.cmd(f"in 0 {INIT1}") and e.cmd(f"in 1 {INIT2}")
+    assert answers(e.cmd("in 0 cmd=get kvsname=lattice-8 key=PMI_process_mapping\\n")) == [
+        f"cmd=get_result rc=1 msg=PMI_process_mapping_has_{len(irregular)}_characters,_more_than_the_640_served\\n"]
+    assert answers(e.cmd("in 1 " + v2("cmd=info-getjobattr;key=PMI_process_mapping;"))) == [v2(
+        f"cmd=info-getjobattr-response;rc=-1;errmsg=PMI_process_mapping has {len(irregular)} characters, "
+        "more than the 640 served;")]
+    # 640 characters are served whole, and 1,024 ranks placed regularly stay short
+    edge = "(vector,(0," + "1" * (640 - len("(vector,(0,,1))")) + ",1))"     # the engine does not parse it
+    assert len(edge) == 640
+    for mapping in (edge, "(vector,(0,256,4))"):
+        assert e.cmd(f"job 9 1024 {mapping} 0:0:0") == []
+        assert e.cmd(f"in 0 {INIT1}")
+        assert answers(e.cmd("in 0 cmd=get kvsname=lattice-9 key=PMI_process_mapping\\n")) == [
+            f"cmd=get_result rc=0 msg=success value={mapping}\\n"]
+
+
 def test_malformed_commands_get_an_error_answer(harness: Path, engines: list[Engine]) -> None:
     e = Engine(harness, "7 2 - 0:0:0 1:0:0")
     engines.append(e)
@@ -226,8 +316,8 @@ def test_abort_and_leaving_without_finalize(harness: Path, engines: list[Engine]
 def test_fence_out_is_checked_before_use(harness: Path, engines: list[Engine]) -> None:
     e = Engine(harness, "7 1 - 0:0:0")
     engines.append(e)
-    assert e.cmd("fenceout 7 0 4 a=b") == ["refused CTL_FENCE_OUT with unknown flags 0x4"]
-    assert e.cmd("fenceout 7 0 0 " + "k" * 65 + "=v") == ["refused CTL_FENCE_OUT: key 0 too long"]
+    assert e.cmd("fenceout 7 0 4 a=b") == ["refused fence with unknown flags 0x4"]
+    assert e.cmd("fenceout 7 0 0 " + "k" * 65 + "=v") == ["refused fence: key 0 too long"]
     assert e.cmd("fenceout 7 0 0 a=b") == ["unmatched"]          # no fence waiting
 
 
