@@ -110,6 +110,15 @@ def test_ssh_placement_spans_four_hosts(tb: Cluster, ssh_machine: Machine, probe
         assert r.returncode == 3, r.stderr
         assert "rank 5 (R00-M0-N00-C:J05) exited with status 3" in r.stderr
         check_job(r.stdout, m.work)
+    # the PMI fence through a chain of I/O nodes on four hosts, ciod to ciod over TCP
+    env = dict(m.env, LATTICE_PMI_FANOUT="1")
+    r = subprocess.run([*LATTICE, "run", "-v", "-n", "8", "--block", "all", probe, str(m.work), "-1"], env=env,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert r.returncode == 0, r.stderr
+    check_job(r.stdout, m.work)
+    for p in range(3):
+        assert f"PMI fence tree: R00-M0-N00-I:J0{p} sends to R00-M0-N00-I:J0{p + 1}" in r.stderr, r.stderr
+    assert "FENCE_OUT to 1 of 4 I/O nodes" in r.stderr
     # every host's I/O node did the I/O of its own ranks
     counters = json.loads(m.run("counters", "all", "--json").stdout)
     assert sorted(c["location"] for c in counters) == [f"R00-M0-N00-I:J0{p}" for p in range(4)]
