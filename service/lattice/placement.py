@@ -313,18 +313,22 @@ class Reports:
         the last words of a launcher that ended (ssh could not log in, srun
         refused)."""
         deadline = time.monotonic() + timeout
+        rounds = 0
         while True:
+            rounds += 1
             for ln in {id(x): x for x in self.launches}.values():
-                reports, self.offsets[ln.log] = read_reports(ln.log, self.offsets[ln.log])
-                for r in reports:
-                    if r["event"] == "error":
-                        raise LatticeError(f"host {r.get('host', '?')}: {r.get('message', 'failed')}")
-                    if r["event"] == "text":
-                        self.texts[ln.log].append(r["text"])
-                    elif "host" in r:
-                        self.seen[r["host"], r["event"]] = r
+                if self.grew(ln.log):
+                    reports, self.offsets[ln.log] = read_reports(ln.log, self.offsets[ln.log])
+                    for r in reports:
+                        if r["event"] == "error":
+                            raise LatticeError(f"host {r.get('host', '?')}: {r.get('message', 'failed')}")
+                        if r["event"] == "text":
+                            self.texts[ln.log].append(r["text"])
+                        elif "host" in r:
+                            self.seen[r["host"], r["event"]] = r
                 waiting = [h for h in ln.hosts if h in hosts and (h, event) not in self.seen]
-                if waiting and not self.running(ln.pid):
+                # a launcher's life from /proc every 20th round: a stat a host a round is all else
+                if waiting and rounds % 20 == 0 and not self.running(ln.pid) and not self.grew(ln.log):
                     last = "; ".join(self.texts[ln.log][-3:]) or "no report"
                     raise LatticeError(f"the agent of host{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} "
                                        f"ended before it was ready: {last}")
@@ -335,6 +339,13 @@ class Reports:
                 raise LatticeError(f"timed out after {timeout:.0f} s waiting for host{'s' if len(pending) > 1 else ''} "
                                    f"{', '.join(sorted(pending))}")
             time.sleep(0.01)
+
+    def grew(self, log: Path) -> bool:
+        """The log has bytes not read yet."""
+        try:
+            return log.stat().st_size > self.offsets[log]
+        except FileNotFoundError:
+            return False
 
 
 def events(log: Path) -> list[dict[str, Any]]:
