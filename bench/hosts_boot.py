@@ -16,26 +16,13 @@ The service node's part per host is the slope of boot against H
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 import benchlib as bl
-from hosts_launch import STATE, TESTBED, source_env
+from hosts_launch import Testbed, timed
 
 CONFIGS = ["ssh", "ssh-floor", "slurm", "slurm-floor"]
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> float:
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
-    dt = time.monotonic() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return dt
 
 
 def main() -> int:
@@ -46,14 +33,8 @@ def main() -> int:
     bl.require_root("hosts_boot")
     counts = [int(h) for h in args.hosts.split(",")]
     print(bl.header("hosts_boot", sys.argv))
-    brought_up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode != 0
-    if brought_up:
-        subprocess.run([str(TESTBED), "up", str(max(counts))], check=True, capture_output=True)
-    tmp = Path(tempfile.mkdtemp(prefix="lattice-hosts-boot-"))
-    envs: dict[tuple[str, int], dict[str, str]] = {}
-    try:
-        tb = source_env(STATE / "testbed.env")
-        names = tb["LATTICE_TESTBED_HOSTS"].split()
+    with Testbed(max(counts), "lattice-hosts-boot-") as bed:
+        tb, tmp, names, envs = bed.env, bed.tmp, bed.hosts, bed.homes
         lat = bl.lattice_cmd()
         for h in counts:
             hostfile = tmp / f"hosts{h}"
@@ -71,16 +52,16 @@ def main() -> int:
             for h in bl.rotations(counts, i):
                 for c in bl.rotations(CONFIGS, i):
                     if c == "ssh":
-                        t = timed([*lat, "boot", "B"], envs["ssh", h])
-                        timed([*lat, "free", "B"], envs["ssh", h])
+                        t = timed([*lat, "boot", "B"], envs["ssh", h], "")
+                        timed([*lat, "free", "B"], envs["ssh", h], "")
                     elif c == "ssh-floor":
                         script = " & ".join(f"{' '.join(ssh)} {n} true" for n in names[:h]) + " & wait"
-                        t = timed(["sh", "-c", script], tb)
+                        t = timed(["sh", "-c", script], tb, "")
                     elif c == "slurm":
                         t = timed(["salloc", "-N", str(h), "sh", "-c",
-                                   f"{' '.join(lat)} boot B && {' '.join(lat)} free B"], envs["slurm", h])
+                                   f"{' '.join(lat)} boot B && {' '.join(lat)} free B"], envs["slurm", h], "")
                     else:
-                        t = timed(["salloc", "-N", str(h), "true"], tb)
+                        t = timed(["salloc", "-N", str(h), "true"], tb, "")
                     data[h][c].append(t)
                 print(f"  round {i + 1}, {h} hosts: " + ", ".join(f"{c} {data[h][c][-1]:.3f} s" for c in CONFIGS),
                       flush=True)
@@ -89,15 +70,7 @@ def main() -> int:
                 for h in counts]
         print()
         print(bl.table("Boot of one pset of 2 nodes a host (s)", CONFIGS, rows))
-    finally:
-        for (kind, _), env in envs.items():
-            if kind == "ssh":
-                subprocess.run([*bl.lattice_cmd(), "free", "--all"], env=env, capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if brought_up:
-            subprocess.run([str(TESTBED), "down"], capture_output=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,6 +46,34 @@ def source_env(path: Path) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
 
 
+class Testbed:
+    """The testbed for a `with`: brought up (max_hosts hosts) unless it is up,
+    with a scratch directory; afterwards every ssh-placed machine registered
+    in `homes` is freed, the directory removed, and what was brought up taken
+    down."""
+
+    def __init__(self, max_hosts: int, prefix: str) -> None:
+        self.max_hosts, self.prefix = max_hosts, prefix
+        self.homes: dict[tuple[str, int], dict[str, str]] = {}     # (placement, hosts) -> its environment
+
+    def __enter__(self) -> "Testbed":
+        self.brought_up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode != 0
+        if self.brought_up:
+            subprocess.run([str(TESTBED), "up", str(self.max_hosts)], check=True, capture_output=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=self.prefix))
+        self.env = source_env(STATE / "testbed.env")
+        self.hosts = self.env["LATTICE_TESTBED_HOSTS"].split()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for (kind, _), env in self.homes.items():
+            if kind == "ssh":
+                subprocess.run([*bl.lattice_cmd(), "free", "--all"], env=env, capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.brought_up:
+            subprocess.run([str(TESTBED), "down"], capture_output=True)
+
+
 def timed(cmd: list[str], env: dict[str, str], expect: str) -> float:
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
@@ -66,14 +94,8 @@ def main() -> int:
     host_counts = [int(h) for h in args.hosts.split(",")]
     rph = args.ranks_per_host
     print(bl.header("hosts_launch", sys.argv))
-    brought_up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode != 0
-    if brought_up:
-        subprocess.run([str(TESTBED), "up", str(max(host_counts))], check=True, capture_output=True)
-    tmp = Path(tempfile.mkdtemp(prefix="lattice-hosts-bench-"))
-    homes: dict[tuple[str, int], dict[str, str]] = {}
-    try:
-        tb = source_env(STATE / "testbed.env")
-        all_hosts = tb["LATTICE_TESTBED_HOSTS"].split()
+    with Testbed(max(host_counts), "lattice-hosts-bench-") as bed:
+        tb, tmp, all_hosts, homes = bed.env, bed.tmp, bed.hosts, bed.homes
         ssh_exec = tmp / "ssh"     # hydra's -launcher-exec takes one program: ssh with the testbed's config
         ssh_exec.write_text(f"#!/bin/sh\nexec ssh -F {tb['LATTICE_TESTBED_SSH_CONFIG']} \"$@\"\n")
         ssh_exec.chmod(0o755)
@@ -125,15 +147,7 @@ def main() -> int:
                   ("lattice-slurm/srun", "lattice-slurm", "srun-pmi2")]) for h in host_counts]
         print()
         print(bl.table("Launch of launch_hello across testbed hosts (s)", CONFIGS, rows))
-    finally:
-        for (kind, _), env in homes.items():
-            if kind == "ssh":
-                subprocess.run([*bl.lattice_cmd(), "free", "--all"], env=env, capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if brought_up:
-            subprocess.run([str(TESTBED), "down"], capture_output=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
