@@ -34,12 +34,8 @@ Keys and sockets stay in a private directory on each host.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shlex
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -149,6 +145,7 @@ def deal(m: Machine, hosts: list[HostEntry]) -> Where:
 
 def slurm_hosts() -> list[str]:
     """The hosts of the Slurm allocation this process runs in."""
+    import subprocess       # here, as json, shlex and hashlib below: `lattice run` on this host needs none
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not nodelist:
         raise LatticeError("placement slurm needs a Slurm allocation, and SLURM_JOB_NODELIST is not set",
@@ -195,6 +192,7 @@ def private_dir(host: str, block: str) -> Path:
     """The host's own directory for a block's key, personalities and sockets:
     under /tmp on that host (named for the machine and the host, so hosts
     that share a /tmp, like the testbed's, never meet)."""
+    import hashlib
     digest = hashlib.sha256(str(machine.home()).encode()).hexdigest()[:12]
     return Path(f"/tmp/lattice-{os.getuid()}-{digest}") / host / block
 
@@ -206,6 +204,7 @@ def agent_argv() -> list[str]:
 
 
 def ssh_command(m: Machine) -> list[str]:
+    import shlex
     return shlex.split(m.ssh or SSH_DEFAULT)
 
 
@@ -236,6 +235,8 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
            log_dir: Path, phase: str = "") -> list[Launch]:
     """Start the agents of the hosts of plan (None: this host); phase names
     the srun's log of a second launch in one boot."""
+    import json
+    import shlex
     out: list[Launch] = []
     if None in plan:
         from lattice import agent
@@ -270,6 +271,7 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
 def read_reports(log: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     """The whole JSON report lines in log from offset, and the offset after them;
     other lines (ssh's or srun's own messages) are kept as {"event": "text"}."""
+    import json
     try:
         with open(log, "rb") as fh:
             fh.seek(offset)
