@@ -212,6 +212,7 @@ def _spawn(argv: list[str], orders: bytes, log: Path, hold_channel: bool, env: d
     """argv detached (a session of its own), its output appended to log, orders
     written to its standard input.  hold_channel: the pipe's write end stays
     open in the child too, so the far end sees EOF only when the child dies."""
+    import subprocess
     r, w = os.pipe()
     if hold_channel:
         # ssh closes every descriptor above 2 as it starts: a shell that waits
