@@ -412,15 +412,6 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     int fds[2];
 
     explicit_bzero(cfg.key, sizeof(cfg.key));
-    prctl(PR_SET_NAME, "ciod-worker");
-    if (cfg.title && cfg.titlelen > 1) {  /* ps tells the worker from its monitor */
-        memset(cfg.title, 0, cfg.titlelen);
-        snprintf(cfg.title, cfg.titlelen, "ciod-worker");
-        size_t n = strlen(cfg.title) + 1;
-        if (n < cfg.titlelen)
-            snprintf(cfg.title + n, cfg.titlelen - n, "job %" PRIu64 " uid %u block %s pset %u",
-                     js->hdr->job, js->who.uid, cfg.block, cfg.pset);
-    }
     int keep[] = { ch, out, ras_fd() }; /* the channels, the RAS spool and the standard streams */
     close_all_but(keep, 3);
     ras_after_fork();
@@ -434,6 +425,16 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0
         || stdin_setup(js, why, sizeof(why)) < 0)
         r.err = errno ? errno : EPERM;
+    /* named only now: a process ps shows as the worker holds no privilege */
+    prctl(PR_SET_NAME, "ciod-worker");
+    if (cfg.title && cfg.titlelen > 1) {  /* ps tells the worker from its monitor */
+        memset(cfg.title, 0, cfg.titlelen);
+        snprintf(cfg.title, cfg.titlelen, "ciod-worker");
+        size_t n = strlen(cfg.title) + 1;
+        if (n < cfg.titlelen)
+            snprintf(cfg.title + n, cfg.titlelen - n, "job %" PRIu64 " uid %u block %s pset %u",
+                     js->hdr->job, js->who.uid, cfg.block, cfg.pset);
+    }
     if (!r.err && (js->hdr->flags & LAT_JOB_CNK))     /* before the push: the ranks look for it */
         libcache_job_start(js->hdr->job);
     r.len = (uint32_t)strlen(why);
