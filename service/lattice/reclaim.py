@@ -93,14 +93,15 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     from /proc; on another host from its agent, whose channel (the ssh or
     srun here) closing means the host's part is gone, and whose log reports
     each daemon that ended (lattice.placement)."""
-    from lattice import placement
     out = []
     where = lambda r: m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])  # noqa: E731
     for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
                          (name,)):
         if not (boot.alive(r["pid"]) and boot.ours(r["pid"], name)):
             out.append(where(r))
-    for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'", (name,)):
+    for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'",
+                         (name,)).fetchall():
+        from lattice import placement       # here: blocks on this host alone need none of it
         if gone(a["pid"], a["start"]):
             out += [where(r) for r in con.execute("SELECT kind, node FROM daemons WHERE block = ? AND host = ? "
                                                   "ORDER BY kind, node", (name, a["host"]))]
