@@ -39,6 +39,9 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from lattice.blocks import Block
+    from lattice.machine import Machine
+
 CNODE_TASKS = 1
 CIOD_TASKS = 2              # main thread and RAS fold timer, besides one per connection
 CIOD_JOB_TASKS = 2          # the job's control connection and the stdin pump
@@ -275,6 +278,8 @@ def check(h: Host, needs: list[Need]) -> None:
         raise LatticeError(found[0], "\n".join(f"lattice: error: {p}" for p in found[1:]) or None)
 
 
-def check_boot(block: str, nodes: int, psets: int, pset_size: int) -> None:
-    """Before a boot starts any daemon: can this host hold them (they run as we do)?"""
-    check(read_host(memory=False), [daemons(block, nodes, psets, pset_size, os.geteuid())])
+def check_boot(m: Machine, b: Block) -> None:
+    """Before a boot starts any daemon of block b on this host: can it hold
+    them (they run as we do)?  (Agents on other hosts check theirs:
+    lattice.agent.)"""
+    check(read_host(memory=False), [daemons(f"block {b.name}", b.size, len(b.psets(m)), m.pset_size, os.geteuid())])
