@@ -26,8 +26,11 @@ and checked with `ps -eLf` on a booted block running MPICH jobs:
   rank of its pset;
 - per pset that runs ranks: the job's I/O worker (the user's): main, reader
   and stdin threads and one thread per PROC connection (rank);
-- per rank: the compute process (the user's) and the threads MPICH/UCX
-  start (UCX's async thread, MPICH's progress thread where it has a core).
+- per rank: the compute process (the user's); for a program linked with
+  MPI the thread UCX starts (its async thread), and MPICH's progress thread
+  on a node that gets one (lattice.cores).  A 16-rank MPICH allreduce under
+  cnk peaked at 54 tasks of the job's user (16 x 2 + 2 workers x 11): with
+  `ulimit -u 51` UCX could not start its thread, with 54 it ran.
 
 Tests pass a fake /proc and /sys tree as `root`.
 """
@@ -47,7 +50,9 @@ CIOD_TASKS = 2              # main thread and RAS fold timer, besides one per co
 CIOD_JOB_TASKS = 2          # the job's control connection and the stdin pump
 CIOD_RANK_TASKS = 2         # a PROC and a PMI connection thread per rank
 WORKER_TASKS = 3            # the I/O worker: main, reader and stdin threads, besides one per rank
-RANK_TASKS = 3              # the compute process, UCX's async thread, MPICH's progress thread
+RANK_TASKS = 1              # the compute process
+MPI_RANK_TASKS = 2          # an MPI program's: the process and UCX's async thread
+PROGRESS_TASKS = 1          # MPICH's progress thread, on a node that gets one (lattice.cores)
 PID_MAX_LIMIT = 4194304     # the kernel's ceiling for kernel.pid_max on 64-bit
 
 
@@ -208,16 +213,19 @@ def daemons(block: str, nodes: int, psets: int, pset_size: int, uid: int) -> Nee
 
 
 def job(nranks: int, ranks_per_pset: list[int], uid: int, memory: int = 0,
-        daemon_uid: int | None = None, daemon_tasks: int = 0) -> Need:
-    """What a job adds: its ranks (and their threads) and I/O workers as uid,
-    the connection threads of its I/O nodes; memory: bytes its nodes ask.
-    If the daemons run as uid too, their daemon_tasks count against uid's limit."""
+        daemon_uid: int | None = None, daemon_tasks: int = 0, mpi_ranks: int = 0, progress_ranks: int = 0) -> Need:
+    """What a job adds: its ranks (mpi_ranks of them MPI programs, with
+    their threads, progress_ranks of those with MPICH's progress thread) and
+    I/O workers as uid, the connection threads of its I/O nodes; memory:
+    bytes its nodes ask.  If the daemons run as uid too, their
+    daemon_tasks count against uid's limit."""
     psets = len(ranks_per_pset)
     busy = [r for r in ranks_per_pset if r]
-    mine = nranks * RANK_TASKS + sum(WORKER_TASKS + r for r in busy)
+    ranks = (nranks - mpi_ranks) * RANK_TASKS + mpi_ranks * MPI_RANK_TASKS + progress_ranks * PROGRESS_TASKS
+    mine = ranks + sum(WORKER_TASKS + r for r in busy)
     ciod = psets * CIOD_JOB_TASKS + CIOD_RANK_TASKS * sum(busy)
-    counted = (f"{nranks:,} x {RANK_TASKS} for the ranks and their MPI threads, {len(busy):,} I/O workers of "
-               f"{WORKER_TASKS} + 1 per rank, {ciod:,} I/O node connection threads")
+    mpi = f" ({MPI_RANK_TASKS} per MPI rank, {progress_ranks:,} progress threads)" if mpi_ranks else ""
+    counted = (f"{ranks:,} for the ranks{mpi}, {len(busy):,} I/O workers of {WORKER_TASKS} + 1 per rank, {ciod:,} I/O node connection threads")
     user = mine + (ciod + daemon_tasks if daemon_uid == uid else 0)
     return Need(f"{nranks:,} rank{'s' if nranks != 1 else ''}", mine + ciod, counted, uid, user, memory)
 

@@ -113,15 +113,18 @@ def test_counts_from_the_code() -> None:
     d = capacity.daemons("B", 16, 2, 8, 0)
     assert d.tasks == 16 * 1 + 2 * (2 + 8)
     j = capacity.job(16, [8, 8], 1000, 0)
-    # ranks x 3, two I/O workers of 3 + 8, and per I/O node a control and a stdin thread + 2 per rank
-    assert j.tasks == 16 * 3 + 2 * (3 + 8) + (2 * 2 + 2 * 16)
-    assert j.user_tasks == 16 * 3 + 2 * (3 + 8)     # the connection threads are the daemons' user's
+    # a process per rank, two I/O workers of 3 + 8, and per I/O node a control and a stdin thread + 2 per rank
+    assert j.tasks == 16 + 2 * (3 + 8) + (2 * 2 + 2 * 16)
+    assert j.user_tasks == 16 + 2 * (3 + 8)     # the connection threads are the daemons' user's
+    mpi = capacity.job(16, [8, 8], 1000, 0, mpi_ranks=10, progress_ranks=3)    # UCX's thread, MPICH's progress
+    assert mpi.tasks == j.tasks + 10 + 3
+    assert "2 per MPI rank, 3 progress threads" in mpi.counted
     idle = capacity.job(1, [1, 0], 1000, 0)
-    assert idle.tasks == 3 + (3 + 1) + (2 * 2 + 2)  # a pset without ranks has no worker
+    assert idle.tasks == 1 + (3 + 1) + (2 * 2 + 2)  # a pset without ranks has no worker
 
 
 def test_an_8192_rank_job_breaks_pid_max_with_the_numbers_and_the_fix() -> None:
-    needs = [capacity.daemons("B", 8192, 64, 128, 0), capacity.job(8192, [128] * 64, 0, 0)]
+    needs = [capacity.daemons("B", 8192, 64, 128, 0), capacity.job(8192, [128] * 64, 0, 0, mpi_ranks=8192)]
     found = capacity.problems(host(), needs)
     assert len(found) == 1
     msg = found[0]
