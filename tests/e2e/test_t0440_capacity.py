@@ -1,0 +1,164 @@
+"""A host that cannot hold the ranks asked gets one clear error before
+launch (issue 15): the user's process limit (ulimit -u, RLIMIT_NPROC), a
+pids cgroup with a low pids.max, and nodes that ask more memory than the
+host has.  Each refusal names the number used and how to raise the limit,
+exits non-zero, starts nothing, harms no daemon, and the block runs the
+next job that fits.
+
+A 1x1x4 machine in psets of two (two I/O nodes).  The limits are real: the
+block is booted under `ulimit -u N` (its cnodes pass the limit on to the
+ranks they start as the job's user), or inside a pids cgroup of its own.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs as another user, pids cgroups")
+
+PIDS = Path("/sys/fs/cgroup/pids")
+
+
+@pytest.fixture
+def sm(built: Path, tmp_path: Path) -> Iterator[Machine]:
+    """A 1x1x4 machine in psets of two; its block S over all of it, not booted."""
+    m = make_machine(tmp_path, "--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
+    m.run("block", "create", "S", "--shape", "1x1x4")
+    yield m
+    m.run("free", "--all", "--force", check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+def boot_under(m: Machine, shell: str) -> None:
+    """`lattice boot S` after shell (a ulimit, joining a cgroup) in the same process."""
+    argv = " ".join(LATTICE)
+    subprocess.run(["bash", "-c", f"{shell} && exec {argv} boot S"], env=m.env, check=True,
+                   capture_output=True, text=True, timeout=60)
+
+
+def daemons(m: Machine) -> list[int]:
+    return m.processes("ciod", "S") + m.processes("cnode", "S")
+
+
+def jobs(m: Machine) -> list[str]:
+    return m.run("jobs").stdout.splitlines()[1:]
+
+
+def refused(m: Machine, *args: str) -> str:
+    """The run is refused before launch: status 1, one error, no job record; its message."""
+    before = jobs(m)
+    p = m.run("run", *args, check=False, timeout=30)
+    assert p.returncode == 1, p
+    assert p.stdout == ""
+    assert p.stderr.startswith("lattice: error: host "), p.stderr
+    assert jobs(m) == before
+    return p.stderr
+
+
+def test_user_process_limit(sm: Machine) -> None:
+    """Four ranks as nobody need 4 + 2 I/O workers x (3 + 2) = 14 of nobody's
+    tasks; the block's limit is 10: refused, saying so; one rank (5) runs."""
+    m = sm
+    boot_under(m, "ulimit -u 10")
+    pids = daemons(m)
+    hello = str(EXAMPLES / "hello")
+    err = refused(m, "--block", "S", "-n", "4", "--user", "nobody", "--cwd", "/tmp", hello)
+    assert "cannot hold 4 ranks" in err
+    assert "14 of them run as uid 65534, whose limit (ulimit -u, RLIMIT_NPROC" in err
+    assert "is 10; raise it with `ulimit -u 28`" in err
+    assert daemons(m) == pids and all(Path(f"/proc/{p}").exists() for p in pids)
+    assert " Initialized " in m.run("blocks").stdout
+    p = m.run("run", "--block", "S", "-n", "1", "--user", "nobody", "--cwd", "/tmp", hello)
+    assert p.stdout == "hello from rank 0 of 1 on R00-M0-N00-C:J00\n"
+    # root's jobs are exempt from RLIMIT_NPROC: all four ranks run
+    assert len(m.run("run", "--block", "S", "-n", "4", hello).stdout.splitlines()) == 4
+
+
+@pytest.fixture
+def cgroup(tmp_path: Path) -> Iterator[Path]:
+    """A pids cgroup (v1) of the test's own, removed afterwards."""
+    if not (PIDS / "cgroup.procs").exists():
+        pytest.skip("no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids")
+    d = PIDS / f"lattice-test-{os.getpid()}-{tmp_path.name}"
+    try:
+        d.mkdir()
+    except OSError as e:
+        pytest.skip(f"cannot make a pids cgroup: {e}")
+    yield d
+    for p in (d / "cgroup.procs").read_text().split():     # anything left: the tests free their blocks
+        try:
+            os.kill(int(p), 9)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: not (d / "cgroup.procs").read_text().strip(), timeout=10)
+    d.rmdir()
+
+
+def test_pids_cgroup(sm: Machine, cgroup: Path) -> None:
+    """The block's daemons in a pids cgroup with room for 12 more tasks: four
+    ranks (26 with their I/O nodes' threads) are refused even as root, one
+    rank (11) runs."""
+    m = sm
+    boot_under(m, f"echo $$ > {cgroup}/cgroup.procs")
+    held = int((cgroup / "pids.current").read_text())
+    assert held == 4 + 2 * (2 + 2)          # four cnodes, two ciods of main, RAS timer and two node threads
+    (cgroup / "pids.max").write_text(f"{held + 12}\n")
+    pids = daemons(m)
+    hello = str(EXAMPLES / "hello")
+    err = refused(m, "--block", "S", "-n", "4", hello)
+    assert "cannot hold 4 ranks: they need about 26 processes and threads" in err
+    assert f"the pids cgroup {cgroup} allows {held + 12} (pids.max) and {held} are in use" in err
+    assert f"echo {held + 26} > {cgroup}/pids.max" in err
+    assert daemons(m) == pids
+    assert m.run("run", "--block", "S", "-n", "1", hello).stdout == "hello from rank 0 of 1 on R00-M0-N00-C:J00\n"
+    m.run("free", "S")
+
+
+def test_pids_cgroup_refuses_a_boot_before_any_daemon(sm: Machine, cgroup: Path) -> None:
+    """`lattice boot` in a cgroup of 5 pids: the 12 tasks of S's daemons do not
+    fit; nothing starts, the block stays Free and boots outside it."""
+    m = sm
+    (cgroup / "pids.max").write_text("5\n")
+    argv = " ".join(LATTICE)
+    p = subprocess.run(["bash", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec {argv} boot S"], env=m.env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p
+    assert p.stderr.startswith("lattice: error: host "), p.stderr
+    assert "cannot hold block S's daemons (4 compute nodes, 2 I/O nodes): they need about 12" in p.stderr
+    assert f"the pids cgroup {cgroup} allows 5 (pids.max)" in p.stderr
+    assert daemons(m) == []
+    assert " Free " in m.run("blocks").stdout
+    m.run("boot", "S")
+    assert len(daemons(m)) == 6
+    m.run("free", "S")
+
+
+def test_memory_beyond_mem_available(built: Path, tmp_path: Path) -> None:
+    """Compute nodes of 64 TiB: a cnk job's big memory cannot be had.  Refused
+    before the block is even booted (lattice run boots none); on a booted
+    block refused with the block untouched, and a Linux-mode job (no memory
+    asked up front) runs there."""
+    m = make_machine(tmp_path, "--shape", "1x1x2", "--pset-size", "2", "--memory", "64T")
+    try:
+        hello = str(EXAMPLES / "hello")
+        err = refused(m, "-n", "2", hello)
+        assert "cannot hold 2 ranks: their nodes' memory (big memory) is 131072.0 GiB, the host has" in err
+        assert "MemAvailable" in err and "lattice init --memory" in err
+        assert "auto-" not in m.run("blocks").stdout and daemons(m) == []
+        m.run("block", "create", "S", "--shape", "1x1x2")
+        m.run("boot", "S")
+        pids = daemons(m)
+        refused(m, "--block", "S", "-n", "2", hello)
+        assert daemons(m) == pids
+        p = m.run("run", "--block", "S", "-n", "2", "--kernel", "linux", hello)
+        assert len(p.stdout.splitlines()) == 2
+    finally:
+        m.run("free", "--all", "--force", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
