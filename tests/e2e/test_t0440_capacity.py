@@ -162,3 +162,26 @@ def test_memory_beyond_mem_available(built: Path, tmp_path: Path) -> None:
     finally:
         m.run("free", "--all", "--force", check=False)
         shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_more_processes_per_node_than_the_old_cap(built: Path, tmp_path: Path) -> None:
+    """Nodes of 80 cores in virtual node mode: 80 ranks each, past the old
+    fixed cap of 64 processes per node (LAT_MAX_PPN; cnode's process table,
+    the I/O worker's and the lofar plug-in's are sized per job now, and
+    ciod's connection cap grows with the job's processes per node)."""
+    m = make_machine(tmp_path, "--shape", "1x1x2", "--pset-size", "2", "--cores", "80", "--memory", "8G")
+    try:
+        m.run("block", "create", "S", "--shape", "1x1x2")
+        m.run("boot", "S")
+        for kernel in ("linux", "cnk"):
+            p = m.run("run", "--block", "S", "--mode", "vn", "-n", "160", "--kernel", kernel, "--label",
+                      str(EXAMPLES / "hello"), timeout=120)
+            lines = p.stdout.splitlines()
+            assert sorted(int(l.split(":")[0]) for l in lines) == list(range(160)), p
+            assert sum(l.endswith(" of 160 on R00-M0-N00-C:J00") for l in lines) == 80, p
+            assert sum(l.endswith(" of 160 on R00-M0-N00-C:J01") for l in lines) == 80, p
+        log = (m.home / "blocks" / "S" / "log" / "ciod-0.log").read_text()
+        assert "a job of 80 processes per node: at most 402 connections now" in log, log
+    finally:
+        m.run("free", "--all", "--force", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
