@@ -88,7 +88,7 @@ class Need:
     __slots__ = ("what", "tasks", "counted", "uid", "user_tasks", "memory")
 
     def __init__(self, what: str, tasks: int, counted: str, uid: int, user_tasks: int, memory: int = 0) -> None:
-        self.what = what                # "16 ranks", "block B's daemons (16 compute nodes, 2 I/O nodes)"
+        self.what = what                # "16 ranks", "the daemons of block B (16 compute nodes, 2 I/O nodes)"
         self.tasks = tasks              # processes and threads
         self.counted = counted          # how tasks was counted, for the message
         self.uid = uid                  # who the user's tasks run as (RLIMIT_NPROC counts per user; root is exempt)
@@ -205,10 +205,11 @@ def read_host(root: str | Path = "/", pid: int | str = "self", name: str | None 
 
 
 def daemons(block: str, nodes: int, psets: int, pset_size: int, uid: int) -> Need:
-    """What booting a block adds: a cnode per compute node, a ciod per pset (run by uid)."""
+    """What booting a block adds: a cnode per compute node, a ciod per pset (run by uid).
+    block names it for the message ("block B", "a new 2x2x4 block")."""
     ciod = CIOD_TASKS + pset_size
     tasks = nodes * CNODE_TASKS + psets * ciod
-    return Need(f"block {block}'s daemons ({nodes:,} compute nodes, {psets:,} I/O nodes)", tasks,
+    return Need(f"the daemons of {block} ({nodes:,} compute nodes, {psets:,} I/O nodes)", tasks,
                 f"{nodes:,} x cnode + {psets:,} x ciod of {ciod} threads", uid, tasks)
 
 

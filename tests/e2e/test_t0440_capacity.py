@@ -131,7 +131,7 @@ def test_pids_cgroup_refuses_a_boot_before_any_daemon(sm: Machine, cgroup: Path)
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1, p
     assert p.stderr.startswith("lattice: error: host "), p.stderr
-    assert "cannot hold block S's daemons (4 compute nodes, 2 I/O nodes): they need about 12" in p.stderr
+    assert "cannot hold the daemons of block S (4 compute nodes, 2 I/O nodes): they need about 12" in p.stderr
     assert f"the pids cgroup {cgroup} allows 5 (pids.max)" in p.stderr
     assert daemons(m) == []
     assert " Free " in m.run("blocks").stdout

@@ -110,7 +110,7 @@ def host(**kw: object) -> Host:
 
 
 def test_counts_from_the_code() -> None:
-    d = capacity.daemons("B", 16, 2, 8, 0)
+    d = capacity.daemons("block B", 16, 2, 8, 0)
     assert d.tasks == 16 * 1 + 2 * (2 + 8)
     j = capacity.job(16, [8, 8], 1000, 0)
     # a process per rank, two I/O workers of 3 + 8, and per I/O node a control and a stdin thread + 2 per rank
@@ -124,12 +124,12 @@ def test_counts_from_the_code() -> None:
 
 
 def test_an_8192_rank_job_breaks_pid_max_with_the_numbers_and_the_fix() -> None:
-    needs = [capacity.daemons("B", 8192, 64, 128, 0), capacity.job(8192, [128] * 64, 0, 0, mpi_ranks=8192)]
+    needs = [capacity.daemons("block B", 8192, 64, 128, 0), capacity.job(8192, [128] * 64, 0, 0, mpi_ranks=8192)]
     found = capacity.problems(host(), needs)
     assert len(found) == 1
     msg = found[0]
     total = sum(n.tasks for n in needs)
-    assert msg.startswith("host h1 cannot hold block B's daemons (8,192 compute nodes, 64 I/O nodes) and 8,192 ranks")
+    assert msg.startswith("host h1 cannot hold the daemons of block B (8,192 compute nodes, 64 I/O nodes) and 8,192 ranks")
     assert f"about {total:,} processes and threads" in msg
     assert "kernel.pid_max (32,768)" in msg
     assert f"sysctl -w kernel.pid_max={2 * (total + 160)}" in msg
@@ -158,7 +158,7 @@ def test_nproc_counts_the_job_user_and_exempts_root() -> None:
 
 
 def test_nproc_counts_the_daemons_when_they_run_as_the_job_user() -> None:
-    d = capacity.daemons("B", 16, 2, 8, 1000)
+    d = capacity.daemons("block B", 16, 2, 8, 1000)
     booted = capacity.job(4, [4, 0], 1000, 0, daemon_uid=1000, daemon_tasks=d.tasks)
     assert booted.user_tasks == booted.tasks + d.tasks
     # booting now: the daemons are a need of their own, summed per user
@@ -206,3 +206,11 @@ def _timed(f: object) -> float:
     t0 = time.perf_counter()
     f()         # type: ignore[operator]
     return time.perf_counter() - t0
+
+
+def test_virtual_node_mode_on_any_node_lattice_init_allows_fits_the_wire() -> None:
+    """One process per core: the wire's processes per node (LAT_MAX_PPN) cover
+    every core count `lattice init --cores` accepts (docs/architecture.md
+    "Fixed limits")."""
+    from lattice import machine, wire_h
+    assert wire_h.MAX_PPN == machine.MAX_CORES

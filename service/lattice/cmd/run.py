@@ -228,7 +228,8 @@ def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping
     row = con.execute("SELECT pid FROM daemons WHERE block = ? AND kind = 'cnode' LIMIT 1",
                       (b.name,)).fetchone() if booted else None
     daemon_uid = os.geteuid()           # the daemons run as whoever runs lattice (the machine's owner)
-    d = capacity.daemons(b.name, b.size, len(b.psets(m)), m.pset_size, daemon_uid)
+    words = f"a new {machine.shape_str(b.shape)} block" if b.auto else f"block {b.name}"
+    d = capacity.daemons(words, b.size, len(b.psets(m)), m.pset_size, daemon_uid)
     per_pset = dict.fromkeys(b.psets(m), 0)
     for sl in p.slots:
         per_pset[m.pset_of(sl.node)] += 1
