@@ -27,13 +27,10 @@ PIDS = Path("/sys/fs/cgroup/pids")
 
 
 @pytest.fixture
-def sm(built: Path, tmp_path: Path) -> Iterator[Machine]:
-    """A 1x1x4 machine in psets of two; its block S over all of it, not booted."""
-    m = make_machine(tmp_path, "--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
-    m.run("block", "create", "S", "--shape", "1x1x4")
-    yield m
-    m.run("free", "--all", "--force", check=False)
-    shutil.rmtree(m.work, ignore_errors=True)
+def sm(small_machine: Machine) -> Machine:
+    """A 1x1x4 machine in psets of two (conftest); its block S over all of it, not booted."""
+    small_machine.run("block", "create", "S", "--shape", "1x1x4")
+    return small_machine
 
 
 def boot_under(m: Machine, shell: str) -> None:
