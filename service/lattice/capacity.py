@@ -19,6 +19,7 @@ Two halves:
 What each part costs in tasks (processes + threads), counted from the code
 and checked with `ps -eLf` on a booted block running MPICH jobs:
 
+- per host and block: its agent (lattice.agent), one thread;
 - per compute node: `cnode`, one thread;
 - per I/O node: `ciod`'s main thread, its RAS fold timer, one thread per
   connection: its `pset_size` compute nodes at boot; during a job also the
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from lattice.machine import Machine
 
 CNODE_TASKS = 1
+AGENT_TASKS = 1             # the block's host agent (lattice.agent), one thread, for as long as the block is up
 CIOD_TASKS = 2              # main thread and RAS fold timer, besides one per connection
 CIOD_JOB_TASKS = 2          # the job's control connection and the stdin pump
 CIOD_RANK_TASKS = 2         # a PROC and a PMI connection thread per rank
@@ -208,9 +210,9 @@ def daemons(block: str, nodes: int, psets: int, pset_size: int, uid: int) -> Nee
     """What booting a block adds: a cnode per compute node, a ciod per pset (run by uid).
     block names it for the message ("block B", "a new 2x2x4 block")."""
     ciod = CIOD_TASKS + pset_size
-    tasks = nodes * CNODE_TASKS + psets * ciod
-    return Need(f"the daemons of {block} ({nodes:,} compute nodes, {psets:,} I/O nodes)", tasks,
-                f"{nodes:,} x cnode + {psets:,} x ciod of {ciod} threads", uid, tasks)
+    tasks = AGENT_TASKS + nodes * CNODE_TASKS + psets * ciod
+    return Need(f"the daemons of {block} ({_n(nodes, 'compute node')}, {_n(psets, 'I/O node')})", tasks,
+                f"the host agent + {nodes:,} x cnode + {psets:,} x ciod of {ciod} threads", uid, tasks)
 
 
 def job(nranks: int, ranks_per_pset: list[int], uid: int, memory: int = 0,
@@ -228,7 +230,11 @@ def job(nranks: int, ranks_per_pset: list[int], uid: int, memory: int = 0,
     mpi = f" ({MPI_RANK_TASKS} per MPI rank, {progress_ranks:,} progress threads)" if mpi_ranks else ""
     counted = (f"{ranks:,} for the ranks{mpi}, {len(busy):,} I/O workers of {WORKER_TASKS} + 1 per rank, {ciod:,} I/O node connection threads")
     user = mine + (ciod + daemon_tasks if daemon_uid == uid else 0)
-    return Need(f"{nranks:,} rank{'s' if nranks != 1 else ''}", mine + ciod, counted, uid, user, memory)
+    return Need(_n(nranks, "rank"), mine + ciod, counted, uid, user, memory)
+
+
+def _n(n: int, thing: str) -> str:
+    return f"{n:,} {thing}{'s' if n != 1 else ''}"
 
 
 def _gib(n: int) -> str:

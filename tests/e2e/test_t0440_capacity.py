@@ -11,15 +11,17 @@ ranks they start as the job's user), or inside a pids cgroup of its own.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for
+from conftest import EXAMPLES, LATTICE, ROOT, Machine, make_machine, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs as another user, pids cgroups")
 
@@ -105,7 +107,7 @@ def test_pids_cgroup(sm: Machine, cgroup: Path) -> None:
     m = sm
     boot_under(m, f"echo $$ > {cgroup}/cgroup.procs")
     held = int((cgroup / "pids.current").read_text())
-    assert held == 4 + 2 * (2 + 2)          # four cnodes, two ciods of main, RAS timer and two node threads
+    assert held == 1 + 4 + 2 * (2 + 2)      # the host agent, four cnodes, two ciods of main, RAS timer, two node threads
     (cgroup / "pids.max").write_text(f"{held + 12}\n")
     pids = daemons(m)
     hello = str(EXAMPLES / "hello")
@@ -119,7 +121,7 @@ def test_pids_cgroup(sm: Machine, cgroup: Path) -> None:
 
 
 def test_pids_cgroup_refuses_a_boot_before_any_daemon(sm: Machine, cgroup: Path) -> None:
-    """`lattice boot` in a cgroup of 5 pids: the 12 tasks of S's daemons do not
+    """`lattice boot` in a cgroup of 5 pids: the 13 tasks of S's daemons do not
     fit; nothing starts, the block stays Free and boots outside it."""
     m = sm
     (cgroup / "pids.max").write_text("5\n")
@@ -128,7 +130,7 @@ def test_pids_cgroup_refuses_a_boot_before_any_daemon(sm: Machine, cgroup: Path)
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1, p
     assert p.stderr.startswith("lattice: error: host "), p.stderr
-    assert "cannot hold the daemons of block S (4 compute nodes, 2 I/O nodes): they need about 12" in p.stderr
+    assert "cannot hold the daemons of block S (4 compute nodes, 2 I/O nodes): they need about 13" in p.stderr
     assert f"the pids cgroup {cgroup} allows 5 (pids.max)" in p.stderr
     assert daemons(m) == []
     assert " Free " in m.run("blocks").stdout
@@ -182,3 +184,28 @@ def test_more_processes_per_node_than_the_old_cap(built: Path, tmp_path: Path) -
     finally:
         m.run("free", "--all", "--force", check=False)
         shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_a_host_agent_checks_its_own_host_before_starting_daemons(built: Path, tmp_path: Path,
+                                                                  cgroup: Path) -> None:
+    """With ssh or Slurm placement each host's agent checks its host: an agent
+    in a pids cgroup of 3 is told to start two nodes' daemons (1 + 2 + 4
+    tasks): it reports the error and starts nothing."""
+    (cgroup / "pids.max").write_text("3\n")
+    d = tmp_path / "agent"
+    d.mkdir()
+    spec = {"block": "X", "pset_size": 2, "key": "00" * 32, "prefix": str(built), "ras_dir": str(d),
+            "hosts": {"h1": [{"pset": 0, "location": "R00-M0-N00-I:J00",
+                              "nodes": [{"index": i, "personality": {}} for i in (0, 1)]}]},
+            "dirs": {"h1": str(d)}, "log_dirs": {"h1": str(d)}, "socket_dirs": {"h1": str(d)}}
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "service"))
+    p = subprocess.run(["bash", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec {sys.executable} -m lattice.agent "
+                        "--host h1"], input=json.dumps(spec) + "\n", env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 1, p
+    report = json.loads(p.stdout.splitlines()[-1])
+    assert report["host"] == "h1" and report["event"] == "error", report
+    assert report["message"].startswith("host h1 cannot hold the daemons of block X (2 compute nodes, 1 I/O "
+                                        "node): they need about 7 processes and threads"), report
+    assert f"the pids cgroup {cgroup} allows 3 (pids.max)" in report["message"]
+    assert not list(d.glob("*.log")) and not (d / "key").exists()      # no daemon started, no key written

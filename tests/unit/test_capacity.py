@@ -111,7 +111,7 @@ def host(**kw: object) -> Host:
 
 def test_counts_from_the_code() -> None:
     d = capacity.daemons("block B", 16, 2, 8, 0)
-    assert d.tasks == 16 * 1 + 2 * (2 + 8)
+    assert d.tasks == 1 + 16 * 1 + 2 * (2 + 8)     # the host agent, the cnodes, the ciods
     j = capacity.job(16, [8, 8], 1000, 0)
     # a process per rank, two I/O workers of 3 + 8, and per I/O node a control and a stdin thread + 2 per rank
     assert j.tasks == 16 + 2 * (3 + 8) + (2 * 2 + 2 * 16)

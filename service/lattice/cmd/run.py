@@ -222,7 +222,11 @@ def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping
     """One clear error before anything boots or launches if this host cannot
     hold the job's ranks (and the block's daemons, if this run boots them):
     lattice.capacity.  The ranks inherit the rlimits and cgroup of the
-    block's cnodes, so a booted block's limits are read through one of them."""
+    block's cnodes, so a booted block's limits are read through one of them.
+    Only a machine placed on this host: the service node cannot read another
+    host's limits (its agent checks the daemons at boot, lattice.agent)."""
+    if m.placement != "local":
+        return
     from lattice import capacity
     booted = b.state == "Initialized"
     row = con.execute("SELECT pid FROM daemons WHERE block = ? AND kind = 'cnode' LIMIT 1",
