@@ -147,7 +147,6 @@ def test_default_node_gets_2m_pages(mem_machine: Machine, exe: str) -> None:
 def test_128m_node_gets_2m_pages(small_machine: Machine) -> None:
     p = small_machine.run("run", "--block", "C", "-n", "2", "--label", "-v", "--cwd", "/tmp",
                           str(CNK_EX / "bigalloc"), "64")
-    assert refused.returncode == 1 and "their nodes' memory (big memory) is" in refused.stderr, refused
     assert p.stdout.count("touched 64 MiB ok") == 2 and p.stdout.count("page_kb=2048") == 2, p.stdout
     assert "big memory 128 MiB per rank on 2 MiB pages (128 MiB is not a whole number of GiB" in p.stderr, p.stderr
     assert "2 ranks reserve 128 x 2 MiB" in p.stderr, p.stderr
