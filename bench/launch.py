@@ -28,8 +28,9 @@ The machine (default 8x8x4 = 256 compute nodes, psets of 64 so 4 I/O nodes,
 128 MiB and 2 cores per node, --mode co: one rank per node) holds the biggest
 size.  By default 128 MiB nodes take 2 MiB surplus huge pages as each rank
 starts; 256 ranks x 128 MiB (32 GiB) is more than this host holds, so that
-size runs with pages taken at first touch and one warning
-(docs/architecture.md "Huge pages").  REFERENCE.md
+size runs with pages taken at first touch (--env LATTICE_BIGMEM_RESERVE=0:
+without it the run refuses nodes that ask more memory than the host has) and
+one warning (docs/architecture.md "Huge pages", "Capacity of a host").  REFERENCE.md
 section 7 measured Hydra here at 0.8 s (16), 3.8 s (64), 18.6 s (256).
 
     .venv/bin/python bench/launch.py [--repeat 3] [--sizes 16,64,256] [--quick]
@@ -63,6 +64,7 @@ NO_PROGRESS = "MPIR_CVAR_ASYNC_PROGRESS=0"
 CNK_RANK_MIB = {"cnk": 20, "cnk-copy": 100}
 MARGIN_MIB = 3072
 COPY_ENV = "LATTICE_LIBCACHE=0"
+FIRST_TOUCH = "LATTICE_BIGMEM_RESERVE=0"
 
 
 def mem_available_mib() -> int:
@@ -70,6 +72,13 @@ def mem_available_mib() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) // 1024
     return 0
+
+
+def size_mib(text: str) -> int:
+    """lattice init's --memory (512M, 2G, 1T) in MiB."""
+    units = {"K": -10, "M": 0, "G": 10, "T": 20}
+    n, unit = int(text[:-1]), text[-1].upper()
+    return n << units[unit] if units[unit] >= 0 else n >> -units[unit]
 
 
 class Block:
@@ -214,6 +223,10 @@ def main() -> int:
                         wall, start, out, err, rc, drop = timed(cmd, None, a.timeout)
                     else:
                         copy = ("--env", COPY_ENV) if cfg == "cnk-copy" else ()
+                        # nodes asking more than the host has: the run refuses them unless
+                        # their pages are taken at first touch (docs/architecture.md "Capacity of a host")
+                        if n * size_mib(a.memory) > mem_available_mib():
+                            copy += ("--env", FIRST_TOUCH)
                         cmd = blk.run_cmd(n, HELLO, kernel=cfg.removesuffix("-copy"), opts=opts + copy)
                         wall, start, out, err, rc, drop = timed(cmd, blk.env, a.timeout)
                     kv = {}

@@ -58,8 +58,9 @@ struct job;
 struct job *job_new(const struct personality *pers, const struct kernels *k, int conn, uint32_t hello_seq);
 /* Handle one message from ciod; returns 0, or 1 if the node must exit (shutdown). */
 int job_message(struct job *j, const struct msg *m);
-/* descriptors to poll while a job runs (pipes, pidfds, PMI sockets); returns count */
-#define JOB_POLLFDS (4 * LAT_MAX_PPN)
+/* descriptors to poll while a job runs (pipes, pidfds, PMI sockets): at most
+ * job_pollfd_max (4 per process); job_pollfds fills pfd, returns the count */
+int job_pollfd_max(const struct job *j);
 int job_pollfds(struct job *j, struct pollfd *pfd, int max);
 void job_events(struct job *j, const struct pollfd *pfd, int n);
 void job_kill_now(struct job *j);   /* SIGKILL the process group and reap */

@@ -25,6 +25,21 @@ static void closefd(int *fd)
     *fd = -1;
 }
 
+/* Room for n processes in j->proc, the new entries empty; -1 if out of memory. */
+static int proc_room(struct job *j, uint32_t n)
+{
+    if (n <= j->nroom)
+        return 0;
+    struct proc *p = realloc(j->proc, (size_t)n * sizeof *p);
+    if (!p)
+        return -1;
+    for (uint32_t i = j->nroom; i < n; i++)
+        p[i] = (struct proc){ .reportfd = -1, .pidfd = -1, .pmi = -1, .out = { -1, -1, -1 } };
+    j->proc = p;
+    j->nroom = n;
+    return 0;
+}
+
 struct job *job_new(const struct personality *pers, const struct kernels *k, int conn, uint32_t hello_seq)
 {
     struct job *j = calloc(1, sizeof *j);
@@ -38,9 +53,9 @@ struct job *job_new(const struct personality *pers, const struct kernels *k, int
     j->seq = hello_seq;
     for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
         j->memfd[a] = -1;
-    for (uint32_t i = 0; i < LAT_MAX_PPN; i++) {
-        struct proc *p = &j->proc[i];
-        p->reportfd = p->pidfd = p->pmi = p->out[0] = p->out[1] = p->out[2] = -1;
+    if (proc_room(j, 1) < 0) {
+        say("out of memory");
+        exit(1);
     }
     return j;
 }
@@ -67,7 +82,7 @@ static void reset(struct job *j)
     j->desc = NULL;
     j->env = NULL;
     j->groups = NULL;
-    for (uint32_t i = 0; i < LAT_MAX_PPN; i++) {
+    for (uint32_t i = 0; i < j->nroom; i++) {
         struct proc *p = &j->proc[i];
         proc_close(p);
         *p = (struct proc){ .reportfd = -1, .pidfd = -1, .pmi = -1, .out = { -1, -1, -1 } };
@@ -179,6 +194,8 @@ static const char *parse_mapping(struct job *j, size_t len, size_t *pos, uint32_
         return "rank mapping counts out of range";
     if (*pos + ext.nslots * sizeof(struct lat_slot) + ext.napps * sizeof(struct lat_node_app) > len)
         return "slots run past the message";
+    if (proc_room(j, ext.nslots) < 0)
+        return "out of memory";
     j->nprocs = j->left = ext.nslots;
     j->napps = ext.napps;
     j->ppn = ext.ppn;
@@ -364,6 +381,11 @@ static void on_image(struct job *j, const struct msg *m)
 }
 
 /* ---- supervising ---- */
+
+int job_pollfd_max(const struct job *j)
+{
+    return 4 * (int)j->nprocs;
+}
 
 int job_pollfds(struct job *j, struct pollfd *pfd, int max)
 {

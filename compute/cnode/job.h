@@ -71,7 +71,8 @@ struct job {
     uint64_t image_size[LAT_MAX_APPS];
     int memfd[LAT_MAX_APPS];
     uint64_t received;
-    struct proc proc[LAT_MAX_PPN];
+    struct proc *proc;          /* nprocs of them used; room for nroom (no fixed cap: vn mode runs one per core) */
+    uint32_t nroom;
 };
 
 /* job.c */

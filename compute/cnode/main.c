@@ -291,11 +291,23 @@ int main(int argc, char **argv)
 
     struct job *job = job_new(&pers, &k, conn, 1);     /* the hello was seq 1 */
     struct msg m = { 0 };
+    struct pollfd *pfd = NULL;
+    size_t room = 0;
     for (;;) {
-        struct pollfd pfd[2 + JOB_POLLFDS];
+        size_t want = 2 + (size_t)job_pollfd_max(job);     /* as many processes as the job has */
+        if (want > room) {
+            struct pollfd *more = realloc(pfd, want * sizeof *pfd);
+            if (!more) {
+                say("out of memory");
+                job_kill_now(job);
+                return 1;
+            }
+            pfd = more;
+            room = want;
+        }
         pfd[0] = (struct pollfd){ .fd = conn, .events = POLLIN };
         pfd[1] = (struct pollfd){ .fd = sfd, .events = POLLIN };
-        int n = 2 + job_pollfds(job, pfd + 2, JOB_POLLFDS);
+        int n = 2 + job_pollfds(job, pfd + 2, (int)(room - 2));
         if (poll(pfd, (nfds_t)n, -1) < 0) {
             if (errno == EINTR)
                 continue;

@@ -7,10 +7,12 @@
  * keep the service node or a compute node out.  All connections at what
  * an authenticated pset can use, plus the pending ones:
  *
- *   ADMIT_CONTROL_MAX + pset_size * (1 node + LAT_MAX_PPN * (PROC + PMI)) + ADMIT_HELLO_MAX
+ *   ADMIT_CONTROL_MAX + pset_size * (1 node + ppn * (PROC + PMI)) + ADMIT_HELLO_MAX
  *
- * beyond which a new connection is closed at once.  LATTICE_MAX_CONNS and
- * LATTICE_MAX_HELLO lower the caps (tests).  Refusals and evictions are
+ * beyond which a new connection is closed at once; ppn is ADMIT_PPN (64) or
+ * the most processes per node a job the service node sent has had (admit_ppn:
+ * a node with more cores runs more in virtual node mode, LAT_MAX_PPN at most).
+ * LATTICE_MAX_CONNS and LATTICE_MAX_HELLO lower the caps (tests).  Refusals and evictions are
  * counted (in their RAS events, folded per peer by ras.c).
  */
 #include "ciod.h"
@@ -24,8 +26,9 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct conn *head, *tail;        /* pending, oldest first */
-static uint32_t nconns, npending, max_conns, max_pending;
+static uint32_t nconns, npending, max_conns, max_pending, max_ppn = ADMIT_PPN;
 static uint64_t nrefused, nevicted;
+static bool lowered;                    /* LATTICE_MAX_CONNS set the cap: jobs do not raise it */
 
 static int env_cap(const char *name, uint32_t *cap, char *err, size_t errlen)
 {
@@ -46,11 +49,12 @@ static int env_cap(const char *name, uint32_t *cap, char *err, size_t errlen)
 
 int admit_init(char *err, size_t errlen)
 {
-    max_conns = ADMIT_CONTROL_MAX + cfg.pset_size * (1 + 2 * LAT_MAX_PPN) + ADMIT_HELLO_MAX;
+    uint32_t base = max_conns = ADMIT_CONTROL_MAX + cfg.pset_size * (1 + 2 * ADMIT_PPN) + ADMIT_HELLO_MAX;
     max_pending = ADMIT_HELLO_MAX;
     if (env_cap("LATTICE_MAX_CONNS", &max_conns, err, errlen) < 0
         || env_cap("LATTICE_MAX_HELLO", &max_pending, err, errlen) < 0)
         return -1;
+    lowered = max_conns < base;
     if (max_pending > max_conns)
         max_pending = max_conns;
     logmsg("at most %u connections, %u of them waiting for their hello", max_conns, max_pending);
@@ -142,4 +146,15 @@ void admit_end(struct conn *c)
 {
     ras_thread_peer(NULL);
     admit_undo(c);
+}
+
+void admit_ppn(uint32_t ppn)
+{
+    pthread_mutex_lock(&lock);
+    if (ppn > max_ppn && ppn <= LAT_MAX_PPN && !lowered) {
+        max_conns += cfg.pset_size * 2 * (ppn - max_ppn);
+        max_ppn = ppn;
+        logmsg("a job of %u processes per node: at most %u connections now", ppn, max_conns);
+    }
+    pthread_mutex_unlock(&lock);
 }

@@ -131,6 +131,7 @@ void node_location(uint32_t node, char *buf, size_t len);
 
 #define ADMIT_HELLO_MAX     64u     /* connections waiting for their hello */
 #define ADMIT_CONTROL_MAX   16u     /* the service node's control connections, in the total below */
+#define ADMIT_PPN           64u     /* processes per node the cap allows for until a job has more */
 
 /* After the arguments: the caps from pset_size, lowered by LATTICE_MAX_CONNS
  * and LATTICE_MAX_HELLO; -1 (err set) if one of those is not a number >= 1. */
@@ -144,6 +145,10 @@ void admit_undo(struct conn *c);    /* its thread could not start */
  * was evicted meanwhile (its thread ends). */
 bool admit_hello_done(struct conn *c, uint32_t role);
 void admit_end(struct conn *c);     /* its thread ends */
+/* A job of ppn processes per node came from the service node: room for
+ * their PROC and PMI connections (the cap only grows; not past
+ * LATTICE_MAX_CONNS). */
+void admit_ppn(uint32_t ppn);
 
 /* The job owner: what its I/O worker becomes (worker.c). */
 struct ident {

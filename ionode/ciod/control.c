@@ -235,6 +235,7 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         js->nslots = ext.nslots;
         js->napps = ext.napps;
         js->ppn = ext.ppn;
+        admit_ppn(ext.ppn);             /* the service node's job: its processes may all connect */
         js->stdin_rank = ext.stdin_rank;
         if ((jh->flags & LAT_JOB_STDIN) && ext.stdin_rank != LAT_STDIN_ALL && ext.stdin_rank >= jh->nranks)
             return errprintf(why, whylen, "standard input for rank %u of a job of %u ranks", ext.stdin_rank,

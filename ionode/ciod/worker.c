@@ -139,8 +139,8 @@ static struct {
     const char     *cwd;
     pthread_mutex_t send_lock;          /* W_OUTPUT from many threads; one message each */
     pthread_mutex_t lock;
-    struct conn    *live[LAT_MAX_PSET * LAT_MAX_PPN];
-    unsigned        nlive;
+    struct conn   **live;               /* the processes served, grown as they come: no fixed cap */
+    unsigned        nlive, nroom;
     pthread_cond_t  gone;
 } wk = { .ch = -1, .out = -1, .send_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
          .gone = PTHREAD_COND_INITIALIZER };
@@ -338,9 +338,15 @@ static void take_proc(const char *data, size_t len, int fds[2])
     s->c->seq_seen = true;              /* the session goes on: seqs after the hello's */
     s->c->seq_last = s->wp.last_seq;
     pthread_mutex_lock(&wk.lock);
-    if (wk.nlive == sizeof(wk.live) / sizeof(wk.live[0])) {
-        pthread_mutex_unlock(&wk.lock);
-        goto fail;
+    if (wk.nlive == wk.nroom) {
+        unsigned room = wk.nroom ? 2 * wk.nroom : 64;
+        struct conn **more = realloc(wk.live, room * sizeof(*more));
+        if (!more) {
+            pthread_mutex_unlock(&wk.lock);
+            goto fail;
+        }
+        wk.live = more;
+        wk.nroom = room;
     }
     wk.live[wk.nlive++] = s->c;
     pthread_mutex_unlock(&wk.lock);

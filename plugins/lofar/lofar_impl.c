@@ -33,8 +33,6 @@ struct slot {
     uint8_t  data[LOFAR_PIECE_MAX];
 };
 
-#define MAX_PROCS 8192u             /* LAT_MAX_PSET * LAT_MAX_PPN */
-
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
@@ -46,9 +44,10 @@ static struct {
     uint32_t        slots;
     uint64_t        head;           /* pieces received */
     uint64_t        job, base;      /* the job served and its piece 0 */
-    uint64_t        next[MAX_PROCS];/* pieces each process of the job took */
+    uint32_t        nprocs;         /* the pset's processes of the job (zoid_caller count): no fixed cap */
+    uint64_t       *next;           /* [nprocs] pieces each process of the job took */
     /* gather */
-    uint64_t        round, mine[MAX_PROCS];
+    uint64_t        round, *mine;   /* [nprocs] rounds each process contributed to */
     uint32_t        contributed, veclen;
     int64_t         sum[LOFAR_VEC_MAX];
     int             stop;
@@ -161,20 +160,33 @@ void lofar_fini(void)
     pthread_join(L.rx, NULL);
 }
 
-/* A new job starts at the oldest piece still waiting in the ring. */
-static void job_check_locked(const struct zoid_caller *c)
+/* The caller's job is the one served: a new one starts afresh, at the
+ * oldest piece still waiting in the ring, its tables sized to its
+ * processes.  0, or an errno: EINVAL for an index beyond the job's
+ * processes, ENOMEM. */
+static int job_check_locked(const struct zoid_caller *c)
 {
-    if (c->job == L.job)
-        return;
+    if (c->job == L.job && L.next)
+        return c->index < L.nprocs ? 0 : EINVAL;
+    uint64_t *next = calloc(c->count, sizeof(*next)), *mine = calloc(c->count, sizeof(*mine));
+    if (!next || !mine) {
+        free(next);
+        free(mine);
+        return ENOMEM;
+    }
+    free(L.next);
+    free(L.mine);
+    L.next = next;
+    L.mine = mine;
+    L.nprocs = c->count;
     L.job = c->job;
     L.base = L.head;
     while (L.base > 0 && L.head - L.base < L.slots && L.ring[(L.base - 1) % L.slots].state == FULL)
         L.base--;
-    memset(L.next, 0, sizeof(L.next));
-    memset(L.mine, 0, sizeof(L.mine));
     L.round = 0;
     L.contributed = 0;
     memset(L.sum, 0, sizeof(L.sum));
+    return c->index < L.nprocs ? 0 : EINVAL;
 }
 
 void *lofar_alloc(uint32_t fn, unsigned arg, size_t bytes)
@@ -182,12 +194,17 @@ void *lofar_alloc(uint32_t fn, unsigned arg, size_t bytes)
     const struct zoid_caller *c = zoid_caller();
     (void)fn;
     (void)arg;
-    if (bytes > LOFAR_PIECE_MAX || c->count == 0 || c->index >= MAX_PROCS) {
+    if (bytes > LOFAR_PIECE_MAX || c->count == 0 || c->index >= c->count) {
         errno = EINVAL;
         return NULL;
     }
     pthread_mutex_lock(&L.lock);
-    job_check_locked(c);
+    int bad = job_check_locked(c);
+    if (bad) {
+        pthread_mutex_unlock(&L.lock);
+        errno = bad;
+        return NULL;
+    }
     uint64_t k = L.base + c->index + (uint64_t)c->count * L.next[c->index]++;
     while (L.head <= k) {
         int err = wait_caller_locked();
@@ -226,12 +243,17 @@ int64_t lofar_put(const int64_t *vals, uint32_t n)
     const struct zoid_caller *c = zoid_caller();
     int64_t round;
 
-    if (n == 0 || n > LOFAR_VEC_MAX || c->count == 0 || c->index >= MAX_PROCS) {
+    if (n == 0 || n > LOFAR_VEC_MAX || c->count == 0 || c->index >= c->count) {
         errno = EINVAL;
         return -1;
     }
     pthread_mutex_lock(&L.lock);
-    job_check_locked(c);
+    int bad = job_check_locked(c);
+    if (bad) {
+        pthread_mutex_unlock(&L.lock);
+        errno = bad;
+        return -1;
+    }
     while (L.mine[c->index] > L.round) {
         int err = wait_caller_locked();
         if (err) {

@@ -40,7 +40,7 @@
 #define LAT_MAX_PSET      128u                   /* compute nodes per I/O node */
 #define LAT_MAX_ARGS      4096u                  /* argv + envp strings per job */
 #define LAT_MAX_IMAGE     (1ull << 31)           /* largest executable pushed */
-#define LAT_MAX_PPN       64u                    /* processes per compute node (virtual node mode) */
+#define LAT_MAX_PPN       4096u                  /* processes per compute node: one per core (vn mode), as lattice init allows */
 #define LAT_MAX_APPS      64u                    /* MPMD applications per job */
 #define LAT_CPU_LIMIT     65536u                 /* CPU numbers (OS indexes) are below this: Linux allows 8192 */
 

@@ -115,6 +115,15 @@ class Agent:
         cnk = Path(self.spec["prefix"]) / "bin" / "cnk"
         return keyfile, (str(cnk) if os.access(cnk, os.X_OK) else None)
 
+    def check_capacity(self) -> None:
+        """Can this host hold its daemons (lattice.capacity)?  Said before any starts."""
+        from lattice import capacity
+        need = capacity.daemons(f"block {self.spec['block']}", sum(len(ps["nodes"]) for ps in self.psets),
+                                len(self.psets), int(self.spec["pset_size"]), os.geteuid())
+        found = capacity.problems(capacity.read_host(memory=False, name=self.host), [need])
+        if found:
+            raise RuntimeError("; and ".join(found))
+
     def start(self) -> None:
         spec, prefix = self.spec, Path(self.spec["prefix"])
         keyfile, cnk = self.prepare()
@@ -370,6 +379,7 @@ def serve(spec: dict[str, Any], host: str) -> int:
         signal.signal(s, a.on_signal)
     t0 = time.monotonic()
     try:
+        a.check_capacity()
         a.start()
         spawned = time.monotonic() - t0
         addresses = a.wait_ready(float(spec.get("timeout", 30)))

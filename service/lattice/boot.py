@@ -111,7 +111,9 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     for their readiness and reports; so the service node does per host what
     it did per node, and reaps nothing."""
     import secrets
-    from lattice import placement
+    from lattice import capacity, placement
+    if m.placement == "local":      # this host runs every daemon: one clear error before any starts
+        capacity.check_boot(m, blocks.get(con, name))
     blocks.set_state(con, name, "Allocated", expect=("Free",))
     if owner is not None:
         con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*owner, name))

@@ -38,7 +38,18 @@ def _is_open_mpi_lib(name: str) -> bool:
             or (name.startswith("libmpi_") and name.endswith(".so.40")))
 
 
+_needed: dict[str, list[str]] = {}     # path -> DT_NEEDED: a run asks about each program twice
+
+
 def needed_libraries(path: str | Path) -> list[str]:
+    """DT_NEEDED names of an ELF file (read once per path and process)."""
+    key = os.fspath(path)
+    if key not in _needed:
+        _needed[key] = _read_needed(key)
+    return _needed[key]
+
+
+def _read_needed(path: str) -> list[str]:
     """DT_NEEDED names of an ELF file; [] for a static or non-ELF file.
 
     Reads only the program headers, the dynamic segment and its string
@@ -124,6 +135,17 @@ def is_open_mpi(exe: str | Path) -> bool:
     """Whether exe is dynamically linked against Open MPI (False if unreadable or not ELF)."""
     try:
         return any(_is_open_mpi_lib(n) for n in needed_libraries(exe))
+    except (OSError, ValueError):
+        return False
+
+
+def links_mpi(exe: str | Path) -> bool:
+    """Whether exe is dynamically linked against an MPI library (MPICH's
+    libmpi.so.12, libmpich, libmpifort; Open MPI's): its ranks start MPI's
+    threads (lattice.capacity counts them)."""
+    try:
+        return any(n.startswith(("libmpi.", "libmpich", "libmpifort")) or _is_open_mpi_lib(n)
+                   for n in needed_libraries(exe))
     except (OSError, ValueError):
         return False
 

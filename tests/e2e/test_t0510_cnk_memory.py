@@ -300,19 +300,24 @@ def test_another_machines_pages_are_untouched(small_machine: Machine, holdmem: P
 
 
 def test_a_job_bigger_than_the_host_takes_pages_at_first_touch(built: Path, tmp_path: Path) -> None:
-    """Two nodes of more memory each than the host has: the job is not
-    refused (Linux processes overcommit too); a warning says so, the ranks map
-    2 MiB pages without reserving them, take those they touch, and the
-    ceiling comes back after."""
+    """Two nodes of more memory each than the host has: refused before launch
+    (tests/e2e/test_t0440_capacity.py) unless the job asks for its pages at
+    first touch (--env LATTICE_BIGMEM_RESERVE=0); then it runs as Linux
+    processes overcommit: a warning says so, the ranks map 2 MiB pages
+    without reserving them, take those they touch, and the ceiling comes
+    back after."""
     total_mib = next(int(l.split()[1]) for l in Path("/proc/meminfo").read_text().splitlines()
                      if l.startswith("MemTotal:")) // 1024
     node_mib = total_mib + 1026                 # not a whole number of GiB: 2 MiB pages
     m = booted(tmp_path, "1x1x2", "--memory", f"{node_mib}M")
     ceiling = HugePagePools.ceiling(MIB2_KB)
     try:
-        p = m.run("run", "--block", "C", "-n", "2", "--label", "-v", "--cwd", "/tmp", str(CNK_EX / "bigalloc"), "64")
+        refused = m.run("run", "--block", "C", "-n", "2", "--cwd", "/tmp", str(CNK_EX / "bigalloc"), "64", check=False)
+        p = m.run("run", "--block", "C", "-n", "2", "--label", "-v", "--env", "LATTICE_BIGMEM_RESERVE=0", "--cwd",
+                  "/tmp", str(CNK_EX / "bigalloc"), "64")
     finally:
         m.run("free", "C", check=False)
+    assert refused.returncode == 1 and "their nodes' memory (big memory) is" in refused.stderr, refused
     assert p.stdout.count("touched 64 MiB ok") == 2 and p.stdout.count("page_kb=2048") == 2, p.stdout
     assert re.search(r"warning: big memory of 2 ranks x \d+ MiB \([\d.]+ GiB\) is more than this host can "
                      r"hold .*huge pages are taken at first touch", p.stderr), p.stderr

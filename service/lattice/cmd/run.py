@@ -217,6 +217,39 @@ def print_map(m: Machine, b: Block, p: RankMapping, cm: CoreMap, booted: bool, v
         print(line)
 
 
+def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str,
+                   uid: int, user_env: dict[str, str]) -> None:
+    """One clear error before anything boots or launches if this host cannot
+    hold the job's ranks (and the block's daemons, if this run boots them):
+    lattice.capacity.  The ranks inherit the rlimits and cgroup of the
+    block's cnodes, so a booted block's limits are read through one of them.
+    Only a machine placed on this host: the service node cannot read another
+    host's limits (its agent checks the daemons at boot, lattice.agent)."""
+    if m.placement != "local":
+        return
+    from lattice import capacity
+    booted = b.state == "Initialized"
+    row = con.execute("SELECT pid FROM daemons WHERE block = ? AND kind = 'cnode' LIMIT 1",
+                      (b.name,)).fetchone() if booted else None
+    daemon_uid = os.geteuid()           # the daemons run as whoever runs lattice (the machine's owner)
+    words = f"a new {machine.shape_str(b.shape)} block" if b.auto else f"block {b.name}"
+    d = capacity.daemons(words, b.size, len(b.psets(m)), m.pset_size, daemon_uid)
+    per_pset = dict.fromkeys(b.psets(m), 0)
+    for sl in p.slots:
+        per_pset[m.pset_of(sl.node)] += 1
+    # cnk maps each rank's big memory (the node's memory over its processes) at start,
+    # unless the job chose to take its pages at first touch (lattice.hugepages)
+    first_touch = user_env.get("LATTICE_BIGMEM_RESERVE") == "0"
+    memory = p.nranks * (m.memory // p.ppn) if kernel == "cnk" and not first_touch else 0
+    mpi_apps = {i for i, a in enumerate(p.apps) if mpienv.links_mpi(a.exe)}
+    progress = {n.node for n in cm.nodes if n.progress == 1}       # nodes whose MPICH starts a progress thread
+    mpi = [sl for sl in p.slots if sl.app in mpi_apps]
+    ranks = capacity.job(p.nranks, list(per_pset.values()), uid, memory, daemon_uid, d.tasks if booted else 0,
+                         len(mpi), sum(1 for sl in mpi if sl.node in progress))
+    host = capacity.read_host(pid=row["pid"] if row else "self", memory=memory > 0)
+    capacity.check(host, [ranks] if booted else [d, ranks])
+
+
 def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
     """Free (and delete, if this run made it) the block this run booted for
     itself, unless somebody freed it under the run already.  A run that got
@@ -298,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
         print_map(m, chosen, p, cm, chosen.state == "Initialized", args.verbose)
         return 0
 
+    check_capacity(con, m, chosen, p, cm, args.kernel, uid, user_env)
     owned = None          # a block this run boots, and frees afterwards
     if args.block or not chosen.auto:
         b = chosen
