@@ -124,6 +124,13 @@ class Agent:
         if found:
             raise RuntimeError("; and ".join(found))
 
+    def limits(self) -> str:
+        """This host's limits as its compute nodes' processes see them (the
+        ranks inherit a cnode's rlimits and cgroup): for `lattice run`'s check."""
+        from lattice import capacity
+        cnode = next((d.pid for d in self.daemons.values() if d.kind == "cnode"), None)
+        return capacity.read_host(pid=cnode or "self", name=self.host).to_json()
+
     def start(self) -> None:
         spec, prefix = self.spec, Path(self.spec["prefix"])
         keyfile, cnk = self.prepare()
@@ -393,6 +400,7 @@ def serve(spec: dict[str, Any], host: str) -> int:
                               for p in addresses},
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
         seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
+        **({"capacity": a.limits()} if spec.get("report_cores") else {}),
         **({"cores": cores} if learning is not None and not learning.join() and cores else {}))
     a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
     a.stop()

@@ -166,6 +166,8 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
                                 [(name, int(i), pid, host) for i, pid in r["cnodes"].items()])
                 if "cores" in r:
                     remember_cores(h, r["cores"])
+                if "capacity" in r:
+                    remember_capacity(h, r["capacity"])
     except (LatticeError, OSError) as e:
         why = e.message if isinstance(e, LatticeError) else str(e)
         ras.record(con, "FATAL", "MMCS", name, f"boot of block {name} failed: {why}")
@@ -225,6 +227,29 @@ def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[dict[st
         # settings the daemons read from their environment (LATTICE_RAS_WINDOW, LATTICE_MAX_CONNS...)
         "env": {k: v for k, v in os.environ.items() if k.startswith("LATTICE_") and k != "LATTICE_HOME"},
     }
+
+
+def capacity_file(h: str) -> Path:
+    return machine.home() / "hosts" / f"{h}.capacity"
+
+
+def remember_capacity(h: str, facts: str) -> None:
+    """Keep what a host's agent read of its limits at boot (lattice.capacity):
+    `lattice run` checks each host's ranks against it."""
+    f = capacity_file(h)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_name(f".{f.name}.{os.getpid()}")
+    tmp.write_text(facts)
+    tmp.replace(f)
+
+
+def host_capacity(h: str) -> "capacity.Host | None":  # noqa: F821
+    """What h's agent read of its limits at its last boot, or None."""
+    from lattice import capacity
+    try:
+        return capacity.Host.from_json(capacity_file(h).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def remember_cores(h: str, report: dict[str, object]) -> None:

@@ -236,6 +236,30 @@ def test_killing_a_hosts_daemons_ends_the_job_everywhere(tb: Cluster, ssh_machin
     check_job(r.stdout, m.work)
 
 
+def test_a_host_that_cannot_hold_the_ranks_is_named_before_launch(tb: Cluster, tmp_path: Path, probe: str) -> None:
+    """Each host's agent reads its limits at boot; `lattice run` checks that
+    host's ranks against them and refuses before anything starts."""
+    m = machine_on(tb, tmp_path, "--placement", "ssh", "--hostfile", tb.env["LATTICE_TESTBED_HOSTFILE"],
+                   "--ssh-command", tb.env["LATTICE_TESTBED_SSH"], "--memory", "64T")
+    try:
+        m.run("block", "create", "all", "--shape", "2x2x2")
+        m.run("boot", "all")
+        for h in HOSTS:
+            facts = json.loads((m.home / "hosts" / f"{h}.capacity").read_text())
+            assert facts["name"] == h and facts["pid_max"] > 0 and facts["mem_available"] > 0
+        jobs_before = m.run("jobs").stdout
+        r = m.run("run", "-n", "8", "--block", "all", probe, str(m.work), "-1", check=False)
+        assert r.returncode != 0
+        assert re.search(r"host h\d cannot hold 2 ranks", r.stderr), r.stderr
+        assert not list(m.work.glob("rank-*")) and m.run("jobs").stdout == jobs_before
+        # the block is untouched: a job that asks no big memory up front runs
+        r = m.run("run", "-n", "8", "--block", "all", "--kernel", "linux", probe, str(m.work), "-1")
+        check_job(r.stdout, m.work)
+    finally:
+        m.run("free", "all", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
+
+
 def test_an_unreachable_host_fails_the_boot_clearly(tb: Cluster, tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("h1\nh2\nh3\nnosuchhost\n")

@@ -15,7 +15,7 @@ from lattice.busy import BlockFreed, active_job
 from lattice.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.machine import Machine
-from lattice.mapping import App, RankMapping
+from lattice.mapping import App, RankMapping, Slot
 
 description = "run a program on compute nodes (booting and freeing a block if none is given)"
 epilog = ("MPMD: `lattice run [OPTIONS] -n 4 a.out ARGS : -n 4 b.out ARGS` runs several programs as one job; "
@@ -223,8 +223,7 @@ def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping
     hold the job's ranks (and the block's daemons, if this run boots them):
     lattice.capacity.  The ranks inherit the rlimits and cgroup of the
     block's cnodes, so a booted block's limits are read through one of them.
-    Only a machine placed on this host: the service node cannot read another
-    host's limits (its agent checks the daemons at boot, lattice.agent)."""
+    A machine on other hosts is checked after its boot (check_hosts)."""
     if m.placement != "local":
         return
     from lattice import capacity
@@ -234,20 +233,45 @@ def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping
     daemon_uid = os.geteuid()           # the daemons run as whoever runs lattice (the machine's owner)
     words = f"a new {machine.shape_str(b.shape)} block" if b.auto else f"block {b.name}"
     d = capacity.daemons(words, b.size, len(b.psets(m)), m.pset_size, daemon_uid)
-    per_pset = dict.fromkeys(b.psets(m), 0)
+    ranks = ranks_need(m, b, p, cm, kernel, uid, user_env, p.slots, d.tasks if booted else 0)
+    host = capacity.read_host(pid=row["pid"] if row else "self", memory=ranks.memory > 0)
+    capacity.check(host, [ranks] if booted else [d, ranks])
+
+
+def check_hosts(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, uid: int,
+                user_env: dict[str, str], where: dict[int, str | None]) -> None:
+    """check_capacity for the hosts of a booted block on other hosts: each
+    host's ranks against what its agent read of that host at this boot
+    (lattice.boot keeps it in hosts/NAME.capacity)."""
+    from lattice import capacity
+    on: dict[str | None, list[Slot]] = {}
     for sl in p.slots:
+        on.setdefault(where[m.pset_of(sl.node)], []).append(sl)
+    for h, slots in on.items():
+        facts = boot.host_capacity(h) if h is not None else None
+        if facts is None:
+            continue
+        psets = [q for q in b.psets(m) if where[q] == h]
+        daemons = capacity.daemons("", len(psets) * m.pset_size, len(psets), m.pset_size, os.geteuid())
+        capacity.check(facts, [ranks_need(m, b, p, cm, kernel, uid, user_env, slots, daemons.tasks)])
+
+
+def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, uid: int,
+               user_env: dict[str, str], slots: list[Slot], daemon_tasks: int) -> capacity.Need:
+    """What the ranks of slots add to their host (lattice.capacity.job)."""
+    from lattice import capacity
+    per_pset = dict.fromkeys(b.psets(m), 0)
+    for sl in slots:
         per_pset[m.pset_of(sl.node)] += 1
     # cnk maps each rank's big memory (the node's memory over its processes) at start,
     # unless the job chose to take its pages at first touch (lattice.hugepages)
     first_touch = user_env.get("LATTICE_BIGMEM_RESERVE") == "0"
-    memory = p.nranks * (m.memory // p.ppn) if kernel == "cnk" and not first_touch else 0
+    memory = len(slots) * (m.memory // p.ppn) if kernel == "cnk" and not first_touch else 0
     mpi_apps = {i for i, a in enumerate(p.apps) if mpienv.links_mpi(a.exe)}
     progress = {n.node for n in cm.nodes if n.progress == 1}       # nodes whose MPICH starts a progress thread
-    mpi = [sl for sl in p.slots if sl.app in mpi_apps]
-    ranks = capacity.job(p.nranks, list(per_pset.values()), uid, memory, daemon_uid, d.tasks if booted else 0,
-                         len(mpi), sum(1 for sl in mpi if sl.node in progress))
-    host = capacity.read_host(pid=row["pid"] if row else "self", memory=memory > 0)
-    capacity.check(host, [ranks] if booted else [d, ranks])
+    mpi = [sl for sl in slots if sl.app in mpi_apps]
+    return capacity.job(len(slots), list(per_pset.values()), uid, memory, os.geteuid(), daemon_tasks,
+                        len(mpi), sum(1 for sl in mpi if sl.node in progress))
 
 
 def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
@@ -367,6 +391,8 @@ def run(args: argparse.Namespace) -> int:
                     hugepages=args.hugepages == "reserve", cores=cm, exported=tuple(exported),
                     stdin_rank=stdin_rank, time_limit=limit, output=output)
     try:
+        if m.placement != "local":
+            check_hosts(m, b, p, cm, args.kernel, uid, user_env, where)
         # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
         with mpienv.OpenMpiJob(p.env, env_list, uid, gid) as ompi:
             said = ompi.describe()
