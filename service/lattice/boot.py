@@ -115,8 +115,10 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     if m.placement == "local":      # this host runs every daemon: one clear error before any starts
         capacity.check_boot(m, blocks.get(con, name))
     blocks.set_state(con, name, "Allocated", expect=("Free",))
-    if owner is not None:
-        con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*owner, name))
+    # while it boots, the block is this command's: killed half-way, it leaves
+    # agents and daemons that the next command's sweep frees (lattice.reclaim)
+    booter = owner or (os.getpid(), procs.start_time(os.getpid()) or 0)
+    con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*booter, name))
     b = blocks.get(con, name)
     key = secrets.token_bytes(32)
     d = block_dir(name)
@@ -173,9 +175,13 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
         ras.record(con, "FATAL", "MMCS", name, f"boot of block {name} failed: {why}")
         kill_daemons(con, name)
         blocks.set_state(con, name, "Error", f"boot failed: {why}")
+        if owner is None:   # the failure is on record; only `lattice free` leaves Error
+            con.execute("UPDATE blocks SET owner_pid = NULL, owner_start = NULL WHERE name = ?", (name,))
         raise LatticeError(f"boot of block {name} failed: {why}",
                            f"daemon logs are in {d / 'log'}") from e
     blocks.set_state(con, name, "Initialized")
+    if owner is None:       # booted for whoever runs jobs on it: nobody's to free
+        con.execute("UPDATE blocks SET owner_pid = NULL, owner_start = NULL WHERE name = ?", (name,))
     hosts = sorted({h for h in plan if h is not None})
     ras.record(con, "INFO", "MMCS", name, f"block {name} initialized ({b.size} compute nodes, "
                                           f"{len(b.psets(m))} I/O nodes"

@@ -6,7 +6,9 @@ Each command that reads or changes blocks and jobs first sweeps (`connect()`):
   crashed) is ended in the record, with that reason; its I/O nodes ended its
   ranks already, the moment the run's control connections closed;
 - a block that a `lattice run` booted for itself, and whose run is gone, is
-  freed (and deleted if the run created it), as the run would have done;
+  freed (and deleted if the run created it), as the run would have done; so
+  is a block still Booting whose `lattice boot` is gone (killed half-way,
+  its agents and daemons would otherwise stay up);
 - an Initialized block one of whose daemons (ciod or cnode) is gone goes to
   Error, naming the lost node: it must be freed and booted again.
 
@@ -69,7 +71,8 @@ def end_orphaned_jobs(con: sqlite3.Connection) -> None:
 
 
 def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
-    rows = con.execute("SELECT name, auto, owner_pid, owner_start FROM blocks WHERE owner_pid IS NOT NULL").fetchall()
+    rows = con.execute("SELECT name, auto, state, owner_pid, owner_start FROM blocks "
+                       "WHERE owner_pid IS NOT NULL").fetchall()
     for r in rows:
         if not gone(r["owner_pid"], r["owner_start"]):
             continue
@@ -78,8 +81,9 @@ def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
                               (r["name"], r["owner_pid"]))
         if not cur.rowcount:
             continue
-        ras.record(con, "WARNING", "MMCS", r["name"],
-                   f"block {r['name']} freed: the lattice run (pid {r['owner_pid']}) that booted it for itself is gone")
+        what = ("the lattice run (pid {p}) that booted it for itself is gone" if r["state"] != "Booting" else
+                "the lattice command (pid {p}) that was booting it is gone").format(p=r["owner_pid"])
+        ras.record(con, "WARNING", "MMCS", r["name"], f"block {r['name']} freed: {what}")
         try:
             boot.free(con, m, r["name"])
             if r["auto"]:

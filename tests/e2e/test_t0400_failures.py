@@ -167,3 +167,25 @@ def test_run_without_block_boots_and_frees_one(small_machine: Machine) -> None:
     assert "Initialized" not in blocks, blocks
     jobs = m.run("jobs").stdout
     assert "hello" in jobs
+
+
+def test_a_boot_killed_half_way_is_cleaned_up_by_the_next_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`lattice boot` killed while its agent starts the daemons: the next
+    command's sweep finds the booting command gone, frees the block and ends
+    every daemon it had started."""
+    import subprocess
+    import time
+    from conftest import LATTICE, make_machine
+    m = make_machine(tmp_path, "--shape", "8x8x4", "--pset-size", "8", "--memory", "64M")
+    m.run("block", "create", "B", "--shape", "8x8x4")
+    boot = subprocess.Popen([*LATTICE, "boot", "B"], env=m.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(m.processes("cnode", "B")) > 10, timeout=30)
+    boot.kill()
+    boot.wait()
+    time.sleep(0.2)
+    listing = m.run("blocks").stdout
+    assert re.search(r"\bB\s+Free\b", listing), listing
+    wait_for(lambda: not m.processes("cnode", "B") and not m.processes("ciod", "B"), timeout=10)
+    assert "the lattice command (pid" in m.run("ras").stdout
+    m.run("boot", "B")          # and it boots again
+    m.run("free", "B")
