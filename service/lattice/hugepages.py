@@ -13,13 +13,16 @@ first touch (below).
 
 - 2 MiB pages are the kernel's *surplus* pages.  `reserve` only raises the
   2 MiB pool's overcommit ceiling (nr_overcommit_hugepages) by what the job
-  may take; each rank's hugetlb mmap then reserves its pages (free pool
-  pages first, then surplus pages from free memory: not zeroed until
-  touched), and the kernel frees exactly those when the rank and its I/O
-  node let go.  Nothing is resized and nothing anybody else holds is taken.
-  A job bigger than LIMIT (75 %) of MemAvailable, plus the free pool pages,
-  is not refused: its ranks take each page at first touch instead
-  (LATTICE_BIGMEM_RESERVE=0, MAP_NORESERVE), with one warning.
+  may take; each rank's hugetlb mapping then takes its pages at first touch
+  (LATTICE_BIGMEM_RESERVE=0, MAP_NORESERVE: free pool pages first, then
+  surplus pages from free memory), and the kernel frees exactly those when
+  the rank and its I/O node let go.  Nothing is resized and nothing anybody
+  else holds is taken.  Reserving them all at mmap instead (the user's
+  --env LATTICE_BIGMEM_RESERVE=1; and when the ceiling cannot be raised, so
+  that cnk falls back rather than meet SIGBUS) allocates the node's whole
+  memory before main: 6-8 ms a rank of 512 MiB.  A job bigger than LIMIT
+  (75 %) of MemAvailable, plus the free pool pages, gets one warning
+  (lattice.capacity refuses, before launch, one bigger than the host).
 - 1 GiB (gigantic) pages cannot be surplus: free pool pages first, then the
   pool grows for the ranks not covered (whole ranks, within LIMIT of
   MemAvailable) and `release` lowers it by exactly that.  Ranks still not
@@ -333,7 +336,8 @@ def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool 
                 if kb == GIB_KB:
                     left -= _gigantic(pools, others, nranks, memory, why, res)
                 if left and pools.has(MIB2_KB):
-                    _surplus(home, book, pools, left, nranks, memory, why if kb == MIB2_KB else "", res)
+                    _surplus(home, book, pools, left, nranks, memory, why if kb == MIB2_KB else "", res,
+                             gigantic=kb == GIB_KB)
             finally:
                 book[rid]["pages"] = {str(k): n for k, n in res.pages.items()}
                 book[rid]["overcommit"] = {str(MIB2_KB): res.surplus} if res.surplus else {}
@@ -391,9 +395,11 @@ def _gigantic(pools: Pools, others: dict[int, int], nranks: int, memory: int, wh
 
 
 def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left: int, nranks: int,
-             memory: int, why: str, res: Reservation) -> None:
-    """2 MiB pages for `left` ranks: raise the overcommit ceiling; reserve at
-    start if the host can hold them, else at first touch."""
+             memory: int, why: str, res: Reservation, gigantic: bool = False) -> None:
+    """2 MiB pages for `left` ranks: raise the overcommit ceiling; pages taken
+    at first touch, or reserved at start where a rank must be able to fall
+    back (gigantic: cnk tries 1 GiB pages first, and only a reservation that
+    fails tells it the pool has none; a ceiling that could not be raised)."""
     need = left * pages_per_rank(memory, MIB2_KB)
     size = need * (MIB2_KB << 10)
     room = int(pools.mem_available() * LIMIT) + pools.free(MIB2_KB) * (MIB2_KB << 10)
@@ -403,10 +409,24 @@ def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left:
     ranks = (f"{left} rank{'s' if left > 1 else ''}" if left == nranks
              else f"the other {left} rank{'s' if left > 1 else ''}")
     ceiling = f"overcommit ceiling {change}" if change else f"overcommit ceiling {pools.overcommit(MIB2_KB)}"
-    if size <= room:
+    if (problems or gigantic) and size <= room:
+        # a page the ranks touch could find none (SIGBUS): they reserve at
+        # start, and cnk falls back to smaller pages if the pool says no
         res.notes.append(f"huge pages: 2 MiB{f' ({why})' if why else ''}: {ranks} reserve "
                          f"{need} x 2 MiB as they start, free pool pages first, then surplus pages from "
                          f"free memory ({ceiling}); the kernel frees those when the ranks end")
+    elif size <= room:
+        # Reserving at mmap would allocate every page of the node's memory before
+        # main (6-8 ms a rank of 512 MiB, measured) and hold it whether the
+        # program uses it or not; taken at first touch, pages come as the program
+        # uses them, as any process's memory does.  The job fits the host (and
+        # lattice.capacity refused, before launch, one that does not).
+        res.at_start = False
+        res.env.append(f"{ENV_RESERVE}=0")
+        res.notes.append(f"huge pages: 2 MiB{f' ({why})' if why else ''}: {ranks} take up to {need} x 2 MiB "
+                         f"at first touch, free pool pages first, then surplus pages from free memory "
+                         f"({ceiling}); the kernel frees those when the ranks end (--env {ENV_RESERVE}=1: "
+                         f"reserve them all at start)")
     else:
         res.at_start = False
         res.env.append(f"{ENV_RESERVE}=0")
@@ -414,10 +434,10 @@ def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left:
                          f"first touch ({ceiling})")
         res.warning = (f"big memory of {left} ranks x {memory >> 20} MiB ({size / GIB:.1f} GiB) is more than "
                        f"this host can hold ({room / GIB:.1f} GiB: {int(LIMIT * 100)}% of MemAvailable and "
-                       f"the free 2 MiB pages): huge pages are taken at first touch, not reserved at start "
-                       f"(a rank that touches a page when the host has none left gets SIGBUS)")
+                       f"the free 2 MiB pages): huge pages are taken at first touch, and a rank that touches a "
+                       f"page when the host has none left gets SIGBUS")
     if problems:    # the ranks get what the free pages and the old ceiling allow, then smaller pages
-        res.warning = "; ".join([*problems, res.warning or "cnk falls back to smaller pages"])
+        res.warning = "; ".join([*problems, "cnk falls back to smaller pages"])
 
 
 def release(res: Reservation, wait: float = RELEASE_WAIT) -> list[str]:

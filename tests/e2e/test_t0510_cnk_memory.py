@@ -140,8 +140,8 @@ def test_default_node_gets_2m_pages(mem_machine: Machine, exe: str) -> None:
         assert_one_big_mapping(rep, IN_BIG_MEMORY, NODE_MIB)
     assert page_kb(reports) == {MIB2_KB}, reports
     assert "big memory 512 MiB per rank on 2 MiB pages (512 MiB is not a whole number of GiB" in err, err
-    assert re.search(r"huge pages: 2 MiB \(512 MiB per rank is not a whole number of GiB\): 2 ranks reserve "
-                     r"512 x 2 MiB as they start", err), err
+    assert re.search(r"huge pages: 2 MiB \(512 MiB per rank is not a whole number of GiB\): 2 ranks take up to "
+                     r"512 x 2 MiB at first touch", err), err
 
 
 def test_128m_node_gets_2m_pages(small_machine: Machine) -> None:
@@ -149,7 +149,7 @@ def test_128m_node_gets_2m_pages(small_machine: Machine) -> None:
                           str(CNK_EX / "bigalloc"), "64")
     assert p.stdout.count("touched 64 MiB ok") == 2 and p.stdout.count("page_kb=2048") == 2, p.stdout
     assert "big memory 128 MiB per rank on 2 MiB pages (128 MiB is not a whole number of GiB" in p.stderr, p.stderr
-    assert "2 ranks reserve 128 x 2 MiB" in p.stderr, p.stderr
+    assert "2 ranks take up to 128 x 2 MiB at first touch" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("exe", ["memmap", "memmap-spie"])
@@ -189,7 +189,7 @@ def test_1g_node_gets_1g_pages_when_the_pool_can_grow(gib_machine: Machine, exe:
 def test_fixed_address_program_on_a_1g_node_gets_2m_pages(gib_machine: Machine) -> None:
     reports, err = memmap(gib_machine, "memmap-static")
     assert page_kb(reports) == {MIB2_KB}, reports
-    assert "(fixed-address program that 1 GiB pages cannot hold; 2 MiB hugetlb pages)" in err, err
+    assert "(fixed-address program that 1 GiB pages cannot hold; 2 MiB hugetlb pages taken at first touch" in err, err
     assert "a program linked at a fixed address below 1 GiB cannot use 1 GiB pages" in err, err
 
 
