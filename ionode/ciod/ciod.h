@@ -76,7 +76,6 @@ struct conn {
 };
 
 int  net_listen(const char *addr, char *err, size_t errlen);
-void keepalive(int fd);         /* TCP keepalive probes: a vanished host's connection fails within ~11 s */
 void net_unlink(const char *addr);
 struct conn *conn_new(int fd);
 struct conn *conn_get(struct conn *c);

@@ -9,6 +9,8 @@
  */
 #include "ciod.h"
 
+#include <lattice/peer.h>
+
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -101,26 +103,6 @@ void net_unlink(const char *addr)
         unlink(addr + 5);
 }
 
-/* A peer on another host that vanishes without a word (its host lost
- * power, the network parted) is noticed by TCP keepalive probes within
- * KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL seconds, and its
- * connection then fails as if it had closed: the heartbeat of every
- * connection between hosts.  A unix socket ignores it. */
-#define KEEPALIVE_IDLE      5
-#define KEEPALIVE_INTERVAL  2
-#define KEEPALIVE_COUNT     3
-
-void keepalive(int fd)
-{
-    int one = 1, idle = KEEPALIVE_IDLE, intvl = KEEPALIVE_INTERVAL, cnt = KEEPALIVE_COUNT;
-
-    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) == 0) {
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    }
-}
-
 /* buf: the peer for diagnostics; who: what identifies it for RAS folding,
  * which a peer cannot vary at will (its uid, its host: not pid or port). */
 static void describe_peer(int fd, char *buf, size_t len, char *who, size_t wholen)
@@ -164,7 +146,7 @@ struct conn *conn_new(int fd)
     pthread_mutex_init(&c->wlock, NULL);
     /* Shipped calls are small request/reply pairs: don't let Nagle delay them. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    keepalive(fd);
+    net_keepalive(fd);         /* lattice/peer.h: the heartbeat between hosts */
     describe_peer(fd, c->peer, sizeof(c->peer), c->who, sizeof(c->who));
     return c;
 }

@@ -24,6 +24,22 @@
 #include <lattice/hello_mac.h>
 #include <lattice/peer.h>
 
+/* A peer on another host that vanishes without a word (its host lost
+ * power, the network parted) is noticed by TCP keepalive probes after 5 s of
+ * silence, 2 s apart, 3 of them: its connection then fails within ~11 s as
+ * if it had closed.  The heartbeat of every connection between hosts, on
+ * both ends (ciod sets it on what it accepts); a unix socket ignores it. */
+void net_keepalive(int fd)
+{
+    int one = 1, idle = 5, intvl = 2, cnt = 3;
+
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) == 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    }
+}
+
 static int connect_once(const char *addr)
 {
     if (strncmp(addr, "unix:", 5) == 0) {
@@ -63,15 +79,9 @@ static int connect_once(const char *addr)
             if (fd < 0)
                 continue;
             if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-                /* no Nagle for small calls; keepalive probes as ciod sets
-                 * them on what it accepts (ionode/ciod/net.c): a peer whose
-                 * host vanished is noticed within ~11 s */
-                int one = 1, idle = 5, intvl = 2, cnt = 3;
+                int one = 1;        /* no Nagle for small calls */
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-                setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-                setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-                setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+                net_keepalive(fd);
                 break;
             }
             e = errno;

@@ -71,10 +71,6 @@ def private_dir(d: Path) -> None:
         os.chmod(d, 0o700)
 
 
-def ciod_address(name: str, pset: int) -> str:
-    return f"unix:{machine.socket_dir() / f'{name}-{pset}.sock'}"
-
-
 def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) -> list[Ciod]:
     """Open a CONTROL connection to every I/O node of a booted block."""
     key = block_key(b)
