@@ -295,25 +295,39 @@ def alive(pid: int) -> bool:
         return False
 
 
-def ours(pid: int, block: str) -> bool:
-    """The pid still runs one of this block's daemons (not a recycled pid)."""
+def ours(pid: int, block: str | bytes) -> bool:
+    """The pid still runs one of this block's daemons (not a recycled pid,
+    not a zombie: its command line would be empty).  block may be its
+    mark(), which a caller checking many pids computes once."""
+    want = block if isinstance(block, bytes) else mark(block)
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return str(block_dir(block)).encode() in fh.read()
+        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return want in os.read(fd, 65536)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def mark(block: str) -> bytes:
+    """What every daemon of the block has in its command line: the block's directory."""
+    return str(block_dir(block)).encode()
 
 
 def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None:
     """End the block's daemons on this host, then its agents (each ends what
     is left on its host when its channel closes or it is told to stop)."""
     rows = con.execute("SELECT pid FROM daemons WHERE block = ? AND host IS NULL", (name,)).fetchall()
-    pids = [r["pid"] for r in rows if ours(r["pid"], name)]
+    me = mark(name)
+    pids = [r["pid"] for r in rows if ours(r["pid"], me)]
     deadline = time.monotonic() + grace
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     for p in pids:
-        if alive(p) and ours(p, name):
+        if alive(p) and ours(p, me):
             try:
                 os.killpg(p, signal.SIGKILL)  # its session: the daemon and any job it started
             except ProcessLookupError:

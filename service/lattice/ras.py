@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sqlite3
 from pathlib import Path
 
@@ -26,25 +27,29 @@ def record(con: sqlite3.Connection, severity: str, component: str, location: str
 
 
 def ingest(con: sqlite3.Connection) -> int:
-    """Import the complete lines the I/O nodes appended since last time."""
+    """Import the complete lines the I/O nodes appended since last time.
+    The spool keeps every block's log, so a file that has not grown since
+    it was read is skipped by its size alone (no open, no write)."""
     added = 0
-    d = spool_dir()
-    if not d.is_dir():
+    try:
+        files = sorted((e.path, e.stat().st_size) for e in os.scandir(spool_dir()) if e.name.endswith(".log"))
+    except FileNotFoundError:
         return 0
-    for f in sorted(d.glob("*.log")):
+    done = dict(con.execute("SELECT path, offset FROM ras_spool").fetchall())
+    grown = [(path, int(done.get(path, 0))) for path, size in files if size > int(done.get(path, 0))]
+    for path, offset in grown:
         with db.transaction(con):
-            row = con.execute("SELECT offset FROM ras_spool WHERE path = ?", (str(f),)).fetchone()
-            offset = int(row[0]) if row else 0
-            with f.open("rb") as fh:
+            with open(path, "rb") as fh:
                 fh.seek(offset)
                 data = fh.read()
             end = data.rfind(b"\n") + 1  # a line still being written waits for next time
+            name = os.path.basename(path)
             for line in data[:end].decode(errors="replace").splitlines():
                 parts = line.split("\t", 4)
                 if len(parts) != 5 or parts[1] not in SEVERITIES:
-                    parts = [stamp(), "WARNING", "LATTICE", "-", f"unreadable RAS line in {f.name}: {line!r}"]
+                    parts = [stamp(), "WARNING", "LATTICE", "-", f"unreadable RAS line in {name}: {line!r}"]
                 con.execute("INSERT INTO ras (time, severity, component, location, message) VALUES (?,?,?,?,?)",
                             parts)
                 added += 1
-            con.execute("INSERT OR REPLACE INTO ras_spool (path, offset) VALUES (?, ?)", (str(f), offset + end))
+            con.execute("INSERT OR REPLACE INTO ras_spool (path, offset) VALUES (?, ?)", (path, offset + end))
     return added

@@ -98,10 +98,11 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     srun here) closing means the host's part is gone, and whose log reports
     each daemon that ended (lattice.placement)."""
     out = []
+    mine = boot.mark(name)
     where = lambda r: m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])  # noqa: E731
     for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
                          (name,)):
-        if not (boot.alive(r["pid"]) and boot.ours(r["pid"], name)):
+        if not boot.ours(r["pid"], mine):     # gone, a zombie, or its pid taken by another process
             out.append(where(r))
     for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'",
                          (name,)).fetchall():
