@@ -8,7 +8,8 @@ booted once; then `lattice run --kernel linux -n R /bin/true` for R = 128,
            start-up, all sharing two cores, is most of it)
   cpu      the user + system seconds of the `lattice run` process itself:
            the service node's own cost (the ranks are the compute nodes'
-           children, not its own)
+           children, not its own; run with LATTICE_WARM=0, so the command is
+           that process and not a warm server's child)
   boot-cpu the same for `lattice boot` of the block (its agent outlives it
            and is not counted: the agent is the host's cost)
 Then least-squares lines through the medians, t = a + b R, for docs/scaling.md.
@@ -54,7 +55,8 @@ def main() -> int:
         sys.exit("sizes up to 1024 (the block's nodes)")
     print(bl.header("launch_scaling", sys.argv))
     tmp = Path(tempfile.mkdtemp(prefix="lattice-launch-scaling-"))
-    env = dict(os.environ, LATTICE_HOME=str(tmp), PYTHONPATH=str(bl.ROOT / "service"))
+    # LATTICE_WARM=0: the cpu counted is the run's own process's (a warm server's child is not ours)
+    env = dict(os.environ, LATTICE_HOME=str(tmp), PYTHONPATH=str(bl.ROOT / "service"), LATTICE_WARM="0")
     lat = bl.lattice_cmd()
     booted = False
     try:

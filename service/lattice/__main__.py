@@ -1,3 +1,3 @@
-from lattice.cli import entry
+from lattice.client import entry
 
 entry()

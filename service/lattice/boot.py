@@ -113,7 +113,7 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     blocks.set_state(con, name, "Allocated", expect=("Free",))
     # while it boots, the block is this command's: killed half-way, it leaves
     # agents and daemons that the next command's sweep frees (lattice.reclaim)
-    booter = owner or (os.getpid(), procs.start_time(os.getpid()) or 0)
+    booter = owner or procs.me()
     con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*booter, name))
     b = blocks.get(con, name)
     key = secrets.token_bytes(32)

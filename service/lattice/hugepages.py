@@ -28,12 +28,12 @@ first touch (below).
   MemAvailable) and `release` lowers it by exactly that.  Ranks still not
   covered fall back to 2 MiB pages, as above.
 
-Bookkeeping: BOOK_DIR/hugepages.json, under an flock on
-BOOK_DIR/hugepages.lock, lists each running job (pid and start time of its
+Bookkeeping: book_dir()/hugepages.json, under an flock on
+book_dir()/hugepages.lock, lists each running job (pid and start time of its
 `lattice run`) with what it added to the 1 GiB pool ("pages") and the 2 MiB
 pages its ranks may take as surplus ("overcommit").  The ceiling is
 base + the sum over live runs, where base (the value before any run raised
-it) is kept in BOOK_DIR/hugepages-overcommit.json and written back when no
+it) is kept in book_dir()/hugepages-overcommit.json and written back when no
 live run needs more.  The pools belong to the host, so the book does too: a
 run killed outright is reaped by the next run of any machine on the host.
 
@@ -61,7 +61,9 @@ PAGE_KB = 4
 GIB = 1 << 30
 LIMIT = 0.75            # of MemAvailable, at most, for what a job reserves
 RELEASE_WAIT = 3.0      # seconds to wait for pages a just-ended process still holds
-BOOK_DIR = Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))   # host-wide, like the pools
+def book_dir() -> Path:
+    """Where the book is: host-wide, like the pools."""
+    return Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))
 CEILING_FILE = "hugepages-overcommit.json"
 ENV_PAGES, ENV_RESERVE = "LATTICE_BIGMEM_PAGES", "LATTICE_BIGMEM_RESERVE"
 PAGE_WORDS = {"1G": GIB_KB, "2M": MIB2_KB, "4K": PAGE_KB}

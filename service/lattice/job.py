@@ -819,7 +819,7 @@ def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
             except ValueError as e:
                 raise LatticeError(str(e)) from None
     # one book per host: name the run by its machine too, job ids repeat across machines
-    res = hugepages.reserve(hugepages.BOOK_DIR, f"{machine.home().resolve()}:job-{job_id}", local_ranks(spec),
+    res = hugepages.reserve(hugepages.book_dir(), f"{machine.home().resolve()}:job-{job_id}", local_ranks(spec),
                             m.memory // spec.mapping.ppn, fixed_address=hugepages.fixed_below_1g(spec.exe),
                             largest=largest)
     user = {kv.partition("=")[0] for kv in spec.env}

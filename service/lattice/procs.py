@@ -1,6 +1,8 @@
 """Naming a process so that a recycled pid is never taken for it."""
 from __future__ import annotations
 
+_client: tuple[int, int] | None = None
+
 
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks after boot (field 22 of
@@ -11,3 +13,21 @@ def start_time(pid: int) -> int | None:
     except OSError:
         return None
     return None if fields[0] == "Z" else int(fields[19])
+
+
+def me() -> tuple[int, int]:
+    """The `lattice` command as (pid, start time), as records of what it
+    owns name it: this process, or, when a warm server's copy runs the
+    command (lattice.warm), the client the user started, which is the pid
+    the user knows and which ends when the command does."""
+    if _client is not None:
+        return _client
+    import os
+    pid = os.getpid()
+    return pid, start_time(pid) or 0
+
+
+def run_for(pid: int, start: int) -> None:
+    """This process runs the command of the client (pid, start)."""
+    global _client
+    _client = (pid, start)

@@ -17,7 +17,6 @@ A process is named by its pid and its start time (field 22 of
 """
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
@@ -29,9 +28,8 @@ ACTIVE = ("Queued", "Starting", "Running", "Dying")
 
 
 def me() -> tuple[int, int]:
-    """This process as (pid, start time)."""
-    pid = os.getpid()
-    return pid, procs.start_time(pid) or 0
+    """This command as (pid, start time): lattice.procs.me()."""
+    return procs.me()
 
 
 def gone(pid: int | None, started: int | None) -> bool:

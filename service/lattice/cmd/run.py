@@ -377,6 +377,9 @@ def run(args: argparse.Namespace) -> int:
     if unknown:         # hosts first seen at this boot: their agents said what cores they have
         cm, _ = map_cores(m, p, where, user_env)
     if args.verbose:
+        if reclaim.me()[0] != os.getpid():
+            print(f"lattice: run by process {os.getpid()} of the warm server for this command (pid "
+                  f"{reclaim.me()[0]}); LATTICE_WARM=0 runs it in its own process", file=sys.stderr)
         print(f"lattice: block {b.name} ({machine.shape_str(b.shape)}, {b.size} nodes) ready after "
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
         for line in core_lines(m, p, cm):

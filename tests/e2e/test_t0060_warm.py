@@ -1,0 +1,225 @@
+"""The warm server (lattice.warm, lattice.client): `lattice` commands run by
+a forked copy of a server that has Python's imports done, with the caller's
+streams, directory, environment, umask, limits and signals, and only for a
+caller with the server's own credentials; otherwise run by the caller.
+
+Whether a run was served warm, `lattice run -v` says ("run by process N of
+the warm server"); while it runs, the server has a child whose standard
+output is the client's.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for
+
+
+@pytest.fixture(scope="module")
+def wm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    """A 1x1x2 machine with block W booted, and its warm server up."""
+    m = make_machine(tmp_path_factory.mktemp("warm"), "--shape", "1x1x2", "--pset-size", "2", "--memory", "256M")
+    m.run("block", "create", "W", "--shape", "1x1x2")
+    m.run("boot", "W")
+    wait_for(lambda: server_pid(m) is not None, 30)
+    yield m
+    m.run("free", "W", check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+def server_pid(m: Machine) -> int | None:
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"lattice.warm" in argv and str(m.home).encode() in argv:
+                return int(d.name)
+    return None
+
+
+WARM_LINE = "of the warm server for this command"
+
+
+def last_job_pid(m: Machine) -> int:
+    with sqlite3.connect(m.home / "lattice.db") as con:
+        return int(con.execute("SELECT client_pid FROM jobs ORDER BY id DESC LIMIT 1").fetchone()[0])
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def server_child_for(m: Machine, client: int) -> int | None:
+    """The server's child whose standard output is the client's, if any."""
+    server = server_pid(m)
+    want = os.readlink(f"/proc/{client}/fd/1")
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if parent_of(int(d.name)) == server and os.readlink(d / "fd" / "1") == want:
+                    return int(d.name)
+            except OSError:
+                continue
+    return None
+
+
+def run(m: Machine, *args: str, warm: bool = True, prefix: tuple[str, ...] = (),
+        **kw: object) -> tuple[subprocess.CompletedProcess[str], int]:
+    env = dict(m.env, LATTICE_WARM="1" if warm else "0")
+    p = subprocess.Popen([*prefix, *LATTICE, *args], env=env, stdin=kw.pop("stdin", subprocess.DEVNULL),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err), p.pid
+
+
+def test_a_run_is_served_warm_and_reports_like_a_cold_one(wm: Machine) -> None:
+    server = server_pid(wm)
+    assert server is not None
+    for warm in (True, False):
+        p, client = run(wm, "run", "-v", "--block", "W", "-n", "2", str(EXAMPLES / "hello"), warm=warm)
+        assert p.returncode == 0, p.stderr
+        lines = sorted(p.stdout.splitlines())
+        assert [ln.split(" on ")[0] for ln in lines] == [f"hello from rank {r} of 2" for r in range(2)], p.stdout
+        assert (WARM_LINE in p.stderr) == warm, p.stderr
+        assert f"(pid {client})" in p.stderr or not warm, p.stderr
+        assert last_job_pid(wm) == client       # the record names the pid the user knows, warm or not
+    # exit status, stderr apart from stdout, the same warm or not
+    outs = [run(wm, "run", "--block", "W", "-n", "1", "/bin/sh", "-c", "echo out; echo err >&2; exit 7",
+                warm=w)[0] for w in (True, False)]
+    for p in outs:
+        assert (p.returncode, p.stdout) == (7, "out\n"), (p.returncode, p.stdout, p.stderr)
+        assert "err\n" in p.stderr and "exited with status 7" in p.stderr, p.stderr
+    assert outs[0].stderr == outs[1].stderr
+    bad = [run(wm, "nosuch", warm=w)[0] for w in (True, False)]
+    assert bad[0].returncode == bad[1].returncode == 2 and bad[0].stderr == bad[1].stderr
+
+
+def test_the_command_gets_the_callers_environment_directory_umask_and_stdin(wm: Machine, tmp_path: Path) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "data").write_text("from the caller's stdin\n")
+    env = dict(wm.env, LATTICE_WARM="1", WARM_MARK="xyzzy")
+    for exe, name in (("/bin/cat", "out.cat"), ("/usr/bin/env", "out.env")):
+        with open(here / "data") as stdin:
+            p = subprocess.Popen([*LATTICE, "run", "-v", "--block", "W", "-n", "1", "--kernel", "linux", "-o", name,
+                                  exe], env=env, cwd=here, stdin=stdin, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, umask=0o077)
+            out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert WARM_LINE in err, err
+    # -o's files: named relative to the caller's directory, created under its umask
+    assert (here / "out.cat").read_text() == "from the caller's stdin\n"
+    assert "WARM_MARK=xyzzy\n" in (here / "out.env").read_text()
+    for f in ("out.cat", "out.env"):
+        assert (here / f).stat().st_mode & 0o777 == 0o600, oct((here / f).stat().st_mode)
+
+
+def running_job_pid(m: Machine) -> int:
+    with sqlite3.connect(m.home / "lattice.db") as con:
+        row = con.execute("SELECT client_pid FROM jobs WHERE state = 'Running' ORDER BY id DESC LIMIT 1").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def start_sleeper(m: Machine) -> tuple[subprocess.Popen[str], int]:
+    """A warm `lattice run` of a sleeping rank, once Running: (client, the command's pid)."""
+    p = subprocess.Popen([*LATTICE, "run", "--block", "W", "-n", "1", "/bin/sleep", "60"], env=m.env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    found: list[int] = []
+
+    def running() -> bool:
+        try:
+            found.append(running_job_pid(m))
+            return True
+        except (AssertionError, sqlite3.Error):
+            return False
+    wait_for(running, 30)
+    assert found[-1] == p.pid
+    child = server_child_for(m, p.pid)
+    assert child is not None, "not served warm"
+    return p, child
+
+
+def test_signals_reach_the_command_and_a_killed_client_takes_it_along(wm: Machine) -> None:
+    p, cmd = start_sleeper(wm)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (p.returncode, err)
+    wait_for(lambda: not Path(f"/proc/{cmd}").exists(), 10)
+    p, cmd = start_sleeper(wm)
+    p.kill()
+    p.wait()
+    wait_for(lambda: not Path(f"/proc/{cmd}").exists(), 10)     # gone with its client
+    wm.run("blocks")        # a command's sweep ends the record of a run that is gone
+    with sqlite3.connect(wm.home / "lattice.db") as con:
+        state, message = con.execute("SELECT state, message FROM jobs ORDER BY id DESC LIMIT 1").fetchone()
+    assert state == "Error" and f"its lattice run (pid {p.pid}) ended without finishing" in message, message
+    # the block is usable again at once
+    assert run(wm, "run", "--block", "W", "-n", "1", "/bin/true")[0].returncode == 0
+
+
+@pytest.mark.parametrize("prefix", [("nice", "-n", "3"), ("setpriv", "--no-new-privs"), ("taskset", "-c", "0")],
+                         ids=["nice", "no-new-privs", "cpus"])
+def test_a_caller_unlike_the_server_runs_the_command_itself(wm: Machine, prefix: tuple[str, ...]) -> None:
+    if prefix[0] == "taskset" and os.cpu_count() == 1:
+        pytest.skip("one CPU: taskset -c 0 changes nothing")
+    p, client = run(wm, "run", "-v", "--block", "W", "-n", "1", "/bin/true", prefix=prefix)
+    assert p.returncode == 0, p.stderr
+    assert WARM_LINE not in p.stderr, p.stderr
+    p, client = run(wm, "run", "-v", "--block", "W", "-n", "1", "/bin/true")
+    assert WARM_LINE in p.stderr, p.stderr        # the server is still there for the others
+
+
+def test_garbage_on_the_socket_is_refused_and_the_server_goes_on(wm: Machine) -> None:
+    path = str(wm.home / "warm.sock")
+    for junk in (b"", b"\0" * 8, (1 << 40).to_bytes(8, "big"), (20).to_bytes(8, "big") + b"NOTWARM\0" * 3):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.settimeout(10)
+        s.sendall(junk)
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(16) == b"R", junk
+        s.close()
+    p, client = run(wm, "blocks")
+    assert p.returncode == 0 and "W " in p.stdout
+
+
+def test_another_user_cannot_reach_the_socket(wm: Machine) -> None:
+    sock = wm.home / "warm.sock"
+    assert sock.stat().st_mode & 0o777 == 0o600
+    code = (f"import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+            f"try:\n s.connect({str(sock)!r})\nexcept PermissionError:\n sys.exit(3)\n")
+    p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", code],
+                       capture_output=True, text=True)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+
+
+def test_the_server_leaves_when_its_home_goes(built: Path, tmp_path: Path) -> None:
+    m = make_machine(tmp_path)
+    m.run("blocks")
+    wait_for(lambda: server_pid(m) is not None, 30)
+    pid = server_pid(m)
+    assert pid is not None
+    shutil.rmtree(m.home)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or b"lattice.warm" not in
+             Path(f"/proc/{pid}/cmdline").read_bytes(), 30)
+
+
+def test_warm_off_runs_every_command_itself(built: Path, tmp_path: Path) -> None:
+    m = make_machine(tmp_path)
+    m.env["LATTICE_WARM"] = "0"
+    for _ in range(2):
+        m.run("blocks")
+    time.sleep(0.5)
+    assert server_pid(m) is None and not (m.home / "warm.sock").exists()
