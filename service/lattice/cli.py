@@ -49,10 +49,13 @@ def command_of(argv: list[str]) -> str | None:
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
+PARSER: argparse.ArgumentParser | None = None     # the whole parser, made once by a warm server (lattice.warm)
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    args = parser(command_of(argv)).parse_args(argv)
+    args = (PARSER or parser(command_of(argv))).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except LatticeError as e:

@@ -116,6 +116,9 @@ def entry() -> None:
     status = warm(sys.argv[1:]) if enabled() else NO
     if status >= 0:
         os._exit(status)
+    if sys.flags.no_site:       # the launcher scripts/setup.sh writes: the venv's packages (tomli_w)
+        import site
+        site.main()
     from lattice import cli, warm as server
     if status == NONE:
         server.start(home())

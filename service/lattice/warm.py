@@ -99,7 +99,7 @@ def preload() -> None:
     """Every module a command may import, imported once here."""
     import importlib
     from lattice import cli
-    cli.parser()                # every command's module and what it imports
+    cli.PARSER = cli.parser()   # every command's module and what it imports; argparse's set-up done once
     for f in sorted(PACKAGE.glob("*.py")):
         if f.stem not in ("__main__", "client", "warm"):
             importlib.import_module(f"lattice.{f.stem}")

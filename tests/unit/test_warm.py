@@ -1,0 +1,89 @@
+"""lattice.warm and lattice.client without a machine: requests, the code
+stamp, and a server that leaves when lattice's code changes under it."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lattice import client, warm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_request_round_trip() -> None:
+    data = client.request(["run", "-n", "2", "a b", "ü"])
+    req = warm.Request(data, [10, 11, 12, 13])
+    assert req.argv == ["run", "-n", "2", "a b", "ü"]
+    assert req.env == dict(os.environ)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert req.umask == mask
+    assert len(req.limits) == client.LIMITS
+    import resource
+    assert req.limits[resource.RLIMIT_NOFILE] == resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+@pytest.mark.parametrize("data,fds", [
+    (b"NOTWARM\x000\x0016", [1, 2, 3, 4]),
+    (client.HELLO + b"\x00022\x003\x001,1", [1, 2, 3, 4]),      # wrong number of limits
+    (client.HELLO + b"\x00022\x0016", [1, 2, 3, 4]),           # limits missing
+    (client.request(["x"]), [1, 2, 3]),                          # a descriptor short
+])
+def test_bad_requests_are_refused(data: bytes, fds: list[int]) -> None:
+    with pytest.raises((ValueError, IndexError)):
+        warm.Request(data, fds)
+
+
+def server_of(home: Path) -> int | None:
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"lattice.warm" in argv and str(home).encode() in argv:
+                return int(d.name)
+    return None
+
+
+def until(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_a_server_leaves_when_the_code_changes(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ROOT / "service" / "lattice", pkg / "lattice", ignore=shutil.ignore_patterns("__pycache__"))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(pkg), LATTICE_HOME=str(home), LATTICE_WARM="1")
+
+    def version() -> str:
+        p = subprocess.run([sys.executable, "-m", "lattice", "--version"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    expected = version()                        # run here; starts the server
+    assert expected.startswith("lattice ")
+    until(lambda: (home / "warm.sock").exists() and server_of(home) is not None)
+    first = server_of(home)
+    assert version() == expected                # served warm
+    assert server_of(home) == first
+    later = time.time() + 5
+    os.utime(pkg / "lattice" / "jobenv.py", (later, later))
+    assert version() == expected                # the old server says no; run here
+    until(lambda: server_of(home) != first)     # it left
+    version()                                   # this one starts a new server
+    until(lambda: server_of(home) not in (None, first) and (home / "warm.sock").exists())
+    os.unlink(home / "warm.sock")               # a socket taken away: the server leaves
+    until(lambda: server_of(home) is None, 30)
