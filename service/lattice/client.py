@@ -21,6 +21,7 @@ import _signal
 import _socket
 
 SOCKET = "warm.sock"            # in LATTICE_HOME
+SUN_PATH = 107                  # the longest path a unix socket's address holds
 HELLO = b"LWARM1"
 REFUSED = b"R"                  # the server's answers: R, or E<exit status>, or S<signal> ending in \n
 FORWARD = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGUSR1, _signal.SIGUSR2)
@@ -55,9 +56,12 @@ NO = -2                         # warm(): a server that will not run it (or cann
 def warm(argv: list[str]) -> int:
     """The command's exit status, run by the warm server; NONE or NO when the
     command is to run here."""
+    path = os.path.join(home(), SOCKET)
+    if len(os.fsencode(path)) > SUN_PATH:
+        return NO               # no server can listen there: none is started either
     try:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-        sock.connect(os.path.join(home(), SOCKET))
+        sock.connect(path)
     except OSError:
         return NONE
     try:

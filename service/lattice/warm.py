@@ -41,6 +41,8 @@ from lattice.client import FORWARD, HELLO, LIMITS, REFUSED, SOCKET
 
 IDLE = 600.0
 TICK = 5.0
+FAILED = "warm.failed"          # in LATTICE_HOME: why the last server could not start
+RETRY = 60.0                    # seconds before a command tries to start one again
 MAX_REQUEST = 8 << 20           # arguments and environment: ARG_MAX is 2 MiB here
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
 CREDENTIALS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
@@ -75,6 +77,11 @@ def start(home: str) -> None:
     yet.  Called by a command that found none; costs it one posix_spawn."""
     if not os.path.isdir(home):
         return
+    try:
+        if time.time() - os.stat(os.path.join(home, FAILED)).st_mtime < RETRY:
+            return              # the last one failed a moment ago: not one more per command
+    except OSError:
+        pass
     try:
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
@@ -325,10 +332,23 @@ def main(argv: list[str]) -> int:
     global IDLE
     IDLE = float(os.environ.get("LATTICE_WARM_IDLE", IDLE))
     os.closerange(3, 1 << 16)   # whatever the first command's caller left open: not the server's to hold
-    preload()
-    server = Server(argv[0])
-    if not server.listen():
-        return 0
+    try:
+        preload()
+        server = Server(argv[0])
+        if not server.listen():
+            return 0
+    except Exception as e:      # commands run in their own processes; say why in the home
+        try:
+            fd = os.open(os.path.join(argv[0], FAILED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            os.write(fd, f"lattice.warm could not start: {type(e).__name__}: {e}\n".encode())
+            os.close(fd)
+        except OSError:
+            pass
+        return 1
+    try:
+        os.unlink(os.path.join(argv[0], FAILED))
+    except OSError:
+        pass
     server.serve()
     return 0
 

@@ -87,3 +87,36 @@ def test_a_server_leaves_when_the_code_changes(tmp_path: Path) -> None:
     until(lambda: server_of(home) not in (None, first) and (home / "warm.sock").exists())
     os.unlink(home / "warm.sock")               # a socket taken away: the server leaves
     until(lambda: server_of(home) is None, 30)
+
+
+def test_a_server_that_cannot_start_says_why_and_is_not_retried_at_once(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "warm.sock" / "in-the-way").mkdir(parents=True)     # the socket's path is taken by a directory
+    env = dict(os.environ, LATTICE_HOME=str(home), LATTICE_WARM="1", PYTHONPATH=str(ROOT / "service"))
+
+    def version() -> None:
+        p = subprocess.run([sys.executable, "-m", "lattice", "--version"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0 and p.stdout.startswith("lattice "), p.stderr
+    version()
+    failed = home / "warm.failed"
+    until(lambda: failed.exists() and server_of(home) is None)
+    assert "could not start" in failed.read_text(), failed.read_text()
+    assert failed.stat().st_mode & 0o777 == 0o600
+    stamp = failed.stat().st_mtime_ns
+    for _ in range(3):
+        version()                               # commands still run, in their own processes
+    time.sleep(1)
+    assert server_of(home) is None and failed.stat().st_mtime_ns == stamp    # no new server tried
+
+
+def test_a_home_too_long_for_a_socket_runs_commands_without_a_server(tmp_path: Path) -> None:
+    home = tmp_path / ("h" * 100) / "home"
+    home.mkdir(parents=True)
+    env = dict(os.environ, LATTICE_HOME=str(home), LATTICE_WARM="1", PYTHONPATH=str(ROOT / "service"))
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-m", "lattice", "--version"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+    time.sleep(1)
+    assert server_of(home) is None and not (home / "warm.failed").exists()
