@@ -86,7 +86,8 @@ def make_machine(tmp: Path, *init_args: str) -> Machine:
     # tmp directories are private), removed with the rest of /tmp
     work = Path(tempfile.mkdtemp(prefix="lattice-test-work-"))
     os.chmod(work, 0o755)
-    env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"))
+    # a test machine's warm server leaves after a minute without commands, not ten
+    env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"), LATTICE_WARM_IDLE="60")
     m = Machine(home=home, work=work, env=env)
     m.run("init", *init_args, "--hide", str(work))
     return m
@@ -111,6 +112,32 @@ def build_probe(tmp_path_factory: pytest.TempPathFactory, name: str) -> str:
     subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(exe),
                     str(ROOT / "tests" / "e2e" / f"{name}.c")], check=True)
     return str(exe)
+
+
+def warm_servers(under: Path) -> list[int]:
+    """pids of the warm servers (lattice.warm) of machines under a directory."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"lattice.warm" in argv and argv[-2:-1] and argv[-2].startswith(str(under).encode()):
+                pids.append(int(d.name))
+    return pids
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_warm_servers_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The test machines' warm servers end with the session: nothing of the
+    tests stays running (each would leave by itself after a minute idle)."""
+    yield
+    for pid in warm_servers(tmp_path_factory.getbasetemp()):
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture(scope="session")
