@@ -26,8 +26,9 @@ fi
 # The `lattice` command itself: pip's launcher imports site and re before
 # lattice.client, ~8 ms of every command that the warm server (docs/cli.md)
 # cannot save; this one starts Python without site (lattice.client adds it
-# back when it runs a command itself).
-cat > .venv/bin/lattice <<LAUNCHER
+# back when it runs a command itself). A checkout path with a space keeps
+# pip's launcher: a shebang line cannot quote it.
+[[ "$PWD" =~ [[:space:]] ]] || cat > .venv/bin/lattice <<LAUNCHER
 #!$PWD/.venv/bin/python -S
 import sys
 sys.path.insert(0, "$PWD/service")
