@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for
+from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for, warm_servers
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +37,8 @@ def wm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machin
 
 
 def server_pid(m: Machine) -> int | None:
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                argv = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"lattice.warm" in argv and str(m.home).encode() in argv:
-                return int(d.name)
-    return None
+    pids = warm_servers(m.home)
+    return pids[0] if pids else None
 
 
 WARM_LINE = "of the warm server for this command"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for, warm_servers
 from lattice import client, warm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,24 +42,8 @@ def test_bad_requests_are_refused(data: bytes, fds: list[int]) -> None:
 
 
 def server_of(home: Path) -> int | None:
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                argv = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"lattice.warm" in argv and str(home).encode() in argv:
-                return int(d.name)
-    return None
-
-
-def until(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+    pids = warm_servers(home)
+    return pids[0] if pids else None
 
 
 def test_a_server_leaves_when_the_code_changes(tmp_path: Path) -> None:
@@ -75,18 +60,18 @@ def test_a_server_leaves_when_the_code_changes(tmp_path: Path) -> None:
         return p.stdout
     expected = version()                        # run here; starts the server
     assert expected.startswith("lattice ")
-    until(lambda: (home / "warm.sock").exists() and server_of(home) is not None)
+    wait_for(lambda: (home / "warm.sock").exists() and server_of(home) is not None)
     first = server_of(home)
     assert version() == expected                # served warm
     assert server_of(home) == first
     later = time.time() + 5
     os.utime(pkg / "lattice" / "jobenv.py", (later, later))
     assert version() == expected                # the old server says no; run here
-    until(lambda: server_of(home) != first)     # it left
+    wait_for(lambda: server_of(home) != first)     # it left
     version()                                   # this one starts a new server
-    until(lambda: server_of(home) not in (None, first) and (home / "warm.sock").exists())
+    wait_for(lambda: server_of(home) not in (None, first) and (home / "warm.sock").exists())
     os.unlink(home / "warm.sock")               # a socket taken away: the server leaves
-    until(lambda: server_of(home) is None, 30)
+    wait_for(lambda: server_of(home) is None, 30)
 
 
 def test_a_server_that_cannot_start_says_why_and_is_not_retried_at_once(tmp_path: Path) -> None:
@@ -100,7 +85,7 @@ def test_a_server_that_cannot_start_says_why_and_is_not_retried_at_once(tmp_path
         assert p.returncode == 0 and p.stdout.startswith("lattice "), p.stderr
     version()
     failed = home / "warm.failed"
-    until(lambda: failed.exists() and server_of(home) is None)
+    wait_for(lambda: failed.exists() and server_of(home) is None)
     assert "could not start" in failed.read_text(), failed.read_text()
     assert failed.stat().st_mode & 0o777 == 0o600
     stamp = failed.stat().st_mtime_ns
