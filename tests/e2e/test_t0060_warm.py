@@ -162,8 +162,9 @@ def test_signals_reach_the_command_and_a_killed_client_takes_it_along(wm: Machin
     assert run(wm, "run", "--block", "W", "-n", "1", "/bin/true")[0].returncode == 0
 
 
-@pytest.mark.parametrize("prefix", [("nice", "-n", "3"), ("setpriv", "--no-new-privs"), ("taskset", "-c", "0")],
-                         ids=["nice", "no-new-privs", "cpus"])
+@pytest.mark.parametrize("prefix", [("nice", "-n", "3"), ("setpriv", "--no-new-privs"), ("taskset", "-c", "0"),
+                                    ("setpriv", "--bounding-set", "-all"), ("unshare", "--net")],
+                         ids=["nice", "no-new-privs", "cpus", "fewer-capabilities", "other-net-namespace"])
 def test_a_caller_unlike_the_server_runs_the_command_itself(wm: Machine, prefix: tuple[str, ...]) -> None:
     if prefix[0] == "taskset" and os.cpu_count() == 1:
         pytest.skip("one CPU: taskset -c 0 changes nothing")
