@@ -236,7 +236,7 @@ class Agent:
 
     def location(self, d: Daemon) -> str:
         loc = self.spec.get("locations", {})
-        return loc.get(f"{d.kind}-{d.node}", f"{d.kind} {d.node}")
+        return str(loc.get(f"{d.kind}-{d.node}", f"{d.kind} {d.node}"))
 
     # ---- watch ----
 
@@ -327,9 +327,9 @@ def my_host(spec: dict[str, Any], argv: list[str]) -> str:
     this node, else the host name; a spec for one host needs none."""
     if "--host" in argv:
         return argv[argv.index("--host") + 1]
-    hosts = list(spec["hosts"])
+    hosts = [str(h) for h in spec["hosts"]]
     for name in (os.environ.get("SLURMD_NODENAME"), socket.gethostname(), socket.gethostname().split(".")[0]):
-        if name in hosts:
+        if name is not None and name in hosts:
             return name
     if len(hosts) == 1:
         return hosts[0]
@@ -401,12 +401,18 @@ def serve(spec: dict[str, Any], host: str) -> int:
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
         seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
         **({"capacity": a.limits()} if spec.get("report_cores") else {}),
-        **({"cores": cores} if learning is not None and not learning.join() and cores else {}))
+        **({"cores": cores} if learning is not None and joined(learning) and cores else {}))
     a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
     a.stop()
     a.forget_secrets()
     say(host, "done")
     return 0
+
+
+def joined(t: Any) -> bool:
+    """True once thread t has finished (waiting for it)."""
+    t.join()
+    return True
 
 
 def host_cores() -> dict[str, Any]:

@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lattice import blocks, db, machine, procs, ras
 from lattice import personality as personalities
@@ -25,6 +26,9 @@ from lattice.blocks import Block
 from lattice.ciodclient import Ciod, CiodError
 from lattice.errors import LatticeError
 from lattice.machine import Machine
+
+if TYPE_CHECKING:
+    from lattice import capacity
 
 BOOT_TIMEOUT = 30.0
 
@@ -245,7 +249,7 @@ def remember_capacity(h: str, facts: str) -> None:
     tmp.replace(f)
 
 
-def host_capacity(h: str) -> "capacity.Host | None":  # noqa: F821
+def host_capacity(h: str) -> capacity.Host | None:
     """What h's agent read of its limits at its last boot, or None."""
     from lattice import capacity
     try:

@@ -17,7 +17,7 @@ Only modules built into the interpreter are imported here.
 import os
 import sys
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # no stubs: signal itself would import enum
 import _socket
 
 SOCKET = "warm.sock"            # in LATTICE_HOME

@@ -97,7 +97,9 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     each daemon that ended (lattice.placement)."""
     out = []
     mine = boot.mark(name)
-    where = lambda r: m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])  # noqa: E731
+
+    def where(r: sqlite3.Row) -> str:
+        return m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])
     for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
                          (name,)):
         if not boot.ours(r["pid"], mine):     # gone, a zombie, or its pid taken by another process

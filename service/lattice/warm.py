@@ -200,7 +200,7 @@ class Server:
             data, fds = self.receive(conn)
             req = Request(data, fds)
             if code_stamp() != self.stamp:
-                self.stop_listening()   # old code: the client runs it itself and starts a new server
+                self.stop_listening()   # old code: this client runs it itself, the next starts a new server
                 raise PermissionError("stale")
             if uid != os.getuid() or gid != os.getgid() or identity(pid) != self.me:
                 raise PermissionError("not served")
@@ -305,9 +305,9 @@ def standard_streams(unbuffered: bool) -> None:
         buf: io.RawIOBase | io.BufferedWriter = raw if unbuffered else io.BufferedWriter(raw)
         return io.TextIOWrapper(buf, encoding=enc, errors=errors, newline="\n",  # type: ignore[arg-type]
                                 line_buffering=tty or fd == 2, write_through=unbuffered)
-    sys.stdin = sys.__stdin__ = text(0, "r")
-    sys.stdout = sys.__stdout__ = text(1, "w")
-    sys.stderr = sys.__stderr__ = text(2, "w")
+    sys.stdin = sys.__stdin__ = text(0, "r")     # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = text(1, "w")   # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = text(2, "w")   # type: ignore[misc]
 
 
 def watch(conn: socket.socket, main: int) -> None:

@@ -47,7 +47,7 @@ def forget_blocks(blocks_dir: Path) -> None:
     shutil.rmtree(blocks_dir)
 
 
-def read_hosts(args: argparse.Namespace) -> list[tuple[str, int | None]]:
+def read_hosts(args: argparse.Namespace) -> list[placement.HostEntry]:
     """The hosts of an ssh placement, from --hostfile."""
     if args.placement != "ssh":
         if args.hostfile or args.ssh_command:

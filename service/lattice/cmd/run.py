@@ -7,6 +7,7 @@ import socket
 import sqlite3
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from lattice import (blocks, boot, cores, db, distribution, host, job, jobenv, jobinput, machine, mapping, mpienv,
                      outfiles, placement, ras, reclaim, timelimit, wire)
@@ -16,6 +17,9 @@ from lattice.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 from lattice.mapping import App, RankMapping, Slot
+
+if TYPE_CHECKING:
+    from lattice import capacity
 
 description = "run a program on compute nodes (booting and freeing a block if none is given)"
 epilog = ("MPMD: `lattice run [OPTIONS] -n 4 a.out ARGS : -n 4 b.out ARGS` runs several programs as one job; "
