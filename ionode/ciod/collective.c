@@ -11,8 +11,10 @@
  * shared descriptor.  Another identity never hits an entry it did not
  * create: its open is real and so is its EACCES.
  *
- * Reads of a shared file come from blocks of LAT_MAX_IO bytes, each read
- * from the file once.  Before every read request the shared descriptor is
+ * Reads of a shared file come from blocks of 64 KiB, each read from the
+ * file once: small enough that a small read (ld.so reading each library's
+ * ELF header, at every job's start: the cache lives in the job's worker)
+ * costs little more than the read itself.  Before every read request the shared descriptor is
  * fstat'ed: a changed inode, size, mtime or ctime drops the entry, and the
  * processes holding it then read the file directly (never stale data).
  * Stats (fstatat of an absolute path, negative results too) are shared by
@@ -42,7 +44,7 @@
 
 #define NBUCKET     1024u
 #define MAX_ENTRIES 4096u
-#define BLOCK       ((size_t)LAT_MAX_IO)
+#define BLOCK       ((size_t)64 << 10)
 
 struct who_key {
     uint32_t uid, gid, ngroups;
