@@ -53,21 +53,27 @@ class Machine:
     def processes(self, program: str, block: str | None = None) -> list[int]:
         """pids of this machine's `program` processes serving `block` (any block if None)."""
         pids = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                argv = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if not argv or not argv[0].endswith(program.encode()):
+        for pid, argv in processes():
+            if not argv[0].endswith(program.encode()):
                 continue
             text = b" ".join(argv).decode(errors="replace")
             if str(self.home) not in text and not (self.run_dir and self.run_dir in text):
                 continue
             if block is None or f"/blocks/{block}/" in text or f"--block {block}" in text:
-                pids.append(int(d.name))
+                pids.append(pid)
         return sorted(pids)
+
+
+def processes() -> Iterator[tuple[int, list[bytes]]]:
+    """Every process of this host now: (pid, its command line's words)."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0]:
+                yield int(d.name), argv
 
 
 def wait_for(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
@@ -116,16 +122,8 @@ def build_probe(tmp_path_factory: pytest.TempPathFactory, name: str) -> str:
 
 def warm_servers(under: Path) -> list[int]:
     """pids of the warm servers (lattice.warm) of machines under a directory."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                argv = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"lattice.warm" in argv and argv[-2:-1] and argv[-2].startswith(str(under).encode()):
-                pids.append(int(d.name))
-    return pids
+    return [pid for pid, argv in processes()
+            if b"lattice.warm" in argv and len(argv) > 1 and argv[-2].startswith(str(under).encode())]
 
 
 @pytest.fixture(scope="session", autouse=True)

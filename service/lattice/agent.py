@@ -39,7 +39,10 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import threading
 
 STOP_GRACE = 2.0        # seconds between SIGTERM and SIGKILL when the agent ends its daemons
 
@@ -401,7 +404,7 @@ def serve(spec: dict[str, Any], host: str) -> int:
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
         seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
         **({"capacity": a.limits()} if spec.get("report_cores") else {}),
-        **({"cores": cores} if learning is not None and joined(learning) and cores else {}))
+        **({"cores": cores} if joined(learning) and cores else {}))
     a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
     a.stop()
     a.forget_secrets()
@@ -409,9 +412,10 @@ def serve(spec: dict[str, Any], host: str) -> int:
     return 0
 
 
-def joined(t: Any) -> bool:
-    """True once thread t has finished (waiting for it)."""
-    t.join()
+def joined(t: threading.Thread | None) -> bool:
+    """Thread t (if any) has finished: waited for here."""
+    if t is not None:
+        t.join()
     return True
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from lattice import blocks, boot, db, reclaim
+from lattice import blocks, boot, db, procs, reclaim
 from lattice.blocks import Block
 from lattice.errors import LatticeError
 from lattice.machine import Machine
@@ -71,7 +71,7 @@ def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | No
 def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
     """The new job's id, once block b is Initialized and idle."""
     cmdline = shlex.join([spec.exe, *spec.args])
-    pid, started = reclaim.me()
+    pid, started = procs.me()
     t0 = time.monotonic()
     said: float | None = None
     while True:

@@ -42,7 +42,7 @@ def request(argv: list[str]) -> bytes:
     import resource     # a small extension module, not imported by the interpreter itself
     mask = os.umask(0)
     os.umask(mask)
-    limits = [f"{resource.getrlimit(r)[0]},{resource.getrlimit(r)[1]}" for r in range(LIMITS)]
+    limits = ["%d,%d" % resource.getrlimit(r) for r in range(LIMITS)]
     env = [k + b"=" + v for k, v in os.environb.items()]
     fields = [HELLO, b"%d" % mask, b"%d" % len(limits), *(x.encode() for x in limits),
               b"%d" % len(argv), *(os.fsencode(a) for a in argv), *env]

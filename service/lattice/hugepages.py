@@ -61,12 +61,14 @@ PAGE_KB = 4
 GIB = 1 << 30
 LIMIT = 0.75            # of MemAvailable, at most, for what a job reserves
 RELEASE_WAIT = 3.0      # seconds to wait for pages a just-ended process still holds
-def book_dir() -> Path:
-    """Where the book is: host-wide, like the pools."""
-    return Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))
 CEILING_FILE = "hugepages-overcommit.json"
 ENV_PAGES, ENV_RESERVE = "LATTICE_BIGMEM_PAGES", "LATTICE_BIGMEM_RESERVE"
 PAGE_WORDS = {"1G": GIB_KB, "2M": MIB2_KB, "4K": PAGE_KB}
+
+
+def book_dir() -> Path:
+    """Where the book is: host-wide, like the pools."""
+    return Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))
 
 
 def page_name(kb: int) -> str:

@@ -1,6 +1,8 @@
 """Naming a process so that a recycled pid is never taken for it."""
 from __future__ import annotations
 
+import os
+
 _client: tuple[int, int] | None = None
 
 
@@ -22,7 +24,6 @@ def me() -> tuple[int, int]:
     the user knows and which ends when the command does."""
     if _client is not None:
         return _client
-    import os
     pid = os.getpid()
     return pid, start_time(pid) or 0
 

@@ -27,11 +27,6 @@ from lattice.machine import Machine
 ACTIVE = ("Queued", "Starting", "Running", "Dying")
 
 
-def me() -> tuple[int, int]:
-    """This command as (pid, start time): lattice.procs.me()."""
-    return procs.me()
-
-
 def gone(pid: int | None, started: int | None) -> bool:
     """The process recorded as (pid, started) no longer runs."""
     if pid is None:

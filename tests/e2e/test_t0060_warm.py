@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, LATTICE, Machine, make_machine, wait_for, warm_servers
+from conftest import EXAMPLES, LATTICE, Machine, make_machine, processes, wait_for, warm_servers
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +57,12 @@ def server_child_for(m: Machine, client: int) -> int | None:
     """The server's child whose standard output is the client's, if any."""
     server = server_pid(m)
     want = os.readlink(f"/proc/{client}/fd/1")
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if parent_of(int(d.name)) == server and os.readlink(d / "fd" / "1") == want:
-                    return int(d.name)
-            except OSError:
-                continue
+    for pid, _ in processes():
+        try:
+            if parent_of(pid) == server and os.readlink(f"/proc/{pid}/fd/1") == want:
+                return pid
+        except OSError:
+            continue
     return None
 
 

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, Machine, make_machine
+from conftest import EXAMPLES, ROOT, Machine, make_machine, processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a setuid program and a user of its own")
 
@@ -117,14 +117,9 @@ def test_the_block_serves_the_user_after_the_attack(am: Machine, user: pwd.struc
 
 def worker_of(m: Machine, deadline: float) -> int:
     while time.monotonic() < deadline:
-        for d in Path("/proc").iterdir():
-            if d.name.isdigit():
-                try:
-                    argv = (d / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if argv[0] == b"ciod-worker" and b"block A" in b" ".join(argv):
-                    return int(d.name)
+        for pid, argv in processes():
+            if argv[0] == b"ciod-worker" and b"block A" in b" ".join(argv):
+                return pid
         time.sleep(0.05)
     raise AssertionError("no I/O worker while the job ran")
 

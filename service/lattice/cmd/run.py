@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lattice import (blocks, boot, cores, db, distribution, host, job, jobenv, jobinput, machine, mapping, mpienv,
-                     outfiles, placement, ras, reclaim, timelimit, wire)
+                     outfiles, placement, procs, ras, reclaim, timelimit, wire)
 from lattice.blocks import Block
 from lattice.busy import BlockFreed, active_job
 from lattice.cores import CoreMap
@@ -366,14 +366,14 @@ def run(args: argparse.Namespace) -> int:
         need_kernel(args.kernel)
         if b.state == "Free":
             owned = b.name
-            b = boot.boot(con, m, b.name, owner=reclaim.me())
+            b = boot.boot(con, m, b.name, owner=procs.me())
     else:
         need_kernel(args.kernel)
         name = chosen.name
         b = blocks.create(con, m, name, chosen.shape, chosen.corner, auto=True)
         owned = name
         try:
-            b = boot.boot(con, m, name, owner=reclaim.me())
+            b = boot.boot(con, m, name, owner=procs.me())
         except LatticeError:
             boot.free(con, m, name)
             blocks.delete(con, name)
@@ -381,9 +381,10 @@ def run(args: argparse.Namespace) -> int:
     if unknown:         # hosts first seen at this boot: their agents said what cores they have
         cm, _ = map_cores(m, p, where, user_env)
     if args.verbose:
-        if reclaim.me()[0] != os.getpid():
+        client = procs.me()[0]
+        if client != os.getpid():
             print(f"lattice: run by process {os.getpid()} of the warm server for this command (pid "
-                  f"{reclaim.me()[0]}); LATTICE_WARM=0 runs it in its own process", file=sys.stderr)
+                  f"{client}); LATTICE_WARM=0 runs it in its own process", file=sys.stderr)
         print(f"lattice: block {b.name} ({machine.shape_str(b.shape)}, {b.size} nodes) ready after "
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
         for line in core_lines(m, p, cm):
@@ -411,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
                     break
                 except BlockFreed:      # the run it waited for freed the block: boot it, as for a Free --block
                     owned = b.name
-                    b = boot.boot(con, m, b.name, owner=reclaim.me())
+                    b = boot.boot(con, m, b.name, owner=procs.me())
     finally:
         ras.ingest(con)
         if owned:
