@@ -38,6 +38,7 @@ class Host(NamedTuple):
     name: str
     cores: tuple[Core, ...]     # the cores the service may use, in hwloc's (topology) order
     source: str                 # how they were learnt, e.g. "hwloc 2.9.0"
+    hwloc_idle: tuple[str, ...] = ()    # hwloc plug-ins with nothing to find here (idle_hwloc_plugins)
 
     def cpus(self) -> list[int]:
         return [pu for c in self.cores for pu in c.pus]
@@ -134,6 +135,38 @@ def hwloc_version(xml: str) -> str:
     return f"hwloc {m[1]}" if m else "hwloc"
 
 
+# hwloc's plug-ins (Debian's libhwloc-plugins) load with every program that
+# asks hwloc for the topology (MPICH and Open MPI do, in MPI_Init): gl
+# pulls in 8 X11 libraries, xml_libxml libxml2 and ICU, opencl the ICD
+# loader, pci libpciaccess and the PCI name database.  Left out where they
+# find nothing, a rank starts ~6 ms of CPU sooner (and ~450 fewer shipped
+# calls under cnk): bench/RESULTS.md.
+X11_SOCKETS = Path("/tmp/.X11-unix")
+OPENCL_VENDORS = Path("/etc/OpenCL/vendors")
+
+
+def idle_hwloc_plugins() -> tuple[str, ...]:
+    """The hwloc plug-ins that would find nothing on this host, which a rank's
+    hwloc need not load: pci (hwloc's Linux code lists PCI devices from
+    /sys itself), xml_libxml (hwloc reads and writes its XML with its own
+    code too), gl only without an X server (it asks NVIDIA X displays),
+    opencl only without an OpenCL driver registered."""
+    idle = ["hwloc_xml_libxml.so"]
+    if Path("/sys/bus/pci/devices").is_dir():
+        idle.append("hwloc_pci.so")
+    try:
+        if not any(f.name.startswith("X") for f in X11_SOCKETS.iterdir()):
+            idle.append("hwloc_gl.so")
+    except OSError:
+        idle.append("hwloc_gl.so")
+    try:
+        if not any(f.suffix == ".icd" for f in OPENCL_VENDORS.iterdir()):
+            idle.append("hwloc_opencl.so")
+    except OSError:
+        idle.append("hwloc_opencl.so")
+    return tuple(sorted(idle))
+
+
 def fingerprint() -> str:
     """What changes when the host's usable CPUs do: the online CPUs and our affinity."""
     try:
@@ -148,7 +181,8 @@ def learn(name: str = LOCAL) -> Host:
     import subprocess      # here: `lattice run` reads the cache
     affinity = set(os.sched_getaffinity(0))
     def without_hwloc(why: str) -> Host:     # jobs still run, each CPU taken for a core; -v says why
-        return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)), f"no hwloc: {why}; each CPU taken for a core")
+        return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)), f"no hwloc: {why}; each CPU taken for a core",
+                    idle_hwloc_plugins())
 
     try:
         p = subprocess.run([LSTOPO, "--of", "xml", "--no-io", "-"], capture_output=True, text=True, timeout=30)
@@ -164,7 +198,7 @@ def learn(name: str = LOCAL) -> Host:
         return without_hwloc(e.message)
     if not cores:
         return without_hwloc(f"hwloc shows none of the CPUs this process may use ({cpulist(affinity)})")
-    return Host(name, tuple(cores), hwloc_version(p.stdout))
+    return Host(name, tuple(cores), hwloc_version(p.stdout), idle_hwloc_plugins())
 
 
 # ---- the cache: LATTICE_HOME/hosts/NAME ----
@@ -172,6 +206,7 @@ def learn(name: str = LOCAL) -> Host:
 #   # comment
 #   fingerprint online=0-1 affinity=0-1
 #   source hwloc 2.9.0
+#   hwloc-idle hwloc_gl.so hwloc_pci.so
 #   core 0 0          core's os_index, then its PUs
 #   core 1 1
 
@@ -183,7 +218,7 @@ def save(h: Host, fp: str) -> None:
     f = cache_file(h.name)
     f.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# the cores of this host as hwloc showed them (lattice.host); learnt again when the CPUs change",
-             f"fingerprint {fp}", f"source {h.source}"]
+             f"fingerprint {fp}", f"source {h.source}", " ".join(["hwloc-idle", *h.hwloc_idle])]
     lines += [f"core {c.os_index} {' '.join(map(str, c.pus))}" for c in h.cores]
     tmp = f.with_name(f".{f.name}.{os.getpid()}")
     tmp.write_text("\n".join(lines) + "\n")
@@ -196,7 +231,7 @@ def load(name: str = LOCAL) -> tuple[Host, str] | None:
         text = cache_file(name).read_text()
     except (OSError, UnicodeDecodeError):
         return None
-    fp, source, cores = "", "", []
+    fp, source, cores, idle = "", "", [], None
     try:
         for line in text.splitlines():
             word, _, rest = line.partition(" ")
@@ -204,14 +239,16 @@ def load(name: str = LOCAL) -> tuple[Host, str] | None:
                 fp = rest
             elif word == "source":
                 source = rest
+            elif word == "hwloc-idle":
+                idle = tuple(rest.split())
             elif word == "core":
                 nums = [int(n) for n in rest.split()]
                 cores.append(Core(nums[0], tuple(nums[1:])))
     except (ValueError, IndexError):
         return None
-    if not fp or not cores or any(not c.pus for c in cores):
-        return None
-    return Host(name, tuple(cores), source), fp
+    if not fp or not cores or any(not c.pus for c in cores) or idle is None:
+        return None             # (a cache written before hwloc-idle: learnt again)
+    return Host(name, tuple(cores), source, idle), fp
 
 
 def local(refresh: bool = False) -> Host:

@@ -17,9 +17,10 @@ bindings).  Everything else gets no extra environment.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from . import host
@@ -203,6 +204,27 @@ def cnk_ucx_default(kernel: str, chosen: Mapping[str, str]) -> dict[str, str]:
     """UCX_TLS for a cnk job unless the user chose one (--env, --export, or the
     environment exported to the job): {} otherwise."""
     return {"UCX_TLS": UCX_TLS_CNK} if kernel == "cnk" and "UCX_TLS" not in chosen else {}
+
+
+# hwloc's variable naming plug-ins not to load (lattice.host.idle_hwloc_plugins)
+HWLOC_SKIP = "HWLOC_PLUGINS_BLACKLIST"
+PLUGIN = re.compile(r"hwloc_[a-z0-9_]+\.so")     # what a host's agent may name
+
+
+def hwloc_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict[str, str]:
+    """HWLOC_PLUGINS_BLACKLIST naming the hwloc plug-ins that find nothing on
+    any of the job's hosts, unless the job chose it (or registers OpenCL
+    drivers of its own, which the opencl plug-in would find); {} otherwise."""
+    if HWLOC_SKIP in chosen:
+        return {}
+    idle: set[str] | None = None
+    for h in hosts:
+        mine = {p for p in h.hwloc_idle if PLUGIN.fullmatch(p)}
+        idle = mine if idle is None else idle & mine
+    idle = idle or set()
+    if {"OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH"} & chosen.keys():
+        idle.discard("hwloc_opencl.so")
+    return {HWLOC_SKIP: ",".join(sorted(idle))} if idle else {}
 
 
 def _fresh_job_id() -> int:

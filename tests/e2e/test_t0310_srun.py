@@ -163,6 +163,21 @@ def test_cnk_leaves_ucx_posix_out_unless_the_job_chooses(sm: Machine) -> None:
     assert "UCX_TLS" not in rank_env(sm, "--kernel", "linux", env={})
 
 
+def test_hwloc_plugins_with_nothing_to_find_are_left_out_unless_the_job_chooses(sm: Machine) -> None:
+    """Every job's ranks get HWLOC_PLUGINS_BLACKLIST naming the plug-ins idle on this host
+    (lattice.host.idle_hwloc_plugins), under either kernel; the job's own value wins."""
+    from lattice import host
+    idle = ",".join(host.idle_hwloc_plugins())
+    assert idle, "pci and xml_libxml are idle on any Linux host"
+    for kernel in KERNELS:
+        assert rank_env(sm, "--kernel", kernel, env={})["HWLOC_PLUGINS_BLACKLIST"] == idle
+    assert rank_env(sm, "--env", "HWLOC_PLUGINS_BLACKLIST=", env={})["HWLOC_PLUGINS_BLACKLIST"] == ""
+    assert rank_env(sm, env={"HWLOC_PLUGINS_BLACKLIST": "hwloc_gl.so"})["HWLOC_PLUGINS_BLACKLIST"] == "hwloc_gl.so"
+    p = sm.run("run", "--block", "S", "-n", "1", "-v", "/usr/bin/true")
+    assert f"lattice: hwloc plug-ins that find nothing on the job's hosts left out: HWLOC_PLUGINS_BLACKLIST={idle}" \
+        in p.stderr, p.stderr
+
+
 def test_huge_environment_is_a_clear_error(sm: Machine) -> None:
     jobs_before = sm.run("jobs").stdout
     # too many strings; too many bytes (a single variable over 128 KiB could

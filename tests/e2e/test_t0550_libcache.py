@@ -172,6 +172,20 @@ def test_mpi_program_under_the_cache_and_without_it(lc: Machine) -> None:
         assert copying > 3 * with_cache, f"{loc}: {copying} pread bytes copying vs {with_cache} with the cache"
 
 
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_mpi_ranks_do_not_load_hwlocs_idle_plugins(lc: Machine, kernel: str) -> None:
+    """MPI_Init asks hwloc for the topology: without the job's say-so its idle plug-ins
+    (and the X11 and libxml2 libraries they need) stay out of every rank."""
+    def libraries(*env: str) -> set[str]:
+        p = lc.run("run", "--block", "L", "-n", "2", "--label", "--kernel", kernel, *env, str(MPI_LIBMAPS))
+        assert "libmaps: allreduce ok (3)" in p.stdout, p.stdout
+        return {os.path.basename(name) for lines in by_rank(p.stdout).values() for name in maps_of(lines)}
+
+    plugins = {"hwloc_gl.so", "hwloc_xml_libxml.so", "libX11.so.6", "libxml2.so.2"}
+    assert not plugins & libraries()
+    assert plugins <= libraries("--env", "HWLOC_PLUGINS_BLACKLIST="), "loaded when the job asks for them"
+
+
 def test_a_file_changed_in_place_is_not_served_stale(lc: Machine) -> None:
     work = Path(tempfile.mkdtemp(dir=lc.work))
     os.chmod(work, 0o755)

@@ -235,3 +235,48 @@ def test_core_numbers_that_repeat_across_packages() -> None:
     assert cm.ranks == [(0, 1)] and cm.nodes[0].own == 2 and cm.nodes[0].progress == 1
     cm = map_job(h, job(2), M.cores)
     assert cm.ranks == [(0,), (1,)] and [n.own for n in cm.nodes] == [1, 1]
+
+
+# ---- hwloc plug-ins with nothing to find (host.idle_hwloc_plugins) ----
+
+def test_idle_hwloc_plugins_follow_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    x11, vendors = tmp_path / "X11-unix", tmp_path / "vendors"
+    monkeypatch.setattr(host, "X11_SOCKETS", x11)
+    monkeypatch.setattr(host, "OPENCL_VENDORS", vendors)
+    everything = ("hwloc_gl.so", "hwloc_opencl.so", "hwloc_pci.so", "hwloc_xml_libxml.so")
+    assert host.idle_hwloc_plugins() == everything, "no X server, no OpenCL driver: all four idle"
+    x11.mkdir()
+    vendors.mkdir()
+    (vendors / "README").write_text("not a driver")
+    assert host.idle_hwloc_plugins() == everything
+    (x11 / "X0").touch()                       # an X server: gl may find an NVIDIA display
+    (vendors / "nvidia.icd").write_text("libnvidia-opencl.so.1\n")
+    assert host.idle_hwloc_plugins() == ("hwloc_pci.so", "hwloc_xml_libxml.so")
+
+
+@needs_hwloc
+def test_idle_plugins_leave_the_topology_as_it_was() -> None:
+    """What a rank's hwloc sees without the idle plug-ins: the same cores, PCI
+    devices and OS devices (disks, network interfaces) as with them."""
+    idle = host.idle_hwloc_plugins()
+    assert "hwloc_pci.so" in idle, "a Linux host lists its PCI devices in /sys"
+
+    def objects(env: dict[str, str]) -> list[tuple[str, str, str]]:
+        import xml.etree.ElementTree as ET
+        xml = subprocess.run([str(LSTOPO), "--of", "xml", "--whole-io", "-"], capture_output=True, text=True,
+                             check=True, env={**os.environ, **env}).stdout
+        return sorted((o.get("type", ""), o.get("os_index", ""), o.get("name", ""))
+                      for o in ET.fromstring(xml).iter("object"))
+
+    with_all = objects({"HWLOC_PLUGINS_BLACKLIST": ""})
+    assert any(t == "PCIDev" for t, _, _ in with_all), "this host shows PCI devices"
+    assert objects({"HWLOC_PLUGINS_BLACKLIST": ",".join(idle)}) == with_all
+
+
+def test_the_cache_keeps_the_idle_plugins(home: Path) -> None:
+    h = Host("local", (Core(0, (0,)), Core(1, (1,))), "test", ("hwloc_gl.so", "hwloc_pci.so"))
+    host.save(h, "fp")
+    assert host.load() == (h, "fp")
+    f = host.cache_file()
+    f.write_text("\n".join(line for line in f.read_text().splitlines() if not line.startswith("hwloc-idle")))
+    assert host.load() is None, "a cache written before hwloc-idle is learnt again"

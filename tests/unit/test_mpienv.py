@@ -19,6 +19,7 @@ import pytest
 from lattice import mpienv
 from lattice.blocks import Block
 from lattice.errors import LatticeError
+from lattice.host import Core, Host
 from lattice.machine import Machine
 from lattice.mapping import App, map_ranks
 from lattice.mpienv import OpenMpiJob, host_mapping, is_open_mpi, needed_libraries
@@ -186,3 +187,30 @@ def test_built_examples(exe: str, ompi: bool, prefix: Path) -> None:
         pytest.skip(f"{path} not built")
     assert is_open_mpi(path) is ompi
     assert bool(mpi_env(str(path))) is ompi
+
+
+# ---- hwloc's idle plug-ins (mpienv.hwloc_default) ----
+
+def hw(*idle: str) -> Host:
+    return Host("h", (Core(0, (0,)),), "test", idle)
+
+
+def test_hwloc_default_names_what_is_idle_on_every_host() -> None:
+    one = hw("hwloc_gl.so", "hwloc_opencl.so", "hwloc_pci.so")
+    assert mpienv.hwloc_default([one], {}) == {"HWLOC_PLUGINS_BLACKLIST": "hwloc_gl.so,hwloc_opencl.so,hwloc_pci.so"}
+    gpu = hw("hwloc_pci.so", "hwloc_xml_libxml.so")      # a host with an X server and OpenCL
+    assert mpienv.hwloc_default([one, gpu], {}) == {"HWLOC_PLUGINS_BLACKLIST": "hwloc_pci.so"}
+    assert mpienv.hwloc_default([hw(), one], {}) == {}, "nothing idle everywhere: nothing set"
+    assert mpienv.hwloc_default([], {}) == {}
+
+
+def test_the_jobs_choice_wins_over_the_hwloc_default() -> None:
+    one = hw("hwloc_gl.so", "hwloc_opencl.so")
+    assert mpienv.hwloc_default([one], {"HWLOC_PLUGINS_BLACKLIST": ""}) == {}
+    assert mpienv.hwloc_default([one], {"OCL_ICD_VENDORS": "/opt/icd"}) == \
+        {"HWLOC_PLUGINS_BLACKLIST": "hwloc_gl.so"}, "the job's own OpenCL drivers: opencl loads"
+
+
+def test_a_hosts_odd_plugin_names_are_not_passed_on() -> None:
+    odd = hw("hwloc_gl.so", "x,LD_PRELOAD=/tmp/evil.so", "../hwloc_pci.so", "hwloc_pci.so\n")
+    assert mpienv.hwloc_default([odd], {}) == {"HWLOC_PLUGINS_BLACKLIST": "hwloc_gl.so"}

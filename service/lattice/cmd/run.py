@@ -183,9 +183,10 @@ def job_apps(args: argparse.Namespace, default_n: int) -> list[App]:
 
 
 def map_cores(m: Machine, p: RankMapping, where: dict[int, str | None],
-              user_env: dict[str, str]) -> tuple[CoreMap, bool]:
+              user_env: dict[str, str]) -> tuple[CoreMap, bool, list[host.Host]]:
     """Each node's cores on its own host; True if a host's cores are not
-    known yet (never booted there: this host's stand in until its agent says)."""
+    known yet (never booted there: this host's stand in until its agent says);
+    the job's hosts."""
     hosts: dict[str | None, host.Host] = {}
     unknown = False
     for node in p.nodes():
@@ -195,7 +196,7 @@ def map_cores(m: Machine, p: RankMapping, where: dict[int, str | None],
             unknown |= k is None
             hosts[h] = k or host.local()._replace(name=h or host.LOCAL)
     per_node = {n: hosts[where[m.pset_of(n)]] for n in p.nodes()}
-    return cores.map_job(per_node, p, m.cores, user_env), unknown
+    return cores.map_job(per_node, p, m.cores, user_env), unknown, list(hosts.values())
 
 
 def core_lines(m: Machine, p: RankMapping, cm: CoreMap) -> list[str]:
@@ -349,12 +350,14 @@ def run(args: argparse.Namespace) -> int:
     for k in user_env:
         p.env.pop(k, None)     # the user's --env wins over the mode's defaults
     exported_names = {kv.partition("=")[0] for kv in exported}
-    for k, v in mpienv.cnk_ucx_default(args.kernel, {**dict.fromkeys(exported_names, ""), **user_env}).items():
-        p.env[k] = v           # the job's own UCX choice wins (mpienv.UCX_TLS_CNK)
+    job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
+    for k, v in mpienv.cnk_ucx_default(args.kernel, job_chose).items():
+        p.env[k] = v           # (mpienv.UCX_TLS_CNK)
     env_list = [f"{k}={v}" for k, v in user_env.items()]
+    cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
+    p.env.update(mpienv.hwloc_default(hosts, job_chose))
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
-    cm, unknown = map_cores(m, p, where, user_env)       # nodes on real cores
     if args.print_map:
         print_map(m, chosen, p, cm, chosen.state == "Initialized", args.verbose)
         return 0
@@ -379,7 +382,9 @@ def run(args: argparse.Namespace) -> int:
             blocks.delete(con, name)
             raise
     if unknown:         # hosts first seen at this boot: their agents said what cores they have
-        cm, _ = map_cores(m, p, where, user_env)
+        cm, _, hosts = map_cores(m, p, where, user_env)
+        p.env.pop(mpienv.HWLOC_SKIP, None)
+        p.env.update(mpienv.hwloc_default(hosts, job_chose))
     if args.verbose:
         client = procs.me()[0]
         if client != os.getpid():
@@ -389,6 +394,10 @@ def run(args: argparse.Namespace) -> int:
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
         for line in core_lines(m, p, cm):
             print(f"lattice: {line}", file=sys.stderr)
+        if mpienv.HWLOC_SKIP in p.env:
+            print(f"lattice: hwloc plug-ins that find nothing on the job's hosts left out: "
+                  f"{mpienv.HWLOC_SKIP}={p.env[mpienv.HWLOC_SKIP]} (--env {mpienv.HWLOC_SKIP}= loads them)",
+                  file=sys.stderr)
     # exe and args are the first program's; every program is in the mapping's apps
     output = None
     if args.output is not None or args.error is not None:
