@@ -152,6 +152,11 @@ KEYLESS = 3         # the first version whose database never held a key
 SUFFIXES = ("", "-wal", "-shm", "-journal")
 
 
+# Pages the write-ahead log may hold before a commit copies them back into
+# the database (SQLite's default, 1000, made every command read up to 4 MiB).
+WAL_PAGES = 64
+
+
 def path() -> Path:
     return machine.home() / "lattice.db"
 
@@ -171,6 +176,10 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA busy_timeout=30000")
         con.execute("PRAGMA secure_delete=ON")
+        # Every command is a new process and the first connection to the log
+        # reads all of it back (WAL recovery): keep it short.
+        con.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        con.execute(f"PRAGMA journal_size_limit={WAL_PAGES * 4096}")
         was = migrate(con)
         if 0 < was < KEYLESS:
             scrub(con)

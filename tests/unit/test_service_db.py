@@ -40,6 +40,30 @@ def test_fresh_database_gets_the_latest_version(tmp_path: Path) -> None:
     assert con.execute("PRAGMA busy_timeout").fetchone()[0] >= 10000
 
 
+def test_the_log_stays_short_for_the_next_command(tmp_path: Path) -> None:
+    """Commands that never close their connection (they leave without Python's
+    teardown) must not leave the next one a long log to read back: many
+    commits by processes that each exit at once keep it near WAL_PAGES."""
+    path = tmp_path / "x.db"
+    db.connect(path).close()
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT / "service")!r})
+        from lattice import db
+        con = db.connect(__import__("pathlib").Path({str(path)!r}))
+        for i in range(200):
+            con.execute("INSERT INTO ras_spool VALUES (?, ?)", ("/spool/" + str(os.getpid()) + "-" + str(i) + "x" * 2000, i))
+        os._exit(0)
+    """)
+    for _ in range(5):
+        subprocess.run([sys.executable, "-c", script], check=True)
+    frames = (os.path.getsize(str(path) + "-wal") - 32) // (4096 + 24)
+    assert frames <= 2 * db.WAL_PAGES, f"{frames} pages in the log"
+    con = db.connect(path)
+    assert con.execute("SELECT count(*) FROM ras_spool").fetchone()[0] == 1000, "nothing lost"
+    assert con.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == db.WAL_PAGES
+
+
 def test_reopen_is_idempotent(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     con = db.connect(path)
