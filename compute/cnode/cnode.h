@@ -4,6 +4,7 @@
  *   main.c   arguments, personality, hidden paths, the message loop
  *   net.c    messages from ciod (connecting, the hello, sending: protocol/peer/peer.c)
  *   netdev.c which network interfaces a job's UCX may use (UCX_NET_DEVICES)
+ *   topology.c where a job's hwloc may read the host's topology (HWLOC_XMLFILE)
  *   job.c    one job: receive it, supervise its processes, report how each ended
  *   launch.c start the job's processes (in Linux mode or under cnk)
  *   report.c cnk's report page as the exit message's report line
@@ -49,6 +50,9 @@ struct msg {
 /* net.c; connecting, the handshake and sending: lattice/peer.h */
 /* netdev.c: the interfaces of the host's default routes, comma-separated ("" if none) */
 void netdev_default_routes(char *out, size_t len);
+/* topology.c: 1 and the host's hwloc topology file in out if it is there and
+ * trustworthy (cnode's own, writable by nobody else), else 0 */
+int topology_file(char *out, size_t len);
 /* 1 message, 0 orderly EOF, -1 error (errno; EPROTO for a bad header) */
 int net_recv(int fd, struct msg *m);
 

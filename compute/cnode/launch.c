@@ -33,6 +33,18 @@ static int ours_var(const char *s, int cnk)
     return !cnk && !strncmp(s, "LD_PRELOAD=", 11);
 }
 
+/* A variable by which the job chooses hwloc's topology itself: then cnode names none. */
+static int names_topology(const char *s)
+{
+    static const char *const names[] = { "HWLOC_XMLFILE=", "HWLOC_SYNTHETIC=", "HWLOC_FSROOT=",
+                                         "HWLOC_THISSYSTEM=", "HWLOC_THISSYSTEM_ALLOWED_RESOURCES=",
+                                         "HWLOC_COMPONENTS=" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strncmp(s, names[i], strlen(names[i])))
+            return 1;
+    return 0;
+}
+
 static uint64_t proc_memory(const struct job *j)
 {
     return j->pers->memory / (j->ppn ? j->ppn : 1);
@@ -48,7 +60,7 @@ static uint32_t proc_cores(const struct job *j)
  * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
 static char **make_env(struct job *j, const struct proc *p, int procfd_num)
 {
-    enum { OURS = 12 };
+    enum { OURS = 16 };
     int cnk = is_cnk(j);
     size_t n = 0;
     while (j->env[n])
@@ -59,7 +71,7 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     size_t k = 0;
     const char *user_preload = NULL;
     int progress = p->cpu ? p->progress : LAT_PROGRESS_UNSET;   /* the job's own (the user's --env) wins */
-    int ucx_devices = 0;
+    int ucx_devices = 0, hwloc_own = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = j->env[i];
         if (!cnk && !strncmp(s, "LD_PRELOAD=", 11))
@@ -67,6 +79,7 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
         if (!strncmp(s, "MPIR_CVAR_ASYNC_PROGRESS=", 25))
             progress = LAT_PROGRESS_UNSET;
         ucx_devices |= !strncmp(s, "UCX_NET_DEVICES=", 16);
+        hwloc_own |= names_topology(s);
         if (!ours_var(s, cnk))
             e[k++] = (char *)s;
     }
@@ -101,6 +114,13 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
         netdev_default_routes(dev, sizeof dev);
         if (dev[0])
             snprintf(buf[m++], sizeof buf[0], "UCX_NET_DEVICES=%s", dev);
+    }
+    char topo[64];
+    if (!hwloc_own && topology_file(topo, sizeof topo)) {     /* topology.c */
+        snprintf(buf[m++], sizeof buf[0], "HWLOC_XMLFILE=%s", topo);
+        snprintf(buf[m++], sizeof buf[0], "HWLOC_THISSYSTEM=1");      /* binding works as on the host */
+        /* the CPUs and memory this process may use: from the kernel, not the file */
+        snprintf(buf[m++], sizeof buf[0], "HWLOC_THISSYSTEM_ALLOWED_RESOURCES=1");
     }
     size_t first = k;
     for (int i = 0; i < m; i++)

@@ -27,6 +27,7 @@ from lattice.errors import LatticeError
 LOCAL = "local"
 LSTOPO = "lstopo-no-graphics"
 ONLINE = Path("/sys/devices/system/cpu/online")
+SHM_DIR = Path("/dev/shm")      # memory every process of a host can map (POSIX shm, tmpfs)
 
 
 class Core(NamedTuple):
@@ -167,6 +168,32 @@ def idle_hwloc_plugins() -> tuple[str, ...]:
     return tuple(sorted(idle))
 
 
+# Each rank's hwloc otherwise finds the host's topology itself in MPI_Init:
+# ~500 reads of /proc and /sys (trapped calls under cnk), ~5 ms of CPU a
+# rank.  Whoever learns a host's cores leaves hwloc's XML of it here
+# (0644, the machine owner's), and cnode points a job's ranks at it
+# (HWLOC_XMLFILE) when it is there, a regular file of cnode's own user that
+# nobody else may write, and the job names no topology of its own
+# (compute/cnode/launch.c).  One file per user: a host's topology is the
+# same for every machine on it.
+def topology_file(uid: int | None = None) -> Path:
+    return SHM_DIR / f"lattice-hwloc-{os.geteuid() if uid is None else uid}.xml"
+
+
+def export_topology(xml: str) -> None:
+    """Replace this host's topology file with xml, whole or not at all."""
+    final = topology_file()
+    tmp = final.with_name(f".{final.name}.{os.getpid()}")
+    try:                        # O_EXCL: never through a link planted in /dev/shm
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), "w") as f:
+            os.fchmod(f.fileno(), 0o644)        # whatever the umask: every job's ranks read it
+            f.write(xml)
+        os.replace(tmp, final)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def fingerprint() -> str:
     """What changes when the host's usable CPUs do: the online CPUs and our affinity."""
     try:
@@ -184,8 +211,10 @@ def learn(name: str = LOCAL) -> Host:
         return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)), f"no hwloc: {why}; each CPU taken for a core",
                     idle_hwloc_plugins())
 
+    idle = idle_hwloc_plugins()
     try:
-        p = subprocess.run([LSTOPO, "--of", "xml", "--no-io", "-"], capture_output=True, text=True, timeout=30)
+        p = subprocess.run([LSTOPO, "--of", "xml", "--whole-io", "-"], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "HWLOC_PLUGINS_BLACKLIST": ",".join(idle)})
     except FileNotFoundError:
         return without_hwloc(f"{LSTOPO} is not installed (apt-get install hwloc-nox)")
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -198,7 +227,11 @@ def learn(name: str = LOCAL) -> Host:
         return without_hwloc(e.message)
     if not cores:
         return without_hwloc(f"hwloc shows none of the CPUs this process may use ({cpulist(affinity)})")
-    return Host(name, tuple(cores), hwloc_version(p.stdout), idle_hwloc_plugins())
+    try:
+        export_topology(p.stdout)
+    except OSError:
+        pass                    # ranks' hwloc finds the topology itself, as without Lattice
+    return Host(name, tuple(cores), hwloc_version(p.stdout), idle)
 
 
 # ---- the cache: LATTICE_HOME/hosts/NAME ----
@@ -269,7 +302,6 @@ def local(refresh: bool = False) -> Host:
 
 # ---- which host runs which compute node; the host's shared-memory directory ----
 
-SHM_DIR = Path("/dev/shm")      # memory every process of a host can map (POSIX shm, tmpfs)
 
 
 def node_host(m: machine.Machine, node: int, where: dict[int, str | None] | None = None) -> str:

@@ -227,6 +227,16 @@ def hwloc_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict
     return {HWLOC_SKIP: ",".join(sorted(idle))} if idle else {}
 
 
+# Variables by which a job chooses hwloc's topology itself; without them
+# cnode points its ranks at the host's topology file (lattice.host.topology_file).
+TOPOLOGY_VARS = ("HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_THISSYSTEM",
+                 "HWLOC_THISSYSTEM_ALLOWED_RESOURCES", "HWLOC_COMPONENTS")
+
+
+def names_topology(chosen: Mapping[str, str]) -> bool:
+    return any(v in chosen for v in TOPOLOGY_VARS)
+
+
 def _fresh_job_id() -> int:
     """A random Open MPI job id.  pmix/flux takes FLUX_JOB_ID (decimal) as
     the job's 32-bit jobid; ORTE reads its high 16 bits as the job family and

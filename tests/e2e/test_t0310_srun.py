@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -176,6 +177,59 @@ def test_hwloc_plugins_with_nothing_to_find_are_left_out_unless_the_job_chooses(
     p = sm.run("run", "--block", "S", "-n", "1", "-v", "/usr/bin/true")
     assert f"lattice: hwloc plug-ins that find nothing on the job's hosts left out: HWLOC_PLUGINS_BLACKLIST={idle}" \
         in p.stderr, p.stderr
+
+
+TOPOLOGY = {"HWLOC_XMLFILE": f"/dev/shm/lattice-hwloc-{os.geteuid()}.xml", "HWLOC_THISSYSTEM": "1",
+            "HWLOC_THISSYSTEM_ALLOWED_RESOURCES": "1"}
+
+
+def topology_vars(env: dict[str, str]) -> dict[str, str]:
+    return {k: env[k] for k in TOPOLOGY if k in env}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_ranks_load_the_hosts_topology_unless_the_job_names_one(sm: Machine, kernel: str) -> None:
+    """The node points each rank's hwloc at the topology file the host's cores were learnt
+    with (lattice.host.export_topology); a job's own topology variable wins; an unsafe file
+    (writable by others, or not the daemon's user's) is not used."""
+    f = Path(TOPOLOGY["HWLOC_XMLFILE"])
+    assert f.is_file(), "booting the block learnt the host's cores and left the topology"
+    assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == TOPOLOGY
+    assert topology_vars(rank_env(sm, "--kernel", kernel, "--env", "HWLOC_COMPONENTS=linux", env={})) == {}
+    assert topology_vars(rank_env(sm, "--kernel", kernel, env={"HWLOC_XMLFILE": "/tmp/mine.xml"})) == \
+        {"HWLOC_XMLFILE": "/tmp/mine.xml"}
+    text = f.read_bytes()
+    try:
+        f.chmod(0o666)
+        assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "writable by anyone: not used"
+        f.chmod(0o644)
+        os.chown(f, 65534, 65534)
+        assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "another user's: not used"
+    finally:
+        f.unlink()
+        f.write_bytes(text)
+        f.chmod(0o644)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_ranks_hwloc_reads_the_file_and_sees_the_host(sm: Machine, kernel: str) -> None:
+    """hwloc in a rank (lstopo as the program) loads the topology from the file, not from
+    /proc and /sys, and sees what hwloc sees on the host."""
+    lstopo = shutil.which("lstopo-no-graphics")
+    assert lstopo, "hwloc-nox is not installed (scripts/setup.sh installs it)"
+
+    def objects(xml: str) -> list[tuple[str, str, str]]:
+        import xml.etree.ElementTree as ET
+        return sorted((o.get("type", ""), o.get("os_index", ""), o.get("name", ""))
+                      for o in ET.fromstring(xml).iter("object"))
+
+    p = sm.run("run", "--block", "S", "-n", "1", "--kernel", kernel, "--env", "HWLOC_COMPONENTS_VERBOSE=1",
+               lstopo, "--of", "xml", "--whole-io", "-")
+    assert "Enabling discovery component `xml'" in p.stderr and "Enabling discovery component `linux'" \
+        not in p.stderr, p.stderr
+    native = subprocess.run([lstopo, "--of", "xml", "--whole-io", "-"], capture_output=True, text=True,
+                            check=True).stdout
+    assert objects(p.stdout) == objects(native)
 
 
 def test_huge_environment_is_a_clear_error(sm: Machine) -> None:

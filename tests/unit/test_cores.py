@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -280,3 +281,36 @@ def test_the_cache_keeps_the_idle_plugins(home: Path) -> None:
     f = host.cache_file()
     f.write_text("\n".join(line for line in f.read_text().splitlines() if not line.startswith("hwloc-idle")))
     assert host.load() is None, "a cache written before hwloc-idle is learnt again"
+
+
+# ---- the host's topology for the ranks' hwloc (host.export_topology) ----
+
+@needs_hwloc
+def test_learning_the_cores_leaves_the_topology_for_the_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "SHM_DIR", tmp_path)
+    h = host.learn()
+    f = host.topology_file()
+    assert f == tmp_path / f"lattice-hwloc-{os.geteuid()}.xml"
+    st = f.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o644 and st.st_uid == os.geteuid()
+    assert [c.pus for c in host.parse_lstopo(f.read_text(), os.sched_getaffinity(0))] == [c.pus for c in h.cores]
+    assert "PCIDev" in f.read_text(), "I/O devices too: a rank's hwloc may ask for them"
+    assert [p.name for p in tmp_path.iterdir()] == [f.name], "no temporary file left"
+
+
+def test_the_topology_file_is_replaced_whole_and_never_through_a_link(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "SHM_DIR", tmp_path)
+    old = os.umask(0o077)
+    try:
+        host.export_topology("<topology>one</topology>")
+    finally:
+        os.umask(old)
+    f = host.topology_file()
+    assert f.read_text() == "<topology>one</topology>" and stat.S_IMODE(f.stat().st_mode) == 0o644
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / f".{f.name}.{os.getpid()}").symlink_to(victim)      # planted at the temporary name
+    with pytest.raises(FileExistsError):
+        host.export_topology("<topology>two</topology>")
+    assert victim.read_text() == "mine" and f.read_text() == "<topology>one</topology>"

@@ -398,6 +398,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"lattice: hwloc plug-ins that find nothing on the job's hosts left out: "
                   f"{mpienv.HWLOC_SKIP}={p.env[mpienv.HWLOC_SKIP]} (--env {mpienv.HWLOC_SKIP}= loads them)",
                   file=sys.stderr)
+        if not mpienv.names_topology(job_chose):
+            f = host.topology_file()
+            there = "" if m.placement != "local" or f.exists() else " (not there now: each rank finds it itself)"
+            print(f"lattice: hwloc: ranks load their host's topology from {f}{there}, written when the host's "
+                  f"cores were learnt (HWLOC_XMLFILE; a job's own HWLOC_XMLFILE, HWLOC_COMPONENTS... wins)",
+                  file=sys.stderr)
     # exe and args are the first program's; every program is in the mapping's apps
     output = None
     if args.output is not None or args.error is not None:
