@@ -42,7 +42,10 @@ Big memory: `is` at class B at 2 ranks on a second machine (1x1x2,
 huge pages should win (THP on this host is shown in the header: with
 `madvise`, Hydra's and Linux mode's ranks get 4 KiB pages).  is prints the
 pages that back its count array (from /proc/self/smaps), shown below that
-table.
+table.  --bigmem-pool runs it over a kept pool of 2 MiB pages, as an
+administrator reserves for big memory, after one untimed run of each
+configuration: on this VM a 2 MiB page fresh from the kernel is slow to
+touch first (bench/RESULTS.md, "Big memory's pages, fresh and kept").
 
 By default it runs class S at 2 and 4 ranks, class A at 2 and class T at 16
 (PLAN below: about 45 minutes here); --sizes and --ranks run every
@@ -193,6 +196,9 @@ def main() -> int:
     ap.add_argument("--bigmem-memory", default="3G", help="per compute node of the big-memory machine")
     ap.add_argument("--bigmem-class", default="B", choices=list(CLASSES["is"]),
                     help="class of is for the big-memory run (default B)")
+    ap.add_argument("--bigmem-pool", action="store_true",
+                    help="run the big-memory machine over a kept pool of 2 MiB pages covering its nodes (what an "
+                         "administrator reserves for big memory), after one untimed run of each configuration")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true",
                     help="functional run: 1 repeat, class T, 2 ranks, no big-memory run")
@@ -238,9 +244,15 @@ def main() -> int:
         bwalls: Series = {j: {c: [] for c in CONFIGS} for j in big}
         binner: Series = {j: {c: [] for c in CONFIGS} for j in big}
         print(f"\nbig memory: machine 1x1x2, {a.bigmem_memory} per node", flush=True)
-        with Block("1x1x2", 2, a.bigmem_memory) as blk:
-            sweep(Runner(hydra, blk, a.timeout), big, a.repeat, "big memory: ", bwalls, binner, failures, pages,
-                  rounds)
+        want = {2048: 2 * (bl.size_bytes(a.bigmem_memory) >> 21)} if a.bigmem_pool else {}
+        with bl.HugePages(want) as pool, Block("1x1x2", 2, a.bigmem_memory) as blk:
+            runner = Runner(hydra, blk, a.timeout)
+            if a.bigmem_pool:
+                print(f"kept pool: {pool.got.get(2048, 0)} of {want[2048]} 2 MiB pages added; one untimed run of "
+                      "each configuration first", flush=True)
+                sweep(runner, big, 1, "big memory, untimed: ", {j: {c: [] for c in CONFIGS} for j in big},
+                      {j: {c: [] for c in CONFIGS} for j in big}, failures, {}, {})
+            sweep(runner, big, a.repeat, "big memory: ", bwalls, binner, failures, pages, rounds)
         print()
         print(tables(f"Big memory, is class {a.bigmem_class} (B: 1 GiB of counts per rank)", big, bwalls, binner, a.repeat))
         print()
