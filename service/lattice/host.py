@@ -5,7 +5,7 @@ one host, "local" (the box `lattice` runs on); a Host object per host lets a
 later machine spread its nodes over several.
 
 A host's cores come from hwloc (`lstopo-no-graphics --of xml`, Debian's
-hwloc-nox): the cores the service may use (hwloc's allowed cpuset, within
+hwloc-nox; the XML is also left for the ranks' hwloc: export_topology): the cores the service may use (hwloc's allowed cpuset, within
 `lattice`'s own CPU affinity), each with its PUs (hardware threads) by OS
 index, in hwloc's order, so neighbouring cores share caches.  lstopo costs
 tens of milliseconds, so what it said is kept in LATTICE_HOME/hosts/local

@@ -205,8 +205,13 @@ def test_ranks_load_the_hosts_topology_unless_the_job_names_one(sm: Machine, ker
         f.chmod(0o644)
         os.chown(f, 65534, 65534)
         assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "another user's: not used"
-    finally:
         f.unlink()
+        copy = Path(sm.work) / "topology.xml"
+        copy.write_bytes(text)
+        f.symlink_to(copy)
+        assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "a link: not used"
+    finally:
+        f.unlink(missing_ok=True)
         f.write_bytes(text)
         f.chmod(0o644)
 
