@@ -33,7 +33,8 @@ static int ours_var(const char *s, int cnk)
     return !cnk && !strncmp(s, "LD_PRELOAD=", 11);
 }
 
-/* A variable by which the job chooses hwloc's topology itself: then cnode names none. */
+/* A variable by which the job chooses hwloc's topology itself: then cnode names
+ * none (lattice.mpienv.TOPOLOGY_VARS, for `lattice run -v`, lists the same). */
 static int names_topology(const char *s)
 {
     static const char *const names[] = { "HWLOC_XMLFILE=", "HWLOC_SYNTHETIC=", "HWLOC_FSROOT=",

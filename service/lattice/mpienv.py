@@ -228,7 +228,8 @@ def hwloc_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict
 
 
 # Variables by which a job chooses hwloc's topology itself; without them
-# cnode points its ranks at the host's topology file (lattice.host.topology_file).
+# cnode points its ranks at the host's topology file (lattice.host.topology_file;
+# compute/cnode/launch.c names_topology lists the same).
 TOPOLOGY_VARS = ("HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_THISSYSTEM",
                  "HWLOC_THISSYSTEM_ALLOWED_RESOURCES", "HWLOC_COMPONENTS")
 

@@ -214,3 +214,12 @@ def test_the_jobs_choice_wins_over_the_hwloc_default() -> None:
 def test_a_hosts_odd_plugin_names_are_not_passed_on() -> None:
     odd = hw("hwloc_gl.so", "x,LD_PRELOAD=/tmp/evil.so", "../hwloc_pci.so", "hwloc_pci.so\n")
     assert mpienv.hwloc_default([odd], {}) == {"HWLOC_PLUGINS_BLACKLIST": "hwloc_gl.so"}
+
+
+def test_the_topology_variables_are_cnodes() -> None:
+    """-v says which variables keep cnode from naming the topology file: the ones cnode checks."""
+    import re
+    src = (Path(__file__).resolve().parents[2] / "compute/cnode/launch.c").read_text()
+    body = src[src.index("static int names_topology"):]
+    names = re.findall(r'"(HWLOC_[A-Z_]+)="', body[:body.index("}")])
+    assert tuple(names) == mpienv.TOPOLOGY_VARS
