@@ -65,6 +65,7 @@ import sys
 import time
 
 import benchlib as bl
+from lattice.machine import parse_size
 from launch import Block
 
 APPS = bl.BENCH / "apps"
@@ -244,7 +245,7 @@ def main() -> int:
         bwalls: Series = {j: {c: [] for c in CONFIGS} for j in big}
         binner: Series = {j: {c: [] for c in CONFIGS} for j in big}
         print(f"\nbig memory: machine 1x1x2, {a.bigmem_memory} per node", flush=True)
-        want = {2048: 2 * (bl.size_bytes(a.bigmem_memory) >> 21)} if a.bigmem_pool else {}
+        want = {2048: 2 * (parse_size(a.bigmem_memory) >> 21)} if a.bigmem_pool else {}
         with bl.HugePages(want) as pool, Block("1x1x2", 2, a.bigmem_memory) as blk:
             runner = Runner(hydra, blk, a.timeout)
             if a.bigmem_pool:

@@ -43,13 +43,6 @@ def require_built(*paths: Path) -> None:
         sys.exit(f"missing {', '.join(missing)}: run `make -s all` first")
 
 
-def size_bytes(text: str) -> int:
-    """A size as `lattice init --memory` takes it: 768M, 3G, 4096K or bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    return int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
-
-
 def parse_kv(out: str) -> dict[str, str]:
     """The last line of key=value pairs in a program's output (rank label dropped)."""
     lines = [l for l in out.splitlines() if re.search(r"\w=\S", l)]

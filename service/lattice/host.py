@@ -5,8 +5,9 @@ one host, "local" (the box `lattice` runs on); a Host object per host lets a
 later machine spread its nodes over several.
 
 A host's cores come from hwloc (`lstopo-no-graphics --of xml`, Debian's
-hwloc-nox; the XML is also left for the ranks' hwloc: export_topology): the cores the service may use (hwloc's allowed cpuset, within
-`lattice`'s own CPU affinity), each with its PUs (hardware threads) by OS
+hwloc-nox; the XML is also left for the ranks' hwloc: export_topology): the
+cores the service may use (hwloc's allowed cpuset, within `lattice`'s own
+CPU affinity), each with its PUs (hardware threads) by OS
 index, in hwloc's order, so neighbouring cores share caches.  lstopo costs
 tens of milliseconds, so what it said is kept in LATTICE_HOME/hosts/local
 with a fingerprint of the host's CPUs (the online CPUs and the process's
@@ -207,11 +208,12 @@ def learn(name: str = LOCAL) -> Host:
     """Ask hwloc what this host has (tens of milliseconds)."""
     import subprocess      # here: `lattice run` reads the cache
     affinity = set(os.sched_getaffinity(0))
+    idle = idle_hwloc_plugins()
+
     def without_hwloc(why: str) -> Host:     # jobs still run, each CPU taken for a core; -v says why
         return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)), f"no hwloc: {why}; each CPU taken for a core",
-                    idle_hwloc_plugins())
+                    idle)
 
-    idle = idle_hwloc_plugins()
     try:
         p = subprocess.run([LSTOPO, "--of", "xml", "--whole-io", "-"], capture_output=True, text=True, timeout=30,
                            env={**os.environ, "HWLOC_PLUGINS_BLACKLIST": ",".join(idle)})
@@ -300,8 +302,7 @@ def local(refresh: bool = False) -> Host:
     return h
 
 
-# ---- which host runs which compute node; the host's shared-memory directory ----
-
+# ---- which host runs which compute node ----
 
 
 def node_host(m: machine.Machine, node: int, where: dict[int, str | None] | None = None) -> str:
