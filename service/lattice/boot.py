@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -389,6 +390,9 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
             except (LatticeError, OSError, TypeError):
                 pass  # dead or never started: killed below
     kill_daemons(con, name)
+    from lattice import hugepages            # the pages the block's jobs touched, if it kept them
+    for problem in hugepages.forget(hugepages.book_dir(), hugepages.block_entry(machine.home(), name)):
+        print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)
     for f in block_dir(name).glob("*"):
         if f.is_file():
             f.unlink()  # key and personalities: secrets of a block that no longer runs

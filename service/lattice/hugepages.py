@@ -28,14 +28,33 @@ first touch (below).
   MemAvailable) and `release` lowers it by exactly that.  Ranks still not
   covered fall back to 2 MiB pages, as above.
 
+Pages held by the block (`lattice init --hold-pages`, lattice.job): on a
+host whose free memory is reported to its hypervisor (a virtio balloon with
+free page reporting, as on this VM: lattice.host.free_memory_reported), a
+2 MiB page fresh from free memory is supplied again by the hypervisor at
+first touch, 2-5x slower than a pool page touched before (1 GiB in
+0.9-1.3 s against 0.2 s, measured).  There a booted block keeps the pages its
+jobs touched, as a Blue Gene block owns its nodes' memory: while a job runs,
+`keep_touched` turns surplus pages into pool pages the block holds (writing
+nr_hugepages turns surplus pages in use into persistent ones, nothing is
+allocated), never more than the job's ranks' memory on this host, and its
+1 GiB pages stay too; the block's next jobs find them in the pool.  `forget`
+gives them all back when the block is freed, and a block whose daemon is
+gone is reaped like an ended run.  Surplus pages are counted host-wide: while
+another machine's job runs at the same time, a block may keep pages that job
+touched, never more than its own ranks' memory.
+
 Bookkeeping: book_dir()/hugepages.json, under an flock on
 book_dir()/hugepages.lock, lists each running job (pid and start time of its
 `lattice run`) with what it added to the 1 GiB pool ("pages") and the 2 MiB
 pages its ranks may take as surplus ("overcommit").  The ceiling is
 base + the sum over live runs, where base (the value before any run raised
 it) is kept in book_dir()/hugepages-overcommit.json and written back when no
-live run needs more.  The pools belong to the host, so the book does too: a
-run killed outright is reaped by the next run of any machine on the host.
+live run needs more.  A block that holds pages has an entry too ("pages":
+what it holds), under the pid and start time of a daemon that lives as long
+as the block is booted.  The pools belong to the host, so the book does too:
+a run killed outright, or a block whose daemon died, is reaped by the next
+run of any machine on the host.
 
 The host's huge page files are read and written here only (Pools); the
 rest of the host (cores, /dev/shm) is lattice.host's.
@@ -158,6 +177,10 @@ class Reservation:
         self.home = home
         self.pools = pools
         self.recorded = False   # an entry in the book that release() must remove
+        self.block: str | None = None           # the book entry of the block that keeps the pages
+        self.holder = 0                         # the pid of a daemon that lives as long as that block is booted
+        self.keep_2m = 0                        # at most this many 2 MiB pages stay with the block
+        self.kept_2m = 0                        # as many as it holds, at the last look
 
 
 def pages_per_rank(memory: int, kb: int) -> int:
@@ -190,8 +213,8 @@ def _start_time(pid: int) -> str | None:
 
 
 def _alive(entry: dict[str, object]) -> bool:
-    pid = entry.get("pid")
-    return isinstance(pid, int) and _start_time(pid) == entry.get("start")
+    pid, start = entry.get("pid"), entry.get("start")
+    return isinstance(pid, int) and start is not None and _start_time(pid) == start
 
 
 def _read_json(path: Path) -> dict[str, dict[str, object]]:
@@ -295,7 +318,8 @@ def _reap(home: Path, book: dict[str, dict[str, object]], pools: Pools) -> list[
         entry = book.pop(rid)
         pages = _counts(entry, "pages")
         if any(pages.values()) or any(_counts(entry, "overcommit").values()):
-            notes.append(f"gave back the huge pages of an ended run ({rid})")
+            what = "a block no longer booted" if entry.get("block") else "an ended run"
+            notes.append(f"gave back the huge pages of {what} ({rid})")
             notes += _give_back(pools, pages, 0.0)
     return notes
 
@@ -303,10 +327,12 @@ def _reap(home: Path, book: dict[str, dict[str, object]], pools: Pools) -> list[
 # --- the policy --------------------------------------------------------------
 
 def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool = False,
-            largest: int = GIB_KB, pools: Pools | None = None, root: bool | None = None) -> Reservation:
+            largest: int = GIB_KB, pools: Pools | None = None, root: bool | None = None,
+            block: tuple[str, int] | None = None) -> Reservation:
     """Make room for a cnk job's big memory (nranks x memory bytes); never raises
     for pool trouble (the job runs anyway, cnk falls back): read .env, .warning
-    and .notes."""
+    and .notes.  block: (its book entry, the pid of a daemon that lives as long
+    as it is booted) when the block keeps the pages its jobs touch."""
     pools = pools or Pools()
     root = os.geteuid() == 0 if root is None else root
     res = Reservation(rid, home=home, pools=pools)
@@ -329,10 +355,13 @@ def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool 
             reaped = _reap(home, book, pools)
             if reaped:
                 res.notes += reaped + _ceiling(home, book, pools)[1]
+            if block is not None:
+                res.notes += _hold(book, pools, block, nranks, memory, res)
             others: dict[int, int] = {}
-            for e in book.values():
-                for k, n in _counts(e, "pages").items():
-                    others[k] = others.get(k, 0) + n
+            for bid, e in book.items():
+                if bid != res.block:    # free pages the block keeps are its jobs' to take
+                    for k, n in _counts(e, "pages").items():
+                        others[k] = others.get(k, 0) + n
             book[rid] = {"pid": os.getpid(), "start": _start_time(os.getpid()), "pages": {}, "overcommit": {}}
             res.recorded = True
             try:
@@ -348,6 +377,39 @@ def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool 
     except (OSError, ValueError) as e:
         res.warning = f"cannot reserve huge pages for big memory: {e}; cnk falls back to smaller pages"
     return res
+
+
+def _hold(book: dict[str, dict[str, object]], pools: Pools, block: tuple[str, int], nranks: int, memory: int,
+          res: Reservation) -> list[str]:
+    """Let the block keep the pages this job's ranks touch, up to their memory
+    (its book entry is made when it first keeps some).  Notes to tell."""
+    bid, pid = block
+    notes = []
+    entry = book.get(bid)
+    if entry is not None and (entry.get("pid") != pid or not _alive(entry)):
+        notes += _give_back(pools, _counts(book.pop(bid), "pages"), 0.0)       # an earlier boot's
+        entry = None
+    res.block, res.holder = bid, pid
+    res.keep_2m = nranks * pages_per_rank(memory, MIB2_KB)
+    held = {k: n for k, n in _counts(entry or {}, "pages").items() if n}
+    res.kept_2m = held.get(MIB2_KB, 0)
+    notes.append("huge pages: the block keeps the pages its jobs touch until it is freed (it holds "
+                 + (", ".join(f"{n} x {page_name(k)}" for k, n in sorted(held.items())) or "none yet")
+                 + "; lattice init --hold-pages)")
+    return notes
+
+
+def _block_entry(book: dict[str, dict[str, object]], res: Reservation) -> dict[str, object] | None:
+    """The book entry of the block that keeps res's pages, made if need be;
+    None when its daemon is gone (freed meanwhile: the pages go back)."""
+    assert res.block is not None
+    entry = book.get(res.block)
+    if entry is None:
+        entry = {"pid": res.holder, "start": _start_time(res.holder), "pages": {}, "block": True}
+        if not _alive(entry):
+            return None
+        book[res.block] = entry
+    return entry if _alive(entry) else None
 
 
 def _unprivileged(pools: Pools, kb: int, nranks: int, memory: int, res: Reservation) -> None:
@@ -444,15 +506,67 @@ def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left:
         res.warning = "; ".join([*problems, "cnk falls back to smaller pages"])
 
 
+def keep_touched(res: Reservation) -> int:
+    """While the job runs: turn the surplus 2 MiB pages its ranks touched into
+    pool pages its block holds, up to the ranks' memory.  Called often, so a
+    look at one file when there is nothing to do.  Returns the pages kept now."""
+    if res.block is None or res.home is None or res.pools is None or not res.recorded or res.kept_2m >= res.keep_2m:
+        return 0
+    kb, pools = MIB2_KB, res.pools
+    try:
+        if pools.read(kb, "surplus_hugepages", 0) <= 0:
+            return 0
+        with _locked(res.home) as book:
+            held = _counts(book.get(res.block, {}), "pages")
+            n = min(pools.read(kb, "surplus_hugepages", 0), res.keep_2m - held.get(kb, 0))
+            entry = _block_entry(book, res) if n > 0 else None
+            if entry is None:
+                return 0
+            before = pools.persistent(kb)
+            got = max(0, pools.set_persistent(kb, before + n) - before)
+            held[kb] = res.kept_2m = held.get(kb, 0) + got
+            entry["pages"] = {str(k): v for k, v in held.items()}
+            return got
+    except (OSError, ValueError):
+        return 0        # the pages go back with the job, as without a block that keeps them
+
+
+def block_entry(machine_home: Path, name: str) -> str:
+    """The book's name for a block: the book is the host's, names repeat across machines."""
+    return f"{machine_home.resolve()}:block-{name}"
+
+
+def forget(home: Path, block: str, pools: Pools | None = None, wait: float = RELEASE_WAIT) -> list[str]:
+    """The block is freed: give back the pages it kept; problems as messages."""
+    if block not in _read_json(home / "hugepages.json"):
+        return []                   # it kept none (a look without the lock: only its own runs add it)
+    pools = pools or Pools()
+    try:
+        with _locked(home) as book:
+            entry = book.pop(block, None)
+            return _give_back(pools, _counts(entry, "pages"), wait) if entry else []
+    except OSError as e:
+        return [f"cannot give back the huge pages block {block} kept: {e}"]
+
+
 def release(res: Reservation, wait: float = RELEASE_WAIT) -> list[str]:
-    """Give back what `reserve` added (idempotent); problems as messages."""
+    """Give back what `reserve` added (idempotent), or leave it with the block
+    that keeps its pages; problems as messages."""
     if res.home is None or res.pools is None or not res.recorded:
         return []
     problems: list[str] = []
     try:
         with _locked(res.home) as book:
             entry = book.pop(res.id, None)
-            problems += _give_back(res.pools, _counts(entry, "pages") if entry else {}, wait)
+            added = _counts(entry, "pages") if entry else {}
+            kept = _block_entry(book, res) if res.block and any(added.values()) else None
+            if kept is not None:
+                held = _counts(kept, "pages")
+                for k, n in added.items():
+                    held[k] = held.get(k, 0) + n
+                kept["pages"] = {str(k): v for k, v in held.items()}
+            else:
+                problems += _give_back(res.pools, added, wait)
             problems += _ceiling(res.home, book, res.pools)[1]
     except OSError as e:
         problems.append(f"cannot give back huge pages: {e}")

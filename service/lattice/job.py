@@ -58,6 +58,7 @@ if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mo
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a closed pipe: 141)
 NODE_LOST = 255
+KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them
 
 
 class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
@@ -273,6 +274,8 @@ class Run:
         self.input: jobinput.Forward | None = None      # the run's stdin on its way to the ranks
         self.deadline: float | None = None              # time.monotonic() of the time limit
         self.timed_out = False
+        self.pages: hugepages.Reservation | None = None  # the job's huge pages (lattice.hugepages)
+        self.next_keep = 0.0                            # time.monotonic() of the next keep_touched
 
     def location(self, rank: int) -> str:
         return self.m.compute_location(self.nodes[rank])
@@ -642,6 +645,9 @@ class Run:
         timeout = 0.0 if input_ready else 1.0
         if self.deadline is not None and not self.timed_out:
             timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
+        keeping = self.pages is not None and self.pages.block is not None
+        if keeping:
+            timeout = max(0.0, min(timeout, self.next_keep - time.monotonic()))
         ready = []
         for key, _ in sel.select(timeout=timeout):
             if key.data is self.input and self.input is not None:
@@ -650,6 +656,11 @@ class Run:
                 ready.append((key.data, key.data.frames()))
         if input_ready and self.input is not None:
             self.input.pump()
+        if keeping and time.monotonic() >= self.next_keep:
+            from lattice import hugepages
+            assert self.pages is not None
+            hugepages.keep_touched(self.pages)
+            self.next_keep = time.monotonic() + KEEP_EVERY
         if self.deadline is not None and not self.timed_out and time.monotonic() >= self.deadline:
             self.on_time_limit()
         return ready
@@ -720,7 +731,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
     try:
         try:
             if spec.kernel == "cnk" and spec.hugepages and local_ranks(spec):
-                pages = reserve_pages(m, spec, job_id)
+                pages = r.pages = reserve_pages(con, m, b, spec, job_id)
                 r.spec = spec._replace(env=[*spec.env, *pages.env])    # tells cnk which pages to take
             if spec.output is not None:
                 r.output.files = open_outputs(m, spec, job_id)
@@ -806,7 +817,19 @@ def local_ranks(spec: Spec) -> int:
     return sum(1 for sl in spec.mapping.slots if cm.hosts.get(sl.node, cm.host).name == host.LOCAL)
 
 
-def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
+def holder(con: sqlite3.Connection, m: Machine, b: Block) -> tuple[str, int] | None:
+    """The block's entry in the host's huge page book and the pid of a daemon
+    of it here that lives as long as it is booted, when the block keeps the
+    pages its jobs touch (Machine.block_holds_pages)."""
+    if not m.block_holds_pages():
+        return None
+    row = con.execute("SELECT pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node LIMIT 1",
+                      (b.name,)).fetchone()
+    from lattice import hugepages
+    return None if row is None else (hugepages.block_entry(machine.home(), b.name), int(row["pid"]))
+
+
+def reserve_pages(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> hugepages.Reservation:
     """Huge pages for the job's big memory, sized to the node (lattice.hugepages);
     the page size a user's --env LATTICE_BIGMEM_PAGES=1G|2M|4K allows at most."""
     from lattice import hugepages
@@ -821,7 +844,7 @@ def reserve_pages(m: Machine, spec: Spec, job_id: int) -> hugepages.Reservation:
     # one book per host: name the run by its machine too, job ids repeat across machines
     res = hugepages.reserve(hugepages.book_dir(), f"{machine.home().resolve()}:job-{job_id}", local_ranks(spec),
                             m.memory // spec.mapping.ppn, fixed_address=hugepages.fixed_below_1g(spec.exe),
-                            largest=largest)
+                            largest=largest, block=holder(con, m, b))
     user = {kv.partition("=")[0] for kv in spec.env}
     res.env = [kv for kv in res.env if kv.partition("=")[0] not in user]     # the user's --env wins
     if spec.verbose:

@@ -23,6 +23,7 @@ DEFAULT_MEMORY = 512 << 20     # as a Blue Gene/L node; 2 MiB pages for big memo
 DEFAULT_CORES = 2           # as on Blue Gene/L: one core computes, the other communicates
 MAX_CORES = 4096
 PLACEMENTS = ("local", "ssh", "slurm")
+HOLD_PAGES = ("auto", "block", "job")    # who holds the huge pages a job's ranks touched (lattice.hugepages)
 
 
 def home() -> Path:
@@ -69,6 +70,7 @@ class MachineFields(NamedTuple):
     hide: tuple[str, ...] = ()
     cores: int = DEFAULT_CORES
     plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
+    hold_pages: str = "auto"        # one of HOLD_PAGES
 
 
 class Machine(MachineFields):
@@ -97,8 +99,18 @@ class Machine(MachineFields):
             raise LatticeError(f"memory per node ({self.memory} bytes) must be at least 1M and below 8E")
         if not 1 <= self.cores <= MAX_CORES:
             raise LatticeError(f"cores per node ({self.cores}) must be 1..{MAX_CORES}")
+        if self.hold_pages not in HOLD_PAGES:
+            raise LatticeError(f"hold-pages {self.hold_pages!r} is not one of {', '.join(HOLD_PAGES)}")
         if self.placement not in PLACEMENTS:
             raise LatticeError(f"placement {self.placement!r} is not one of {', '.join(PLACEMENTS)}")
+
+    def block_holds_pages(self) -> bool:
+        """Does a booted block keep the huge pages its jobs touched until it is
+        freed (lattice.hugepages), rather than each job giving them back?"""
+        if self.hold_pages == "auto":
+            from lattice import host
+            return host.free_memory_reported()
+        return self.hold_pages == "block"
 
     @property
     def nodes(self) -> int:
@@ -142,7 +154,7 @@ class Machine(MachineFields):
         return {
             "torus": {"shape": list(self.shape)},
             "pset": {"size": self.pset_size},
-            "node": {"memory": self.memory, "cores": self.cores},
+            "node": {"memory": self.memory, "cores": self.cores, "hold_pages": self.hold_pages},
             "placement": {"hosts": self.placement, **({"ssh": self.ssh} if self.ssh else {})},
             "compute": {"hide": list(self.hide)},
             **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
@@ -165,6 +177,7 @@ class Machine(MachineFields):
                        pset_size=int(data["pset"]["size"]),  # type: ignore[index]
                        memory=int(data["node"]["memory"]),  # type: ignore[index]
                        cores=int(data["node"].get("cores", DEFAULT_CORES)),  # type: ignore[attr-defined]
+                       hold_pages=str(data["node"].get("hold_pages", "auto")),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
                        ssh=str(data.get("placement", {}).get("ssh", "")),  # type: ignore[attr-defined]
                        hide=tuple(str(p) for p in hide), plugins=tuple(plugins))

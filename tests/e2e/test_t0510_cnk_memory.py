@@ -9,7 +9,9 @@ the next job.
 `lattice run` gives back exactly what a job added (the 2 MiB pages' overcommit
 ceiling, 1 GiB pool pages): the pools belong to the host and other jobs use
 them meanwhile, so the tests compare what this job added and what its book
-entry says, not absolute pool sizes."""
+entry says, not absolute pool sizes.  Their machines say so (--hold-pages
+job); a machine whose blocks keep the pages their jobs touched (--hold-pages
+block) has tests of its own at the end."""
 from __future__ import annotations
 
 import json
@@ -36,8 +38,11 @@ IN_BIG_MEMORY = ["heap", "bigblock", "stack", "thread", "data", "text"]
 
 
 def booted(tmp: Path, shape: str, *init: str) -> Machine:
-    """A machine of one pset over `shape`, block C booted over all of it."""
-    m = make_machine(tmp, "--shape", shape, "--pset-size", str(math.prod(int(d) for d in shape.split("x"))), *init)
+    """A machine of one pset over `shape`, block C booted over all of it;
+    each job gives back its pages unless init says otherwise."""
+    hold = () if "--hold-pages" in init else ("--hold-pages", "job")
+    m = make_machine(tmp, "--shape", shape, "--pset-size", str(math.prod(int(d) for d in shape.split("x"))),
+                     *hold, *init)
     m.run("block", "create", "C", "--shape", shape)
     m.run("boot", "C")
     return m
@@ -69,7 +74,11 @@ def small_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture(scope="module")
 def holdmem(small_machine: Machine) -> Path:
     """tests/e2e/holdmem.c, built for the test."""
-    exe = small_machine.work / "holdmem"
+    return build_holdmem(small_machine.work)
+
+
+def build_holdmem(where: Path) -> Path:
+    exe = where / "holdmem"
     subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror",
                     f"-I{ROOT / 'examples' / 'cnk'}", "-o", str(exe), str(Path(__file__).with_name("holdmem.c"))],
                    check=True)
@@ -374,7 +383,8 @@ def test_a_killed_runs_ceiling_comes_back_after_its_machine_is_gone(built: Path,
     machines = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        m = make_machine(tmp_path / name, "--shape", "1x1x1", "--pset-size", "1", "--memory", "128M")
+        m = make_machine(tmp_path / name, "--shape", "1x1x1", "--pset-size", "1", "--memory", "128M",
+                         "--hold-pages", "job")
         m.env["LATTICE_HUGEPAGES_BOOK"] = str(book_dir)
         m.run("block", "create", "C", "--shape", "1x1x1")
         m.run("boot", "C")
@@ -416,3 +426,85 @@ def _kill_a_run_then_run_again(a: Machine, b: Machine, book_dir: Path) -> subpro
     a.run("free", "C", check=False)             # its ranks end; the book still lists the run
     shutil.rmtree(a.home)
     return b.run("run", "--block", "C", "-n", "1", "--kernel", "cnk", "-v", "/bin/true")
+
+
+# --- a block that keeps the pages its jobs touched (--hold-pages block) ---------------------
+
+def kept(m: Machine, block: str = "C") -> int:
+    """2 MiB pages block of machine m holds, by the book."""
+    entry = book().get(f"{m.home.resolve()}:block-{block}", {})
+    pages = entry.get("pages", {}) if isinstance(entry, dict) else {}
+    return int(pages.get(str(MIB2_KB), 0)) if isinstance(pages, dict) else 0
+
+
+def hold_96_mib(m: Machine, exe: Path, *opts: str) -> tuple[int, str]:
+    """Run holdmem 96 MiB on block C: the pages the block holds while it runs
+    (once it holds its 48), and the run's stderr."""
+    go = m.work / "go"
+    go.unlink(missing_ok=True)
+    run = m.popen("run", "--block", "C", "-n", "1", "--cwd", "/tmp", *opts, str(exe), "96", str(go))
+    try:
+        assert run.stdout is not None
+        ready = run.stdout.readline()
+        assert ready.startswith("holdmem: ready page_kb=2048"), (ready, run.stderr.read() if run.stderr else "")
+        during = 0
+        for _ in range(200):
+            during = kept(m)
+            if during >= 48:
+                break
+            time.sleep(0.05)
+        go.touch()
+        out, err = run.communicate(timeout=60)
+    finally:
+        go.touch()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0 and "holdmem: intact" in out, (out, err)
+    return during, err
+
+
+def test_the_block_keeps_the_pages_its_jobs_touched_until_it_is_freed(built: Path, tmp_path: Path) -> None:
+    """While a job holds 96 MiB of its 128 MiB node, its block takes over the
+    48 surplus pages its rank touched as pool pages (never more than the
+    node's 64); they stay in the pool after the job, for the block's next job
+    (-v says so, and that job needs no surplus page for them); freeing the
+    block gives back exactly them."""
+    before = HugePagePools.nr(MIB2_KB)
+    m = booted(tmp_path, "1x1x1", "--memory", "128M", "--hold-pages", "block")
+    try:
+        assert "held by the block (--hold-pages block)" in m.run("machine").stdout
+        exe = build_holdmem(m.work)
+        during, _ = hold_96_mib(m, exe)
+        assert 48 <= during <= 64, book()
+        held = kept(m)
+        assert held == during and HugePagePools.nr(MIB2_KB) == before + held, "the pool keeps them after the job"
+        surplus = HugePagePools.surplus(MIB2_KB)
+        during, err = hold_96_mib(m, exe, "-v")
+        assert f"the block keeps the pages its jobs touch until it is freed (it holds {held} x 2 MiB" in err, err
+        assert kept(m) == held and HugePagePools.nr(MIB2_KB) == before + held, "its own pages served the job"
+        assert HugePagePools.surplus(MIB2_KB) <= surplus
+    finally:
+        m.run("free", "C", check=False)
+    assert kept(m) == 0 and f"{m.home.resolve()}:block-C" not in book()
+    assert HugePagePools.nr(MIB2_KB) == before, "freeing the block gave its pages back"
+
+
+def test_pages_of_a_block_whose_daemon_died_go_back_with_the_next_run(built: Path, tmp_path: Path) -> None:
+    """The block's ciod is killed outright (the block is not freed): the next
+    cnk run of another machine gives back what the block kept."""
+    before = HugePagePools.nr(MIB2_KB)
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a = booted(tmp_path / "a", "1x1x1", "--memory", "128M", "--hold-pages", "block")
+    b = booted(tmp_path / "b", "1x1x1", "--memory", "128M")
+    try:
+        during, _ = hold_96_mib(a, build_holdmem(a.work))
+        assert during >= 48 and HugePagePools.nr(MIB2_KB) == before + during
+        for pid in a.processes("ciod", "C"):
+            os.kill(pid, 9)
+        p = b.run("run", "--block", "C", "-n", "1", "-v", "/bin/true")
+        assert "gave back the huge pages of a block no longer booted" in p.stderr, p.stderr
+        assert kept(a) == 0 and HugePagePools.nr(MIB2_KB) == before
+    finally:
+        a.run("free", "C", check=False)
+        b.run("free", "C", check=False)

@@ -314,3 +314,29 @@ def test_the_topology_file_is_replaced_whole_and_never_through_a_link(tmp_path: 
     with pytest.raises(FileExistsError):
         host.export_topology("<topology>two</topology>")
     assert victim.read_text() == "mine" and f.read_text() == "<topology>one</topology>"
+
+
+# --- does the host report free memory to a hypervisor (lattice.host) ---------------
+
+def virtio(root: Path, name: str, device: int, features: str) -> None:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "device").write_text(f"0x{device:04x}\n")
+    (d / "features").write_text(features + "\n")
+
+
+@pytest.mark.parametrize("devices, reported", [
+    ([], False),
+    ([("virtio0", 1, "0" * 5 + "1")], False),                        # a network card's bit 5 says nothing
+    ([("virtio0", 5, "011001")], True),                              # a balloon with free page reporting
+    ([("virtio0", 5, "011000")], False),                             # a balloon without it
+    ([("virtio0", 2, "1"), ("virtio1", 5, "000001" + "0" * 58)], True),
+    ([("virtio0", 5, "01")], False),                                 # too few bits to say
+])
+def test_free_memory_reported(tmp_path: Path, devices: list[tuple[str, int, str]], reported: bool) -> None:
+    root = tmp_path / "devices"
+    root.mkdir()
+    for name, device, features in devices:
+        virtio(root, name, device, features)
+    assert host.free_memory_reported(root) is reported
+    assert host.free_memory_reported(tmp_path / "none") is False

@@ -67,6 +67,9 @@ class FakeKernel(Pools):
         nr, free, surplus = self.get(kb, "nr_hugepages"), self.get(kb, "free_hugepages"), self.get(kb, "surplus_hugepages")
         used = nr - free
         persistent = nr - surplus
+        turned = min(surplus, max(0, n - persistent))     # surplus pages become persistent first, as they are
+        surplus, persistent = surplus - turned, persistent + turned
+        self.put(kb, "surplus_hugepages", surplus)
         n = max(n, used - surplus)      # pages in use stay until their process lets go
         n = min(n, self.cap.get(kb, 1 << 40))
         self.take_memory((n - persistent) * kb * 1024)
@@ -400,6 +403,110 @@ def _worker(d: str, home: str, rid: str, memory: int, go: str, done: str) -> Non
     while not Path(go).exists():
         time.sleep(0.01)
     hugepages.release(res)
+
+
+# --- pages the block keeps ---------------------------------------------------------------
+
+def alive_pid() -> int:
+    """A daemon of the block: this test process lives as long as the test."""
+    return os.getpid()
+
+
+def test_the_block_keeps_what_its_jobs_touched_and_gives_it_back_when_freed(k: FakeKernel, tmp_path: Path) -> None:
+    home, block = tmp_path / "home", ("m:block-B", alive_pid())
+    res = reserve(k, home, "job-1", nranks=2, memory=512 * MIB, block=block)
+    assert any("the block keeps the pages" in n and "none yet" in n for n in res.notes), res.notes
+    assert res.keep_2m == 512 and "m:block-B" not in json.loads((home / "hugepages.json").read_text())
+    assert hugepages.keep_touched(res) == 0, "nothing touched yet"
+    assert k.map_2m(100) and k.map_2m(60)                 # the ranks touch 160 pages, as surplus
+    assert hugepages.keep_touched(res) == 160
+    assert k.persistent(MIB2_KB) == 160 and k.get(MIB2_KB, "surplus_hugepages") == 0
+    k.unmap_2m(100), k.unmap_2m(60)
+    assert k.free(MIB2_KB) == 160, "the ranks ended: their pages went to the pool, not to free memory"
+    assert hugepages.release(res) == []
+    book = json.loads((home / "hugepages.json").read_text())
+    assert set(book) == {"m:block-B"} and book["m:block-B"]["pages"] == {str(MIB2_KB): 160}
+    assert k.overcommit(MIB2_KB) == 0, "the ceiling is back: the block's pages are pool pages"
+    # the block's next job finds them in the pool and keeps no more than its ranks' memory
+    res = reserve(k, home, "job-2", nranks=1, memory=512 * MIB, block=block)
+    assert any("it holds 160 x 2 MiB" in n for n in res.notes), res.notes
+    assert k.map_2m(256) and k.get(MIB2_KB, "surplus_hugepages") == 96, "pool pages first"
+    assert hugepages.keep_touched(res) == 96 and k.persistent(MIB2_KB) == 256
+    assert hugepages.keep_touched(res) == 0
+    k.unmap_2m(256)
+    hugepages.release(res)
+    assert hugepages.forget(home, "m:block-B", pools=k) == []
+    assert k.persistent(MIB2_KB) == 0 and json.loads((home / "hugepages.json").read_text()) == {}
+    assert hugepages.forget(home, "m:block-B", pools=k) == [], "twice is harmless"
+
+
+def test_the_block_keeps_at_most_its_ranks_memory(k: FakeKernel, tmp_path: Path) -> None:
+    """Surplus pages are counted host-wide: another machine's job holds 1000."""
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 1000)
+    assert k.map_2m(1000)
+    res = reserve(k, tmp_path / "home", "job-1", nranks=1, memory=128 * MIB, block=("m:block-B", alive_pid()))
+    assert hugepages.keep_touched(res) == 64 and k.persistent(MIB2_KB) == 64
+
+
+def test_without_a_block_that_keeps_them_nothing_is_kept(k: FakeKernel, tmp_path: Path) -> None:
+    res = reserve(k, tmp_path / "home", "job-1", nranks=1, memory=128 * MIB)
+    assert k.map_2m(64)
+    assert hugepages.keep_touched(res) == 0 and k.persistent(MIB2_KB) == 0
+
+
+def test_a_block_freed_under_its_job_keeps_nothing(k: FakeKernel, tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    res = reserve(k, tmp_path / "home", "job-1", nranks=1, memory=128 * MIB, block=("m:block-B", int(gone.stdout)))
+    assert k.map_2m(64)
+    assert hugepages.keep_touched(res) == 0 and k.persistent(MIB2_KB) == 0
+
+
+def test_a_block_no_longer_booted_is_reaped_by_the_next_run(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    k.set_persistent(MIB2_KB, 100)
+    home.mkdir()
+    (home / "hugepages.json").write_text(json.dumps(
+        {"old:block-B": {"pid": int(gone.stdout), "start": "1", "pages": {str(MIB2_KB): 100}, "block": True}}))
+    res = reserve(k, home, "job-1", nranks=1, memory=128 * MIB)
+    assert any("a block no longer booted (old:block-B)" in n for n in res.notes), res.notes
+    assert k.persistent(MIB2_KB) == 0
+
+
+def test_a_rebooted_block_gives_back_what_its_earlier_boot_kept(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        k.set_persistent(MIB2_KB, 100)
+        home.mkdir()
+        start = hugepages._start_time(helper.pid)
+        (home / "hugepages.json").write_text(json.dumps(
+            {"m:block-B": {"pid": helper.pid, "start": start, "pages": {str(MIB2_KB): 100}, "block": True}}))
+        res = reserve(k, home, "job-1", nranks=1, memory=128 * MIB, block=("m:block-B", alive_pid()))
+        assert k.persistent(MIB2_KB) == 0 and any("none yet" in n for n in res.notes), res.notes
+    finally:
+        helper.kill()
+        helper.wait()
+
+
+def test_the_block_keeps_its_1g_pages_and_other_blocks_keep_theirs(k: FakeKernel, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    a = reserve(k, home, "job-1", nranks=1, memory=GIB, block=("m:block-A", alive_pid()))
+    assert a.pages == {GIB_KB: 1}
+    hugepages.release(a)
+    assert k.persistent(GIB_KB) == 1 and k.free(GIB_KB) == 1, "block A keeps its page, free in the pool"
+    # block B's job does not count A's free page as its own: the pool grows
+    b = reserve(k, home, "job-2", nranks=1, memory=GIB, block=("m:block-B", alive_pid()))
+    assert b.pages == {GIB_KB: 1} and k.persistent(GIB_KB) == 2
+    hugepages.release(b)
+    # A's next job finds its page
+    a2 = reserve(k, home, "job-3", nranks=1, memory=GIB, block=("m:block-A", alive_pid()))
+    assert a2.pages == {} and any("already hold" in n for n in a2.notes), a2.notes
+    hugepages.release(a2)
+    assert hugepages.forget(home, "m:block-A", pools=k) == [] and k.persistent(GIB_KB) == 1
+    assert hugepages.forget(home, "m:block-B", pools=k) == [] and k.persistent(GIB_KB) == 0
 
 
 def test_concurrent_runs_under_the_lock(tmp_path: Path) -> None:

@@ -358,6 +358,8 @@ def test_machine_command_lists_every_node(default_home: Home) -> None:
     Machine(),
     Machine(shape=(1, 2, 4), pset_size=2, memory=256 << 20),
     Machine(shape=(8, 4, 4), pset_size=128, memory=3 << 40, hide=("/a b", '/quote"d', "/ünï")),
+    Machine(hold_pages="block"),
+    Machine(hold_pages="job"),
 ])
 def test_toml_round_trip(m: Machine, tmp_path: Path) -> None:
     path = tmp_path / "machine.toml"
@@ -376,6 +378,21 @@ def test_init_writes_what_load_reads(home: Home) -> None:
 def test_toml_optional_sections_default(tmp_path: Path) -> None:
     data = {"torus": {"shape": [1, 1, 2]}, "pset": {"size": 2}, "node": {"memory": 512 << 20}}
     assert Machine.from_toml(data, "x") == Machine(shape=(1, 1, 2), pset_size=2, hide=())
+    assert Machine.from_toml(data, "x").hold_pages == "auto"
+
+
+@pytest.mark.parametrize("hold, reported, block", [("block", False, True), ("job", True, False),
+                                                   ("auto", True, True), ("auto", False, False)])
+def test_who_holds_the_pages(hold: str, reported: bool, block: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lattice import host
+    monkeypatch.setattr(host, "free_memory_reported", lambda: reported)
+    assert Machine(hold_pages=hold).block_holds_pages() is block
+
+
+def test_init_hold_pages_and_the_machine_command_says_it(home: Home) -> None:
+    home.ok("init", "--shape", "1x1x2", "--pset-size", "2", "--hold-pages", "block")
+    assert home.machine().hold_pages == "block"
+    assert "huge pages a job touched held by the block (--hold-pages block)" in home.ok("machine").out
 
 
 @pytest.mark.parametrize("edit, why", [
@@ -386,7 +403,8 @@ def test_toml_optional_sections_default(tmp_path: Path) -> None:
     (lambda d: d["compute"].update(hide="/one/path"), "list"),                # not split into characters
     (lambda d: d["placement"].update(hosts="mars"), "not one of local, ssh, slurm"),
     (lambda d: d["pset"].update(size=3), "does not divide"),
-], ids=["size-not-int", "2d-shape", "no-node", "placement-not-table", "hide-not-list", "unknown-placement", "pset-3"])
+    (lambda d: d["node"].update(hold_pages="host"), "hold-pages 'host' is not one of auto, block, job"),
+], ids=["size-not-int", "2d-shape", "no-node", "placement-not-table", "hide-not-list", "unknown-placement", "pset-3", "hold-pages-unknown"])
 def test_bad_machine_file_is_a_clear_error(default_home: Home, edit: Callable[[dict[str, Any]], None],
                                            why: str) -> None:
     path = default_home.path / "machine.toml"

@@ -20,6 +20,11 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                    help=f"memory per compute node (default {machine.DEFAULT_MEMORY >> 20}M, as on Blue Gene/L)")
     p.add_argument("--cores", type=int, default=machine.DEFAULT_CORES,
                    help=f"cores per compute node (default {machine.DEFAULT_CORES}, as on Blue Gene/L)")
+    p.add_argument("--hold-pages", choices=machine.HOLD_PAGES, default="auto",
+                   help="who holds the huge pages a cnk job's ranks touched: the job (given back when it "
+                        "ends), the block (kept for its next jobs until it is freed, as a Blue Gene block "
+                        "owns its nodes' memory), or auto (the default): the block where this host reports "
+                        "free memory to a hypervisor, so that fresh huge pages are slow to touch; else the job")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="a path compute nodes must not see locally (repeatable)")
     p.add_argument("--placement", choices=machine.PLACEMENTS, default="local",
@@ -64,7 +69,7 @@ def read_hosts(args: argparse.Namespace) -> list[placement.HostEntry]:
 
 def init(args: argparse.Namespace) -> int:
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
-                memory=machine.parse_size(args.memory), cores=args.cores,
+                memory=machine.parse_size(args.memory), cores=args.cores, hold_pages=args.hold_pages,
                 hide=tuple(os.path.abspath(h) for h in args.hide),
                 placement=args.placement, ssh=args.ssh_command)
     hosts = read_hosts(args)

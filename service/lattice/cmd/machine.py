@@ -20,8 +20,10 @@ def machine(args: argparse.Namespace) -> int:
     con = reclaim.connect()
     owner = {i: b.name + (" (Error)" if b.state == "Error" else "") for b in blocks.all_blocks(con) for i in b.nodes(m)}
     lost = {loc for b in blocks.all_blocks(con) if b.state != "Free" for loc in reclaim.lost_daemons(con, m, b.name)}
+    holder = "the block" if m.block_holds_pages() else "the job"
     print(f"{model.shape_str(m.shape)} torus, {m.nodes} compute nodes, {m.psets} I/O nodes "
-          f"(psets of {m.pset_size}), {m.memory >> 20} MiB and {m.cores} cores per node, placement {m.placement}")
+          f"(psets of {m.pset_size}), {m.memory >> 20} MiB and {m.cores} cores per node, placement {m.placement}, "
+          f"huge pages a job touched held by {holder} (--hold-pages {m.hold_pages})")
     booted = booted_hosts(con)
     try:
         planned = placement.of(con, m)
