@@ -475,12 +475,13 @@ def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left:
     ranks = (f"{left} rank{'s' if left > 1 else ''}" if left == nranks
              else f"the other {left} rank{'s' if left > 1 else ''}")
     ceiling = f"overcommit ceiling {change}" if change else f"overcommit ceiling {pools.overcommit(MIB2_KB)}"
+    after = ("the block keeps those they touch" if res.block else "the kernel frees those when the ranks end")
     if (problems or gigantic) and size <= room:
         # a page the ranks touch could find none (SIGBUS): they reserve at
         # start, and cnk falls back to smaller pages if the pool says no
         res.notes.append(f"huge pages: 2 MiB{f' ({why})' if why else ''}: {ranks} reserve "
                          f"{need} x 2 MiB as they start, free pool pages first, then surplus pages from "
-                         f"free memory ({ceiling}); the kernel frees those when the ranks end")
+                         f"free memory ({ceiling}); {after}")
     elif size <= room:
         # Reserving at mmap would allocate every page of the node's memory before
         # main (6-8 ms a rank of 512 MiB, measured) and hold it whether the
@@ -491,7 +492,7 @@ def _surplus(home: Path, book: dict[str, dict[str, object]], pools: Pools, left:
         res.env.append(f"{ENV_RESERVE}=0")
         res.notes.append(f"huge pages: 2 MiB{f' ({why})' if why else ''}: {ranks} take up to {need} x 2 MiB "
                          f"at first touch, free pool pages first, then surplus pages from free memory "
-                         f"({ceiling}); the kernel frees those when the ranks end (--env {ENV_RESERVE}=1: "
+                         f"({ceiling}); {after} (--env {ENV_RESERVE}=1: "
                          f"reserve them all at start)")
     else:
         res.at_start = False

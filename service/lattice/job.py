@@ -58,7 +58,8 @@ if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mo
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a closed pipe: 141)
 NODE_LOST = 255
-KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them
+KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them,
+KEEP_QUIET = 8.0        # doubled up to this while they touch no new ones: a long quiet job stays quiet
 
 
 class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
@@ -276,6 +277,7 @@ class Run:
         self.timed_out = False
         self.pages: hugepages.Reservation | None = None  # the job's huge pages (lattice.hugepages)
         self.next_keep = 0.0                            # time.monotonic() of the next keep_touched
+        self.keep_every = KEEP_EVERY
 
     def location(self, rank: int) -> str:
         return self.m.compute_location(self.nodes[rank])
@@ -645,7 +647,7 @@ class Run:
         timeout = 0.0 if input_ready else 1.0
         if self.deadline is not None and not self.timed_out:
             timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
-        keeping = self.pages is not None and self.pages.block is not None
+        keeping = self.pages is not None and self.pages.block is not None and self.pages.kept_2m < self.pages.keep_2m
         if keeping:
             timeout = max(0.0, min(timeout, self.next_keep - time.monotonic()))
         ready = []
@@ -659,8 +661,9 @@ class Run:
         if keeping and time.monotonic() >= self.next_keep:
             from lattice import hugepages
             assert self.pages is not None
-            hugepages.keep_touched(self.pages)
-            self.next_keep = time.monotonic() + KEEP_EVERY
+            got = hugepages.keep_touched(self.pages)
+            self.keep_every = KEEP_EVERY if got else min(KEEP_QUIET, self.keep_every * 2)
+            self.next_keep = time.monotonic() + self.keep_every
         if self.deadline is not None and not self.timed_out and time.monotonic() >= self.deadline:
             self.on_time_limit()
         return ready
