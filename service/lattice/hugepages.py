@@ -356,7 +356,7 @@ def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool 
             if reaped:
                 res.notes += reaped + _ceiling(home, book, pools)[1]
             if block is not None:
-                res.notes += _hold(book, pools, block, nranks, memory, res)
+                res.notes += _hold(book, pools, block, res)
             others: dict[int, int] = {}
             for bid, e in book.items():
                 if bid != res.block:    # free pages the block keeps are its jobs' to take
@@ -368,6 +368,8 @@ def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool 
                 left = nranks
                 if kb == GIB_KB:
                     left -= _gigantic(pools, others, nranks, memory, why, res)
+                if res.block is not None:   # the ranks on 2 MiB pages: their pages, at most, stay
+                    res.keep_2m = left * pages_per_rank(memory, MIB2_KB)
                 if left and pools.has(MIB2_KB):
                     _surplus(home, book, pools, left, nranks, memory, why if kb == MIB2_KB else "", res,
                              gigantic=kb == GIB_KB)
@@ -379,10 +381,9 @@ def reserve(home: Path, rid: str, nranks: int, memory: int, fixed_address: bool 
     return res
 
 
-def _hold(book: dict[str, dict[str, object]], pools: Pools, block: tuple[str, int], nranks: int, memory: int,
-          res: Reservation) -> list[str]:
-    """Let the block keep the pages this job's ranks touch, up to their memory
-    (its book entry is made when it first keeps some).  Notes to tell."""
+def _hold(book: dict[str, dict[str, object]], pools: Pools, block: tuple[str, int], res: Reservation) -> list[str]:
+    """Let the block keep the pages this job's ranks touch (its book entry is
+    made when it first keeps some).  Notes to tell."""
     bid, pid = block
     notes = []
     entry = book.get(bid)
@@ -390,7 +391,6 @@ def _hold(book: dict[str, dict[str, object]], pools: Pools, block: tuple[str, in
         notes += _give_back(pools, _counts(book.pop(bid), "pages"), 0.0)       # an earlier boot's
         entry = None
     res.block, res.holder = bid, pid
-    res.keep_2m = nranks * pages_per_rank(memory, MIB2_KB)
     held = {k: n for k, n in _counts(entry or {}, "pages").items() if n}
     res.kept_2m = held.get(MIB2_KB, 0)
     notes.append("huge pages: the block keeps the pages its jobs touch until it is freed (it holds "

@@ -495,6 +495,10 @@ def test_the_block_keeps_its_1g_pages_and_other_blocks_keep_theirs(k: FakeKernel
     home = tmp_path / "home"
     a = reserve(k, home, "job-1", nranks=1, memory=GIB, block=("m:block-A", alive_pid()))
     assert a.pages == {GIB_KB: 1}
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 100)
+    assert k.map_2m(100)        # another machine's job: its rank on 2 MiB pages
+    assert hugepages.keep_touched(a) == 0, "a rank on a 1 GiB page keeps no 2 MiB pages besides"
+    k.unmap_2m(100)
     hugepages.release(a)
     assert k.persistent(GIB_KB) == 1 and k.free(GIB_KB) == 1, "block A keeps its page, free in the pool"
     # block B's job does not count A's free page as its own: the pool grows
