@@ -423,7 +423,8 @@ def host_cores() -> dict[str, Any]:
     """This host's cores as lattice.host learns them, for the service node's cache."""
     from lattice import host as hostmod
     h = hostmod.learn(socket.gethostname())
-    return {"source": h.source, "cores": [[c.os_index, *c.pus] for c in h.cores], "hwloc_idle": list(h.hwloc_idle)}
+    return {"source": h.source, "cores": [[c.os_index, *c.pus] for c in h.cores], "hwloc_idle": list(h.hwloc_idle),
+            "ucx_idle": list(h.ucx_idle)}
 
 
 if __name__ == "__main__":

@@ -263,10 +263,11 @@ def remember_cores(h: str, report: dict[str, object]) -> None:
     """Keep what a host's agent said of its cores (lattice.host's cache)."""
     from lattice import host as hostmod
     cores = tuple(hostmod.Core(int(c[0]), tuple(int(x) for x in c[1:])) for c in report["cores"])  # type: ignore[attr-defined]
-    idle = report.get("hwloc_idle", [])
+    idle, ucx = report.get("hwloc_idle", []), report.get("ucx_idle", [])
     if cores:
         hostmod.save(hostmod.Host(h, cores, str(report.get("source", "agent")),
-                                  tuple(str(x) for x in idle) if isinstance(idle, list) else ()), "agent")
+                                  tuple(str(x) for x in idle) if isinstance(idle, list) else (),
+                                  tuple(str(x) for x in ucx) if isinstance(ucx, list) else ()), "agent")
 
 
 def personality(m: Machine, b: Block, key: bytes | None, i: int, addr: str | None) -> dict[str, object]:

@@ -41,6 +41,7 @@ class Host(NamedTuple):
     cores: tuple[Core, ...]     # the cores the service may use, in hwloc's (topology) order
     source: str                 # how they were learnt, e.g. "hwloc 2.9.0"
     hwloc_idle: tuple[str, ...] = ()    # hwloc plug-ins with nothing to find here (idle_hwloc_plugins)
+    ucx_idle: tuple[str, ...] = ()      # UCX modules with nothing to find here (idle_ucx_modules)
 
     def cpus(self) -> list[int]:
         return [pu for c in self.cores for pu in c.pus]
@@ -169,6 +170,26 @@ def idle_hwloc_plugins() -> tuple[str, ...]:
     return tuple(sorted(idle))
 
 
+# UCX (MPICH's ch4 device, Open MPI's pml) loads every transport module it
+# has in MPI_Init: Debian's ib and rdmacm pull in libibverbs, libmlx5,
+# librdmacm and libnl, and search a dozen directories for some of them.
+# Under cnk each such open is a shipped call: a 2-rank MPICH hello shipped
+# 323 calls with them, 147 without, ~8% of its time (bench/RESULTS.md).
+RDMA_DEVICES = Path("/sys/class/infiniband")
+
+
+def idle_ucx_modules(rdma: Path = RDMA_DEVICES) -> tuple[str, ...]:
+    """The UCX modules that would find nothing on this host: ib and rdmacm
+    without an RDMA device (UCX's tcp, shared memory and cma transports are
+    not these)."""
+    try:
+        if any(rdma.iterdir()):
+            return ()
+    except OSError:
+        pass
+    return ("ib", "rdmacm")
+
+
 # Each rank's hwloc otherwise finds the host's topology itself in MPI_Init:
 # ~500 reads of /proc and /sys (trapped calls under cnk), ~5 ms of CPU a
 # rank.  Whoever learns a host's cores leaves hwloc's XML of it here
@@ -235,11 +256,11 @@ def learn(name: str = LOCAL) -> Host:
     """Ask hwloc what this host has (tens of milliseconds)."""
     import subprocess      # here: `lattice run` reads the cache
     affinity = set(os.sched_getaffinity(0))
-    idle = idle_hwloc_plugins()
+    idle, ucx = idle_hwloc_plugins(), idle_ucx_modules()
 
     def without_hwloc(why: str) -> Host:     # jobs still run, each CPU taken for a core; -v says why
         return Host(name, tuple(Core(c, (c,)) for c in sorted(affinity)), f"no hwloc: {why}; each CPU taken for a core",
-                    idle)
+                    idle, ucx)
 
     try:
         p = subprocess.run([LSTOPO, "--of", "xml", "--whole-io", "-"], capture_output=True, text=True, timeout=30,
@@ -260,7 +281,7 @@ def learn(name: str = LOCAL) -> Host:
         export_topology(p.stdout)
     except OSError:
         pass                    # ranks' hwloc finds the topology itself, as without Lattice
-    return Host(name, tuple(cores), hwloc_version(p.stdout), idle)
+    return Host(name, tuple(cores), hwloc_version(p.stdout), idle, ucx)
 
 
 # ---- the cache: LATTICE_HOME/hosts/NAME ----
@@ -269,6 +290,7 @@ def learn(name: str = LOCAL) -> Host:
 #   fingerprint online=0-1 affinity=0-1
 #   source hwloc 2.9.0
 #   hwloc-idle hwloc_gl.so hwloc_pci.so
+#   ucx-idle ib rdmacm
 #   core 0 0          core's os_index, then its PUs
 #   core 1 1
 
@@ -280,7 +302,8 @@ def save(h: Host, fp: str) -> None:
     f = cache_file(h.name)
     f.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# the cores of this host as hwloc showed them (lattice.host); learnt again when the CPUs change",
-             f"fingerprint {fp}", f"source {h.source}", " ".join(["hwloc-idle", *h.hwloc_idle])]
+             f"fingerprint {fp}", f"source {h.source}", " ".join(["hwloc-idle", *h.hwloc_idle]),
+             " ".join(["ucx-idle", *h.ucx_idle])]
     lines += [f"core {c.os_index} {' '.join(map(str, c.pus))}" for c in h.cores]
     tmp = f.with_name(f".{f.name}.{os.getpid()}")
     tmp.write_text("\n".join(lines) + "\n")
@@ -293,7 +316,7 @@ def load(name: str = LOCAL) -> tuple[Host, str] | None:
         text = cache_file(name).read_text()
     except (OSError, UnicodeDecodeError):
         return None
-    fp, source, cores, idle = "", "", [], None
+    fp, source, cores, idle, ucx = "", "", [], None, None
     try:
         for line in text.splitlines():
             word, _, rest = line.partition(" ")
@@ -303,14 +326,16 @@ def load(name: str = LOCAL) -> tuple[Host, str] | None:
                 source = rest
             elif word == "hwloc-idle":
                 idle = tuple(rest.split())
+            elif word == "ucx-idle":
+                ucx = tuple(rest.split())
             elif word == "core":
                 nums = [int(n) for n in rest.split()]
                 cores.append(Core(nums[0], tuple(nums[1:])))
     except (ValueError, IndexError):
         return None
-    if not fp or not cores or any(not c.pus for c in cores) or idle is None:
-        return None             # (a cache written before hwloc-idle: learnt again)
-    return Host(name, tuple(cores), source, idle), fp
+    if not fp or not cores or any(not c.pus for c in cores) or idle is None or ucx is None:
+        return None             # (a cache written before hwloc-idle or ucx-idle: learnt again)
+    return Host(name, tuple(cores), source, idle, ucx), fp
 
 
 def local(refresh: bool = False) -> Host:

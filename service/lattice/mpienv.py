@@ -227,6 +227,23 @@ def hwloc_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict
     return {HWLOC_SKIP: ",".join(sorted(idle))} if idle else {}
 
 
+# UCX's variable naming the modules it loads (lattice.host.idle_ucx_modules)
+UCX_MODULES = "UCX_MODULES"
+UCX_MODULE = re.compile(r"[a-z0-9_]+")            # what a host's agent may name
+
+
+def ucx_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict[str, str]:
+    """UCX_MODULES leaving out the UCX modules that find nothing on any of the
+    job's hosts, unless the job chose it; {} otherwise."""
+    if UCX_MODULES in chosen:
+        return {}
+    idle: set[str] | None = None
+    for h in hosts:
+        mine = {m for m in h.ucx_idle if UCX_MODULE.fullmatch(m)}
+        idle = mine if idle is None else idle & mine
+    return {UCX_MODULES: "^" + ",".join(sorted(idle))} if idle else {}
+
+
 # Variables by which a job chooses hwloc's topology itself; without them
 # cnode points its ranks at the host's topology file (lattice.host.topology_file;
 # compute/cnode/launch.c names_topology lists the same).

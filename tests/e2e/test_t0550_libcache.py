@@ -186,6 +186,32 @@ def test_mpi_ranks_do_not_load_hwlocs_idle_plugins(lc: Machine, kernel: str) -> 
     assert plugins <= libraries("--env", "HWLOC_PLUGINS_BLACKLIST="), "loaded when the job asks for them"
 
 
+@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_mpi_ranks_do_not_load_ucxs_idle_modules(lc: Machine, kernel: str) -> None:
+    """MPI_Init loads UCX's transport modules: on a host without an RDMA device
+    its ib and rdmacm modules (and libibverbs and librdmacm under them) stay
+    out of every rank, and under cnk their library searches are not shipped;
+    a job that names UCX_MODULES itself gets them."""
+    if any(Path("/sys/class/infiniband").glob("*")):
+        pytest.skip("this host has an RDMA device: UCX's ib modules find it")
+
+    def run(*env: str) -> tuple[set[str], str]:
+        p = lc.run("run", "--block", "L", "-n", "2", "--label", "-v", "--kernel", kernel, *env, str(MPI_LIBMAPS))
+        assert "libmaps: allreduce ok (3)" in p.stdout, p.stdout
+        return {os.path.basename(name) for lines in by_rank(p.stdout).values() for name in maps_of(lines)}, p.stderr
+
+    idle = {"libuct_ib.so.0", "libuct_rdmacm.so.0", "libibverbs.so.1", "librdmacm.so.1"}
+    libs, err = run()
+    assert not idle & libs, libs
+    assert "libuct_cma.so.0" in libs, "the modules that find something still load"
+    assert "left out: UCX_MODULES=^ib,rdmacm" in err, err
+    libs_all, err_all = run("--env", "UCX_MODULES=all")
+    assert idle <= libs_all and "UCX_MODULES=^" not in err_all, "loaded when the job asks for them"
+    if kernel == "cnk":
+        shipped = [int(re.search(r"(\d+) shipped", e).group(1)) for e in (err, err_all)]  # type: ignore[union-attr]
+        assert shipped[0] < shipped[1] - 50, f"their opens were shipped calls: {shipped}"
+
+
 def test_a_file_changed_in_place_is_not_served_stale(lc: Machine) -> None:
     work = Path(tempfile.mkdtemp(dir=lc.work))
     os.chmod(work, 0o755)

@@ -103,9 +103,10 @@ def test_ssh_placement_spans_four_hosts(tb: Cluster, ssh_machine: Machine, probe
     for h in HOSTS:
         progs = " ".join(a for _, a in lattice_processes(h))
         assert "lattice.agent" in progs and progs.count("/cnode ") == 2 and progs.count("/ciod ") == 1, (h, progs)
-        # its agent said which cores it has and which hwloc plug-ins find nothing there
+        # its agent said which cores it has and which hwloc plug-ins and UCX modules find nothing there
         cache = (m.home / "hosts" / h).read_text()
         assert re.search(r"^hwloc-idle .*hwloc_pci\.so", cache, re.M) and "\ncore " in cache, cache
+        assert re.search(r"^ucx-idle ib rdmacm$", cache, re.M), cache
     for kernel in ("cnk", "linux"):
         for f in m.work.glob("rank-*"):
             f.unlink()

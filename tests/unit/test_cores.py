@@ -275,12 +275,15 @@ def test_idle_plugins_leave_the_topology_as_it_was() -> None:
 
 
 def test_the_cache_keeps_the_idle_plugins(home: Path) -> None:
-    h = Host("local", (Core(0, (0,)), Core(1, (1,))), "test", ("hwloc_gl.so", "hwloc_pci.so"))
+    h = Host("local", (Core(0, (0,)), Core(1, (1,))), "test", ("hwloc_gl.so", "hwloc_pci.so"), ("ib", "rdmacm"))
     host.save(h, "fp")
     assert host.load() == (h, "fp")
     f = host.cache_file()
-    f.write_text("\n".join(line for line in f.read_text().splitlines() if not line.startswith("hwloc-idle")))
+    text = f.read_text()
+    f.write_text("\n".join(line for line in text.splitlines() if not line.startswith("hwloc-idle")))
     assert host.load() is None, "a cache written before hwloc-idle is learnt again"
+    f.write_text("\n".join(line for line in text.splitlines() if not line.startswith("ucx-idle")))
+    assert host.load() is None, "a cache written before ucx-idle is learnt again"
 
 
 # ---- the host's topology for the ranks' hwloc (host.export_topology) ----
@@ -340,3 +343,14 @@ def test_free_memory_reported(tmp_path: Path, devices: list[tuple[str, int, str]
         virtio(root, name, device, features)
     assert host.free_memory_reported(root) is reported
     assert host.free_memory_reported(tmp_path / "none") is False
+
+
+# --- UCX's modules that find nothing here (lattice.host) ---------------------------
+
+def test_ucx_ib_and_rdmacm_are_idle_without_rdma_devices(tmp_path: Path) -> None:
+    assert host.idle_ucx_modules(tmp_path / "missing") == ("ib", "rdmacm")
+    (tmp_path / "infiniband").mkdir()
+    assert host.idle_ucx_modules(tmp_path / "infiniband") == ("ib", "rdmacm"), "the class, but no device"
+    (tmp_path / "infiniband" / "mlx5_0").mkdir()
+    assert host.idle_ucx_modules(tmp_path / "infiniband") == ()
+    assert host.local().ucx_idle == host.idle_ucx_modules(), "the host says what it found"

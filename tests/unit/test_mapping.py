@@ -328,14 +328,18 @@ def test_print_map_cli(machine_home: Path) -> None:
     status, out, _ = lattice("run", "--block", "B", "-v", "--print-map", "-n", "3")
     lines = out.splitlines()
     assert status == 0 and lines[1] == "# PMI_process_mapping (vector,(0,3,1))"
-    # the job's defaults (lattice.mpienv): hwloc's idle plug-ins left out, UCX's posix under cnk
-    idle = ",".join(host.local().hwloc_idle)
-    assert lines[2:4] == [f"# env HWLOC_PLUGINS_BLACKLIST={idle}", "# env UCX_TLS=^posix"], lines
-    assert lines[4].startswith("# cores: 3 nodes on ") and "of host local" in lines[4], lines
-    assert [l.split()[1] for l in lines[5:8]] == ["node"] * 3 and all("CPUs" in l for l in lines[5:8]), lines
-    assert lines[8].startswith("rank") and lines[8].split()[-1] == "cpus", lines
+    # the job's defaults (lattice.mpienv): hwloc's idle plug-ins and UCX's idle modules left out, UCX's
+    # posix under cnk
+    idle, ucx = ",".join(host.local().hwloc_idle), host.local().ucx_idle
+    env = [f"# env HWLOC_PLUGINS_BLACKLIST={idle}", *([f"# env UCX_MODULES=^{','.join(ucx)}"] if ucx else []),
+           "# env UCX_TLS=^posix"]
+    k = 2 + len(env)
+    assert lines[2:k] == env, lines
+    assert lines[k].startswith("# cores: 3 nodes on ") and "of host local" in lines[k], lines
+    assert [l.split()[1] for l in lines[k + 1:k + 4]] == ["node"] * 3 and all("CPUs" in l for l in lines[k + 1:k + 4]), lines
+    assert lines[k + 4].startswith("rank") and lines[k + 4].split()[-1] == "cpus", lines
     host_cpus = set(host.local().cpus())
-    assert all(host.parse_cpulist(l.split()[-1]) <= host_cpus for l in lines[9:]), "a rank's CPUs are the host's"
+    assert all(host.parse_cpulist(l.split()[-1]) <= host_cpus for l in lines[k + 5:]), "a rank's CPUs are the host's"
     status, _, err = lattice("run", "-n", "5", "--print-map", "/bin/true")
     assert status == 1 and "no free block of whole psets holds 5 compute nodes" in err
     assert "auto-" not in lattice("blocks")[1]

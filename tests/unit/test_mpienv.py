@@ -216,6 +216,30 @@ def test_a_hosts_odd_plugin_names_are_not_passed_on() -> None:
     assert mpienv.hwloc_default([odd], {}) == {"HWLOC_PLUGINS_BLACKLIST": "hwloc_gl.so"}
 
 
+# ---- UCX's idle modules (mpienv.ucx_default) ----
+
+def ucx(*idle: str) -> Host:
+    return Host("h", (Core(0, (0,)),), "test", (), idle)
+
+
+def test_ucx_default_leaves_out_what_is_idle_on_every_host() -> None:
+    plain = ucx("ib", "rdmacm")
+    assert mpienv.ucx_default([plain], {}) == {"UCX_MODULES": "^ib,rdmacm"}
+    assert mpienv.ucx_default([plain, ucx("rdmacm")], {}) == {"UCX_MODULES": "^rdmacm"}
+    assert mpienv.ucx_default([plain, ucx()], {}) == {}, "a host with InfiniBand: every module loads"
+    assert mpienv.ucx_default([], {}) == {}
+
+
+def test_the_jobs_choice_wins_over_the_ucx_default() -> None:
+    assert mpienv.ucx_default([ucx("ib", "rdmacm")], {"UCX_MODULES": "all"}) == {}
+    assert mpienv.ucx_default([ucx("ib", "rdmacm")], {"UCX_MODULES": ""}) == {}, "exported from the environment"
+
+
+def test_a_hosts_odd_ucx_module_names_are_not_passed_on() -> None:
+    odd = ucx("ib", "x,y", "*", "../cma", "ib\n", "RDMACM")
+    assert mpienv.ucx_default([odd], {}) == {"UCX_MODULES": "^ib"}
+
+
 def test_the_topology_variables_are_cnodes() -> None:
     """-v says which variables keep cnode from naming the topology file: the ones cnode checks."""
     import re

@@ -356,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
     env_list = [f"{k}={v}" for k, v in user_env.items()]
     cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
     p.env.update(mpienv.hwloc_default(hosts, job_chose))
+    p.env.update(mpienv.ucx_default(hosts, job_chose))
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
     if args.print_map:
@@ -384,7 +385,9 @@ def run(args: argparse.Namespace) -> int:
     if unknown:         # hosts first seen at this boot: their agents said what cores they have
         cm, _, hosts = map_cores(m, p, where, user_env)
         p.env.pop(mpienv.HWLOC_SKIP, None)
+        p.env.pop(mpienv.UCX_MODULES, None)
         p.env.update(mpienv.hwloc_default(hosts, job_chose))
+        p.env.update(mpienv.ucx_default(hosts, job_chose))
     if args.verbose:
         client = procs.me()[0]
         if client != os.getpid():
@@ -397,6 +400,10 @@ def run(args: argparse.Namespace) -> int:
         if mpienv.HWLOC_SKIP in p.env:
             print(f"lattice: hwloc plug-ins that find nothing on the job's hosts left out: "
                   f"{mpienv.HWLOC_SKIP}={p.env[mpienv.HWLOC_SKIP]} (--env {mpienv.HWLOC_SKIP}= loads them)",
+                  file=sys.stderr)
+        if mpienv.UCX_MODULES in p.env:
+            print(f"lattice: UCX modules that find nothing on the job's hosts left out: "
+                  f"{mpienv.UCX_MODULES}={p.env[mpienv.UCX_MODULES]} (--env {mpienv.UCX_MODULES}=all loads them)",
                   file=sys.stderr)
         if not mpienv.names_topology(job_chose):
             f = host.topology_file()
