@@ -121,6 +121,11 @@ class HugePagePools:
         return int(p.read_text()) if p.exists() else 0
 
     @classmethod
+    def free(cls, kb: int) -> int:
+        p = cls.path(kb, "free_hugepages")
+        return int(p.read_text()) if p.exists() else 0
+
+    @classmethod
     def surplus(cls, kb: int) -> int:
         p = cls.path(kb, "surplus_hugepages")
         return int(p.read_text()) if p.exists() else 0
