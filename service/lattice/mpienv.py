@@ -211,17 +211,22 @@ HWLOC_SKIP = "HWLOC_PLUGINS_BLACKLIST"
 PLUGIN = re.compile(r"hwloc_[a-z0-9_]+\.so")     # what a host's agent may name
 
 
+def idle_everywhere(each: Iterable[tuple[str, ...]], name: re.Pattern[str]) -> set[str]:
+    """What every host calls idle, of the names a host's agent may give."""
+    idle: set[str] | None = None
+    for names in each:
+        mine = {n for n in names if name.fullmatch(n)}
+        idle = mine if idle is None else idle & mine
+    return idle or set()
+
+
 def hwloc_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict[str, str]:
     """HWLOC_PLUGINS_BLACKLIST naming the hwloc plug-ins that find nothing on
     any of the job's hosts, unless the job chose it (or registers OpenCL
     drivers of its own, which the opencl plug-in would find); {} otherwise."""
     if HWLOC_SKIP in chosen:
         return {}
-    idle: set[str] | None = None
-    for h in hosts:
-        mine = {p for p in h.hwloc_idle if PLUGIN.fullmatch(p)}
-        idle = mine if idle is None else idle & mine
-    idle = idle or set()
+    idle = idle_everywhere((h.hwloc_idle for h in hosts), PLUGIN)
     if {"OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH"} & chosen.keys():
         idle.discard("hwloc_opencl.so")
     return {HWLOC_SKIP: ",".join(sorted(idle))} if idle else {}
@@ -237,10 +242,7 @@ def ucx_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict[s
     job's hosts, unless the job chose it; {} otherwise."""
     if UCX_MODULES in chosen:
         return {}
-    idle: set[str] | None = None
-    for h in hosts:
-        mine = {m for m in h.ucx_idle if UCX_MODULE.fullmatch(m)}
-        idle = mine if idle is None else idle & mine
+    idle = idle_everywhere((h.ucx_idle for h in hosts), UCX_MODULE)
     return {UCX_MODULES: "^" + ",".join(sorted(idle))} if idle else {}
 
 
