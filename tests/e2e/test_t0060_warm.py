@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import socket
 import sqlite3
 import subprocess
 import time
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from lattice.client import SOCKET
 
 from conftest import EXAMPLES, LATTICE, Machine, make_machine, processes, wait_for, warm_servers
 
@@ -42,6 +45,18 @@ def server_pid(m: Machine) -> int | None:
 
 
 WARM_LINE = "of the warm server for this command"
+
+
+def listening(m: Machine) -> bool:
+    """Does a server take connections on the machine's socket (it preloads first)?"""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(m.home / SOCKET))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def last_job_pid(m: Machine) -> int:
@@ -101,6 +116,16 @@ def test_the_command_gets_the_callers_environment_directory_umask_and_stdin(wm: 
     here = tmp_path / "here"
     here.mkdir()
     (here / "data").write_text("from the caller's stdin\n")
+    # a server started from an environment with WARM_SERVER_ONLY: the callers below lack it
+    assert warm_servers(wm.home)
+    for pid in warm_servers(wm.home):
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: server_pid(wm) is None, 30)
+    subprocess.run([*LATTICE, "blocks"], env=dict(wm.env, LATTICE_WARM="1", WARM_SERVER_ONLY="1"),
+                   capture_output=True, check=True)
+    wait_for(lambda: server_pid(wm) is not None and listening(wm), 30)
+    server = server_pid(wm)
+    assert b"WARM_SERVER_ONLY=1" in Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
     env = dict(wm.env, LATTICE_WARM="1", WARM_MARK="xyzzy")
     for exe, name in (("/bin/cat", "out.cat"), ("/usr/bin/env", "out.env")):
         with open(here / "data") as stdin:
@@ -113,6 +138,7 @@ def test_the_command_gets_the_callers_environment_directory_umask_and_stdin(wm: 
     # -o's files: named relative to the caller's directory, created under its umask
     assert (here / "out.cat").read_text() == "from the caller's stdin\n"
     assert "WARM_MARK=xyzzy\n" in (here / "out.env").read_text()
+    assert "WARM_SERVER_ONLY=" not in (here / "out.env").read_text(), "a variable the caller lacks is gone"
     for f in ("out.cat", "out.env"):
         assert (here / f).stat().st_mode & 0o777 == 0o600, oct((here / f).stat().st_mode)
 
