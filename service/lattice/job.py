@@ -58,7 +58,7 @@ if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mo
 LAUNCH_FAILED = 126     # like a shell's "cannot execute"
 OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a closed pipe: 141)
 NODE_LOST = 255
-KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them,
+KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them;
 KEEP_QUIET = 8.0        # doubled up to this while they touch no new ones: a long quiet job stays quiet
 
 
