@@ -403,13 +403,11 @@ def _block_entry(book: dict[str, dict[str, object]], res: Reservation) -> dict[s
     """The book entry of the block that keeps res's pages, made if need be;
     None when its daemon is gone (freed meanwhile: the pages go back)."""
     assert res.block is not None
-    entry = book.get(res.block)
-    if entry is None:
-        entry = {"pid": res.holder, "start": _start_time(res.holder), "pages": {}, "block": True}
-        if not _alive(entry):
-            return None
-        book[res.block] = entry
-    return entry if _alive(entry) else None
+    entry = book.get(res.block) or {"pid": res.holder, "start": _start_time(res.holder), "pages": {}, "block": True}
+    if not _alive(entry):
+        return None
+    book[res.block] = entry
+    return entry
 
 
 def _unprivileged(pools: Pools, kb: int, nranks: int, memory: int, res: Reservation) -> None:

@@ -246,6 +246,15 @@ def ucx_default(hosts: Iterable[host.Host], chosen: Mapping[str, str]) -> dict[s
     return {UCX_MODULES: "^" + ",".join(sorted(idle))} if idle else {}
 
 
+IDLE_VARS = (HWLOC_SKIP, UCX_MODULES)
+
+
+def idle_defaults(hosts: list[host.Host], chosen: Mapping[str, str]) -> dict[str, str]:
+    """The variables that leave out of a job's ranks the hwloc plug-ins and
+    UCX modules with nothing to find on its hosts (IDLE_VARS)."""
+    return {**hwloc_default(hosts, chosen), **ucx_default(hosts, chosen)}
+
+
 # Variables by which a job chooses hwloc's topology itself; without them
 # cnode points its ranks at the host's topology file (lattice.host.topology_file;
 # compute/cnode/launch.c names_topology lists the same).

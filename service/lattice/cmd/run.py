@@ -355,8 +355,7 @@ def run(args: argparse.Namespace) -> int:
         p.env[k] = v           # (mpienv.UCX_TLS_CNK)
     env_list = [f"{k}={v}" for k, v in user_env.items()]
     cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
-    p.env.update(mpienv.hwloc_default(hosts, job_chose))
-    p.env.update(mpienv.ucx_default(hosts, job_chose))
+    p.env.update(mpienv.idle_defaults(hosts, job_chose))
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
     if args.print_map:
@@ -384,10 +383,9 @@ def run(args: argparse.Namespace) -> int:
             raise
     if unknown:         # hosts first seen at this boot: their agents said what cores they have
         cm, _, hosts = map_cores(m, p, where, user_env)
-        p.env.pop(mpienv.HWLOC_SKIP, None)
-        p.env.pop(mpienv.UCX_MODULES, None)
-        p.env.update(mpienv.hwloc_default(hosts, job_chose))
-        p.env.update(mpienv.ucx_default(hosts, job_chose))
+        for k in mpienv.IDLE_VARS:
+            p.env.pop(k, None)
+        p.env.update(mpienv.idle_defaults(hosts, job_chose))
     if args.verbose:
         client = procs.me()[0]
         if client != os.getpid():
