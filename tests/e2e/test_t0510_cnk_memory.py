@@ -437,18 +437,20 @@ def kept(m: Machine, block: str = "C") -> int:
     return int(pages.get(str(MIB2_KB), 0)) if isinstance(pages, dict) else 0
 
 
-def no_free_pool_pages() -> None:
-    """A job takes free pool pages before surplus ones: with another block's
-    (or an administrator's) free 2 MiB pages on the host, what a block keeps
-    cannot be told from what its job took."""
-    if HugePagePools.free(MIB2_KB):
-        pytest.skip(f"{HugePagePools.free(MIB2_KB)} free 2 MiB pool pages on this host already (another "
-                    "block's or an administrator's): this job would take those, not surplus pages")
+def surplus_to_keep() -> int:
+    """How many of holdmem's 48 pages will be surplus pages the block can
+    keep: a job takes free pool pages first, and another block's (or an
+    administrator's) free 2 MiB pages on the host serve it before those."""
+    free = HugePagePools.free(MIB2_KB)
+    if free >= 48:
+        pytest.skip(f"{free} free 2 MiB pool pages on this host already (another block's or an "
+                    "administrator's): the job would take only those, no surplus pages")
+    return 48 - free
 
 
-def hold_96_mib(m: Machine, exe: Path, *opts: str) -> tuple[int, str]:
+def hold_96_mib(m: Machine, exe: Path, *opts: str, want: int = 48) -> tuple[int, str]:
     """Run holdmem 96 MiB on block C: the pages the block holds while it runs
-    (once it holds its 48), and the run's stderr."""
+    (once it holds `want`), and the run's stderr."""
     go = m.work / "go"
     go.unlink(missing_ok=True)
     run = m.popen("run", "--block", "C", "-n", "1", "--cwd", "/tmp", *opts, str(exe), "96", str(go))
@@ -459,7 +461,7 @@ def hold_96_mib(m: Machine, exe: Path, *opts: str) -> tuple[int, str]:
         during = 0
         for _ in range(200):
             during = kept(m)
-            if during >= 48:
+            if during >= want:
                 break
             time.sleep(0.05)
         go.touch()
@@ -479,14 +481,14 @@ def test_the_block_keeps_the_pages_its_jobs_touched_until_it_is_freed(built: Pat
     node's 64); they stay in the pool after the job, for the block's next job
     (-v says so, and that job needs no surplus page for them); freeing the
     block gives back exactly them."""
-    no_free_pool_pages()
+    want = surplus_to_keep()
     before = HugePagePools.nr(MIB2_KB)
     m = booted(tmp_path, "1x1x1", "--memory", "128M", "--hold-pages", "block")
     try:
         assert "held by the block (--hold-pages block)" in m.run("machine").stdout
         exe = build_holdmem(m.work)
-        during, _ = hold_96_mib(m, exe)
-        assert 48 <= during <= 64, book()
+        during, _ = hold_96_mib(m, exe, want=want)
+        assert want <= during <= 64, book()
         held = kept(m)
         assert held == during and HugePagePools.nr(MIB2_KB) == before + held, "the pool keeps them after the job"
         surplus = HugePagePools.surplus(MIB2_KB)
@@ -503,14 +505,14 @@ def test_the_block_keeps_the_pages_its_jobs_touched_until_it_is_freed(built: Pat
 def test_pages_of_a_block_whose_daemon_died_go_back_with_the_next_run(built: Path, tmp_path: Path) -> None:
     """The block's ciod is killed outright (the block is not freed): the next
     cnk run of another machine gives back what the block kept."""
-    no_free_pool_pages()
+    want = surplus_to_keep()
     before = HugePagePools.nr(MIB2_KB)
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     a = booted(tmp_path / "a", "1x1x1", "--memory", "128M", "--hold-pages", "block")
     b = booted(tmp_path / "b", "1x1x1", "--memory", "128M")
     try:
-        during, _ = hold_96_mib(a, build_holdmem(a.work))
-        assert during >= 48 and HugePagePools.nr(MIB2_KB) == before + during
+        during, _ = hold_96_mib(a, build_holdmem(a.work), want=want)
+        assert during >= want and HugePagePools.nr(MIB2_KB) == before + during
         for pid in a.processes("ciod", "C"):
             os.kill(pid, 9)
         p = b.run("run", "--block", "C", "-n", "1", "-v", "/bin/true")
