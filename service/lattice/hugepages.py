@@ -126,8 +126,17 @@ class Pools:
     def persistent(self, kb: int) -> int:
         """The pool's own pages: nr_hugepages counts surplus pages too, and
         writing nr_hugepages sets the persistent count (turning surplus pages
-        into persistent ones when it grows), so all arithmetic is on this."""
-        return self.read(kb, "nr_hugepages") - self.read(kb, "surplus_hugepages", 0)
+        into persistent ones when it grows), so all arithmetic is on this.
+        Read until nr_hugepages stands still around surplus_hugepages: a rank
+        freeing a surplus page in between lowers both, and a count read half
+        before and half after is one too many (a write of it grows the pool
+        by a page nobody booked)."""
+        for _ in range(100):
+            nr = self.read(kb, "nr_hugepages")
+            surplus = self.read(kb, "surplus_hugepages", 0)
+            if self.read(kb, "nr_hugepages") == nr:
+                break
+        return nr - surplus
 
     def free(self, kb: int) -> int:
         """Pages nobody has mapped or reserved yet."""

@@ -556,3 +556,23 @@ def test_fixed_address_detection(tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\n")
     assert not hugepages.fixed_below_1g(str(script))
     assert not hugepages.fixed_below_1g(str(tmp_path / "missing"))
+
+
+def test_a_surplus_page_freed_while_the_pool_is_read_does_not_grow_it(k: FakeKernel, tmp_path: Path) -> None:
+    """A rank frees a surplus page between the reads of nr_hugepages and
+    surplus_hugepages: the pool's own count must not come out one too high
+    (written back, it would grow the pool by a page nobody booked)."""
+    k.put(MIB2_KB, "nr_overcommit_hugepages", 10)
+    k.set_persistent(MIB2_KB, 4)
+    assert k.map_2m(10)                          # 4 pool pages and 6 surplus ones
+    read = k.read
+    freed = []
+
+    def racing_read(kb: int, name: str, missing: int | None = None) -> int:
+        if name == "surplus_hugepages" and not freed:
+            freed.append(1)
+            k.unmap_2m(1)                        # both nr_hugepages and surplus_hugepages drop
+        return read(kb, name, missing)
+
+    k.read = racing_read                         # type: ignore[method-assign]
+    assert k.persistent(MIB2_KB) == 4
