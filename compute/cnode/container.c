@@ -36,6 +36,7 @@ enum kind { NONE, V2, V1 };
 static enum kind kind = NONE;
 static char base[400];          /* the block's directory */
 static int required;            /* a job may not run without a container */
+static size_t root_len;         /* of the hierarchy's root, the start of base */
 
 static double now(void)
 {
@@ -145,9 +146,22 @@ static int make_base(size_t rootlen)
     }
 }
 
-static size_t root_len;
 
 static char setup_why[256];     /* why container_setup failed, for each job it refuses */
+
+/* At exit: the block's directory and those above it, if empty now (another
+ * cnode's may not be: then it stays, for the last one or the agent's sweep). */
+static void leave(void)
+{
+    char p[sizeof base];
+    snprintf(p, sizeof p, "%s", base);
+    while (strlen(p) > root_len && rmdir(p) == 0) {
+        char *slash = strrchr(p, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+    }
+}
 
 static int setup(const char *name, char *why, size_t len)
 {
@@ -190,8 +204,10 @@ static int setup(const char *name, char *why, size_t len)
 
 int container_setup(const char *name, char *why, size_t len)
 {
-    if (setup(name, why, len) == 0)
+    if (setup(name, why, len) == 0) {
+        atexit(leave);
         return 0;
+    }
     snprintf(setup_why, sizeof setup_why, "%s", why);
     return -1;
 }
@@ -217,8 +233,14 @@ int container_open(struct container *c, uint64_t job, const char *location, char
     loc[n] = '\0';
     char path[sizeof c->path];
     snprintf(path, sizeof path, "%s/%llu-%s", base, (unsigned long long)job, loc);
-    /* the block's directory again: a sweep may have removed it since */
-    if (make_base(root_len) < 0 || mkdir(path, 0755) < 0) {
+    /* the block's directory again: a sweep or another cnode's exit may remove it */
+    int made;
+    for (int tries = 0;; tries++) {
+        made = make_base(root_len) == 0 && mkdir(path, 0755) == 0 ? 0 : -1;
+        if (made == 0 || errno != ENOENT || tries == 4)
+            break;
+    }
+    if (made < 0) {
         int e = errno;
         snprintf(why, len, e == EEXIST ? "cgroup %s exists already (left by an earlier cnode?)" : "cannot make cgroup %s: %s",
                  path, strerror(e));

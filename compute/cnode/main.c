@@ -192,9 +192,9 @@ static void load_personality(const char *file, struct personality *p)
     p->memory = (uint64_t)get_int(o, "memory", 1 << 20, INT64_MAX, file);
     p->cores = json_object_get(o, "cores") ? (uint32_t)get_int(o, "cores", 1, 4096, file) : 2;
     p->container = dup_string(o, "container", 0, file);     /* the host agent names it per machine and block */
-    if (!p->container) {
-        char name[96];
-        snprintf(name, sizeof name, "lattice/%s", p->block ? p->block : "unknown");
+    if (!p->container) {        /* started by hand: a name nobody else uses */
+        char name[128];
+        snprintf(name, sizeof name, "lattice/%s-cnode%ld", p->block ? p->block : "unknown", (long)getpid());
         p->container = strdup(name);
     }
     personality_env(o, p, file);

@@ -205,7 +205,7 @@ def test_a_cnk_job_with_a_thread_leaves_nothing(sm: Machine, probe: str) -> None
     lines = [run.stdout.readline() for _ in range(2)]
     assert lines == ["threaded\n"] * 2, (lines, run.stderr.read() if run.stderr else "")
     job = running_job(sm)
-    ranks = with_marker(marker)
+    ranks = [pid for pid, argv in processes() if marker.encode() in argv and argv[0] == b"cnk"]
     assert len(ranks) == 2, ranks
     base = block_cgroups(sm)
     for pid in ranks:
