@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -36,6 +37,8 @@ enum kind { NONE, V2, V1 };
 static enum kind kind = NONE;
 static char base[400];          /* the block's directory */
 static int required;            /* a job may not run without a container */
+static char points[16][256];    /* every cgroup file system's mount point: read-only for a job of root */
+static int npoints;
 static size_t root_len;         /* of the hierarchy's root, the start of base */
 
 static double now(void)
@@ -69,15 +72,17 @@ static int has_word(const char *list, const char *word)
     return 0;
 }
 
-/* The mount point of the v2 hierarchy (v1: of the v1 freezer) in out: 0, or -1. */
+/* The mount point of the v2 hierarchy (v1: of the v1 freezer) in out: 0, or -1.
+ * Notes every cgroup mount point on the way (points). */
 static int find_mount(enum kind want, char *out, size_t len)
 {
+    npoints = 0;
     FILE *f = fopen("/proc/self/mountinfo", "re");
     if (!f)
         return -1;
     char line[4096];
     int found = -1;
-    while (found < 0 && fgets(line, sizeof line, f)) {
+    while (fgets(line, sizeof line, f)) {
         /* id parent maj:min root mountpoint options [optional...] - fstype source superoptions */
         char *fields[6], *save = NULL, *dash = strstr(line, " - ");
         if (!dash)
@@ -91,8 +96,10 @@ static int find_mount(enum kind want, char *out, size_t len)
             fields[i++] = t;
         if (i < 5 || !fstype || !source)
             continue;
-        if ((want == V2 && !strcmp(fstype, "cgroup2")) ||
-            (want == V1 && !strcmp(fstype, "cgroup") && super && has_word(super, "freezer"))) {
+        if ((!strcmp(fstype, "cgroup2") || !strcmp(fstype, "cgroup")) && npoints < 16)
+            unescape(fields[4], points[npoints++], sizeof points[0]);
+        if (found < 0 && ((want == V2 && !strcmp(fstype, "cgroup2")) ||
+                          (want == V1 && !strcmp(fstype, "cgroup") && super && has_word(super, "freezer")))) {
             unescape(fields[4], out, len);
             found = 0;
         }
@@ -173,6 +180,7 @@ static int setup(const char *name, char *why, size_t len)
         return -1;
     }
     if (want && want[0] == '/') {                       /* a delegated v2 subtree */
+        find_mount(V2, root, sizeof root);              /* for the mount points */
         snprintf(root, sizeof root, "%s", want);
         kind = V2;
         required = 1;                                   /* asked for: never run without it */
@@ -259,16 +267,21 @@ int container_open(struct container *c, uint64_t job, const char *location, char
     return 0;
 }
 
-int container_enter(const struct container *c)
+int container_enter(const struct container *c, int root_job)
 {
     if (c->procs < 0)
         return 0;
     if (write(c->procs, "0", 1) != 1)
         return -1;
-    /* v2 refuses a move out of the namespace's root for anyone inside it
-     * (v1 does not: docs/security.md) */
-    if (kind == V2 && geteuid() == 0 && unshare(CLONE_NEWCGROUP) < 0)
+    if (!root_job)
+        return 0;       /* the cgroup files are root's: the job's user cannot write them */
+    /* root without capabilities still owns them: in a mount namespace of its
+     * own every cgroup file system is read-only to it (EROFS) */
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
         return -1;
+    for (int i = 0; i < npoints; i++)
+        if (mount(NULL, points[i], NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+            return -1;
     return 0;
 }
 

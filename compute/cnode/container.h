@@ -31,10 +31,12 @@ int container_required(void);
  * existing one).  0, or -1 and why (c stays closed). */
 int container_open(struct container *c, uint64_t job, const char *location, char *why, size_t len);
 
-/* In the child between fork and exec (async-signal-safe): enter the
- * container and, on v2, a cgroup namespace rooted there, so that not even a
- * job of root can move itself out.  0, or -1 with errno. */
-int container_enter(const struct container *c);
+/* In the child between fork and exec (async-signal-safe), still root:
+ * enter the container; for a job of root (which owns the cgroup files even
+ * without capabilities) also a mount namespace where every cgroup file
+ * system is read-only, so that it cannot move itself out either.  0, or -1
+ * with errno. */
+int container_enter(const struct container *c, int root_job);
 
 /* At job end: kill every process in it, wait until it is empty (an event,
  * not a time window; LATTICE_CONTAINER_WAIT seconds at most, 30 unless set)

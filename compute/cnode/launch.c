@@ -274,7 +274,7 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     if (f < 0)
         _exit(127);
     /* first: nothing of the job runs outside its container (container.c) */
-    if (container_enter(&j->box) < 0)
+    if (container_enter(&j->box, j->nj.uid == 0) < 0)
         child_fail(f, CHILD_SEAL_FAILED + errno);
     if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0)
         child_fail(f, errno);

@@ -194,7 +194,10 @@ static void load_personality(const char *file, struct personality *p)
     p->container = dup_string(o, "container", 0, file);     /* the host agent names it per machine and block */
     if (!p->container) {        /* started by hand: a name nobody else uses */
         char name[128];
-        snprintf(name, sizeof name, "lattice/%s-cnode%ld", p->block ? p->block : "unknown", (long)getpid());
+        snprintf(name, sizeof name, "lattice/%.64s-cnode%ld", p->block ? p->block : "unknown", (long)getpid());
+        for (char *c = name + 8; *c; c++)
+            if (!(*c == '-' || *c == '_' || (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+                *c = '_';
         p->container = strdup(name);
     }
     personality_env(o, p, file);

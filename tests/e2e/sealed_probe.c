@@ -5,11 +5,15 @@
  *       Linux mode: a setsid, double-forked `sleep` whose argv[0] is MARKER,
  *       holding no descriptor of the job's; prints "escaped PID" once it
  *       runs, then ends (exit) or sleeps until the job is ended (wait).
+ *   sealed_probe leave DIR
+ *       tries to move itself into the cgroup DIR (writes 0 to its
+ *       cgroup.procs): prints "left" or "refused ERRNO".
  *   sealed_probe thread MARKER
  *       under cnk (no fork there): a thread that sleeps for ever beside the
  *       main one; prints "threaded" and sleeps until the job is ended.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -82,6 +86,16 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "escape"))
         return escape(argv[2], !strcmp(argv[3], "wait"));
+    if (argc == 3 && !strcmp(argv[1], "leave")) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/cgroup.procs", argv[2]);
+        int fd = open(path, O_WRONLY);
+        if (fd < 0 || write(fd, "0", 1) != 1)
+            printf("refused %s\n", strerrorname_np(errno));
+        else
+            printf("left\n");
+        return 0;
+    }
     if (argc == 3 && !strcmp(argv[1], "thread")) {
         pthread_t t;
         if (pthread_create(&t, NULL, forever, NULL) != 0) {
@@ -92,6 +106,6 @@ int main(int argc, char **argv)
         fflush(stdout);
         forever(NULL);
     }
-    fprintf(stderr, "usage: sealed_probe escape MARKER exit|wait | thread MARKER\n");
+    fprintf(stderr, "usage: sealed_probe escape MARKER exit|wait | leave DIR | thread MARKER\n");
     return 2;
 }

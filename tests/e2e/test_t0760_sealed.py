@@ -6,7 +6,8 @@ runs the sleep is in the job's own cgroup on its node; once the job has
 ended (normally, cancelled, at its time limit, its block freed, its compute
 node killed outright and the block freed) no process with the marker is
 left and the cgroup is gone.  Under cnk a rank with a second thread ends
-the same way.  A container that cannot be emptied (its process frozen by
+the same way.  Its processes cannot move themselves out of it, not even as root.
+A container that cannot be emptied (its process frozen by
 the test in a v1 freezer, where SIGKILL waits) is reported: a warning, a
 RAS event and the job's record.  tests/e2e/sealed_probe.c is the job.
 """
@@ -150,6 +151,16 @@ def test_an_escaped_process_dies_with_its_job(built: Path, tmp_path: Path, probe
                       probe, "escape", marker, "exit")
         assert again.stdout.count("escaped ") == 2, again.stderr
         nothing_left(m, marker, block_cgroups(m, v1), job + 1)
+
+
+def test_a_job_of_root_cannot_leave_its_container(sm: Machine, probe: str) -> None:
+    """Another user's process cannot write the cgroup files (root's: EACCES,
+    the kernel's own rule).  A job of root, root without capabilities, owns
+    them, so it sees every cgroup file system read-only (EROFS): it cannot
+    write itself into the hierarchy's root cgroup."""
+    p = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--cwd", "/tmp",
+               probe, "leave", str(hierarchy()))
+    assert p.stdout.strip() == "refused EROFS", (p.stdout, p.stderr)
 
 
 def test_a_cancelled_job_leaves_nothing(sm: Machine, probe: str) -> None:
