@@ -163,6 +163,23 @@ def test_a_job_of_root_cannot_leave_its_container(sm: Machine, probe: str) -> No
     assert p.stdout.strip() == "refused EROFS", (p.stdout, p.stderr)
 
 
+def test_an_existing_cgroup_is_never_reused(sm: Machine, probe: str) -> None:
+    """A cgroup already there under the next job's name (a planted one, or
+    one a crashed node left) is refused, not joined: the job does not start."""
+    sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", probe, "leave", "/nonexistent")
+    job = int(sm.run("jobs").stdout.splitlines()[-1].split()[0]) + 1
+    base = block_cgroups(sm)
+    planted = base / f"{job}-{node_names(sm)[0]}"
+    planted.mkdir(parents=True)
+    try:
+        p = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--user", "nobody", "--cwd", "/tmp",
+                   probe, "leave", "/nonexistent", check=False)
+        assert p.returncode != 0 and p.stdout == "", (p.stdout, p.stderr)
+        assert f"cannot seal the job in a container: cgroup {planted} exists already" in p.stderr, p.stderr
+    finally:
+        planted.rmdir()
+
+
 def test_a_cancelled_job_leaves_nothing(sm: Machine, probe: str) -> None:
     marker = f"sealed-{uuid.uuid4().hex[:12]}"
     run, job, _ = start_escapees(sm, probe, marker)
@@ -174,7 +191,7 @@ def test_a_cancelled_job_leaves_nothing(sm: Machine, probe: str) -> None:
 
 def test_a_job_at_its_time_limit_leaves_nothing(sm: Machine, probe: str) -> None:
     marker = f"sealed-{uuid.uuid4().hex[:12]}"
-    run, job, _ = start_escapees(sm, probe, marker, "-t", "0:20")
+    run, job, _ = start_escapees(sm, probe, marker, "-t", "0:30")
     _, err = run.communicate(timeout=180)
     assert "time limit" in err, err
     nothing_left(sm, marker, block_cgroups(sm), job)
