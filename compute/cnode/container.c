@@ -17,7 +17,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -152,7 +151,6 @@ static int make_base(size_t rootlen)
         *s = c;
     }
 }
-
 
 static char setup_why[256];     /* why container_setup failed, for each job it refuses */
 

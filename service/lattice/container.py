@@ -155,7 +155,11 @@ def sweep(block_name: str) -> list[str]:
         return []
     problems = []
     deadline = time.monotonic() + SWEEP_WAIT
-    for cg in sorted(p for p in base.iterdir() if p.is_dir()):
+    try:
+        cgroups = sorted(p for p in base.iterdir() if p.is_dir())
+    except OSError as e:
+        return [f"{base}: {e.strerror or e}"]
+    for cg in cgroups:
         try:
             left = _pids(cg)
             if not _kill(cg, v2, deadline):
