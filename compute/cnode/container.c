@@ -154,8 +154,9 @@ static int make_base(size_t rootlen)
 
 static char setup_why[256];     /* why container_setup failed, for each job it refuses */
 
-/* At exit: the block's directory and those above it, if empty now (another
- * cnode's may not be: then it stays, for the last one or the agent's sweep). */
+/* The block's directory and those above it removed if empty (another cnode's
+ * job may be there: then it stays, for the last one or the agent's sweep):
+ * nothing is left of a cnode without a job, even one killed outright. */
 static void leave(void)
 {
     char p[sizeof base];
@@ -199,21 +200,20 @@ static int setup(const char *name, char *why, size_t len)
         snprintf(why, len, "cgroup path %s/%s too long", root, name);
         return -1;
     }
-    if (make_base(root_len) < 0) {
+    if (make_base(root_len) < 0) {     /* can we?  (made again for each job) */
         int e = errno;
         snprintf(why, len, "cannot make %s: %s", base, strerror(e));
         kind = NONE;
         return -1;
     }
+    leave();
     return 0;
 }
 
 int container_setup(const char *name, char *why, size_t len)
 {
-    if (setup(name, why, len) == 0) {
-        atexit(leave);
+    if (setup(name, why, len) == 0)
         return 0;
-    }
     snprintf(setup_why, sizeof setup_why, "%s", why);
     return -1;
 }
@@ -239,11 +239,12 @@ int container_open(struct container *c, uint64_t job, const char *location, char
     loc[n] = '\0';
     char path[sizeof c->path];
     snprintf(path, sizeof path, "%s/%llu-%s", base, (unsigned long long)job, loc);
-    /* the block's directory again: a sweep or another cnode's exit may remove it */
+    /* the block's directory: removed whenever it is empty (leave), so maybe
+     * by another cnode between our mkdirs */
     int made;
     for (int tries = 0;; tries++) {
         made = make_base(root_len) == 0 && mkdir(path, 0755) == 0 ? 0 : -1;
-        if (made == 0 || errno != ENOENT || tries == 4)
+        if (made == 0 || errno != ENOENT || tries == 100)
             break;
     }
     if (made < 0) {
@@ -429,6 +430,7 @@ int container_seal(struct container *c, char *why, size_t len)
     }
     if (r == 0) {
         c->path[0] = '\0';
+        leave();
         return 0;
     }
     int e = errno;

@@ -20,8 +20,10 @@ struct container {
 
 #define CONTAINER_NONE { .path = "", .procs = -1 }
 
-/* At start: find the hierarchy and make the block's directory "<root>/NAME"
- * (NAME is the personality's "container", e.g. lattice/S-1a2b3c4d5e6f).
+/* At start: find the hierarchy and check that the block's directory
+ * "<root>/NAME" can be made (NAME is the personality's "container", e.g.
+ * lattice/S-1a2b3c4d5e6f; it exists only while a job of the block has a
+ * container on this host).
  * 0, or -1 and why; a cnode that is not root and finds no place it may
  * write runs jobs without a container (container_required() is then 0). */
 int container_setup(const char *name, char *why, size_t len);
@@ -40,8 +42,8 @@ int container_enter(const struct container *c, int root_job);
 
 /* At job end: kill every process in it, wait until it is empty (an event,
  * not a time window; LATTICE_CONTAINER_WAIT seconds at most, 30 unless set)
- * and remove it.  0, or -1 and why (then the directory stays, for the
- * host agent's sweep).  Closes c either way; nothing to do if c is closed. */
+ * and remove it (and the block's directory if no other job is there).  0,
+ * or -1 and why (then the directory stays, for the host agent's sweep).  Closes c either way; nothing to do if c is closed. */
 int container_seal(struct container *c, char *why, size_t len);
 
 #endif
