@@ -30,7 +30,7 @@ on a command line, in an environment or on a shared file system.  Then it:
   block's job containers (lattice.container): whatever a cnode killed
   outright left there is killed, and the cgroups removed.
 
-Reports are JSON lines: {"host", "event": "listening"|"ready"|"error"|"exited"|"done", ...}.
+Reports are JSON lines: {"host", "event": "listening"|"ready"|"error"|"exited"|"swept"|"done", ...}.
 """
 from __future__ import annotations
 
@@ -142,7 +142,8 @@ class Agent:
     def sweep_containers(self) -> None:
         """What jobs left in the block's cgroups (a cnode killed outright) killed, the cgroups removed."""
         from lattice import container
-        problems = container.sweep(self.container)
+        env = {**os.environ, **self.spec.get("env", {})}        # the cnodes'
+        problems = container.sweep(self.container, env.get("LATTICE_CGROUP", ""))
         if problems:
             say(self.host, "swept", problems=problems)
 

@@ -48,9 +48,10 @@ def _mounts() -> list[tuple[str, str, str]]:
     return out
 
 
-def root() -> tuple[Path, bool] | None:
-    """The hierarchy's root and whether it is v2; None if the host has neither."""
-    want = os.environ.get("LATTICE_CGROUP", "")
+def root(want: str | None = None) -> tuple[Path, bool] | None:
+    """The hierarchy's root and whether it is v2 (want: LATTICE_CGROUP as the
+    cnodes have it, else this process's); None if the host has neither."""
+    want = os.environ.get("LATTICE_CGROUP", "") if want is None else want
     if want.startswith("/"):
         return Path(want), True
     mounts = _mounts()
@@ -142,11 +143,11 @@ def _remove(cg: Path, deadline: float) -> None:
             time.sleep(0.001)
 
 
-def sweep(block_name: str) -> list[str]:
+def sweep(block_name: str, want: str | None = None) -> list[str]:
     """Kill and remove every job's cgroup under the block's directory, then
     it (and `lattice/` if that is empty now): what could not be done, one
-    line each."""
-    found = root()
+    line each (want: as for root())."""
+    found = root(want)
     if found is None:
         return []
     top, v2 = found
