@@ -8,6 +8,7 @@
  *   job.c    one job: receive it, supervise its processes, report how each ended
  *   launch.c start the job's processes (in Linux mode or under cnk)
  *   report.c cnk's report page as the exit message's report line
+ *   container.c the job's cgroup: entered by its processes, killed whole at its end
  *   job.h    the job's types, shared by job.c, launch.c and report.c
  */
 #ifndef CNODE_H
@@ -33,6 +34,7 @@ struct personality {
     char *env;                  /* LATTICE_PERSONALITY value (compute/include/lattice/personality.h) */
     char *env_head;             /* its fields before memory= (a placed job writes the rest per process) */
     char *mode;                 /* the node's mode from the personality file: co or vn */
+    char *container;            /* the block's cgroup directory below the hierarchy's root (container.h) */
 };
 
 /* How the node starts a job's process. */

@@ -53,6 +53,7 @@ struct job *job_new(const struct personality *pers, const struct kernels *k, int
     j->seq = hello_seq;
     for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
         j->memfd[a] = -1;
+    j->box = (struct container)CONTAINER_NONE;
     if (proc_room(j, 1) < 0) {
         say("out of memory");
         exit(1);
@@ -69,8 +70,19 @@ static void proc_close(struct proc *p)
     closefd(&p->out[2]);
 }
 
+void job_seal(struct job *j)
+{
+    char why[sizeof j->unsealed];
+    if (j->box.procs >= 0 && container_seal(&j->box, why, sizeof why) < 0) {
+        say("job %llu: %s", (unsigned long long)j->nj.job, why);
+        memcpy(j->unsealed, why, sizeof why);
+    }
+}
+
 static void reset(struct job *j)
 {
+    job_seal(j);        /* never needed on the normal paths: the last exit sealed it */
+    j->unsealed[0] = '\0';
     free(j->desc);
     for (uint32_t a = 0; a < LAT_MAX_APPS; a++) {
         free(j->argv[a]);
@@ -114,6 +126,15 @@ static void send_or_die(struct job *j, uint16_t type, const void *a, size_t alen
 static void send_exit(struct job *j, struct proc *p, uint32_t how, int32_t value, const char *text)
 {
     struct lat_exit ex = { j->nj.job, p->rank, j->pers->node, how, value };
+    char more[sizeof j->unsealed + 1024 + 16];
+    if (!p->done && j->left == 1) {
+        /* the last: the job's end is reported only once nothing of it runs here */
+        job_seal(j);
+        if (j->unsealed[0]) {   /* the service node records it and raises a RAS event */
+            snprintf(more, sizeof more, "unsealed: %s\n%s", j->unsealed, text ? text : "");
+            text = more;
+        }
+    }
     send_or_die(j, LAT_NODE_EXIT, &ex, sizeof ex, text, text ? strlen(text) : 0);
     if (!p->done) {
         p->done = 1;
@@ -462,6 +483,8 @@ static void on_pmi_reply(struct job *j, const struct msg *m)
 
 static void finish(struct job *j, struct proc *p)
 {
+    if (j->left == 1)
+        job_seal(j);    /* the last process: what it left behind goes before its pipes are drained */
     /* drain what the process wrote before it ended, to EOF (bounded, in case
      * something escaped the process group with the pipes) */
     struct timespec t0, now;
@@ -571,6 +594,7 @@ void job_kill_now(struct job *j)
             if (j->proc[k].started && !j->proc[k].exited && !j->proc[k].done)
                 waitpid(j->proc[k].pid, NULL, 0);
     }
+    job_seal(j);        /* cnode is going: so is everything of the job */
     reset(j);
 }
 

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cnode.h"
+#include "container.h"
 
 #include "../include/lattice/cnk_report.h"   /* path-relative: cnode builds with -Iprotocol only */
 
@@ -73,12 +74,16 @@ struct job {
     uint64_t received;
     struct proc *proc;          /* nprocs of them used; room for nroom (no fixed cap: vn mode runs one per core) */
     uint32_t nroom;
+    struct container box;       /* the job's cgroup on this node (container.h), from START to its end */
+    char unsealed[512];         /* why it could not be emptied, for the last exit message; "" if it was */
 };
 
 /* job.c */
 void proc_failed(struct job *j, struct proc *p, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void launch_failed(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int is_cnk(const struct job *j);
+/* the job's processes are over: kill what is left in its container and remove it */
+void job_seal(struct job *j);
 
 /* launch.c: START came; every process of the job is started (or the job fails) */
 void launch_start(struct job *j, const struct msg *m);

@@ -171,6 +171,8 @@ static char **make_cnk_argv(struct job *j, const struct proc *p)
 #define CHILD_HELLO_FAILED 0x10000
 /* and from here up: binding to its CPUs failed */
 #define CHILD_BIND_FAILED 0x20000
+/* and from here up: entering the job's container failed */
+#define CHILD_SEAL_FAILED 0x30000
 static void child_fail(int errfd, int err) __attribute__((noreturn));
 static void child_fail(int errfd, int err)
 {
@@ -271,6 +273,9 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
+    /* first: nothing of the job runs outside its container (container.c) */
+    if (container_enter(&j->box, j->nj.uid == 0) < 0)
+        child_fail(f, CHILD_SEAL_FAILED + errno);
     if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0)
         child_fail(f, errno);
     proc_hello(j, pr, p, f, envp);
@@ -466,7 +471,10 @@ static void launch(struct job *j, struct proc *pr)
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
         pr->exited = 1;
-        if (err >= CHILD_BIND_FAILED) {
+        if (err >= CHILD_SEAL_FAILED)
+            proc_failed(j, pr, err - CHILD_SEAL_FAILED, "cannot enter the job's container %s: %s", j->box.path,
+                        strerror(err - CHILD_SEAL_FAILED));
+        else if (err >= CHILD_BIND_FAILED) {
             char list[256];
             proc_failed(j, pr, err - CHILD_BIND_FAILED, "cannot bind the process to CPUs %s: %s",
                         cpu_list(pr, list, sizeof list), strerror(err - CHILD_BIND_FAILED));
@@ -504,6 +512,11 @@ void launch_start(struct job *j, const struct msg *m)
     if (j->received != j->nj.image_size) {
         launch_failed(j, EPROTO, "executable image incomplete: %llu of %llu bytes",
                       (unsigned long long)j->received, (unsigned long long)j->nj.image_size);
+        return;
+    }
+    char why[512];
+    if (container_open(&j->box, j->nj.job, j->pers->location, why, sizeof why) < 0 && container_required()) {
+        launch_failed(j, EPERM, "cannot seal the job in a container: %s", why);
         return;
     }
     j->state = RUNNING;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cnode.h"
+#include "container.h"
 
 static const char *location = "cnode";
 
@@ -190,6 +191,15 @@ static void load_personality(const char *file, struct personality *p)
     }
     p->memory = (uint64_t)get_int(o, "memory", 1 << 20, INT64_MAX, file);
     p->cores = json_object_get(o, "cores") ? (uint32_t)get_int(o, "cores", 1, 4096, file) : 2;
+    p->container = dup_string(o, "container", 0, file);     /* the host agent names it per machine and block */
+    if (!p->container) {        /* started by hand: a name nobody else uses */
+        char name[128];
+        snprintf(name, sizeof name, "lattice/%.64s-cnode%ld", p->block ? p->block : "unknown", (long)getpid());
+        for (char *c = name + 8; *c; c++)
+            if (!(*c == '-' || *c == '_' || (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+                *c = '_';
+        p->container = strdup(name);
+    }
     personality_env(o, p, file);
     json_decref(o);
 }
@@ -268,6 +278,10 @@ int main(int argc, char **argv)
     load_personality(pfile, &pers);
     location = pers.location;
     hide_paths(pers.hide);
+    char why[512];
+    if (container_setup(pers.container, why, sizeof why) < 0)
+        say(container_required() ? "no job can run here: %s" : "warning: not root, so jobs run without a container: %s",
+            why);
 
     /* SIGTERM/SIGINT/SIGHUP arrive through the poll loop so the job dies with us */
     sigset_t sigs;

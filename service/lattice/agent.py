@@ -25,9 +25,12 @@ on a command line, in an environment or on a shared file system.  Then it:
   input at end of file: the ssh or srun is gone), on SIGTERM/SIGHUP, or when
   its daemons have all ended (the block was freed), it ends the rest (each
   daemon's session: the jobs it started go too), removes its secrets and
-  exits.
+  exits;
+- before it starts the daemons and after they have ended, it sweeps the
+  block's job containers (lattice.container): whatever a cnode killed
+  outright left there is killed, and the cgroups removed.
 
-Reports are JSON lines: {"host", "event": "listening"|"ready"|"error"|"exited"|"done", ...}.
+Reports are JSON lines: {"host", "event": "listening"|"ready"|"error"|"exited"|"swept"|"done", ...}.
 """
 from __future__ import annotations
 
@@ -103,6 +106,8 @@ class Agent:
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
         self.sel.register(self.wake_r, selectors.EVENT_READ, "signal")
+        from lattice import container
+        self.container = container.name(str(spec["block"]), self.dir)   # the block's cgroups (cnode's "container")
 
     # ---- start ----
 
@@ -134,9 +139,18 @@ class Agent:
         cnode = next((d.pid for d in self.daemons.values() if d.kind == "cnode"), None)
         return capacity.read_host(pid=cnode or "self", name=self.host).to_json()
 
+    def sweep_containers(self) -> None:
+        """What jobs left in the block's cgroups (a cnode killed outright) killed, the cgroups removed."""
+        from lattice import container
+        env = {**os.environ, **self.spec.get("env", {})}        # the cnodes'
+        problems = container.sweep(self.container, env.get("LATTICE_CGROUP", ""))
+        if problems:
+            say(self.host, "swept", problems=problems)
+
     def start(self) -> None:
         spec, prefix = self.spec, Path(self.spec["prefix"])
         keyfile, cnk = self.prepare()
+        self.sweep_containers()
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
         for ps in self.psets:
@@ -164,7 +178,8 @@ class Agent:
                 sock = spec["ciod_addresses"][str(p)]
             for node in ps["nodes"]:
                 i = node["index"]
-                text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock}, indent=1).encode()
+                text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock,
+                                   "container": self.container}, indent=1).encode()
                 if self.on_disk:
                     pfile, stdin = str(self.dir / f"node-{i}.json"), None
                     private_file(Path(pfile), text)
@@ -310,6 +325,7 @@ class Agent:
                     time.sleep(0.02)
             if not self.daemons:
                 break
+        self.sweep_containers()
 
     def forget_secrets(self) -> None:
         for f in [self.dir / "key", *self.dir.glob("node-*.json")]:

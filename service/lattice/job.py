@@ -115,6 +115,16 @@ def split_text(text: str) -> tuple[str, str | None]:
     return text, None
 
 
+def split_unsealed(text: str) -> tuple[str, str | None]:
+    """An exit message's text without its "unsealed: WHY" line (the node's
+    last exit of a job whose container it could not empty), and WHY."""
+    lines = text.split("\n")
+    why = [line[len("unsealed:"):].strip() for line in lines if line.startswith("unsealed:")]
+    if not why:
+        return text, None
+    return "\n".join(line for line in lines if not line.startswith("unsealed:")).strip(), "; ".join(why)
+
+
 def parse_report(line: str) -> dict[str, str]:
     """`k=v k=v ... why=free text` -> {k: v}; why (if any) is the rest of the line."""
     head, sep, why = line.partition(" why=")
@@ -392,6 +402,9 @@ class Run:
         text, report = split_text(body[wire.EXIT.size:].decode(errors="replace").rstrip("\0"))
         if rank >= len(self.nodes) or rank in self.outcome.ended:
             return
+        text, unsealed = split_unsealed(text)
+        if unsealed:
+            self.on_unsealed(rank, unsealed)
         self.output.flush(rank)
         signalled = how == wire.EXIT_SIGNAL
         killed = signalled and value == signal.SIGKILL
@@ -433,6 +446,15 @@ class Run:
                 self.killed = True
                 self.ended_by = f"ended by lattice because rank {rank} {words}"
                 self.kill(signal.SIGKILL)
+
+    def on_unsealed(self, rank: int, why: str) -> None:
+        """The node could not empty the job's container (compute/cnode/container.c):
+        something of the job may still run there.  Said, logged and recorded."""
+        message = f"processes of the job outlived it on {self.location(rank)}: {why}"
+        print(f"lattice: warning: {message}", file=sys.stderr, flush=True)
+        ras.record(self.con, "ERROR", "KERNEL", self.location(rank), f"job {self.job} {message}", self.job)
+        if self.outcome.first_failure is None:
+            self.outcome.first_failure = message
 
     def on_fence(self, c: Ciod, body: bytes) -> None:
         """One I/O node's part of a fence; the last one completes it."""
