@@ -506,6 +506,20 @@ struct conn *job_owner(uint64_t id)
     return ctl;
 }
 
+int job_who(uint64_t *id, struct ident *who)
+{
+    int err = ESRCH;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && !g.job->orphaned && (*id == 0 || g.job->id == *id)) {
+        *id = g.job->id;
+        *who = g.job->who;
+        err = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return err;
+}
+
 void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count)
 {
     *index = *count = 0;

@@ -7,6 +7,11 @@
  * The table is filled before any connection thread runs and is read-only
  * afterwards.  A bad call gets an error reply and a RAS event; the
  * connection stays up.
+ *
+ * Each call's zoid_caller comes from what the monitor knows: job, rank and
+ * node from the process's authenticated hello (the plug-in line's thread),
+ * the owner from the job record (the service node's job request), looked up
+ * per call so that a call of a job that no longer runs here is refused.
  */
 #include "ciod.h"
 
@@ -19,6 +24,8 @@
 #include <string.h>
 
 #include "../include/lattice/zoid_ion.h"
+
+_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "zoid_caller.groups are the job's gid_t groups");
 
 #define MAX_PLUGINS   16
 #define LIMIT_DEFAULT (256u << 10)
@@ -36,8 +43,25 @@ static struct plugin plugins[MAX_PLUGINS];
 static unsigned nplugins;
 static _Thread_local struct zoid_caller current;
 static _Thread_local int current_fd = -1;     /* the caller's connection */
+static _Thread_local struct ident current_who; /* current.groups points into it */
 
 static const struct zoid_caller *api_caller(void) { return &current; }
+
+static int api_running(uint64_t *job, uint32_t *uid, uint32_t *gid)
+{
+    struct ident who;
+    uint64_t id = 0;
+
+    if (job_who(&id, &who))
+        return ESRCH;
+    if (job)
+        *job = id;
+    if (uid)
+        *uid = who.uid;
+    if (gid)
+        *gid = who.gid;
+    return 0;
+}
 
 /* The process hung up (or died): nobody will read the reply. */
 static int api_gone(void)
@@ -53,7 +77,8 @@ static void api_ras(enum zoid_sev sev, const char *msg)
               cfg.location, "plug-in: %s", msg);
 }
 
-static struct zoid_api api = { .abi = ZOID_ABI, .caller = api_caller, .ras = api_ras, .gone = api_gone };
+static struct zoid_api api = { .abi = ZOID_ABI, .caller = api_caller, .ras = api_ras, .gone = api_gone,
+                               .running = api_running };
 
 /* PATH[:LIMIT][;CONFIG], LIMIT in bytes with an optional K or M. */
 int plugin_add(const char *spec, char *err, size_t errlen)
@@ -109,6 +134,14 @@ int plugin_load_all(char *err, size_t errlen)
         if (!p->so)
             return errprintf(err, errlen, "plug-in %s: %s", p->path, dlerror());
         const struct zoid_plugin *d = dlsym(p->so, "zoid_plugin");
+        if (d && d->abi != ZOID_ABI && d->abi > 0 && d->abi < 1000) {
+            /* an older (or newer) lattice-pluggen: its zoid_caller is another struct */
+            ras_event(RAS_ERROR, cfg.location, "plug-in %s was built for plug-in ABI %u, this ciod "
+                      "serves ABI %u: rebuild it with lattice-pluggen (docs/plugins.md)",
+                      p->path, d->abi, ZOID_ABI);
+            return errprintf(err, errlen, "plug-in %s: built for plug-in ABI %u, this ciod serves ABI %u: "
+                             "rebuild it with lattice-pluggen", p->path, d->abi, ZOID_ABI);
+        }
         if (!d || d->abi != ZOID_ABI || !d->dispatch || !d->api || !d->name)
             return errprintf(err, errlen, "plug-in %s: no zoid_plugin descriptor of ABI %u "
                              "(not built by lattice-pluggen?)", p->path, ZOID_ABI);
@@ -168,7 +201,12 @@ int plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t 
     if (len > p->limit)
         return refuse(c, h, E2BIG, "job %" PRIu64 " rank %d: %zu argument bytes for plug-in %s, over its limit of %zu",
                       job, rank, len, p->d->name, p->limit);
-    current = (struct zoid_caller){ .job = job, .rank = rank, .node = node };
+    uint64_t id = job;
+    if (job_who(&id, &current_who))
+        return refuse(c, h, ESRCH, "job %" PRIu64 " rank %d: the job no longer runs here", job, rank);
+    current = (struct zoid_caller){ .job = job, .rank = rank, .node = node, .uid = current_who.uid,
+                                    .gid = current_who.gid, .ngroups = current_who.ngroups,
+                                    .groups = (const uint32_t *)current_who.groups };
     current_fd = c->fd;
     job_proc_place(job, rank, &current.index, &current.count);
     memset(&rep, 0, sizeof(rep));
