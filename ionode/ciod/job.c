@@ -512,8 +512,12 @@ int job_who(uint64_t *id, struct ident *who)
 
     pthread_mutex_lock(&g.lock);
     if (g.job && !g.job->orphaned && (*id == 0 || g.job->id == *id)) {
+        const struct ident *w = &g.job->who;
         *id = g.job->id;
-        *who = g.job->who;
+        who->uid = w->uid;
+        who->gid = w->gid;
+        who->ngroups = w->ngroups;
+        memcpy(who->groups, w->groups, w->ngroups * sizeof(w->groups[0]));   /* not the whole table: per call */
         err = 0;
     }
     pthread_mutex_unlock(&g.lock);
