@@ -206,9 +206,9 @@ static int open_stream(unsigned long port, const char *unix_name, char *where, s
     if (unix_name) {
         struct sockaddr_un a = { .sun_family = AF_UNIX };
         int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "%s.%u", unix_name, zoid_pset());
+        snprintf(where, wlen, "unix @%.200s.%u", unix_name, zoid_pset());
         if (n <= 0 || (size_t)n >= sizeof(a.sun_path) - 1)
             return ENAMETOOLONG;
-        snprintf(where, wlen, "unix @%s (authenticated: only the job owner's datagrams)", a.sun_path + 1);
         L.sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (L.sock < 0 || setsockopt(L.sock, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0
             || bind(L.sock, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0)
@@ -217,8 +217,7 @@ static int open_stream(unsigned long port, const char *unix_name, char *where, s
     } else {
         struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)(port + zoid_pset())),
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        snprintf(where, wlen, "udp 127.0.0.1:%lu (unauthenticated: any local user may send into a job's "
-                 "stream; trusted hosts only, unix= authenticates)", port + zoid_pset());
+        snprintf(where, wlen, "udp 127.0.0.1:%lu", port + zoid_pset());
         L.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (L.sock < 0 || bind(L.sock, (struct sockaddr *)&a, sizeof(a)) < 0)
             return errno;
@@ -231,7 +230,7 @@ static int open_stream(unsigned long port, const char *unix_name, char *where, s
  * NAME.pset, is where the stream comes in. */
 int lofar_init(const char *config)
 {
-    char buf[512], *save = NULL, msg[384], where[256], *unix_name = NULL;
+    char buf[512], *save = NULL, msg[640], where[256], *unix_name = NULL;
     unsigned long port = 0, slots = 64;
     int err = 0;
 
@@ -248,18 +247,28 @@ int lofar_init(const char *config)
         else
             err = EINVAL;
     }
-    if (err || !unix_name == !port || port + zoid_pset() > 65535 || slots < 2 || slots > 65536 || !L.destlen)
+    if (err || !unix_name == !port || port + zoid_pset() > 65535 || slots < 2 || slots > 65536 || !L.destlen) {
+        snprintf(msg, sizeof(msg), "lofar: bad configuration \"%.200s\": want one of port=P and unix=@NAME, "
+                 "dest=HOST:PORT, slots=2..65536", config);
+        zoid_ras(ZOID_ERROR, msg);
         return EINVAL;
+    }
     L.slots = (uint32_t)slots;
     L.ring = calloc(L.slots, sizeof(*L.ring));
     L.out = socket(L.dest.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (!L.ring || L.out < 0)
         return errno ? errno : ENOMEM;
-    if ((err = open_stream(port, unix_name, where, sizeof(where))) != 0)
+    if ((err = open_stream(port, unix_name, where, sizeof(where))) != 0) {
+        snprintf(msg, sizeof(msg), "lofar: cannot take the stream on %s: %s", where, strerror(err));
+        zoid_ras(ZOID_ERROR, msg);
         return err;
+    }
     if ((err = pthread_create(&L.rx, NULL, receiver, NULL)) != 0)
         return err;
-    snprintf(msg, sizeof(msg), "lofar: stream on %s, %u slots", where, L.slots);
+    snprintf(msg, sizeof(msg), "lofar: stream on %s %s, %u slots", where, L.authenticated
+             ? "(authenticated: only the job owner's datagrams)"
+             : "(unauthenticated: any local user may send into a job's stream; trusted hosts only, "
+               "unix= authenticates)", L.slots);
     zoid_ras(L.authenticated ? ZOID_INFO : ZOID_WARNING, msg);
     return 0;
 }

@@ -223,3 +223,30 @@ def test_a_plugin_of_the_older_abi_is_refused(built: Path, tmp_path: Path) -> No
     line = f"plug-in {so} was built for plug-in ABI 1, this ciod serves ABI 2: rebuild it with lattice-pluggen"
     log = (m.home / "blocks" / "O" / "log" / "ciod-0.log").read_text()
     assert line in log, log
+
+
+def test_a_squatted_stream_name_fails_the_boot(built: Path, tmp_path: Path,
+                                               users: tuple[pwd.struct_passwd, pwd.struct_passwd, int]) -> None:
+    """Another user who holds the stream's abstract name first gets no stream of
+    anyone's: the boot fails and says why."""
+    _, other, _ = users
+    m = make_machine(tmp_path, "--shape", "1x1x2", "--pset-size", "2", "--memory", "256M")
+    name = f"lattice-lofar-squat-{secrets.token_hex(4)}"
+    squatter = subprocess.Popen(["/usr/bin/python3", "-c", "import socket, sys\n"
+                                 "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                                 "s.bind('\\0' + sys.argv[1])\nprint('bound', flush=True)\nsys.stdin.read()\n",
+                                 f"{name}.0"], user=other.pw_uid, group=other.pw_gid, extra_groups=[],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert squatter.stdout and squatter.stdout.readline() == "bound\n"
+        with open(m.home / "machine.toml", "a") as f:
+            f.write(f'\n[ionode]\nplugins = ["build/plugins/liblofar_ciod.so;unix=@{name} dest=127.0.0.1:9 slots=8"]\n')
+        m.run("block", "create", "S", "--shape", "1x1x2")
+        r = m.run("boot", "S", check=False, timeout=120)
+        m.run("free", "S", check=False)
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert r.returncode != 0 and "exited during boot" in r.stderr, r.stderr
+    log = (m.home / "blocks" / "S" / "log" / "ciod-0.log").read_text()
+    assert f"lofar: cannot take the stream on unix @{name}.0: Address already in use" in log, log
