@@ -135,7 +135,7 @@ int plugin_load_all(char *err, size_t errlen)
             return errprintf(err, errlen, "plug-in %s: %s", p->path, dlerror());
         const struct zoid_plugin *d = dlsym(p->so, "zoid_plugin");
         if (d && d->abi != ZOID_ABI && d->abi > 0 && d->abi < 1000) {
-            /* an older (or newer) lattice-pluggen: its zoid_caller is another struct */
+            /* a descriptor of another plug-in ABI (another lattice-pluggen): its structs differ */
             ras_event(RAS_ERROR, cfg.location, "plug-in %s was built for plug-in ABI %u, this ciod "
                       "serves ABI %u: rebuild it with lattice-pluggen (docs/plugins.md)",
                       p->path, d->abi, ZOID_ABI);

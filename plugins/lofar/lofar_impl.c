@@ -311,8 +311,6 @@ static void keep_owners_locked(uint32_t owner, uint64_t job)
         L.ring[k % L.slots].state = FREE;
     L.head = w;
     refused_locked(dropped, "datagrams waiting since before the job (the last)", uid, job, owner);
-    if (dropped)
-        pthread_cond_broadcast(&L.cond);
 }
 
 /* The caller's job is the one served: a new one starts afresh, at the
@@ -338,6 +336,12 @@ static int job_check_locked(const struct zoid_caller *c)
     L.base = L.head;
     while (L.base > 0 && L.head - L.base < L.slots && L.ring[(L.base - 1) % L.slots].state == FULL)
         L.base--;
+    /* pieces of an earlier job that its processes left behind a gap: nobody takes them
+     * now, and the receiver would wait for their slots for ever */
+    for (uint64_t k = L.head > L.slots ? L.head - L.slots : 0; k < L.base; k++)
+        if (L.ring[k % L.slots].state == FULL)
+            L.ring[k % L.slots].state = FREE;
+    pthread_cond_broadcast(&L.cond);
     if (L.authenticated)
         keep_owners_locked(c->uid, c->job);
     L.round = 0;
