@@ -74,8 +74,10 @@ def build_who(out: Path) -> tuple[Path, Path]:
 
 
 class Plugged:
-    def __init__(self, m: Machine, who: Path, lofar_test: Path, stream: str, collector: socket.socket) -> None:
-        self.m, self.who, self.lofar_test, self.stream, self.collector = m, who, lofar_test, stream, collector
+    def __init__(self, m: Machine, who: Path, lofar_test: Path, lofar_gap: Path, stream: str,
+                 collector: socket.socket) -> None:
+        self.m, self.who, self.stream, self.collector = m, who, stream, collector
+        self.lofar_test, self.lofar_gap = lofar_test, lofar_gap
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +86,11 @@ def pm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plugge
     m = make_machine(tmp_path_factory.mktemp("caller"), "--shape", "1x1x2", "--pset-size", "2",
                      "--memory", "256M")
     so, who = build_who(m.work)
-    lofar_test = m.work / "lofar_test"       # where the job's user may run it
+    lofar_test, lofar_gap = m.work / "lofar_test", m.work / "lofar_gap"   # where the job's user may run them
     shutil.copy(BUILD / "plugins" / "lofar_test", lofar_test)
+    subprocess.run(["gcc", *CFLAGS, "-I", "plugins/lofar", "-o", str(lofar_gap),
+                    str(ROOT / "tests" / "e2e" / "lofar_gap.c"), str(BUILD / "plugins" / "liblofar.a")],
+                   check=True, cwd=ROOT)
     collector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     collector.bind(("127.0.0.1", 0))
     collector.settimeout(120)
@@ -96,9 +101,10 @@ def pm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plugge
         f.write(f'\n[ionode]\nplugins = ["{so}", "{lofar}"]\n')
     m.run("block", "create", "W", "--shape", "1x1x2")
     m.run("boot", "W")
-    yield Plugged(m, who, lofar_test, f"{name}.0", collector)
+    yield Plugged(m, who, lofar_test, lofar_gap, f"{name}.0", collector)
     m.run("free", "W", check=False)
     collector.close()
+    shutil.rmtree(m.work, ignore_errors=True)
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])
@@ -183,6 +189,31 @@ def test_lofar_refuses_another_users_datagrams(pm: Plugged,
     assert all(what in ("a datagram", "datagrams waiting since before the job (the last)") for what, _ in refused), ras
 
 
+def test_lofar_pieces_left_behind_do_not_wedge_the_next_job(
+        pm: Plugged, users: tuple[pwd.struct_passwd, pwd.struct_passwd, int]) -> None:
+    """A job whose rank 1 takes none of its pieces leaves one in the ring
+    between two rank 0 took; the next job's stream goes past its slot (before,
+    the receiver waited for that slot for ever and the next job hung)."""
+    owner, _, _ = users
+    tag = secrets.token_hex(4)
+    send_as(owner, pm.stream, [f"first {i} {tag}" for i in range(3)])
+    r = pm.m.run("run", "--block", "W", "-n", "2", "--user", owner.pw_name, "--cwd", str(pm.m.work),
+                 str(pm.lofar_gap), "2", check=False, timeout=120)
+    assert r.returncode == 0 and re.findall(r"^rank 0 piece (\d+): first (\d)", r.stdout, re.M) \
+        == [("0", "0"), ("2", "2")], r.stdout + r.stderr
+    # 10 more: 6 fill the free slots, the 7th comes to the left piece's slot, 3 wait in the socket
+    second = [f"second {i:02d} {tag}" for i in range(N)]
+    send_as(owner, pm.stream, second)
+    r = pm.m.run("run", "--block", "W", "-n", "2", "--kernel", "cnk", "--hugepages", "keep", "--user",
+                 owner.pw_name, "--cwd", str(pm.m.work), str(pm.lofar_test), str(N // 2), check=False,
+                 timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    got = re.findall(r"^rank (\d+) piece (\d+): (.*)$", r.stdout, re.M)
+    assert [text for _, _, text in sorted(got, key=lambda g: int(g[1]))] == second, out
+    pm.collector.recvfrom(4096)         # its gathered sum
+
+
 def test_lofar_stream_is_announced_authenticated(pm: Plugged) -> None:
     ras = pm.m.run("ras").stdout
     assert f"lofar: stream on unix @{pm.stream} (authenticated: only the job owner's datagrams), 8 slots" \
@@ -221,6 +252,7 @@ def test_a_plugin_of_the_older_abi_is_refused(built: Path, tmp_path: Path) -> No
     assert r.returncode != 0 and "exited during boot" in r.stderr, r.stderr
     line = f"plug-in {so} was built for plug-in ABI 1, this ciod serves ABI 2: rebuild it with lattice-pluggen"
     log = (m.home / "blocks" / "O" / "log" / "ciod-0.log").read_text()
+    shutil.rmtree(m.work, ignore_errors=True)
     assert line in log, log
 
 
@@ -249,3 +281,4 @@ def test_a_squatted_stream_name_fails_the_boot(built: Path, tmp_path: Path,
     assert r.returncode != 0 and "exited during boot" in r.stderr, r.stderr
     log = (m.home / "blocks" / "S" / "log" / "ciod-0.log").read_text()
     assert f"lofar: cannot take the stream on unix @{name}.0: Address already in use" in log, log
+    shutil.rmtree(m.work, ignore_errors=True)
