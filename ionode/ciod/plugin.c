@@ -41,7 +41,10 @@ struct plugin {
 
 static struct plugin plugins[MAX_PLUGINS];
 static unsigned nplugins;
-static _Thread_local struct zoid_caller current;
+/* Outside a call (init, a thread of the plug-in's own): uid and gid -1, which
+ * no user has; 0 would be root's. */
+#define NO_CALLER ((struct zoid_caller){ .rank = -1, .uid = UINT32_MAX, .gid = UINT32_MAX })
+static _Thread_local struct zoid_caller current = NO_CALLER;
 static _Thread_local int current_fd = -1;     /* the caller's connection */
 static _Thread_local struct ident current_who; /* current.groups points into it */
 
@@ -177,13 +180,48 @@ static int refuse(struct conn *c, const struct lat_hdr *h, int err, const char *
     return reply_ret(c, h->type, h->seq, -1, err, NULL, 0);
 }
 
+/* The call, with `current` set: dispatch, then the reply; < 0 only if it could not be sent. */
+static int call(struct conn *c, const struct lat_hdr *h, const struct plugin *p, const struct lat_sysreq *rq,
+                size_t len)
+{
+    struct zoid_reply rep;
+    struct lat_sysret rs = { 0, 0, 0 };
+    struct iovec v[ZOID_REPLY_IOV + 1];
+    uint64_t job = current.job;
+    int32_t rank = current.rank;
+
+    memset(&rep, 0, sizeof(rep));
+    errno = 0;
+    int rc = p->d->dispatch((uint32_t)rq->a[1], c->buf + sizeof(*rq), len, p->limit, &rep);
+    if (rc) {
+        if (rep.done)
+            rep.done(&rep);
+        return refuse(c, h, rc, "job %" PRIu64 " rank %d: plug-in %s function %" PRId64 ": %s",
+                      job, rank, p->d->name, rq->a[1], strerror(rc));
+    }
+    v[0] = (struct iovec){ &rs, sizeof(rs) };
+    size_t total = 0;
+    for (int i = 0; i < rep.n; i++) {
+        v[1 + i] = rep.iov[i];
+        total += rep.iov[i].iov_len;
+    }
+    if (rq->a[2] < 0 || total > (uint64_t)rq->a[2]) {
+        /* the stub could not take it: a stub of another version of the header */
+        rep.done(&rep);
+        return refuse(c, h, EMSGSIZE, "job %" PRIu64 " rank %d: plug-in %s function %" PRId64
+                      ": %zu reply bytes, the caller takes %" PRId64, job, rank, p->d->name,
+                      rq->a[1], total, rq->a[2]);
+    }
+    int r = conn_sendv(c, h->type | LAT_REPLY, h->seq, v, rep.n + 1);
+    if (rep.done)
+        rep.done(&rep);
+    return r;
+}
+
 int plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t rank, uint32_t node)
 {
     struct lat_sysreq rq;
     struct plugin *p = NULL;
-    struct zoid_reply rep;
-    struct lat_sysret rs = { 0, 0, 0 };
-    struct iovec v[ZOID_REPLY_IOV + 1];
 
     if (h->len < sizeof(rq))
         return refuse(c, h, EPROTO, "job %" PRIu64 " rank %d: %u bytes, less than a call", job, rank, h->len);
@@ -209,31 +247,9 @@ int plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t 
                                     .groups = (const uint32_t *)current_who.groups };
     current_fd = c->fd;
     job_proc_place(job, rank, &current.index, &current.count);
-    memset(&rep, 0, sizeof(rep));
-    errno = 0;
-    int rc = p->d->dispatch((uint32_t)rq.a[1], c->buf + sizeof(rq), len, p->limit, &rep);
-    if (rc) {
-        if (rep.done)
-            rep.done(&rep);
-        return refuse(c, h, rc, "job %" PRIu64 " rank %d: plug-in %s function %" PRId64 ": %s",
-                      job, rank, p->d->name, rq.a[1], strerror(rc));
-    }
-    v[0] = (struct iovec){ &rs, sizeof(rs) };
-    size_t total = 0;
-    for (int i = 0; i < rep.n; i++) {
-        v[1 + i] = rep.iov[i];
-        total += rep.iov[i].iov_len;
-    }
-    if (rq.a[2] < 0 || total > (uint64_t)rq.a[2]) {
-        /* the stub could not take it: a stub of another version of the header */
-        rep.done(&rep);
-        return refuse(c, h, EMSGSIZE, "job %" PRIu64 " rank %d: plug-in %s function %" PRId64
-                      ": %zu reply bytes, the caller takes %" PRId64, job, rank, p->d->name,
-                      rq.a[1], total, rq.a[2]);
-    }
-    int r = conn_sendv(c, h->type | LAT_REPLY, h->seq, v, rep.n + 1);
-    if (rep.done)
-        rep.done(&rep);
+    int r = call(c, h, p, &rq, len);
+    current = NO_CALLER;                /* nobody's, never root's, until the next call */
+    current_fd = -1;
     return r;
 }
 

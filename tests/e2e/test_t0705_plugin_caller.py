@@ -4,7 +4,8 @@ know their caller").
 On a booted 1x1x2 block whose ciod loads two plug-ins: tests/e2e/plugwho/
 (who.h) tells a job of a user this test creates what zoid_caller() says of
 it (job, uid, gid, supplementary groups, zoid_caller_in_group) and what a
-thread of the plug-in that serves no call sees (zoid_running_job), under cnk
+thread of the plug-in that serves no call sees (zoid_running_job; and
+zoid_caller() there names no user, not root), under cnk
 and in Linux mode; the LOFAR example (plugins/lofar/) takes its stream on an
 abstract unix datagram socket, and another local user who sends datagrams
 into a running job's stream, before it starts and while it runs, is refused
@@ -128,6 +129,7 @@ def test_a_call_sees_the_job_owner(pm: Plugged, users: tuple[pwd.struct_passwd, 
         assert f"rank {rank} in group {other.pw_gid}: 0" in out, out
         assert f"rank {rank} in group 0: 0" in out, out
         assert f"rank {rank} running rc 0 job {env_job[1]} uid {owner.pw_uid}" in out, out
+        assert f"rank {rank} no caller uid 4294967295" in out, out     # nobody's, not root's 0
 
 
 def send_as(user: pwd.struct_passwd, stream: str, payloads: list[str]) -> None:

@@ -23,7 +23,8 @@
  * thread).  Everything here comes from the job record ciod holds (the
  * service node's job request, checked at the process's authenticated
  * hello), never from what the compute process sends: a plug-in may decide
- * on it. */
+ * on it.  Outside a call (init, a thread of the plug-in's own) it names no
+ * one: job 0, rank -1, uid and gid UINT32_MAX (never 0, root's). */
 struct zoid_caller {
     uint64_t job;
     int32_t  rank;                  /* job rank */

@@ -16,7 +16,8 @@ int32_t w_who(uint64_t *job /* out:ptr */, uint32_t *uid /* out:ptr */, uint32_t
 int32_t w_in_group(uint32_t gid /* in:obj */);
 
 /* The running job and its owner as a thread of the plug-in that serves no
- * call sees them (zoid_running_job); returns what that returned. */
-int32_t w_running(uint64_t *job /* out:ptr */, uint32_t *uid /* out:ptr */);
+ * call sees them (zoid_running_job), and the uid zoid_caller() gives that
+ * thread; returns what zoid_running_job returned. */
+int32_t w_running(uint64_t *job /* out:ptr */, uint32_t *uid /* out:ptr */, uint32_t *no_caller_uid /* out:ptr */);
 
 #endif

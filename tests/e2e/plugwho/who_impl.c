@@ -25,19 +25,20 @@ int32_t w_in_group(uint32_t gid)
     return zoid_caller_in_group(gid);
 }
 
-struct running { uint64_t job; uint32_t uid; int rc; };
+struct running { uint64_t job; uint32_t uid, no_caller_uid; int rc; };
 
 static void *ask(void *arg)
 {
     struct running *r = arg;
 
     r->rc = zoid_running_job(&r->job, &r->uid, NULL);
+    r->no_caller_uid = zoid_caller()->uid;
     return NULL;
 }
 
-int32_t w_running(uint64_t *job, uint32_t *uid)
+int32_t w_running(uint64_t *job, uint32_t *uid, uint32_t *no_caller_uid)
 {
-    struct running r = { 0, 0, 0 };
+    struct running r = { 0, 0, 0, 0 };
     pthread_t t;
 
     if (pthread_create(&t, NULL, ask, &r) != 0 || pthread_join(t, NULL) != 0) {
@@ -46,5 +47,6 @@ int32_t w_running(uint64_t *job, uint32_t *uid)
     }
     *job = r.job;
     *uid = r.uid;
+    *no_caller_uid = r.no_caller_uid;
     return r.rc;
 }

@@ -13,7 +13,7 @@
 int main(int argc, char **argv)
 {
     uint64_t job = 0, rjob = 0;
-    uint32_t uid = 0, gid = 0, ruid = 0, groups[300], n = 300;
+    uint32_t uid = 0, gid = 0, ruid = 0, nuid = 0, groups[300], n = 300;
     const char *rank = getenv("LATTICE_RANK"), *pmi = getenv("PMI_JOBID");
 
     int32_t all = w_who(&job, &uid, &gid, groups, &n);
@@ -30,7 +30,8 @@ int main(int argc, char **argv)
         uint32_t g = (uint32_t)strtoul(argv[i], NULL, 10);
         printf("rank %s in group %u: %d\n", rank ? rank : "?", g, w_in_group(g));
     }
-    int32_t rc = w_running(&rjob, &ruid);
+    int32_t rc = w_running(&rjob, &ruid, &nuid);
     printf("rank %s running rc %d job %" PRIu64 " uid %u\n", rank ? rank : "?", rc, rjob, ruid);
+    printf("rank %s no caller uid %u\n", rank ? rank : "?", nuid);
     return 0;
 }
