@@ -43,8 +43,9 @@ static struct plugin plugins[MAX_PLUGINS];
 static unsigned nplugins;
 /* Outside a call (init, a thread of the plug-in's own): uid and gid -1, which
  * no user has; 0 would be root's. */
-#define NO_CALLER ((struct zoid_caller){ .rank = -1, .uid = UINT32_MAX, .gid = UINT32_MAX })
-static _Thread_local struct zoid_caller current = NO_CALLER;
+#define NO_CALLER_INIT { .rank = -1, .uid = UINT32_MAX, .gid = UINT32_MAX }
+#define NO_CALLER ((struct zoid_caller)NO_CALLER_INIT)
+static _Thread_local struct zoid_caller current = NO_CALLER_INIT;
 static _Thread_local int current_fd = -1;     /* the caller's connection */
 static _Thread_local struct ident current_who; /* current.groups points into it */
 
