@@ -219,6 +219,9 @@ void job_proc_detach(uint32_t node, uint32_t t, uint64_t id);
 int  job_proc_rank(uint32_t node, uint32_t t, uint64_t id, int32_t *rank);
 /* A reference to the job's control connection if job `id` runs, else NULL. */
 struct conn *job_owner(uint64_t id);
+/* The owner of job *id (0: of whichever job runs, *id set), from the job
+ * record: 0, or ESRCH if it does not run here (or its owner hung up). */
+int  job_who(uint64_t *id, struct ident *who);
 
 /* Where the process of `rank` stands among the job's processes of this pset
  * (by rank), and how many there are; 0, 0 if the job is gone. */

@@ -506,6 +506,24 @@ struct conn *job_owner(uint64_t id)
     return ctl;
 }
 
+int job_who(uint64_t *id, struct ident *who)
+{
+    int err = ESRCH;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && !g.job->orphaned && (*id == 0 || g.job->id == *id)) {
+        const struct ident *w = &g.job->who;
+        *id = g.job->id;
+        who->uid = w->uid;
+        who->gid = w->gid;
+        who->ngroups = w->ngroups;
+        memcpy(who->groups, w->groups, w->ngroups * sizeof(w->groups[0]));   /* not the whole table: per call */
+        err = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return err;
+}
+
 void job_proc_place(uint64_t id, int32_t rank, uint32_t *index, uint32_t *count)
 {
     *index = *count = 0;

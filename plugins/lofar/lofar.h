@@ -1,12 +1,14 @@
 /*
  * lofar.h - a plug-in in the spirit of LOFAR's on ZOID (docs/plugins.md):
- * an I/O-node thread receives a UDP stream into a ring buffer and hands
- * consecutive datagrams round-robin to the compute processes of the pset
- * (scatter); a gather call sums the processes' vectors on the I/O node and
- * sends one UDP datagram with the sum once every process contributed.
+ * an I/O-node thread receives a stream of datagrams into a ring buffer and
+ * hands consecutive datagrams round-robin to the compute processes of the
+ * pset (scatter); a gather call sums the processes' vectors on the I/O node
+ * and sends one UDP datagram with the sum once every process contributed.
  *
  * Generated into build/plugins/lofar/ by lattice-pluggen --id 2; the I/O node
- * side is lofar_impl.c, the configuration "port=P dest=HOST:PORT slots=N".
+ * side is lofar_impl.c, the configuration "unix=@NAME dest=HOST:PORT
+ * slots=N" (an authenticated stream: only the job owner's datagrams) or
+ * "port=P ..." (UDP, trusted networks only).
  */
 #ifndef LOFAR_H
 #define LOFAR_H

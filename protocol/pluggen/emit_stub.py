@@ -161,7 +161,8 @@ def emit_stubs(plugin: Plugin) -> str:
            "#include <errno.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>",
            "", "#include <lattice/zoid.h>", "", f'#include "{inc}"', "",
            f"#define ZP_ID {plugin.id}u", RUNTIME,
-           "static _Thread_local char zp_scratch[8];    /* where zero-copy padding lands */", ""]
+           "/* where zero-copy padding lands (unused by a header without zero-copy arrays) */",
+           "static _Thread_local char zp_scratch[8] __attribute__((unused));", ""]
     for f in plugin.functions:
         out += _function(f)
     return "\n".join(out)

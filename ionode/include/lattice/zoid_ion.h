@@ -13,16 +13,30 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define ZOID_ABI 1
+/* The plug-in ABI: ciod loads only plug-ins built for its own (docs/plugins.md).
+ * 1: the first.  2: zoid_caller carries the job owner (uid, gid, groups);
+ * zoid_api.running. */
+#define ZOID_ABI 2
 #define ZOID_REPLY_IOV 72           /* reply pieces: zero-copy results + the marshalled rest */
 
-/* The compute process whose call is running (valid during the call, on its thread). */
+/* The compute process whose call is running (valid during the call, on its
+ * thread).  Everything here comes from the job record ciod holds (the
+ * service node's job request, checked at the process's authenticated
+ * hello), never from what the compute process sends: a plug-in may decide
+ * on it.  Outside a call (init, a thread of the plug-in's own) it names no
+ * one: job 0, rank -1, uid and gid UINT32_MAX (never 0, root's). */
 struct zoid_caller {
     uint64_t job;
     int32_t  rank;                  /* job rank */
     uint32_t node;                  /* pset-local compute node index */
     uint32_t index;                 /* this process among the job's processes of the pset, by rank */
     uint32_t count;                 /* the job's processes in the pset */
+    /* ABI 2: the job owner, whose identity the job's I/O worker holds */
+    uint32_t uid;
+    uint32_t gid;                   /* primary group */
+    uint32_t ngroups;               /* supplementary groups in groups[] (the primary one not among them) */
+    uint32_t pad;
+    const uint32_t *groups;
 };
 
 enum zoid_sev { ZOID_INFO, ZOID_WARNING, ZOID_ERROR };
@@ -36,6 +50,9 @@ struct zoid_api {
     const struct zoid_caller *(*caller)(void);
     void (*ras)(enum zoid_sev sev, const char *msg);
     int  (*gone)(void);
+    /* ABI 2: the job running on this I/O node now, for threads of a plug-in
+     * that serve no call (a receiver): 0 and its id and owner, or ESRCH. */
+    int  (*running)(uint64_t *job, uint32_t *uid, uint32_t *gid);
 };
 
 /* One reply being built by a dispatcher: ciod sends iov[0..n) after the
@@ -75,5 +92,21 @@ static inline void zoid_ras(enum zoid_sev sev, const char *msg) { zoid_api->ras(
 /* 1 once the calling process has gone (its connection closed): a call that
  * waits for long should look now and then and give up (EINTR). */
 static inline int zoid_caller_gone(void) { return zoid_api->gone(); }
+/* 1 if the job owner is in group gid (primary or supplementary). */
+static inline int zoid_caller_in_group(uint32_t gid)
+{
+    const struct zoid_caller *c = zoid_api->caller();
+
+    for (uint32_t i = 0; i < c->ngroups; i++)
+        if (c->groups[i] == gid)
+            return 1;
+    return c->gid == gid;
+}
+/* The running job and its owner (any pointer may be NULL): 0, or ESRCH
+ * when none runs (between jobs; a job whose owner hung up is ending). */
+static inline int zoid_running_job(uint64_t *job, uint32_t *uid, uint32_t *gid)
+{
+    return zoid_api->running(job, uid, gid);
+}
 
 #endif
