@@ -68,3 +68,8 @@ $(BUILD)/bench/apps/is: bench/pages.h
 $(BUILD)/bench/apps/ft: bench/apps/ft.c bench/apps/apps.h
 	@mkdir -p $(@D)
 	$(MPICC) $(APPS_FLAGS) -o $@ $< -lfftw3 -lm
+
+# What a job's container costs: the bench links cnode's container module itself.
+$(BUILD)/bench/container_cost: bench/container_cost.c compute/cnode/container.c compute/cnode/container.h
+	@mkdir -p $(@D)
+	$(CC) $(BENCH_FLAGS) -Icompute/cnode -o $@ bench/container_cost.c compute/cnode/container.c

@@ -3,9 +3,9 @@
  * per job and node: N jobs of one fork + exec of /bin/true, without (0) or
  * with (1) a cgroup made, entered, killed, waited for and removed.  Root only.
  *
- *   gcc -O2 -std=c11 -D_GNU_SOURCE -Icompute/cnode -o /tmp/container_cost \
- *       bench/container_cost.c compute/cnode/container.c
- *   /tmp/container_cost 500 0; /tmp/container_cost 500 1; LATTICE_CGROUP=v1 /tmp/container_cost 500 1
+ *   make build/bench/container_cost   (links compute/cnode/container.c)
+ *   build/bench/container_cost 500 0; build/bench/container_cost 500 1
+ *   LATTICE_CGROUP=v1 build/bench/container_cost 500 1
  */
 #include <stdio.h>
 #include <stdlib.h>
