@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lattice.errors import LatticeError
+
 if TYPE_CHECKING:
     import threading
 
@@ -68,6 +70,20 @@ def private_file(path: Path, data: bytes) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def private_dir(d: Path) -> None:
+    """d exists and only this agent's user may use it.  Under /tmp (the
+    socket directory of a deep home; every directory on another host) each
+    component is made afresh or checked, never through a link, and one
+    another user made is refused (lattice.safepath); in the machine
+    directory, which is the user's own, it is made as before."""
+    from lattice import safepath
+    if safepath.under(d):
+        safepath.private_dir(d)
+        return
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str], notify: int | None = None,
@@ -108,10 +124,9 @@ class Agent:
 
     def prepare(self) -> tuple[Path, str | None]:
         """The host's private directory with the key file; the cnk to use, if built."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.dir, 0o700)
+        private_dir(self.dir)
         self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        Path(self.spec["socket_dirs"][self.host]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(Path(self.spec["socket_dirs"][self.host]))
         keyfile = self.dir / "key"
         if self.on_disk:
             private_file(keyfile, self.spec["key"].encode() + b"\n")
@@ -393,10 +408,10 @@ def serve(spec: dict[str, Any], host: str) -> int:
         a.start()
         spawned = time.monotonic() - t0
         addresses = a.wait_ready(float(spec.get("timeout", 30)))
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, LatticeError) as e:
         a.stop()
         a.forget_secrets()
-        say(host, "error", message=str(e))
+        say(host, "error", message=e.message if isinstance(e, LatticeError) else str(e))
         return 1
     say(host, "ready", ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}

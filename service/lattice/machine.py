@@ -213,10 +213,15 @@ def load() -> Machine:
 
 def socket_dir() -> Path:
     """Where the I/O nodes' sockets go: unix socket paths are limited to 107
-    bytes, so a deep LATTICE_HOME gets a short directory under /tmp."""
+    bytes, so a deep LATTICE_HOME gets a short directory under /tmp, which
+    is made here, or found, as the caller's own, mode 0700, never through a
+    link; one another user made is refused (lattice.safepath)."""
     d = home() / "run"
     if len(str(d)) + 24 <= 107:
         return d
     import hashlib
+    from lattice import safepath
     digest = hashlib.sha256(str(home()).encode()).hexdigest()[:12]
-    return Path(f"/tmp/lattice-{os.getuid()}-{digest}")
+    d = Path(safepath.SHARED) / f"lattice-{os.getuid()}-{digest}"
+    safepath.private_dir(d)
+    return d
