@@ -72,18 +72,21 @@ def private_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def private_dir(d: Path) -> None:
+def private_dir(d: Path, tighten: bool = True) -> None:
     """d exists and only this agent's user may use it.  Under /tmp (the
-    socket directory of a deep home; every directory on another host) each
-    component is made afresh or checked, never through a link, and one
-    another user made is refused (lattice.safepath); in the machine
-    directory, which is the user's own, it is made as before."""
+    socket directory of a deep home; every directory on another host; the
+    logs of a machine whose home is there) each component is made afresh or
+    checked, never through a link, and one another user made is refused
+    (lattice.safepath); elsewhere (a machine directory, the user's own) it
+    is made as before.  tighten=False: directories on the way that others
+    may read are left so (a home's own)."""
     from lattice import safepath
     if safepath.under(d):
-        safepath.private_dir(d)
+        safepath.private_dir(d, tighten=tighten)
         return
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(d, 0o700)
+    if tighten:
+        os.chmod(d, 0o700)
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str], notify: int | None = None,
@@ -125,7 +128,7 @@ class Agent:
     def prepare(self) -> tuple[Path, str | None]:
         """The host's private directory with the key file; the cnk to use, if built."""
         private_dir(self.dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.log_dir, tighten=False)     # on another host, where no machine directory is
         private_dir(Path(self.spec["socket_dirs"][self.host]))
         keyfile = self.dir / "key"
         if self.on_disk:

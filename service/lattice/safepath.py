@@ -116,12 +116,13 @@ def owned(path: AnyPath, uid: int | None = None, what: str = "") -> None:
     trusted(path, uid, what)
 
 
-def open_private_dir(path: AnyPath, base: AnyPath = SHARED) -> int:
+def open_private_dir(path: AnyPath, base: AnyPath | None = None, tighten: bool = True) -> int:
     """A descriptor (O_RDONLY|O_DIRECTORY) of path, a directory of the
     caller's, mode 0700, made or checked one component at a time below the
-    trusted directory base (see the module's doc)."""
+    trusted directory base (see the module's doc).  tighten=False leaves
+    an existing directory others may read as it is (only made ones are 0700)."""
     uid = os.geteuid()
-    base = os.path.abspath(base)
+    base = os.path.abspath(SHARED if base is None else base)
     if not under(path, base):
         raise refuse(path, f"not below {base}")
     trusted(base, uid)
@@ -148,7 +149,7 @@ def open_private_dir(path: AnyPath, base: AnyPath = SHARED) -> int:
                 raise refuse(cur, f"owned by {who(st.st_uid)}, not by you ({who(uid)})")
             if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 raise refuse(cur, f"mode {st.st_mode & 0o7777:04o} lets others write in it")
-            if st.st_mode & 0o7777 != 0o700:
+            if tighten and st.st_mode & 0o7777 != 0o700:
                 os.fchmod(fd, 0o700)    # only others' reading goes: nobody else could write in it
     except BaseException:
         os.close(fd)
@@ -156,12 +157,12 @@ def open_private_dir(path: AnyPath, base: AnyPath = SHARED) -> int:
     return fd
 
 
-def private_dir(path: AnyPath, base: AnyPath = SHARED) -> None:
+def private_dir(path: AnyPath, base: AnyPath | None = None, tighten: bool = True) -> None:
     """path made or found private below base (open_private_dir)."""
-    os.close(open_private_dir(path, base))
+    os.close(open_private_dir(path, base, tighten))
 
 
-def under(path: AnyPath, base: AnyPath = SHARED) -> bool:
-    """Is path strictly below base (for SHARED: a directory every user may write in)?"""
-    p, b = os.path.abspath(path), os.path.abspath(base)
+def under(path: AnyPath, base: AnyPath | None = None) -> bool:
+    """Is path strictly below base (default SHARED: a directory every user may write in)?"""
+    p, b = os.path.abspath(path), os.path.abspath(SHARED if base is None else base)
     return p.startswith(b.rstrip("/") + "/") and p != b

@@ -271,3 +271,26 @@ def test_ones_own_home_is_used(open_dir: Path) -> None:
     p = lattice(home, "init", "--shape", "1x1x2", "--pset-size", "2")
     assert p.returncode == 0, p.stderr
     assert lattice(home, "blocks").returncode == 0
+
+
+def test_an_agents_directories_under_tmp_are_checked_and_others_made_as_before(shared: Path, open_dir: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host agent (lattice.agent): a block's directories under /tmp on
+    another host, and the logs of a home under /tmp, are refused if planted;
+    a log directory's readable parents (a home's) are left as they are."""
+    from lattice import agent
+    monkeypatch.setattr(safepath, "SHARED", str(shared))
+    planted = shared / "lattice-0-abc"
+    planted.mkdir()
+    os.chown(planted, OTHER, OTHER)
+    with pytest.raises(LatticeError, match=f"refusing {planted}: owned by"):
+        agent.private_dir(planted / "h1" / "A")
+    assert not (planted / "h1").exists()
+    home = shared / "home"
+    home.mkdir()
+    os.chmod(home, 0o755)
+    agent.private_dir(home / "blocks" / "A" / "log" / "h1", tighten=False)
+    assert home.stat().st_mode & 0o7777 == 0o755 and (home / "blocks/A/log/h1").stat().st_mode & 0o7777 == 0o700
+    mine = open_dir / "machine" / "blocks" / "A"            # not under the shared directory: made as before
+    agent.private_dir(mine)
+    assert mine.stat().st_mode & 0o7777 == 0o700
