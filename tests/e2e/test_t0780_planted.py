@@ -161,6 +161,11 @@ def test_a_jobs_abort_text_reaches_root_escaped_and_as_one_record(deep: Machine)
     ras = deep.run("ras").stdout        # the I/O node's record (spooled: not filed under the job)
     assert ras.count(f"CIOD    R00-M0-N00-C:J00   job {job} rank 0 called PMI abort with code 3: {SHOWN}\n") == 1, ras
     assert "unreadable RAS line" not in ras, ras
+    # the I/O node's spool itself: one line, nothing a terminal obeys (ionode/ciod/ras.c ras_escape)
+    spool = b"".join(f.read_bytes() for f in (deep.home / "ras").glob("*.log"))
+    lines = [ln for ln in spool.split(b"\n") if f"job {job} rank 0 called PMI abort".encode() in ln]
+    assert lines == [lines[0]] and lines[0].endswith(SHOWN.encode()), spool
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", spool), spool
 
 
 def test_the_huge_page_book_is_roots_alone(deep: Machine, user: pwd.struct_passwd) -> None:
