@@ -17,12 +17,14 @@ or locks where that user can reach them.  So:
   used.
 
 Only os, stat and pwd (loaded with or built into the interpreter) and
-lattice.errors are imported: the `lattice` client checks its home with this before anything.
+lattice.errors are imported: the `lattice` client checks its home with
+this before anything.
 """
 from __future__ import annotations
 
 import os
 import stat
+
 from lattice.errors import LatticeError
 
 TYPE_CHECKING = False           # typing and pathlib are not imported: the client's start-up would pay for them
@@ -137,24 +139,36 @@ def open_private_dir(path: AnyPath, base: AnyPath | None = None, tighten: bool =
                 pass
             try:
                 sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as e:
-                st = os.lstat(name, dir_fd=fd)
-                if stat.S_ISLNK(st.st_mode):
-                    raise refuse(cur, f"a symbolic link (to {os.readlink(name, dir_fd=fd)}), not a directory") from e
-                raise refuse(cur, "not a directory" if not stat.S_ISDIR(st.st_mode) else str(e.strerror)) from e
+            except OSError as e:    # a link, not a directory, or one we may not open: say which
+                try:
+                    st = os.lstat(name, dir_fd=fd)
+                    if stat.S_ISLNK(st.st_mode):
+                        e.strerror = f"a symbolic link (to {os.readlink(name, dir_fd=fd)}), not a directory"
+                    elif not stat.S_ISDIR(st.st_mode):
+                        e.strerror = "not a directory"
+                    else:
+                        _mine(st, cur, uid)
+                except OSError:
+                    pass
+                raise refuse(cur, str(e.strerror)) from e
             os.close(fd)
             fd = sub
             st = os.fstat(fd)
-            if st.st_uid != uid:
-                raise refuse(cur, f"owned by {who(st.st_uid)}, not by you ({who(uid)})")
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise refuse(cur, f"mode {st.st_mode & 0o7777:04o} lets others write in it")
+            _mine(st, cur, uid)
             if tighten and st.st_mode & 0o7777 != 0o700:
                 os.fchmod(fd, 0o700)    # only others' reading goes: nobody else could write in it
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _mine(st: os.stat_result, path: str, uid: int) -> None:
+    """The directory path (as st shows it) is uid's, and nobody else may write in it."""
+    if st.st_uid != uid:
+        raise refuse(path, f"owned by {who(st.st_uid)}, not by you ({who(uid)})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise refuse(path, f"mode {st.st_mode & 0o7777:04o} lets others write in it")
 
 
 def private_dir(path: AnyPath, base: AnyPath | None = None, tighten: bool = True) -> None:

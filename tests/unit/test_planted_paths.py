@@ -294,3 +294,16 @@ def test_an_agents_directories_under_tmp_are_checked_and_others_made_as_before(s
     mine = open_dir / "machine" / "blocks" / "A"            # not under the shared directory: made as before
     agent.private_dir(mine)
     assert mine.stat().st_mode & 0o7777 == 0o700
+
+
+def test_a_planted_directory_a_user_cannot_even_open_is_refused_clearly(shared: Path) -> None:
+    """Not root: a 0700 directory of another user's in its place is named, not a traceback."""
+    planted = shared / "lattice-65534-abc"
+    planted.mkdir(mode=0o700)
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'service')!r})\n"
+            f"from lattice import safepath\nfrom lattice.errors import LatticeError\n"
+            f"try:\n safepath.private_dir({str(planted)!r}, {str(shared)!r})\n"
+            f"except LatticeError as e:\n print(e.message)\n")
+    p = as_other(code)
+    assert p.stdout.startswith(f"refusing {planted}: owned by root, uid 0, not by you (nobody, uid {OTHER})"), \
+        (p.stdout, p.stderr)
