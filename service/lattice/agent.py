@@ -73,15 +73,16 @@ def private_file(path: Path, data: bytes) -> None:
 
 
 def private_dir(d: Path, tighten: bool = True) -> None:
-    """d exists and only this agent's user may use it.  Under /tmp (the
-    socket directory of a deep home; every directory on another host; the
-    logs of a machine whose home is there) each component is made afresh or
-    checked, never through a link, and one another user made is refused
-    (lattice.safepath); elsewhere (a machine directory, the user's own) it
-    is made as before.  tighten=False: directories on the way that others
-    may read are left so (a home's own)."""
+    """d exists and only this agent's user may use it.  A directory Lattice
+    names under /tmp (the socket directory of a deep home; a block's
+    directory on another host), and with tighten=False any directory under
+    /tmp (the logs, on another host where the machine directory is only a
+    path), is made afresh or checked component by component, never through a
+    link, and one another user made is refused (lattice.safepath); tighten=False
+    leaves what exists on the way as it is.  A machine directory is the
+    user's own: made as before."""
     from lattice import safepath
-    if safepath.under(d):
+    if safepath.runtime(d) or (not tighten and safepath.under(d)):
         safepath.private_dir(d, tighten=tighten)
         return
     d.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -219,9 +219,7 @@ def socket_dir() -> Path:
     d = home() / "run"
     if len(str(d)) + 24 <= 107:
         return d
-    import hashlib
     from lattice import safepath
-    digest = hashlib.sha256(str(home()).encode()).hexdigest()[:12]
-    d = Path(safepath.SHARED) / f"lattice-{os.getuid()}-{digest}"
+    d = Path(safepath.runtime_dir(str(home())))
     safepath.private_dir(d)
     return d

@@ -194,9 +194,8 @@ def private_dir(host: str, block: str) -> Path:
     that share a /tmp, like the testbed's, never meet).  Only named here:
     the host's agent makes it, refusing one another user made
     (lattice.safepath)."""
-    import hashlib
-    digest = hashlib.sha256(str(machine.home()).encode()).hexdigest()[:12]
-    return Path(f"/tmp/lattice-{os.getuid()}-{digest}") / host / block
+    from lattice import safepath
+    return Path(safepath.runtime_dir(str(machine.home()))) / host / block
 
 
 # ---- starting the agents ----

@@ -180,3 +180,21 @@ def under(path: AnyPath, base: AnyPath | None = None) -> bool:
     """Is path strictly below base (default SHARED: a directory every user may write in)?"""
     p, b = os.path.abspath(path), os.path.abspath(SHARED if base is None else base)
     return p.startswith(b.rstrip("/") + "/") and p != b
+
+
+def runtime_dir(home: str) -> str:
+    """The directory Lattice names for a machine (its home) under SHARED:
+    lattice-UID-HASH, short enough for socket addresses."""
+    import hashlib
+    return os.path.join(SHARED, f"lattice-{os.getuid()}-{hashlib.sha256(home.encode()).hexdigest()[:12]}")
+
+
+def runtime(path: AnyPath) -> bool:
+    """Is path a runtime_dir() or below one: a directory Lattice names
+    itself, not a machine directory a user chose to keep under SHARED?"""
+    if not under(path):
+        return False
+    first = os.path.relpath(os.path.abspath(path), os.path.abspath(SHARED)).split("/")[0]
+    word, uid, digest = (first.split("-") + ["", ""])[:3]
+    return (word == "lattice" and uid.isdigit() and len(digest) == 12
+            and all(c in "0123456789abcdef" for c in digest) and first.count("-") == 2)

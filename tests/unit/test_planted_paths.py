@@ -280,7 +280,9 @@ def test_an_agents_directories_under_tmp_are_checked_and_others_made_as_before(s
     a log directory's readable parents (a home's) are left as they are."""
     from lattice import agent
     monkeypatch.setattr(safepath, "SHARED", str(shared))
-    planted = shared / "lattice-0-abc"
+    planted = Path(safepath.runtime_dir("/some/home"))
+    assert planted.parent == shared and safepath.runtime(planted / "h1" / "A")
+    assert not safepath.runtime(shared / "lattice-test-secrets-x1" / "home")     # a home kept there: the user's
     planted.mkdir()
     os.chown(planted, OTHER, OTHER)
     with pytest.raises(LatticeError, match=f"refusing {planted}: owned by"):
