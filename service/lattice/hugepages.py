@@ -45,10 +45,11 @@ another machine's job runs at the same time, a block may keep pages that job
 touched, never more than its own ranks' memory.
 
 Bookkeeping: book_dir()/hugepages.json, under an flock on
-book_dir()/hugepages.lock (both 0600 in a 0700 directory of root's, made
-or checked so that no other user can plant it: see _locked), lists each running job (pid and start time of its
-`lattice run`) with what it added to the 1 GiB pool ("pages") and the 2 MiB
-pages its ranks may take as surplus ("overcommit").  The ceiling is
+book_dir()/hugepages.lock (both 0600 in a 0700 directory of root's, made or
+checked so that no other user can plant it or open the lock: see _locked),
+lists each running job (pid and start time of its `lattice run`) with what
+it added to the 1 GiB pool ("pages") and the 2 MiB pages its ranks may take
+as surplus ("overcommit").  The ceiling is
 base + the sum over live runs, where base (the value before any run raised
 it) is kept in book_dir()/hugepages-overcommit.json and written back when no
 live run needs more.  A block that holds pages has an entry too ("pages":
