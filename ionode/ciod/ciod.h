@@ -105,6 +105,8 @@ enum ras_sev { RAS_INFO, RAS_WARNING, RAS_ERROR, RAS_FATAL };
 int  ras_open(const char *path, char *err, size_t errlen);
 int  ras_fd(void);                     /* the spool, which the worker keeps */
 void ras_after_fork(void);              /* in the worker: the monitor's folds are not its own */
+/* in escaped into out as one field of one spool line, safe on a terminal. */
+void ras_escape(char *out, size_t len, const char *in);
 /* An event.  On a thread whose peer is untrusted (ras_thread_peer: a
  * connection before its hello is accepted, or a compute process's), events
  * of one kind (the call's fmt) from one peer identity are folded: the first

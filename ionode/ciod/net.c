@@ -34,6 +34,16 @@ static int listen_unix(const char *path, char *err, size_t errlen)
         return errprintf(err, errlen, "unix socket path must be absolute and shorter than %zu: %s",
                          sizeof(sa.sun_path), path);
     strcpy(sa.sun_path, path);
+    /* Its directory must be this daemon's own, no link, that nobody else may
+     * write in: in one another user planted, they could swap the socket for a
+     * listener of theirs (the host agent makes it so: lattice.safepath). */
+    char dir[sizeof(sa.sun_path)];
+    strcpy(dir, path);
+    *strrchr(dir, '/') = '\0';
+    if (lstat(*dir ? dir : "/", &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)))
+        return errprintf(err, errlen, "refusing to listen on %s: its directory is missing, a link, another "
+                         "user's or writable by others", path);
     /* A socket left by an earlier ciod would make bind fail; only remove sockets. */
     if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(path);

@@ -273,14 +273,58 @@ void ras_thread_peer(const char *who)
     thread_who = who;
 }
 
+/* Length of the UTF-8 sequence at p, 0 if it is not one (overlong, a
+ * surrogate, beyond U+10FFFF, cut short: a NUL is no continuation byte). */
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) ||
+        (c == 0xf4 && p[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+/* in, as one field of one spool line that is safe on a terminal: C0
+ * controls (tab and newline too), DEL, C1 controls and bytes that are not
+ * UTF-8 become \xNN, as the service node shows them (service/lattice/text.py):
+ * a job's PMI abort message can neither forge a second record nor send
+ * escape sequences to whoever reads the log. */
+void ras_escape(char *out, size_t len, const char *in)
+{
+    const unsigned char *p = (const unsigned char *)in;
+    size_t o = 0;
+
+    while (*p && o + 5 < len) {
+        size_t n = utf8_len(p);
+        if (*p >= 0x20 && *p < 0x7f) {
+            out[o++] = (char)*p++;
+        } else if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0) {     /* U+0080..U+009F: C1 */
+            o += (size_t)snprintf(out + o, len - o, "\\x%02x", p[1]);
+            p += 2;
+        } else if (n) {
+            if (o + n >= len)
+                break;
+            memcpy(out + o, p, n);
+            o += n;
+            p += n;
+        } else {
+            o += (size_t)snprintf(out + o, len - o, "\\x%02x", *p++);
+        }
+    }
+    out[o] = '\0';
+}
+
 static void vevent(const char *who, enum ras_sev sev, const char *location, const char *fmt, va_list ap)
 {
-    char msg[RAS_MSG];
+    char raw[RAS_MSG], msg[RAS_MSG];
 
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    for (char *p = msg; *p; p++)            /* the message is one field of one line */
-        if (*p == '\t' || *p == '\n' || *p == '\r')
-            *p = ' ';
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    ras_escape(msg, sizeof(msg), raw);      /* the message is one field of one line */
     if (who && window > 0)
         fold(who, sev, location, fmt, msg);
     else

@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lattice.errors import LatticeError
+
 if TYPE_CHECKING:
     import threading
 
@@ -71,6 +73,24 @@ def private_file(path: Path, data: bytes) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def private_dir(d: Path, tighten: bool = True) -> None:
+    """d exists and only this agent's user may use it.  A directory Lattice
+    names under /tmp (the socket directory of a deep home; a block's
+    directory on another host), and with tighten=False any directory under
+    /tmp (the logs, on another host where the machine directory is only a
+    path), is made afresh or checked component by component, never through a
+    link, and one another user made is refused (lattice.safepath); tighten=False
+    leaves what exists on the way as it is.  A machine directory is the
+    user's own: made as before."""
+    from lattice import safepath
+    if safepath.runtime(d) or (not tighten and safepath.under(d)):
+        safepath.private_dir(d, tighten=tighten)
+        return
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if tighten:
+        os.chmod(d, 0o700)
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str], notify: int | None = None,
@@ -113,10 +133,9 @@ class Agent:
 
     def prepare(self) -> tuple[Path, str | None]:
         """The host's private directory with the key file; the cnk to use, if built."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.dir, 0o700)
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        Path(self.spec["socket_dirs"][self.host]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.dir)
+        private_dir(self.log_dir, tighten=False)     # on another host, where no machine directory is
+        private_dir(Path(self.spec["socket_dirs"][self.host]))
         keyfile = self.dir / "key"
         if self.on_disk:
             private_file(keyfile, self.spec["key"].encode() + b"\n")
@@ -409,10 +428,10 @@ def serve(spec: dict[str, Any], host: str) -> int:
         a.start()
         spawned = time.monotonic() - t0
         addresses = a.wait_ready(float(spec.get("timeout", 30)))
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, LatticeError) as e:
         a.stop()
         a.forget_secrets()
-        say(host, "error", message=str(e))
+        say(host, "error", message=e.message if isinstance(e, LatticeError) else str(e))
         return 1
     say(host, "ready", ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}

@@ -12,7 +12,16 @@ killed too.  The server serves only a process of its own user with its
 very credentials, namespaces, cgroup, CPUs and nice value; any other is
 told no and runs the command here.  LATTICE_WARM=0 turns it off.
 
-Only modules built into the interpreter are imported here.
+Before anything, the home is checked as ssh checks ~/.ssh: a LATTICE_HOME
+that is not the caller's, or that others may write in (it or a directory
+on the way to it), is refused with one line and exit status 1, since its
+warm.sock, database and keys would be another user's to plant.  And the
+warm server's credentials are checked before a byte goes to it: a server
+whose SO_PEERCRED uid is not the caller's is refused the same way (it can
+only be there if the home was planted), nothing sent.
+
+Only modules built into the interpreter are imported here, and
+lattice.safepath (which imports only such modules).
 """
 import os
 import sys
@@ -62,8 +71,15 @@ def warm(argv: list[str]) -> int:
     try:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         sock.connect(path)
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)     # pid, uid, gid
     except OSError:
         return NONE
+    uid = int.from_bytes(cred[4:8], sys.byteorder)
+    if uid != os.geteuid():     # not one's own server: it gets nothing of this command
+        sock.close()
+        os.write(2, f"lattice: error: refusing the warm server at {path}: it runs as uid {uid}, not as you "
+                    f"(uid {os.geteuid()}); nothing was sent to it (remove {path})\n".encode(errors="replace"))
+        return 1
     try:
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -115,8 +131,23 @@ def forward(sock: "_socket.socket", signum: int) -> None:
         pass
 
 
+def home_refused() -> bool:
+    """Say why the home is refused, if it is (see the module's doc)."""
+    from lattice import errors, safepath
+    try:
+        safepath.owned(home(), what="LATTICE_HOME")
+    except errors.LatticeError as e:
+        os.write(2, f"lattice: error: {e.message}\n".encode(errors="replace"))
+        return True
+    except OSError:
+        pass                    # unreadable on the way: the command says so as it always did
+    return False
+
+
 def entry() -> None:
     """The `lattice` command."""
+    if home_refused():
+        os._exit(1)
     status = warm(sys.argv[1:]) if enabled() else NO
     if status >= 0:
         os._exit(status)

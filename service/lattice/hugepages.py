@@ -45,9 +45,11 @@ another machine's job runs at the same time, a block may keep pages that job
 touched, never more than its own ranks' memory.
 
 Bookkeeping: book_dir()/hugepages.json, under an flock on
-book_dir()/hugepages.lock, lists each running job (pid and start time of its
-`lattice run`) with what it added to the 1 GiB pool ("pages") and the 2 MiB
-pages its ranks may take as surplus ("overcommit").  The ceiling is
+book_dir()/hugepages.lock (both 0600 in a 0700 directory of root's, made or
+checked so that no other user can plant it or open the lock: see _locked),
+lists each running job (pid and start time of its `lattice run`) with what
+it added to the 1 GiB pool ("pages") and the 2 MiB pages its ranks may take
+as surplus ("overcommit").  The ceiling is
 base + the sum over live runs, where base (the value before any run raised
 it) is kept in book_dir()/hugepages-overcommit.json and written back when no
 live run needs more.  A block that holds pages has an entry too ("pages":
@@ -235,19 +237,43 @@ def _read_json(path: Path) -> dict[str, dict[str, object]]:
 
 
 def _write_json(path: Path, data: object) -> None:
+    """path replaced whole by data, as a file only root (the book's owner) reads."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fd, 0o600)        # whatever an older lattice left, whatever the umask
+        fh.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def _book(home: Path) -> int:
+    """A descriptor of the book's directory: root's own, mode 0700, made or
+    checked without following links below its nearest existing ancestor, which
+    only root may change (lattice.safepath); a PermissionError naming it if
+    another user could have planted it."""
+    from lattice import safepath
+    from lattice.errors import LatticeError
+    base = home.parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    try:
+        return safepath.open_private_dir(home, base)
+    except LatticeError as e:
+        raise PermissionError(e.message) from e
 
 
 @contextmanager
 def _locked(home: Path) -> Iterator[dict[str, dict[str, object]]]:
     """The book of reservations, exclusively, with SIGINT/SIGTERM held back so a
-    Ctrl-C cannot land between changing a pool and writing down the change."""
-    home.mkdir(parents=True, exist_ok=True)
+    Ctrl-C cannot land between changing a pool and writing down the change.
+    The lock is a 0600 file in a 0700 directory of root's: no other user can
+    open it, so none can hold it and stall every cnk job of the host."""
+    d = _book(home)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        with open(home / "hugepages.lock", "a") as lock:
+        lock = os.open("hugepages.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=d)
+        try:
+            os.fchmod(lock, 0o600)      # an older lattice made it 0644
             fcntl.flock(lock, fcntl.LOCK_EX)
             book_path = home / "hugepages.json"
             book = _read_json(book_path)
@@ -255,7 +281,10 @@ def _locked(home: Path) -> Iterator[dict[str, dict[str, object]]]:
                 yield book
             finally:            # also when the body failed half-way: what it changed is written down
                 _write_json(book_path, book)
+        finally:
+            os.close(lock)
     finally:
+        os.close(d)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 

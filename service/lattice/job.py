@@ -49,6 +49,7 @@ from lattice.ciodclient import Ciod, CiodError, sysret
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 from lattice.mapping import RankMapping, process_mapping
+from lattice.text import printable
 
 if TYPE_CHECKING:           # imported when a cnk job reserves pages: a Linux-mode run needs none of it
     from lattice import hugepages
@@ -400,6 +401,7 @@ class Run:
     def on_exit(self, body: bytes) -> None:
         _, rank, _, how, value = wire.EXIT.unpack_from(body)
         text, report = split_text(body[wire.EXIT.size:].decode(errors="replace").rstrip("\0"))
+        text, report = printable(text), report and printable(report)     # the node's words may carry the job's
         if rank >= len(self.nodes) or rank in self.outcome.ended:
             return
         text, unsealed = split_unsealed(text)
@@ -481,7 +483,7 @@ class Run:
     def on_abort(self, body: bytes) -> None:
         """A rank called PMI abort (MPI_Abort): the job ends with its code."""
         _, rank, code = wire.ABORT.unpack_from(body)
-        text = body[wire.ABORT.size:].decode(errors="replace").replace("\\ ", " ").strip() or "(no message)"
+        text = printable(body[wire.ABORT.size:].decode(errors="replace").replace("\\ ", " ").strip()) or "(no message)"
         if rank >= len(self.nodes) or rank in self.aborts:
             return
         self.aborts[rank] = f"code {code}: {text}"
@@ -530,7 +532,7 @@ class Run:
         job, = wire.JOB_END.unpack_from(body)
         if job == self.job and not self.tree_broken:     # the first to see it says why; the rest follow
             self.tree_broken = True
-            text = body[wire.JOB_END.size:].decode(errors="replace")
+            text = printable(body[wire.JOB_END.size:].decode(errors="replace"))
             self.end_for(c, f"I/O node {c.location}: PMI fence tree broken during job {self.job}: {text}")
 
     def bad_message(self, c: Ciod, why: str) -> None:
@@ -539,6 +541,7 @@ class Run:
 
     def end_for(self, c: Ciod, message: str) -> None:
         """End the job because of what I/O node c said: print it, record it."""
+        message = printable(message)
         print(f"lattice: {message}", file=sys.stderr, flush=True)
         ras.record(self.con, "ERROR", "MMCS", c.location, message, self.job)
         if self.outcome.first_failure is None:

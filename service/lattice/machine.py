@@ -213,10 +213,13 @@ def load() -> Machine:
 
 def socket_dir() -> Path:
     """Where the I/O nodes' sockets go: unix socket paths are limited to 107
-    bytes, so a deep LATTICE_HOME gets a short directory under /tmp."""
+    bytes, so a deep LATTICE_HOME gets a short directory under /tmp, which
+    is made here, or found, as the caller's own, mode 0700, never through a
+    link; one another user made is refused (lattice.safepath)."""
     d = home() / "run"
     if len(str(d)) + 24 <= 107:
         return d
-    import hashlib
-    digest = hashlib.sha256(str(home()).encode()).hexdigest()[:12]
-    return Path(f"/tmp/lattice-{os.getuid()}-{digest}")
+    from lattice import safepath
+    d = Path(safepath.runtime_dir(str(home())))
+    safepath.private_dir(d)
+    return d

@@ -191,10 +191,11 @@ def record_hosts(con: sqlite3.Connection, m: Machine, hosts: list[HostEntry]) ->
 def private_dir(host: str, block: str) -> Path:
     """The host's own directory for a block's key, personalities and sockets:
     under /tmp on that host (named for the machine and the host, so hosts
-    that share a /tmp, like the testbed's, never meet)."""
-    import hashlib
-    digest = hashlib.sha256(str(machine.home()).encode()).hexdigest()[:12]
-    return Path(f"/tmp/lattice-{os.getuid()}-{digest}") / host / block
+    that share a /tmp, like the testbed's, never meet).  Only named here:
+    the host's agent makes it, refusing one another user made
+    (lattice.safepath)."""
+    from lattice import safepath
+    return Path(safepath.runtime_dir(str(machine.home()))) / host / block
 
 
 # ---- starting the agents ----

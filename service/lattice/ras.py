@@ -1,4 +1,8 @@
-"""RAS events: the service node's own, and those the I/O nodes spool to files."""
+"""RAS events: the service node's own, and those the I/O nodes spool to files.
+
+A message may carry what a job said (a PMI abort's text): every field is
+stored with its control characters escaped (lattice.text), and a spool
+line ends at "\n" only, so a job cannot forge a second record."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from lattice import db, machine
+from lattice.text import printable
 
 SEVERITIES = ("INFO", "WARNING", "ERROR", "FATAL")
 
@@ -23,7 +28,7 @@ def record(con: sqlite3.Connection, severity: str, component: str, location: str
            job: int | None = None) -> None:
     assert severity in SEVERITIES
     con.execute("INSERT INTO ras (time, severity, component, location, job, message) VALUES (?,?,?,?,?,?)",
-                (stamp(), severity, component, location, job, message))
+                (stamp(), severity, component, printable(location), job, printable(message)))
 
 
 def ingest(con: sqlite3.Connection) -> int:
@@ -44,10 +49,12 @@ def ingest(con: sqlite3.Connection) -> int:
                 data = fh.read()
             end = data.rfind(b"\n") + 1  # a line still being written waits for next time
             name = os.path.basename(path)
-            for line in data[:end].decode(errors="replace").splitlines():
-                parts = line.split("\t", 4)
+            # one record a line: only "\n" ends one (str.splitlines would also end
+            # it at \r, \x1c-\x1e, \x85, \u2028... a job could put in a message)
+            for line in data[:end].decode(errors="replace").split("\n")[:-1]:
+                parts = [printable(p) for p in line.split("\t", 4)]
                 if len(parts) != 5 or parts[1] not in SEVERITIES:
-                    parts = [stamp(), "WARNING", "LATTICE", "-", f"unreadable RAS line in {name}: {line!r}"]
+                    parts = [stamp(), "WARNING", "LATTICE", "-", f"unreadable RAS line in {name}: {printable(line)}"]
                 con.execute("INSERT INTO ras (time, severity, component, location, message) VALUES (?,?,?,?,?)",
                             parts)
                 added += 1

@@ -6,6 +6,7 @@ import sys
 from lattice import blocks, boot, machine, reclaim
 from lattice.busy import active_job, describe
 from lattice.errors import LatticeError
+from lattice.text import printable
 
 description = ("shut a block's nodes down and return it to Free (also recovers a block in Error); "
                "a block running a job is refused unless --force")
@@ -38,7 +39,8 @@ def free(args: argparse.Namespace) -> int:
             con.execute("UPDATE jobs SET state = 'Dying', message = ? WHERE id = ?",
                         (f"cancelled: its block {name} was {why}", job["id"]))
             boot.free(con, m, name, why=why)
-            print(f"lattice: block {name} freed; job {job['id']} ({job['user']}: {job['args']}) cancelled")
+            print(f"lattice: block {name} freed; job {job['id']} ({printable(job['user'])}: {printable(job['args'])}) "
+                  "cancelled")
         else:
             boot.free(con, m, name)
             if args.all:

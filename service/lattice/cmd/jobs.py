@@ -4,6 +4,7 @@ import argparse
 import time
 
 from lattice import reclaim
+from lattice.text import printable
 
 description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
 ACTIVE = reclaim.ACTIVE
@@ -28,8 +29,8 @@ def jobs(args: argparse.Namespace) -> int:
     if args.ranks is not None:
         print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
         for r in con.execute("SELECT * FROM ranks WHERE job = ? ORDER BY rank", (args.ranks,)):
-            text = "  ".join(t for t in (r["message"], r["report"]) if t)
-            print(f"{r['rank']:>5} {r['location']:<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
+            text = printable("  ".join(t for t in (r["message"], r["report"]) if t))   # the job's words, maybe
+            print(f"{r['rank']:>5} {printable(r['location']):<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
                   f"  {text}")
         return 0
     where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
@@ -41,7 +42,8 @@ def jobs(args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["started"] or j["submitted"]))
         status = "-" if j["status"] is None else str(j["status"])
         ran = elapsed((j["ended"] or now) - j["started"]) if j["started"] else "-"
-        print(f"{j['id']:>5} {j['block'] or '':<14} {j['user']:<10} {j['nranks']:>5} {j['kernel'] or '-':<6} "
-              f"{j['state']:<10} {status:>6} {when:<19} {ran:>10}  {j['args']}"
-              + (f"  # {j['message']}" if j["message"] else ""))
+        # the command line and the reason may hold anything a job or its user wrote: escaped
+        print(f"{j['id']:>5} {printable(j['block'] or ''):<14} {printable(j['user']):<10} {j['nranks']:>5} "
+              f"{j['kernel'] or '-':<6} {j['state']:<10} {status:>6} {when:<19} {ran:>10}  {printable(j['args'])}"
+              + (f"  # {printable(j['message'])}" if j["message"] else ""))
     return 0

@@ -4,6 +4,7 @@ import argparse
 
 from lattice import db
 from lattice import ras as model
+from lattice.text import printable
 
 description = "show RAS events (the I/O nodes' spooled events are imported first)"
 
@@ -23,5 +24,7 @@ def ras(args: argparse.Namespace) -> int:
         q += " AND job = ?"
         params.append(args.job)
     for e in con.execute(q + " ORDER BY time, id", params):
-        print(f"{e['time']}  {e['severity']:<7} {e['component']:<7} {e['location']:<18} {e['message']}")
+        # escaped again as shown: a record stored by an older lattice may hold a job's raw text
+        print(f"{printable(e['time'])}  {e['severity']:<7} {printable(e['component']):<7} "
+              f"{printable(e['location']):<18} {printable(e['message'])}")
     return 0
