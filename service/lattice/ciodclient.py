@@ -62,6 +62,7 @@ class Ciod:
         self.key = key
         self.seq = 0
         self.buf = b""
+        self.sealer: wire.Sealer | None = None    # a link between hosts, after the ack
         self.pending: list[tuple[int, bytes]] = []
         try:
             self.sock = open_socket(address, timeout)
@@ -100,6 +101,10 @@ class Ciod:
             self.close()
             raise CiodError(f"I/O node {self.location} at {self.address} failed to prove it holds the "
                             "block key (wrong proof in its hello ack); not trusting it")
+        if self.sock.family in (socket.AF_INET, socket.AF_INET6):
+            # between hosts every frame from now on is sealed (docs/protocol.md 3.3)
+            up, down = wire.seal_keys(self.key, self.server_nonce, self.client_nonce, wire.ROLE_CONTROL)
+            self.sealer = wire.Sealer(up, down)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -115,7 +120,8 @@ class Ciod:
 
     def send(self, typ: int, payload: bytes = b"") -> int:
         self.seq += 1
-        self.sock.sendall(wire.header(typ, len(payload), self.seq) + payload)
+        frame = wire.header(typ, len(payload), self.seq) + payload
+        self.sock.sendall(self.sealer.seal(frame) if self.sealer else frame)
         return self.seq
 
     def request(self, typ: int, payload: bytes = b"") -> bytes:
@@ -158,16 +164,31 @@ class Ciod:
             self.buf += chunk
 
     def _take(self) -> tuple[int, int, bytes] | None:
-        if len(self.buf) < wire.HDR.size:
+        if self.sealer:
+            try:
+                opened = self.sealer.open(self.buf)
+            except wire.SealError as e:
+                # nothing of it is acted on, and the link is not trusted again
+                self.sock.close()
+                raise CiodError(f"I/O node {self.location} at {self.address}: {e}; connection closed") from None
+            if opened is None:
+                return None
+            frame, took = opened
+            self.buf = self.buf[took:]
+        else:
+            frame = self.buf
+        if len(frame) < wire.HDR.size:
             return None
-        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(self.buf)
-        if magic != wire.MAGIC or version != wire.VERSION or flags or length > wire.MAX_PAYLOAD:
+        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(frame)
+        if magic != wire.MAGIC or version != wire.VERSION or flags or length > wire.MAX_PAYLOAD or \
+                (self.sealer and length != len(frame) - wire.HDR.size):
             raise CiodError(f"I/O node {self.location} sent a malformed message")
         end = wire.HDR.size + length
-        if len(self.buf) < end:
+        if len(frame) < end:
             return None
-        body = self.buf[wire.HDR.size:end]
-        self.buf = self.buf[end:]
+        body = frame[wire.HDR.size:end]
+        if not self.sealer:
+            self.buf = self.buf[end:]
         return typ, seq, body
 
     def buffered(self) -> list[tuple[int, bytes]]:
