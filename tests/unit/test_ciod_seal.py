@@ -6,10 +6,7 @@ a RAS event names it, and ciod goes on serving others.  What crosses the
 link is sealed: a known plaintext is not on the wire."""
 from __future__ import annotations
 
-import socket
 import struct
-import threading
-from typing import Callable
 
 import pytest
 
@@ -17,83 +14,20 @@ from lattice import wire
 from lattice.ciodclient import Ciod as Client
 from lattice.ciodclient import CiodError
 from test_ciod import CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, VERSION, Ciod, ciod_bin, status  # noqa: F401
+from seal_relay import Link, Relay
 from test_ciod_auth import ras_lines, tcp_ciod  # noqa: F401 (a fixture)
 
 LOC = "R00-M0-N00-I:J01"
-# frames of the handshake, before anything is sealed: challenge and ack down, hello up
-PLAIN_DOWN, PLAIN_UP = 2, 1
-Tamper = Callable[[int, bytes], list[bytes]]
 
 
 def plain_header(typ: int, seq: int, length: int = 0) -> bytes:
     return HDR.pack(MAGIC, VERSION, 0, typ, length, seq)
 
 
-class Relay:
-    """A man in the middle that knows the framing: each frame after the
-    handshake passes through tamper(index, frame), which returns what to
-    send in its place.  It records every byte both ways."""
-
-    def __init__(self, ciod_port: int, up: Tamper | None = None, down: Tamper | None = None) -> None:
-        self.lst = socket.create_server(("127.0.0.1", 0))
-        self.port = self.lst.getsockname()[1]
-        self.ciod_port = ciod_port
-        self.tamper = {"up": up, "down": down}
-        self.wire: dict[str, list[bytes]] = {"up": [], "down": []}
-        self.done = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    @staticmethod
-    def _exact(s: socket.socket, n: int) -> bytes:
-        b = b""
-        while len(b) < n:
-            chunk = s.recv(n - len(b))
-            if not chunk:
-                raise EOFError
-            b += chunk
-        return b
-
-    def _frame(self, s: socket.socket, plain: bool) -> bytes:
-        head = self._exact(s, 4)
-        if plain or struct.unpack("<I", head)[0] == MAGIC:     # a plain frame (the old protocol's, too)
-            rest = self._exact(s, HDR.size - 4)
-            return head + rest + self._exact(s, struct.unpack_from("<I", rest, 4)[0])
-        (n,) = struct.unpack("<I", head)
-        return head + self._exact(s, n + wire.SEAL_TAG_BYTES)
-
-    def _pump(self, src: socket.socket, dst: socket.socket, way: str, nplain: int) -> None:
-        i = 0
-        try:
-            while True:
-                frame = self._frame(src, i < nplain)
-                self.wire[way].append(frame)
-                tamper = self.tamper[way]
-                out = tamper(i - nplain, frame) if tamper and i >= nplain else [frame]
-                for f in out:
-                    dst.sendall(f)
-                i += 1
-        except (EOFError, OSError):
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _run(self) -> None:
-        a, _ = self.lst.accept()
-        b = socket.create_connection(("127.0.0.1", self.ciod_port))
-        down = threading.Thread(target=self._pump, args=(b, a, "down", PLAIN_DOWN), daemon=True)
-        down.start()
-        self._pump(a, b, "up", PLAIN_UP)
-        down.join(30)
-        a.close()
-        b.close()
-        self.lst.close()
-        self.done.set()
-
-    def sealed_bytes(self, way: str, plain: int) -> bytes:
-        return b"".join(self.wire[way][plain:])
+def only(r: Relay) -> Link:
+    """The one link of a test, once it has ended."""
+    assert len(r.links) == 1 and r.links[0].done.wait(30)
+    return r.links[0]
 
 
 def client(relay: Relay, key: bytes) -> Client:
@@ -116,19 +50,19 @@ def test_a_known_plaintext_is_not_on_the_wire(tcp_ciod: Ciod) -> None:
         with pytest.raises(CiodError, match="not served|Function not implemented"):
             c.request(0x0FFF, marker * 4)
         assert c.status() == (0, PSET_SIZE, 0)
-    assert r.done.wait(30)
-    up, down = r.sealed_bytes("up", PLAIN_UP), r.sealed_bytes("down", PLAIN_DOWN)
+    link = only(r)
+    up, down = b"".join(link.sealed("up")), b"".join(link.sealed("down"))
     assert len(up) > 3 * HDR.size and len(down) > 3 * HDR.size
     for b in (up, down):
         assert marker not in b and marker[:8] not in b
         assert struct.pack("<I", MAGIC) not in b       # not even a frame header is in clear
     # every frame after the ack is a sealed one: its length, then length + tag bytes
-    for f in r.wire["up"][PLAIN_UP:] + r.wire["down"][PLAIN_DOWN:]:
+    for f in link.sealed("up") + link.sealed("down"):
         assert len(f) == 4 + struct.unpack_from("<I", f)[0] + wire.SEAL_TAG_BYTES
 
 
 def test_a_flipped_bit_is_refused_and_the_connection_closed(tcp_ciod: Ciod) -> None:
-    def flip_second(i: int, frame: bytes) -> list[bytes]:
+    def flip_second(_: Link, i: int, frame: bytes) -> list[bytes]:
         # the second request's last byte: a seq byte on the old wire, where nothing checked it
         return [frame[:-1] + bytes([frame[-1] ^ 0x40])] if i == 1 else [frame]
     r = Relay(tcp_ciod.tcp_port, up=flip_second)
@@ -136,7 +70,7 @@ def test_a_flipped_bit_is_refused_and_the_connection_closed(tcp_ciod: Ciod) -> N
         assert c.status() == (0, PSET_SIZE, 0)
         with pytest.raises(CiodError, match="lost I/O node"):
             c.status()
-    assert r.done.wait(30)
+    only(r)
     (line,) = ras_lines(tcp_ciod, "failed authentication")
     assert "WARNING" in line and "control connection from 127.0.0.1:" in line and "sealed frame 1 " in line
     still_serving(tcp_ciod)
@@ -145,7 +79,7 @@ def test_a_flipped_bit_is_refused_and_the_connection_closed(tcp_ciod: Ciod) -> N
 def test_a_replayed_frame_is_refused(tcp_ciod: Ciod) -> None:
     first: list[bytes] = []
 
-    def replay(i: int, frame: bytes) -> list[bytes]:
+    def replay(_: Link, i: int, frame: bytes) -> list[bytes]:
         if i == 0:
             first.append(frame)
             return [frame]
@@ -155,7 +89,7 @@ def test_a_replayed_frame_is_refused(tcp_ciod: Ciod) -> None:
         assert c.status() == (0, PSET_SIZE, 0)
         with pytest.raises(CiodError, match="lost I/O node"):
             c.status()
-    assert r.done.wait(30)
+    only(r)
     (line,) = ras_lines(tcp_ciod, "failed authentication")
     assert "control connection from 127.0.0.1:" in line
     still_serving(tcp_ciod)
@@ -166,7 +100,7 @@ def test_an_injected_shutdown_is_refused_and_ciod_keeps_serving(tcp_ciod: Ciod, 
     """The attack that shut the old ciod down: after the handshake, the relay
     sends CTL_SHUTDOWN with the next seq before the client's request; as a
     plain frame, or shaped like a sealed one (it cannot make the tag)."""
-    def inject(i: int, frame: bytes) -> list[bytes]:
+    def inject(_: Link, i: int, frame: bytes) -> list[bytes]:
         if i != 0:
             return [frame]
         shutdown = plain_header(CTL_SHUTDOWN, 2)
@@ -177,7 +111,7 @@ def test_an_injected_shutdown_is_refused_and_ciod_keeps_serving(tcp_ciod: Ciod, 
     with client(r, tcp_ciod.key) as c:
         with pytest.raises(CiodError, match="lost I/O node"):
             c.status()
-    assert r.done.wait(30)
+    only(r)
     want = "not this link's" if forged == "plain" else "sealed frame 0 of 16 bytes failed authentication"
     (line,) = ras_lines(tcp_ciod, want)
     assert "WARNING" in line and "control connection from 127.0.0.1:" in line
@@ -188,11 +122,11 @@ def test_an_injected_shutdown_is_refused_and_ciod_keeps_serving(tcp_ciod: Ciod, 
 def test_the_service_node_refuses_a_tampered_reply(tcp_ciod: Ciod) -> None:
     """The other way: a bit flipped in ciod's reply makes the service node's
     client refuse it, with one clear error, and close the link."""
-    def flip(i: int, frame: bytes) -> list[bytes]:
+    def flip(_: Link, i: int, frame: bytes) -> list[bytes]:
         return [frame[:10] + bytes([frame[10] ^ 0x01]) + frame[11:]] if i == 0 else [frame]
     r = Relay(tcp_ciod.tcp_port, down=flip)
     with client(r, tcp_ciod.key) as c:
         with pytest.raises(CiodError, match=r"sealed frame 0 of \d+ bytes failed authentication .*connection closed"):
             c.status()
-    assert r.done.wait(30)
+    only(r)
     still_serving(tcp_ciod)
