@@ -63,6 +63,7 @@ class Ciod:
         self.seq = 0
         self.buf = b""
         self.sealer: wire.Sealer | None = None    # a link between hosts, after the ack
+        self.broken: str | None = None            # why the link was closed on our side, if it was
         self.pending: list[tuple[int, bytes]] = []
         try:
             self.sock = open_socket(address, timeout)
@@ -168,9 +169,14 @@ class Ciod:
             try:
                 opened = self.sealer.open(self.buf)
             except wire.SealError as e:
-                # nothing of it is acted on, and the link is not trusted again
-                self.sock.close()
-                raise CiodError(f"I/O node {self.location} at {self.address}: {e}; connection closed") from None
+                # nothing of it is acted on, and the link is not trusted again (shut
+                # down, not closed: a selector still sees it end, frames() says None)
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                self.broken = f"{e}; connection closed"
+                raise CiodError(f"I/O node {self.location} at {self.address}: {self.broken}") from None
             if opened is None:
                 return None
             frame, took = opened
@@ -194,13 +200,20 @@ class Ciod:
     def buffered(self) -> list[tuple[int, bytes]]:
         """One-way messages already received (e.g. while awaiting a reply)."""
         out, self.pending = self.pending, []
-        while (frame := self._take()) is not None:
-            out.append((frame[0], frame[2]))
-        return out
+        try:
+            while (frame := self._take()) is not None:
+                out.append((frame[0], frame[2]))
+        except CiodError:
+            if self.broken is None:
+                raise
+        return out      # what came before a frame that was not authentic (then frames() says None)
 
     def frames(self) -> list[tuple[int, bytes]] | None:
         """Read what is available (the socket is readable); return complete
-        one-way messages, or None when the connection has closed."""
+        one-way messages, or None when the connection has closed (or we
+        closed it: a sealed frame that was not authentic, self.broken)."""
+        if self.broken:
+            return None
         try:
             chunk = self.sock.recv(1 << 20)
         except (ConnectionResetError, BrokenPipeError):

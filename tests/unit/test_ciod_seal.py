@@ -130,3 +130,47 @@ def test_the_service_node_refuses_a_tampered_reply(tcp_ciod: Ciod) -> None:
             c.status()
     only(r)
     still_serving(tcp_ciod)
+
+
+def test_a_tampered_one_way_frame_ends_the_link_for_a_running_job() -> None:
+    """What `lattice run` reads while a job runs (Ciod.frames): the frames
+    before a tampered one are delivered, then the link reads as closed (the
+    job ends with its I/O node lost, exit 255) and `broken` says why."""
+    import os
+    import select
+    import socket
+    import threading
+
+    key = os.urandom(32)
+    lst = socket.create_server(("127.0.0.1", 0))
+
+    def fake_ciod() -> None:
+        c, _ = lst.accept()
+        with c:
+            nonce = os.urandom(32)
+            c.sendall(plain_header(wire.CHALLENGE, 0, 32) + nonce)
+            head = c.recv(HDR.size, socket.MSG_WAITALL)
+            body = c.recv(HDR.unpack(head)[4], socket.MSG_WAITALL)
+            cnonce = wire.HELLO_MSG.unpack(body)[3]
+            ack = wire.ack_payload(key, nonce, cnonce, 0, wire.MAX_IO, 0, 2)
+            c.sendall(plain_header(wire.HELLO | wire.REPLY, 1, len(ack)) + ack)
+            up, down = wire.seal_keys(key, nonce, cnonce, wire.ROLE_CONTROL)
+            s = wire.Sealer(down, up)
+            out = wire.OUTPUT.pack(0, 1) + b"authentic"
+            good = s.seal(plain_header(wire.CTL_OUTPUT, 0, len(out)) + out)
+            bad = s.seal(plain_header(wire.CTL_OUTPUT, 0, len(out)) + out)
+            c.sendall(good + bad[:-1] + bytes([bad[-1] ^ 1]))
+            c.recv(1)
+    t = threading.Thread(target=fake_ciod, daemon=True)
+    t.start()
+    with lst, Client(f"tcp:127.0.0.1:{lst.getsockname()[1]}", key, LOC, timeout=30) as c:
+        got: list[tuple[int, bytes]] = []
+        while True:
+            select.select([c], [], [], 30)
+            frames = c.frames()
+            if frames is None:
+                break
+            got += frames
+        assert got == [(wire.CTL_OUTPUT, wire.OUTPUT.pack(0, 1) + b"authentic")]
+        assert c.broken and "sealed frame 1 of" in c.broken and "failed authentication" in c.broken
+    t.join(30)
