@@ -74,7 +74,7 @@ def ciod_bin() -> Path:
                         "-Wimplicit-fallthrough", "-Iprotocol", "-Iionode/ciod", "-Ibuild/gen", "-pthread",
                         "-o", "build/bin/ciod", "build/gen/fwd_posix_ciod.c",
                         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")),
-                        "protocol/peer/peer.c", "-lcrypto"],
+                        "protocol/peer/peer.c", "protocol/peer/seal.c", "-lcrypto"],
                        check=True, cwd=ROOT)
     return ROOT / "build/bin/ciod"
 
