@@ -7,13 +7,14 @@ link is sealed: a known plaintext is not on the wire."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
 from lattice import wire
 from lattice.ciodclient import Ciod as Client
 from lattice.ciodclient import CiodError
-from test_ciod import CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, VERSION, Ciod, ciod_bin, status  # noqa: F401
+from test_ciod import CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, VERSION, Ciod, ciod_bin, recv, status  # noqa: F401
 from seal_relay import Link, Relay
 from test_ciod_auth import ras_lines, tcp_ciod  # noqa: F401 (a fixture)
 
@@ -174,3 +175,54 @@ def test_a_tampered_one_way_frame_ends_the_link_for_a_running_job() -> None:
         assert got == [(wire.CTL_OUTPUT, wire.OUTPUT.pack(0, 1) + b"authentic")]
         assert c.broken and "sealed frame 1 of" in c.broken and "failed authentication" in c.broken
     t.join(30)
+
+
+@pytest.mark.parametrize("attack", ["none", "flip"])
+def test_the_link_between_two_ciods_of_a_fence_tree(ciod_bin: Path, tmp_path: Path, attack: str) -> None:
+    """A child ciod below a parent on TCP, through the relay: the ranks'
+    cards in the fence are not on the wire; a bit flipped in the child's
+    fence is refused by the parent (RAS, the tree fails, the job's owner
+    is told) and both ciods go on."""
+    import shutil
+    import socket
+    import tempfile
+
+    from test_ciod import Job, request
+    from test_ciod_tree import JOB, pset_in_fence, tree_fail
+
+    def flip_fence(_: Link, i: int, frame: bytes) -> list[bytes]:
+        return [frame[:30] + bytes([frame[30] ^ 0x04]) + frame[31:]] if attack == "flip" and i == 0 else [frame]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dirs = [Path(tempfile.mkdtemp(prefix="ciod-seal-", dir="/tmp")) for _ in range(2)]
+    parent = Ciod(ciod_bin, dirs[0], tcp_port=port, pset=1)
+    child = Ciod(ciod_bin, dirs[1], pset=2)
+    r = Relay(port, up=flip_fence)
+    try:
+        jp = Job(parent, tmp_path, JOB, flags=wire.JOB_TREE)
+        jc = Job(child, tmp_path, JOB, flags=wire.JOB_TREE)
+        assert request(jp.ctl, wire.CTL_PMI_TREE, wire.pmi_tree_payload(JOB, [2], ""))[:2] == (0, 0)
+        assert request(jc.ctl, wire.CTL_PMI_TREE, wire.pmi_tree_payload(JOB, [], r.addr))[:2] == (0, 0)
+        pset_in_fence(jc)                       # the child's pset's fence goes up through the relay
+        if attack == "none":
+            pset_in_fence(jp)
+            t, _, body = recv(jp.ctl)
+            assert t == wire.CTL_FENCE and b"at-0" in body
+            seen = r.wire_bytes()
+            assert seen and b"at-0" not in seen and b"card-" not in seen
+            assert [ln.role for ln in r.links] == [wire.ROLE_TREE]
+        else:
+            assert "failed authentication" in tree_fail(jp)
+            (line,) = ras_lines(parent, "failed authentication")
+            assert "from the I/O node of pset 2 below" in line and "sealed frame 0 " in line
+        assert parent.alive() and child.alive()
+        assert status(parent)[1] == PSET_SIZE and status(child)[1] == PSET_SIZE
+    finally:
+        r.close()
+        for c, d in ((parent, dirs[0]), (child, dirs[1])):
+            if c.alive():
+                c.proc.terminate()
+            c.proc.wait(10)
+            c.log.close()
+            shutil.rmtree(d, ignore_errors=True)
