@@ -238,7 +238,7 @@ static int take(struct conn *c, void *p, size_t len)
 }
 
 /* The rules of a header (docs/protocol.md 2 and 3.2), plain or opened. */
-static int hdr_ok(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
+static int hdr_ok(const struct lat_hdr *h, char *why, size_t whylen)
 {
     if (h->magic != LAT_MAGIC)
         return errprintf(why, whylen, "bad magic 0x%08x", h->magic);
@@ -250,7 +250,6 @@ static int hdr_ok(struct conn *c, const struct lat_hdr *h, char *why, size_t why
     if (h->len > LAT_MAX_PAYLOAD)
         return errprintf(why, whylen, "type 0x%04x claims %u payload bytes (limit %u)",
                          h->type, h->len, LAT_MAX_PAYLOAD);
-    (void)c;
     return 0;
 }
 
@@ -285,18 +284,21 @@ static int recv_sealed(struct conn *c, struct lat_hdr *h, char *why, size_t whyl
     if (rc < 0)
         return errprintf(why, whylen, errno == EPIPE ? "truncated sealed frame" : "receive failed: %s",
                          strerror(errno));
-    if (lat_open_begin(c->seal, lb, &len) < 0)
+    if (lat_open_begin(c->seal, lb, &len) < 0) {
+        shutdown(c->fd, SHUT_RDWR);
         return errprintf(why, whylen, "sealed frame %" PRIu64 " announces %u bytes (a frame has %zu to %u): "
                          "not this link's", n, len, sizeof(ct), LAT_SEAL_MAX);
+    }
     if (take(c, &ct, sizeof(ct)) != 1 || take(c, c->buf, len - sizeof(ct)) != 1 || take(c, tag, sizeof(tag)) != 1)
         return errprintf(why, whylen, "truncated sealed frame %" PRIu64 " (%u bytes announced)", n, len);
     if (lat_open_update(c->seal, &ct, sizeof(ct), h) < 0 ||
         lat_open_update(c->seal, c->buf, len - sizeof(ct), c->buf) < 0 || lat_open_end(c->seal, tag) < 0) {
         memset(h, 0, sizeof(*h));
+        shutdown(c->fd, SHUT_RDWR);     /* the stream is not this link's any more: nothing more is read */
         return errprintf(why, whylen, "sealed frame %" PRIu64 " of %u bytes failed authentication (altered, "
                          "replayed, reordered or injected on the way)", n, len);
     }
-    if (hdr_ok(c, h, why, whylen) < 0)
+    if (hdr_ok(h, why, whylen) < 0)
         return -1;
     if (h->len != len - sizeof(ct))
         return errprintf(why, whylen, "sealed frame of %u bytes holds type 0x%04x of %u payload bytes",
@@ -328,7 +330,7 @@ int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
                   strerror(errno));
         return -1;
     }
-    if (hdr_ok(c, h, why, whylen) < 0)
+    if (hdr_ok(h, why, whylen) < 0)
         return -1;
     if (h->len && take(c, c->buf, h->len) != 1)
         return errprintf(why, whylen, "truncated payload of type 0x%04x (%u bytes announced)",
