@@ -70,7 +70,8 @@ class TcpPset:
                 "pset_size": 2, "coords": [0, 0, n], "torus": [1, 1, 2], "memory": 1 << 30, "mode": "co",
                 "location": f"R00-M0-N00-C:J0{n}", "ionode_location": IO_LOC, "hide": []}))
             self.cnodes.append(subprocess.Popen(
-                [str(BUILD / "bin/cnode"), "--personality", str(pf), "--client", str(BUILD / "lib/libcnclient.so")],
+                [str(BUILD / "bin/cnode"), "--personality", str(pf), "--client", str(BUILD / "lib/libcnclient.so"),
+                 "--cnk", str(BUILD / "bin/cnk")],
                 stdout=self.cnode_logs[n], stderr=subprocess.STDOUT))
         wait_for("both compute nodes", lambda: self.status()[0] == 2)
 
@@ -96,18 +97,20 @@ class TcpPset:
         self.cnode_logs[n].flush()
         return (self.tmp / f"cnode{n}.log").read_text()
 
-    def run(self, job: int, argv: list[str]) -> tuple[str, list[bytes]]:
+    def run(self, job: int, argv: list[str], flags: int = 0) -> tuple[str, list[bytes]]:
         """Runs argv as ranks 0 and 1 (one a node): the output, the exits' payloads."""
         exe = str(BUILD / "examples" / argv[0])
         out, exits = "", []
         with self.ctl() as c:
             c.call(wire.CTL_JOB, wire.job_payload(job, os.getuid(), os.getgid(), [], [0, 1], 2, exe,
-                                                  str(self.work), argv, []))
+                                                  str(self.work), argv, [], flags))
             frames = c.buffered()
             while True:
                 for typ, body in frames:
                     if typ == wire.CTL_OUTPUT:
-                        out += body[wire.OUTPUT.size:].decode(errors="replace")
+                        text = body[wire.OUTPUT.size:].decode(errors="replace")
+                        # the program's own output (not cnk's word on the node's pages)
+                        out += "".join(ln for ln in text.splitlines(True) if not ln.startswith("cnk: "))
                     elif typ == wire.CTL_EXIT:
                         exits.append(body)
                     elif typ == wire.CTL_JOB_END:
@@ -134,7 +137,7 @@ class TcpPset:
 
 @pytest.fixture
 def built() -> None:
-    for p in ("bin/ciod", "bin/cnode", "lib/libcnclient.so", "examples/writefile", "examples/catfile"):
+    for p in ("bin/ciod", "bin/cnode", "bin/cnk", "lib/libcnclient.so", "examples/writefile", "examples/catfile"):
         if not (BUILD / p).exists():
             pytest.skip(f"{BUILD / p} not built")
 
@@ -153,14 +156,16 @@ def pset(tmp_path: Path, built: None) -> Iterator[TcpPset]:
     yield from pset_with(tmp_path)
 
 
-def test_argv_files_and_output_do_not_cross_in_clear(pset: TcpPset) -> None:
+@pytest.mark.parametrize("kernel", ["linux", "cnk"])
+def test_argv_files_and_output_do_not_cross_in_clear(pset: TcpPset, kernel: str) -> None:
+    flags = wire.JOB_CNK if kernel == "cnk" else 0
     argv_marker = "ARGV-MARKER-3d9a71e0c2"
-    out, exits = pset.run(1, ["writefile", str(pset.work / "w.txt"), argv_marker])
+    out, exits = pset.run(1, ["writefile", str(pset.work / "w.txt"), argv_marker], flags)
     assert len(exits) == 2 and out == "", (out, pset.cnode_log(0))
     assert (pset.work / "w.txt").read_text() == argv_marker       # written on the I/O node, shipped sealed
     content_marker = "FILE-CONTENT-MARKER-5be28f41"
     (pset.work / "r.txt").write_text(content_marker * 3)
-    out, exits = pset.run(2, ["catfile", str(pset.work / "r.txt")])
+    out, exits = pset.run(2, ["catfile", str(pset.work / "r.txt")], flags)
     assert out == 2 * (content_marker * 3) and len(exits) == 2
     roles = sorted(ln.role for ln in pset.relay.links)
     # two node links; a process link for each rank of each job
