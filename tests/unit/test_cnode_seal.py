@@ -55,14 +55,23 @@ class TcpPset:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.log = open(tmp / "ciod.log", "w")
+        self.cnodes: list[subprocess.Popen[bytes]] = []
+        self.cnode_logs = [open(tmp / f"cnode{n}.log", "w") for n in range(2)]
+        self.relay: Relay | None = None
         self.ciod = subprocess.Popen(
             [str(BUILD / "bin/ciod"), "--block", "S", "--pset", "0", "--pset-size", "2", "--listen",
              f"unix:{self.sock}", "--listen", f"tcp:127.0.0.1:{port}", "--key-file", str(kf), "--ras",
              str(self.ras), "--location", IO_LOC], stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            self.start(port, up, down)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, port: int, up: Tamper | None, down: Tamper | None) -> None:
+        tmp = self.tmp
         wait_for("ciod to listen", self.listening)
         self.relay = Relay(port, up, down)
-        self.cnode_logs = [open(tmp / f"cnode{n}.log", "w") for n in range(2)]
-        self.cnodes = []
         for n in range(2):
             pf = tmp / f"p{n}.json"
             pf.write_text(json.dumps({
@@ -121,15 +130,17 @@ class TcpPset:
                 frames = got
 
     def close(self) -> None:
-        if self.ciod.poll() is None:
-            self.ciod.terminate()
+        for p in [self.ciod, *self.cnodes]:
+            if p.poll() is None:
+                p.terminate()
         for p in [*self.cnodes, self.ciod]:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        self.relay.close()
+        if self.relay:
+            self.relay.close()
         self.log.close()
         for f in self.cnode_logs:
             f.close()
@@ -144,7 +155,7 @@ def built() -> None:
 
 def pset_with(tmp: Path, up: Tamper | None = None, down: Tamper | None = None) -> Iterator[TcpPset]:
     tmp.chmod(0o755)
-    ps = TcpPset(tmp, up, down)
+    ps = TcpPset(tmp, up, down)         # it stops what it started if it cannot come up
     try:
         yield ps
     finally:
@@ -167,10 +178,11 @@ def test_argv_files_and_output_do_not_cross_in_clear(pset: TcpPset, kernel: str)
     (pset.work / "r.txt").write_text(content_marker * 3)
     out, exits = pset.run(2, ["catfile", str(pset.work / "r.txt")], flags)
     assert out == 2 * (content_marker * 3) and len(exits) == 2
+    assert pset.relay
     roles = sorted(ln.role for ln in pset.relay.links)
     # two node links; a process link for each rank of each job
     assert roles == [wire.ROLE_NODE] * 2 + [wire.ROLE_PROC] * 4, roles
-    seen = pset.relay.wire_bytes()
+    seen = pset.relay.wire_bytes()      # everything after the handshakes
     assert len(seen) > 4096
     for marker in (argv_marker, content_marker, "writefile", "catfile", str(pset.work)):
         assert marker.encode() not in seen, marker
