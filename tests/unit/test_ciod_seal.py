@@ -226,3 +226,18 @@ def test_the_link_between_two_ciods_of_a_fence_tree(ciod_bin: Path, tmp_path: Pa
             c.proc.wait(10)
             c.log.close()
             shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_pmi_connection_from_another_host_is_refused(tcp_ciod: Ciod, tmp_path: Path) -> None:
+    """A PMI connection carries raw text after its hello, which cannot be
+    sealed: over TCP ciod refuses it (PMI between hosts rides the node link)."""
+    import errno
+
+    from test_ciod import Job, closed
+    job = Job(tcp_ciod, tmp_path, job_id=5, ranks=(0, 1), image=b"x")  # noqa: F841 (keeps it running)
+    s, err = tcp_ciod.hello(wire.ROLE_PMI, 0, 5)
+    assert err == errno.EPROTO and closed(s)
+    (line,) = ras_lines(tcp_ciod, "a PMI connection from another host")
+    assert "WARNING" in line and "refused" in line
+    still_serving_job = status(tcp_ciod)
+    assert still_serving_job == (2, PSET_SIZE, 5)
