@@ -14,8 +14,9 @@ import pytest
 from lattice import wire
 from lattice.ciodclient import Ciod as Client
 from lattice.ciodclient import CiodError
-from test_ciod import CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, VERSION, Ciod, ciod_bin, recv, status  # noqa: F401
 from seal_relay import Link, Relay
+from test_ciod import (CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, VERSION, Ciod,  # noqa: F401 (ciod_bin:
+                       ciod_bin, recv, status)                                         # a fixture)
 from test_ciod_auth import ras_lines, tcp_ciod  # noqa: F401 (a fixture)
 
 LOC = "R00-M0-N00-I:J01"
