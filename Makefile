@@ -8,8 +8,8 @@ BUILD   := build
 CIOD_SRC   := $(wildcard ionode/ciod/*.c)
 CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
-PEER_SRC   := protocol/peer/peer.c
-HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h
+PEER_SRC   := protocol/peer/peer.c protocol/peer/seal.c
+HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h protocol/lattice/seal.h
 
 .PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire syscalls-md
 all: ciod cnode cnk libcnclient liblatpers examples py-wire
@@ -53,7 +53,7 @@ $(BUILD)/bin/ciod: $(CIOD_SRC) $(PEER_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS
 
 $(BUILD)/bin/cnode: $(CNODE_SRC) $(PEER_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $(CNODE_SRC) $(PEER_SRC) -ljansson -lcrypto
+	$(CC) $(CFLAGS) -pthread -o $@ $(CNODE_SRC) $(PEER_SRC) -ljansson -lcrypto
 
 # The shipping client core (compute/shipc/), one set of sources built twice
 # into static archives: freestanding for cnk, position-independent and

@@ -3,6 +3,7 @@
  *
  *   main.c   arguments, personality, hidden paths, the message loop
  *   net.c    messages from ciod (connecting, the hello, sending: protocol/peer/peer.c)
+ *   relay.c  a process's connection to an I/O node on another host, sealed for it
  *   netdev.c which network interfaces a job's UCX may use (UCX_NET_DEVICES)
  *   topology.c where a job's hwloc may read the host's topology (HWLOC_XMLFILE)
  *   job.c    one job: receive it, supervise its processes, report how each ended
@@ -57,6 +58,10 @@ void netdev_default_routes(char *out, size_t len);
 int topology_file(char *out, size_t len);
 /* 1 message, 0 orderly EOF, -1 error (errno; EPROTO for a bad header) */
 int net_recv(int fd, struct msg *m);
+/* relay.c: a process's PROC connection: for a tcp: I/O node, the process's
+ * end of a socketpair to a relay that seals the link for it (the process
+ * holds no key); else the connection itself.  A descriptor or -1 (errno). */
+int relay_connect(const char *addr, const uint8_t key[LAT_KEY_BYTES], double retry_seconds);
 
 /* job.c */
 struct job;

@@ -329,8 +329,8 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
 static int pmi_connect(const struct job *j, const struct proc *pr)
 {
     const char *relay = getenv("LATTICE_PMI_RELAY");
-    if (relay && !strcmp(relay, "1"))
-        return -1;
+    if ((relay && !strcmp(relay, "1")) || !strncmp(j->pers->ciod, "tcp:", 4))
+        return -1;                      /* between hosts PMI rides the sealed node connection */
     int fd = net_connect(j->pers->ciod, 2.0);
     if (fd < 0)
         return -1;
@@ -377,7 +377,7 @@ static const char *cpu_list(const struct proc *pr, char *buf, size_t len)
 static void launch(struct job *j, struct proc *pr)
 {
     int direct = pmi_connect(j, pr);    /* first: its hello is answered before the child's */
-    int procfd = net_connect(j->pers->ciod, 2.0);
+    int procfd = relay_connect(j->pers->ciod, j->pers->key, 2.0);     /* sealed for it between hosts */
     if (procfd < 0) {
         if (direct >= 0)
             close(direct);

@@ -9,17 +9,7 @@
 
 int net_recv(int fd, struct msg *m)
 {
-    int r = net_read_full(fd, &m->h, sizeof m->h, 1);
-    if (r <= 0)
-        return r;
-    if (m->h.magic != LAT_MAGIC || m->h.version != LAT_VERSION || m->h.len > LAT_MAX_PAYLOAD) {
-        errno = EPROTO;
-        return -1;
-    }
     if (!m->p && !(m->p = malloc(LAT_MAX_PAYLOAD)))
         return -1;
-    if (m->h.len && net_read_full(fd, m->p, m->h.len, 0) < 0)
-        return -1;
-    return 1;
+    return net_recv_frame(fd, &m->h, m->p, 1);     /* opened if the link is sealed */
 }
-

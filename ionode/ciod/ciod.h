@@ -24,6 +24,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <lattice/seal.h>
 #include <lattice/wire.h>
 
 #define CIOD_MAX_GROUPS 256u        /* lat_job.ngroups limit */
@@ -69,11 +70,19 @@ struct conn {
     bool            seq_seen;       /* a message was received: seq_last is its seq */
     uint32_t        seq_last;
     uint32_t        seq_out;        /* the last seq sent, on a PMI tree connection (under wlock) */
+    /* sealed frames on a link between hosts (docs/protocol.md 3.3): keys
+     * derived at the hello (seal_next), live once our ack is sent (seal) */
+    bool            tcp;            /* a socket between hosts: sealed after the hello */
+    struct lat_seal_keys *seal_next;
+    struct lat_seal *seal;          /* every frame each way goes through it (send: under wlock) */
+    uint8_t        *sbuf;           /* sealing scratch (CONN_SBUF bytes, under wlock) */
     /* read-ahead: a small message arrives in one read, header and payload
      * (conn_recv, dp_spin); the bytes of the next message may wait here */
     uint32_t        ra_pos, ra_len;
     char            ra[CONN_RA];
 };
+
+#define CONN_SBUF (64u * 1024u)
 
 int  net_listen(const char *addr, char *err, size_t errlen);
 void net_unlink(const char *addr);
@@ -86,6 +95,11 @@ void conn_hangup(struct conn *c);
  * messages, -1 = protocol violation or I/O error, `why` says which.  Every
  * message must have a seq after the previous one's (the first: the hello). */
 int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen);
+
+/* From now on every frame of c is sealed with keys k (copied; the caller
+ * wipes its copy): 0, or -1 (out of memory, libcrypto).  Caller holds wlock
+ * or is c's only user. */
+int  conn_seal(struct conn *c, const struct lat_seal_keys *k);
 
 /* Sends header + iov as one message.  _locked: caller holds c->wlock. */
 int conn_sendv(struct conn *c, uint16_t type, uint32_t seq, const struct iovec *iov, int n);
@@ -358,6 +372,8 @@ struct wproc {                          /* a process's connection, handed to the
     uint32_t last_seq;                  /* the hello's */
     uint32_t ralen;                     /* bytes read past the hello */
     struct lat_datapath dp;             /* agreed in the hello */
+    uint32_t sealed;                    /* 1: a TCP connection, its frames sealed with seal */
+    struct lat_seal_keys seal;          /* the session's keys and counters (never the block key) */
     char     ra[CONN_RA];
 };
 

@@ -12,6 +12,7 @@
 #include <lattice/peer.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -158,7 +159,24 @@ struct conn *conn_new(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     net_keepalive(fd);         /* lattice/peer.h: the heartbeat between hosts */
     describe_peer(fd, c->peer, sizeof(c->peer), c->who, sizeof(c->who));
+    c->tcp = lat_seal_wanted(fd);
     return c;
+}
+
+int conn_seal(struct conn *c, const struct lat_seal_keys *k)
+{
+    struct lat_seal *s = malloc(sizeof(*s));
+    uint8_t *b = malloc(CONN_SBUF);
+
+    if (!s || !b || lat_seal_init(s, k) < 0) {
+        free(s);
+        free(b);
+        errno = ENOMEM;
+        return -1;
+    }
+    c->seal = s;
+    c->sbuf = b;
+    return 0;
 }
 
 struct conn *conn_get(struct conn *c)
@@ -174,6 +192,13 @@ void conn_put(struct conn *c)
         return;
     close(c->fd);
     pthread_mutex_destroy(&c->wlock);
+    if (c->seal)
+        lat_seal_free(c->seal);
+    free(c->seal);
+    if (c->seal_next)
+        lat_seal_wipe(c->seal_next, sizeof(*c->seal_next));
+    free(c->seal_next);
+    free(c->sbuf);
     free(c->buf);
     free(c);
 }
@@ -222,6 +247,75 @@ static int take(struct conn *c, void *p, size_t len)
     return rc;
 }
 
+/* The rules of a header (docs/protocol.md 2 and 3.2), plain or opened. */
+static int hdr_ok(const struct lat_hdr *h, char *why, size_t whylen)
+{
+    if (h->magic != LAT_MAGIC)
+        return errprintf(why, whylen, "bad magic 0x%08x", h->magic);
+    if (h->version != LAT_VERSION)
+        return errprintf(why, whylen, "protocol version %u, want %u", h->version, LAT_VERSION);
+    if (h->flags && !(h->type >= LAT_SYS__BASE && h->type < LAT_SYS__END))    /* a shipped call's: ship.c */
+        return errprintf(why, whylen, "header flags 0x%02x on type 0x%04x (only shipped calls carry them)",
+                         h->flags, h->type);
+    if (h->len > LAT_MAX_PAYLOAD)
+        return errprintf(why, whylen, "type 0x%04x claims %u payload bytes (limit %u)",
+                         h->type, h->len, LAT_MAX_PAYLOAD);
+    return 0;
+}
+
+/* The seq rule (docs/protocol.md 3.2): a message recorded earlier on this
+ * connection and sent again, or one out of order, is refused here, before
+ * anyone acts on it.  The mailbox is not on the socket, and a PMI
+ * connection carries raw PMI after its hello (not read here). */
+static int seq_ok(struct conn *c, const struct lat_hdr *h, char *why, size_t whylen)
+{
+    if (c->seq_seen && (int32_t)(h->seq - c->seq_last) <= 0)
+        return errprintf(why, whylen, "type 0x%04x with seq %u, not after the last one %u "
+                         "(replayed or out of order)", h->type, h->seq, c->seq_last);
+    c->seq_seen = true;
+    c->seq_last = h->seq;
+    return 0;
+}
+
+/* A sealed frame (docs/protocol.md 3.3): its length, the header and payload
+ * decrypted into h and c->buf, the tag checked before anything in them is
+ * looked at.  A frame altered, replayed, reordered or injected on the way
+ * fails here, and the caller closes the connection. */
+static int recv_sealed(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
+{
+    uint8_t lb[LAT_SEAL_LEN_BYTES], tag[LAT_SEAL_TAG_BYTES];
+    struct lat_hdr ct;
+    uint32_t len;
+    uint64_t n = c->seal->k.rx_n;
+    int rc = take(c, lb, sizeof(lb));
+
+    if (rc == 0)
+        return 0;
+    if (rc < 0)
+        return errprintf(why, whylen, errno == EPIPE ? "truncated sealed frame" : "receive failed: %s",
+                         strerror(errno));
+    if (lat_open_begin(c->seal, lb, &len) < 0) {
+        shutdown(c->fd, SHUT_RDWR);
+        return errprintf(why, whylen, "sealed frame %" PRIu64 " announces %u bytes (a frame has %zu to %u): "
+                         "not this link's", n, len, sizeof(ct), LAT_SEAL_MAX);
+    }
+    if (take(c, &ct, sizeof(ct)) != 1 || take(c, c->buf, len - sizeof(ct)) != 1 || take(c, tag, sizeof(tag)) != 1)
+        return errprintf(why, whylen, "truncated sealed frame %" PRIu64 " (%u bytes announced)", n, len);
+    if (lat_open_update(c->seal, &ct, sizeof(ct), h) < 0 ||
+        lat_open_update(c->seal, c->buf, len - sizeof(ct), c->buf) < 0 || lat_open_end(c->seal, tag) < 0) {
+        memset(h, 0, sizeof(*h));
+        shutdown(c->fd, SHUT_RDWR);     /* the stream is not this link's any more: nothing more is read */
+        return errprintf(why, whylen, "sealed frame %" PRIu64 " of %u bytes failed authentication (altered, "
+                         "replayed, reordered or injected on the way)", n, len);
+    }
+    if (hdr_ok(h, why, whylen) < 0)
+        return -1;
+    if (h->len != len - sizeof(ct))
+        return errprintf(why, whylen, "sealed frame of %u bytes holds type 0x%04x of %u payload bytes",
+                         len, h->type, h->len);
+    return seq_ok(c, h, why, whylen) < 0 ? -1 : 1;
+}
+
 int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
 {
     if (c->ra_pos == c->ra_len) {       /* one read for a small message, header and payload */
@@ -235,6 +329,8 @@ int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
         if (n < 0)
             return errprintf(why, whylen, "receive failed: %s", strerror(errno));
     }
+    if (c->seal)
+        return recv_sealed(c, h, why, whylen);
     int rc = take(c, h, sizeof(*h));
 
     if (rc == 0)
@@ -244,29 +340,12 @@ int conn_recv(struct conn *c, struct lat_hdr *h, char *why, size_t whylen)
                   strerror(errno));
         return -1;
     }
-    if (h->magic != LAT_MAGIC)
-        return errprintf(why, whylen, "bad magic 0x%08x", h->magic);
-    if (h->version != LAT_VERSION)
-        return errprintf(why, whylen, "protocol version %u, want %u", h->version, LAT_VERSION);
-    if (h->flags && !(h->type >= LAT_SYS__BASE && h->type < LAT_SYS__END))    /* a shipped call's: ship.c */
-        return errprintf(why, whylen, "header flags 0x%02x on type 0x%04x (only shipped calls carry them)",
-                         h->flags, h->type);
-    if (h->len > LAT_MAX_PAYLOAD)
-        return errprintf(why, whylen, "type 0x%04x claims %u payload bytes (limit %u)",
-                         h->type, h->len, LAT_MAX_PAYLOAD);
+    if (hdr_ok(h, why, whylen) < 0)
+        return -1;
     if (h->len && take(c, c->buf, h->len) != 1)
         return errprintf(why, whylen, "truncated payload of type 0x%04x (%u bytes announced)",
                          h->type, h->len);
-    /* The seq rule (docs/protocol.md 3.2): a message recorded earlier on this
-     * connection and sent again, or one out of order, is refused here, before
-     * anyone acts on it.  The mailbox is not on the socket, and a PMI
-     * connection carries raw PMI after its hello (not read here). */
-    if (c->seq_seen && (int32_t)(h->seq - c->seq_last) <= 0)
-        return errprintf(why, whylen, "type 0x%04x with seq %u, not after the last one %u "
-                         "(replayed or out of order)", h->type, h->seq, c->seq_last);
-    c->seq_seen = true;
-    c->seq_last = h->seq;
-    return 1;
+    return seq_ok(c, h, why, whylen) < 0 ? -1 : 1;
 }
 
 static int write_full(int fd, struct iovec *iov, int n)
@@ -293,6 +372,52 @@ static int write_full(int fd, struct iovec *iov, int n)
     return 0;
 }
 
+static int flush(struct conn *c, size_t n)
+{
+    struct iovec v = { c->sbuf, n };
+    return write_full(c->fd, &v, 1);
+}
+
+/* The message as one sealed frame, through the scratch buffer (a small one
+ * in one write).  A failure midway leaves the stream broken: hang up. */
+static int send_sealed(struct conn *c, const struct iovec *v, int k, size_t total)
+{
+    size_t at = LAT_SEAL_LEN_BYTES;
+
+    if (lat_seal_begin(c->seal, (uint32_t)total, c->sbuf) < 0)
+        goto broken;
+    for (int i = 0; i < k; i++) {
+        const char *p = v[i].iov_base;
+        size_t left = v[i].iov_len;
+        while (left > 0) {
+            if (at == CONN_SBUF) {
+                if (flush(c, at) < 0)
+                    goto broken;
+                at = 0;
+            }
+            size_t n = CONN_SBUF - at < left ? CONN_SBUF - at : left;
+            if (lat_seal_update(c->seal, p, n, c->sbuf + at) < 0)
+                goto broken;
+            at += n;
+            p += n;
+            left -= n;
+        }
+    }
+    if (CONN_SBUF - at < LAT_SEAL_TAG_BYTES) {
+        if (flush(c, at) < 0)
+            goto broken;
+        at = 0;
+    }
+    if (lat_seal_end(c->seal, c->sbuf + at) < 0 || flush(c, at + LAT_SEAL_TAG_BYTES) < 0)
+        goto broken;
+    return 0;
+broken:;
+    int e = errno;
+    shutdown(c->fd, SHUT_RDWR);
+    errno = e;
+    return -1;
+}
+
 int conn_sendv_locked(struct conn *c, uint16_t type, uint32_t seq, const struct iovec *iov, int n)
 {
     struct iovec v[8];
@@ -316,6 +441,8 @@ int conn_sendv_locked(struct conn *c, uint16_t type, uint32_t seq, const struct 
         return -1;
     }
     h.len = (uint32_t)len;
+    if (c->seal)
+        return send_sealed(c, v, k, sizeof(h) + len);
     return write_full(c->fd, v, k);
 }
 

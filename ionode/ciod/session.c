@@ -103,6 +103,13 @@ void *session_main(void *arg)
         }
         break;
     case LAT_ROLE_PMI:
+        /* raw PMI text after the hello is not framed, so it cannot be
+         * sealed: between hosts PMI rides the (sealed) node connection */
+        if (c->tcp) {
+            refuse(c, h.seq, EPROTO, "a PMI connection from another host (PMI between hosts "
+                   "travels on the node connection)");
+            break;
+        }
         pmi_serve(c, &hello, h.seq);
         break;
     case LAT_ROLE_TREE:                 /* an I/O node below this one in a job's PMI fence tree */

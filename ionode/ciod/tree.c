@@ -64,8 +64,18 @@ static struct conn *connect_up(const char *addr, uint64_t job, char *why, size_t
     }
     set_timeouts(fd, 0);
     if (!(c = conn_new(fd))) {
+        net_forget(fd);
         close(fd);
         errprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    struct lat_seal_keys k;
+    int sealed = net_seal_take(fd, &k);         /* a link between hosts: its session keys */
+    int rc = sealed ? conn_seal(c, &k) : 0;
+    lat_seal_wipe(&k, sizeof(k));
+    if (rc < 0 || (c->tcp && !c->seal)) {
+        conn_put(c);
+        errprintf(why, whylen, "cannot seal the connection to the I/O node above");
         return NULL;
     }
     snprintf(c->peer, sizeof(c->peer), "%.95s", addr);

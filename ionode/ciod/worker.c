@@ -337,6 +337,13 @@ static void take_proc(const char *data, size_t len, int fds[2])
     s->c->ra_len = s->wp.ralen;
     s->c->seq_seen = true;              /* the session goes on: seqs after the hello's */
     s->c->seq_last = s->wp.last_seq;
+    /* a link between hosts: its session keys come with it (never the block key) */
+    int sealed = s->wp.sealed ? conn_seal(s->c, &s->wp.seal) : 0;
+    lat_seal_wipe(&s->wp.seal, sizeof(s->wp.seal));
+    if (sealed < 0 || (s->c->tcp && !s->c->seal)) {
+        logmsg("worker of job %" PRIu64 ": a process connection between hosts came without its keys", wk.job);
+        goto fail;
+    }
     pthread_mutex_lock(&wk.lock);
     if (wk.nlive == wk.nroom) {
         unsigned room = wk.nroom ? 2 * wk.nroom : 64;
@@ -453,8 +460,10 @@ static void worker_main(int ch, int out, const struct job_spec *js)
             finish();
         if (m.type == W_EXE)
             open_exe(buf);
-        else if (m.type == W_PROC)
+        else if (m.type == W_PROC) {
             take_proc(buf, m.len, fds);
+            lat_seal_wipe(buf, m.len < sizeof(buf) ? m.len : sizeof(buf));     /* its session keys */
+        }
         else if (m.type == W_STDIN)
             stdin_put(m.stream, buf, m.len);
         else
@@ -843,7 +852,13 @@ bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struc
         goto fail;
     wp.ralen = c->ra_len - c->ra_pos;
     memcpy(wp.ra, c->ra + c->ra_pos, wp.ralen);
-    if (worker_give_proc(wp.job, &wp, c->fd, plugfd) < 0) {
+    if (c->seal) {                      /* sealed since the ack: the worker goes on with its keys */
+        wp.sealed = 1;
+        wp.seal = c->seal->k;
+    }
+    int given = worker_give_proc(wp.job, &wp, c->fd, plugfd);
+    lat_seal_wipe(&wp.seal, sizeof(wp.seal));
+    if (given < 0) {
         ras_event(RAS_ERROR, loc, "job %" PRIu64 " rank %d: its I/O worker is gone: connection closed",
                   wp.job, wp.rank);
         goto fail;

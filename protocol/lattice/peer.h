@@ -26,5 +26,18 @@ int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uin
 int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, const void *b, size_t blen);
 /* Exactly len bytes: 1, 0 at EOF before the first byte if eof_ok, -1 error (errno) */
 int net_read_full(int fd, void *buf, size_t len, int eof_ok);
+/* One message (payload: room for LAT_MAX_PAYLOAD), opened if fd is sealed:
+ * 1, 0 at EOF before it if eof_ok, -1 (errno; EBADMSG: a sealed frame not
+ * authentic, EPROTO: a bad header). */
+int net_recv_frame(int fd, struct lat_hdr *h, void *payload, int eof_ok);
+
+/* Sealing (docs/protocol.md 3.3): after net_hello on a TCP socket, fd is
+ * sealed and net_send/net_recv_frame seal and open its frames.  A caller
+ * that takes the connection over (ciod's tree client) takes its keys:
+ * 1 (k set, fd no longer sealed here), 0 if fd is not sealed.  net_forget:
+ * fd is closed, its state goes. */
+struct lat_seal_keys;
+int  net_seal_take(int fd, struct lat_seal_keys *k);
+void net_forget(int fd);
 
 #endif

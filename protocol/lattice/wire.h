@@ -23,10 +23,11 @@
 #include <stdint.h>
 
 #define LAT_MAGIC   0x5454414Cu     /* "LATT" on the wire */
-#define LAT_VERSION 5                /* 2: challenge-response hello, seq checked;
+#define LAT_VERSION 6                /* 2: challenge-response hello, seq checked;
                                         3: transport flags in the header (lat_hdr.flags);
                                         4: lat_kill names its job;
-                                        5: the PMI fence goes through a tree of I/O nodes */
+                                        5: the PMI fence goes through a tree of I/O nodes;
+                                        6: frames on TCP are sealed (AES-256-GCM) after the hello */
 
 /* Limits.  A receiver closes the connection on a header whose len is
  * larger than LAT_MAX_PAYLOAD: it never buffers more than that. */
@@ -292,6 +293,24 @@ enum lat_role {
  */
 #define LAT_HELLO_LABEL "lattice hello v2"
 #define LAT_ACK_LABEL   "lattice ack v2"
+
+/*
+ * Sealed frames (docs/protocol.md section 3.3): on a TCP connection, every
+ * message after the hello's ack travels as
+ *   u32 len || AES-256-GCM(k_dir, nonce = 0u32 || n_dir (u64), aad = len)(lat_hdr || payload) || tag
+ * where len counts the ciphertext (16 + the header's len), n_dir counts the
+ * frames of that direction from 0 (never sent), and each direction's key is
+ *   HKDF-SHA256(ikm = block key, salt = challenge.nonce || hello.nonce,
+ *               info = LAT_SEAL_LABEL || role || node || job || dir)
+ * with dir LAT_SEAL_UP (the peer's frames to ciod) or LAT_SEAL_DOWN.
+ * lattice/seal.h implements it for ciod and cnode, wire.py for the service node.
+ */
+#define LAT_SEAL_LABEL     "lattice seal v1"
+#define LAT_SEAL_UP        0u                    /* the connecting peer -> ciod */
+#define LAT_SEAL_DOWN      1u                    /* ciod -> the connecting peer */
+#define LAT_SEAL_LEN_BYTES 4u                    /* the length before each sealed frame */
+#define LAT_SEAL_TAG_BYTES 16u                   /* the GCM tag after it */
+#define LAT_SEAL_MAX       (16u + LAT_MAX_PAYLOAD)   /* largest len: a header and the largest payload */
 
 struct lat_challenge {
     uint8_t  nonce[LAT_NONCE_BYTES];    /* fresh random bytes of ciod's, per connection */

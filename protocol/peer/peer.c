@@ -20,9 +20,91 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <pthread.h>
 
 #include <lattice/hello_mac.h>
 #include <lattice/peer.h>
+#include <lattice/seal.h>
+
+/* The sealed descriptors (few: a node connection, a tree connection). */
+struct sealed {
+    int             fd;
+    struct lat_seal s;
+    uint8_t        *buf;                /* a whole sealed frame, each way in turn */
+    struct sealed  *next;
+};
+static struct sealed *sealed_list;
+static pthread_mutex_t sealed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct sealed *sealed_unlink(int fd)
+{
+    for (struct sealed **p = &sealed_list; *p; p = &(*p)->next)
+        if ((*p)->fd == fd) {
+            struct sealed *e = *p;
+            *p = e->next;
+            return e;
+        }
+    return NULL;
+}
+
+static void sealed_free(struct sealed *e)
+{
+    if (!e)
+        return;
+    lat_seal_free(&e->s);
+    free(e->buf);
+    free(e);
+}
+
+static struct sealed *sealed_find(int fd)
+{
+    struct sealed *e;
+    pthread_mutex_lock(&sealed_lock);
+    for (e = sealed_list; e && e->fd != fd; e = e->next)
+        ;
+    pthread_mutex_unlock(&sealed_lock);
+    return e;
+}
+
+/* fd is sealed from now on with k; a stale entry of a closed descriptor goes. */
+static int sealed_add(int fd, const struct lat_seal_keys *k)
+{
+    struct sealed *e = calloc(1, sizeof(*e));
+    if (!e || !(e->buf = malloc(LAT_SEAL_LEN_BYTES + LAT_SEAL_MAX + LAT_SEAL_TAG_BYTES)) ||
+        lat_seal_init(&e->s, k) < 0) {
+        if (e)
+            free(e->buf);
+        free(e);
+        errno = ENOMEM;
+        return -1;
+    }
+    e->fd = fd;
+    pthread_mutex_lock(&sealed_lock);
+    sealed_free(sealed_unlink(fd));
+    e->next = sealed_list;
+    sealed_list = e;
+    pthread_mutex_unlock(&sealed_lock);
+    return 0;
+}
+
+void net_forget(int fd)
+{
+    pthread_mutex_lock(&sealed_lock);
+    sealed_free(sealed_unlink(fd));
+    pthread_mutex_unlock(&sealed_lock);
+}
+
+int net_seal_take(int fd, struct lat_seal_keys *k)
+{
+    pthread_mutex_lock(&sealed_lock);
+    struct sealed *e = sealed_unlink(fd);
+    pthread_mutex_unlock(&sealed_lock);
+    if (!e)
+        return 0;
+    *k = e->s.k;
+    sealed_free(e);
+    return 1;
+}
 
 /* A peer on another host that vanishes without a word (its host lost
  * power, the network parted) is noticed by TCP keepalive probes after 5 s of
@@ -113,17 +195,8 @@ int net_connect(const char *addr, double retry_seconds)
     }
 }
 
-int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, const void *b, size_t blen)
+static int write_all(int fd, struct iovec *iov, int cnt)
 {
-    if (alen + blen > LAT_MAX_PAYLOAD) {
-        errno = EMSGSIZE;
-        return -1;
-    }
-    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .len = (uint32_t)(alen + blen),
-                         .seq = seq };
-    struct iovec v[3] = { { &h, sizeof h }, { (void *)a, alen }, { (void *)b, blen } };
-    struct iovec *iov = v;
-    int cnt = 3;
     while (cnt > 0) {
         struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
@@ -145,6 +218,28 @@ int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, co
     return 0;
 }
 
+int net_send(int fd, uint16_t type, uint32_t seq, const void *a, size_t alen, const void *b, size_t blen)
+{
+    if (alen + blen > LAT_MAX_PAYLOAD) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    struct lat_hdr h = { .magic = LAT_MAGIC, .version = LAT_VERSION, .type = type, .len = (uint32_t)(alen + blen),
+                         .seq = seq };
+    struct iovec v[3] = { { &h, sizeof h }, { (void *)a, alen }, { (void *)b, blen } };
+    struct sealed *e = sealed_find(fd);
+    if (e) {                            /* one user of a descriptor at a time: its buffer is ours */
+        long n = lat_seal_frame(&e->s, v, 3, e->buf);
+        if (n < 0) {
+            errno = EIO;
+            return -1;
+        }
+        struct iovec f = { e->buf, (size_t)n };
+        return write_all(fd, &f, 1);
+    }
+    return write_all(fd, v, 3);
+}
+
 /* 1 all read, 0 EOF before the first byte, -1 error */
 int net_read_full(int fd, void *buf, size_t len, int eof_ok)
 {
@@ -164,6 +259,44 @@ int net_read_full(int fd, void *buf, size_t len, int eof_ok)
         }
         done += (size_t)n;
     }
+    return 1;
+}
+
+int net_recv_frame(int fd, struct lat_hdr *h, void *payload, int eof_ok)
+{
+    struct sealed *e = sealed_find(fd);
+    if (!e) {
+        int r = net_read_full(fd, h, sizeof *h, eof_ok);
+        if (r <= 0)
+            return r;
+        if (h->magic != LAT_MAGIC || h->version != LAT_VERSION || h->len > LAT_MAX_PAYLOAD) {
+            errno = EPROTO;
+            return -1;
+        }
+        return h->len && net_read_full(fd, payload, h->len, 0) < 0 ? -1 : 1;
+    }
+    uint8_t lb[LAT_SEAL_LEN_BYTES], tag[LAT_SEAL_TAG_BYTES];
+    uint32_t len;
+    int r = net_read_full(fd, lb, sizeof lb, eof_ok);
+    if (r <= 0)
+        return r;
+    if (lat_open_begin(&e->s, lb, &len) < 0) {
+        errno = EBADMSG;
+        return -1;
+    }
+    if (net_read_full(fd, e->buf, len, 0) < 0 || net_read_full(fd, tag, sizeof tag, 0) < 0)
+        return -1;
+    /* nothing of it is looked at before its tag is checked */
+    if (lat_open_update(&e->s, e->buf, len, e->buf) < 0 || lat_open_end(&e->s, tag) < 0) {
+        errno = EBADMSG;
+        return -1;
+    }
+    memcpy(h, e->buf, sizeof *h);
+    if (h->magic != LAT_MAGIC || h->version != LAT_VERSION || h->len != len - sizeof *h) {
+        errno = EPROTO;
+        return -1;
+    }
+    memcpy(payload, e->buf + sizeof *h, h->len);
     return 1;
 }
 
@@ -235,5 +368,17 @@ int net_hello_proc(int fd, uint32_t role, uint32_t node, uint64_t job, const uin
     }
     if (dp && has_dp)
         *dp = r.dp;
+    net_forget(fd);                     /* a closed descriptor's, if any */
+    if (lat_seal_wanted(fd)) {          /* a link between hosts: sealed from now on, each way */
+        struct lat_seal_keys k;
+        int rc = lat_seal_derive(key, ch.nonce, h.nonce, role, node, job, false, &k);
+        if (rc == 0)
+            rc = sealed_add(fd, &k);
+        lat_seal_wipe(&k, sizeof k);
+        if (rc < 0) {
+            errno = EIO;
+            return -1;
+        }
+    }
     return 0;
 }

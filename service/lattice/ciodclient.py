@@ -62,6 +62,8 @@ class Ciod:
         self.key = key
         self.seq = 0
         self.buf = b""
+        self.sealer: wire.Sealer | None = None    # a link between hosts, after the ack
+        self.broken: str | None = None            # why the link was closed on our side, if it was
         self.pending: list[tuple[int, bytes]] = []
         try:
             self.sock = open_socket(address, timeout)
@@ -100,6 +102,10 @@ class Ciod:
             self.close()
             raise CiodError(f"I/O node {self.location} at {self.address} failed to prove it holds the "
                             "block key (wrong proof in its hello ack); not trusting it")
+        if self.sock.family in (socket.AF_INET, socket.AF_INET6):
+            # between hosts every frame from now on is sealed (docs/protocol.md 3.3)
+            up, down = wire.seal_keys(self.key, self.server_nonce, self.client_nonce, wire.ROLE_CONTROL)
+            self.sealer = wire.Sealer(up, down)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -115,7 +121,8 @@ class Ciod:
 
     def send(self, typ: int, payload: bytes = b"") -> int:
         self.seq += 1
-        self.sock.sendall(wire.header(typ, len(payload), self.seq) + payload)
+        frame = wire.header(typ, len(payload), self.seq) + payload
+        self.sock.sendall(self.sealer.seal(frame) if self.sealer else frame)
         return self.seq
 
     def request(self, typ: int, payload: bytes = b"") -> bytes:
@@ -158,28 +165,55 @@ class Ciod:
             self.buf += chunk
 
     def _take(self) -> tuple[int, int, bytes] | None:
-        if len(self.buf) < wire.HDR.size:
+        if self.sealer:
+            try:
+                opened = self.sealer.open(self.buf)
+            except wire.SealError as e:
+                # nothing of it is acted on, and the link is not trusted again (shut
+                # down, not closed: a selector still sees it end, frames() says None)
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                self.broken = f"{e}; connection closed"
+                raise CiodError(f"I/O node {self.location} at {self.address}: {self.broken}") from None
+            if opened is None:
+                return None
+            frame, took = opened
+            self.buf = self.buf[took:]
+        else:
+            frame = self.buf
+        if len(frame) < wire.HDR.size:
             return None
-        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(self.buf)
-        if magic != wire.MAGIC or version != wire.VERSION or flags or length > wire.MAX_PAYLOAD:
+        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(frame)
+        if magic != wire.MAGIC or version != wire.VERSION or flags or length > wire.MAX_PAYLOAD or \
+                (self.sealer and length != len(frame) - wire.HDR.size):
             raise CiodError(f"I/O node {self.location} sent a malformed message")
         end = wire.HDR.size + length
-        if len(self.buf) < end:
+        if len(frame) < end:
             return None
-        body = self.buf[wire.HDR.size:end]
-        self.buf = self.buf[end:]
+        body = frame[wire.HDR.size:end]
+        if not self.sealer:
+            self.buf = self.buf[end:]
         return typ, seq, body
 
     def buffered(self) -> list[tuple[int, bytes]]:
         """One-way messages already received (e.g. while awaiting a reply)."""
         out, self.pending = self.pending, []
-        while (frame := self._take()) is not None:
-            out.append((frame[0], frame[2]))
-        return out
+        try:
+            while (frame := self._take()) is not None:
+                out.append((frame[0], frame[2]))
+        except CiodError:
+            if self.broken is None:
+                raise
+        return out      # what came before a frame that was not authentic (then frames() says None)
 
     def frames(self) -> list[tuple[int, bytes]] | None:
         """Read what is available (the socket is readable); return complete
-        one-way messages, or None when the connection has closed."""
+        one-way messages, or None when the connection has closed (or we
+        closed it: a sealed frame that was not authentic, self.broken)."""
+        if self.broken:
+            return None
         try:
             chunk = self.sock.recv(1 << 20)
         except (ConnectionResetError, BrokenPipeError):

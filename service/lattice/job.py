@@ -718,7 +718,7 @@ class Run:
         self.lost_ionode = True
         if self.input is not None:
             self.input.gone(c)
-        message = f"I/O node {c.location} lost (connection closed) during job {self.job}"
+        message = f"I/O node {c.location} lost ({c.broken or 'connection closed'}) during job {self.job}"
         print(f"lattice: {message}", file=sys.stderr, flush=True)
         ras.record(self.con, "FATAL", "CIOD", c.location, message, self.job)
         blocks.set_state(self.con, self.b.name, "Error", message)

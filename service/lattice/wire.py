@@ -102,6 +102,68 @@ def ack_ok(key: bytes, server_nonce: bytes, client_nonce: bytes, body: bytes) ->
         proof, ack_proof(key, server_nonce, client_nonce, fields, datapath))
 
 
+class SealError(ValueError):
+    """A sealed frame that is not authentic (altered, replayed, reordered or
+    injected on the way), or that cannot be a frame of this link."""
+
+
+def seal_keys(key: bytes, server_nonce: bytes, client_nonce: bytes, role: int, node: int = 0,
+              job: int = 0) -> tuple[bytes, bytes]:
+    """The session keys of a link between hosts (docs/protocol.md 3.3), (up,
+    down): HKDF-SHA256 (RFC 5869) of the block key, salted with both
+    handshake nonces, one per direction."""
+    if len(key) != KEY_BYTES or len(server_nonce) != NONCE_BYTES or len(client_nonce) != NONCE_BYTES:
+        raise ValueError("a block key and nonces are 32 bytes")
+    prk = hmac.new(server_nonce + client_nonce, key, hashlib.sha256).digest()
+    info = SEAL_LABEL + struct.pack("<IIQ", role, node, job)
+    return tuple(hmac.new(prk, info + bytes([d, 1]), hashlib.sha256).digest()  # type: ignore[return-value]
+                 for d in (SEAL_UP, SEAL_DOWN))
+
+
+class Sealer:
+    """Both directions of a sealed link: AES-256-GCM, the nonce each way a
+    frame counter that never travels, the frame's length authenticated."""
+
+    def __init__(self, tx_key: bytes, rx_key: bytes) -> None:
+        # imported here: only a link between hosts pays for it
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        self._tx, self._rx = AESGCM(tx_key), AESGCM(rx_key)
+        self.tx_n = self.rx_n = 0
+
+    @staticmethod
+    def _nonce(n: int) -> bytes:
+        return struct.pack("<IQ", 0, n)
+
+    def seal(self, plain: bytes) -> bytes:
+        """One frame (a header and its payload) as it travels."""
+        if not HDR.size <= len(plain) <= SEAL_MAX:
+            raise ValueError(f"a sealed frame holds {HDR.size} to {SEAL_MAX} bytes, not {len(plain)}")
+        lenbuf = struct.pack("<I", len(plain))
+        out = lenbuf + self._tx.encrypt(self._nonce(self.tx_n), plain, lenbuf)
+        self.tx_n += 1
+        return out
+
+    def open(self, buf: bytes | bytearray) -> tuple[bytes, int] | None:
+        """The first frame of buf opened: (plain bytes, bytes of buf it
+        took), None if it is not all there yet; SealError if not authentic."""
+        if len(buf) < SEAL_LEN_BYTES:
+            return None
+        (length,) = struct.unpack_from("<I", buf)
+        if not HDR.size <= length <= SEAL_MAX:
+            raise SealError(f"sealed frame {self.rx_n} announces {length} bytes: not this link's")
+        end = SEAL_LEN_BYTES + length + SEAL_TAG_BYTES
+        if len(buf) < end:
+            return None
+        from cryptography.exceptions import InvalidTag
+        n, self.rx_n = self.rx_n, self.rx_n + 1
+        try:
+            plain = self._rx.decrypt(self._nonce(n), bytes(buf[SEAL_LEN_BYTES:end]), bytes(buf[:SEAL_LEN_BYTES]))
+        except InvalidTag:
+            raise SealError(f"sealed frame {n} of {length} bytes failed authentication (altered, replayed, "
+                            "reordered or injected on the way)") from None
+        return plain, end
+
+
 def cstring(s: str) -> bytes:
     """A string as the job message carries it: its bytes as the OS gave them
     (an environment value that is not UTF-8 comes back as it was), NUL-terminated."""

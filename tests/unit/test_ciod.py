@@ -74,7 +74,7 @@ def ciod_bin() -> Path:
                         "-Wimplicit-fallthrough", "-Iprotocol", "-Iionode/ciod", "-Ibuild/gen", "-pthread",
                         "-o", "build/bin/ciod", "build/gen/fwd_posix_ciod.c",
                         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ionode/ciod").glob("*.c")),
-                        "protocol/peer/peer.c", "-lcrypto"],
+                        "protocol/peer/peer.c", "protocol/peer/seal.c", "-lcrypto"],
                        check=True, cwd=ROOT)
     return ROOT / "build/bin/ciod"
 
@@ -147,6 +147,8 @@ class Ciod:
         assert (max_io, pset, pset_size) == (MAX_IO, self.pset, PSET_SIZE)
         if err == 0:
             assert wire.ack_ok(self.key, CHALLENGES[s], nonce, body), "ciod's proof is wrong"
+            if s.family != socket.AF_UNIX:      # between hosts: sealed from now on (protocol.md 3.3)
+                SEALERS[s] = wire.Sealer(*wire.seal_keys(self.key, CHALLENGES[s], nonce, role, node, job))
         ACKS[s] = body
         return s, err
 
@@ -189,6 +191,7 @@ def ciod(ciod_bin: Path) -> Iterator[Ciod]:
 CHALLENGES: "weakref.WeakKeyDictionary[socket.socket, bytes]" = weakref.WeakKeyDictionary()
 ACKS: "weakref.WeakKeyDictionary[socket.socket, bytes]" = weakref.WeakKeyDictionary()
 LAST_SEQ: "weakref.WeakKeyDictionary[socket.socket, int]" = weakref.WeakKeyDictionary()
+SEALERS: "weakref.WeakKeyDictionary[socket.socket, wire.Sealer]" = weakref.WeakKeyDictionary()
 
 
 def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = None, flags: int = 0) -> int:
@@ -197,7 +200,8 @@ def send(s: socket.socket, typ: int, payload: bytes = b"", seq: int | None = Non
     if seq is None:
         seq = (LAST_SEQ.get(s, 0) + 1) & 0xFFFFFFFF
     LAST_SEQ[s] = seq
-    s.sendall(HDR.pack(MAGIC, VERSION, flags, typ, len(payload), seq) + payload)
+    frame = HDR.pack(MAGIC, VERSION, flags, typ, len(payload), seq) + payload
+    s.sendall(SEALERS[s].seal(frame) if s in SEALERS else frame)
     return seq
 
 
@@ -211,6 +215,14 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 def recv(s: socket.socket) -> tuple[int, int, bytes]:
+    if s in SEALERS:
+        lenbuf = recv_exact(s, 4)
+        opened = SEALERS[s].open(lenbuf + recv_exact(s, struct.unpack("<I", lenbuf)[0] + 16))
+        assert opened is not None
+        frame = opened[0]
+        magic, version, flags, typ, ln, seq = HDR.unpack_from(frame)
+        assert (magic, version, flags, ln) == (MAGIC, VERSION, 0, len(frame) - 16)
+        return typ, seq, frame[16:]
     magic, version, flags, typ, ln, seq = HDR.unpack(recv_exact(s, 16))
     assert (magic, version, flags) == (MAGIC, VERSION, 0)
     return typ, seq, recv_exact(s, ln)

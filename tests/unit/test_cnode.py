@@ -168,8 +168,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("cnode")
     lib, cnode, prog = d / "libcnclient.so", d / "cnode", d / "prog"
     build_library(lib)
-    src = [*sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c")), str(ROOT / "protocol/peer/peer.c")]
-    p = subprocess.run(["gcc", *CFLAGS, "-o", str(cnode), *src, "-ljansson", "-lcrypto"], capture_output=True, text=True)
+    src = [*sorted(str(f) for f in (ROOT / "compute" / "cnode").glob("*.c")), str(ROOT / "protocol/peer/peer.c"),
+           str(ROOT / "protocol/peer/seal.c")]
+    p = subprocess.run(["gcc", *CFLAGS, "-pthread", "-o", str(cnode), *src, "-ljansson", "-lcrypto"],
+                       capture_output=True, text=True)
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
     (d / "prog.c").write_text(PROG)
     subprocess.run(["gcc", "-O2", "-o", str(prog), str(d / "prog.c")], check=True)

@@ -249,9 +249,9 @@ def test_limits_are_consistent() -> None:
 
 def test_handshake_labels_equal_the_header(header: str) -> None:
     strings = header_strings(header)
-    assert set(strings) == {"LAT_HELLO_LABEL", "LAT_ACK_LABEL"}, strings
+    assert set(strings) == {"LAT_HELLO_LABEL", "LAT_ACK_LABEL", "LAT_SEAL_LABEL"}, strings
     assert {n: v.encode() for n, v in strings.items()} == generated_strings()
-    assert wire.HELLO_LABEL != wire.ACK_LABEL
+    assert len({wire.HELLO_LABEL, wire.ACK_LABEL, wire.SEAL_LABEL}) == 3
 
 
 MAC_PROBE = r"""
