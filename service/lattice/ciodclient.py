@@ -63,6 +63,7 @@ class Ciod:
         self.seq = 0
         self.buf = b""
         self.pending: list[tuple[int, bytes]] = []
+        self.lost: str | None = None    # why the connection failed, when frames() found it gone
         try:
             self.sock = open_socket(address, timeout)
         except OSError as e:
@@ -179,10 +180,13 @@ class Ciod:
 
     def frames(self) -> list[tuple[int, bytes]] | None:
         """Read what is available (the socket is readable); return complete
-        one-way messages, or None when the connection has closed."""
+        one-way messages, or None when the connection has closed or failed
+        (a reset, or a keepalive timeout when the I/O node's host vanished:
+        `lost` says which)."""
         try:
             chunk = self.sock.recv(1 << 20)
-        except (ConnectionResetError, BrokenPipeError):
+        except OSError as e:
+            self.lost = e.strerror or str(e)
             chunk = b""
         if not chunk:
             return self.buffered() or None
