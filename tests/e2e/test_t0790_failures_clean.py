@@ -343,3 +343,63 @@ def test_a_home_the_user_cannot_write_is_one_line(built: Path) -> None:
         assert f"LATTICE_HOME {home}" in p.stderr, p.stderr
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+# ---- a host's link down mid-job (the testbed: scripts/testbed.sh, docs/testbed.md) ----
+
+@pytest.fixture(scope="module")
+def tb() -> Iterator[object]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the testbed's namespaces and daemons")
+    from testbed import cluster_up
+    with cluster_up(2) as t:
+        yield t
+
+
+def host_lattice(host: str) -> list[str]:
+    """Lattice's processes inside a testbed host: agents, daemons, ranks."""
+    from testbed import namespace_pids
+    out = []
+    for pid in namespace_pids(host):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "lattice.agent" in argv or "/ciod " in argv or "/cnode " in argv or "sleep 600" in argv:
+            out.append(f"{pid} {argv}")
+    return out
+
+
+def test_a_host_link_down_mid_job_ends_it_with_255_and_the_host_ends_its_daemons(tb: object, tmp_path: Path) -> None:
+    """h2's link taken down under a running job (`ip link set ltb-h2 down`:
+    nothing closes, packets just stop): the run ends the job with 255, one
+    line naming the I/O node and its host, a RAS event; and h2's agent,
+    hearing no heartbeat from the service node, ends h2's daemons by itself."""
+    env_tb = tb.env  # type: ignore[attr-defined]
+    m = make_machine(tmp_path, *SHAPE, "--placement", "ssh", "--hostfile", env_tb["LATTICE_TESTBED_HOSTFILE"],
+                     "--ssh-command", env_tb["LATTICE_TESTBED_SSH"])
+    m.env.update({k: v for k, v in env_tb.items() if k.startswith(("SLURM_CONF", "LATTICE_TESTBED"))})
+    m.run("block", "create", "N", "--shape", "1x1x4")
+    m.run("boot", "N")
+    try:
+        assert host_lattice("h2"), "nothing of the block on h2"
+        run = subprocess.Popen([*LATTICE, "run", "--block", "N", "-n", "4", "--kernel", "linux", "/bin/sh", "-c",
+                                "echo up; exec sleep 600"], env=m.env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert run.stdout is not None
+        assert [run.stdout.readline() for _ in range(4)] == ["up\n"] * 4
+        subprocess.run(["ip", "link", "set", "ltb-h2", "down"], check=True)
+        _, err = run.communicate(timeout=180)
+        assert run.returncode == 255, err
+        assert "Traceback" not in err, err
+        assert "lattice: I/O node R00-M0-N00-I:J01 lost (connection failed: " in err and ", host h2) during job" in err, err
+        ras = m.run("ras").stdout
+        assert "FATAL   CIOD    R00-M0-N00-I:J01" in ras and "host h2" in ras, ras
+        # h2 hears nothing from the service node: its agent ends its daemons (HEARTBEAT_LOST, 20 s)
+        wait_for(lambda: host_lattice("h2") == [], 180)
+        assert host_lattice("h1"), "h1 lost its daemons too"
+    finally:
+        subprocess.run(["ip", "link", "set", "ltb-h2", "up"], check=False)
+        m.run("free", "N", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
+    assert host_lattice("h1") == []
