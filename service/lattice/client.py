@@ -95,6 +95,8 @@ def warm(argv: list[str]) -> int:
     for s in FORWARD:
         _signal.signal(s, _signal.default_int_handler if s == _signal.SIGINT else _signal.SIG_DFL)
     sock.close()
+    if b"\n" in answer:         # the command's own answer first; the server's may have come with it
+        answer = answer[:answer.index(b"\n") + 1]
     if answer == REFUSED:
         return NO
     if answer[:1] == b"S" and answer[1:-1].isdigit():
