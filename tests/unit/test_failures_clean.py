@@ -215,3 +215,33 @@ def test_an_unwritable_file_of_the_home_is_one_line(home: Path) -> None:
     assert db.failure_line(e) == (f"{home / 'blocks'}: Permission denied (LATTICE_HOME {home} must be writable "
                                   "by whoever runs lattice)")
     assert db.failure_line(ValueError("a bug")) is None        # not a failure of the machine's files: a traceback
+
+
+@pytest.mark.parametrize("answer,status,said", [
+    (b"E3\nE3\n", 3, ""),                                   # the command's own answer and the server's, in one read
+    (b"S9\n", 137, "lattice: error: the command was killed by signal 9\n"),     # SIGKILL: no handler to reset
+])
+def test_the_client_takes_the_first_answer_and_a_sigkill_is_one_line(tmp_path: Path, answer: bytes, status: int,
+                                                                     said: str) -> None:
+    """A fake warm server in a fresh LATTICE_HOME answers the client."""
+    import socket
+    import threading
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(tmp_path / "warm.sock"))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        _, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
+        for fd in fds:          # the client's streams: held here, its pipes would never end
+            os.close(fd)
+        conn.sendall(answer)
+        conn.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    env = dict(os.environ, LATTICE_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[2] / "service"))
+    p = subprocess.run([sys.executable, "-c", "import sys\nfrom lattice import client\nsys.exit(client.warm(['blocks']))"],
+                       env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    t.join()
+    srv.close()
+    assert (p.returncode, p.stderr) == (status, said), p
