@@ -236,13 +236,13 @@ class Agent:
         keyfile, cnk = self.prepare()
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
-        started = 0
+        started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)
         for ps in self.psets:
             p = ps["pset"]
             why = self.must_stop()
             if why:
                 raise RuntimeError(f"boot ended while the daemons started: {why}")
-            self.progress(started=started, of=sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets))
+            self.progress(started=started, of=total)
             started += len(ps["nodes"]) + bool(ps.get("ciod", True))
             if ps.get("ciod", True):
                 sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
@@ -424,8 +424,8 @@ class Agent:
     def stop(self) -> None:
         """End every daemon still running (its whole session), then reap
         them all: SIGTERM, SIGKILL after STOP_GRACE, then as long as they
-        take to die (a "stopping" report every PROGRESS_EVERY seconds keeps
-        the service node waiting), up to STOP_STALL without one dying."""
+        take to die (a "stopping" report as their number falls keeps the
+        service node waiting), up to STOP_STALL without one dying."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in list(self.daemons):
                 try:

@@ -793,8 +793,8 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
         if r.output.files is not None:
             r.output.files.close()
         r.record_ranks()
-        if pages is not None and r.abandoned:
-            pass            # its ranks may still hold the pages: the next run's sweep reaps the reservation
+        if pages is not None and r.interrupted is not None:
+            pass            # out at once: the next run on the host reaps the reservation of a run that is gone
         elif pages is not None:
             from lattice import hugepages
             for problem in hugepages.release(pages):

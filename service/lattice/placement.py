@@ -274,7 +274,7 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
         for h in remote:
             log = log_dir / f"agent-{h}.log"
             log.unlink(missing_ok=True)
-            orders = dict(spec, hosts={h: spec["hosts"][h]}, stdin_is_channel=True)
+            orders = dict(spec, hosts={h: spec["hosts"][h]})
             # the far side's environment is its own: name where the lattice package is
             remote = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[1]}", *agent_argv(), "--host", h]
             argv = [*ssh_command(m), h, shlex.join(remote)]
@@ -283,7 +283,7 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     else:
         log = log_dir / f"agent-slurm{phase}.log"
         log.unlink(missing_ok=True)
-        orders = dict(spec, hosts={h: spec["hosts"][h] for h in remote}, stdin_is_channel=True)
+        orders = dict(spec, hosts={h: spec["hosts"][h] for h in remote})
         argv = ["srun", f"--nodes={len(remote)}", f"--ntasks={len(remote)}", "--ntasks-per-node=1",
                 f"--nodelist={','.join(remote)}", "--input=all", "--overlap", "--kill-on-bad-exit=0",
                 f"--job-name=lattice-{block}", *agent_argv()]
