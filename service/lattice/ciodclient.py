@@ -185,6 +185,8 @@ class Ciod:
         `lost` says which)."""
         try:
             chunk = self.sock.recv(1 << 20)
+        except (ConnectionResetError, BrokenPipeError):
+            chunk = b""
         except OSError as e:
             self.lost = e.strerror or str(e)
             chunk = b""
