@@ -186,6 +186,35 @@ def _parent(pid: int) -> int:
         return -1
 
 
+def test_an_interrupted_run_leaves_the_block_it_booted_to_a_sweep_that_happens(fm: Machine) -> None:
+    """A run that booted block B for itself, its I/O nodes hung: SIGTERM, it
+    leaves at once; the block is freed by the sweep it leaves behind, with
+    no other command run (the database and /proc are read directly)."""
+    run = subprocess.Popen([*LATTICE, "run", "-n", "2", "--kernel", "linux", "/bin/sh", "-c",
+                            "echo up; exec sleep 600"], env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert run.stdout is not None and run.stdout.readline() == "up\n"
+    ciods = fm.processes("ciod", "B")
+    assert len(ciods) == 2, ciods
+    for c in ciods:
+        os.kill(c, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        for c in ciods:
+            os.kill(c, signal.SIGCONT)
+    assert run.returncode == 143 and took < 2.0 + 8.0, (run.returncode, took, err)
+
+    def freed() -> bool:
+        with sqlite3.connect(fm.home / "lattice.db") as con:
+            st = con.execute("SELECT state FROM blocks WHERE name = 'B'").fetchone()[0]
+        return st == "Free" and block_processes(fm, "B") == []
+    wait_for(freed, 120)
+
+
 # ---- jobs ----
 
 @pytest.fixture(scope="module")

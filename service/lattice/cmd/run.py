@@ -302,7 +302,10 @@ def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
 
 
 SWEEPER = ("import os, select, sys\n"
-           "select.select([os.pidfd_open(int(sys.argv[1]))], [], [])\n"
+           "try:\n"
+           "    select.select([os.pidfd_open(int(sys.argv[1]))], [], [])\n"
+           "except ProcessLookupError:\n"
+           "    pass\n"
            "from lattice import reclaim\n"
            "reclaim.connect().close()\n")
 
