@@ -12,7 +12,9 @@ clear line, never a traceback.
 A stuck compute node is made with a prefix (LATTICE_PREFIX) whose `cnode`
 is a shell script that stops itself (SIGSTOP) for node 3 before it execs
 the real cnode: that node never connects, so its boot can make no progress.
-A host link taken down mid-job is in test_t0795_link_down.py (the testbed).
+A host link taken down mid-job uses the testbed (two network namespaces,
+scripts/testbed.sh): `ip link set ltb-h2 down` cuts h2 off without closing
+anything.
 """
 from __future__ import annotations
 
