@@ -178,7 +178,8 @@ def failure_line(e: BaseException) -> str | None:
         text = str(e)
         if "locked" in text or "busy" in text:
             who = lock_holders()
-            what = "lattice command" if "lattice" in who else "process"
+            what = "lattice command" if who.startswith("lattice ") else "process"
+            who = who.removeprefix("lattice ")
             return (f"the machine's database {path()} is locked by another {what}" + (f" ({who})" if who else "")
                     + f"; waited {busy_wait():g} s ($LATTICE_DB_TIMEOUT): try again when it is done")
         if "readonly" in text or "read-only" in text:
@@ -228,15 +229,19 @@ def lock_holders() -> str:
     except (OSError, ValueError, IndexError):
         pass
     out = []
+    ours = False
     for pid in pids[:3]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                words = fh.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+                argv = fh.read().rstrip(b"\0").split(b"\0")
         except OSError:
-            words = "?"
+            argv = [b"?"]
+        # a lattice command: `lattice ...`, `python -m lattice ...`, a warm server's copy of one
+        ours |= any(a.rsplit(b"/", 1)[-1] in (b"lattice", b"lattice.warm") for a in argv[:4])
+        words = b" ".join(argv).decode(errors="replace")
         printable = "".join(c if c.isprintable() else "?" for c in words)[:80]
         out.append(f"pid {pid}: {printable}")
-    return "; ".join(out)
+    return ("lattice " if ours else "") + "; ".join(out)
 
 
 def connect(db_path: Path | None = None) -> sqlite3.Connection:
