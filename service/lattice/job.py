@@ -60,7 +60,7 @@ OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a clo
 NODE_LOST = 255
 KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them;
 KEEP_QUIET = 8.0        # doubled up to this while they touch no new ones: a long quiet job stays quiet
-INTERRUPT_GRACE = 1.0   # seconds an interrupted run waits for its I/O nodes' end of job before it leaves
+INTERRUPT_GRACE = 1.5   # seconds an interrupted run waits for its I/O nodes' end of job before it leaves (2 s in all)
 INTERRUPTED: int | None = None  # the signal that interrupted this process's run, if one did (lattice.cmd.run)
 
 
