@@ -245,3 +245,22 @@ def test_the_client_takes_the_first_answer_and_a_sigkill_is_one_line(tmp_path: P
     t.join()
     srv.close()
     assert (p.returncode, p.stderr) == (status, said), p
+
+
+def test_leftovers_are_the_block_s_processes_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process naming blocks/R00/ is R00's, not R0's (a prefix), and
+    kill_leftovers ends it (its session: it leads one, as a daemon does)."""
+    from lattice import boot
+    monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(600)",
+                          "--personality", str(tmp_path / "blocks" / "R00" / "node-3.json")],
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "up\n"
+        assert boot.leftovers("R0") == []
+        assert boot.leftovers("R00") == [p.pid]
+        assert boot.kill_leftovers("R00") == 1
+        assert not Path(f"/proc/{p.pid}").exists()     # killed and reaped (by kill_leftovers: it is our child)
+    finally:
+        p.kill()
+        p.wait()
