@@ -89,6 +89,7 @@ int node_attach(uint32_t node, struct conn *c)
         uint32_t n = 0;
         for (uint32_t i = 0; i < cfg.pset_size; i++)
             n += g.node[i] != NULL;
+        notify("node %u", node);    /* boot progress: the agent counts nodes up (a stall, not a slow boot, fails) */
         if (n == cfg.pset_size) {
             g.announced = true;
             notify("ready");

@@ -33,8 +33,9 @@ static void usage(FILE *f)
                "            --key-file FILE --ras FILE --location LOC [--notify-fd FD]\n"
                "            [--plugin PATH[:LIMIT][;CONFIG]]...\n"
                "  ADDR is unix:/abs/path.sock or tcp:HOST:PORT (PORT 0: any free port)\n"
-               "  --notify-fd: write \"listening ADDR\" per address and \"ready\" once every\n"
-               "  compute node of the pset is connected (for the host agent)\n");
+               "  --notify-fd: write \"listening ADDR\" per address, \"node N\" as each compute node\n"
+               "  connects and \"ready\" once every compute node of the pset is connected\n"
+               "  (for the host agent)\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)

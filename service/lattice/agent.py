@@ -30,7 +30,19 @@ on a command line, in an environment or on a shared file system.  Then it:
   block's job containers (lattice.container): whatever a cnode killed
   outright left there is killed, and the cgroups removed.
 
-Reports are JSON lines: {"host", "event": "listening"|"ready"|"error"|"exited"|"swept"|"done", ...}.
+Reports are JSON lines: {"host", "event": "listening"|"progress"|"ready"|"error"|"exited"|"swept"|"stopping"|
+"channel-closed"|"done", ...}; "progress" (compute nodes up, daemons started) at most every
+PROGRESS_EVERY seconds while something moves, so the booter cuts off a boot that stalls, not one
+that is slow (lattice.boot).
+
+The channel (Channel) is how the booting `lattice` reaches the agent after the orders: the agent's
+standard input on another host, a pipe from the booter on this one.  Lines on it: "boot" (the booter
+is still there, every few seconds), "commit" (the boot succeeded: the block stays after the booter
+ends), "stop" (end the daemons: the boot failed or was interrupted), and empty lines, the heartbeat
+that the launcher's shell on the service node sends every HEARTBEAT seconds over ssh or srun.  Until
+"commit" the agent ends its daemons when the booter is gone (the pipe closes, or no "boot" line for
+the stall window); after it, an agent on another host ends them when no line at all came for
+HEARTBEAT_LOST seconds: its service node vanished without closing the connection (a link down).
 """
 from __future__ import annotations
 
@@ -50,6 +62,64 @@ if TYPE_CHECKING:
     import threading
 
 STOP_GRACE = 2.0        # seconds between SIGTERM and SIGKILL when the agent ends its daemons
+STOP_STALL = 60.0       # after SIGKILL, how long the agent waits for daemons that do not die (D state)
+PROGRESS_EVERY = 1.0    # seconds between progress reports while the boot or the stop moves
+HEARTBEAT = 5.0         # seconds between heartbeat lines on a remote agent's channel (lattice.placement)
+HEARTBEAT_LOST = 20.0   # no line for this long: the service node is gone, the agent ends its daemons
+STALL = 60.0            # default stall window of a boot (lattice.boot: $LATTICE_BOOT_STALL)
+
+
+class Channel:
+    """The booter's line to the agent (see the module's doc): read without
+    blocking, a line at a time."""
+
+    def __init__(self, fd: int, remote: bool, stall: float, rest: bytes = b"") -> None:
+        self.fd, self.remote, self.stall = fd, remote, stall
+        self.buf = rest
+        self.closed = False
+        self.committed = False
+        self.stop = False
+        self.heard = self.booter = time.monotonic()     # the last line, the last line from the booter
+        os.set_blocking(fd, False)
+        self.take(b"")
+
+    def poll(self) -> None:
+        while not self.closed:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.closed = True
+                return
+            self.take(data)
+
+    def take(self, data: bytes) -> None:
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        now = time.monotonic()
+        for line in lines:
+            self.heard = now
+            word = line.strip()
+            if word in (b"boot", b"commit"):
+                self.booter = now
+            self.committed |= word == b"commit"
+            self.stop |= word == b"stop"
+
+    def why_stop(self) -> str | None:
+        """Why the agent must end its daemons now, if it must."""
+        now = time.monotonic()
+        if self.stop:
+            return "told to stop by the service node"
+        if self.closed and (self.remote or not self.committed):
+            return ("its channel to the service node closed" if self.remote else
+                    "the lattice command that was booting the block is gone")
+        if not self.committed and now - self.booter > self.stall:
+            return f"no word from the lattice command booting the block for {self.stall:.0f} s"
+        if self.remote and now - self.heard > HEARTBEAT_LOST:
+            return f"no heartbeat from the service node for {HEARTBEAT_LOST:.0f} s (its link is down?)"
+        return None
 
 
 class Daemon(NamedTuple):
@@ -128,6 +198,33 @@ class Agent:
         self.sel.register(self.wake_r, selectors.EVENT_READ, "signal")
         from lattice import container
         self.container = container.name(str(spec["block"]), self.dir)   # the block's cgroups (cnode's "container")
+        self.channel: Channel | None = None
+        self.up = 0                                   # compute nodes connected to this host's ciods
+        self.said_progress = time.monotonic()
+        self.last_progress: dict[str, Any] = {}
+
+    def listen_to(self, channel: Channel) -> None:
+        self.channel = channel
+        self.sel.register(channel.fd, selectors.EVENT_READ, "channel")
+
+    def progress(self, event: str = "progress", **fields: Any) -> None:
+        """A progress report when something moved, at most every
+        PROGRESS_EVERY seconds: the service node takes a report for
+        progress, so one that says nothing new is not sent."""
+        fields = {"up": self.up, **fields} if event == "progress" else fields
+        if fields != self.last_progress and time.monotonic() - self.said_progress >= PROGRESS_EVERY:
+            self.said_progress = time.monotonic()
+            self.last_progress = fields
+            say(self.host, event, **fields)
+
+    def must_stop(self) -> str | None:
+        """Why the boot must end now (a signal, the booter gone or saying stop)."""
+        if self.stopping:
+            return "asked to stop"
+        if self.channel is not None:
+            self.channel.poll()
+            return self.channel.why_stop()
+        return None
 
     # ---- start ----
 
@@ -172,8 +269,14 @@ class Agent:
         self.sweep_containers()
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
+        started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)
         for ps in self.psets:
             p = ps["pset"]
+            why = self.must_stop()
+            if why:
+                raise RuntimeError(f"boot ended while the daemons started: {why}")
+            self.progress(started=started, of=total)
+            started += len(ps["nodes"]) + bool(ps.get("ciod", True))
             if ps.get("ciod", True):
                 sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
                 argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
@@ -223,22 +326,25 @@ class Agent:
             os.close(w)
         return r
 
-    def wait_ready(self, timeout: float) -> dict[int, str]:
-        """Until every ciod says "ready": each pset's advertised address."""
+    def wait_ready(self, stall: float) -> dict[int, str]:
+        """Until every ciod says "ready": each pset's advertised address.  A
+        boot that makes no progress (no compute node connects, no ciod says
+        anything) for stall seconds fails; a slow one goes on."""
         pending = {ps["pset"] for ps in self.psets if ps.get("ciod", True)}
         unheard = set(pending)          # ciods that have not said where they listen
         listening: dict[int, list[str]] = {}
         partial: dict[int, bytes] = {}
-        deadline = time.monotonic() + timeout
+        moved = time.monotonic()
         while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"timed out after {timeout:.0f} s waiting for the compute nodes of "
-                                   f"pset{'s' if len(pending) > 1 else ''} {', '.join(map(str, sorted(pending)))}")
-            for key, _ in self.sel.select(min(left, 1.0)):
-                if key.data == "signal":
+            if time.monotonic() - moved > stall:
+                raise RuntimeError(f"no progress for {stall:.0f} s ({self.up} compute nodes up) waiting for the "
+                                   f"compute nodes of pset{'s' if len(pending) > 1 else ''} "
+                                   f"{', '.join(map(str, sorted(pending)))}")
+            for key, _ in self.sel.select(1.0):
+                if key.data in ("signal", "channel"):
                     self.drain_wakeups()
                     continue
+                moved = time.monotonic()
                 p, fd = key.data, key.fd
                 data = os.read(fd, 4096)
                 if not data:
@@ -257,10 +363,14 @@ class Agent:
                                     ciods={str(q): self.advertise(a) for q, a in listening.items()})
                     elif word == "ready":
                         pending.discard(p)
+                    elif word == "node":
+                        self.up += 1
             for d in self.reap():
                 raise RuntimeError(f"{d.kind} of {self.location(d)} exited during boot ({self.status_text})")
-            if self.stopping:
-                raise RuntimeError("asked to stop during boot")
+            why = self.must_stop()
+            if why:
+                raise RuntimeError(f"boot ended: {why}")
+            self.progress()
         return {p: self.advertise(addrs) for p, addrs in listening.items()}
 
     def advertise(self, addrs: list[str]) -> str:
@@ -304,43 +414,67 @@ class Agent:
         if signum != signal.SIGCHLD:
             self.stopping = True
 
-    def watch(self, stdin_is_channel: bool) -> None:
-        """The block's life on this host: report daemons that end; stop when asked."""
+    def await_commit(self) -> str | None:
+        """After "ready": until the booter says the boot is done ("commit");
+        why not, if the booter is gone or says stop (the daemons then end)."""
+        while self.channel is not None and not self.channel.committed:
+            why = self.must_stop()
+            if why:
+                return why
+            if self.channel.committed:
+                break
+            for key, _ in self.sel.select(1.0):
+                if key.data == "signal":
+                    self.drain_wakeups()
+            for d in self.reap():
+                say(self.host, "exited", kind=d.kind, node=d.node, location=self.location(d), status=self.status_text)
+        return None
+
+    def watch(self) -> None:
+        """The block's life on this host: report daemons that end; stop when
+        asked, when the channel closes, or when its heartbeat stops."""
         for fd in list(self.notify.values()):
             try:
                 self.sel.unregister(fd)
             except (KeyError, ValueError):
                 pass
             os.close(fd)
-        if stdin_is_channel:
-            os.set_blocking(0, False)
-            self.sel.register(0, selectors.EVENT_READ, "stdin")
+        ch = self.channel
+        if ch is not None and not ch.remote:        # this host's booter is done with us: nothing more comes
+            self.sel.unregister(ch.fd)
+            os.close(ch.fd)
+            self.channel = ch = None
         while self.daemons and not self.stopping:
-            for key, _ in self.sel.select(5.0):
+            for key, _ in self.sel.select(HEARTBEAT):
                 if key.data == "signal":
                     self.drain_wakeups()
-                elif key.data == "stdin":
-                    try:
-                        if not os.read(0, 4096):
-                            self.stopping = True     # the ssh or srun that carries us is gone
-                            say(self.host, "channel-closed")
-                    except BlockingIOError:
-                        pass
+            why = self.must_stop()
+            if why:
+                self.stopping = True
+                say(self.host, "channel-closed", message=why)
             for d in self.reap():
                 say(self.host, "exited", kind=d.kind, node=d.node, location=self.location(d), status=self.status_text)
 
     def stop(self) -> None:
-        """End every daemon still running (its whole session), then reap them."""
+        """End every daemon still running (its whole session), then reap
+        them all: SIGTERM, SIGKILL after STOP_GRACE, then as long as they
+        take to die (a "stopping" report as their number falls keeps the
+        service node waiting), up to STOP_STALL without one dying."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in list(self.daemons):
                 try:
                     os.killpg(pid, sig)
+                    if sig == signal.SIGTERM:
+                        os.killpg(pid, signal.SIGCONT)      # a stopped one takes its SIGTERM now
                 except (ProcessLookupError, PermissionError):
                     pass
-            deadline = time.monotonic() + STOP_GRACE
-            while self.daemons and time.monotonic() < deadline:
-                self.reap()
+            grace = STOP_GRACE if sig == signal.SIGTERM else STOP_STALL
+            moved = time.monotonic()
+            while self.daemons and time.monotonic() - moved < grace:
+                if self.reap():
+                    moved = time.monotonic() if sig == signal.SIGKILL else moved
                 if self.daemons:
+                    self.progress("stopping", left=len(self.daemons))
                     time.sleep(0.02)
             if not self.daemons:
                 break
@@ -374,29 +508,47 @@ def my_host(spec: dict[str, Any], argv: list[str]) -> str:
     raise RuntimeError(f"this host ({socket.gethostname()}) is none of {', '.join(hosts)}")
 
 
+def read_orders(fd: int) -> tuple[bytes, bytes]:
+    """The first non-empty line of fd (heartbeats may come first), and what
+    was read after it (the channel's next lines)."""
+    buf = b""
+    while True:
+        buf = buf.lstrip(b"\n")
+        line, nl, rest = buf.partition(b"\n")
+        if nl:
+            return line, rest
+        data = os.read(fd, 1 << 20)
+        if not data:
+            return buf, b""
+        buf += data
+
+
 def main(argv: list[str] | None = None) -> int:
     """The agent as a program (on another host, over ssh or srun): its
-    orders are the first line of its standard input."""
+    orders are the first line of its standard input, which stays its channel."""
     argv = sys.argv[1:] if argv is None else argv
-    line = sys.stdin.buffer.readline()
+    line, rest = read_orders(0)
     try:
         spec = json.loads(line)
         host = my_host(spec, argv)
     except (ValueError, KeyError, IndexError, RuntimeError) as e:
         say(socket.gethostname(), "error", message=f"bad orders on standard input: {e}")
         return 2
-    return serve(spec, host)
+    return serve(spec, host, Channel(0, True, float(spec.get("stall", STALL)), rest))
 
 
-def fork(spec: dict[str, Any], host: str, log: Path) -> int:
+def fork(spec: dict[str, Any], host: str, log: Path) -> tuple[int, int]:
     """The agent of this host as a forked child of `lattice` (no new
     interpreter to start: 50 ms less per boot), in a session of its own,
-    its reports appended to log; its pid."""
+    its reports appended to log; its pid, and the write end of its channel
+    (a pipe: closed before "commit", the agent ends what it started)."""
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    r, w = os.pipe()
     pid = os.fork()
     if pid:
         os.close(out)
-        return pid
+        os.close(r)
+        return pid, w
     code = 1
     try:
         os.setsid()
@@ -404,13 +556,14 @@ def fork(spec: dict[str, Any], host: str, log: Path) -> int:
         os.dup2(out, 2)
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.closerange(3, 65536)     # the database and anything else of the parent's
-        code = serve(spec, host)
+        os.dup2(r, 3)
+        os.closerange(4, 65536)     # the database, the channel's write end and anything else of the parent's
+        code = serve(spec, host, Channel(3, False, float(spec.get("stall", STALL))))
     finally:
         os._exit(code)
 
 
-def serve(spec: dict[str, Any], host: str) -> int:
+def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     cores: dict[str, Any] = {}
     learning = None
@@ -419,6 +572,8 @@ def serve(spec: dict[str, Any], host: str) -> int:
         learning = threading.Thread(target=lambda: cores.update(host_cores()), daemon=True)
         learning.start()
     a = Agent(spec, host)
+    if channel is not None:
+        a.listen_to(channel)
     signal.set_wakeup_fd(a.wake_w)
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
         signal.signal(s, a.on_signal)
@@ -427,20 +582,24 @@ def serve(spec: dict[str, Any], host: str) -> int:
         a.check_capacity()
         a.start()
         spawned = time.monotonic() - t0
-        addresses = a.wait_ready(float(spec.get("timeout", 30)))
+        addresses = a.wait_ready(float(spec.get("stall", STALL)))
     except (OSError, RuntimeError, LatticeError) as e:
         a.stop()
         a.forget_secrets()
         say(host, "error", message=e.message if isinstance(e, LatticeError) else str(e))
         return 1
-    say(host, "ready", ciods={str(p): {"address": addresses[p],
+    say(host, "ready", up=a.up, ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
                               for p in addresses},
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
         seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
         **({"capacity": a.limits()} if spec.get("report_cores") else {}),
         **({"cores": cores} if joined(learning) and cores else {}))
-    a.watch(stdin_is_channel=bool(spec.get("stdin_is_channel")))
+    why = a.await_commit()
+    if why is None:
+        a.watch()
+    else:
+        say(host, "stopping", message=f"boot not completed: {why}", left=len(a.daemons))
     a.stop()
     a.forget_secrets()
     say(host, "done")

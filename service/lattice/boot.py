@@ -31,7 +31,12 @@ from lattice.machine import Machine
 if TYPE_CHECKING:
     from lattice import capacity
 
-BOOT_TIMEOUT = 30.0
+STOP_WAIT = 30.0        # seconds a stop waits for processes that neither die nor report progress
+STALL = 60.0            # default seconds a boot may go without progress before it fails ($LATTICE_BOOT_STALL)
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP to a booting command: the boot stops what it started, then the command ends."""
 
 
 def block_dir(name: str) -> Path:
@@ -113,6 +118,7 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     it did per node, and reaps nothing."""
     import secrets
     from lattice import capacity, placement
+    stall = boot_stall()
     if m.placement == "local":      # this host runs every daemon: one clear error before any starts
         capacity.check_boot(m, blocks.get(con, name))
     blocks.set_state(con, name, "Allocated", expect=("Free",))
@@ -138,6 +144,8 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
                     (db.now(), name))
         con.execute("DELETE FROM daemons WHERE block = ?", (name,))
         con.execute("DELETE FROM agents WHERE block = ?", (name,))
+    reports: placement.Reports | None = None
+    handlers = interruptible()
     try:
         where = placement.of(con, m)
         plan: dict[str | None, list[dict[str, object]]] = {}     # host -> what it runs of each pset
@@ -149,16 +157,18 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
         spec = orders(m, b, key, plan)
         # hosts that run I/O nodes first: the compute nodes elsewhere need their addresses
         first = {h: e for h, e in plan.items() if any(x["ciod"] for x in e)}
-        reports = placement.Reports(placement.launch(m, name, first, spec, d / "log"), alive)
+        reports = placement.Reports([], alive, name, b.size, stall)
+        reports.add(placement.launch(m, name, first, spec, d / "log"))
         record_agents(con, name, reports.launches)
         rest = {h: e for h, e in plan.items() if h not in first}
+        # the agents' own stall checks name the psets: they come first, the booter's catch a silent host
         if rest:
-            listening = reports.wait("listening", [h or "local" for h in first], boot_timeout(b.size))
+            listening = reports.wait("listening", [h or "local" for h in first], stall + 10)
             spec["ciod_addresses"] = {p: a for r in listening.values() for p, a in r["ciods"].items()}
             more = placement.launch(m, name, rest, spec, d / "log", phase="-compute")
             reports.add(more)
             record_agents(con, name, more)
-        ready = reports.wait("ready", [h or "local" for h in plan], boot_timeout(b.size) + 10)
+        ready = reports.wait("ready", [h or "local" for h in plan], stall + 10)
         with db.transaction(con):
             for h, r in ready.items():
                 host = None if h == "local" else h
@@ -171,15 +181,19 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
                     remember_cores(h, r["cores"])
                 if "capacity" in r:
                     remember_capacity(h, r["capacity"])
-    except (LatticeError, OSError) as e:
-        why = e.message if isinstance(e, LatticeError) else str(e)
-        ras.record(con, "FATAL", "MMCS", name, f"boot of block {name} failed: {why}")
-        kill_daemons(con, name)
-        blocks.set_state(con, name, "Error", f"boot failed: {why}")
-        if owner is None:   # the failure is on record; only `lattice free` leaves Error
-            con.execute("UPDATE blocks SET owner_pid = NULL, owner_start = NULL WHERE name = ?", (name,))
-        raise LatticeError(f"boot of block {name} failed: {why}",
-                           f"daemon logs are in {d / 'log'}") from e
+        reports.commit()        # the agents keep the daemons from now on
+    except BaseException as e:
+        restore(handlers)
+        failed(con, name, e, reports, stall, owner is None)
+        if isinstance(e, (LatticeError, OSError)):
+            why = e.message if isinstance(e, LatticeError) else str(e)
+            raise LatticeError(f"boot of block {name} failed: {why}", f"daemon logs are in {d / 'log'}") from e
+        if isinstance(e, (KeyboardInterrupt, Interrupted)):
+            sig = e.args[0] if isinstance(e, Interrupted) and e.args else signal.SIGINT
+            raise LatticeError(f"boot of block {name} interrupted ({signal.Signals(sig).name}): the daemons it "
+                               f"started were stopped", status=128 + sig) from e
+        raise
+    restore(handlers)
     blocks.set_state(con, name, "Initialized")
     if owner is None:       # booted for whoever runs jobs on it: nobody's to free
         con.execute("UPDATE blocks SET owner_pid = NULL, owner_start = NULL WHERE name = ?", (name,))
@@ -199,10 +213,96 @@ def record_agents(con: sqlite3.Connection, name: str, launches: list) -> None:  
                             (name, h, ln.pid, procs.start_time(ln.pid), str(ln.log)))
 
 
-def boot_timeout(nodes: int) -> float:
-    """How long a host may take to bring its nodes up: the old 30 s, and
-    more for very large blocks (a few ms a node on a loaded host)."""
-    return BOOT_TIMEOUT + 0.005 * nodes
+def boot_stall() -> float:
+    """The stall window: a boot whose hosts report no progress (a compute
+    node up, a daemon started) for this many seconds fails; one that keeps
+    moving goes on however long it takes.  $LATTICE_BOOT_STALL, default 60."""
+    text = os.environ.get("LATTICE_BOOT_STALL")
+    try:
+        value = float(text) if text else STALL
+    except ValueError:
+        raise LatticeError(f"bad LATTICE_BOOT_STALL {text!r}: a number of seconds") from None
+    if not value > 0:
+        raise LatticeError(f"bad LATTICE_BOOT_STALL {text!r}: a number of seconds above 0")
+    return value
+
+
+def interruptible() -> dict[int, object]:
+    """SIGTERM and SIGHUP end a boot as SIGINT does (the boot stops what it
+    started first), where they would kill the command outright; the
+    handlers they had."""
+    def on(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+    old: dict[int, object] = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            old[sig] = signal.signal(sig, on)
+    return old
+
+
+def restore(handlers: dict[int, object]) -> None:
+    for sig, h in handlers.items():
+        signal.signal(sig, h)  # type: ignore[arg-type]
+
+
+def failed(con: sqlite3.Connection, name: str, e: BaseException, reports: object, stall: float,
+           disown: bool) -> None:
+    """A boot that failed or was interrupted: every daemon it started, on
+    every host, is stopped before it reports (its agents end theirs; what
+    is left on this host is killed), and the block says what happened."""
+    from lattice import placement
+    if isinstance(e, LatticeError):
+        why = e.message
+    elif isinstance(e, (KeyboardInterrupt, Interrupted)):
+        sig = e.args[0] if isinstance(e, Interrupted) and e.args else signal.SIGINT
+        why = f"interrupted ({signal.Signals(sig).name})"
+    else:
+        why = str(e) or type(e).__name__
+    left: list[placement.Launch] = []
+    if isinstance(reports, placement.Reports):
+        left = reports.stop(stall)
+    hosts = kill_launchers(left)
+    kill_daemons(con, name, sweep=True)
+    con.execute("DELETE FROM agents WHERE block = ?", (name,))
+    unsure = [h for h in hosts if h != "local"]
+    ras.record(con, "FATAL" if not isinstance(e, (KeyboardInterrupt, Interrupted)) else "WARNING", "MMCS", name,
+               f"boot of block {name} failed: {why}; its daemons were stopped"
+               + (f" (host{'s' if len(unsure) > 1 else ''} {', '.join(unsure)} did not confirm: their agents end "
+                  f"theirs when their channel closes)" if unsure else ""))
+    if isinstance(e, (KeyboardInterrupt, Interrupted)) and not unsure:
+        with db.transaction(con):       # nothing of it runs any more: Free says the truth
+            con.execute("UPDATE blocks SET state = 'Free', message = NULL, owner_pid = NULL, owner_start = NULL, "
+                        "changed = ? WHERE name = ?", (db.now(), name))
+        for f in block_dir(name).glob("*"):
+            if f.is_file():
+                f.unlink()
+        return
+    blocks.set_state(con, name, "Error", f"boot failed: {why}")
+    if disown:   # the failure is on record; only `lattice free` leaves Error
+        con.execute("UPDATE blocks SET owner_pid = NULL, owner_start = NULL WHERE name = ?", (name,))
+
+
+def kill_launchers(launches: list) -> list[str]:  # type: ignore[type-arg]
+    """End launchers (agent, ssh, srun) that did not leave when told: SIGTERM
+    to their sessions (an agent ends its daemons on it; ssh's far end sees
+    its channel close), SIGKILL after STOP_WAIT; the hosts they carried."""
+    hosts: list[str] = []
+    pids = [ln.pid for ln in launches]
+    for ln in launches:
+        hosts += ln.hosts
+    for sig, wait in ((signal.SIGTERM, STOP_WAIT), (signal.SIGKILL, 2.0)):
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = [p for p in pids if alive(p)]
+        if not pids:
+            break
+    return hosts
 
 
 def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[dict[str, object]]]) -> dict[str, object]:
@@ -225,7 +325,7 @@ def orders(m: Machine, b: Block, key: bytes, plan: dict[str | None, list[dict[st
         "block": b.name, "key": key.hex(), "prefix": str(machine.prefix()), "pset_size": m.pset_size,
         "ras_dir": str(ras.spool_dir()), "plugins": plugin_options(m), "hosts": hosts,
         "tcp": remote, "report_cores": remote, "secrets_on_disk": not remote,
-        "timeout": boot_timeout(b.size),
+        "stall": boot_stall(),
         "dirs": {h or "local": str(block_dir(b.name) if h is None else placement.private_dir(h, b.name)) for h in plan},
         "socket_dirs": {h or "local": str(machine.socket_dir() if h is None else placement.private_dir(h, b.name))
                         for h in plan},
@@ -325,9 +425,24 @@ def mark(block: str) -> bytes:
     return str(block_dir(block)).encode()
 
 
-def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None:
+def leftovers(name: str) -> list[int]:
+    """Every process on this host whose command line names the block's
+    directory (its ciods and cnodes: a key file, a personality), recorded or
+    not: what a boot killed half-way or an agent killed outright leaves."""
+    want = mark(name) + b"/"
+    me = os.getpid()
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != me and ours(int(d), want):
+            out.append(int(d))
+    return out
+
+
+def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0, sweep: bool = False) -> None:
     """End the block's daemons on this host, then its agents (each ends what
-    is left on its host when its channel closes or it is told to stop)."""
+    is left on its host when its channel closes or it is told to stop).
+    sweep (or an agent that had to be killed): then every process of the
+    block on this host, recorded or not (leftovers), is killed too."""
     rows = con.execute("SELECT pid FROM daemons WHERE block = ? AND host IS NULL", (name,)).fetchall()
     me = mark(name)
     pids = [r["pid"] for r in rows if ours(r["pid"], me)]
@@ -345,17 +460,47 @@ def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0) -> None
             if not alive(p):
                 break
             time.sleep(0.02)
-    stop_agents(con, name, grace)
+    if stop_agents(con, name, grace) or sweep:
+        kill_leftovers(name)
     con.execute("DELETE FROM daemons WHERE block = ?", (name,))
 
 
-def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> None:
+def kill_leftovers(name: str) -> int:
+    """SIGKILL to every leftover daemon of the block on this host (its
+    session: the jobs it started go too), and wait until they are gone; how
+    many there were.  The wait goes on while they keep dying (a host at a
+    load of hundreds reaps thousands slowly), up to STOP_WAIT without one."""
+    found = leftovers(name)
+    pids = list(found)
+    moved = time.monotonic()
+    while pids:
+        for p in pids:
+            try:
+                if os.getpgid(p) == p:
+                    os.killpg(p, signal.SIGKILL)
+                else:
+                    os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+        still = [p for p in pids if alive(p)]
+        if len(still) < len(pids):
+            moved = time.monotonic()
+        elif time.monotonic() - moved > STOP_WAIT:
+            break
+        pids = still
+    return len(found)
+
+
+def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> bool:
     """An agent whose daemons have all ended leaves by itself (and its ssh or
     srun with it); one still there after a moment is told to (SIGTERM: it
     ends its daemons), then killed."""
     rows = {r["pid"]: r["start"] for r in con.execute("SELECT pid, start FROM agents WHERE block = ?", (name,))}
     mine = [pid for pid, start in rows.items() if procs.start_time(pid) == start]
+    signalled = False
     for sig, wait in ((0, 2.0), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        signalled |= bool(sig and mine)
         for pid in mine:
             try:
                 if sig:
@@ -369,14 +514,22 @@ def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> None:
         if not mine:
             break
     con.execute("DELETE FROM agents WHERE block = ?", (name,))
+    return signalled
 
 
 def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None) -> None:
     """Shut the block down; why (e.g. "freed by `lattice free --force`") is
     its message while it terminates: a run whose job dies of it says so."""
     b = blocks.get(con, name)
-    if b.state == "Free":
+    if b.state == "Free":       # yet daemons of it may run: a boot killed half-way, an agent killed outright
+        stop_agents(con, name, 5.0)
+        n = kill_leftovers(name)
+        if n:
+            ras.record(con, "WARNING", "MMCS", name, f"block {name} was Free, yet {n} of its daemons ran on this "
+                                                     f"host: killed")
+            print(f"lattice: block {name}: killed {n} daemon{'s' if n > 1 else ''} left running", file=sys.stderr)
         return
+    clean = b.state == "Initialized"
     blocks.set_state(con, name, "Terminating", why,
                      expect=("Allocated", "Booting", "Initialized", "Error", "Terminating"))
     try:
@@ -390,7 +543,7 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
                     c.call(0x0103)  # LAT_CTL_SHUTDOWN
             except (LatticeError, OSError, TypeError):
                 pass  # dead or never started: killed below
-    kill_daemons(con, name)
+    kill_daemons(con, name, sweep=not clean)    # a block that was not up as recorded may have unrecorded daemons
     from lattice import hugepages            # the pages the block's jobs touched, if it kept them
     for problem in hugepages.forget(hugepages.book_dir(), hugepages.block_entry(machine.home(), name)):
         print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)

@@ -65,6 +65,7 @@ class Ciod:
         self.sealer: wire.Sealer | None = None    # a link between hosts, after the ack
         self.broken: str | None = None            # why the link was closed on our side, if it was
         self.pending: list[tuple[int, bytes]] = []
+        self.lost: str | None = None    # why the connection failed, when frames() found it gone
         try:
             self.sock = open_socket(address, timeout)
         except OSError as e:
@@ -210,13 +211,18 @@ class Ciod:
 
     def frames(self) -> list[tuple[int, bytes]] | None:
         """Read what is available (the socket is readable); return complete
-        one-way messages, or None when the connection has closed (or we
-        closed it: a sealed frame that was not authentic, self.broken)."""
+        one-way messages, or None when the connection has closed or failed
+        (a reset, or a keepalive timeout when the I/O node's host vanished:
+        `lost` says which), or when we closed it: a sealed frame that was
+        not authentic (`broken`)."""
         if self.broken:
             return None
         try:
             chunk = self.sock.recv(1 << 20)
         except (ConnectionResetError, BrokenPipeError):
+            chunk = b""
+        except OSError as e:
+            self.lost = e.strerror or str(e)
             chunk = b""
         if not chunk:
             return self.buffered() or None

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import Callable
 
 from lattice.errors import LatticeError
 
@@ -69,20 +70,30 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 141
+    except Exception as e:      # the machine's files or database failed under the command: one line
+        from lattice import db
+        line = db.failure_line(e)
+        if line is None or os.environ.get("LATTICE_DEBUG"):
+            raise
+        print(f"lattice: error: {line}", file=sys.stderr)
+        return 1
 
 
-def entry() -> None:
+def entry(tell: Callable[[int], None] | None = None) -> None:
     """The `lattice` command: main(), then out without the interpreter's
     teardown.  Every write is committed and flushed by then; the teardown
     only freed memory and checkpointed the database's write-ahead log, which
     SQLite does as well on a later commit (with its fsync): 10-15 ms of every
-    command, a tenth of a small `lattice run`."""
+    command, a tenth of a small `lattice run`.  tell: who else must learn
+    the status first (a warm server's client, lattice.warm)."""
     status = main()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:
         status = status or 141
+    if tell is not None:
+        tell(status)
     os._exit(status)
 
 

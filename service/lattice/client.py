@@ -111,12 +111,18 @@ def warm(argv: list[str]) -> int:
     for s in FORWARD:
         _signal.signal(s, _signal.default_int_handler if s == _signal.SIGINT else _signal.SIG_DFL)
     sock.close()
+    if b"\n" in answer:         # the command's own answer first; the server's may have come with it
+        answer = answer[:answer.index(b"\n") + 1]
     if answer == REFUSED:
         return NO
     if answer[:1] == b"S" and answer[1:-1].isdigit():
         sig = int(answer[1:-1])
-        _signal.signal(sig, _signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        try:                    # die of it, as the command did
+            _signal.signal(sig, _signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):
+            pass                # SIGKILL, SIGSTOP: no handler to reset; said and returned instead
+        os.write(2, b"lattice: error: the command was killed by signal %d\n" % sig)
         return 128 + sig
     if answer[:1] == b"E" and answer[1:-1].lstrip(b"-").isdigit():
         return int(answer[1:-1]) & 0xff

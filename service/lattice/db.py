@@ -161,6 +161,89 @@ def path() -> Path:
     return machine.home() / "lattice.db"
 
 
+def busy_wait() -> float:
+    """Seconds a command waits for another's write lock before it gives up
+    with one line (failure_line): $LATTICE_DB_TIMEOUT, default 30."""
+    try:
+        return max(0.0, float(os.environ.get("LATTICE_DB_TIMEOUT", "30")))
+    except ValueError:
+        return 30.0
+
+
+def failure_line(e: BaseException) -> str | None:
+    """One line for a failure of the machine's database or files under a
+    command (the CLI's boundary, lattice.cli); None: not one of those."""
+    import errno
+    if isinstance(e, sqlite3.OperationalError):
+        text = str(e)
+        if "locked" in text or "busy" in text:
+            who = lock_holders()
+            what = "lattice command" if who.startswith("lattice ") else "process"
+            who = who.removeprefix("lattice ")
+            return (f"the machine's database {path()} is locked by another {what}" + (f" ({who})" if who else "")
+                    + f"; waited {busy_wait():g} s ($LATTICE_DB_TIMEOUT): try again when it is done")
+        if "readonly" in text or "read-only" in text:
+            return (f"the machine's database {path()} cannot be written ({text}): "
+                    f"is LATTICE_HOME ({machine.home()}) read-only?")
+        return f"the machine's database {path()}: {text}"
+    if isinstance(e, sqlite3.DatabaseError):
+        return f"the machine's database {path()}: {e}"
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        hint = ""
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and str(e.filename or "").startswith(
+                str(machine.home())):
+            hint = f" (LATTICE_HOME {machine.home()} must be writable by whoever runs lattice)"
+        return f"{where}{e.strerror or e}{hint}"
+    return None
+
+
+def writable(d: Path) -> bool:
+    try:
+        return os.access(d, os.W_OK) and not os.statvfs(d).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
+
+
+def lock_holders() -> str:
+    """Who holds locks on the database's files (/proc/locks): "pid N: COMMAND"."""
+    ids = set()
+    for suffix in SUFFIXES:
+        try:
+            st = os.stat(path().with_name(path().name + suffix))
+        except OSError:
+            continue
+        ids.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    pids = []
+    try:
+        with open("/proc/locks") as fh:
+            for line in fh:
+                f = line.split()
+                if f[1] == "->":
+                    f.pop(1)
+                if len(f) < 6 or not f[4].isdigit() or int(f[4]) == os.getpid():
+                    continue
+                maj, mnr, ino = f[5].split(":")
+                if (int(maj, 16), int(mnr, 16), int(ino)) in ids and int(f[4]) not in pids:
+                    pids.append(int(f[4]))
+    except (OSError, ValueError, IndexError):
+        pass
+    out = []
+    ours = False
+    for pid in pids[:3]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().rstrip(b"\0").split(b"\0")
+        except OSError:
+            argv = [b"?"]
+        # a lattice command: `lattice ...`, `python -m lattice ...`, a warm server's copy of one
+        ours |= any(a.rsplit(b"/", 1)[-1] in (b"lattice", b"lattice.warm") for a in argv[:4])
+        words = b" ".join(argv).decode(errors="replace")
+        printable = "".join(c if c.isprintable() else "?" for c in words)[:80]
+        out.append(f"pid {pid}: {printable}")
+    return ("lattice " if ours else "") + "; ".join(out)
+
+
 def connect(db_path: Path | None = None) -> sqlite3.Connection:
     """The database at db_path, by default the machine's (which must exist)."""
     if db_path is None:
@@ -169,12 +252,13 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
         refuse_lost_state(db_path)
     try:
         private(db_path)
-        con = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
+        wait = busy_wait()
+        con = sqlite3.connect(db_path, timeout=wait, isolation_level=None)
         con.row_factory = sqlite3.Row
-        write_ahead_log(con)
+        write_ahead_log(con, wait)
         con.execute("PRAGMA synchronous=NORMAL")
         con.execute("PRAGMA foreign_keys=ON")
-        con.execute("PRAGMA busy_timeout=30000")
+        con.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
         con.execute("PRAGMA secure_delete=ON")
         # Every command is a new process and the first connection to the log
         # reads all of it back (WAL recovery): keep it short.
@@ -184,6 +268,15 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
         if 0 < was < KEYLESS:
             scrub(con)
         private(db_path)        # the -wal and -shm files SQLite just made
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "readonly" in str(e):
+            raise LatticeError(failure_line(e) or str(e)) from e
+        if not writable(db_path.parent):
+            raise LatticeError(f"cannot open the database {db_path}: {e}, and LATTICE_HOME {db_path.parent} "
+                               "is read-only: lattice must write there") from e
+        raise LatticeError(f"cannot open the database {db_path}: {e}",
+                           "lattice never replaces a damaged database: restore it from a backup, or end "
+                           "the machine's daemons by hand and start a new machine (`lattice init`)") from e
     except sqlite3.DatabaseError as e:
         raise LatticeError(f"cannot open the database {db_path}: {e}",
                            "lattice never replaces a damaged database: restore it from a backup, or end "

@@ -61,6 +61,13 @@ OUTPUT_FAILED = 74      # EX_IOERR: the job's output could not be written (a clo
 NODE_LOST = 255
 KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them;
 KEEP_QUIET = 8.0        # doubled up to this while they touch no new ones: a long quiet job stays quiet
+INTERRUPT_GRACE = 1.5   # seconds an interrupted run waits for its I/O nodes' end of job before it leaves (2 s in all)
+INTERRUPTED: int | None = None  # the signal that interrupted this process's run, if one did (lattice.cmd.run)
+
+
+class Abandoned(BaseException):
+    """An interrupted run's grace is over: it leaves now, wherever it was
+    (its closed connections end the job's ranks on the I/O nodes)."""
 
 
 class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
@@ -279,6 +286,8 @@ class Run:
         self.killed = False
         self.ended_by: str | None = None     # why lattice killed the job's ranks
         self.interrupted: int | None = None
+        self.leaving = False                 # the run is past its job: no more Abandoned
+        self.abandoned = False               # the run left before every I/O node said the job ended
         self.ciods: list[Ciod] = []
         self.lost_ionode = False
         self.freed: str | None = None        # why the job was cancelled, if its block was freed under it
@@ -570,12 +579,30 @@ class Run:
         self.kill(signal.SIGKILL)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.interrupted = signum
+        """SIGINT or SIGTERM to the run: end the job, and leave within
+        INTERRUPT_GRACE whatever the I/O nodes do (on_grace_over).  The
+        interrupt is the job's recorded cause, not the ranks' SIGKILL."""
+        global INTERRUPTED
+        if self.interrupted is not None:
+            return
+        self.interrupted = INTERRUPTED = signum
+        name = signal.Signals(signum).name
+        signal.signal(signal.SIGALRM, self.on_grace_over)
+        signal.setitimer(signal.ITIMER_REAL, INTERRUPT_GRACE)
+        if self.outcome.first_failure is None or not self.killed:
+            self.outcome.first_failure = f"job {self.job} interrupted: its lattice run got {name} and ended it"
         if not self.killed:
             self.killed = True
-            self.ended_by = f"ended by lattice on {signal.Signals(signum).name}"
-            print(f"lattice: {signal.Signals(signum).name}: ending job {self.job}", file=sys.stderr, flush=True)
+            self.ended_by = f"ended by lattice on {name} to its lattice run"
+            try:        # not print(): the handler may run inside another write to stderr
+                os.write(2, f"lattice: {name}: ending job {self.job}\n".encode())
+            except OSError:
+                pass
             self.kill(signal.SIGKILL)
+
+    def on_grace_over(self, signum: int, frame: FrameType | None) -> None:
+        if not self.leaving:
+            raise Abandoned()
 
     def wait(self, ciods: list[Ciod] | None = None) -> None:
         """Until each of ciods (default: the block's) ended the job or was lost."""
@@ -718,7 +745,11 @@ class Run:
         self.lost_ionode = True
         if self.input is not None:
             self.input.gone(c)
-        message = f"I/O node {c.location} lost ({c.broken or 'connection closed'}) during job {self.job}"
+        how = c.broken or (f"connection failed: {c.lost}" if c.lost else "connection closed")
+        kind, _, where = c.address.partition(":")
+        if kind == "tcp":       # the I/O node runs on another host: name it (its link may be what failed)
+            how += f", host {where.rpartition(':')[0]}"
+        message = f"I/O node {c.location} lost ({how}) during job {self.job}"
         print(f"lattice: {message}", file=sys.stderr, flush=True)
         ras.record(self.con, "FATAL", "CIOD", c.location, message, self.job)
         blocks.set_state(self.con, self.b.name, "Error", message)
@@ -763,21 +794,33 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
                 r.spec = spec._replace(env=[*spec.env, *pages.env])    # tells cnk which pages to take
             if spec.output is not None:
                 r.output.files = open_outputs(m, spec, job_id)
-            if r.interrupted is None:
+            if r.interrupted is None and not r.notice_freed(signal.SIGTERM):    # cancelled before it started?
                 r.start()
         except LatticeError as e:
             finish(con, job_id, "Error", e.status, e.message)
             raise
-        con.execute("UPDATE jobs SET state = 'Running', started = ? WHERE id = ?", (db.now(), job_id))
+        # a `lattice cancel` meanwhile made it Dying: that stays, and names the cause
+        con.execute("UPDATE jobs SET state = 'Running', started = ? WHERE id = ? AND state != 'Dying'",
+                    (db.now(), job_id))
+        if r.freed is None and r.notice_freed(signal.SIGTERM):
+            r.kill(signal.SIGKILL)      # cancelled while it started: its cancel's signals may have found no job
         r.wait()
+    except Abandoned:
+        r.abandoned = True
     finally:
+        r.leaving = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for s, h in handlers.items():
             signal.signal(s, h)
+        if r.abandoned:     # the rest must not wait on a busy database either
+            con.execute("PRAGMA busy_timeout=500")
         r.close()
         if r.output.files is not None:
             r.output.files.close()
         r.record_ranks()
-        if pages is not None:
+        if pages is not None and r.interrupted is not None:
+            pass            # out at once: the next run on the host reaps the reservation of a run that is gone
+        elif pages is not None:
             from lattice import hugepages
             for problem in hugepages.release(pages):
                 print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)

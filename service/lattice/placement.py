@@ -46,12 +46,16 @@ from lattice.errors import LatticeError
 from lattice.machine import Machine
 
 SSH_DEFAULT = "ssh -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+PROGRESS_TTY = 2.0      # a boot says its progress on a terminal after this many seconds,
+PROGRESS_LONG = 10.0    # elsewhere only when it is this long,
+PROGRESS_EVERY = 5.0    # and then every this many seconds
 
 
 class Launch(NamedTuple):
     hosts: tuple[str, ...]      # the hosts this launcher carries (None-free: "local" for this host)
     pid: int                    # the local process: agent, ssh or srun
     log: Path                   # what the agents report, one JSON line an event
+    channel: int | None = None  # the booter's write end of the agents' channel (lattice.agent.Channel)
 
 
 # ---- which host runs which pset ----
@@ -209,16 +213,28 @@ def ssh_command(m: Machine) -> list[str]:
     return shlex.split(m.ssh or SSH_DEFAULT)
 
 
-def _spawn(argv: list[str], orders: bytes, log: Path, hold_channel: bool, env: dict[str, str] | None = None) -> int:
+# The launcher's shell: it holds the channel's write end for as long as ssh or
+# srun runs (ssh closes every descriptor above 2 as it starts), so the far end
+# sees EOF only when the launcher dies; and it writes an empty line on it every
+# HEARTBEAT seconds, so an agent whose service node vanished without closing
+# the connection (its link down) hears nothing and ends its daemons
+# (lattice.agent.HEARTBEAT_LOST).  Its sleep holds no channel.
+HOLD = ('fd=$1 beat=$2; shift 2; '
+        '( while eval "sleep $beat $fd>&-"; do echo >&"$fd" || exit 0; done ) & b=$!; '
+        '"$@"; s=$?; kill "$b" 2>/dev/null; exit $s')
+
+
+def _spawn(argv: list[str], orders: bytes, log: Path, hold_channel: bool,
+           env: dict[str, str] | None = None) -> tuple[int, int | None]:
     """argv detached (a session of its own), its output appended to log, orders
     written to its standard input.  hold_channel: the pipe's write end stays
-    open in the child too, so the far end sees EOF only when the child dies."""
+    open in the child too, with heartbeats (HOLD), and the booter keeps one
+    to tell the agents "boot", "commit" or "stop" (returned with the pid)."""
     import subprocess
+    from lattice import agent
     r, w = os.pipe()
     if hold_channel:
-        # ssh closes every descriptor above 2 as it starts: a shell that waits
-        # for it holds the write end instead (not exec'd: "; exit")
-        argv = ["sh", "-c", '"$@"; exit $?', "sh", *argv]
+        argv = ["sh", "-c", HOLD, "sh", str(w), f"{agent.HEARTBEAT:g}", *argv]
     with open(log, "ab") as out:
         try:
             p = subprocess.Popen(argv, stdin=r, stdout=out, stderr=out, start_new_session=True,
@@ -226,11 +242,16 @@ def _spawn(argv: list[str], orders: bytes, log: Path, hold_channel: bool, env: d
         finally:
             os.close(r)
     try:
-        with os.fdopen(w, "wb") as fh:
-            fh.write(orders)
+        view = memoryview(orders)
+        while view:
+            view = view[os.write(w, view):]
     except BrokenPipeError:
         pass            # it died at once: its log says why
-    return p.pid
+    if not hold_channel:
+        os.close(w)
+        return p.pid, None
+    os.set_blocking(w, False)       # the booter's lines never wait on a stuck launcher
+    return p.pid, w
 
 
 def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, Any],
@@ -244,8 +265,9 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
         from lattice import agent
         log = log_dir / "agent.log"
         log.unlink(missing_ok=True)
-        out.append(Launch(("local",), agent.fork(dict(spec, hosts={"local": spec["hosts"]["local"]}), "local", log),
-                          log))
+        pid, w = agent.fork(dict(spec, hosts={"local": spec["hosts"]["local"]}), "local", log)
+        os.set_blocking(w, False)
+        out.append(Launch(("local",), pid, log, w))
     remote = [h for h in plan if h is not None]
     if not remote:
         return out
@@ -253,20 +275,21 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
         for h in remote:
             log = log_dir / f"agent-{h}.log"
             log.unlink(missing_ok=True)
-            orders = dict(spec, hosts={h: spec["hosts"][h]}, stdin_is_channel=True)
+            orders = dict(spec, hosts={h: spec["hosts"][h]})
             # the far side's environment is its own: name where the lattice package is
             remote = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[1]}", *agent_argv(), "--host", h]
             argv = [*ssh_command(m), h, shlex.join(remote)]
-            out.append(Launch((h,), _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True), log))
+            pid, channel = _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True)
+            out.append(Launch((h,), pid, log, channel))
     else:
         log = log_dir / f"agent-slurm{phase}.log"
         log.unlink(missing_ok=True)
-        orders = dict(spec, hosts={h: spec["hosts"][h] for h in remote}, stdin_is_channel=True)
+        orders = dict(spec, hosts={h: spec["hosts"][h] for h in remote})
         argv = ["srun", f"--nodes={len(remote)}", f"--ntasks={len(remote)}", "--ntasks-per-node=1",
                 f"--nodelist={','.join(remote)}", "--input=all", "--overlap", "--kill-on-bad-exit=0",
                 f"--job-name=lattice-{block}", *agent_argv()]
-        out.append(Launch(tuple(remote), _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True),
-                          log))
+        pid, channel = _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True)
+        out.append(Launch(tuple(remote), pid, log, channel))
     return out
 
 
@@ -296,14 +319,25 @@ def read_reports(log: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]
 
 
 class Reports:
-    """What the agents of some launches have reported, read as it comes."""
+    """What the agents of some launches have reported, read as it comes; and
+    the booter's side of their channels (lattice.agent.Channel)."""
 
-    def __init__(self, launches: list[Launch], running: Any) -> None:
+    BEAT = 5.0                  # seconds between the booter's "boot" lines to its agents (less for a short stall)
+
+    def __init__(self, launches: list[Launch], running: Any, block: str | None = None, nodes: int = 0,
+                 stall: float = 60.0) -> None:
         self.launches: list[Launch] = []
         self.running = running                  # pid -> bool: the launcher still runs
         self.offsets: dict[Path, int] = {}
         self.texts: dict[Path, list[str]] = {}
         self.seen: dict[tuple[str, str], dict[str, Any]] = {}   # (host, event) -> its report
+        self.heard: dict[str, float] = {}       # host -> when it last reported anything
+        self.up: dict[str, int] = {}            # host -> compute nodes up at its I/O nodes, as it last said
+        self.block, self.nodes = block, nodes   # for the progress line
+        self.t0 = time.monotonic()
+        self.next_line = self.t0 + (PROGRESS_TTY if sys.stderr.isatty() else PROGRESS_LONG)
+        self.beat_every = min(self.BEAT, stall / 4)     # the agents' stall window: they stop after it
+        self.next_beat = self.t0
         self.add(launches)
 
     def add(self, launches: list[Launch]) -> None:
@@ -312,24 +346,36 @@ class Reports:
             self.offsets.setdefault(ln.log, 0)
             self.texts.setdefault(ln.log, [])
 
-    def wait(self, event: str, hosts: list[str], timeout: float) -> dict[str, dict[str, Any]]:
-        """Each host's `event` report, or a clear error: an agent's own, or
-        the last words of a launcher that ended (ssh could not log in, srun
-        refused)."""
-        deadline = time.monotonic() + timeout
+    def read(self, ln: Launch) -> None:
+        """The new reports of ln's log; an agent's error raises."""
+        if not self.grew(ln.log):
+            return
+        reports, self.offsets[ln.log] = read_reports(ln.log, self.offsets[ln.log])
+        now = time.monotonic()
+        for r in reports:
+            if r["event"] == "error":
+                raise LatticeError(f"host {r.get('host', '?')}: {r.get('message', 'failed')}")
+            if r["event"] == "text":
+                self.texts[ln.log].append(r["text"])
+            elif "host" in r:
+                self.seen[r["host"], r["event"]] = r
+                self.heard[r["host"]] = now
+                if isinstance(r.get("up"), int):
+                    self.up[r["host"]] = r["up"]
+
+    def wait(self, event: str, hosts: list[str], stall: float) -> dict[str, dict[str, Any]]:
+        """Each host's `event` report, or a clear error: an agent's own, the
+        last words of a launcher that ended (ssh could not log in, srun
+        refused), or a host that reported nothing (no progress) for stall
+        seconds.  A boot that goes on moving is never cut off."""
+        start = time.monotonic()
+        for h in hosts:
+            self.heard.setdefault(h, start)
         rounds = 0
         while True:
             rounds += 1
             for ln in {id(x): x for x in self.launches}.values():
-                if self.grew(ln.log):
-                    reports, self.offsets[ln.log] = read_reports(ln.log, self.offsets[ln.log])
-                    for r in reports:
-                        if r["event"] == "error":
-                            raise LatticeError(f"host {r.get('host', '?')}: {r.get('message', 'failed')}")
-                        if r["event"] == "text":
-                            self.texts[ln.log].append(r["text"])
-                        elif "host" in r:
-                            self.seen[r["host"], r["event"]] = r
+                self.read(ln)
                 waiting = [h for h in ln.hosts if h in hosts and (h, event) not in self.seen]
                 # a launcher's life from /proc every 20th round: a stat a host a round is all else
                 if waiting and rounds % 20 == 0 and not self.running(ln.pid) and not self.grew(ln.log):
@@ -339,10 +385,74 @@ class Reports:
             pending = [h for h in hosts if (h, event) not in self.seen]
             if not pending:
                 return {h: self.seen[h, event] for h in hosts}
-            if time.monotonic() > deadline:
-                raise LatticeError(f"timed out after {timeout:.0f} s waiting for host{'s' if len(pending) > 1 else ''} "
-                                   f"{', '.join(sorted(pending))}")
+            now = time.monotonic()
+            stalled = sorted(h for h in pending if now - self.heard[h] > stall)
+            if stalled:
+                counted = f"{self.count()}; " if self.block is not None else ""
+                raise LatticeError(f"timed out waiting for host{'s' if len(stalled) > 1 else ''} "
+                                   f"{', '.join(stalled)}: no progress for {stall:g} s ({counted}the stall window "
+                                   f"is $LATTICE_BOOT_STALL)")
+            self.beat(now)
+            self.show(now)
             time.sleep(0.01)
+
+    def count(self) -> str:
+        return f"{sum(self.up.values())}/{self.nodes} compute nodes up"
+
+    def show(self, now: float) -> None:
+        """The progress line of a long boot (or any on a terminal), every PROGRESS_EVERY s."""
+        if self.block is None or now < self.next_line:
+            return
+        self.next_line = now + PROGRESS_EVERY
+        print(f"lattice: boot {self.block}: {self.count()} after {now - self.t0:.0f} s", file=sys.stderr, flush=True)
+
+    def tell(self, line: bytes, close: bool = False) -> None:
+        """A line to every agent's channel (never waits: a stuck launcher misses it)."""
+        for ln in self.launches:
+            if ln.channel is None:
+                continue
+            try:
+                os.write(ln.channel, line)
+            except OSError:
+                pass        # the launcher is gone, or its pipe is full: it hears of it by other means
+            if close:
+                os.close(ln.channel)
+        if close:
+            self.launches = [ln._replace(channel=None) for ln in self.launches]
+
+    def beat(self, now: float) -> None:
+        """The booter is still there: "boot" to the agents every BEAT s
+        (an agent whose booter fell silent for its stall window stops)."""
+        if now >= self.next_beat:
+            self.next_beat = now + self.beat_every
+            self.tell(b"boot\n")
+
+    def commit(self) -> None:
+        """The boot is done: the agents keep their daemons after the booter ends."""
+        self.tell(b"commit\n", close=True)
+
+    def stop(self, stall: float) -> list[Launch]:
+        """The boot failed: every agent ends its daemons ("stop"; an agent
+        that errored did already) and leaves.  Waits while they report
+        progress; the launchers still running after stall seconds without a
+        word are returned (to be killed)."""
+        self.tell(b"stop\n", close=True)
+        left = list({id(x): x for x in self.launches}.values())
+        heard = time.monotonic()
+        while left:
+            for ln in left:
+                size = self.offsets.get(ln.log, 0)
+                try:
+                    self.read(ln)
+                except LatticeError:
+                    pass            # an error said while stopping: the boot's own error is the one reported
+                if self.offsets.get(ln.log, 0) != size:
+                    heard = time.monotonic()
+            left = [ln for ln in left if self.running(ln.pid)]
+            if time.monotonic() - heard > stall:
+                break
+            time.sleep(0.02)
+        return left
 
     def grew(self, log: Path) -> bool:
         """The log has bytes not read yet."""

@@ -291,8 +291,19 @@ class Server:
         except BaseException:
             os._exit(70)
         from lattice import cli
-        cli.entry()
+        cli.entry(lambda status: tell(conn, status))
         os._exit(70)
+
+
+def tell(conn: socket.socket, status: int) -> None:
+    """The command's exit status to its client, from the command itself: a
+    server killed meanwhile cannot say it (the client would not know the
+    outcome).  The server's own answer, after the reap, then finds the
+    client gone; the client takes the first."""
+    try:
+        conn.sendall(b"E%d\n" % status)
+    except OSError:
+        pass
 
 
 def standard_streams(unbuffered: bool) -> None:

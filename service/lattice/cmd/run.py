@@ -301,6 +301,35 @@ def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
         print(f"lattice: block {name}: {e.message}", file=sys.stderr, flush=True)
 
 
+SWEEPER = ("import os, select, sys\n"
+           "try:\n"
+           "    select.select([os.pidfd_open(int(sys.argv[1]))], [], [])\n"
+           "except ProcessLookupError:\n"
+           "    pass\n"
+           "from lattice import reclaim\n"
+           "reclaim.connect().close()\n")
+
+
+def sweep_after_me() -> None:
+    """An interrupted run leaves at once (docs/cli.md): the block it booted
+    for itself is freed by a sweep (lattice.reclaim) that a detached process
+    runs the moment this run's command is gone, as any next command would."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.posix_spawn(sys.executable, [sys.executable, "-c", SWEEPER, str(procs.me()[0])],
+                       {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(
+                           os.path.abspath(__file__))))},
+                       file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1),
+                                     (os.POSIX_SPAWN_DUP2, null, 2)], setsid=True)
+    except OSError:
+        pass            # the next command's sweep frees it
+    finally:
+        os.close(null)
+
+
 def run(args: argparse.Namespace) -> int:
     m = machine.load()
     con = reclaim.connect()
@@ -434,9 +463,12 @@ def run(args: argparse.Namespace) -> int:
                     owned = b.name
                     b = boot.boot(con, m, b.name, owner=procs.me())
     finally:
-        ras.ingest(con)
-        if owned:
-            free_owned(con, m, owned)
+        if job.INTERRUPTED is None:
+            ras.ingest(con)
+            if owned:
+                free_owned(con, m, owned)
+        elif owned:
+            sweep_after_me()
     if args.verbose:
         print(f"lattice: job ended with status {status} after {time.monotonic() - t0:.2f} s", file=sys.stderr)
     return status
