@@ -121,6 +121,14 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     stall = boot_stall()
     if m.placement == "local":      # this host runs every daemon: one clear error before any starts
         capacity.check_boot(m, blocks.get(con, name))
+    # the private directories first: one that another user planted refuses
+    # the boot here, with the block still Free (lattice.safepath)
+    d = block_dir(name)
+    private_dir(d.parent)
+    private_dir(d)
+    private_dir(d / "log")
+    private_dir(ras.spool_dir())
+    private_dir(machine.socket_dir())
     blocks.set_state(con, name, "Allocated", expect=("Free",))
     # while it boots, the block is this command's: killed half-way, it leaves
     # agents and daemons that the next command's sweep frees (lattice.reclaim)
@@ -128,12 +136,6 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?", (*booter, name))
     b = blocks.get(con, name)
     key = secrets.token_bytes(32)
-    d = block_dir(name)
-    private_dir(d.parent)
-    private_dir(d)
-    private_dir(d / "log")
-    private_dir(ras.spool_dir())
-    private_dir(machine.socket_dir())
     keyfile = key_file(name)
     keyfile.unlink(missing_ok=True)
     fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
