@@ -31,6 +31,7 @@
 #include <string.h>
 #include <malloc.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 
 static struct {
@@ -61,6 +62,12 @@ static struct {
  * (its last bytes, e.g. an abort, then EOF): only a descriptor the process
  * handed on to a survivor keeps it open this long. */
 #define DIRECT_DRAIN_MS 2000
+
+/* How long an answer may wait for a process to read its PMI connection:
+ * PMI is request and answer, so only a process that stopped reading fills
+ * the socket; it loses the connection instead of holding the thread that
+ * answers (the control connection's, for a FENCE_OUT) for ever. */
+#define DIRECT_SEND_S 10
 
 /* How long a child's hello waits for this I/O node to learn the job's tree. */
 #define TREE_WAIT_MS 10000
@@ -200,7 +207,9 @@ static const struct pmi_ops ops = {
     .broken = on_broken,
 };
 
-/* Raw bytes to a process's own PMI connection; a process that went away just loses them. */
+/* Raw bytes to a process's own PMI connection; a process that went away
+ * just loses them, one that does not read them for DIRECT_SEND_S loses the
+ * connection. */
 static void send_direct(struct conn *c, const char *data, size_t len)
 {
     pthread_mutex_lock(&c->wlock);
@@ -208,6 +217,11 @@ static void send_direct(struct conn *c, const char *data, size_t len)
         ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ras_event(RAS_WARNING, cfg.location, "PMI connection from %s: its process read no answer for %d s: "
+                      "closed", c->peer, DIRECT_SEND_S);
+            conn_hangup(c);
+        }
         if (n <= 0)
             break;
         data += n;
@@ -448,6 +462,8 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
         return;
     }
     pthread_setname_np(pthread_self(), "ciod-pmi");
+    struct timeval tv = { .tv_sec = DIRECT_SEND_S };
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (hello_ack(c, seq, 0) == 0) {
         for (;;) {
             ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
