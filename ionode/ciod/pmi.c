@@ -19,6 +19,13 @@
  *
  * The engine is under `P.lock`, never held while writing to a socket: its
  * callbacks collect what it produces in a batch, sent after unlocking.
+ *
+ * Everything here is one job's and ends with it (docs/security.md "A
+ * connection belongs to its job"): a process's own connection is bound at
+ * its hello to the job's instance (P.gen, new at every start) and slot, is
+ * closed when the process's exit is reported and when the job ends, and
+ * what still comes on it is refused; the engine's key space is bounded
+ * (pmi_engine.h, struct pmi_limits) and freed at the end.
  */
 #include "ciod.h"
 #include "pmi_engine.h"
