@@ -96,8 +96,8 @@ def runs() -> Iterator[Runs]:
             p.communicate(timeout=GUARD)
 
 
-def start(m: Machine, runs: Runs, *args: str) -> subprocess.Popen[str]:
-    p = m.popen("run", "--block", "P", "--kernel", "linux", "--cwd", "/tmp", *args)
+def start(m: Machine, runs: Runs, *args: str, kernel: str = "linux") -> subprocess.Popen[str]:
+    p = m.popen("run", "--block", "P", "--kernel", kernel, "--cwd", "/tmp", *args)
     runs.append(p)
     return p
 
@@ -225,8 +225,10 @@ def rss_kb(pid: int) -> int:
     return int(m[1])
 
 
+@pytest.mark.parametrize("kernel", ["linux", "cnk"])
 def test_a_finished_jobs_leftover_cannot_reach_the_next_job(pm: Machine, users: Users, probe: str, fifos: Path,
-                                                            runs: Runs) -> None:
+                                                            runs: Runs, kernel: str) -> None:
+    """A's rank's leftover (Linux mode) against B's next job, in either kernel."""
     a, b = users
     hold = fifo(fifos, "hold")
     run_a = start(pm, runs, "-n", "1", "--user", a.pw_name, probe, "hold", str(hold))
@@ -237,7 +239,7 @@ def test_a_finished_jobs_leftover_cannot_reach_the_next_job(pm: Machine, users: 
     assert others                       # its shipping connection at least (Linux mode ships its I/O)
     # user B's next job on the same I/O node, same node, same rank
     wait = fifo(fifos, "victim")
-    run_b = start(pm, runs, "-n", "1", "--user", b.pw_name, probe, "victim", str(wait))
+    run_b = start(pm, runs, "-n", "1", "--user", b.pw_name, probe, "victim", str(wait), kernel=kernel)
     w = opened(wait, run_b)             # B has said init and put its card, and waits
     job_b = running_job(pm)
     said = attack(leftover, f"lattice-{job_b}")
