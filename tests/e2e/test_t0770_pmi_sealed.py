@@ -219,6 +219,12 @@ def cost(pid: int) -> tuple[int, int]:
     return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def back(now: tuple[int, int], base: tuple[int, int]) -> bool:
+    """No more threads and descriptors than at the baseline (one that ends
+    after the baseline was read may make it fewer)."""
+    return now[0] <= base[0] and now[1] <= base[1]
+
+
 def rss_kb(pid: int) -> int:
     m = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
     assert m
@@ -298,9 +304,9 @@ def test_leaked_pmi_connections_cost_ciod_nothing_after_their_jobs(pm: Machine, 
         for s in held:
             assert closed(s)
         deadline = time.monotonic() + GUARD
-        while cost(pid) != base and time.monotonic() < deadline:
+        while not back(cost(pid), base) and time.monotonic() < deadline:
             time.sleep(0.1)             # the closed connections' threads are ending
-        assert cost(pid) == base, (base, cost(pid))
+        assert back(cost(pid), base), (base, cost(pid))
         # and B's jobs still get all their connections
         p = pm.run("run", "--block", "P", "-n", "2", "--kernel", "linux", "--user", b.pw_name, "--cwd", "/tmp",
                    "/bin/true")
