@@ -203,8 +203,9 @@ int  job_signal(uint64_t id, int sig, const char *by, uint64_t *running);
 /* SIGKILL to whatever job runs here (shutdown of the I/O node). */
 void job_kill_any(const char *by);
 /* Job id cannot go on here: a RAS ERROR, LAT_CTL_JOB_FAIL with text to its
- * owner, and SIGKILL to its ranks (by: why, a string constant); once per job. */
-void job_fail(uint64_t id, const char *by, const char *text);
+ * owner, and SIGKILL to its ranks (by: why, a string constant); once per job.
+ * false: it does not run here (ended meanwhile), or was failed already. */
+bool job_fail(uint64_t id, const char *by, const char *text);
 /* The owner's control connection closed: its job is killed. */
 void job_ctl_closed(struct conn *ctl);
 

@@ -322,7 +322,7 @@ void job_ctl_closed(struct conn *ctl)
     kill_nodes(nodes, id, SIGKILL);
 }
 
-void job_fail(uint64_t id, const char *by, const char *text)
+bool job_fail(uint64_t id, const char *by, const char *text)
 {
     struct conn *nodes[LAT_MAX_PSET] = { 0 };
     struct lat_job_end end = { .job = id };
@@ -338,7 +338,7 @@ void job_fail(uint64_t id, const char *by, const char *text)
     }
     pthread_mutex_unlock(&g.lock);
     if (!first)
-        return;                         /* it ended meanwhile, or was failed already */
+        return false;                   /* it ended meanwhile, or was failed already */
     ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 " ended with an error: %s", id, text);
     if (ctl) {                          /* before the exits its ranks' kill brings: the cause first */
         struct iovec v[2] = { { &end, sizeof(end) }, { (void *)text, strlen(text) } };
@@ -346,6 +346,7 @@ void job_fail(uint64_t id, const char *by, const char *text)
         conn_put(ctl);
     }
     kill_nodes(nodes, id, SIGKILL);
+    return true;
 }
 
 void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data, size_t len)
