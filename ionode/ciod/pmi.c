@@ -340,14 +340,6 @@ static void batch_send(struct batch *b, uint64_t job, uint32_t node, struct conn
 
 /* ---- the entry points ---- */
 
-static bool job_runs(uint64_t job)
-{
-    struct conn *ctl = job_owner(job);
-
-    conn_put(ctl);
-    return ctl != NULL;
-}
-
 /* The bounds of a job's PMI here: the defaults, lowered by
  * LATTICE_PMI_JOB_KEYS, _JOB_BYTES, _PROC_KEYS and _PROC_BYTES (tests). */
 static struct pmi_limits limits = { PMI_JOB_KEYS, PMI_JOB_BYTES, PMI_PROC_KEYS, PMI_PROC_BYTES };
@@ -420,9 +412,10 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
 
 /* Bytes on a process's own PMI connection c, bound at its hello to the
  * job instance gen and the slot: fed to that job's engine only while c is
- * still that slot's connection.  false: refused (the job ended, or the
- * process did), the caller hangs up. */
-static bool direct_input(struct conn *c, uint64_t gen, int slot, uint32_t node, const char *data, size_t len)
+ * still that slot's connection.  NULL, or refused: what ended ("job", or
+ * "process"), and the caller hangs up. */
+static const char *direct_input(struct conn *c, uint64_t gen, int slot, uint32_t node, const char *data,
+                                size_t len)
 {
     struct batch b;
     uint64_t job;
@@ -430,14 +423,15 @@ static bool direct_input(struct conn *c, uint64_t gen, int slot, uint32_t node, 
     batch_init(&b);
     pthread_mutex_lock(&P.lock);
     job = P.job;
-    bool ours = P.e && P.gen == gen && (uint32_t)slot < P.nslots && P.direct[slot] == c && !P.sealed[slot];
+    bool same = P.e && P.gen == gen;
+    bool ours = same && (uint32_t)slot < P.nslots && P.direct[slot] == c && !P.sealed[slot];
     if (ours)
         pmi_engine_input(P.e, (uint32_t)slot, data, len, &b);
     pthread_mutex_unlock(&P.lock);
     if (!ours)
-        return false;
+        return same ? "process" : "job";
     batch_send(&b, job, node, NULL);
-    return true;
+    return NULL;
 }
 
 /* A process's own PMI connection (LAT_ROLE_PMI): the hello names its node,
@@ -478,12 +472,12 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
                 continue;
             if (n <= 0)
                 break;
-            if (!direct_input(c, gen, slot, node, buf, (size_t)n)) {
+            const char *ended = direct_input(c, gen, slot, node, buf, (size_t)n);
+            if (ended) {
                 char loc[128];
                 node_location(node, loc, sizeof(loc));
                 ras_event(RAS_WARNING, loc, "PMI from %s on the connection of rank %d of job %" PRIu64 " after "
-                          "that %s ended: refused, connection closed", c->peer, rank, hello->job,
-                          job_runs(hello->job) ? "process" : "job");
+                          "that %s ended: refused, connection closed", c->peer, rank, hello->job, ended);
                 break;
             }
         }
