@@ -22,6 +22,7 @@ import errno
 import os
 import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,6 +63,7 @@ def pm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machin
     m.run("boot", "P")
     yield m
     m.run("free", "P", check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
