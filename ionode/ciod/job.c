@@ -460,8 +460,10 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
         }
     }                                   /* else somebody else reported it meanwhile */
     pthread_mutex_unlock(&g.lock);
-    if (last)                           /* its worker finishes before JOB_END goes out */
-        worker_end(ex->job);
+    if (last) {                         /* its worker finishes, and its PMI connections are */
+        worker_end(ex->job);            /* closed and its key space freed, before JOB_END goes out */
+        pmi_job_end(ex->job);
+    }
     if (report) {
         struct iovec v[2] = { { &out, sizeof(out) }, { (void *)msg, mlen } };
         conn_sendv_locked(ctl, LAT_CTL_EXIT, 0, v, 2);
