@@ -546,9 +546,9 @@ static void *reader_main(void *arg)
     bool lost = !atomic_load(&w->ending), told = false;
     if (lost) {                         /* its ranks' I/O is gone: the job cannot end well */
         char text[CIOD_ERRLEN];
-        snprintf(text, sizeof(text), "the I/O worker of job %" PRIu64 " on I/O node %s (pid %d) %s %d while "
-                 "the job ran: its processes' file calls and output were lost", w->job, cfg.location,
-                 (int)w->pid, WIFSIGNALED(status) ? "was killed by signal" : "exited with code",
+        snprintf(text, sizeof(text), "the I/O worker of job %" PRIu64 " (pid %d) %s %d while the job ran: its "
+                 "processes' file calls and output were lost", w->job, (int)w->pid,
+                 WIFSIGNALED(status) ? "was killed by signal" : "exited with code",
                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         told = job_fail(w->job, "its I/O worker was lost", text);   /* its RAS ERROR says it */
     }
