@@ -218,6 +218,10 @@ int  job_nodes(struct conn *nodes[LAT_MAX_PSET], bool all, uint64_t *id);
 int  job_signal(uint64_t id, int sig, const char *by, uint64_t *running);
 /* SIGKILL to whatever job runs here (shutdown of the I/O node). */
 void job_kill_any(const char *by);
+/* Job id cannot go on here: a RAS ERROR, LAT_CTL_JOB_FAIL with text to its
+ * owner, and SIGKILL to its ranks (by: why, a string constant); once per job.
+ * false: it does not run here (ended meanwhile), or was failed already. */
+bool job_fail(uint64_t id, const char *by, const char *text);
 /* The owner's control connection closed: its job is killed. */
 void job_ctl_closed(struct conn *ctl);
 
@@ -262,7 +266,9 @@ int  plugin_serve(struct conn *c, const struct lat_hdr *h, uint64_t job, int32_t
 
 int  pmi_job_start(const struct job_spec *js, char *why, size_t whylen);
 void pmi_job_end(uint64_t id);
-void pmi_rank_exit(uint32_t rank, int status);
+/* A rank of job ended (coded: it exited with status): judged, then its PMI
+ * sealed (its own connection closed, nothing more taken for it). */
+void pmi_rank_exit(uint64_t job, uint32_t rank, bool coded, int status);
 /* Bytes a rank wrote on its PMI_FD, relayed by its node (nc: the node's
  * connection, where the answers go), or from its own PMI connection (NULL). */
 void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, size_t len);

@@ -38,6 +38,7 @@ struct job {
     bool         orphaned;              /* owner hung up: killed, waiting for the exits */
     int          killed;                /* the signal ciod sent its ranks (KILL, owner gone), 0 if none */
     const char  *killed_by;             /* why, for RAS (a string constant) */
+    bool         failed;                /* LAT_CTL_JOB_FAIL was sent: said once */
 };
 
 static struct {
@@ -322,6 +323,33 @@ void job_ctl_closed(struct conn *ctl)
     kill_nodes(nodes, id, SIGKILL);
 }
 
+bool job_fail(uint64_t id, const char *by, const char *text)
+{
+    struct conn *nodes[LAT_MAX_PSET] = { 0 };
+    struct lat_job_end end = { .job = id };
+    struct conn *ctl = NULL;
+    bool first = false;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.job && g.job->id == id && !g.job->failed) {
+        g.job->failed = first = true;
+        if (!g.job->orphaned)
+            ctl = conn_get(g.job->ctl);
+        take_job_nodes(g.job, nodes, SIGKILL, by);
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (!first)
+        return false;                   /* it ended meanwhile, or was failed already */
+    ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 " ended with an error: %s", id, text);
+    if (ctl) {                          /* before the exits its ranks' kill brings: the cause first */
+        struct iovec v[2] = { { &end, sizeof(end) }, { (void *)text, strlen(text) } };
+        conn_sendv(ctl, LAT_CTL_JOB_FAIL, 0, v, 2);
+        conn_put(ctl);
+    }
+    kill_nodes(nodes, id, SIGKILL);
+    return true;
+}
+
 void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data, size_t len)
 {
     struct lat_output o = { .stream = stream };
@@ -411,8 +439,9 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
         logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
         return;
     }
-    if (ex->how == LAT_EXIT_CODE)       /* before the exit: the job may still be waiting on it */
-        pmi_rank_exit(rank, ex->value);
+    /* before the exit: the job may still be waiting on it; and whatever the
+     * rank left behind holds no PMI of the job after it */
+    pmi_rank_exit(ex->job, rank, ex->how == LAT_EXIT_CODE, ex->value);
 
     /* Decide and send under the owner's write lock: exits keep their order. */
     pthread_mutex_lock(&ctl->wlock);
@@ -432,8 +461,10 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
         }
     }                                   /* else somebody else reported it meanwhile */
     pthread_mutex_unlock(&g.lock);
-    if (last)                           /* its worker finishes before JOB_END goes out */
-        worker_end(ex->job);
+    if (last) {                         /* its worker finishes, and its PMI connections are */
+        worker_end(ex->job);            /* closed and its key space freed, before JOB_END goes out */
+        pmi_job_end(ex->job);
+    }
     if (report) {
         struct iovec v[2] = { { &out, sizeof(out) }, { (void *)msg, mlen } };
         conn_sendv_locked(ctl, LAT_CTL_EXIT, 0, v, 2);

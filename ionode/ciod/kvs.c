@@ -11,6 +11,7 @@
 struct kvs {
     struct kv **bucket;
     uint32_t    count;
+    size_t      bytes;              /* what kvs_cost counts, for every entry */
 };
 
 struct kv {
@@ -20,6 +21,13 @@ struct kv {
 };
 
 #define KVS_BUCKETS 4096u
+
+/* What an entry costs: its strings and its header (the caller's bounds,
+ * pmi_engine.c, are on this). */
+static size_t entry_cost(size_t keylen, size_t vallen)
+{
+    return sizeof(struct kv) + keylen + 1 + vallen + 1;
+}
 
 static uint32_t hash(const char *s)
 {
@@ -63,6 +71,27 @@ const char *kvs_get(const struct kvs *t, const char *key)
     return NULL;
 }
 
+uint32_t kvs_count(const struct kvs *t)
+{
+    return t->count;
+}
+
+size_t kvs_bytes(const struct kvs *t)
+{
+    return t->bytes;
+}
+
+size_t kvs_cost(const struct kvs *t, const char *key, const char *val, bool *isnew)
+{
+    const char *old = kvs_get(t, key);
+    size_t vl = strlen(val);
+
+    *isnew = old == NULL;
+    if (old)
+        return vl > strlen(old) ? vl - strlen(old) : 0;
+    return entry_cost(strlen(key), vl);
+}
+
 /* 0, or -1 if out of memory (the old value, if any, stays). */
 int kvs_put(struct kvs *t, const char *key, const char *val)
 {
@@ -73,6 +102,7 @@ int kvs_put(struct kvs *t, const char *key, const char *val)
         return -1;
     for (struct kv *e = *head; e; e = e->next)
         if (!strcmp(e->key, key)) {
+            t->bytes = t->bytes - strlen(e->val) + strlen(v);
             free(e->val);
             e->val = v;
             return 0;
@@ -88,5 +118,6 @@ int kvs_put(struct kvs *t, const char *key, const char *val)
     e->next = *head;
     *head = e;
     t->count++;
+    t->bytes += entry_cost(kl - 1, strlen(v));
     return 0;
 }

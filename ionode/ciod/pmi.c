@@ -19,6 +19,13 @@
  *
  * The engine is under `P.lock`, never held while writing to a socket: its
  * callbacks collect what it produces in a batch, sent after unlocking.
+ *
+ * Everything here is one job's and ends with it (docs/security.md "A
+ * connection belongs to its job"): a process's own connection is bound at
+ * its hello to the job's instance (P.gen, new at every start) and slot, is
+ * closed when the process's exit is reported and when the job ends, and
+ * what still comes on it is refused; the engine's key space is bounded
+ * (pmi_engine.h, struct pmi_limits) and freed at the end.
  */
 #include "ciod.h"
 #include "pmi_engine.h"
@@ -29,15 +36,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 
 static struct {
     pthread_mutex_t    lock;
     uint64_t           job;         /* 0: no job */
+    uint64_t           gen;         /* this job's instance here: every job start takes a new one */
+    uint64_t           gens;        /* the last one given */
     struct pmi_engine *e;
     uint32_t           nslots;
     struct conn      **direct;      /* [nslots]: a process's own PMI connection (a reference), or NULL: relayed */
+    bool              *sealed;      /* [nslots]: the process ended: no PMI from it or for it any more */
     pthread_cond_t     gone;        /* a process's own PMI connection ended */
     /* the job's PMI fence tree (LAT_JOB_TREE) */
     bool               tree;        /* the job has one */
@@ -57,6 +69,12 @@ static struct {
  * (its last bytes, e.g. an abort, then EOF): only a descriptor the process
  * handed on to a survivor keeps it open this long. */
 #define DIRECT_DRAIN_MS 2000
+
+/* How long an answer may wait for a process to read its PMI connection:
+ * PMI is request and answer, so only a process that stopped reading fills
+ * the socket; it loses the connection instead of holding the thread that
+ * answers (the control connection's, for a FENCE_OUT) for ever. */
+#define DIRECT_SEND_S 10
 
 /* How long a child's hello waits for this I/O node to learn the job's tree. */
 #define TREE_WAIT_MS 10000
@@ -196,7 +214,9 @@ static const struct pmi_ops ops = {
     .broken = on_broken,
 };
 
-/* Raw bytes to a process's own PMI connection; a process that went away just loses them. */
+/* Raw bytes to a process's own PMI connection; a process that went away
+ * just loses them, one that does not read them for DIRECT_SEND_S loses the
+ * connection. */
 static void send_direct(struct conn *c, const char *data, size_t len)
 {
     pthread_mutex_lock(&c->wlock);
@@ -204,6 +224,11 @@ static void send_direct(struct conn *c, const char *data, size_t len)
         ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ras_event(RAS_WARNING, cfg.location, "PMI connection from %s: its process read no answer for %d s: "
+                      "closed", c->peer, DIRECT_SEND_S);
+            conn_hangup(c);
+        }
         if (n <= 0)
             break;
         data += n;
@@ -315,6 +340,38 @@ static void batch_send(struct batch *b, uint64_t job, uint32_t node, struct conn
 
 /* ---- the entry points ---- */
 
+/* The bounds of a job's PMI here: the defaults, lowered by
+ * LATTICE_PMI_JOB_KEYS, _JOB_BYTES, _PROC_KEYS and _PROC_BYTES (tests). */
+static struct pmi_limits limits = { PMI_JOB_KEYS, PMI_JOB_BYTES, PMI_PROC_KEYS, PMI_PROC_BYTES };
+static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
+
+static void lower(const char *name, size_t *v)
+{
+    const char *s = getenv(name);
+    char *end;
+
+    if (!s || !*s)
+        return;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno || *end || s[0] == '-' || n == 0)
+        logmsg("%s=\"%s\" is not a number >= 1: ignored", name, s);
+    else if (n < *v)
+        *v = (size_t)n;
+}
+
+static void limits_init(void)
+{
+    size_t jk = limits.job_keys, pk = limits.proc_keys;
+
+    lower("LATTICE_PMI_JOB_KEYS", &jk);
+    lower("LATTICE_PMI_JOB_BYTES", &limits.job_bytes);
+    lower("LATTICE_PMI_PROC_KEYS", &pk);
+    lower("LATTICE_PMI_PROC_BYTES", &limits.proc_bytes);
+    limits.job_keys = (uint32_t)jk;
+    limits.proc_keys = (uint32_t)pk;
+}
+
 /* The running job's slot of rank, if it runs on node (node -1: anywhere); -1 if none. */
 static int slot_of(uint32_t rank, uint32_t node)
 {
@@ -324,6 +381,8 @@ static int slot_of(uint32_t rank, uint32_t node)
     return slot >= 0 && (node == UINT32_MAX || where == node) ? slot : -1;
 }
 
+/* Relayed by a compute node, which relays only for the job it runs: PMI of
+ * a process that ended (a survivor holding its PMI_FD) is refused. */
 void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, size_t len)
 {
     struct batch b;
@@ -334,15 +393,45 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
     pthread_mutex_lock(&P.lock);
     job = P.job;
     int slot = slot_of(rank, node);
-    if (slot < 0) {
+    bool sealed = slot >= 0 && P.sealed[slot];
+    if (slot < 0 || sealed) {
         pthread_mutex_unlock(&P.lock);
         node_location(node, loc, sizeof(loc));
-        ras_event(RAS_WARNING, loc, "PMI data for rank %u, which does not run on node %u: ignored", rank, node);
+        if (sealed)
+            ras_event(RAS_WARNING, loc, "PMI data for rank %u of job %" PRIu64 ", which has ended: refused",
+                      rank, job);
+        else
+            ras_event(RAS_WARNING, loc, "PMI data for rank %u, which does not run on node %u: ignored", rank,
+                      node);
         return;
     }
     pmi_engine_input(P.e, (uint32_t)slot, data, len, &b);
     pthread_mutex_unlock(&P.lock);
     batch_send(&b, job, node, nc);
+}
+
+/* Bytes on a process's own PMI connection c, bound at its hello to the
+ * job instance gen and the slot: fed to that job's engine only while c is
+ * still that slot's connection.  NULL, or refused: what ended ("job", or
+ * "process"), and the caller hangs up. */
+static const char *direct_input(struct conn *c, uint64_t gen, int slot, uint32_t node, const char *data,
+                                size_t len)
+{
+    struct batch b;
+    uint64_t job;
+
+    batch_init(&b);
+    pthread_mutex_lock(&P.lock);
+    job = P.job;
+    bool same = P.e && P.gen == gen;
+    bool ours = same && (uint32_t)slot < P.nslots && P.direct[slot] == c && !P.sealed[slot];
+    if (ours)
+        pmi_engine_input(P.e, (uint32_t)slot, data, len, &b);
+    pthread_mutex_unlock(&P.lock);
+    if (!ours)
+        return same ? "process" : "job";
+    batch_send(&b, job, node, NULL);
+    return NULL;
 }
 
 /* A process's own PMI connection (LAT_ROLE_PMI): the hello names its node,
@@ -354,14 +443,17 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
     char buf[16384];
     int32_t rank = -1;
     struct conn *drop = NULL;
+    uint64_t gen = 0;
     bool ok = false;
-    int slot;
+    int slot = -1;
 
     if (node < cfg.pset_size && job_proc_rank(node, t, hello->job, &rank) == 0) {
         pthread_mutex_lock(&P.lock);
         slot = P.job == hello->job ? slot_of((uint32_t)rank, node) : -1;
-        if ((ok = slot >= 0 && !P.direct[slot]))
+        if ((ok = slot >= 0 && !P.direct[slot] && !P.sealed[slot])) {
             P.direct[slot] = conn_get(c);
+            gen = P.gen;                /* the connection belongs to this instance of the job */
+        }
         pthread_mutex_unlock(&P.lock);
     }
     if (!ok) {
@@ -371,6 +463,8 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
         return;
     }
     pthread_setname_np(pthread_self(), "ciod-pmi");
+    struct timeval tv = { .tv_sec = DIRECT_SEND_S };
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (hello_ack(c, seq, 0) == 0) {
         for (;;) {
             ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
@@ -378,12 +472,19 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
                 continue;
             if (n <= 0)
                 break;
-            pmi_input(node, NULL, (uint32_t)rank, buf, (size_t)n);
+            const char *ended = direct_input(c, gen, slot, node, buf, (size_t)n);
+            if (ended) {
+                char loc[128];
+                node_location(node, loc, sizeof(loc));
+                ras_event(RAS_WARNING, loc, "PMI from %s on the connection of rank %d of job %" PRIu64 " after "
+                          "that %s ended: refused, connection closed", c->peer, rank, hello->job, ended);
+                break;
+            }
         }
     }
+    conn_hangup(c);                     /* whoever holds the other end sees it closed */
     pthread_mutex_lock(&P.lock);
-    slot = P.job == hello->job ? slot_of((uint32_t)rank, UINT32_MAX) : -1;
-    if (slot >= 0 && P.direct[slot] == c) {
+    if (P.gen == gen && (uint32_t)slot < P.nslots && P.direct[slot] == c) {
         P.direct[slot] = NULL;
         drop = c;
     }
@@ -392,27 +493,39 @@ void pmi_serve(struct conn *c, const struct lat_hello *hello, uint32_t seq)
     conn_put(drop);
 }
 
-/* A rank ended: the engine judges whether it left MPI without finalize (and
- * so aborts the job). */
-void pmi_rank_exit(uint32_t rank, int status)
+/* A rank of job ended.  coded: it exited (status its code), and the engine
+ * judges whether it left MPI without finalize (and so aborts the job).
+ * Then its PMI is sealed: its own connection, which a process it left
+ * behind may still hold, is closed, and nothing more is taken for it. */
+void pmi_rank_exit(uint64_t job, uint32_t rank, bool coded, int status)
 {
     struct batch b;
     struct timespec until;
+    struct conn *drop = NULL;
 
     batch_init(&b);
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += DIRECT_DRAIN_MS / 1000;
     pthread_mutex_lock(&P.lock);
-    uint64_t job = P.job;
-    int slot = job ? slot_of(rank, UINT32_MAX) : -1;
+    uint64_t gen = P.gen;
+    int slot = job && P.job == job ? slot_of(rank, UINT32_MAX) : -1;
     /* Its own PMI connection is not ordered with the node's exit report: let
      * its last requests (a finalize, an abort) be served first.  The process
-     * is gone, so the connection ends as soon as they are read. */
-    while (slot >= 0 && P.direct[slot] && pthread_cond_timedwait(&P.gone, &P.lock, &until) == 0)
-        slot = P.job == job ? slot_of(rank, UINT32_MAX) : -1;
-    if (slot >= 0)
+     * is gone, so the connection ends as soon as they are read, unless a
+     * survivor holds it: then it is closed below. */
+    while (coded && slot >= 0 && P.direct[slot] && pthread_cond_timedwait(&P.gone, &P.lock, &until) == 0)
+        slot = P.gen == gen ? slot : -1;
+    if (slot >= 0 && coded)
         pmi_engine_exit(P.e, (uint32_t)slot, status, &b);
+    if (slot >= 0) {
+        P.sealed[slot] = true;
+        if ((drop = P.direct[slot])) {
+            P.direct[slot] = NULL;
+            conn_hangup(drop);
+        }
+    }
     pthread_mutex_unlock(&P.lock);
+    conn_put(drop);
     batch_send(&b, job, 0, NULL);
 }
 
@@ -610,9 +723,16 @@ void pmi_tree_up_gone(uint64_t job, struct conn *up)
 
 static void clear_locked(void)
 {
+    /* every PMI connection of the job ends with it: a process left behind
+     * that holds one sees it closed, and its thread ends */
     for (uint32_t i = 0; P.direct && i < P.nslots; i++)
-        conn_put(P.direct[i]);
+        if (P.direct[i]) {
+            conn_hangup(P.direct[i]);
+            conn_put(P.direct[i]);
+        }
     free(P.direct);
+    free(P.sealed);
+    P.sealed = NULL;
     /* the tree's connections end with the job here (their threads see it) */
     for (uint32_t i = 0; P.child && i < P.nchildren; i++)
         if (P.child[i]) {
@@ -635,6 +755,7 @@ static void clear_locked(void)
     P.direct = NULL;
     P.e = NULL;
     P.job = 0;
+    P.gen = 0;
     P.nslots = 0;
 }
 
@@ -645,16 +766,20 @@ int pmi_job_start(const struct job_spec *js, char *why, size_t whylen)
                            .tree = (js->hdr->flags & LAT_JOB_TREE) != 0 };
     int err = 0;
 
+    pthread_once(&limits_once, limits_init);
+    job.lim = limits;
     pthread_mutex_lock(&P.lock);
     clear_locked();
     P.e = pmi_engine_new(&job, &ops);
     P.direct = calloc(js->nslots ? js->nslots : 1, sizeof(*P.direct));
-    if (!P.e || !P.direct) {
+    P.sealed = calloc(js->nslots ? js->nslots : 1, sizeof(*P.sealed));
+    if (!P.e || !P.direct || !P.sealed) {
         clear_locked();
         err = ENOMEM;
         errprintf(why, whylen, "out of memory for the job's PMI state");
     } else {
         P.job = P.last_job = job.id;
+        P.gen = ++P.gens;
         P.nslots = js->nslots;
         P.tree = job.tree;
         pthread_cond_broadcast(&P.tree_set);     /* a child waiting for an earlier job gives up */
@@ -665,10 +790,14 @@ int pmi_job_start(const struct job_spec *js, char *why, size_t whylen)
 
 void pmi_job_end(uint64_t id)
 {
+    bool ended;
+
     pthread_mutex_lock(&P.lock);
-    if (P.job == id)
+    if ((ended = P.job == id))
         clear_locked();
     pthread_mutex_unlock(&P.lock);
+    if (ended)
+        malloc_trim(0);                 /* the job's key space goes back to the system, not to a free list */
 }
 
 /* LAT_CTL_NAME_OUT: the service node's answer to a rank's name request. */

@@ -42,6 +42,8 @@ struct prank {
     int      name_op;               /* LAT_NAME_* waiting for the service node, or 0 */
     char    *buf;                   /* partial input */
     size_t   len;
+    uint32_t nput;                  /* puts since it last entered a fence (its bound: lim.proc_*) */
+    size_t   putbytes;
 };
 
 struct pmi_engine {
@@ -66,6 +68,8 @@ struct pmi_engine {
     char         *pend;             /* this epoch's puts: key \0 value \0 ... */
     size_t        pendlen, pendcap;
     uint32_t      npend;
+    struct pmi_limits lim;          /* what the job may hold here (pmi_engine.h) */
+    bool          fence_over;       /* a FENCE_OUT brought more than lim allows: its fence fails */
 };
 
 static struct pmi_dest dest(const struct pmi_engine *e, const struct prank *r)
@@ -317,10 +321,67 @@ static int pend_add(struct pmi_engine *e, const char *key, const char *val)
     return 0;
 }
 
-/* A put of this pset: visible here at once, published upstream at the fence. */
-static int put(struct pmi_engine *e, const char *key, const char *val)
+/* What the job holds here: its keys, and their bytes with those waiting for the fence. */
+static uint32_t held_keys(const struct pmi_engine *e)
 {
-    return kvs_put(e->kv, key, val) < 0 || pend_add(e, key, val) < 0 ? -1 : 0;
+    return kvs_count(e->kv) + kvs_count(e->nodeattr);
+}
+
+static size_t held_bytes(const struct pmi_engine *e)
+{
+    return kvs_bytes(e->kv) + kvs_bytes(e->nodeattr) + e->pendlen;
+}
+
+/* Whether storing key=val in t (and, pend, in this epoch's puts) keeps the
+ * job within its bounds here; NULL, or why not in text. */
+static const char *over_job(const struct pmi_engine *e, const struct kvs *t, const char *key, const char *val,
+                            bool pend, char *text, size_t len)
+{
+    bool isnew;
+    size_t cost = kvs_cost(t, key, val, &isnew) + (pend ? strlen(key) + strlen(val) + 2 : 0);
+
+    if (isnew && held_keys(e) >= e->lim.job_keys)
+        return snprintf(text, len, "the job holds %u PMI keys on this I/O node, its bound", held_keys(e)), text;
+    if (held_bytes(e) + cost > e->lim.job_bytes)
+        return snprintf(text, len, "the job's PMI keys on this I/O node would pass their bound of %zu bytes",
+                        e->lim.job_bytes), text;
+    return NULL;
+}
+
+/* A process's put: within its own bound (puts since its last fence) and the
+ * job's; NULL, or why not in text. */
+static const char *over(const struct pmi_engine *e, const struct prank *r, const struct kvs *t, const char *key,
+                        const char *val, bool pend, char *text, size_t len)
+{
+    size_t n = strlen(key) + strlen(val) + 2;
+
+    if (r->nput >= e->lim.proc_keys)
+        return snprintf(text, len, "PMI key space bound: rank %u put %u keys since its last fence, the most a "
+                        "process may", r->rank, r->nput), text;
+    if (r->putbytes + n > e->lim.proc_bytes)
+        return snprintf(text, len, "PMI key space bound: rank %u's puts since its last fence would pass %zu "
+                        "bytes, the most a process may", r->rank, e->lim.proc_bytes), text;
+    if (over_job(e, t, key, val, pend, text, len)) {
+        char why[128];
+        snprintf(why, sizeof(why), "%s", text);
+        return snprintf(text, len, "PMI key space bound: %s", why), text;
+    }
+    return NULL;
+}
+
+static void count_put(struct prank *r, const char *key, const char *val)
+{
+    r->nput++;
+    r->putbytes += strlen(key) + strlen(val) + 2;
+}
+
+/* A put of this pset: visible here at once, published upstream at the fence. */
+static int put(struct pmi_engine *e, struct prank *r, const char *key, const char *val)
+{
+    if (kvs_put(e->kv, key, val) < 0 || pend_add(e, key, val) < 0)
+        return -1;
+    count_put(r, key, val);
+    return 0;
 }
 
 /* The whole pset is in the fence: its puts go up in one message, or in
@@ -395,6 +456,8 @@ static void maybe_up(struct pmi_engine *e)
 static void enter_fence(struct pmi_engine *e, struct prank *r)
 {
     r->in_fence = true;
+    r->nput = 0;                        /* its bound counts the puts of one epoch */
+    r->putbytes = 0;
     e->entered++;
     maybe_up(e);
 }
@@ -518,7 +581,10 @@ static void v1_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
             return bad(e, r, 1, "put_result", "put to an unknown kvsname");
         if (!good_key(key) || !good_val(val))
             return bad(e, r, 1, "put_result", "put needs a key of 1..64 and a value of at most 1024 characters");
-        if (put(e, key, val) < 0)
+        char why[160];
+        if (over(e, r, e->kv, key, val, true, why, sizeof(why)))
+            return bad(e, r, 1, "put_result", "%s", why);
+        if (put(e, r, key, val) < 0)
             return error_reply(e, r, 1, "put_result", "out of memory");
         rp_begin(&rp, 1, "put_result");
         rp_add(&rp, "rc", "0");
@@ -593,7 +659,10 @@ static void v2_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
     } else if (!strcmp(n, "kvs-put")) {
         if (!good_key(key) || !good_val(val))
             return bad(e, r, 2, resp, "kvs-put needs a key of 1..64 and a value of at most 1024 characters");
-        if (put(e, key, val) < 0)
+        char why[160];
+        if (over(e, r, e->kv, key, val, true, why, sizeof(why)))
+            return bad(e, r, 2, resp, "%s", why);
+        if (put(e, r, key, val) < 0)
             return error_reply(e, r, 2, resp, "out of memory");
     } else if (!strcmp(n, "kvs-get")) {
         if (!good_key(key))
@@ -634,8 +703,12 @@ static void v2_command(struct pmi_engine *e, struct prank *r, struct cmd *c)
         if (n[5] == 'p') {
             if (!good_val(val))
                 return bad(e, r, 2, resp, "info-putnodeattr needs a value of at most 1024 characters");
+            char why[160];
+            if (over(e, r, e->nodeattr, nk, val, false, why, sizeof(why)))
+                return bad(e, r, 2, resp, "%s", why);
             if (kvs_put(e->nodeattr, nk, val) < 0)
                 return error_reply(e, r, 2, resp, "out of memory");
+            count_put(r, nk, val);
             /* wake the processes of this node that wait for it */
             for (uint32_t i = 0; i < e->nslots; i++) {
                 struct prank *w = &e->r[i];
@@ -796,6 +869,15 @@ struct pmi_engine *pmi_engine_new(const struct pmi_job *job, const struct pmi_op
     if (!e->r || !e->kv || !e->nodeattr)
         goto error;
     e->job = job->id;
+    e->lim = job->lim;
+    if (!e->lim.job_keys)
+        e->lim.job_keys = PMI_JOB_KEYS;
+    if (!e->lim.job_bytes)
+        e->lim.job_bytes = PMI_JOB_BYTES;
+    if (!e->lim.proc_keys)
+        e->lim.proc_keys = PMI_PROC_KEYS;
+    if (!e->lim.proc_bytes)
+        e->lim.proc_bytes = PMI_PROC_BYTES;
     e->nranks = job->nranks;
     e->nslots = job->nslots;
     snprintf(e->kvsname, sizeof(e->kvsname), "lattice-%" PRIu64, e->job);
@@ -909,26 +991,47 @@ bool pmi_engine_fence_out(struct pmi_engine *e, const char *p, void *ctx)
     if (e->job != f.job || e->epoch != f.epoch || !e->fence_sent)
         return false;
     e->ctx = ctx;
-    for (uint32_t i = 0; i < f.nkv; i++) {
+    for (uint32_t i = 0; i < f.nkv && !e->fence_over; i++) {
         const char *k = s, *v = k + strlen(k) + 1;
-        if (kvs_put(e->kv, k, v) < 0)
+        char why[160];
+        /* the job's keys from every pset: what does not fit here fails the fence, never grows ciod */
+        if (over_job(e, e->kv, k, v, false, why, sizeof(why))) {
+            e->fence_over = true;
+            note(e, "pmi: job %" PRIu64 " fence %u: %s", e->job, e->epoch, why);
+        } else if (kvs_put(e->kv, k, v) < 0) {
             note(e, "pmi: out of memory storing key %s", k);
+        }
         s = v + strlen(v) + 1;
     }
     if (f.flags & LAT_FENCE_MORE)
         return true;
+    bool told = false;
     for (uint32_t i = 0; i < e->nslots; i++) {
         struct prank *r = &e->r[i];
         struct reply rp;
         if (!r->in_fence)
             continue;
         r->in_fence = false;
+        if (e->fence_over) {
+            char text[160];
+            snprintf(text, sizeof(text), "PMI key space bound: the job's keys from every pset would pass %u "
+                     "keys or %zu bytes on this I/O node", e->lim.job_keys, e->lim.job_bytes);
+            if (!told) {
+                struct pmi_dest who = dest(e, r);
+                e->ops->bad_request(e->ctx, &who, text);
+                told = true;
+            }
+            error_reply(e, r, r->version == 2 ? 2 : 1, r->version == 2 ? "kvs-fence-response" : "barrier_out",
+                        text);
+            continue;
+        }
         rp_begin(&rp, r->version == 2 ? 2 : 1, r->version == 2 ? "kvs-fence-response" : "barrier_out");
         rp_add(&rp, "rc", "0");
         if (r->version == 2 && r->waitthr[0])
             rp_add(&rp, "thrid", r->waitthr);
         rp_end(e, r, &rp);
     }
+    e->fence_over = false;
     e->entered = 0;
     e->fence_sent = false;
     e->epoch++;
@@ -977,6 +1080,9 @@ int pmi_engine_child_fence(struct pmi_engine *e, uint32_t child, const char *p, 
     e->ctx = ctx;
     for (uint32_t i = 0; i < f.nkv; i++) {
         const char *k = s, *v = k + strlen(k) + 1;
+        if (held_bytes(e) + strlen(k) + strlen(v) + 2 > e->lim.job_bytes)
+            return fail(why, whylen, "the fence of job %" PRIu64 " from below would pass the %zu bytes of PMI "
+                        "keys the job may hold on this I/O node", e->job, e->lim.job_bytes);
         if (pend_add(e, k, v) < 0)
             return fail(why, whylen, "out of memory for the fence of job %" PRIu64, e->job);
         s = v + strlen(v) + 1;

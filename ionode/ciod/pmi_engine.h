@@ -58,6 +58,20 @@ struct pmi_ops {
     void (*broken)(void *ctx, const char *text);
 };
 
+/* What one job's PMI may hold in one I/O node (docs/protocol.md section 10,
+ * "Bounds"): a put past one of them gets an error reply with the reason
+ * and a RAS event, never more of ciod's memory.  0 in a field: its default. */
+struct pmi_limits {
+    uint32_t job_keys;              /* keys in the job's key space and node attributes here */
+    size_t   job_bytes;             /* their bytes, with the puts waiting for the fence */
+    uint32_t proc_keys;             /* puts of one process since it last entered a fence */
+    size_t   proc_bytes;            /* their bytes */
+};
+#define PMI_JOB_KEYS   131072u
+#define PMI_JOB_BYTES  ((size_t)32 << 20)
+#define PMI_PROC_KEYS  4096u
+#define PMI_PROC_BYTES ((size_t)4 << 20)
+
 struct pmi_job {
     uint64_t               id;          /* the kvsname is "lattice-ID" */
     uint32_t               nranks;      /* of the whole job */
@@ -66,6 +80,7 @@ struct pmi_job {
     const char            *mapping;     /* PMI_process_mapping, "" if none; served only
                                            up to PMI_MAPPING_MAX characters */
     bool                   tree;        /* LAT_JOB_TREE: no fence goes up before pmi_engine_tree */
+    struct pmi_limits      lim;
 };
 
 /* NULL if out of memory.  ops is kept, not copied. */
@@ -121,5 +136,10 @@ struct kvs *kvs_new(void);
 void kvs_free(struct kvs *t);
 const char *kvs_get(const struct kvs *t, const char *key);
 int  kvs_put(struct kvs *t, const char *key, const char *val);   /* 0, -1: out of memory */
+uint32_t kvs_count(const struct kvs *t);
+size_t   kvs_bytes(const struct kvs *t);   /* its strings and entry headers */
+/* What kvs_put(key, val) would add to kvs_bytes (0 if it shrinks a value);
+ * *isnew: the key is not there yet. */
+size_t   kvs_cost(const struct kvs *t, const char *key, const char *val, bool *isnew);
 
 #endif

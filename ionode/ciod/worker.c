@@ -549,13 +549,23 @@ static void *reader_main(void *arg)
         struct wmsg ack = { .type = W_OUTPUT_ACK, .job = m.job };
         wsend(w->out, &ack, NULL, NULL, 0);
     }
+    /* the channel's end is how its end shows: a worker that died closed it */
     while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
         ;
-    if (!atomic_load(&w->ending) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    bool lost = !atomic_load(&w->ending), told = false;
+    if (lost) {                         /* its ranks' I/O is gone: the job cannot end well */
+        char text[CIOD_ERRLEN];
+        snprintf(text, sizeof(text), "the I/O worker of job %" PRIu64 " (pid %d) %s %d while the job ran: its "
+                 "processes' file calls and output were lost", w->job, (int)w->pid,
+                 WIFSIGNALED(status) ? "was killed by signal" : "exited with code",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        told = job_fail(w->job, "its I/O worker was lost", text);   /* its RAS ERROR says it */
+    }
+    if (!told && (lost || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
         ras_event(RAS_ERROR, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended %s %d%s",
                   w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                  atomic_load(&w->ending) ? "" : " while its job ran: the job's processes lose their I/O");
+                  lost ? " while its job ran: the job's processes lose their I/O" : "");
     free(buf);
     return NULL;                        /* its descriptors stay open until reap_old: worker_end may still use them */
 }

@@ -128,6 +128,10 @@ enum lat_type {
     LAT_CTL_TREE_FAIL  = 0x0186,  /* one-way ciod->sn: struct lat_job_end + message text: the
                                      job's PMI fence tree broke here (a peer lost, a bad
                                      fence); the service node ends the job */
+    LAT_CTL_JOB_FAIL   = 0x0187,  /* one-way ciod->sn: struct lat_job_end + message text: the
+                                     job cannot go on on this I/O node (its I/O worker was
+                                     lost); ciod kills its ranks, the service node ends the
+                                     job with an error */
     LAT_CTL_NAME       = 0x0190,  /* one-way ciod->sn: struct lat_name + service\0 port\0:
                                      a rank publishes, unpublishes or looks up a name */
 

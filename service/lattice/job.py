@@ -544,6 +544,14 @@ class Run:
             text = printable(body[wire.JOB_END.size:].decode(errors="replace"))
             self.end_for(c, f"I/O node {c.location}: PMI fence tree broken during job {self.job}: {text}")
 
+    def on_job_fail(self, c: Ciod, body: bytes) -> None:
+        """An I/O node cannot go on with the job (its I/O worker was lost):
+        its ranks are killed there; the job ends with that error."""
+        job, = wire.JOB_END.unpack_from(body)
+        if job == self.job:
+            text = body[wire.JOB_END.size:].decode(errors="replace")
+            self.end_for(c, f"I/O node {c.location}: {text}")
+
     def bad_message(self, c: Ciod, why: str) -> None:
         """An I/O node sent something the run cannot use: end the job, say why."""
         self.end_for(c, f"I/O node {c.location} sent a bad message during job {self.job}: {why}")
@@ -638,9 +646,12 @@ class Run:
                                 self.on_abort(body)
                         except (ValueError, struct.error, UnicodeDecodeError) as e:
                             self.bad_message(c, str(e))
-                    elif typ == wire.CTL_TREE_FAIL:
+                    elif typ in (wire.CTL_TREE_FAIL, wire.CTL_JOB_FAIL):
                         try:
-                            self.on_tree_fail(c, body)
+                            if typ == wire.CTL_TREE_FAIL:
+                                self.on_tree_fail(c, body)
+                            else:
+                                self.on_job_fail(c, body)
                         except struct.error as e:
                             self.bad_message(c, str(e))
                     elif typ == wire.CTL_STDIN_ACK and self.input is not None:

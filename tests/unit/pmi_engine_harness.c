@@ -5,6 +5,7 @@
  *
  *   job ID NRANKS MAPPING RANK:NODE:APP...   a new engine (MAPPING "-": none)
  *   treejob ID NRANKS MAPPING RANK:NODE:APP...   the same, of a job with a PMI fence tree
+ *   limits JK JB PK PB    the next job's struct pmi_limits (0: the default)
  *   tree NCHILDREN        the job's tree: I/O nodes below -> "tree ok" or "tree refused"
  *   treeup                the way up is open (fences may go up)
  *   child C JOB EPOCH FLAGS [KEY=VALUE...]   a LAT_CTL_FENCE from child C
@@ -121,11 +122,13 @@ static void on_broken(void *ctx, const char *text)
 static const struct pmi_ops ops = { .answer = on_answer, .fence = on_fence, .name = on_name, .abort = on_abort,
                                     .bad_request = on_bad_request, .note = on_note, .broken = on_broken };
 
+static struct pmi_limits lim;
+
 static struct pmi_engine *new_job(char *args, bool tree)
 {
     static struct lat_slot slot[64];
     static char mapping[65536];
-    struct pmi_job job = { .slot = slot, .tree = tree };
+    struct pmi_job job = { .slot = slot, .tree = tree, .lim = lim };
     int used;
 
     if (sscanf(args, "%" SCNu64 " %u %65535s%n", &job.id, &job.nranks, mapping, &used) != 3)
@@ -205,7 +208,10 @@ int main(void)
             *nl = '\0';
         arg = strchr(line, ' ');
         arg = arg ? arg + 1 : line + strlen(line);
-        if (!strncmp(line, "job ", 4) || !strncmp(line, "treejob ", 8)) {
+        if (!strncmp(line, "limits ", 7)) {
+            if (sscanf(arg, "%u %zu %u %zu", &lim.job_keys, &lim.job_bytes, &lim.proc_keys, &lim.proc_bytes) != 4)
+                puts("bad limits");
+        } else if (!strncmp(line, "job ", 4) || !strncmp(line, "treejob ", 8)) {
             pmi_engine_free(e);
             if (!(e = new_job(arg, line[0] == 't')))
                 puts("no engine");

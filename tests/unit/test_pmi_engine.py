@@ -325,7 +325,7 @@ def test_fence_out_is_checked_before_use(harness: Path, engines: list[Engine]) -
 # descriptor, socket, poll, lock or log: those are the caller's (pmi.c).
 ALLOWED = {"__errno_location", "calloc", "malloc", "realloc", "free", "memchr", "memcpy", "memmove", "memset",
            "snprintf", "vsnprintf", "strchr", "strcmp", "strncmp", "strlen", "strdup", "strtol", "strtoul",
-           "kvs_new", "kvs_free", "kvs_get", "kvs_put"}
+           "kvs_new", "kvs_free", "kvs_get", "kvs_put", "kvs_count", "kvs_bytes", "kvs_cost"}
 
 
 def test_engine_calls_no_io(tmp_path: Path) -> None:
@@ -370,3 +370,66 @@ def test_name_requests_go_up_and_their_answers_come_back(harness: Path, engines:
         "bad 0 publishing needs a port of 1..1024 characters",
         "answer 0 0 0 cmd=publish_result rc=-1 msg=publishing_needs_a_port_of_1..1024_characters\\n"]
     assert e.cmd("in 1 " + v2("cmd=name-lookup;"))[0] == "bad 1 a name request needs a service name of 1..1024 characters"
+
+
+def test_a_process_past_its_put_bound_gets_an_error_and_the_job_keeps_its_keys(harness: Path,
+                                                                              engines: list[Engine]) -> None:
+    """Issue 24: the key space was unbounded (150,000 puts of 1 KiB took ciod
+    to 315 MB).  Puts of one process since its last fence, and the job's keys
+    on the I/O node, are bounded: past a bound the put gets rc=-1 with the
+    reason (and the RAS event, `bad`), nothing is stored, and a fence resets
+    the process's own count."""
+    e = Engine(harness, "3 2 - 0:0:0 1:1:0")
+    engines.append(e)
+    assert e.cmd("limits 0 0 3 0") == []
+    assert e.cmd("job 3 2 - 0:0:0 1:1:0") == []
+    assert e.cmd(f"in 0 {INIT1}") and e.cmd(f"in 1 {INIT2}")
+    for i in range(3):
+        assert answers(e.cmd(f"in 0 cmd=put kvsname=lattice-3 key=k{i} value=v\\n")) == ["cmd=put_result rc=0\\n"]
+    out = e.cmd("in 0 cmd=put kvsname=lattice-3 key=k3 value=v\\n")
+    assert out[0] == "bad 0 PMI key space bound: rank 0 put 3 keys since its last fence, the most a process may"
+    assert answers(out) == ["cmd=put_result rc=-1 msg=PMI_key_space_bound:_rank_0_put_3_keys_since_its_last_fence,"
+                            "_the_most_a_process_may\\n"]
+    assert answers(e.cmd("in 0 cmd=get kvsname=lattice-3 key=k3\\n")) == ["cmd=get_result rc=1 msg=key_not_found\\n"]
+    # PMI-2 says it in errmsg; another process has a bound of its own
+    for i in range(3):
+        assert answers(e.cmd("in 1 " + v2(f"cmd=kvs-put;key=p{i};value=w;"))) == [v2("cmd=kvs-put-response;rc=0;")]
+    assert answers(e.cmd("in 1 " + v2("cmd=kvs-put;key=p3;value=w;"))) == [v2(
+        "cmd=kvs-put-response;rc=-1;errmsg=PMI key space bound: rank 1 put 3 keys since its last fence, the most "
+        "a process may;")]
+    # a fence starts a new count
+    assert e.cmd("in 0 cmd=barrier_in\\n") == []
+    up = e.cmd("in 1 " + v2("cmd=kvs-fence;"))
+    assert len(up) == 1 and set(fence_keys(up[0])) == {"k0", "k1", "k2", "p0", "p1", "p2"}, up
+    assert len(answers(e.cmd("fenceout 3 0 0 k0=v"))) == 2
+    assert answers(e.cmd("in 0 cmd=put kvsname=lattice-3 key=k3 value=v\\n")) == ["cmd=put_result rc=0\\n"]
+
+
+def test_the_job_bound_holds_for_puts_node_attributes_and_fences(harness: Path, engines: list[Engine]) -> None:
+    e = Engine(harness, "4 1 - 0:0:0")
+    engines.append(e)
+    # at most 4 keys, 600 bytes of them (PMI_process_mapping is none here)
+    assert e.cmd("limits 4 600 0 0") == [] and e.cmd("job 4 2 - 0:0:0") == []
+    assert e.cmd(f"in 0 {INIT2}")
+    value = "x" * 100
+    held = 0
+    for i in range(10):
+        out = answers(e.cmd("in 0 " + v2(f"cmd=kvs-put;key=k{i};value={value};")))
+        if out != [v2("cmd=kvs-put-response;rc=0;")]:
+            break
+        held += 1
+    assert 1 <= held < 4, held                                   # the bytes bound came first
+    assert out == [v2("cmd=kvs-put-response;rc=-1;errmsg=PMI key space bound: the job's PMI keys on this I/O "
+                      "node would pass their bound of 600 bytes;")], out
+    # replacing a value by a shorter one costs nothing
+    assert answers(e.cmd("in 0 " + v2("cmd=kvs-put;key=k0;value=y;"))) == [v2("cmd=kvs-put-response;rc=0;")]
+    assert "rc=-1" in answers(e.cmd("in 0 " + v2(f"cmd=info-putnodeattr;key=a;value={value * 5};")))[0]
+    # a FENCE_OUT bringing more than the job may hold here: the fence fails, with the reason
+    up = e.cmd("in 0 " + v2("cmd=kvs-fence;"))
+    assert len(up) == 1 and up[0].startswith("fence 4 0 0"), up
+    many = " ".join(f"far{i}={value}" for i in range(20))
+    out = e.cmd(f"fenceout 4 0 0 {many}")
+    assert out[-1] == "matched" and any(line.startswith("note pmi: job 4 fence 0: ") for line in out), out
+    assert [line.split(" ", 2)[:2] for line in out if line.startswith("bad ")] == [["bad", "0"]], out
+    assert answers(out) == [v2("cmd=kvs-fence-response;rc=-1;errmsg=PMI key space bound: the job's keys from every "
+                               "pset would pass 4 keys or 600 bytes on this I/O node;")], out
