@@ -139,17 +139,25 @@ def end_held_job(run: subprocess.Popen[str]) -> None:
 
 
 def worker_of(m: Machine) -> int:
-    """The pid of the I/O worker of machine m's block A (call while a job
-    runs: it is up).  A child of that block's ciod: the title alone ("block
-    A") also names other machines' workers on a shared host."""
+    """The pid of the I/O worker of the job running on machine m's block A
+    (call while it runs: its worker is up): a child of that block's ciod
+    whose title names the job.  "block A" alone also names the last job's
+    worker while it ends, and other machines' workers on a shared host."""
+    job = running_job(m)
     ciods = set(m.processes("ciod", "A"))
     deadline = time.monotonic() + GUARD
     while time.monotonic() < deadline:
         for pid, argv in processes():
-            if argv[0] == b"ciod-worker" and b"block A" in b" ".join(argv) and parent(pid) in ciods:
+            title = b" ".join(argv) + b" "
+            if argv[0] == b"ciod-worker" and f" job {job} ".encode() in title and b" block A " in title \
+                    and parent(pid) in ciods:
                 return pid
         time.sleep(0.05)
-    raise AssertionError("no I/O worker while the job ran")
+    raise AssertionError(f"no I/O worker of job {job} while it ran")
+
+
+def running_job(m: Machine) -> int:
+    return max(int(line.split()[0]) for line in m.run("jobs").stdout.splitlines()[1:] if "Running" in line)
 
 
 def parent(pid: int) -> int:
@@ -231,7 +239,7 @@ def proc_hello(m: Machine, node: int, t: int) -> int:
 
     (pfile,) = m.home.glob("**/node-0.json")
     pers = json.loads(pfile.read_text())
-    job = max(int(line.split()[0]) for line in m.run("jobs").stdout.splitlines()[1:] if "Running" in line)
+    job = running_job(m)
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(GUARD)             # a hang guard on ciod's answers
         s.connect(pers["ciod"].removeprefix("unix:"))

@@ -637,11 +637,11 @@ class Target:
         """ciod runs, answers a fresh control session, the job is intact, and
         its threads and descriptors are back to the baseline (they go back as
         the round's sessions end in ciod: waited for, `wait` a hang guard).
-        First, the harness's own readers still read."""
-        for r in self.readers():
-            r.check()
+        And the harness's own readers still read."""
         if not self.alive():
             raise FuzzFailure(f"ciod exited with {self.proc.returncode}:\n{self.logtext()[-3000:]}")
+        for r in self.readers():
+            r.check()
         try:
             st = self.status()
         except (OSError, EOFError) as e:
