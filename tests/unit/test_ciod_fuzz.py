@@ -86,3 +86,16 @@ def test_a_dead_harness_reader_fails_the_run_as_the_harness_not_as_ciod(target: 
         ciodfuzz.fuzz(target, 5, 1, round_cases=8, restart_every=1)
     assert target.alive()
     assert target.owner.failure is None and target.nodes[0].failure is None
+
+
+def test_ciodfuzz_says_a_broken_harness_is_no_finding(ciod_bin: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The script (and scripts/fuzz.sh, which maps the status to a line of
+    its own) tells a harness failure from a finding: its own line, exit 3."""
+    def broken(*_a: object, **_k: object) -> ciodfuzz.Stats:
+        raise ciodfuzz.HarnessFailure("the fake node 0 thread died: injected")
+    monkeypatch.setattr(ciodfuzz, "fuzz", broken)
+    assert ciodfuzz.main(["--ciod", str(ciod_bin), "--seed", "1", "--inputs", "1"]) == ciodfuzz.HARNESS_EXIT == 3
+    out = capsys.readouterr().out
+    assert "ciodfuzz: HARNESS FAILED (seed 1), not a finding about ciod: the fake node 0 thread died" in out, out
+    assert "ciodfuzz: FAILED" not in out
