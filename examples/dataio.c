@@ -6,7 +6,8 @@
  *                            them back with pread, readv, one big read and
  *                            small reads, then again through a read-only open
  *   dataio hash PATH         read a file in 1 MiB reads: "size=N hash=H"
- *   dataio twice PATH SEC    hash, sleep SEC seconds, hash again (reopened)
+ *   dataio twice PATH        hash, wait for a line on standard input (the caller has
+ *                            changed the file by then), hash again (reopened)
  *   dataio put PATH OFF LEN  one pwrite of LEN pattern bytes at OFF (no truncation):
  *                            "ret=N" or "ret=-1 errno=E" (short writes, full disks)
  *   dataio spin PATH         pwrite 16 MiB at 0 over and over; "go" after the first
@@ -232,14 +233,17 @@ int main(int argc, char **argv)
         printf("size=%zu hash=%016llx\n", size, (unsigned long long)h);
         return 0;
     }
-    if (argc == 4 && !strcmp(argv[1], "twice")) {
+    if (argc == 3 && !strcmp(argv[1], "twice")) {
         for (int i = 0; i < 2; i++) {
             if (hash(argv[2], &h, &size))
                 return 1;
             printf("size=%zu hash=%016llx\n", size, (unsigned long long)h);
-            if (i == 0) {
-                struct timespec ts = { atoi(argv[3]), 0 };
-                nanosleep(&ts, NULL);
+            if (i == 0) {               /* the go: an event, not a time the caller must beat */
+                char go[64];
+                if (!fgets(go, sizeof(go), stdin)) {
+                    printf("twice: standard input ended before the go line\n");
+                    return 1;
+                }
             }
         }
         return 0;
@@ -250,7 +254,7 @@ int main(int argc, char **argv)
         return spin(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "slow"))
         return slow(argv[2], strtoul(argv[3], NULL, 10));
-    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH SECONDS | put PATH OFF LEN | spin PATH"
+    fprintf(stderr, "usage: dataio big PATH MIB | hash PATH | twice PATH | put PATH OFF LEN | spin PATH"
                     " | slow PATH MIB\n");
     return 64;
 }

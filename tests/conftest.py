@@ -29,7 +29,7 @@ class Machine:
     env: dict[str, str] = field(default_factory=dict)
     run_dir: str = ""
 
-    def run(self, *args: str, check: bool = True, timeout: float = 120,
+    def run(self, *args: str, check: bool = True, timeout: float = 600,     # a hang guard, not a time limit
             input: str | None = None) -> subprocess.CompletedProcess[str]:
         # without input, none: `lattice run` would give the test's own stdin to rank 0
         p = subprocess.run([*LATTICE, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
@@ -76,8 +76,9 @@ def processes() -> Iterator[tuple[int, list[bytes]]]:
                 yield int(d.name), argv
 
 
-def wait_for(pred, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    """Until pred() holds (an AssertionError after timeout seconds)."""
+def wait_for(pred, timeout: float = 600) -> None:  # type: ignore[no-untyped-def]
+    """Until pred() holds (an AssertionError after timeout seconds: a hang
+    guard, generous so that a loaded host does not fail a test)."""
     end = time.time() + timeout
     while time.time() < end:
         if pred():

@@ -17,6 +17,7 @@ CNK_EX = EXAMPLES / "cnk"
 EM_X86_64, EM_AARCH64 = 62, 183
 PT_INTERP = 3
 HUGE = Path("/sys/kernel/mm/hugepages")
+RESTORE_GUARD = 120.0           # s: HugePagePools waits this long at most for pages to come free
 
 
 # ---- ELF ----
@@ -159,9 +160,10 @@ class HugePagePools:
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
         for kb, n in self.saved.items():
-            for _ in range(100):      # a process that just ended may still hold its pages
-                if self._set(kb, n) == n:
-                    break
+            # a process that just ended may still hold its pages: until they are free (on a loaded
+            # host that can take a while; RESTORE_GUARD only so that pages held for good end it)
+            deadline = time.monotonic() + RESTORE_GUARD
+            while self._set(kb, n) != n and time.monotonic() < deadline:
                 time.sleep(0.1)
         for kb, n in self.saved_ceiling.items():
             self._set_ceiling(kb, n)

@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import socket
-import socket
 import sqlite3
 import subprocess
 import time
@@ -26,22 +25,57 @@ from lattice.client import SOCKET
 
 from conftest import EXAMPLES, LATTICE, Machine, make_machine, processes, wait_for, warm_servers
 
+GUARD = 600             # s: a bound on waits for an event (a server up, a process gone), only so a hang fails
+
 
 @pytest.fixture(scope="module")
 def wm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     """A 1x1x2 machine with block W booted, and its warm server up."""
     m = make_machine(tmp_path_factory.mktemp("warm"), "--shape", "1x1x2", "--pset-size", "2", "--memory", "256M")
+    # the server (started by the first command after `init`) stays for the whole module: on a
+    # loaded host the cold runs between warm ones can add up to the test machines' idle minute
+    # (the session's end stops it, conftest)
+    m.env["LATTICE_WARM_IDLE"] = "3600"
     m.run("block", "create", "W", "--shape", "1x1x2")
     m.run("boot", "W")
-    wait_for(lambda: server_pid(m) is not None, 30)
+    wait_for(lambda: server_pid(m) is not None and listening(m), GUARD)
     yield m
     m.run("free", "W", check=False)
     shutil.rmtree(m.work, ignore_errors=True)
 
 
 def server_pid(m: Machine) -> int | None:
-    pids = warm_servers(m.home)
-    return pids[0] if pids else None
+    """The machine's warm server: the process with its command line that
+    listens on the machine's socket.  The command line alone is not enough:
+    the block's agent on this host, forked by a `lattice boot` the server
+    ran, has it too (and a SIGTERM meant for the server ended the block's
+    daemons with it)."""
+    want = {f"socket:[{inode}]" for inode in listening_inodes(m.home / SOCKET)}
+    for pid in warm_servers(m.home):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in want for fd in os.listdir(f"/proc/{pid}/fd")):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def listening_inodes(path: Path) -> list[str]:
+    """Inodes of the unix sockets listening at path (bound as path.PID, then renamed)."""
+    out = []
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 8 and int(f[3], 16) & 0x10000 and (f[7] == str(path) or f[7].startswith(f"{path}.")):
+            out.append(f[6])
+    return out
+
+
+def stop_server(m: Machine) -> None:
+    """SIGTERM to the machine's warm server (only: not to the block's agent), until it is gone."""
+    pid = server_pid(m)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: server_pid(m) is None, GUARD)
 
 
 WARM_LINE = "of the warm server for this command"
@@ -86,7 +120,7 @@ def run(m: Machine, *args: str, warm: bool = True, prefix: tuple[str, ...] = (),
     env = dict(m.env, LATTICE_WARM="1" if warm else "0")
     p = subprocess.Popen([*prefix, *LATTICE, *args], env=env, stdin=kw.pop("stdin", subprocess.DEVNULL),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=GUARD)
     return subprocess.CompletedProcess(p.args, p.returncode, out, err), p.pid
 
 
@@ -117,13 +151,10 @@ def test_the_command_gets_the_callers_environment_directory_umask_and_stdin(wm: 
     here.mkdir()
     (here / "data").write_text("from the caller's stdin\n")
     # a server started from an environment with WARM_SERVER_ONLY: the callers below lack it
-    assert warm_servers(wm.home)
-    for pid in warm_servers(wm.home):
-        os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: server_pid(wm) is None, 30)
+    stop_server(wm)
     subprocess.run([*LATTICE, "blocks"], env=dict(wm.env, LATTICE_WARM="1", WARM_SERVER_ONLY="1"),
                    capture_output=True, check=True)
-    wait_for(lambda: server_pid(wm) is not None and listening(wm), 30)
+    wait_for(lambda: server_pid(wm) is not None and listening(wm), GUARD)
     server = server_pid(wm)
     assert b"WARM_SERVER_ONLY=1" in Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
     env = dict(wm.env, LATTICE_WARM="1", WARM_MARK="xyzzy")
@@ -132,7 +163,7 @@ def test_the_command_gets_the_callers_environment_directory_umask_and_stdin(wm: 
             p = subprocess.Popen([*LATTICE, "run", "-v", "--block", "W", "-n", "1", "--kernel", "linux", "-o", name,
                                   exe], env=env, cwd=here, stdin=stdin, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, umask=0o077)
-            out, err = p.communicate(timeout=120)
+            out, err = p.communicate(timeout=GUARD)
         assert p.returncode == 0, err
         assert WARM_LINE in err, err
     # -o's files: named relative to the caller's directory, created under its umask
@@ -151,8 +182,9 @@ def running_job_pid(m: Machine) -> int:
 
 
 def start_sleeper(m: Machine) -> tuple[subprocess.Popen[str], int]:
-    """A warm `lattice run` of a sleeping rank, once Running: (client, the command's pid)."""
-    p = subprocess.Popen([*LATTICE, "run", "--block", "W", "-n", "1", "/bin/sleep", "60"], env=m.env,
+    """A warm `lattice run` of a sleeping rank, once Running: (client, the command's pid).
+    It sleeps an hour: the test ends it, however long a loaded host takes to get there."""
+    p = subprocess.Popen([*LATTICE, "run", "--block", "W", "-n", "1", "/bin/sleep", "3600"], env=m.env,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     found: list[int] = []
 
@@ -162,7 +194,7 @@ def start_sleeper(m: Machine) -> tuple[subprocess.Popen[str], int]:
             return True
         except (AssertionError, sqlite3.Error):
             return False
-    wait_for(running, 30)
+    wait_for(running, GUARD)
     assert found[-1] == p.pid
     child = server_child_for(m, p.pid)
     assert child is not None, "not served warm"
@@ -172,13 +204,13 @@ def start_sleeper(m: Machine) -> tuple[subprocess.Popen[str], int]:
 def test_signals_reach_the_command_and_a_killed_client_takes_it_along(wm: Machine) -> None:
     p, cmd = start_sleeper(wm)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=GUARD)
     assert p.returncode == 130, (p.returncode, err)
-    wait_for(lambda: not Path(f"/proc/{cmd}").exists(), 10)
+    wait_for(lambda: not Path(f"/proc/{cmd}").exists(), GUARD)
     p, cmd = start_sleeper(wm)
     p.kill()
     p.wait()
-    wait_for(lambda: not Path(f"/proc/{cmd}").exists(), 10)     # gone with its client
+    wait_for(lambda: not Path(f"/proc/{cmd}").exists(), GUARD)  # gone with its client
     wm.run("blocks")        # a command's sweep ends the record of a run that is gone
     with sqlite3.connect(wm.home / "lattice.db") as con:
         state, message = con.execute("SELECT state, message FROM jobs ORDER BY id DESC LIMIT 1").fetchone()
@@ -205,7 +237,7 @@ def test_garbage_on_the_socket_is_refused_and_the_server_goes_on(wm: Machine) ->
     for junk in (b"", b"\0" * 8, (1 << 40).to_bytes(8, "big"), (20).to_bytes(8, "big") + b"NOTWARM\0" * 3):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(path)
-        s.settimeout(10)
+        s.settimeout(GUARD)
         s.sendall(junk)
         s.shutdown(socket.SHUT_WR)
         assert s.recv(16) == b"R", junk
@@ -227,12 +259,12 @@ def test_another_user_cannot_reach_the_socket(wm: Machine) -> None:
 def test_the_server_leaves_when_its_home_goes(built: Path, tmp_path: Path) -> None:
     m = make_machine(tmp_path)
     m.run("blocks")
-    wait_for(lambda: server_pid(m) is not None, 30)
+    wait_for(lambda: server_pid(m) is not None, GUARD)
     pid = server_pid(m)
     assert pid is not None
     shutil.rmtree(m.home)
     wait_for(lambda: not Path(f"/proc/{pid}").exists() or b"lattice.warm" not in
-             Path(f"/proc/{pid}/cmdline").read_bytes(), 30)
+             Path(f"/proc/{pid}/cmdline").read_bytes(), GUARD)
 
 
 def test_warm_off_runs_every_command_itself(built: Path, tmp_path: Path) -> None:

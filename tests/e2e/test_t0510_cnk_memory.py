@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -35,6 +35,17 @@ NODE_MIB = 512                  # the default node
 GIB_KB, MIB2_KB = 1048576, 2048
 BOOK = Path(os.environ.get("LATTICE_HUGEPAGES_BOOK", "/run/lattice"))
 IN_BIG_MEMORY = ["heap", "bigblock", "stack", "thread", "data", "text"]
+GUARD = 600             # s: a bound on waits for an event (a line, a book entry, an exit), only so a hang fails
+
+
+def wait_until(pred: Callable[[], bool]) -> bool:
+    """Until pred() holds (the event), GUARD a hang guard: whether it did."""
+    deadline = time.monotonic() + GUARD
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def booted(tmp: Path, shape: str, *init: str) -> Machine:
@@ -295,7 +306,7 @@ def test_another_machines_pages_are_untouched(small_machine: Machine, holdmem: P
         assert not mine(a, book()) and mine(b, book()) == held, "a took its own entry away, not b's"
         assert HugePagePools.ceiling(MIB2_KB) == during_b, "the ceiling still counts b's job"
         go.touch()
-        out, err = run_b.communicate(timeout=60)
+        out, err = run_b.communicate(timeout=GUARD)
     finally:
         go.touch()
         if run_b.poll() is None:
@@ -350,7 +361,7 @@ def big_node(built: Path, tmp_path: Path) -> Iterator[Machine]:
 def test_more_than_1gib_allocated_and_touched(big_node: Machine, exe: str) -> None:
     mib = 1200
     p = big_node.run("run", "--block", "C", "-n", "2", "--label", "--kernel", "cnk", "--cwd", "/tmp",
-                     str(CNK_EX / exe), str(mib), timeout=60)
+                     str(CNK_EX / exe), str(mib), timeout=GUARD)
     pages = mib * 256
     ranks = by_rank(p.stdout)
     for r in range(2):
@@ -406,19 +417,20 @@ def test_a_killed_runs_ceiling_comes_back_after_its_machine_is_gone(built: Path,
 def _kill_a_run_then_run_again(a: Machine, b: Machine, book_dir: Path) -> subprocess.CompletedProcess[str]:
     """Machine a's cnk run raises the ceiling and is SIGKILLed, a's home
     deleted; then machine b runs a cnk job: its output."""
-    run = a.popen("run", "--block", "C", "-n", "1", "--kernel", "cnk", "/bin/sleep", "60")
+    run = a.popen("run", "--block", "C", "-n", "1", "--kernel", "cnk", "/bin/sleep", "3600")   # killed below
     try:
         entry: dict[str, object] = {}
         entries: dict[str, dict[str, object]] = {}
-        for _ in range(200):                    # until a's reservation is in the book
+
+        def reserved() -> bool:                 # a's reservation is in the book (or the run ended)
+            nonlocal entry, entries
             try:
                 entries = json.loads((book_dir / "hugepages.json").read_text())
             except (OSError, ValueError):
                 entries = {}
             entry = next((e for k, e in entries.items() if k.startswith(str(a.home.resolve()))), {})
-            if entry.get("overcommit"):
-                break
-            time.sleep(0.05)
+            return bool(entry.get("overcommit")) or run.poll() is not None
+        wait_until(reserved)
         assert entry.get("overcommit") == {str(MIB2_KB): 64}, f"no reservation of machine a in the book: {entries}"
     finally:
         run.kill()                              # no chance to give anything back
@@ -459,13 +471,14 @@ def hold_96_mib(m: Machine, exe: Path, *opts: str, want: int = 48) -> tuple[int,
         ready = run.stdout.readline()
         assert ready.startswith("holdmem: ready page_kb=2048"), (ready, run.stderr.read() if run.stderr else "")
         during = 0
-        for _ in range(200):
+
+        def holds() -> bool:                    # the block took over the pages: the book says so
+            nonlocal during
             during = kept(m)
-            if during >= want:
-                break
-            time.sleep(0.05)
+            return during >= want or run.poll() is not None
+        wait_until(holds)
         go.touch()
-        out, err = run.communicate(timeout=60)
+        out, err = run.communicate(timeout=GUARD)
     finally:
         go.touch()
         if run.poll() is None:

@@ -33,7 +33,7 @@ def refused(m: Machine, exe: Path, reason: str) -> str:
     say `reason` (a regex); then a good job runs on the same block."""
     cnodes = m.processes("cnode", "C")
     p = m.run("run", "--block", "C", "-n", "2", "--label", "--kernel", "cnk", "--cwd", "/tmp", str(exe),
-              check=False, timeout=30)
+              check=False, timeout=600)
     assert p.returncode == LAUNCH_FAILED, (p.returncode, p.stdout, p.stderr)
     assert re.search(reason, p.stderr, re.I), f"stderr does not say /{reason}/:\n{p.stderr}"
     assert "stdio+malloc ok" not in p.stdout and "touched" not in p.stdout, p.stdout

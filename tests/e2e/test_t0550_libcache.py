@@ -256,7 +256,7 @@ def test_killed_job_leaves_a_complete_cache_and_free_removes_it(lc: Machine) -> 
         st = os.lstat(d)
         assert (st.st_mode & 0o7777, st.st_uid) == (0o700, 0), (d, oct(st.st_mode))
     job.send_signal(signal.SIGINT)
-    job.communicate(timeout=60)
+    job.communicate(timeout=600)
     assert job.returncode == 130
     assert not [n for d in dirs for n in os.listdir(d) if n.endswith(".part")], "no half-fetched file is left"
     # the next job of the user is served what the killed one fetched

@@ -222,7 +222,7 @@ class HeldSink(socketserver.BaseRequestHandler):
     where = Path("/nonexistent")
 
     def handle(self) -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600               # a hang guard: the files are the event
         while not all((self.where / f"sent.{r}").exists() for r in range(N)) and time.monotonic() < deadline:
             time.sleep(0.05)
         data = recv_exact(self.request, 1 << 30)
@@ -317,7 +317,7 @@ def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str, room: in
     def server() -> None:
         c, _ = lsn.accept()
         assert c.recv(16) == b"waiting"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600               # a hang guard: the files are the event
         while not all((work / f"done.{r}").exists() for r in range(N)) and time.monotonic() < deadline:
             time.sleep(0.05)
         order.append("all done")
@@ -329,7 +329,7 @@ def test_blocking_recv_does_not_stall_file_io(sk: Machine, kernel: str, room: in
     t.start()
     before = stats(sk)
     p = run(sk, kernel, "wait", str(port), str(work), str(room))
-    t.join(5)
+    t.join(600)
     lsn.close()
     out = by_rank(p.stdout)
     assert order == ["all done"], p.stdout

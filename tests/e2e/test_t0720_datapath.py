@@ -17,12 +17,13 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, Machine, make_machine
+from conftest import EXAMPLES, LATTICE, Machine, make_machine
 
 DATAIO = str(EXAMPLES / "dataio")
 MIB = 1 << 20
 COLL_BLOCK = 64 << 10     # the block of collective reads (ionode/ciod/collective.c)
 PERIOD = 65521
+GUARD = 600               # s: a bound on waits for an event (a line, an exit), only so that a hang fails
 
 
 def pattern(size: int) -> bytes:
@@ -70,7 +71,7 @@ def test_big_transfers_are_exact_and_rendezvous(dp_machine: Machine, kernel: str
     f = m.work / f"big-{kernel}.dat"
     before = counters(m)
     p = m.run("run", "--block", "D", "-n", "1", "--kernel", kernel, "--cwd", str(m.work), DATAIO, "big", f.name, "64",
-              timeout=300)
+              timeout=GUARD)
     assert p.stdout.strip() == f"ok size={64 * MIB + 12345}", p.stdout + p.stderr
     assert f.read_bytes() == pattern(64 * MIB + 12345)
     d = delta(before, counters(m))
@@ -94,7 +95,7 @@ def test_private_big_memory_goes_through_the_window(dp_machine: Machine) -> None
     f = m.work / "private.dat"
     before = counters(m)
     p = m.run("run", "--block", "D", "-n", "1", "--kernel", "cnk", "--env", "LATTICE_BIGMEM_SHARED=0", "--cwd",
-              str(m.work), DATAIO, "big", f.name, "16", timeout=300)
+              str(m.work), DATAIO, "big", f.name, "16", timeout=GUARD)
     assert p.stdout.strip() == f"ok size={16 * MIB + 12345}", p.stdout + p.stderr
     assert f.read_bytes() == pattern(16 * MIB + 12345)
     d = delta(before, counters(m))
@@ -129,14 +130,18 @@ def test_a_changed_file_is_not_served_stale(dp_machine: Machine) -> None:
     f = m.work / "changing.dat"
     old = os.urandom(2 * MIB + 5)
     f.write_bytes(old)
-    proc = m.popen("run", "--block", "D", "-n", "1", "--kernel", "linux", DATAIO, "twice", str(f), "3")
-    assert proc.stdout is not None
+    # the rank reads the file, then waits for a line on its standard input (lattice run's): the
+    # file is rewritten between the reads however long either side takes on a loaded host
+    proc = subprocess.Popen([*LATTICE, "run", "--block", "D", "-n", "1", "--kernel", "linux", DATAIO, "twice",
+                             str(f)], env=m.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
     first = proc.stdout.readline().strip()
     assert first == f"size={len(old)} hash={fnv(old)}"
     new = os.urandom(len(old))                                        # same size: only the content and mtime change
     with open(f, "r+b") as fh:
         fh.write(new)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate("go\n", timeout=GUARD)
     assert proc.returncode == 0, err
     assert out.strip() == f"size={len(new)} hash={fnv(new)}", out
     # and a file changed through the I/O node: written by a job, read by the next
@@ -172,7 +177,7 @@ def test_memory_bound(dp_machine: Machine) -> None:
     m = dp_machine
     hwm = ciod_hwm_kib(m)
     m.run("run", "--block", "D", "-n", "8", "--cwd", str(m.work), "--kernel", "linux", "--label", DATAIO, "big",
-          "mem.dat", "24", check=False, timeout=600)
+          "mem.dat", "24", check=False, timeout=GUARD)
     # eight ranks moved 8 x 24 MiB several times over; ciod grew by at most its bound
     grown_mib = (ciod_hwm_kib(m) - hwm) / 1024
     assert grown_mib <= 32 + 8 * 1.1 + 16, grown_mib                # cache + windows + slack (stacks, malloc)
@@ -207,7 +212,7 @@ def test_big_transfers_are_exact_on_every_path(path_machine: Machine, kernel: st
     f = m.work / f"path-{kernel}.dat"
     before = pcounters(m)
     p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, "--cwd", str(m.work), DATAIO, "big", f.name,
-              "40", timeout=300)
+              "40", timeout=GUARD)
     assert p.stdout.strip() == f"ok size={40 * MIB + 12345}", p.stdout + p.stderr
     assert f.read_bytes() == pattern(40 * MIB + 12345)
     d = delta(before, pcounters(m))
@@ -318,7 +323,7 @@ def killed_mid_transfer(m: Machine, block: str) -> None:
     assert victims
     for pid in victims:
         os.kill(pid, 9)             # mid-write: 16 MiB transfers back to back
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=GUARD)
     assert proc.returncode != 0
     assert m.processes("ciod", block) == [ciod]
     p = m.run("run", "--block", block, "-n", "1", "--kernel", "cnk", "--cwd", str(m.work), DATAIO, "big",
@@ -358,8 +363,8 @@ def test_a_long_rendezvous_is_slept_through_not_polled(dp_machine: Machine) -> N
     t.start()
     before = counters(m)
     p = m.run("run", "--block", "D", "-n", "1", "--kernel", "cnk", "--cwd", str(m.work), DATAIO, "slow", fifo.name,
-              "4", timeout=120)
-    t.join(60)
+              "4", timeout=GUARD)
+    t.join(GUARD)
     assert p.stdout.startswith("ok "), p.stdout + p.stderr
     kv = dict(x.split("=") for x in p.stdout.split()[1:])
     assert kv["fd"] == "3" and int(kv["wrote"]) == 4 * MIB, kv
@@ -383,7 +388,7 @@ def test_memory_bound_without_rendezvous(path_machine: Machine) -> None:
     (pid,) = m.processes("ciod", "P")
     hwm = ciod_hwm_kib_pid(pid)
     m.run("run", "--block", "P", "-n", "2", "--cwd", str(m.work), "--kernel", "cnk", "--label", DATAIO, "big",
-          "mem.dat", "24", check=False, timeout=600)
+          "mem.dat", "24", check=False, timeout=GUARD)
     grown_mib = (ciod_hwm_kib_pid(pid) - hwm) / 1024
     assert grown_mib <= 2 * 1.1 + 16, grown_mib                       # 2 buffers + slack (stacks, malloc)
 
@@ -407,7 +412,7 @@ def test_small_calls_through_the_mailbox_match_the_socket(dp_machine: Machine) -
         env = ["--env", "LATTICE_MAILBOX=0"] if how == "off" else []
         before = counters(m)
         p = m.run("run", "--block", "D", "-n", "2", "--kernel", "cnk", *env, "--cwd", str(work),
-                  str(CNK_EX / "fortran_file"), "200", timeout=300)
+                  str(CNK_EX / "fortran_file"), "200", timeout=GUARD)
         d = delta(before, counters(m))
         files = {f.name: f.read_bytes() for f in sorted(work.iterdir())}
         out[how] = ("".join(sorted(p.stdout.splitlines(keepends=True))), files)   # ranks in any order

@@ -28,13 +28,14 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, Machine, make_machine, processes
+from conftest import EXAMPLES, LATTICE, ROOT, Machine, make_machine, processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a setuid program and a user of its own")
 
 SRC = Path(__file__).with_name("attack")
 ROLE_PROC = 3          # enum lat_role, protocol/lattice/wire.h
 SECRET = "holder-secret-7f3a9c1e-only-root-may-read-this"
+GUARD = 600            # s: a bound on waits for an event, only so that a hang fails
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def attack(m: Machine, user: pwd.struct_passwd, tools: dict[str, Path], holder: 
     d = tools["dir"]
     leak = d / f"leak-{holder}"
     p = m.run("run", "--block", "A", "-n", "1", "--kernel", "linux", "--user", user.pw_name, "--cwd", str(d),
-              str(tools["attacker"]), str(tools[holder]), leak.name, "payload", check=False, timeout=120)
+              str(tools["attacker"]), str(tools[holder]), leak.name, "payload", check=False, timeout=GUARD)
     out = p.stdout + p.stderr
     leaked = leak.read_bytes().decode(errors="replace") if leak.exists() else ""
     return out, leaked
@@ -115,21 +116,62 @@ def test_the_block_serves_the_user_after_the_attack(am: Machine, user: pwd.struc
     assert "hello from rank 1 of 2" in p.stdout
 
 
-def worker_of(m: Machine, deadline: float) -> int:
+def held_job(m: Machine, *opts: str) -> subprocess.Popen[str]:
+    """A one-rank job of /bin/cat that runs until the test closes its standard
+    input (end_held_job): returned once it echoed a line, so its process
+    runs, past its PROC hello (cnode says it before the exec), and the job's
+    I/O worker is up.  Events, however long a loaded host takes for them."""
+    run = subprocess.Popen([*LATTICE, "run", "--block", "A", "-n", "1", *opts, "/bin/cat"], env=m.env,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdin is not None and run.stdout is not None
+    run.stdin.write("up\n")
+    run.stdin.flush()
+    line = run.stdout.readline()
+    if line != "up\n":
+        end_held_job(run)
+        raise AssertionError(f"the held job did not start: {line!r}")
+    return run
+
+
+def end_held_job(run: subprocess.Popen[str]) -> None:
+    out, err = run.communicate(timeout=GUARD)       # stdin closed: cat ends, and so does the job
+    assert run.returncode == 0, (out, err)
+
+
+def worker_of(m: Machine) -> int:
+    """The pid of the I/O worker of the job running on machine m's block A
+    (call while it runs: its worker is up): a child of that block's ciod
+    whose title names the job.  "block A" alone also names the last job's
+    worker while it ends, and other machines' workers on a shared host."""
+    job = running_job(m)
+    ciods = set(m.processes("ciod", "A"))
+    deadline = time.monotonic() + GUARD
     while time.monotonic() < deadline:
         for pid, argv in processes():
-            if argv[0] == b"ciod-worker" and b"block A" in b" ".join(argv):
+            title = b" ".join(argv) + b" "
+            if argv[0] == b"ciod-worker" and f" job {job} ".encode() in title and b" block A " in title \
+                    and parent(pid) in ciods:
                 return pid
         time.sleep(0.05)
-    raise AssertionError("no I/O worker while the job ran")
+    raise AssertionError(f"no I/O worker of job {job} while it ran")
+
+
+def running_job(m: Machine) -> int:
+    return max(int(line.split()[0]) for line in m.run("jobs").stdout.splitlines()[1:] if "Running" in line)
+
+
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def test_worker_holds_the_owner_identity_and_no_capability(am: Machine, user: pwd.struct_passwd,
                                                            tools: dict[str, Path]) -> None:
-    run = am.popen("run", "--block", "A", "-n", "1", "--user", user.pw_name, "--cwd", str(tools["dir"]),
-                   "/bin/sleep", "3")
+    run = held_job(am, "--user", user.pw_name, "--cwd", str(tools["dir"]))
     try:
-        pid = worker_of(am, time.monotonic() + 20)
+        pid = worker_of(am)
         status = Path(f"/proc/{pid}/status").read_text()
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         uid = str(user.pw_uid)
@@ -162,20 +204,20 @@ def test_worker_holds_the_owner_identity_and_no_capability(am: Machine, user: pw
                 except OSError:
                     continue
     finally:
-        assert run.wait(timeout=60) == 0, run.communicate()
+        end_held_job(run)
 
 
 def test_root_job_worker_has_no_capability(am: Machine, tools: dict[str, Path]) -> None:
-    run = am.popen("run", "--block", "A", "-n", "1", "--cwd", "/tmp", "/bin/sleep", "3")
+    run = held_job(am, "--cwd", "/tmp")
     try:
-        pid = worker_of(am, time.monotonic() + 20)
+        pid = worker_of(am)
         status = Path(f"/proc/{pid}/status").read_text()
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         assert fields["Uid"].split() == ["0"] * 4, status
         for cap in ("CapPrm", "CapEff", "CapBnd"):
             assert int(fields[cap], 16) == 0, (cap, status)
     finally:
-        assert run.wait(timeout=60) == 0, run.communicate()
+        end_held_job(run)
 
 
 def test_one_shipping_connection_per_process(am: Machine) -> None:
@@ -183,13 +225,11 @@ def test_one_shipping_connection_per_process(am: Machine) -> None:
     (EBUSY) and logged; the job goes on.  The test holds the block key, as
     the compute node that says the hello for its processes does."""
     ras_before = am.run("ras").stdout.count("that process is already connected")
-    run = am.popen("run", "--block", "A", "-n", "1", "--cwd", "/tmp", "/bin/sleep", "3")
+    run = held_job(am, "--cwd", "/tmp")         # its process said hello: it runs
     try:
-        worker_of(am, time.monotonic() + 20)
-        time.sleep(0.5)                 # its process said hello by now
         assert proc_hello(am, node=0, t=0) == errno.EBUSY
     finally:
-        assert run.wait(timeout=60) == 0, run.communicate()
+        end_held_job(run)
     ras = am.run("ras").stdout
     assert ras.count("that process is already connected") == ras_before + 1, ras
 
@@ -199,9 +239,9 @@ def proc_hello(m: Machine, node: int, t: int) -> int:
 
     (pfile,) = m.home.glob("**/node-0.json")
     pers = json.loads(pfile.read_text())
-    job = max(int(line.split()[0]) for line in m.run("jobs").stdout.splitlines()[1:] if "Running" in line)
+    job = running_job(m)
     with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(10)
+        s.settimeout(GUARD)             # a hang guard on ciod's answers
         s.connect(pers["ciod"].removeprefix("unix:"))
         return wire_hello(s, bytes.fromhex(pers["key"]), ROLE_PROC, node | t << 16, job)
 

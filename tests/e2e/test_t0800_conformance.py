@@ -171,7 +171,7 @@ def runs(cm: Machine) -> Runs:
 
     def native(prog: Path, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(prog), "native", *args], cwd=parent, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60, preexec_fn=start_nofile)
+                              capture_output=True, text=True, timeout=600, preexec_fn=start_nofile)
 
     def job(how: str, prog: Path, *args: str) -> subprocess.CompletedProcess[str]:
         kernel, env = RUNS[how]

@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,12 +107,24 @@ TYPE_NAMES = {int(v, 0): k for k, v in re.findall(r"\b(LAT_[A-Z0-9_]+)\s*=\s*(0x
 
 
 class FuzzFailure(AssertionError):
-    """ciod died, hung, leaked or answered out of protocol."""
+    """ciod died, hung, leaked or answered out of protocol: a finding."""
+
+
+class HarnessFailure(RuntimeError):
+    """The fuzzer itself broke (a thread of its fake service node or nodes
+    died, a bug in its own code): not a finding about ciod."""
+
+
+# Every wait of the harness is for an event (a reply, a connection closed,
+# a count back to its baseline); this bounds each one only so that a hang
+# ends the run: ciod answering nothing for this long is a hang, however
+# loaded the host.
+GUARD_S = float(os.environ.get("FUZZ_HANG_SECONDS", "300"))
 
 
 # ---- sessions: the one place a connection is set up ----
 
-def connect(addr: str, timeout: float = 10) -> socket.socket:
+def connect(addr: str, timeout: float = GUARD_S) -> socket.socket:
     if addr.startswith("unix:"):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(timeout)
@@ -175,17 +188,21 @@ RECORDED: list[bytes] = [b""]
 
 
 def open_session(addr: str, key: bytes, role: int, node: int = 0, job: int = 0, extra: bytes = b"",
-                 timeout: float = 10, seq: int = 1) -> Session:
+                 timeout: float = GUARD_S, seq: int = 1) -> Session:
     """Connects and does the handshake as `role`: every fuzz connection past
     the hello, and every health check, is set up here (as
     tests/unit/test_ciod.py Ciod.hello).  An ack that accepts us must carry
-    ciod's proof (HMAC with the block key over both nonces and the ack)."""
+    ciod's proof (HMAC with the block key over both nonces and the ack).
+    The socket keeps `timeout` as a hang guard on each later read."""
     s = connect(addr, timeout)
     try:
         challenge = take_challenge(s)
         msg, nonce = hello_bytes(key, challenge, role, node, job, extra, seq)
         s.sendall(msg)
         typ, rseq, body = recv_msg(s)
+    except TimeoutError as e:
+        s.close()
+        raise FuzzFailure(f"ciod did not answer a hello (role {role}) in {timeout:.0f} s (hang)") from e
     except BaseException:
         s.close()
         raise
@@ -209,17 +226,22 @@ def open_session(addr: str, key: bytes, role: int, node: int = 0, job: int = 0, 
 
 
 def open_proc_session(addr: str, key: bytes, node: int, job: int, extra: bytes = b"", seq: int = 1,
-                      wait: float = 3.0) -> tuple[Session, int]:
-    """A PROC hello, again while it is answered EBUSY (the process's last
-    connection is still closing in the job's worker) for up to `wait` s:
-    the session and how many EBUSYs it took."""
+                      wait: float = GUARD_S) -> tuple[Session, int]:
+    """A PROC hello, again while it is answered EBUSY: the process's last
+    connection is closed (callers hold the process's lock) and only the job's
+    worker has still to notice, which it must however long that takes on a
+    loaded host.  The session and how many EBUSYs it took; EBUSY for `wait`
+    s (a hang guard) is a closed connection ciod never let go: a finding."""
     busy = 0
     deadline = time.monotonic() + wait
     while True:
         sess = open_session(addr, key, ROLE_PROC, node, job, extra, seq=seq)
-        if sess.err != errno.EBUSY or time.monotonic() > deadline:
+        if sess.err != errno.EBUSY:
             return sess, busy
         sess.close()
+        if time.monotonic() > deadline:
+            raise FuzzFailure(f"a PROC hello for process {node & 0xFFFF}.{node >> 16} of job {job} was answered "
+                              f"EBUSY for {wait:.0f} s after its last connection closed (hang)")
         busy += 1
         time.sleep(0.005)
 
@@ -254,81 +276,132 @@ def ciod_binary() -> Path:
     return ROOT / "build/bin/ciod"
 
 
-class FakeNode(threading.Thread):
+class Reader(threading.Thread):
+    """A thread of the harness that reads one of ciod's long-lived
+    connections (the fake service node's, a fake node's) for the whole run.
+    It waits for ciod's messages however long they take (no read timeout:
+    a node hears nothing between jobs), and its end is never silent: why it
+    ended is kept in `failure`, a FuzzFailure when ciod closed the
+    connection or sent a bad message, a HarnessFailure when the harness
+    itself broke, and Target.check() and every wait on it raise that."""
+
+    def __init__(self, target: "Target", name: str, role: int, node: int = 0) -> None:
+        super().__init__(daemon=True, name=name)
+        self.t = target
+        self.s = open_session(target.addr, target.key, role, node)
+        if self.s.err:
+            self.s.close()
+            raise FuzzFailure(f"{name}: hello refused: {os.strerror(self.s.err)}")
+        self.s.sock.settimeout(None)            # the connect timeout is not a limit on ciod's silence
+        self.cv = threading.Condition()
+        self.wlock = threading.Lock()
+        self.failure: BaseException | None = None
+        self.closing = False                    # Target.close(): an end then is no failure
+
+    def serve(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        try:
+            self.serve()
+            why: BaseException = HarnessFailure(f"the {self.name} thread stopped reading")
+        except FuzzFailure as e:
+            why = FuzzFailure(f"{self.name}: {e}")
+        except (EOFError, ConnectionError) as e:
+            why = (FuzzFailure(f"ciod exited with {self.t.proc.returncode} ({self.name} lost its connection)")
+                   if not self.t.alive() else FuzzFailure(f"ciod closed the {self.name} connection: {e!r}"))
+        except BaseException as e:  # noqa: BLE001  (whatever it is, it is reported, not lost)
+            why = HarnessFailure(f"the {self.name} thread died: "
+                                 + "".join(traceback.format_exception(e)).rstrip())
+        with self.cv:
+            if not self.closing:
+                self.failure = why
+            self.cv.notify_all()
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def wait(self, pred: Callable[[], bool], what: str, timeout: float = GUARD_S) -> None:
+        """Until pred() holds (checked under self.cv, notified on every
+        message) or this reader ended; `timeout` is a hang guard."""
+        with self.cv:
+            done = self.cv.wait_for(lambda: pred() or self.failure is not None, timeout)
+        self.check()
+        if not done:
+            raise FuzzFailure(f"the {self.name} waited {timeout:.0f} s for {what} (hang)")
+
+    def send(self, frame_of: Callable[[int], bytes]) -> None:
+        """Sends one message numbered after the last (frame_of(seq)); a
+        connection this reader saw end raises why it ended."""
+        try:
+            with self.wlock:                    # one message at a time, in the order of their seqs
+                self.s.sock.sendall(frame_of(self.s.next_seq()))
+        except OSError:
+            if threading.current_thread() is not self:
+                self.join(GUARD_S)              # the reader sees the same end: report its reason
+                self.check()
+            raise
+
+
+class FakeNode(Reader):
     """A compute node that takes its pushes and, like cnode, reports an
     exit when a job other than the fixture's is killed."""
 
     def __init__(self, target: "Target", node: int) -> None:
-        super().__init__(daemon=True, name=f"fake-node{node}")
-        self.t, self.node = target, node
-        self.s = open_session(target.addr, target.key, ROLE_NODE, node)
-        if self.s.err:
-            raise FuzzFailure(f"node {node} hello refused: {os.strerror(self.s.err)}")
+        super().__init__(target, f"fake node {node}", ROLE_NODE, node)
+        self.node = node
         self.jobs: dict[int, int] = {}          # job id -> rank of the node's first process
-        self.lock = threading.Lock()
 
-    def run(self) -> None:
-        try:
-            while True:
-                typ, _, body = recv_msg(self.s.sock)
-                if typ == NODE["job"]:
-                    job, _size, rank = struct.unpack_from("<QQI", body)
-                    self.jobs[job] = rank
-                elif typ == NODE["kill"] and self.jobs:
-                    for job, rank in list(self.jobs.items()):
-                        if job != self.t.job_id:
-                            self.exit(job, rank, wire.EXIT_SIGNAL, 9)
-        except (OSError, EOFError, FuzzFailure):
-            pass
+    def serve(self) -> None:
+        while True:
+            typ, _, body = recv_msg(self.s.sock)
+            if typ == NODE["job"]:
+                job, _size, rank = struct.unpack_from("<QQI", body)
+                self.jobs[job] = rank
+            elif typ == NODE["kill"] and self.jobs:
+                for job, rank in list(self.jobs.items()):
+                    if job != self.t.job_id:
+                        self.exit(job, rank, wire.EXIT_SIGNAL, 9)
 
     def exit(self, job: int, rank: int, how: int = wire.EXIT_CODE, value: int = 0) -> None:
         self.jobs.pop(job, None)
-        with self.lock:                         # numbered after the hello, as every message ciod receives
-            self.s.sock.sendall(frame(NODE["exit"], wire.EXIT.pack(job, rank, self.node, how, value),
-                                      self.s.next_seq()))
+        self.send(lambda seq: frame(NODE["exit"], wire.EXIT.pack(job, rank, self.node, how, value), seq))
 
 
-class Owner(threading.Thread):
+class Owner(Reader):
     """The service node's control connection that owns the job: drains what
     ciod sends it and completes every fence (CTL_FENCE -> CTL_FENCE_OUT)."""
 
     def __init__(self, target: "Target") -> None:
-        super().__init__(daemon=True, name="fake-service-node")
-        self.t = target
-        self.s = open_session(target.addr, target.key, ROLE_CONTROL)
-        self.cv = threading.Condition()
+        super().__init__(target, "fake service node", ROLE_CONTROL)
         self.replies: dict[int, bytes] = {}
         self.ended: set[int] = set()
         self.counts: dict[int, int] = {}
 
-    def run(self) -> None:
-        try:
-            while True:
-                typ, seq, body = recv_msg(self.s.sock)
-                self.counts[typ] = self.counts.get(typ, 0) + 1
-                if typ == CTL["fence"] and len(body) >= wire.FENCE.size:
-                    job, epoch, nkv, flags, _ = wire.FENCE.unpack_from(body)
-                    if not flags & wire.FENCE_MORE:
-                        self.send(CTL["fence_out"], wire.FENCE.pack(job, epoch, nkv, 0, 0) + body[wire.FENCE.size:])
-                with self.cv:
-                    if typ & REPLY:
-                        self.replies[seq] = body
-                    elif typ == CTL["job_end"]:
-                        self.ended.add(struct.unpack("<Q", body)[0])
-                    self.cv.notify_all()
-        except (OSError, EOFError, FuzzFailure):
-            pass
+    def serve(self) -> None:
+        while True:
+            typ, seq, body = recv_msg(self.s.sock)
+            self.counts[typ] = self.counts.get(typ, 0) + 1
+            if typ == CTL["fence"] and len(body) >= wire.FENCE.size:
+                job, epoch, nkv, flags, _ = wire.FENCE.unpack_from(body)
+                if not flags & wire.FENCE_MORE:
+                    self.send_msg(CTL["fence_out"], wire.FENCE.pack(job, epoch, nkv, 0, 0) + body[wire.FENCE.size:])
+            with self.cv:
+                if typ & REPLY:
+                    self.replies[seq] = body
+                elif typ == CTL["job_end"]:
+                    self.ended.add(struct.unpack("<Q", body)[0])
+                self.cv.notify_all()
 
-    def send(self, typ: int, payload: bytes) -> int:
-        with self.cv:
-            seq = self.s.next_seq()
-        self.s.sock.sendall(HDR.pack(MAGIC, VERSION, 0, typ, len(payload), seq) + payload)
-        return seq
+    def send_msg(self, typ: int, payload: bytes) -> int:
+        sent: list[int] = []
 
-    def wait(self, pred: Callable[[], bool], what: str, timeout: float = 20) -> None:
-        with self.cv:
-            if not self.cv.wait_for(pred, timeout):
-                raise FuzzFailure(f"the service node waited {timeout:.0f} s for {what}")
+        def framed(seq: int) -> bytes:
+            sent.append(seq)
+            return HDR.pack(MAGIC, VERSION, 0, typ, len(payload), seq) + payload
+        self.send(framed)
+        return sent[0]
 
 
 class Sink(threading.Thread):
@@ -406,16 +479,18 @@ class Target:
         self.addr = f"unix:{self.dir / 'ciod.sock'}"
         self.ras = self.dir / "ras.log"
         self.logf = open(self.dir / "ciod.log", "ab")
-        env = dict(os.environ, LATTICE_HELLO_TIMEOUT="5")
+        # ciod drops a peer silent before its hello for this long: every connection of the fuzzer
+        # says its hello or closes, so only a harness stalled on a loaded host would be dropped
+        env = dict(os.environ, LATTICE_HELLO_TIMEOUT=str(int(GUARD_S)))
         self.proc = subprocess.Popen(
             [str(binary or ciod_binary()), "--block", "F", "--pset", str(PSET), "--pset-size", str(PSET_SIZE),
              "--listen", self.addr, "--key-file", str(self.dir / "key"), "--ras", str(self.ras),
              "--location", "R00-M0-N00-I:J01"], stdout=self.logf, stderr=subprocess.STDOUT, env=env)
         self.holder: subprocess.Popen[str] | None = None
         try:
-            end = time.time() + 10
-            while not (self.dir / "ciod.sock").exists():
-                if self.proc.poll() is not None or time.time() > end:
+            end = time.monotonic() + GUARD_S
+            while not (self.dir / "ciod.sock").exists():     # it listens: ready
+                if self.proc.poll() is not None or time.monotonic() > end:
                     raise FuzzFailure(f"ciod did not start:\n{self.logtext()}")
                 time.sleep(0.02)
             # the process PROC hellos name: our child, as the job's owner (as root: nobody, whose
@@ -453,7 +528,7 @@ class Target:
         payload = wire.placed_job_payload(job, self.uid, self.gid, [self.gid], [0, PPN, -1, -1], 2 * PPN,
                                           str(self.work), ["A=1"], 0, PPN, slots, [(str(self.exe), ["prog", "-x"])],
                                           "")
-        seq = self.owner.send(CTL["job"], payload)
+        seq = self.owner.send_msg(CTL["job"], payload)
         self.owner.wait(lambda: seq in self.owner.replies, "the CTL_JOB reply")
         ret, err, _ = wire.SYSRET.unpack_from(self.owner.replies.pop(seq))
         if ret != 0:
@@ -538,30 +613,42 @@ class Target:
         finally:
             s.close()
 
+    def readers(self) -> list[Reader]:
+        return [r for r in [getattr(self, "owner", None), *getattr(self, "nodes", [])] if r is not None]
+
     def settle_base(self) -> None:
-        end = time.time() + 10
+        """The baseline: ciod's and the job's worker's counts once the job
+        has exactly one worker (the last job's has ended)."""
+        end = time.monotonic() + GUARD_S
         while True:
             time.sleep(0.2)
+            for r in self.readers():
+                r.check()
             wbase = self.worker_counts()
             if wbase is not None:
                 break
-            if time.time() > end:
-                raise FuzzFailure(f"ciod runs {len(self.workers())} I/O workers, not the job's one")
+            if time.monotonic() > end:
+                raise FuzzFailure(f"ciod runs {len(self.workers())} I/O workers, not the job's one, "
+                                  f"after {GUARD_S:.0f} s (hang)")
         self.base = self.counts()
         self.wbase = wbase
 
-    def check(self, slack_fds: int = 16, wait: float = 10) -> None:
+    def check(self, slack_fds: int = 16, wait: float = GUARD_S) -> None:
         """ciod runs, answers a fresh control session, the job is intact, and
-        its threads and descriptors are back to the baseline."""
+        its threads and descriptors are back to the baseline (they go back as
+        the round's sessions end in ciod: waited for, `wait` a hang guard).
+        And the harness's own readers still read."""
         if not self.alive():
             raise FuzzFailure(f"ciod exited with {self.proc.returncode}:\n{self.logtext()[-3000:]}")
+        for r in self.readers():
+            r.check()
         try:
             st = self.status()
         except (OSError, EOFError) as e:
             raise FuzzFailure(f"CTL_STATUS failed: {e!r}") from e
         if st[2] != self.job_id or st[0] < 2:
             raise FuzzFailure(f"status {st}: job {self.job_id} on 2 nodes expected")
-        end = time.time() + wait
+        end = time.monotonic() + wait
         while True:
             threads, fds, _ = self.counts()
             w = self.worker_counts()
@@ -569,7 +656,7 @@ class Target:
             wok = w is not None and w[0] <= self.wbase[0] and w[1] <= self.wbase[1] + slack_fds
             if ok and wok:
                 return
-            if time.time() > end:
+            if time.monotonic() > end:
                 if not ok:
                     raise FuzzFailure(f"ciod holds {threads} threads and {fds} descriptors (baseline "
                                       f"{self.base[0]} and {self.base[1]}): a leak or a stuck thread")
@@ -627,6 +714,9 @@ class Target:
         return self.ras.read_text(errors="replace") if self.ras.exists() else ""
 
     def close(self) -> None:
+        for r in self.readers():
+            with r.cv:
+                r.closing = True
         for closer in (lambda: self.proc.terminate(), lambda: self.proc.wait(10),
                        lambda: self.holder and self.holder.kill(), lambda: self.holder and self.holder.wait(),
                        lambda: self.mbox.close(), lambda: self.sink.tcp.close(), lambda: self.sink.udp.close(),
@@ -1342,8 +1432,12 @@ def generate(seed: int, index: int, ctx: Ctx, key: bytes, files: tuple[str, str]
 
 # ---- running a case ----
 
-HANG_S = 30.0       # a session ciod does not finish within this is a hang
-STALL_S = 0.5       # ciod reads nothing of a session for this long: stop sending, hang up
+HANG_S = GUARD_S    # a session ciod does not finish within this is a hang
+# ciod reads nothing of a session for this long: stop sending, hang up.  Not a
+# limit on ciod (a session cut short is still served and checked), only how a
+# case whose call waits on a silent peer of ours ends: on a loaded host more
+# cases end early, which changes what they send, never what passes.
+STALL_S = 0.5
 
 
 @dataclass
@@ -1529,9 +1623,10 @@ def fuzz(t: Target, seed: int, inputs: int, workers: int = 4, round_cases: int =
          restart_every: int = 25, first_case: int = 0, log: Callable[[str], None] | None = None,
          time_limit: float | None = None) -> Stats:
     """Runs cases seed:first_case, seed:first_case+1... on `workers`
-    connections at a time until `inputs` inputs went out; checks ciod after
-    every round of `round_cases`.  Raises FuzzFailure with the seed and the
-    round's cases if a check fails."""
+    connections at a time until `inputs` inputs went out (however long that
+    takes: time_limit, if given, stops it sooner); checks ciod after every
+    round of `round_cases`.  Raises FuzzFailure with the seed and the round's
+    cases if a check fails, HarnessFailure if the fuzzer itself broke."""
     st = Stats()
     t0 = time.monotonic()
     locks = t.locks
@@ -1564,16 +1659,21 @@ def fuzz(t: Target, seed: int, inputs: int, workers: int = 4, round_cases: int =
                         st.dup_refused += r.dup_refused
                 t.check()
                 t.sink.release()
+                if (st.rounds + 1) % restart_every == 0:
+                    t.restart_job()
+                    t.trim()
+            except HarnessFailure as e:
+                raise HarnessFailure(f"seed {seed}, cases {cases[0].index}..{cases[-1].index}: {e}") from e
             except (FuzzFailure, OSError, EOFError) as e:
                 st.crashes += 1
                 raise FuzzFailure(f"seed {seed}, cases {cases[0].index}..{cases[-1].index}: {e}\n"
                                   f"reproduce: tests/fuzz/ciodfuzz.py --seed {seed} --first-case {cases[0].index} "
                                   f"--inputs 1 --bisect\n") from e
+            except Exception as e:      # a bug of the harness's own, not a finding: said so, with where
+                raise HarnessFailure(f"seed {seed}, cases {cases[0].index}..{cases[-1].index}: the harness broke: "
+                                     + "".join(traceback.format_exception(e)).rstrip()) from e
             st.rounds += 1
             st.max_rss_kb = max(st.max_rss_kb, t.counts()[2])
-            if st.rounds % restart_every == 0:
-                t.restart_job()
-                t.trim()
             st.seconds = time.monotonic() - t0
             if log and st.rounds % 10 == 0:
                 log(st.line())
@@ -1599,6 +1699,9 @@ def bisect(seed: int, first_case: int, count: int, binary: Path | None = None) -
     return None
 
 
+HARNESS_EXIT = 3     # main()'s status when the fuzzer itself broke (1: ciod failed; 2: bad arguments)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Fuzz ciod's wire protocol (all connection kinds).")
     ap.add_argument("--inputs", type=int, default=10_000_000)
@@ -1615,8 +1718,9 @@ def main(argv: list[str] | None = None) -> int:
         c = bisect(seed, a.first_case, a.round, a.ciod)
         print("no single case fails alone" if c is None else "found")
         return 1 if c else 0
-    t = Target(a.ciod)
+    t: Target | None = None
     try:
+        t = Target(a.ciod)
         st = fuzz(t, seed, a.inputs, a.workers, a.round, first_case=a.first_case,
                   log=lambda s: print(s, flush=True))
         t.normal_session()
@@ -1624,8 +1728,16 @@ def main(argv: list[str] | None = None) -> int:
     except FuzzFailure as e:
         print(f"ciodfuzz: FAILED (seed {seed}): {e}", flush=True)
         return 1
+    except HarnessFailure as e:
+        print(f"ciodfuzz: HARNESS FAILED (seed {seed}), not a finding about ciod: {e}", flush=True)
+        return HARNESS_EXIT
+    except Exception as e:  # noqa: BLE001  (the harness's own bug: said to be one)
+        print(f"ciodfuzz: HARNESS FAILED (seed {seed}), not a finding about ciod: "
+              + "".join(traceback.format_exception(e)).rstrip(), flush=True)
+        return HARNESS_EXIT
     finally:
-        t.close()
+        if t is not None:
+            t.close()
     print(st.line())
     print(f"ciodfuzz: ok, seed {seed}")
     return 0

@@ -83,7 +83,7 @@ def run(prog: Path, *args: str, memory: str = "256M", cores: int = 2, trace: boo
     finally:
         b.close()
         os.close(image)
-    fake.join(10)
+    fake.join(600)
     page = os.pread(report, 4096, 0)
     os.close(report)
     assert not fake.protocol_errors

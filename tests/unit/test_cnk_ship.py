@@ -185,7 +185,7 @@ class Pset:
             with self.connect(ROLE_PROC, JOB_ID) as s:
                 p = subprocess.run([str(exe), str(s.fileno()), str(self.work), phase], cwd=local,
                                    pass_fds=[s.fileno()], stdin=subprocess.DEVNULL,
-                                   capture_output=True, text=True, timeout=60)
+                                   capture_output=True, text=True, timeout=600)
             # the I/O node answered everything; the local cwd saw nothing
             assert list(local.iterdir()) == [], "a relative name was used locally"
         finally:
@@ -283,7 +283,7 @@ def test_descriptors_0_1_2_are_the_ranks_output(harness: Path, pset: Pset) -> No
     p, moved = pset.run(harness, "stdio")
     passed(p)
     assert moved == {"write": 3, "read": 1, "fstatat": 2, "lseek": 1}, moved
-    deadline = time.time() + 5
+    deadline = time.time() + 600                # a hang guard: the output is the event
     while time.time() < deadline and b"parts" not in pset.output[1]:
         time.sleep(0.02)
     assert b"out line\ntwo parts\n" in pset.output[1]
