@@ -44,6 +44,7 @@ TICK = 5.0
 FAILED = "warm.failed"          # in LATTICE_HOME: why the last server could not start
 RETRY = 60.0                    # seconds before a command tries to start one again
 MAX_REQUEST = 8 << 20           # arguments and environment: ARG_MAX is 2 MiB here
+MAX_PENDING = 64                # clients whose request is still arriving
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
 CREDENTIALS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
                "Seccomp", "Cpus_allowed_list", "Mems_allowed_list")
@@ -122,11 +123,42 @@ def identity(pid: int | str) -> tuple[object, ...]:
     return creds, ns, cgroup, nice
 
 
+class Pending:
+    """A client's request as it arrives: an 8-byte size, then the body; the
+    client's descriptors come with the first bytes."""
+
+    def __init__(self, conn: socket.socket, pid: int) -> None:
+        self.conn, self.pid = conn, pid
+        self.data = bytearray()
+        self.fds: list[int] = []
+
+    def take(self) -> bool:
+        """Read what has come; True once the whole request is here."""
+        if not self.data and not self.fds:
+            data, fds, _, _ = socket.recv_fds(self.conn, 65536, 4)
+            self.fds = list(fds)
+        else:
+            data = self.conn.recv(1 << 20)
+        if not data:
+            raise ValueError("short request")
+        self.data += data
+        if len(self.data) < 8:
+            return False
+        size = int.from_bytes(self.data[:8], "big")
+        if size > MAX_REQUEST or len(self.data) > 8 + size:
+            raise ValueError("bad request size")
+        return len(self.data) == 8 + size
+
+    def body(self) -> bytes:
+        return bytes(self.data[8:])
+
+
 class Server:
     def __init__(self, home: str) -> None:
         self.path = os.path.join(home, SOCKET)
         self.sel = selectors.DefaultSelector()
         self.children: dict[int, tuple[int, socket.socket]] = {}     # pidfd -> (pid, client)
+        self.pending: dict[int, Pending] = {}                         # fd -> a request still arriving
         self.me = identity("self")
         self.stamp = code_stamp()
         self.listener: socket.socket | None = None
@@ -174,11 +206,13 @@ class Server:
 
     def serve(self) -> None:
         last = time.monotonic()
-        while self.listener is not None or self.children:
+        while self.listener is not None or self.children or self.pending:
             for key, _ in self.sel.select(TICK):
                 if key.data is None:
                     last = time.monotonic()
                     self.accept()
+                elif isinstance(key.data, Pending):
+                    self.read_request(key.data)
                 else:
                     self.reap(key.fd)
             if self.listener is None:
@@ -187,38 +221,60 @@ class Server:
                 self.stop_listening()
 
     def accept(self) -> None:
+        """A client's connection: its credentials now, its request as it
+        arrives (read_request), so a client slowed by a loaded host is waited
+        for as long as it takes and stalls no other."""
         assert self.listener is not None
         try:
             conn, _ = self.listener.accept()
         except OSError:
             return
-        fds: list[int] = []
         try:
-            conn.settimeout(5.0)
             pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                  struct.calcsize("3i")))
-            data, fds = self.receive(conn)
-            req = Request(data, fds)
+        except OSError:
+            conn.close()
+            return
+        if uid != os.getuid() or gid != os.getgid():
+            self.refuse(conn, [])
+            return
+        if len(self.pending) >= MAX_PENDING:     # the oldest silent one makes room: a client's own loss
+            oldest = next(iter(self.pending.values()))
+            self.drop(oldest)
+            self.refuse(oldest.conn, oldest.fds)
+        conn.setblocking(False)
+        waiting = Pending(conn, pid)
+        self.pending[conn.fileno()] = waiting
+        self.sel.register(conn, selectors.EVENT_READ, waiting)
+
+    def read_request(self, p: Pending) -> None:
+        try:
+            done = p.take()
+        except (OSError, ValueError):
+            self.drop(p)
+            self.refuse(p.conn, p.fds)
+            return
+        if not done:
+            return
+        self.drop(p)
+        conn, fds = p.conn, p.fds
+        try:
+            conn.setblocking(True)
+            req = Request(p.body(), fds)
             if code_stamp() != self.stamp:
                 self.stop_listening()   # old code: this client runs it itself, the next starts a new server
                 raise PermissionError("stale")
-            if uid != os.getuid() or gid != os.getgid() or identity(pid) != self.me:
+            if identity(p.pid) != self.me:
                 raise PermissionError("not served")
-            client = procs.start_time(pid)
+            client = procs.start_time(p.pid)
             if client is None:
                 raise ProcessLookupError("client gone")
         except (OSError, ValueError, IndexError):
-            for fd in fds:
-                os.close(fd)
-            try:
-                conn.sendall(REFUSED)
-            except OSError:
-                pass
-            conn.close()
+            self.refuse(conn, fds)
             return
         child = os.fork()
         if child == 0:
-            procs.run_for(pid, client)
+            procs.run_for(p.pid, client)
             self.become(conn, req)
         for fd in fds:
             os.close(fd)
@@ -226,21 +282,23 @@ class Server:
         self.children[pidfd] = (child, conn)
         self.sel.register(pidfd, selectors.EVENT_READ, child)
 
+    def drop(self, p: Pending) -> None:
+        self.pending.pop(p.conn.fileno(), None)
+        try:
+            self.sel.unregister(p.conn)
+        except (KeyError, ValueError):
+            pass
+
     @staticmethod
-    def receive(conn: socket.socket) -> tuple[bytes, list[int]]:
-        data, fds, _, _ = socket.recv_fds(conn, 65536, 4)
-        if len(data) < 8:
-            raise ValueError("short request")
-        size = int.from_bytes(data[:8], "big")
-        if size > MAX_REQUEST:
-            raise ValueError("request too large")
-        body = bytearray(data[8:])
-        while len(body) < size:
-            got = conn.recv(min(1 << 20, size - len(body)))
-            if not got:
-                raise ValueError("short request")
-            body += got
-        return bytes(body), fds
+    def refuse(conn: socket.socket, fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        try:
+            conn.setblocking(True)
+            conn.sendall(REFUSED)
+        except OSError:
+            pass
+        conn.close()
 
     def reap(self, pidfd: int) -> None:
         pid, conn = self.children.pop(pidfd)
@@ -263,6 +321,10 @@ class Server:
             for fd, (_, other) in self.children.items():
                 os.close(fd)
                 other.close()
+            for waiting in self.pending.values():
+                waiting.conn.close()
+                for fd in waiting.fds:
+                    os.close(fd)
             self.sel.close()
             try:
                 for r, (soft, hard) in enumerate(req.limits):

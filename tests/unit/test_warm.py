@@ -105,3 +105,53 @@ def test_a_home_too_long_for_a_socket_runs_commands_without_a_server(tmp_path: P
         assert p.returncode == 0, p.stderr
     time.sleep(1)
     assert server_of(home) is None and not (home / "warm.failed").exists()
+
+
+SLOW_CLIENT = r"""
+import os, socket, sys
+from lattice import client
+home, = sys.argv[1:]
+data = client.request(["--version"])
+msg = len(data).to_bytes(8, "big") + data
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(os.path.join(home, client.SOCKET))
+cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
+fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
+sock.sendmsg([msg[:10]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+os.write(2, b"half sent\n")
+sys.stdin.readline()                    # the test's go: another command was served meanwhile
+sock.sendall(msg[10:])
+answer = sock.recv(64)
+os.write(2, b"answer " + answer)
+"""
+
+
+def test_a_client_slow_to_send_its_request_stalls_nobody_and_is_served(tmp_path: Path) -> None:
+    """A request that arrives in pieces (a client descheduled on a loaded
+    host) is waited for, however long, while other clients are served."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    env = dict(os.environ, LATTICE_HOME=str(home), LATTICE_WARM="1", PYTHONPATH=str(ROOT / "service"))
+
+    def version() -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([sys.executable, "-m", "lattice", "--version"], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0 and p.stdout.startswith("lattice "), p.stderr
+        return p
+    expected = version().stdout                  # starts the server
+    wait_for(lambda: (home / "warm.sock").exists() and server_of(home) is not None)
+    slow = subprocess.Popen([sys.executable, "-c", SLOW_CLIENT, str(home)], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert slow.stdin and slow.stdout and slow.stderr
+    try:
+        assert slow.stderr.readline() == b"half sent\n"
+        assert version().stdout == expected     # served while the slow request waits
+        slow.stdin.write(b"go\n")
+        slow.stdin.close()
+        out, err = slow.stdout.read(), slow.stderr.read()
+        slow.wait(timeout=600)
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+    assert err == b"answer E0\n", err           # the slow client was served too, not refused
+    assert out.decode() == expected
