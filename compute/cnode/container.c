@@ -131,7 +131,7 @@ static int safe_name(const char *name)
 }
 
 /* mkdir -p of base below root (which exists): every directory root's own (0755). */
-static int make_base(size_t rootlen)
+static int make_base_once(size_t rootlen)
 {
     char p[sizeof base];
     snprintf(p, sizeof p, "%s", base);
@@ -149,6 +149,18 @@ static int make_base(size_t rootlen)
         if (!c)
             return 0;
         *s = c;
+    }
+}
+
+/* make_base_once again while a directory on the way vanishes: another cnode
+ * of the block (leave) removes them whenever they are empty */
+static int make_base(size_t rootlen)
+{
+    for (int tries = 0;; tries++) {
+        if (make_base_once(rootlen) == 0)
+            return 0;
+        if (errno != ENOENT || tries == 1000)
+            return -1;
     }
 }
 

@@ -273,12 +273,15 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
-    /* first: nothing of the job runs outside its container (container.c) */
-    if (container_enter(&j->box, j->nj.uid == 0) < 0)
-        child_fail(f, CHILD_SEAL_FAILED + errno);
     if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0)
         child_fail(f, errno);
+    /* the hello at once: ciod evicts the oldest connection still waiting for
+     * one when silent peers flood it, so nothing slow goes before it */
     proc_hello(j, pr, p, f, envp);
+    /* then, before anything of the job's runs, its container (container.c):
+     * joining a cgroup can take a while on a loaded host */
+    if (container_enter(&j->box, j->nj.uid == 0) < 0)
+        child_fail(f, CHILD_SEAL_FAILED + errno);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(p, CHILD_PROC_FD) < 0 ||
         dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0 || dup2(q, CHILD_PMI_FD) < 0)
