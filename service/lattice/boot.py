@@ -284,6 +284,14 @@ def failed(con: sqlite3.Connection, name: str, e: BaseException, reports: object
         con.execute("UPDATE blocks SET owner_pid = NULL, owner_start = NULL WHERE name = ?", (name,))
 
 
+def outlive(pids: list[int], wait: float) -> list[int]:
+    """Those of pids still alive after up to wait seconds (the rest are gone)."""
+    deadline = time.monotonic() + wait
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [p for p in pids if alive(p)]
+
+
 def kill_launchers(launches: list) -> list[str]:  # type: ignore[type-arg]
     """End launchers (agent, ssh, srun) that did not leave when told: SIGTERM
     to their sessions (an agent ends its daemons on it; ssh's far end sees
@@ -298,10 +306,7 @@ def kill_launchers(launches: list) -> list[str]:  # type: ignore[type-arg]
                 os.killpg(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-        deadline = time.monotonic() + wait
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        pids = [p for p in pids if alive(p)]
+        pids = outlive(pids, wait)
         if not pids:
             break
     return hosts
@@ -509,10 +514,7 @@ def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> bool:
                     os.killpg(pid, sig)   # its session: the agent, or the shell, ssh or srun that carry it
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + wait
-        while any(alive(p) for p in mine) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        mine = [p for p in mine if alive(p)]
+        mine = outlive(mine, wait)
         if not mine:
             break
     con.execute("DELETE FROM agents WHERE block = ?", (name,))
