@@ -27,6 +27,8 @@ and checked with `ps -eLf` on a booted block running MPICH jobs:
   rank of its pset;
 - per pset that runs ranks: the job's I/O worker (the user's): main, reader
   and stdin threads and one thread per PROC connection (rank);
+- per rank whose I/O node is on another host (a hostfile's role=io): the
+  relay cnode starts to seal its link, two threads (the daemons' user);
 - per rank: the compute process (the user's); for a program linked with
   MPI the thread UCX starts (its async thread), and MPICH's progress thread
   on a node that gets one (lattice.cores).  A 16-rank MPICH allreduce under
@@ -54,6 +56,7 @@ CIOD_RANK_TASKS = 2         # a PROC and a PMI connection thread per rank
 WORKER_TASKS = 3            # the I/O worker: main, reader and stdin threads, besides one per rank
 RANK_TASKS = 1              # the compute process
 MPI_RANK_TASKS = 2          # an MPI program's: the process and UCX's async thread
+RELAY_TASKS = 2             # cnode's relay of a rank whose I/O node is on another host: its two threads
 PROGRESS_TASKS = 1          # MPICH's progress thread, on a node that gets one (lattice.cores)
 PID_MAX_LIMIT = 4194304     # the kernel's ceiling for kernel.pid_max on 64-bit
 
@@ -216,19 +219,24 @@ def daemons(block: str, nodes: int, psets: int, pset_size: int, uid: int) -> Nee
 
 
 def job(nranks: int, ranks_per_pset: list[int], uid: int, memory: int = 0,
-        daemon_uid: int | None = None, daemon_tasks: int = 0, mpi_ranks: int = 0, progress_ranks: int = 0) -> Need:
+        daemon_uid: int | None = None, daemon_tasks: int = 0, mpi_ranks: int = 0, progress_ranks: int = 0,
+        relayed_ranks: int = 0) -> Need:
     """What a job adds: its ranks (mpi_ranks of them MPI programs, with
     their threads, progress_ranks of those with MPICH's progress thread) and
-    I/O workers as uid, the connection threads of its I/O nodes; memory:
-    bytes its nodes ask.  If the daemons run as uid too, their
-    daemon_tasks count against uid's limit."""
+    I/O workers as uid, the connection threads of its I/O nodes, and the
+    relays of relayed_ranks (ranks whose I/O node is on another host: cnode
+    seals their link) as the daemons' user; memory: bytes its nodes ask.
+    If the daemons run as uid too, their daemon_tasks count against uid's
+    limit."""
     psets = len(ranks_per_pset)
     busy = [r for r in ranks_per_pset if r]
     ranks = (nranks - mpi_ranks) * RANK_TASKS + mpi_ranks * MPI_RANK_TASKS + progress_ranks * PROGRESS_TASKS
     mine = ranks + sum(WORKER_TASKS + r for r in busy)
-    ciod = psets * CIOD_JOB_TASKS + CIOD_RANK_TASKS * sum(busy)
+    ciod = psets * CIOD_JOB_TASKS + CIOD_RANK_TASKS * sum(busy) + RELAY_TASKS * relayed_ranks
     mpi = f" ({MPI_RANK_TASKS} per MPI rank, {progress_ranks:,} progress threads)" if mpi_ranks else ""
-    counted = (f"{ranks:,} for the ranks{mpi}, {len(busy):,} I/O workers of {WORKER_TASKS} + 1 per rank, {ciod:,} I/O node connection threads")
+    relays = f" and {relayed_ranks:,} relays of {RELAY_TASKS}" if relayed_ranks else ""
+    counted = (f"{ranks:,} for the ranks{mpi}, {len(busy):,} I/O workers of {WORKER_TASKS} + 1 per rank, "
+               f"{ciod:,} I/O node connection threads{relays}")
     user = mine + (ciod + daemon_tasks if daemon_uid == uid else 0)
     return Need(_n(nranks, "rank"), mine + ciod, counted, uid, user, memory)
 

@@ -121,6 +121,9 @@ def test_counts_from_the_code() -> None:
     assert "2 per MPI rank, 3 progress threads" in mpi.counted
     idle = capacity.job(1, [1, 0], 1000, 0)
     assert idle.tasks == 1 + (3 + 1) + (2 * 2 + 2)  # a pset without ranks has no worker
+    relayed = capacity.job(16, [8, 8], 1000, 0, relayed_ranks=8)    # I/O nodes on another host (role=io)
+    assert relayed.tasks == j.tasks + 8 * 2         # cnode's relay of each: its two threads, root's
+    assert relayed.user_tasks == j.user_tasks and "8 relays of 2" in relayed.counted
 
 
 def test_an_8192_rank_job_breaks_pid_max_with_the_numbers_and_the_fix() -> None:

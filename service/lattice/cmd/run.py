@@ -244,7 +244,7 @@ def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping
 
 
 def check_hosts(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, uid: int,
-                user_env: dict[str, str], where: dict[int, str | None]) -> None:
+                user_env: dict[str, str], where: dict[int, str | None], io: dict[int, str | None]) -> None:
     """check_capacity for the hosts of a booted block on other hosts: each
     host's ranks against what its agent read of that host at this boot
     (lattice.boot keeps it in hosts/NAME.capacity)."""
@@ -258,11 +258,12 @@ def check_hosts(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, 
             continue
         psets = [q for q in b.psets(m) if where[q] == h]
         daemons = capacity.daemons("", len(psets) * m.pset_size, len(psets), m.pset_size, os.geteuid())
-        capacity.check(facts, [ranks_need(m, b, p, cm, kernel, uid, user_env, slots, daemons.tasks)])
+        relayed = sum(1 for sl in slots if io[m.pset_of(sl.node)] != h)
+        capacity.check(facts, [ranks_need(m, b, p, cm, kernel, uid, user_env, slots, daemons.tasks, relayed)])
 
 
 def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, uid: int,
-               user_env: dict[str, str], slots: list[Slot], daemon_tasks: int) -> capacity.Need:
+               user_env: dict[str, str], slots: list[Slot], daemon_tasks: int, relayed: int = 0) -> capacity.Need:
     """What the ranks of slots add to their host (lattice.capacity.job)."""
     from lattice import capacity
     per_pset = dict.fromkeys(b.psets(m), 0)
@@ -276,7 +277,7 @@ def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, u
     progress = {n.node for n in cm.nodes if n.progress == 1}       # nodes whose MPICH starts a progress thread
     mpi = [sl for sl in slots if sl.app in mpi_apps]
     return capacity.job(len(slots), list(per_pset.values()), uid, memory, os.geteuid(), daemon_tasks,
-                        len(mpi), sum(1 for sl in mpi if sl.node in progress))
+                        len(mpi), sum(1 for sl in mpi if sl.node in progress), relayed)
 
 
 def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
@@ -370,7 +371,8 @@ def run(args: argparse.Namespace) -> int:
         if chosen.auto:
             chosen = chosen._replace(name=f"auto-{os.getpid()}-{int(time.time())}")
     p = mapping.map_ranks(m, chosen, apps, args.mode, args.mapping, lay.nodes)
-    where = placement.of(con, m).compute       # which host runs each pset's compute nodes
+    places = placement.of(con, m)
+    where = places.compute                     # which host runs each pset's compute nodes
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
         for k, v in mpienv.mpi_env(a.exe, m, p, where).items():
             p.env.setdefault(k, v)
@@ -449,7 +451,7 @@ def run(args: argparse.Namespace) -> int:
                     stdin_rank=stdin_rank, time_limit=limit, output=output)
     try:
         if m.placement != "local":
-            check_hosts(m, b, p, cm, args.kernel, uid, user_env, where)
+            check_hosts(m, b, p, cm, args.kernel, uid, user_env, where, places.io)
         # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
         with mpienv.OpenMpiJob(p.env, env_list, uid, gid) as ompi:
             said = ompi.describe()
