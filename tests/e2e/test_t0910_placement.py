@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -147,13 +147,22 @@ def test_io_hosts_serve_compute_nodes_on_other_hosts_over_tcp(tb: Cluster, tmp_p
         assert [a for _, a in lattice_processes("h1") if "/cnode " in a] == []
         # both ends of every compute node's TCP connection send keepalive probes: the
         # heartbeat that ends a node whose I/O node's host vanished (and the reverse)
+        # (ss shows one timer: a connection with data in flight shows its
+        # retransmit timer, "on", until acknowledged; so each is awaited)
         h1_addr = tb.run("getent", "hosts", "h1").stdout.split()[0]
+
+        conns: dict[str, list[str]] = {}
+
+        def keepalive(h: str, ours: Callable[[str], bool], n: int) -> bool:
+            """Whether h's n or more connections of ours all show keepalive now,
+            or fewer than n are there (both end the wait); conns[h]: them."""
+            conns[h] = [ln for ln in tb.in_host(h, "ss", "-tno").stdout.splitlines() if ours(ln)]
+            return len(conns[h]) < n or all("timer:(keepalive" in ln for ln in conns[h])
         for h in ("h2", "h3", "h4"):
-            to_h1 = [ln for ln in tb.in_host(h, "ss", "-tno").stdout.splitlines() if f" {h1_addr}:" in ln]
-            assert len(to_h1) >= 2 and all("timer:(keepalive" in ln for ln in to_h1), to_h1
-        served = [ln for ln in tb.in_host("h1", "ss", "-tno").stdout.splitlines()
-                  if re.search(r"10\.213\.15\.[234]:\d+\s", ln)]
-        assert len(served) >= 8 and all("timer:(keepalive" in ln for ln in served), served
+            wait_for(lambda: keepalive(h, lambda ln: f" {h1_addr}:" in ln, 2))
+            assert len(conns[h]) >= 2 and all("timer:(keepalive" in ln for ln in conns[h]), conns[h]
+        wait_for(lambda: keepalive("h1", lambda ln: re.search(r"10\.213\.15\.[234]:\d+\s", ln) is not None, 8))
+        assert len(conns["h1"]) >= 8 and all("timer:(keepalive" in ln for ln in conns["h1"]), conns["h1"]
         r = m.run("run", "-n", "8", "--block", "all", probe, str(m.work), "-1")
         seen = {int(rank): h for rank, h in RANK_LINE.findall(r.stdout)}
         assert seen == {rank: compute_host[rank // 2] for rank in range(8)}, r.stdout
