@@ -34,7 +34,7 @@ def lofar(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
                      "--memory", "256M")
     collector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     collector.bind(("127.0.0.1", 0))
-    collector.settimeout(20)
+    collector.settimeout(600)          # a hang guard: the gather is the event
     port = free_udp_port()
     spec = f"build/plugins/liblofar_ciod.so:64K;port={port} dest=127.0.0.1:{collector.getsockname()[1]} slots=8"
     with open(m.home / "machine.toml", "a") as f:
