@@ -172,15 +172,38 @@ def test_run_without_block_boots_and_frees_one(small_machine: Machine) -> None:
 def test_a_boot_killed_half_way_is_cleaned_up_by_the_next_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """`lattice boot` killed while its agent starts the daemons: the next
     command's sweep finds the booting command gone, frees the block and ends
-    every daemon it had started."""
+    every daemon it had started.  Half way is held, not raced: once the
+    boot has recorded its agent, the test takes the database's write lock,
+    so the boot cannot record the block booted (it waits for the lock, for
+    as long as LATTICE_DB_TIMEOUT lets it) however fast it or slow the test."""
+    import sqlite3
     import subprocess
     from conftest import LATTICE, make_machine
     m = make_machine(tmp_path, "--shape", "8x8x4", "--pset-size", "8", "--memory", "64M")
     m.run("block", "create", "B", "--shape", "8x8x4")
-    boot = subprocess.Popen([*LATTICE, "boot", "B"], env=m.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(m.processes("cnode", "B")) > 10)
-    boot.kill()
-    boot.wait()                 # reaped: the sweep finds its pid gone
+    boot = subprocess.Popen([*LATTICE, "boot", "B"], env=dict(m.env, LATTICE_DB_TIMEOUT="3600"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    con = sqlite3.connect(m.home / "lattice.db", timeout=600, isolation_level=None)
+
+    def held_while_booting() -> bool:
+        """The write lock taken, and kept if the boot has started its agent."""
+        con.execute("BEGIN IMMEDIATE")
+        state = con.execute("SELECT state FROM blocks WHERE name = 'B'").fetchone()[0]
+        agents = con.execute("SELECT count(*) FROM agents WHERE block = 'B'").fetchone()[0]
+        assert state in ("Free", "Allocated", "Booting"), state
+        if state == "Booting" and agents:
+            return True
+        con.execute("ROLLBACK")
+        return False
+    try:
+        wait_for(held_while_booting)
+        wait_for(lambda: len(m.processes("cnode", "B")) > 10)     # its agent starts the daemons
+        boot.kill()
+        boot.wait()             # reaped: the sweep finds its pid gone
+    finally:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        con.close()
     listing = m.run("blocks").stdout
     assert re.search(r"\bB\s+Free\b", listing), listing
     wait_for(lambda: not m.processes("cnode", "B") and not m.processes("ciod", "B"))
