@@ -86,7 +86,7 @@ def as_nobody(paths: list[Path]) -> dict[str, str]:
         os.setuid(NOBODY.pw_uid)
 
     p = subprocess.run(["/usr/bin/python3", "-c", code, *map(str, paths)], preexec_fn=drop, cwd="/",
-                       capture_output=True, text=True, check=True, timeout=60)
+                       capture_output=True, text=True, check=True, timeout=600)   # a hang guard
     return dict(json.loads(p.stdout))
 
 
@@ -112,7 +112,8 @@ def holding(m: Machine, needle: bytes) -> list[Path]:
 def running(sm: Machine) -> Iterator[None]:
     """A job runs: `lattice run` holds the database open, so its -wal and -shm
     files exist (SQLite removes them when the last connection closes)."""
-    job = sm.popen("run", "--block", "S", "-n", "1", str(EXAMPLES / "sleeper"), "60")
+    # long enough to outlast the tests however loaded the host: ended below
+    job = sm.popen("run", "--block", "S", "-n", "1", str(EXAMPLES / "sleeper"), "3600")
     try:
         assert job.stdout is not None
         assert "sleeping" in job.stdout.readline()
@@ -120,7 +121,7 @@ def running(sm: Machine) -> Iterator[None]:
         yield
     finally:
         job.terminate()
-        job.communicate(timeout=60)
+        job.communicate(timeout=600)     # a hang guard
 
 
 def test_modes_of_the_machine_directory(sm: Machine, running: None) -> None:
@@ -160,7 +161,7 @@ def test_database_never_holds_the_key(sm: Machine, key: str) -> None:
 
 def run_probe(m: Machine, probe: Path, kernel: str) -> list[str]:
     p = m.run("run", "--block", "S", "-n", "1", "--user", "nobody", "--kernel", kernel, "--cwd", "/tmp",
-              str(probe), *map(str, secrets(m)), timeout=120)
+              str(probe), *map(str, secrets(m)))
     return p.stdout.splitlines()
 
 

@@ -25,7 +25,7 @@ def connect(addr: str) -> socket.socket:
     else:
         host, _, port = where.rpartition(":")
         s = socket.create_connection((host, int(port)))
-    s.settimeout(10)
+    s.settimeout(600)           # a hang guard: ciod answers or closes
     _, _, _, typ, ln, _ = wire.HDR.unpack(recv_exact(s, 16))      # ciod's challenge first
     assert typ == wire.CHALLENGE and ln == 32
     CHALLENGES[s.fileno()] = recv_exact(s, ln)
@@ -95,7 +95,7 @@ def test_malformed_messages_leave_ciod_serving(default_machine: Machine) -> None
     job = m.popen("run", "--block", "R00", "-n", "16", "--label", "--cwd", str(work), str(EXAMPLES / "fileops"))
     for addr in m.ciod_addresses("R00"):
         send_garbage(addr, key)
-    out, err = job.communicate(timeout=120)
+    out, err = job.communicate(timeout=600)     # a hang guard
     assert job.returncode == 0, (out, err)
     assert len(re.findall(r"^\d+: rank \d+: ok", out, re.M)) == 16
     assert m.processes("ciod", "R00") == ciods, "ciod survived"
@@ -109,14 +109,14 @@ def test_killing_a_compute_node_ends_the_job(small_machine: Machine) -> None:
     m = small_machine
     m.run("block", "create", "S", "--shape", "1x1x4")
     m.run("boot", "S")
-    job = m.popen("run", "--block", "S", "-n", "4", "--label", str(EXAMPLES / "sleeper"), "60")
+    job = m.popen("run", "--block", "S", "-n", "4", "--label", str(EXAMPLES / "sleeper"), "3600")
     assert job.stdout is not None
     assert "sleeping" in job.stdout.readline()
     victim = m.processes("cnode", "S")[0]
     argv = open(f"/proc/{victim}/cmdline").read().split("\0")
     location = json.loads(open(argv[argv.index("--personality") + 1]).read())["location"]
     os.kill(victim, signal.SIGKILL)
-    out, err = job.communicate(timeout=60)
+    out, err = job.communicate(timeout=600)     # a hang guard
     assert job.returncode != 0
     assert re.search(r"(lost|died)", err, re.I), err
     assert location in err, f"the message names the compute node {location}: {err}"
@@ -128,11 +128,11 @@ def test_killing_ciod_errors_the_block_and_free_recovers(small_machine: Machine)
     m = small_machine
     m.run("block", "create", "S", "--shape", "1x1x4")
     m.run("boot", "S")
-    job = m.popen("run", "--block", "S", "-n", "4", "--label", str(EXAMPLES / "sleeper"), "60")
+    job = m.popen("run", "--block", "S", "-n", "4", "--label", str(EXAMPLES / "sleeper"), "3600")
     assert job.stdout is not None
     assert "sleeping" in job.stdout.readline()
     os.kill(m.processes("ciod", "S")[0], signal.SIGKILL)
-    out, err = job.communicate(timeout=60)
+    out, err = job.communicate(timeout=600)     # a hang guard
     assert job.returncode != 0
     assert re.search(r"I/O node.*(lost|died)|(lost|died).*I/O node", err, re.I), err
     assert re.search(r"\bS\b.*Error", m.run("blocks").stdout), m.run("blocks").stdout
@@ -148,11 +148,11 @@ def test_killing_ciod_errors_the_block_and_free_recovers(small_machine: Machine)
 
 def test_interrupt_ends_job_and_frees_auto_block(small_machine: Machine) -> None:
     m = small_machine
-    job = m.popen("run", "-n", "2", str(EXAMPLES / "sleeper"), "60")
+    job = m.popen("run", "-n", "2", str(EXAMPLES / "sleeper"), "3600")
     assert job.stdout is not None
     assert "sleeping" in job.stdout.readline()
     job.send_signal(signal.SIGINT)
-    out, err = job.communicate(timeout=60)
+    out, err = job.communicate(timeout=600)     # a hang guard
     assert job.returncode == 130, (out, err)
     blocks = m.run("blocks").stdout
     assert "Initialized" not in blocks and "Booting" not in blocks, blocks
@@ -172,20 +172,41 @@ def test_run_without_block_boots_and_frees_one(small_machine: Machine) -> None:
 def test_a_boot_killed_half_way_is_cleaned_up_by_the_next_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """`lattice boot` killed while its agent starts the daemons: the next
     command's sweep finds the booting command gone, frees the block and ends
-    every daemon it had started."""
+    every daemon it had started.  Half way is held, not raced: once the
+    boot has recorded its agent, the test takes the database's write lock,
+    so the boot cannot record the block booted (it waits for the lock, for
+    as long as LATTICE_DB_TIMEOUT lets it) however fast it or slow the test."""
+    import sqlite3
     import subprocess
-    import time
     from conftest import LATTICE, make_machine
     m = make_machine(tmp_path, "--shape", "8x8x4", "--pset-size", "8", "--memory", "64M")
     m.run("block", "create", "B", "--shape", "8x8x4")
-    boot = subprocess.Popen([*LATTICE, "boot", "B"], env=m.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(m.processes("cnode", "B")) > 10, timeout=30)
-    boot.kill()
-    boot.wait()
-    time.sleep(0.2)
+    boot = subprocess.Popen([*LATTICE, "boot", "B"], env=dict(m.env, LATTICE_DB_TIMEOUT="3600"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    con = sqlite3.connect(m.home / "lattice.db", timeout=600, isolation_level=None)
+
+    def held_while_booting() -> bool:
+        """The write lock taken, and kept if the boot has started its agent."""
+        con.execute("BEGIN IMMEDIATE")
+        state = con.execute("SELECT state FROM blocks WHERE name = 'B'").fetchone()[0]
+        agents = con.execute("SELECT count(*) FROM agents WHERE block = 'B'").fetchone()[0]
+        assert state in ("Free", "Allocated", "Booting"), state
+        if state == "Booting" and agents:
+            return True
+        con.execute("ROLLBACK")
+        return False
+    try:
+        wait_for(held_while_booting)
+        wait_for(lambda: len(m.processes("cnode", "B")) > 10)     # its agent starts the daemons
+        boot.kill()
+        boot.wait()             # reaped: the sweep finds its pid gone
+    finally:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        con.close()
     listing = m.run("blocks").stdout
     assert re.search(r"\bB\s+Free\b", listing), listing
-    wait_for(lambda: not m.processes("cnode", "B") and not m.processes("ciod", "B"), timeout=10)
+    wait_for(lambda: not m.processes("cnode", "B") and not m.processes("ciod", "B"))
     assert "the lattice command (pid" in m.run("ras").stdout
     m.run("boot", "B")          # and it boots again
     m.run("free", "B")

@@ -45,11 +45,10 @@ def test_cancel_ends_a_job_with_sigterm(m: Machine) -> None:
     run = m.popen("run", "--block", "C", "-n", "4", str(EXAMPLES / "sleeper"), "600")
     assert run.stdout is not None and "sleeping" in run.stdout.readline()
     job = int(m.run("jobs", "--running").stdout.splitlines()[1].split()[0])
-    t0 = time.monotonic()
     p = m.run("cancel", str(job))
     assert p.stdout.strip() == f"lattice: job {job} cancelled (SIGTERM)"
-    out, err = run.communicate(timeout=30)
-    assert time.monotonic() - t0 < 10
+    out, err = run.communicate(timeout=600)     # a hang guard
+    # SIGTERM ended it (143), not a SIGKILL after the grace (137): the event, not a time
     assert run.returncode == 128 + 15, err
     assert f"lattice: job {job} cancelled by `lattice cancel`" in err
     assert "killed by signal" not in err            # the cause, not each rank's death
@@ -67,8 +66,10 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(m: Machine, probe:
     p = m.run("cancel", "--grace", "1", str(job))
     took = time.monotonic() - t0
     assert p.stdout.strip() == f"lattice: job {job} cancelled (SIGKILL after 1 s)"
-    assert 1.0 <= took < 20, took
-    _, err = run.communicate(timeout=30)
+    # SIGKILL came no sooner than the grace (load can only lengthen took: never a wrong failure);
+    # that it came at all is the 137 below, not a bound on took
+    assert took >= 1.0, took
+    _, err = run.communicate(timeout=600)
     assert run.returncode == 128 + 9, err
     assert f"job {job} cancelled by `lattice cancel`" in err
 
@@ -81,7 +82,7 @@ def test_signal_only_signals_and_a_graceful_job_is_still_cancelled(m: Machine, p
     assert got == [f"{r}: rank {r} got SIGUSR1" for r in range(4)], got
     assert " Running " in record(m, job)            # -s does not end the job
     m.run("cancel", str(job))                       # the ranks save and exit 0 on SIGTERM
-    out, err = run.communicate(timeout=30)
+    out, err = run.communicate(timeout=600)
     assert sorted(l for l in out.splitlines() if "saving" in l) == [f"{r}: rank {r} saving" for r in range(4)]
     assert run.returncode == 128 + 15, err
     assert "cancelled by `lattice cancel`" in record(m, job)
@@ -98,5 +99,5 @@ def test_what_cannot_be_cancelled_is_refused(m: Machine, probe: str) -> None:
     assert bad.returncode != 0 and "is not running" in bad.stderr
     assert " Running " in record(m, job)
     m.run("cancel", "--grace", "0", str(job))
-    run.communicate(timeout=30)
+    run.communicate(timeout=600)
     assert re.search(rf"^\s*{job} C .* 137 ", record(m, job)), record(m, job)

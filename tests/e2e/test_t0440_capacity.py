@@ -40,7 +40,7 @@ def boot_under(m: Machine, shell: str) -> None:
     process, which starts no warm server there (it would be one task more)."""
     argv = " ".join(LATTICE)
     subprocess.run(["bash", "-c", f"{shell} && exec {argv} boot S"], env=dict(m.env, LATTICE_WARM="0"), check=True,
-                   capture_output=True, text=True, timeout=60)
+                   capture_output=True, text=True, timeout=600)     # a hang guard
 
 
 def daemons(m: Machine) -> list[int]:
@@ -54,7 +54,7 @@ def jobs(m: Machine) -> list[str]:
 def refused(m: Machine, *args: str) -> str:
     """The run is refused before launch: status 1, one error, no job record; its message."""
     before = jobs(m)
-    p = m.run("run", *args, check=False, timeout=30)
+    p = m.run("run", *args, check=False)
     assert p.returncode == 1, p
     assert p.stdout == ""
     assert p.stderr.startswith("lattice: error: host "), p.stderr
@@ -97,7 +97,7 @@ def cgroup(tmp_path: Path) -> Iterator[Path]:
             os.kill(int(p), 9)
         except ProcessLookupError:
             pass
-    wait_for(lambda: not (d / "cgroup.procs").read_text().strip(), timeout=10)
+    wait_for(lambda: not (d / "cgroup.procs").read_text().strip())
     d.rmdir()
 
 
@@ -129,7 +129,7 @@ def test_pids_cgroup_refuses_a_boot_before_any_daemon(sm: Machine, cgroup: Path)
     (cgroup / "pids.max").write_text("5\n")
     argv = " ".join(LATTICE)
     p = subprocess.run(["bash", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec {argv} boot S"], env=m.env,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=600)     # a hang guard
     assert p.returncode == 1, p
     assert p.stderr.startswith("lattice: error: host "), p.stderr
     assert "cannot hold the daemons of block S (4 compute nodes, 2 I/O nodes): they need about 13" in p.stderr
@@ -176,7 +176,7 @@ def test_more_processes_per_node_than_the_old_cap(built: Path, tmp_path: Path) -
         m.run("boot", "S")
         for kernel in ("linux", "cnk"):
             p = m.run("run", "--block", "S", "--mode", "vn", "-n", "160", "--kernel", kernel, "--label",
-                      str(EXAMPLES / "hello"), timeout=120)
+                      str(EXAMPLES / "hello"))
             lines = p.stdout.splitlines()
             assert sorted(int(l.split(":")[0]) for l in lines) == list(range(160)), p
             assert sum(l.endswith(" of 160 on R00-M0-N00-C:J00") for l in lines) == 80, p
@@ -203,7 +203,7 @@ def test_a_host_agent_checks_its_own_host_before_starting_daemons(built: Path, t
     env = dict(os.environ, PYTHONPATH=str(ROOT / "service"))
     p = subprocess.run(["bash", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec {sys.executable} -m lattice.agent "
                         "--host h1"], input=json.dumps(spec) + "\n", env=env, capture_output=True, text=True,
-                       timeout=30)
+                       timeout=600)     # a hang guard
     assert p.returncode == 1, p
     report = json.loads(p.stdout.splitlines()[-1])
     assert report["host"] == "h1" and report["event"] == "error", report

@@ -17,7 +17,6 @@ import random
 import re
 import signal
 import sqlite3
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -105,8 +104,9 @@ def test_fences_of_16_ranks_give_every_value(tree_machine: Machine) -> None:
 def test_killing_an_io_node_in_the_tree_ends_the_job(tree_machine: Machine, victim: int) -> None:
     """With fan-out 2, pset 0's I/O node is the parent of psets 2 and 3,
     and pset 3's a leaf below it: either, killed while the ranks fence every
-    20 ms, ends the job within seconds, saying why, and every other daemon
-    is left serving."""
+    20 ms, ends the job, saying why (the lost connection, not a timer: the
+    fences alone would run for half an hour), and every other daemon is left
+    serving.  No bound on how long that takes: a loaded host stretches it."""
     m = tree_machine
     m.env["LATTICE_PMI_FANOUT"] = "2"
     try:
@@ -115,19 +115,16 @@ def test_killing_an_io_node_in_the_tree_ends_the_job(tree_machine: Machine, vict
     finally:
         m.env.pop("LATTICE_PMI_FANOUT")
     try:
-        wait_for(lambda: "fence 20 " in (run.stdout.readline() if run.stdout else ""), timeout=30)
+        wait_for(lambda: "fence 20 " in (run.stdout.readline() if run.stdout else ""))
         with sqlite3.connect(m.home / "lattice.db") as con:
             pid = con.execute("SELECT pid FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?",
                               (BLOCK, victim)).fetchone()[0]
-        t0 = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        _, err = run.communicate(timeout=20)
-        took = time.monotonic() - t0
+        _, err = run.communicate(timeout=600)     # a hang guard
     finally:
         if run.poll() is None:
             run.kill()
     assert run.returncode != 0
-    assert took < 5, took
     where = f"R00-M0-N00-I:J0{victim}"
     assert f"I/O node {where} lost" in err, err
     ras = m.run("ras").stdout

@@ -11,13 +11,12 @@ import secrets
 import signal
 import socket
 import struct
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, Machine, make_machine
+from conftest import BUILD, Machine, make_machine, wait_for
 
 N = 20          # datagrams per job; each of the 2 ranks takes N / 2
 
@@ -35,7 +34,7 @@ def lofar(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
                      "--memory", "256M")
     collector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     collector.bind(("127.0.0.1", 0))
-    collector.settimeout(20)
+    collector.settimeout(600)          # a hang guard: the gather is the event
     port = free_udp_port()
     spec = f"build/plugins/liblofar_ciod.so:64K;port={port} dest=127.0.0.1:{collector.getsockname()[1]} slots=8"
     with open(m.home / "machine.toml", "a") as f:
@@ -57,7 +56,7 @@ def test_scatter_round_robin_and_gather(lofar: tuple[Machine, int, socket.socket
         for p in payloads:
             s.sendto(p.encode(), ("127.0.0.1", port))
     r = m.run("run", "--block", "L", "-n", "2", "--kernel", kernel, "--hugepages", "keep",
-              "--cwd", "/tmp", str(BUILD / "plugins" / "lofar_test"), str(N // 2), check=False, timeout=60)
+              "--cwd", "/tmp", str(BUILD / "plugins" / "lofar_test"), str(N // 2), check=False)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     got: dict[str, tuple[int, int]] = {}
@@ -87,16 +86,12 @@ def test_killed_job_leaves_no_waiting_call(lofar: tuple[Machine, int, socket.soc
     before = ciod_threads(m)
     run = m.popen("run", "--block", "L", "-n", "2", "--kernel", "cnk", "--hugepages", "keep",
                   "--cwd", "/tmp", str(BUILD / "plugins" / "lofar_test"), "3")
-    deadline = time.monotonic() + 20
-    while ciod_threads(m) < before + 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # the event: both calls have their serving thread (a hang guard of 600 s, not a window)
+    wait_for(lambda: ciod_threads(m) >= before + 2 or run.poll() is not None)
     assert ciod_threads(m) >= before + 2 and run.poll() is None
     run.send_signal(signal.SIGINT)
-    run.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while ciod_threads(m) > before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert ciod_threads(m) <= before
+    run.wait(timeout=600)       # a hang guard
+    wait_for(lambda: ciod_threads(m) <= before)
     r = m.run("run", "--block", "L", "-n", "2", "--cwd", "/tmp", str(BUILD / "examples" / "hello"))
     assert "hello from rank 1 of 2" in r.stdout
 
@@ -115,7 +110,7 @@ def test_bad_plugin_config_fails_the_boot(built: Path, tmp_path: Path) -> None:
     with open(m.home / "machine.toml", "a") as f:
         f.write('\n[ionode]\nplugins = ["build/plugins/liblofar_ciod.so;port=0"]\n')
     m.run("block", "create", "B", "--shape", "1x1x2")
-    r = m.run("boot", "B", check=False, timeout=60)
+    r = m.run("boot", "B", check=False)
     m.run("free", "B", check=False)
     assert r.returncode != 0 and "exited during boot" in r.stderr, r.stderr
     log = (m.home / "blocks" / "B" / "log" / "ciod-0.log").read_text()

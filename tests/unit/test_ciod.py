@@ -97,7 +97,7 @@ class Ciod:
             [str(binary), "--block", "T", "--pset", str(pset), "--pset-size", str(PSET_SIZE),
              "--listen", self.addr, "--key-file", str(keyfile), "--ras", str(self.ras),
              "--location", IO_LOCATION], stdout=self.log, stderr=subprocess.STDOUT)
-        end = time.time() + 10
+        end = time.time() + 600         # a hang guard: listening is the event
         while not self.listening():
             assert self.proc.poll() is None, self.logtext()
             assert time.time() < end, "ciod did not listen"
@@ -124,10 +124,10 @@ class Ciod:
     def raw(self) -> socket.socket:
         """A connection, its challenge taken (CHALLENGES[s])."""
         if self.tcp_port:
-            s = socket.create_connection(("127.0.0.1", self.tcp_port), timeout=10)
+            s = socket.create_connection(("127.0.0.1", self.tcp_port), timeout=600)    # hang guards
         else:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(10)
+            s.settimeout(600)
             s.connect(str(self.sock))
         typ, seq, body = recv(s)
         assert (typ, seq, len(body)) == (CHALLENGE, 0, 32)
@@ -154,7 +154,7 @@ class Ciod:
 
     def connect(self, role: int, node: int = 0, job: int = 0) -> socket.socket:
         s, err = self.hello(role, node, job)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 600       # a hang guard
         while role == ROLE_PROC and err == errno.EBUSY and time.monotonic() < deadline:
             s.close()                   # its last connection is still closing in the worker
             time.sleep(0.02)

@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import resource
+import select
 import shutil
 import socket
 import struct
@@ -37,7 +38,7 @@ class PatientCiod(Ciod):
     connect reports as EAGAIN; wait for room."""
 
     def raw(self) -> socket.socket:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 600       # a hang guard
         while True:
             try:
                 return super().raw()
@@ -76,7 +77,7 @@ def start(ciod_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     for c in made:
         if c.alive():
             c.proc.kill()
-        c.proc.wait(10)
+        c.proc.wait(600)        # a hang guard
         c.log.close()
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
@@ -86,7 +87,7 @@ def shutdown(c: Ciod) -> None:
     """LAT_CTL_SHUTDOWN: ciod exits, writing what it still had folded."""
     with c.connect(ROLE_CONTROL) as s:
         send(s, CTL_SHUTDOWN, b"", 5)
-        c.proc.wait(20)
+        c.proc.wait(600)        # a hang guard
     assert c.proc.returncode == 0, c.logtext()
 
 
@@ -110,6 +111,14 @@ def raw_connect(c: Ciod) -> socket.socket:
     return s
 
 
+def admitted(s: socket.socket) -> None:
+    """Until ciod has taken s in (admit.c lists it as pending before its
+    thread sends the challenge): the challenge, or the end if it was shut,
+    is readable.  Unread: shut_unheard and still_open look at it later."""
+    readable, _, _ = select.select([s], [], [], 600)    # a hang guard
+    assert readable, "ciod never took the connection in"
+
+
 def shut_unheard(s: socket.socket) -> bool:
     """Whether ciod shut a connection that never said hello, having sent it
     at most its challenge (wire v2: the first thing on every connection,
@@ -131,7 +140,9 @@ def shut_unheard(s: socket.socket) -> bool:
 
 
 def test_idle_flood_keeps_threads_bounded_and_ciod_serving(start) -> None:  # type: ignore[no-untyped-def]
-    c = start(LATTICE_HELLO_TIMEOUT="3")
+    # a deadline short enough to see, long enough that the service node's own
+    # hello (status() below) is not shut before it is sent on a loaded host
+    c = start(LATTICE_HELLO_TIMEOUT="10")
     pid = c.proc.pid
     base = threads(pid)                 # the accept loop and the RAS fold timer
     assert base <= 3
@@ -150,17 +161,16 @@ def test_idle_flood_keeps_threads_bounded_and_ciod_serving(start) -> None:  # ty
     sampler.start()
     socks: list[socket.socket] = []
     try:
-        t0 = time.monotonic()
         for i in range(1000):
             socks.append(raw_connect(c))
             if i % 250 == 125:          # the service node is served during the flood
                 assert status(c) == (0, PSET_SIZE, 0)
         assert status(c) == (0, PSET_SIZE, 0)
-        # every idle one is shut: evicted at once, or by the 3 s deadline
+        # every idle one is shut: evicted at once, or by the 10 s deadline (the
+        # shutting is the event; 600 s is a hang guard, not a bound on the deadline)
         for s in socks:
-            s.settimeout(max(0.1, t0 + 3 + 5 - time.monotonic()))
+            s.settimeout(600)
             assert shut_unheard(s)
-        assert time.monotonic() - t0 < 3 + 5
     finally:
         stop.set()
         sampler.join()
@@ -169,10 +179,7 @@ def test_idle_flood_keeps_threads_bounded_and_ciod_serving(start) -> None:  # ty
     # one thread per connection, evicted ones until they notice: never more
     # than the cap (without it, 1,000 idle connections held 1,003 threads)
     assert peak[0] <= base + MAX_CONNS, peak
-    deadline = time.monotonic() + 5
-    while threads(pid) > base:
-        assert time.monotonic() < deadline, threads(pid)
-        time.sleep(0.05)
+    settle_pid(pid, base)
     # a job works after it
     job = Job(c, c.dir, job_id=5, image=b"img")
     assert job.proc(0).ok("getcwd", 4096)[1] == path(c.dir)
@@ -194,24 +201,32 @@ def still_open(s: socket.socket) -> bool:
         return False
 
 
-def settle(c: Ciod, n: int) -> None:
-    """Until ciod runs at most n threads."""
-    deadline = time.monotonic() + 5
-    while threads(c.proc.pid) > n:
-        assert time.monotonic() < deadline, threads(c.proc.pid)
+def settle_pid(pid: int, n: int) -> None:
+    """Until the process runs at most n threads (its connections' threads
+    end as they notice: the event; 600 s is a hang guard)."""
+    deadline = time.monotonic() + 600
+    while threads(pid) > n:
+        assert time.monotonic() < deadline, threads(pid)
         time.sleep(0.02)
 
 
+def settle(c: Ciod, n: int) -> None:
+    """Until ciod runs at most n threads."""
+    settle_pid(c.proc.pid, n)
+
+
 def test_caps_evict_the_oldest_pending_and_refuse_beyond_all(start) -> None:  # type: ignore[no-untyped-def]
-    c = start(LATTICE_MAX_CONNS="12", LATTICE_MAX_HELLO="4", LATTICE_HELLO_TIMEOUT="30")
+    # no hello deadline within the test, however loaded the host: only the
+    # caps shut a connection here (still_open below would see a deadline's)
+    c = start(LATTICE_MAX_CONNS="12", LATTICE_MAX_HELLO="4", LATTICE_HELLO_TIMEOUT="3600")
     base = threads(c.proc.pid)
     held = [c.connect(ROLE_CONTROL) for _ in range(6)]      # authenticated: never evicted
     idle = []
     for _ in range(6):
         idle.append(raw_connect(c))
-        time.sleep(0.05)                                    # in order: the oldest is the first
+        admitted(idle[-1])                                  # in order: the oldest is the first
     for s in idle[:2]:
-        s.settimeout(5)
+        s.settimeout(600)                                   # a hang guard
     assert [shut_unheard(s) for s in idle[:2]] == [True, True]    # evicted at once for the newer ones
     assert all(still_open(s) for s in idle[2:])
     for s in idle:
@@ -219,7 +234,7 @@ def test_caps_evict_the_oldest_pending_and_refuse_beyond_all(start) -> None:  # 
     settle(c, base + 6)
     held += [c.connect(ROLE_CONTROL) for _ in range(6)]     # 12: the cap on all connections
     extra = raw_connect(c)
-    extra.settimeout(5)
+    extra.settimeout(600)                                   # a hang guard
     assert shut_unheard(extra)                              # no room: closed at once
     with pytest.raises((OSError, AssertionError)):          # nor for a hello
         c.hello(ROLE_CONTROL)
@@ -232,7 +247,7 @@ def test_caps_evict_the_oldest_pending_and_refuse_beyond_all(start) -> None:  # 
     settle(c, base + 1)
     assert status(c) == (0, PSET_SIZE, 0)                   # room again
     send(held[0], CTL_SHUTDOWN, b"", 5)
-    c.proc.wait(20)
+    c.proc.wait(600)            # a hang guard
     lines, refused = events(c, "the most this I/O node serves")
     assert refused == 2 and lines == 2, c.rastext()
     assert events(c, "closed before its hello") == (2, 2), c.rastext()
@@ -259,15 +274,20 @@ def test_malformed_flood_writes_bounded_events_that_add_up(start) -> None:  # ty
     # and malformed requests on one authenticated process connection
     job = Job(c, c.dir, job_id=6, image=b"img")
     p = job.proc(0)
+    t1 = time.monotonic()
     for _ in range(n):
         assert p.fails("openat", -100, 0, 0, data=b"no-nul") == errno.EINVAL
+    elapsed_openat = time.monotonic() - t1
     assert status(c) == (PSET_SIZE, PSET_SIZE, 6)
-    # the window's end writes the count (the timer thread), not only exit
-    deadline = time.monotonic() + 2 + 3
+    # the window's end writes the count (the timer thread), not only exit: the
+    # count is the event, awaited before the shutdown (600 s: a hang guard)
+    deadline = time.monotonic() + 600
     while events(c, "malformed OPENAT request")[1] != n:
         assert time.monotonic() < deadline, c.rastext()[-2000:]
         time.sleep(0.1)
     shutdown(c)
+    # the flood's windows: 2 s each, however long a loaded host took over it
+    windows = (time.monotonic() - t0) / 2
     # two kinds of event: a connection closed (bad magic), a hello refused (the
     # others: one kind, one format, whose summaries carry the last one's text)
     for needle, want in (("closed: bad magic", n), ("refused: ", 2 * n)):
@@ -276,9 +296,13 @@ def test_malformed_flood_writes_bounded_events_that_add_up(start) -> None:  # ty
         # BURST in full, then one summary per 2 s window of the flood, and the last at exit
         assert lines <= BURST + elapsed / 2 + 2, (needle, lines)
     lines, total = events(c, "malformed OPENAT request")
-    assert total == n and lines <= BURST + 20, (lines, total)
-    assert len(c.rastext().splitlines()) < 200
-    assert len(c.logtext().splitlines()) < 400          # the daemon's log is not flooded either
+    # BURST, one summary per 2 s window of that flood (20 on an idle host), the last
+    assert total == n and lines <= BURST + max(20, elapsed_openat / 2 + 2), (lines, total)
+    # 8,000 events in all; the lines are per kind (3) BURST and a summary per
+    # window: under 200 on an idle host, more windows on a loaded one
+    bound = max(200, 3 * (BURST + windows + 2) + 50)
+    assert len(c.rastext().splitlines()) < bound
+    assert len(c.logtext().splitlines()) < bound + 200  # the daemon's log is not flooded either
 
 
 def test_events_of_the_service_node_and_nodes_are_never_folded(start) -> None:  # type: ignore[no-untyped-def]
@@ -286,7 +310,7 @@ def test_events_of_the_service_node_and_nodes_are_never_folded(start) -> None:  
     node (its hello accepted) is written every time."""
     c = start()
     for _ in range(3 * BURST):
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 600       # a hang guard
         while True:             # the last one may still be detaching (EBUSY)
             s, err = c.hello(ROLE_NODE, 0)
             if err == 0:

@@ -14,12 +14,12 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from conftest import wait_for
 from test_client import CFLAGS, ROOT, FakeCiod, _recv_exact, build_library
 
 from lattice import wire
@@ -63,7 +63,7 @@ def recv(s: socket.socket) -> tuple[int, bytes]:
 def challenge(lst: socket.socket) -> tuple[socket.socket, bytes]:
     """Accept a connection and send the challenge, as ciod does."""
     c, _ = lst.accept()
-    c.settimeout(30)
+    c.settimeout(600)           # a hang guard
     nonce = os.urandom(32)
     send(c, wire.CHALLENGE, nonce)
     return c, nonce
@@ -102,7 +102,7 @@ class FakeNodeCiod:
         self.lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.lst.bind(str(self.addr))
         self.lst.listen(8)
-        self.lst.settimeout(30)
+        self.lst.settimeout(600)    # a hang guard
         self.node: socket.socket | None = None
         self.procs: list[FakeCiod] = []
         self.tmp = tmp
@@ -213,14 +213,14 @@ def test_job_runs_and_reports_its_exit_code(built: dict[str, Path],
     assert ex == (7, 1, 3, CODE, 3), (ex, text, out)
     assert out[1] == b"raw local\n"
     assert proc
-    proc.join(10)
+    proc.join(600)
     assert proc.out[1] == b"rank 1 of 4 on R00-M0-N00-C:J03: first\n"
     # the node is ready for the next job
     proc = fake.push(8, image, ["prog", "second"], [])
     out, ex, text = fake.until_exit()
     assert ex == (8, 1, 3, CODE, 0), (ex, text)
     send(fake.node, NODE_SHUTDOWN)  # type: ignore[arg-type]
-    assert p.wait(10) == 0
+    assert p.wait(600) == 0
 
 
 def test_bad_image_is_a_launch_failure(built: dict[str, Path],
@@ -236,13 +236,21 @@ def test_bad_image_is_a_launch_failure(built: dict[str, Path],
     assert ex[3:] == (CODE, 0), (ex, text)
 
 
+def said(proc: FakeCiod, word: bytes) -> None:
+    """Until the process's shipped stdout holds word (it printed its first line)."""
+    wait_for(lambda: word in proc.out[1])
+
+
 def test_kill_and_lost_connection(built: dict[str, Path],
                                   node: tuple[FakeNodeCiod, subprocess.Popen[bytes]]) -> None:
     fake, p = node
     assert fake.node
-    fake.push(11, built["prog"].read_bytes(), ["prog", "sleepy", "60"], [])
-    time.sleep(0.5)
-    # a KILL naming another job touches nothing: the process still runs
+    # it sleeps far longer than any loaded host takes to get here: only a kill ends it
+    proc = fake.push(11, built["prog"].read_bytes(), ["prog", "sleepy", "3600"], [])
+    assert proc
+    said(proc, b"sleepy")          # it runs, past its first line
+    # a KILL naming another job touches nothing: the process still runs (a
+    # negative check: under load it can only pass wrongly, never fail wrongly)
     send(fake.node, NODE_KILL, wire.KILL.pack(99, signal.SIGKILL, 0))
     assert not fake.exited_within(1.0)
     send(fake.node, NODE_KILL, wire.KILL.pack(11, signal.SIGTERM, 0))
@@ -250,12 +258,13 @@ def test_kill_and_lost_connection(built: dict[str, Path],
     assert ex[3:] == (SIGNAL, signal.SIGTERM), (ex, text)
     assert "signal 15" in text
     # ciod goes away while a job runs: the process dies, cnode exits 1
-    proc = fake.push(12, built["prog"].read_bytes(), ["prog", "orphan", "60"], [])
-    time.sleep(0.5)
-    fake.node.close()
-    assert p.wait(10) == 1
+    proc = fake.push(12, built["prog"].read_bytes(), ["prog", "orphan", "3600"], [])
     assert proc
-    proc.join(10)
+    said(proc, b"orphan")
+    fake.node.close()
+    assert p.wait(600) == 1
+    assert proc
+    proc.join(600)
     assert not proc.is_alive(), "the compute process was killed (its PROC connection closed)"
 
 
@@ -277,4 +286,4 @@ def test_malformed_job_is_refused(built: dict[str, Path],
     out, ex, text = fake.until_exit()
     assert ex[0] == 14 and ex[3:] == (LAUNCH, errno.EPROTO), (ex, text)
     send(fake.node, NODE_SHUTDOWN)
-    assert p.wait(10) == 0
+    assert p.wait(600) == 0
