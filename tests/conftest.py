@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -109,6 +111,28 @@ def booted_block(tmp: Path, block: str, shape: str, *init_args: str) -> Iterator
     yield m
     m.run("free", block, check=False)
     shutil.rmtree(m.work, ignore_errors=True)
+
+
+@contextmanager
+def local_users(*names: str, group: str | None = None) -> Iterator[list[pwd.struct_passwd]]:
+    """Ordinary local users (system accounts, no home,
+    no login shell), the first also in a supplementary group of its own if
+    group names one; removed afterwards."""
+    made: list[str] = []
+    if group:
+        subprocess.run(["groupadd", "--system", group], check=True)
+    try:
+        for i, name in enumerate(names):
+            extra = ["-G", group] if group and i == 0 else []
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", *extra, name],
+                           check=True)
+            made.append(name)
+        yield [pwd.getpwnam(n) for n in names]
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], check=False)
+        if group:
+            subprocess.run(["groupdel", group], check=False)
 
 
 def build_probe(tmp_path_factory: pytest.TempPathFactory, name: str) -> str:

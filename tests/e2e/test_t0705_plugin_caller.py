@@ -30,7 +30,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, ROOT, Machine, make_machine
+from conftest import BUILD, ROOT, Machine, make_machine, local_users
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: users of its own")
 
@@ -47,18 +47,8 @@ SEND = ("import socket, sys\n"
 def users() -> Iterator[tuple[pwd.struct_passwd, pwd.struct_passwd, int]]:
     """owner (in a supplementary group of its own) and other, an ordinary local user."""
     tag = os.getpid() % 100000
-    group, owner, other = f"latpg{tag}", f"latpo{tag}", f"latpx{tag}"
-    subprocess.run(["groupadd", "--system", group], check=True)
-    try:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        "-G", group, owner], check=True)
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", other],
-                       check=True)
-        yield pwd.getpwnam(owner), pwd.getpwnam(other), grp.getgrnam(group).gr_gid
-    finally:
-        subprocess.run(["userdel", owner], check=False)
-        subprocess.run(["userdel", other], check=False)
-        subprocess.run(["groupdel", group], check=False)
+    with local_users(f"latpo{tag}", f"latpx{tag}", group=f"latpg{tag}") as (owner, other):
+        yield owner, other, grp.getgrnam(f"latpg{tag}").gr_gid
 
 
 def build_who(out: Path) -> tuple[Path, Path]:

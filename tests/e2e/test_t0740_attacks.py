@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, LATTICE, ROOT, Machine, make_machine, processes
+from conftest import EXAMPLES, LATTICE, ROOT, Machine, make_machine, processes, local_users
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a setuid program and a user of its own")
 
@@ -40,12 +40,8 @@ GUARD = 600            # s: a bound on waits for an event, only so that a hang f
 
 @pytest.fixture(scope="module")
 def user() -> Iterator[pwd.struct_passwd]:
-    name = f"latatk{os.getpid() % 100000}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], check=False)
+    with local_users(f"latatk{os.getpid() % 100000}") as (u,):
+        yield u
 
 
 @pytest.fixture(scope="module")

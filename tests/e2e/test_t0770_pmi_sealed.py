@@ -33,7 +33,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import Machine, make_machine, processes
+from conftest import Machine, make_machine, processes, local_users
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: users of its own and pidfd_getfd")
 
@@ -46,14 +46,8 @@ Runs = list[subprocess.Popen[str]]
 
 @pytest.fixture(scope="module")
 def users() -> Iterator[Users]:
-    names = [f"latpmi{c}{os.getpid() % 10000}" for c in "ab"]
-    for n in names:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", n], check=True)
-    try:
-        yield pwd.getpwnam(names[0]), pwd.getpwnam(names[1])
-    finally:
-        for n in names:
-            subprocess.run(["userdel", n], check=False)
+    with local_users(*(f"latpmi{c}{os.getpid() % 10000}" for c in "ab")) as (a, b):
+        yield a, b
 
 
 @pytest.fixture(scope="module")

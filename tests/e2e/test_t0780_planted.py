@@ -27,7 +27,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import LATTICE, ROOT, Machine, make_machine
+from conftest import LATTICE, ROOT, Machine, make_machine, local_users
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: another user's directories")
 
@@ -66,12 +66,8 @@ while True:
 
 @pytest.fixture(scope="module")
 def user() -> Iterator[pwd.struct_passwd]:
-    name = f"latpl{os.getpid() % 100000}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], check=False)
+    with local_users(f"latpl{os.getpid() % 100000}") as (u,):
+        yield u
 
 
 @pytest.fixture(scope="module")
