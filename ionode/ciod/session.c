@@ -50,7 +50,8 @@ void *session_main(void *arg)
 
     pthread_setname_np(pthread_self(), "ciod-hello");
     const char *t = getenv("LATTICE_HELLO_TIMEOUT");     /* tests shorten it */
-    set_timeout(c, t && atoi(t) > 0 ? atoi(t) : HELLO_TIMEOUT);
+    int hello_s = t && atoi(t) > 0 ? atoi(t) : HELLO_TIMEOUT;
+    set_timeout(c, hello_s);
     if (auth_challenge(c) < 0) {
         /* a peer that connected and left at once (a probe) is no news, as
          * when it leaves after the challenge: a line per probe would let
@@ -65,6 +66,9 @@ void *session_main(void *arg)
     if (rc < 0) {
         if (h.magic == LAT_MAGIC && h.version != LAT_VERSION)
             refuse(c, h.seq, EPROTO, why);
+        else if (errno == EAGAIN || errno == EWOULDBLOCK)      /* the deadline: say which */
+            ras_event(RAS_WARNING, cfg.location, "connection from %s closed: no hello within %d s",
+                      c->peer, hello_s);
         else
             ras_event(RAS_WARNING, cfg.location, "connection from %s closed: %s", c->peer, why);
         goto out;

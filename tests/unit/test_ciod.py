@@ -1240,10 +1240,8 @@ def test_a_silent_connection_is_dropped_and_ciod_keeps_serving(ciod_bin: Path, t
     try:
         silent = c.raw()
         assert status(c) == (0, PSET_SIZE, 0)         # served while the silent one waits
-        t0 = time.monotonic()
-        assert closed(silent)                          # raw() sockets give up after 10 s
-        assert time.monotonic() - t0 < 9
-        assert "closed: receive failed" in c.rastext()
+        assert closed(silent)                          # the close is the event (raw(): a 600 s guard)
+        assert "closed: no hello within 1 s" in c.rastext()     # by LATTICE_HELLO_TIMEOUT, not the default 30
         assert status(c) == (0, PSET_SIZE, 0)
     finally:
         c.proc.terminate()

@@ -186,6 +186,7 @@ def test_idle_flood_keeps_threads_bounded_and_ciod_serving(start) -> None:  # ty
     shutdown(c)
     lines_e, evicted = events(c, "closed before its hello")
     lines_t, timed_out = events(c, "closed: ")
+    assert events(c, "closed: no hello within 10 s") == (lines_t, timed_out)    # LATTICE_HELLO_TIMEOUT's
     assert evicted + timed_out == 1000, (evicted, timed_out, c.rastext())
     assert timed_out <= MAX_HELLO and evicted >= 1000 - MAX_HELLO
     assert lines_e <= BURST + 2 and lines_t <= BURST + 2, c.rastext()
