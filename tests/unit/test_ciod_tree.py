@@ -15,7 +15,6 @@ import shutil
 import socket
 import struct
 import tempfile
-import time
 from pathlib import Path
 
 from lattice import wire
@@ -153,10 +152,9 @@ def test_a_child_lost_in_the_middle_of_a_fence_ends_the_job(ciod: Ciod, tmp_path
     second = ciod.connect(wire.ROLE_TREE, CHILD + 1, JOB)
     pset_in_fence(j)
     send(first, wire.CTL_FENCE, fence(JOB, 0, {"x": "1"}))
-    t0 = time.monotonic()
     second.close()                              # its I/O node died before it joined
+    # the close itself is the cause (no fence timeout): the failure names it
     assert "connection of I/O node 1 below this one ended before it joined" in tree_fail(j)
-    assert time.monotonic() - t0 < 2
     assert ciod.alive()
 
 
