@@ -188,27 +188,37 @@ def _parent(pid: int) -> int:
         return -1
 
 
-def test_an_interrupted_run_leaves_the_block_it_booted_to_a_sweep_that_happens(fm: Machine) -> None:
-    """A run that booted block B for itself, its I/O nodes hung: SIGTERM, it
-    leaves at once; the block is freed by the sweep it leaves behind, with
-    no other command run (the database and /proc are read directly)."""
-    run = subprocess.Popen([*LATTICE, "run", "-n", "2", "--kernel", "linux", "/bin/sh", "-c",
-                            "echo up; exec sleep 600"], env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+def interrupt_while_io_nodes_hang(m: Machine, block: str, sig: int, env: dict[str, str],
+                                  *run_args: str) -> tuple[int, str]:
+    """A Linux-mode job of `lattice run RUN_ARGS` on block's two I/O nodes:
+    once it runs, its I/O nodes are stopped (SIGSTOP) and the run gets sig;
+    its exit status and stderr.  The I/O nodes stay stopped until the run has
+    gone: that it goes at all shows it does not wait for them (its grace is a
+    fixed 1.5 s, INTERRUPT_GRACE, of the spec's 2 s: not timed here, so that
+    the test holds at any load)."""
+    run = subprocess.Popen([*LATTICE, "run", *run_args, "--kernel", "linux", "/bin/sh", "-c",
+                            "echo up; exec sleep 600"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     assert run.stdout is not None and run.stdout.readline() == "up\n"
-    ciods = fm.processes("ciod", "B")
+    ciods = m.processes("ciod", block)
     assert len(ciods) == 2, ciods
     for c in ciods:
         os.kill(c, signal.SIGSTOP)
     try:
-        run.send_signal(signal.SIGTERM)
-        # its I/O nodes are stopped until it has gone: that it goes at all shows it
-        # does not wait for them (its grace is a fixed 1.5 s, INTERRUPT_GRACE)
+        run.send_signal(sig)
         _, err = run.communicate(timeout=600)
     finally:
         for c in ciods:
             os.kill(c, signal.SIGCONT)
-    assert run.returncode == 143, (run.returncode, err)
+    return run.returncode, err
+
+
+def test_an_interrupted_run_leaves_the_block_it_booted_to_a_sweep_that_happens(fm: Machine) -> None:
+    """A run that booted block B for itself, its I/O nodes hung: SIGTERM, it
+    leaves at once; the block is freed by the sweep it leaves behind, with
+    no other command run (the database and /proc are read directly)."""
+    code, err = interrupt_while_io_nodes_hang(fm, "B", signal.SIGTERM, fm.env, "-n", "2")
+    assert code == 143, (code, err)
 
     def freed() -> bool:
         with sqlite3.connect(fm.home / "lattice.db") as con:
@@ -244,25 +254,9 @@ def test_sigint_to_a_run_whose_io_nodes_hang_exits_at_once_and_names_the_interru
     a load of hundreds): the run still leaves within its grace, the record
     says the interrupt ended the job, and once the I/O nodes go on they end
     its ranks (its connections closed) and the block takes the next job."""
-    env = dict(jm.env, LATTICE_WARM="0")
-    run = subprocess.Popen([*LATTICE, "run", "--block", "J", "-n", "4", "--kernel", "linux", "/bin/sh", "-c",
-                            "echo up; exec sleep 600"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    assert run.stdout is not None and run.stdout.readline() == "up\n"
-    ciods = jm.processes("ciod", "J")
-    assert len(ciods) == 2, ciods
-    for c in ciods:
-        os.kill(c, signal.SIGSTOP)
-    try:
-        run.send_signal(signal.SIGINT)
-        # the I/O nodes stay stopped until the run has gone: it leaves without
-        # them, after its fixed grace (INTERRUPT_GRACE, 1.5 s, of the spec's 2 s:
-        # not timed here, so that the test holds at any load)
-        _, err = run.communicate(timeout=600)
-    finally:
-        for c in ciods:
-            os.kill(c, signal.SIGCONT)
-    assert run.returncode == 130, err
+    code, err = interrupt_while_io_nodes_hang(jm, "J", signal.SIGINT, dict(jm.env, LATTICE_WARM="0"),
+                                              "--block", "J", "-n", "4")
+    assert code == 130, err
     assert "Traceback" not in err and "lattice: SIGINT: ending job" in err, err
     job = last_job(jm)
     rec = record(jm, job)
