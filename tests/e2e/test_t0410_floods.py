@@ -97,7 +97,9 @@ def test_idle_flood_on_a_booted_io_node(flooded: Machine) -> None:
     while True:
         ras = m.run("ras").stdout
         lines = [ln for ln in ras.splitlines() if "closed before its hello" in ln or "closed: " in ln]
-        if counted(ras, "closed before its hello") + counted(ras, "closed: ") == 1000:
+        # every flood connection is accounted for; more are the job's own connections
+        # shed while their cnode had not yet said hello (it relays PMI then: the job ran)
+        if counted(ras, "closed before its hello") + counted(ras, "closed: ") >= 1000:
             break
         assert time.monotonic() < deadline, ras[-3000:]
         time.sleep(0.5)
