@@ -197,6 +197,8 @@ static int decode_job(const char *p, size_t len, struct job_spec *js, char *why,
         return errprintf(why, whylen, "unknown job flags 0x%x", jh->flags & ~(uint32_t)LAT_JOB_FLAGS_ALL);
     if ((jh->flags & LAT_JOB_TRACE) && !(jh->flags & LAT_JOB_CNK))
         return errprintf(why, whylen, "job flag TRACE needs flag CNK (tracing is done by cnk)");
+    if ((jh->flags & LAT_JOB_SANDBOX) && (jh->flags & LAT_JOB_CNK))
+        return errprintf(why, whylen, "job flag SANDBOX is for Linux mode, not with flag CNK");
     if ((jh->flags & LAT_JOB_CPUS) && !placed)
         return errprintf(why, whylen, "job flag CPUS needs flag PLACED (CPUs are given per slot)");
     if ((jh->flags & LAT_JOB_STDIN) && !placed)

@@ -545,8 +545,10 @@ enum lat_job_flags {
                                rank's descriptor 0 reads end of file at once */
     LAT_JOB_TREE   = 64,    /* the job's fences go through a tree of I/O nodes: a
                                LAT_CTL_PMI_TREE follows, and this pset's fence waits for it */
+    LAT_JOB_SANDBOX = 128,  /* Linux mode in the node sandbox (namespaces, files through the FUSE
+                               client, IP through the I/O node); never with LAT_JOB_CNK */
 };
-#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS | LAT_JOB_STDIN | LAT_JOB_TREE)
+#define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS | LAT_JOB_STDIN | LAT_JOB_TREE | LAT_JOB_SANDBOX)
 
 /* Rank mapping of a job in one pset (LAT_JOB_PLACED). */
 struct lat_job_ext {
