@@ -4,9 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# openssh-server, munge and Slurm are for the multi-host testbed (scripts/testbed.sh)
+# openssh-server, munge and Slurm are for the multi-host testbed (scripts/testbed.sh);
+# libfuse3-dev, fuse3, nftables, iproute2 for the Linux node sandbox (its FUSE file
+# client, IP through the I/O node); golang-go and liburing-dev for its "any binary" tests
 packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox
-          openssh-server munge slurmctld slurmd slurm-client)
+          openssh-server munge slurmctld slurmd slurm-client
+          libfuse3-dev fuse3 nftables iproute2 golang-go liburing-dev)
 . scripts/lib/packages.sh
 ensure_packages "${packages[@]}" || { echo "setup: cannot go on without these packages" >&2; exit 1; }
 
