@@ -47,7 +47,10 @@ extern void __chk_fail(void) __attribute__((noreturn));
 LAT_HIDDEN int lat_active(void);          /* initialises on first use */
 LAT_HIDDEN int lat_conn_fd(void);         /* the shipping socket, or -1 */
 LAT_HIDDEN int lat_seq_fd(void);          /* the page of its seq counter (LATTICE_IO_SEQ_FD), or -1 */
-LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: shipping is off */
+LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: not the process that said hello */
+/* A vfork()ed child (or a raw clone) running in its parent's memory: it
+ * must not change the parent's descriptor table (conn.c) */
+LAT_HIDDEN int lat_vforked(void);
 /* One shipped call.  out: request data; in: where the reply data goes (its
  * total capacity bounds the reply).  Returns ret (>= 0) or -1 with errno set
  * to the remote errno (EIO if the connection is broken); *got = data bytes. */
@@ -87,6 +90,11 @@ LAT_HIDDEN int lat_is_null(const void *p);
  * shipping core's mailbox copies there with memcpy (shipc_ent_user_ok). */
 LAT_HIDDEN void lat_usercopy_init(void);
 LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
+
+/* holders.c: placeholders that name their remote descriptor; remote
+ * descriptors closed when no process on the connection holds them */
+LAT_HIDDEN void lat_holders_init(int conn);
+LAT_HIDDEN void lat_holders_exit(void);
 
 /* stdio.c */
 LAT_HIDDEN void lat_stdio_init(void);

@@ -1,0 +1,181 @@
+/*
+ * holders.c - the processes that share one PROC connection (a shell and
+ * the programs it runs, a fork()ed child, a popen()ed command) share the
+ * I/O node's descriptor table of that connection too.  A remote
+ * descriptor must then be closed on the I/O node only when no process
+ * holds it any more, and a program a process exec()s must find the remote
+ * descriptors it inherited.  The kernel keeps both facts for us:
+ *
+ * - A placeholder (the local descriptor at the program's number) is a
+ *   sealed, empty memfd named "lattice-rfd:<connection inode>:<remote>",
+ *   opened write-only (the kernel's own read is EBADF, write EPERM, mmap
+ *   EACCES).  fork() and exec() carry it as they carry any descriptor
+ *   (close-on-exec as the program asked), so a program finds what it
+ *   inherited by name in /proc/self/fd (lat_holders_adopt), whether its
+ *   parent forked, vfork()ed, posix_spawn()ed or raw-cloned it.
+ * - The placeholder's open file holds a shared flock.  It lasts while any
+ *   process still has a descriptor to it, and goes when the last one is
+ *   closed, by close(), exec's close-on-exec or the process's death.  So
+ *   a closer opens a second file of the same memfd before it lets its
+ *   descriptor go (hold), then tries an exclusive flock on it (last): it
+ *   succeeds only when nobody holds the placeholder any more.  A seal
+ *   (F_SEAL_FUTURE_WRITE) marks the remote descriptor closed, so two
+ *   closers racing close it once.
+ *
+ * Remote 0, 1 and 2 (the rank's stdin, stdout, stderr on cnode's own
+ * descriptors) are never closed on the I/O node: every process of the
+ * rank may still write to them, and ciod closes them with the connection.
+ * A remote descriptor whose last holder ended without closing it (_exit,
+ * a signal, close-on-exec) stays open on the I/O node until the job ends;
+ * exit() closes the process's own (lat_holders_exit).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <lattice/ksys.h>
+
+#include "client.h"
+
+#define RFD_PREFIX "lattice-rfd:"
+
+static unsigned long conn_ino;              /* names this connection's placeholders */
+
+static void proc_fd_path(char *buf, size_t len, int fd)
+{
+    snprintf(buf, len, "/proc/self/fd/%d", fd);
+}
+
+/* A new placeholder for remote: a sealed memfd, reopened write-only, with
+ * its shared flock.  A kernel descriptor or -errno. */
+static int make(int remote, int cloexec)
+{
+    char name[64], path[40];
+    snprintf(name, sizeof name, RFD_PREFIX "%lu:%d", conn_ino, remote);
+    long m = ksys2(__NR_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (m < 0)
+        return (int)m;
+    long r = ksys3(__NR_fcntl, m, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK);
+    long fd = r;
+    if (r >= 0) {
+        proc_fd_path(path, sizeof path, (int)m);
+        fd = ksys4(__NR_openat, AT_FDCWD, path, O_WRONLY | (cloexec ? O_CLOEXEC : 0), 0);
+    }
+    ksys1(__NR_close, m);
+    if (fd >= 0 && (r = ksys2(__NR_flock, fd, LOCK_SH)) < 0) {
+        ksys1(__NR_close, fd);
+        fd = r;
+    }
+    return (int)fd;
+}
+
+/* Before placeholder fd goes: a second open file of its memfd (-1: none,
+ * or it stands for the rank's stdio, which is never closed). */
+static int hold(int fd)
+{
+    char path[40];
+    int remote;
+    if (shipc_fd_route(fd, &remote) != SHIPC_SHIP || remote < 3)
+        return -1;
+    proc_fd_path(path, sizeof path, fd);
+    long q = ksys4(__NR_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
+    return q < 0 ? -1 : (int)q;
+}
+
+/* After: 1 when nobody holds the placeholder any more and we are the one
+ * to close remote on the I/O node. */
+static int last(int tok, int remote)
+{
+    int closing = 0;
+    if (remote < 0 || tok < 0) {
+        /* no second file (out of descriptors): leave it open, never
+         * close what another process may still use */
+        if (tok >= 0)
+            ksys1(__NR_close, tok);
+        return 0;
+    }
+    if (ksys2(__NR_flock, tok, LOCK_EX | LOCK_NB) == 0) {
+        long seals = ksys2(__NR_fcntl, tok, F_GET_SEALS);
+        if (seals >= 0 && !(seals & F_SEAL_FUTURE_WRITE) &&
+            ksys3(__NR_fcntl, tok, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0)
+            closing = 1;
+    }
+    ksys1(__NR_close, tok);
+    return closing;
+}
+
+static const struct shipc_fd_ops ops = { make, hold, last };
+
+/* "/memfd:lattice-rfd:<ino>:<remote> (deleted)" of this connection: remote, else -1 */
+static int placeholder_remote(const char *link)
+{
+    char want[48];
+    int n = snprintf(want, sizeof want, "/memfd:" RFD_PREFIX "%lu:", conn_ino);
+    if (strncmp(link, want, (size_t)n) != 0)
+        return -1;
+    char *end;
+    long r = strtol(link + n, &end, 10);
+    if (end == link + n || strcmp(end, " (deleted)") != 0 || r < 0 || r >= LAT_MAX_FDS)
+        return -1;
+    return (int)r;
+}
+
+/* The placeholders this program inherited (a program before it in this
+ * process, or a parent), found by name: they stand for their remote
+ * descriptors here too. */
+static void adopt(void)
+{
+    long dir = ksys4(__NR_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    char buf[2048], link[128];
+    long n;
+    if (dir < 0)
+        return;
+    while ((n = ksys3(__NR_getdents64, dir, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < n;) {
+            struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
+                (void *)(buf + off);
+            off += d->reclen;
+            char *end;
+            long fd = strtol(d->name, &end, 10);
+            if (*end || end == d->name || fd == dir || fd >= shipc_own_floor())
+                continue;
+            long len = ksys4(__NR_readlinkat, dir, d->name, link, sizeof link - 1);
+            if (len <= 0)
+                continue;
+            link[len] = 0;
+            int remote = placeholder_remote(link);
+            if (remote >= 0)
+                shipc_fd_adopt((int)fd, remote, (ksys2(__NR_fcntl, fd, F_GETFD) & FD_CLOEXEC) != 0);
+        }
+    }
+    ksys1(__NR_close, dir);
+}
+
+void lat_holders_init(int conn)
+{
+    struct stat st;
+    if (syscall(SYS_fstat, conn, &st) != 0)
+        return;
+    conn_ino = (unsigned long)st.st_ino;
+    adopt();
+    shipc_fd_set_ops(&ops);
+}
+
+/* exit(): streams flushed first (glibc flushes after every handler ran),
+ * then the process's remote descriptors let go, closed where it was the
+ * last holder. */
+void lat_holders_exit(void)
+{
+    fflush(NULL);
+    for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u)) {
+        int remote;
+        if (shipc_fd_route(fd, &remote) == SHIPC_SHIP && remote >= 3)
+            shipc_fd_release(fd);
+    }
+}
