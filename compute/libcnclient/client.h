@@ -73,8 +73,9 @@ LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
 /* Move one of the client's own to 1000 or above and name it in var: the new number. */
 LAT_HIDDEN int lat_move_own(int fd, const char *var);
 LAT_HIDDEN void lat_close_image(void);      /* cnode's memfd of our own executable */
-/* After lat_fd_init: 0, 1, 2 the program put there itself are local. */
-LAT_HIDDEN void lat_stdio_identify(void);
+/* After lat_fd_init: 0, 1, 2 the program put there itself are local.  1:
+ * this is the rank's first program (nothing else on the connection yet). */
+LAT_HIDDEN int lat_stdio_identify(void);
 
 /* path.c */
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
@@ -93,7 +94,9 @@ LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
 
 /* holders.c: placeholders that name their remote descriptor; remote
  * descriptors closed when no process on the connection holds them */
-LAT_HIDDEN void lat_holders_init(int conn);
+/* first: the rank's first program (nobody else on the connection yet) */
+LAT_HIDDEN void lat_holders_init(int conn, int seq_fd, int first);
+LAT_HIDDEN void lat_holders_forked(void);
 LAT_HIDDEN void lat_holders_exit(void);
 
 /* stdio.c */

@@ -66,6 +66,8 @@ static void atfork_child(void)
     forked = 1;
     self = (pid_t)syscall(SYS_getpid);
     shipc_forked();
+    if (sharedp)
+        lat_holders_forked();
 }
 
 int lat_vforked(void)
@@ -114,9 +116,9 @@ static void init(void)
     lat_close_image();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init(conn, seq_fd);
-    lat_stdio_identify();
+    int first = lat_stdio_identify();
     if (sharedp)
-        lat_holders_init(conn);
+        lat_holders_init(conn, seq_fd, first);
     /* Only the process that said hello shares a mailbox (ciod opens our
      * memfd through /proc/<that pid>/fd: LATTICE_IO_PID) and lets ciod
      * reach its memory (a rendezvous: ciod reads and writes that pid's);

@@ -25,10 +25,17 @@
  * Remote 0, 1 and 2 (the rank's stdin, stdout, stderr on cnode's own
  * descriptors) are never closed on the I/O node: every process of the
  * rank may still write to them, and ciod closes them with the connection.
- * A remote descriptor whose last holder ended without closing it (_exit,
- * a signal, close-on-exec) stays open on the I/O node until the job ends;
- * exit() closes the process's own (lat_holders_exit).
+ *
+ * exit() lets the process's own go (lat_holders_exit).  A last holder that
+ * ends without closing (a shell's subshell leaves by _exit, a signal, an
+ * exec's close-on-exec) leaves its remote descriptors open on the I/O
+ * node, where a rank may have LAT_MAX_FDS: the shared page keeps which
+ * are open and which process holds which (a registry after struct
+ * shipc_shared, grown by the rank's first program), so when the I/O node
+ * says EMFILE the client closes those that only processes which have
+ * ended held, and tries again once (reap).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +53,94 @@
 #define RFD_PREFIX "lattice-rfd:"
 
 static unsigned long conn_ino;              /* names this connection's placeholders */
+
+/* ---- the registry in the shared page ---- */
+#define WORDS ((int)LAT_MAX_FDS / 64)
+#define NHOLDERS 240
+struct holder {
+    int32_t pid;                            /* 0: free */
+    uint32_t pad;
+    uint64_t bits[WORDS];                   /* the remote descriptors it holds */
+};
+struct registry {
+    uint64_t open[WORDS];                   /* open on the I/O node, made by a placeholder */
+    struct holder h[NHOLDERS];
+};
+#define REG_OFF 64
+#define REG_SIZE (REG_OFF + sizeof(struct registry))
+_Static_assert(sizeof(struct shipc_shared) <= REG_OFF, "the registry follows the lock");
+
+static struct registry *reg;                /* NULL: none (a page too small) */
+static struct holder *me;                   /* this process's entry, or NULL */
+
+static void bit_set(uint64_t *w, int r)
+{
+    __atomic_fetch_or(&w[r / 64], 1ull << (r % 64), __ATOMIC_RELAXED);
+}
+
+static void bit_clear(uint64_t *w, int r)
+{
+    __atomic_fetch_and(&w[r / 64], ~(1ull << (r % 64)), __ATOMIC_RELAXED);
+}
+
+/* ended: gone, or a zombie (its descriptors are closed already) */
+static int ended(pid_t pid)
+{
+    char path[40], buf[256];
+    if (ksys2(__NR_kill, pid, 0) == -ESRCH)
+        return 1;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    long fd = ksys4(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return fd == -ENOENT;
+    long n = ksys3(__NR_read, fd, buf, sizeof buf - 1);
+    ksys1(__NR_close, fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* This process's entry: its own (a program before it in this process had
+ * it), else a free one, else one of a process that ended. */
+static struct holder *entry(pid_t pid)
+{
+    for (int i = 0; i < NHOLDERS; i++)
+        if (__atomic_load_n(&reg->h[i].pid, __ATOMIC_ACQUIRE) == pid)
+            return &reg->h[i];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < NHOLDERS; i++) {
+            int32_t was = __atomic_load_n(&reg->h[i].pid, __ATOMIC_ACQUIRE);
+            if (was && (pass == 0 || !ended(was)))
+                continue;
+            if (!__atomic_compare_exchange_n(&reg->h[i].pid, &was, (int32_t)pid, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_RELAXED))
+                continue;
+            memset(reg->h[i].bits, 0, sizeof reg->h[i].bits);
+            return &reg->h[i];
+        }
+    return NULL;
+}
+
+/* This process holds exactly what its table stands for now (after a
+ * fork, or an exec's adoption). */
+static void register_table(void)
+{
+    if (!reg)
+        return;
+    me = entry((pid_t)syscall(SYS_getpid));
+    if (!me)
+        return;
+    uint64_t bits[WORDS] = { 0 };
+    for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u)) {
+        int r;
+        if (shipc_fd_route(fd, &r) == SHIPC_SHIP && r >= 3 && r < (int)LAT_MAX_FDS)
+            bits[r / 64] |= 1ull << (r % 64);
+    }
+    for (int i = 0; i < WORDS; i++)
+        __atomic_store_n(&me->bits[i], bits[i], __ATOMIC_RELAXED);
+}
 
 static void proc_fd_path(char *buf, size_t len, int fd)
 {
@@ -71,6 +166,11 @@ static int make(int remote, int cloexec)
     if (fd >= 0 && (r = ksys2(__NR_flock, fd, LOCK_SH)) < 0) {
         ksys1(__NR_close, fd);
         fd = r;
+    }
+    if (fd >= 0 && reg && remote >= 3 && !lat_vforked()) {
+        bit_set(reg->open, remote);
+        if (me)
+            bit_set(me->bits, remote);
     }
     return (int)fd;
 }
@@ -107,10 +207,49 @@ static int last(int tok, int remote)
             closing = 1;
     }
     ksys1(__NR_close, tok);
+    if (reg && !lat_vforked()) {
+        if (me)
+            bit_clear(me->bits, remote);
+        if (closing)
+            bit_clear(reg->open, remote);
+    }
     return closing;
 }
 
-static const struct shipc_fd_ops ops = { make, hold, last };
+/* The I/O node said EMFILE: close the remote descriptors open there that
+ * no live process holds (their last holder ended without closing them).
+ * 1 if any was closed (try again), else 0. */
+static int reap(void)
+{
+    if (!reg || lat_vforked())
+        return 0;
+    uint64_t live[WORDS] = { 0 }, dead[WORDS];
+    for (int i = 0; i < NHOLDERS; i++) {
+        int32_t pid = __atomic_load_n(&reg->h[i].pid, __ATOMIC_ACQUIRE);
+        if (!pid)
+            continue;
+        if (ended(pid)) {
+            __atomic_compare_exchange_n(&reg->h[i].pid, &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+            continue;
+        }
+        for (int w = 0; w < WORDS; w++)
+            live[w] |= __atomic_load_n(&reg->h[i].bits[w], __ATOMIC_RELAXED);
+    }
+    int any = 0;
+    for (int w = 0; w < WORDS; w++) {
+        dead[w] = __atomic_load_n(&reg->open[w], __ATOMIC_RELAXED) & ~live[w];
+        for (int b = 0; b < 64; b++)
+            if (dead[w] & (1ull << b)) {
+                int64_t a[4] = { w * 64 + b, 0, 0, 0 };
+                bit_clear(reg->open, w * 64 + b);
+                shipc_call_msg(LAT_SYS_CLOSE, a, NULL, 0, NULL, 0, NULL);
+                any = 1;
+            }
+    }
+    return any;
+}
+
+static const struct shipc_fd_ops ops = { make, hold, last, reap };
 
 /* "/memfd:lattice-rfd:<ino>:<remote> (deleted)" of this connection: remote, else -1 */
 static int placeholder_remote(const char *link)
@@ -157,14 +296,38 @@ static void adopt(void)
     ksys1(__NR_close, dir);
 }
 
-void lat_holders_init(int conn)
+/* The registry after the lock in the shared page (seq_fd): the rank's
+ * first program grows the page for it, before any other process exists. */
+static void registry_init(int seq_fd, int first)
+{
+    struct stat st;
+    if (syscall(SYS_fstat, seq_fd, &st) != 0)
+        return;
+    if (st.st_size < (off_t)REG_SIZE && (!first || ksys2(__NR_ftruncate, seq_fd, REG_SIZE) < 0))
+        return;
+    /* the raw call: mmap is interposed, and we are inside the library's start */
+    long p = ksys6(__NR_mmap, 0, REG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, seq_fd, 0);
+    if (p < 0 && p > -4096)
+        return;
+    reg = (struct registry *)((char *)p + REG_OFF);
+}
+
+void lat_holders_init(int conn, int seq_fd, int first)
 {
     struct stat st;
     if (syscall(SYS_fstat, conn, &st) != 0)
         return;
     conn_ino = (unsigned long)st.st_ino;
     adopt();
+    registry_init(seq_fd, first);
+    register_table();
     shipc_fd_set_ops(&ops);
+}
+
+/* In a fork()ed child: it holds what its parent did. */
+void lat_holders_forked(void)
+{
+    register_table();
 }
 
 /* exit(): streams flushed first (glibc flushes after every handler ran),
@@ -178,4 +341,7 @@ void lat_holders_exit(void)
         if (shipc_fd_route(fd, &remote) == SHIPC_SHIP && remote >= 3)
             shipc_fd_release(fd);
     }
+    if (me)
+        __atomic_store_n(&me->pid, 0, __ATOMIC_RELEASE);
+    me = NULL;
 }

@@ -67,7 +67,7 @@ void lat_close_image(void)
         syscall(SYS_close, (int)fd);
 }
 
-void lat_stdio_identify(void)
+int lat_stdio_identify(void)
 {
     struct stat st[3];
     unsigned long long dev, ino;
@@ -83,7 +83,7 @@ void lat_stdio_identify(void)
             snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%llu:%llu", fd ? "," : "",
                      (unsigned long long)st[fd].st_dev, (unsigned long long)st[fd].st_ino);
         setenv("LATTICE_IO_STDIO", rec, 1);
-        return;
+        return 1;
     }
     p = (char *)was + strlen(rec);
     for (int fd = 0; fd < 3; fd++) {
@@ -95,4 +95,5 @@ void lat_stdio_identify(void)
         else
             p++;
     }
+    return 0;
 }

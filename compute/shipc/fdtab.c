@@ -267,6 +267,11 @@ int shipc_fd_adopt(int fd, int remote, int cloexec)
     return fd;
 }
 
+int shipc_fd_reap(void)
+{
+    return ops && ops->reap ? ops->reap() : 0;
+}
+
 int shipc_fd_hold(int fd)
 {
     return ops && shipc_fd_is_shipped(fd) ? ops->hold(fd) : -1;

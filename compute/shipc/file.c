@@ -19,6 +19,8 @@
 long shipc_open_ship(int rd, const char *path, int flags, int mode)
 {
     long r = fwd_openat(rd, flags, NEEDS_MODE(flags) ? mode : 0, path);
+    if (r == -EMFILE && shipc_fd_reap())
+        r = fwd_openat(rd, flags, NEEDS_MODE(flags) ? mode : 0, path);
     if (r < 0)
         return r;
     int fd = shipc_fd_install((int)r, flags & O_CLOEXEC, 0);
@@ -244,7 +246,10 @@ long shipc_sys_dup(struct shipc_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return shipped(c, install_new(fwd_dup(r), 0, 0));
+    long nr = fwd_dup(r);
+    if (nr == -EMFILE && shipc_fd_reap())
+        nr = fwd_dup(r);
+    return shipped(c, install_new(nr, 0, 0));
 }
 
 /* A local descriptor dup'ed over a shipped one: the kernel replaced the
@@ -288,6 +293,8 @@ static long dup_to(struct shipc_call *c, int is_dup3)
     if (newfd < 0 || (unsigned)newfd >= shipc_fd_limit())
         return answered(c, -EBADF);     /* as the kernel: beyond RLIMIT_NOFILE */
     long nr = fwd_dup(ro);
+    if (nr == -EMFILE && shipc_fd_reap())
+        nr = fwd_dup(ro);
     if (nr < 0)
         return shipped(c, nr);
     long ret = shipc_fd_install_at((int)nr, flags & O_CLOEXEC, newfd, &old);

@@ -175,6 +175,7 @@ _Static_assert(sizeof(struct kstatfs) == 120, "x86-64 struct statfs");
  * close, the token is dropped) */
 int shipc_fd_hold(int fd);
 int shipc_fd_last(int tok, int remote);
+int shipc_fd_reap(void);        /* after EMFILE from the I/O node: 1, try again */
 
 /* Close remote descriptor r (-1: the number stood for nothing, EBADF). */
 static inline long shipc_rclose(int r)

@@ -57,6 +57,9 @@ struct shipc_fd_ops {
     /* after: 1 when no process holds remote any more (it is closed on
      * the I/O node), else 0; token as hold() gave it */
     int (*last)(int token, int remote);
+    /* the I/O node said EMFILE: close remote descriptors nobody holds any
+     * more; 1 if it did (the call is tried again once) */
+    int (*reap)(void);
 };
 void shipc_fd_set_ops(const struct shipc_fd_ops *ops);
 /* Forget fd (closing its placeholder) and close its remote descriptor
