@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -142,32 +143,54 @@ static void register_table(void)
         __atomic_store_n(&me->bits[i], bits[i], __ATOMIC_RELAXED);
 }
 
-static void proc_fd_path(char *buf, size_t len, int fd)
+/* A second open file of our descriptor fd, for a moment: at the soft
+ * RLIMIT_NOFILE it is allowed one more (as the program's own open would
+ * have got the number it needs), then the limit is put back. */
+static long reopen(int fd, int flags)
 {
-    snprintf(buf, len, "/proc/self/fd/%d", fd);
+    char path[40];
+    struct rlimit rl, wide;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    long r = ksys4(__NR_openat, AT_FDCWD, path, flags, 0);
+    if (r != -EMFILE || ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, 0, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+        return r;
+    wide = rl;
+    wide.rlim_cur++;
+    if (ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, &wide, 0) < 0)
+        return r;
+    r = ksys4(__NR_openat, AT_FDCWD, path, flags, 0);
+    ksys4(__NR_prlimit64, 0, RLIMIT_NOFILE, &rl, 0);
+    return r;
 }
 
-/* A new placeholder for remote: a sealed memfd, reopened write-only, with
- * its shared flock.  A kernel descriptor or -errno. */
+/* A new placeholder for remote: a sealed memfd, reopened write-only at the
+ * memfd's own number (the lowest free one, as the kernel's open picks),
+ * with its shared flock.  A kernel descriptor or -errno. */
 static int make(int remote, int cloexec)
 {
-    char name[64], path[40];
+    char name[64];
     snprintf(name, sizeof name, RFD_PREFIX "%lu:%d", conn_ino, remote);
     long m = ksys2(__NR_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (m < 0)
         return (int)m;
-    long r = ksys3(__NR_fcntl, m, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK);
-    long fd = r;
-    if (r >= 0) {
-        proc_fd_path(path, sizeof path, (int)m);
-        fd = ksys4(__NR_openat, AT_FDCWD, path, O_WRONLY | (cloexec ? O_CLOEXEC : 0), 0);
-    }
-    ksys1(__NR_close, m);
-    if (fd >= 0 && (r = ksys2(__NR_flock, fd, LOCK_SH)) < 0) {
+    long fd = ksys3(__NR_fcntl, m, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK);
+    if (fd >= 0)
+        fd = reopen((int)m, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        long r = ksys3(__NR_dup3, fd, m, cloexec ? O_CLOEXEC : 0);
         ksys1(__NR_close, fd);
-        fd = r;
+        fd = r < 0 ? r : m;
     }
-    if (fd >= 0 && reg && remote >= 3 && !lat_vforked()) {
+    if (fd < 0) {
+        ksys1(__NR_close, m);
+        return (int)fd;
+    }
+    long r = ksys2(__NR_flock, fd, LOCK_SH);
+    if (r < 0) {
+        ksys1(__NR_close, fd);
+        return (int)r;
+    }
+    if (reg && remote >= 3 && !lat_vforked()) {
         bit_set(reg->open, remote);
         if (me)
             bit_set(me->bits, remote);
@@ -179,12 +202,10 @@ static int make(int remote, int cloexec)
  * or it stands for the rank's stdio, which is never closed). */
 static int hold(int fd)
 {
-    char path[40];
     int remote;
     if (shipc_fd_route(fd, &remote) != SHIPC_SHIP || remote < 3)
         return -1;
-    proc_fd_path(path, sizeof path, fd);
-    long q = ksys4(__NR_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
+    long q = reopen(fd, O_WRONLY | O_CLOEXEC);
     return q < 0 ? -1 : (int)q;
 }
 
