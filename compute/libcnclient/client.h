@@ -97,6 +97,8 @@ LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
 /* first: the rank's first program (nobody else on the connection yet) */
 LAT_HIDDEN void lat_holders_init(int conn, int seq_fd, int first);
 LAT_HIDDEN void lat_holders_forked(void);
+/* before fork, vfork, posix_spawn, system, popen, clone or exec (spawn.c) */
+LAT_HIDDEN void lat_holders_share(void);
 LAT_HIDDEN void lat_holders_exit(void);
 
 /* stdio.c */

@@ -58,7 +58,11 @@ void *lat_real_cached(void **slot, const char *name)
  * the two taking turns through the shared page's lock (no thread of ours
  * is inside a call across the fork); it inherits the placeholders, which
  * keep the remote descriptors open for it (holders.c). */
-static void atfork_prepare(void) { shipc_conn_lock(); }
+static void atfork_prepare(void)
+{
+    lat_holders_share();
+    shipc_conn_lock();
+}
 static void atfork_parent(void) { shipc_conn_unlock(); }
 static void atfork_child(void)
 {

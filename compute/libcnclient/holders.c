@@ -6,13 +6,16 @@
  * holds it any more, and a program a process exec()s must find the remote
  * descriptors it inherited.  The kernel keeps both facts for us:
  *
- * - A placeholder (the local descriptor at the program's number) is a
+ * - A placeholder (the local descriptor at the program's number) is made
+ *   private, an O_PATH of /dev/null as cheap as an open, and becomes a
+ *   shared one before the process makes another or execs (spawn.c): a
  *   sealed, empty memfd named "lattice-rfd:<connection inode>:<remote>",
  *   opened write-only (the kernel's own read is EBADF, write EPERM, mmap
  *   EACCES).  fork() and exec() carry it as they carry any descriptor
  *   (close-on-exec as the program asked), so a program finds what it
- *   inherited by name in /proc/self/fd (lat_holders_adopt), whether its
- *   parent forked, vfork()ed, posix_spawn()ed or raw-cloned it.
+ *   inherited by name in /proc/self/fd (adopt), whether its parent
+ *   forked, vfork()ed or posix_spawn()ed it.  A private one cannot be
+ *   held by anyone else: its closer closes the remote one at once.
  * - The placeholder's open file holds a shared flock.  It lasts while any
  *   process still has a descriptor to it, and goes when the last one is
  *   closed, by close(), exec's close-on-exec or the process's death.  So
@@ -163,10 +166,10 @@ static long reopen(int fd, int flags)
     return r;
 }
 
-/* A new placeholder for remote: a sealed memfd, reopened write-only at the
- * memfd's own number (the lowest free one, as the kernel's open picks),
- * with its shared flock.  A kernel descriptor or -errno. */
-static int make(int remote, int cloexec)
+/* A shared placeholder for remote: a sealed memfd, reopened write-only at
+ * the memfd's own number (the lowest free one, as the kernel's open
+ * picks), with its shared flock.  A kernel descriptor or -errno. */
+static int shared_placeholder(int remote, int cloexec)
 {
     char name[64];
     snprintf(name, sizeof name, RFD_PREFIX "%lu:%d", conn_ino, remote);
@@ -190,7 +193,16 @@ static int make(int remote, int cloexec)
         ksys1(__NR_close, fd);
         return (int)r;
     }
-    if (reg && remote >= 3 && !lat_vforked()) {
+    return (int)fd;
+}
+
+/* A new placeholder: private to this process (an O_PATH of /dev/null, as
+ * cheap as an open) until the process makes another that could inherit
+ * it (lat_holders_share).  A kernel descriptor or -errno. */
+static int make(int remote, int cloexec)
+{
+    long fd = ksys4(__NR_openat, AT_FDCWD, "/dev/null", O_PATH | (cloexec ? O_CLOEXEC : 0), 0);
+    if (fd >= 0 && reg && remote >= 3 && !lat_vforked()) {
         bit_set(reg->open, remote);
         if (me)
             bit_set(me->bits, remote);
@@ -198,13 +210,24 @@ static int make(int remote, int cloexec)
     return (int)fd;
 }
 
-/* Before placeholder fd goes: a second open file of its memfd (-1: none,
- * or it stands for the rank's stdio, which is never closed). */
+#define TOK_PRIVATE (-2)
+
+static int is_private(int fd)
+{
+    long fl = ksys2(__NR_fcntl, fd, F_GETFL);
+    return fl >= 0 && (fl & O_PATH);
+}
+
+/* Before placeholder fd goes: a second open file of its memfd; -1: none
+ * (or it stands for the rank's stdio, which is never closed);
+ * TOK_PRIVATE: nobody else can hold it. */
 static int hold(int fd)
 {
     int remote;
     if (shipc_fd_route(fd, &remote) != SHIPC_SHIP || remote < 3)
         return -1;
+    if (is_private(fd))
+        return TOK_PRIVATE;
     long q = reopen(fd, O_WRONLY | O_CLOEXEC);
     return q < 0 ? -1 : (int)q;
 }
@@ -214,27 +237,54 @@ static int hold(int fd)
 static int last(int tok, int remote)
 {
     int closing = 0;
-    if (remote < 0 || tok < 0) {
+    if (tok == TOK_PRIVATE) {
+        closing = remote >= 0;
+    } else if (remote < 0 || tok < 0) {
         /* no second file (out of descriptors): leave it open, never
          * close what another process may still use */
         if (tok >= 0)
             ksys1(__NR_close, tok);
         return 0;
+    } else {
+        if (ksys2(__NR_flock, tok, LOCK_EX | LOCK_NB) == 0) {
+            long seals = ksys2(__NR_fcntl, tok, F_GET_SEALS);
+            if (seals >= 0 && !(seals & F_SEAL_FUTURE_WRITE) &&
+                ksys3(__NR_fcntl, tok, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0)
+                closing = 1;
+        }
+        ksys1(__NR_close, tok);
     }
-    if (ksys2(__NR_flock, tok, LOCK_EX | LOCK_NB) == 0) {
-        long seals = ksys2(__NR_fcntl, tok, F_GET_SEALS);
-        if (seals >= 0 && !(seals & F_SEAL_FUTURE_WRITE) &&
-            ksys3(__NR_fcntl, tok, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0)
-            closing = 1;
-    }
-    ksys1(__NR_close, tok);
-    if (reg && !lat_vforked()) {
+    if (reg && remote >= 0 && !lat_vforked()) {
         if (me)
             bit_clear(me->bits, remote);
         if (closing)
             bit_clear(reg->open, remote);
     }
     return closing;
+}
+
+/* A private placeholder made shared in place (dup3 over it: the number
+ * never goes free). */
+static void share_one(int fd, int remote, int cloexec)
+{
+    if (remote < 3 || !is_private(fd))
+        return;
+    int m = shared_placeholder(remote, cloexec);
+    if (m < 0)
+        return;         /* it stays private: the new process will not see it */
+    ksys3(__NR_dup3, m, fd, cloexec ? O_CLOEXEC : 0);
+    ksys1(__NR_close, m);
+}
+
+/* Before a process is made that may inherit this one's descriptors (fork,
+ * vfork, posix_spawn, system, popen, clone) or before an exec: every
+ * placeholder becomes a shared one, which the other process (or the new
+ * program) can name and hold. */
+void lat_holders_share(void)
+{
+    if (!lat_active() || !conn_ino || lat_vforked())
+        return;
+    shipc_fd_each(share_one);
 }
 
 /* The I/O node said EMFILE: close the remote descriptors open there that

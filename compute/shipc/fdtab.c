@@ -267,6 +267,16 @@ int shipc_fd_adopt(int fd, int remote, int cloexec)
     return fd;
 }
 
+void shipc_fd_each(void (*fn)(int fd, int remote, int cloexec))
+{
+    shipc_lock_take(&fdlock);
+    for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u)) {
+        uint16_t v = load(fd);
+        fn(fd, (int)(v & SLOT_FD) - 1, (v & SLOT_CLOEX) != 0);
+    }
+    shipc_lock_drop(&fdlock);
+}
+
 int shipc_fd_reap(void)
 {
     return ops && ops->reap ? ops->reap() : 0;

@@ -62,6 +62,9 @@ struct shipc_fd_ops {
     int (*reap)(void);
 };
 void shipc_fd_set_ops(const struct shipc_fd_ops *ops);
+/* fn(fd, remote, cloexec) for every shipped descriptor, with the table
+ * locked (no descriptor comes or goes meanwhile) */
+void shipc_fd_each(void (*fn)(int fd, int remote, int cloexec));
 /* Forget fd (closing its placeholder) and close its remote descriptor
  * unless another process still holds it: 0, or -EBADF (fd stood for
  * nothing), or the remote close's error. */

@@ -62,6 +62,10 @@ BOTH = [
            ("connect again = -1 EISCONN", "connect again = 0")),
     *known("listen() of a shipped descriptor is EOPNOTSUPP even when it is not a socket (Linux: ENOTSOCK)",
            ("listen(a file) = -1 ENOTSOCK", "listen(a file) = -1 EOPNOTSUPP")),
+    *known("/dev/fd/N of a shipped descriptor names the local placeholder (/dev/null): the path rule keeps "
+           "/dev/fd on the node",
+           ("stat(/dev/fd/N of s.dat) = 0 type=reg mode=0644 size=5 nlink=1",
+            "stat(/dev/fd/N of s.dat) = 0 type=chr mode=0666 size=0 nlink=1")),
     *known("a shared writable mapping of an I/O-node file is ENODEV: the compute node holds a copy, which "
            "could not be kept in step with the file that other nodes and ciod change (compute/cnk/README.md)",
            ('mmap(O_RDWR, PROT_WRITE, MAP_SHARED) maps = 5 "vecto"', "mmap(O_RDWR, PROT_WRITE, MAP_SHARED) = MAP_FAILED ENODEV")),
@@ -76,10 +80,6 @@ BOTH = [
 KNOWN: dict[str, list[Known]] = {
     "cnk": [
         *BOTH,
-        *known("/dev/fd/N of a shipped descriptor names the local placeholder (/dev/null): the path rule keeps "
-               "/dev/fd on the node",
-               ("stat(/dev/fd/N of s.dat) = 0 type=reg mode=0644 size=5 nlink=1",
-                "stat(/dev/fd/N of s.dat) = 0 type=chr mode=0666 size=0 nlink=1")),
         *known("cnk runs one process: fork is unsupported (compute/cnk/README.md), as on Blue Gene; popen's "
                "posix_spawn cannot start its child either",
                ("fork, child _exit(7), waitpid = exit status 7", "fork, child _exit(7), waitpid = -1 ENOSYS"),
@@ -88,11 +88,6 @@ KNOWN: dict[str, list[Known]] = {
     ],
     "linux": [
         *BOTH,
-        *known("/dev/fd/N of a shipped descriptor names the local placeholder, an empty sealed memfd that "
-               "says which remote descriptor it stands for (compute/libcnclient/holders.c): the path rule "
-               "keeps /dev/fd on the node",
-               ("stat(/dev/fd/N of s.dat) = 0 type=reg mode=0644 size=5 nlink=1",
-                "stat(/dev/fd/N of s.dat) = 0 type=reg mode=0777 size=0 nlink=0")),
     ],
 }
 
