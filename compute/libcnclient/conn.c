@@ -29,8 +29,35 @@ static pid_t self;              /* whose memory this is (a vfork()ed child has a
  * a shell's pipeline, each with its own copy of this library on the same
  * connection, take turns and never reuse a number.  Without it, the
  * core's own word and lock (this process alone). */
-static struct shipc_shared *sharedp;
+static struct lat_page *sharedp;
 static int seq_fd = -1;
+
+static void *libc_sym(const char *name)
+{
+    void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void *p = h ? dlsym(h, name) : NULL;
+    if (h)
+        dlclose(h);
+    return p;
+}
+
+const char *lat_getenv(const char *name)
+{
+    static char *(*libc_getenv)(const char *);
+    if (!libc_getenv && !(libc_getenv = (char *(*)(const char *))libc_sym("getenv")))
+        libc_getenv = getenv;
+    return libc_getenv(name);
+}
+
+/* glibc's setenv changes a variable the environment already has in place,
+ * in the array main() was given, which is what a shell passes on */
+int lat_setenv(const char *name, const char *value)
+{
+    static int (*libc_setenv)(const char *, const char *, int);
+    if (!libc_setenv && !(libc_setenv = (int (*)(const char *, const char *, int))libc_sym("setenv")))
+        libc_setenv = setenv;
+    return libc_setenv(name, value, 1);
+}
 
 void lat_say(const char *msg)
 {
@@ -81,7 +108,7 @@ int lat_vforked(void)
 
 static void seq_init(void)
 {
-    const char *s = getenv("LATTICE_IO_SEQ_FD");
+    const char *s = lat_getenv("LATTICE_IO_SEQ_FD");
     char *end;
     struct stat st;
     if (!s || !*s)
@@ -91,9 +118,9 @@ static void seq_init(void)
     if (errno || *end || fd < 0 || fd > INT_MAX || fd == conn || syscall(SYS_fstat, (int)fd, &st) != 0 ||
         !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(uint32_t))
         return;
-    if (st.st_size < (off_t)sizeof(struct shipc_shared))
+    if (st.st_size < (off_t)sizeof(struct lat_page))
         return;
-    void *p = REAL(mmap)(NULL, sizeof(struct shipc_shared), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+    void *p = REAL(mmap)(NULL, sizeof(struct lat_page), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
     if (p == MAP_FAILED)
         return;
     sharedp = p;
@@ -102,7 +129,7 @@ static void seq_init(void)
 
 static void init(void)
 {
-    const char *s = getenv("LATTICE_IO_FD");
+    const char *s = lat_getenv("LATTICE_IO_FD");
     if (!s || !*s)
         return;
     char *end;
@@ -120,21 +147,21 @@ static void init(void)
     lat_close_image();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init(conn, seq_fd);
-    int first = lat_stdio_identify();
+    int first = lat_stdio_identify(sharedp);
     if (sharedp)
         lat_holders_init(conn, seq_fd, first);
     /* Only the process that said hello shares a mailbox (ciod opens our
      * memfd through /proc/<that pid>/fd: LATTICE_IO_PID) and lets ciod
      * reach its memory (a rendezvous: ciod reads and writes that pid's);
      * an exec()'d program of it shares a new one, another process none. */
-    const char *off = getenv("LATTICE_MAILBOX"), *pid = getenv("LATTICE_IO_PID");
+    const char *off = lat_getenv("LATTICE_MAILBOX"), *pid = lat_getenv("LATTICE_IO_PID");
     int hello = pid && atol(pid) == (long)self;
     struct shipc_cfg cfg = {
         .conn = conn,
-        .dp = hello ? getenv("LATTICE_IO_DP") : NULL,
+        .dp = hello ? lat_getenv("LATTICE_IO_DP") : NULL,
         .mailbox = !(off && !strcmp(off, "0")) && hello,
         .mailbox_name = "libcnclient-mailbox",
-        .shared = sharedp,
+        .shared = sharedp ? &sharedp->core : NULL,
     };
     if (cfg.mailbox)
         lat_usercopy_init();

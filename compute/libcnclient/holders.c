@@ -70,9 +70,9 @@ struct registry {
     uint64_t open[WORDS];                   /* open on the I/O node, made by a placeholder */
     struct holder h[NHOLDERS];
 };
-#define REG_OFF 64
+#define REG_OFF 128
 #define REG_SIZE (REG_OFF + sizeof(struct registry))
-_Static_assert(sizeof(struct shipc_shared) <= REG_OFF, "the registry follows the lock");
+_Static_assert(sizeof(struct lat_page) <= REG_OFF, "the registry follows the page's head");
 
 static struct registry *reg;                /* NULL: none (a page too small) */
 static struct holder *me;                   /* this process's entry, or NULL */

@@ -78,6 +78,16 @@ def test_pipeline_fifty_times(pm: Machine) -> None:
     assert ok(p) == "alpha\nbeta\ngamma\n" * 50
 
 
+def test_bash_pipelines_and_background_jobs(pm: Machine) -> None:
+    # bash has its own getenv/setenv: what the client set before bash's
+    # start was lost, and bash's children found a stale LATTICE_IO_FD
+    # ("not a connected socket; file calls stay local")
+    (pm.work / "bg.txt").write_text("from the background\n")
+    p = run(pm, "/usr/bin/bash", "-c", "printf 'a\\nb\\nc\\n' > three.txt; cat three.txt | /usr/bin/sort -r | "
+            "wc -l; cat bg.txt & wait; /bin/echo last")
+    assert ok(p) == "3\nfrom the background\nlast\n"
+
+
 def test_fork_popen_system(pm: Machine) -> None:
     probe = build(pm, HERE / "children_probe.c")
     p = run(pm, probe, "300")
