@@ -37,8 +37,12 @@ static uint16_t load(int fd)
     return __atomic_load_n(&slot[fd], __ATOMIC_ACQUIRE);
 }
 
+static unsigned top;             /* no slot at or above it was ever shipped: scans stop there */
+
 static void store(int fd, uint16_t v)
 {
+    if (v && (unsigned)fd >= __atomic_load_n(&top, __ATOMIC_RELAXED))
+        __atomic_store_n(&top, (unsigned)fd + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&slot[fd], v, __ATOMIC_RELEASE);
 }
 
@@ -327,7 +331,8 @@ void shipc_fd_set_cloexec(int fd, int on)
 
 int shipc_fd_next_shipped(unsigned from, unsigned last)
 {
-    for (unsigned fd = from; fd <= last && fd < FD_SLOTS; fd++)
+    unsigned end = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
+    for (unsigned fd = from; fd <= last && fd < end; fd++)
         if (load((int)fd) & SLOT_FD)
             return (int)fd;
     return -1;
