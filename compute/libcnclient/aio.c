@@ -83,10 +83,13 @@ static void notify(const struct sigevent *sev)
             pthread_attr_setdetachstate(&own, PTHREAD_CREATE_DETACHED);
             attr = &own;
         }
+        int state = PTHREAD_CREATE_DETACHED;
+        if (attr != &own)
+            pthread_attr_getdetachstate(attr, &state);
         if (pthread_create(&t, attr, notify_thread, n) != 0)
             free(n);
-        else if (attr != &own)
-            pthread_detach(t);
+        else if (state != PTHREAD_CREATE_DETACHED)
+            pthread_detach(t);      /* nobody joins a notification thread */
         if (attr == &own)
             pthread_attr_destroy(&own);
         break;

@@ -406,6 +406,8 @@ void lat_holders_forked(void)
  * last holder. */
 void lat_holders_exit(void)
 {
+    if (lat_vforked())
+        return;         /* a raw fork()'s child: its table is its parent's copy, unshared */
     fflush(NULL);
     for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u)) {
         int remote;
