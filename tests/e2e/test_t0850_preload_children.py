@@ -107,6 +107,19 @@ def test_subshells_do_not_use_up_remote_descriptors(pm: Machine) -> None:
     assert ok(p) == "1100\n"
 
 
+def test_a_child_killed_inside_a_call_breaks_the_connection_clearly(pm: Machine) -> None:
+    # the child holds the connection's lock with its request half sent or
+    # its reply unread: the parent must not hang on the lock nor read the
+    # child's reply as its own; it is told once and gets EIO
+    probe = build(pm, HERE / "killmid_probe.c")
+    p = run(pm, probe)
+    assert p.returncode == 0, p.stderr
+    assert "child wrote 4194304;" in p.stderr, p.stderr     # the child shipped (main: EIO, -1)
+    lost = "libcnclient: connection to the I/O node lost (another process on it died during its call"
+    if "ok 20 eio 0" not in p.stderr:       # killed between two calls (rare): nothing to break
+        assert p.stderr.count(lost) == 1 and "after the kill: ok 0 eio 20" in p.stderr, p.stderr
+
+
 def test_posix_aio_on_a_shipped_file(pm: Machine) -> None:
     probe = build(pm, HERE / "aio_probe.c")
     p = run(pm, probe, "aio.dat")
