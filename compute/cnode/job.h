@@ -85,6 +85,8 @@ int is_cnk(const struct job *j);
 /* the job's processes are over: kill what is left in its container and remove it */
 void job_seal(struct job *j);
 
+/* launch.c: a job of root is root without capabilities (its processes, its file client) */
+int drop_capabilities(void);
 /* launch.c: START came; every process of the job is started (or the job fails) */
 void launch_start(struct job *j, const struct msg *m);
 

@@ -21,6 +21,17 @@
  */
 #include "job.h"
 
+#include <sys/mount.h>
+
+#include "fs.h"
+
+/* SCAFFOLD (issue 25, branch fuse; the lead drops it for the sandbox,
+ * sandbox.c, which calls the same fs.h functions): a LAT_JOB_SANDBOX job
+ * runs its one process per node in a mount namespace of its own, its
+ * trees through lattice-fs at their own paths, without the preload client. */
+static struct fs scaffold_fs = FS_NONE;
+#define CHILD_FS_FAILED 0x40000
+
 /* Is s one of the variables the node sets itself? */
 static int ours_var(const char *s, int cnk)
 {
@@ -86,7 +97,9 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     }
     static char buf[OURS][4200];
     int m = 0;
-    if (!cnk) {
+    if (!cnk && (j->nj.flags & LAT_JOB_SANDBOX) && user_preload)    /* SCAFFOLD */
+        snprintf(buf[m++], sizeof buf[0], "LD_PRELOAD=%s", user_preload);
+    if (!cnk && !(j->nj.flags & LAT_JOB_SANDBOX)) {
         snprintf(buf[m++], sizeof buf[0], "LD_PRELOAD=%s%s%s", j->k->client,
                  user_preload && *user_preload ? ":" : "", user_preload ? user_preload : "");
         snprintf(buf[m++], sizeof buf[0], "LATTICE_IO_FD=%d", procfd_num);  /* cnk hides the connection */
@@ -228,7 +241,7 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
 /* A job of root is root without capabilities (as its I/O worker on the I/O
  * node is, so the kernel lets the worker reach its memory): none held, none
  * in the bounding set, and SECBIT_NOROOT so that exec gives none back. */
-static int drop_capabilities(void)
+int drop_capabilities(void)
 {
     struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
     struct __user_cap_data_struct caps[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
@@ -282,6 +295,14 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
      * joining a cgroup can take a while on a loaded host */
     if (container_enter(&j->box, j->nj.uid == 0) < 0)
         child_fail(f, CHILD_SEAL_FAILED + errno);
+    if (j->nj.flags & LAT_JOB_SANDBOX) {        /* SCAFFOLD: the job's trees through lattice-fs */
+        char why[512];
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            fs_mount(&scaffold_fs, "", why, sizeof why) < 0) {
+            (void)!write(e, why, strnlen(why, sizeof why));
+            child_fail(f, CHILD_FS_FAILED + EIO);
+        }
+    }
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(p, CHILD_PROC_FD) < 0 ||
         dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0 || dup2(q, CHILD_PMI_FD) < 0)
@@ -313,6 +334,8 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
         if (j->nj.uid == 0 && drop_capabilities() < 0)
             child_fail(f, -errno);
     }
+    if ((j->nj.flags & LAT_JOB_SANDBOX) && chdir(fs_cwd(&scaffold_fs)) < 0)   /* SCAFFOLD */
+        child_fail(f, CHILD_FS_FAILED + errno);
     /* its real CPUs (docs/architecture.md, "Nodes on cores"): exec and cnk keep them */
     if (cpus && sched_setaffinity(0, cpus_size, cpus) < 0)
         child_fail(f, CHILD_BIND_FAILED + errno);
@@ -474,7 +497,10 @@ static void launch(struct job *j, struct proc *pr)
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
         pr->exited = 1;
-        if (err >= CHILD_SEAL_FAILED)
+        if (err >= CHILD_FS_FAILED)     /* SCAFFOLD */
+            proc_failed(j, pr, err - CHILD_FS_FAILED, "cannot give the job its files (its stderr says why): %s",
+                        strerror(err - CHILD_FS_FAILED));
+        else if (err >= CHILD_SEAL_FAILED)
             proc_failed(j, pr, err - CHILD_SEAL_FAILED, "cannot enter the job's container %s: %s", j->box.path,
                         strerror(err - CHILD_SEAL_FAILED));
         else if (err >= CHILD_BIND_FAILED) {
@@ -521,6 +547,17 @@ void launch_start(struct job *j, const struct msg *m)
     if (container_open(&j->box, j->nj.job, j->pers->location, why, sizeof why) < 0 && container_required()) {
         launch_failed(j, EPERM, "cannot seal the job in a container: %s", why);
         return;
+    }
+    if (j->nj.flags & LAT_JOB_SANDBOX) {        /* SCAFFOLD */
+        fs_stop(&scaffold_fs);                  /* the last job's, ended with its namespace */
+        if (j->nprocs != 1) {
+            launch_failed(j, EINVAL, "the sandbox scaffold runs one process per node");
+            return;
+        }
+        if (fs_start(&scaffold_fs, j, why, sizeof why) < 0) {
+            launch_failed(j, EIO, "%s", why);
+            return;
+        }
     }
     j->state = RUNNING;
     uint32_t n = j->nprocs;
