@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,6 +55,82 @@ static void *watch(void *arg)
         ;
     cnfs_lost("the I/O node closed it");
     return NULL;
+}
+
+/* The serving threads' buffers, in one sealed memfd shared with ciod
+ * (LAT_DP_SHARE) when it grants LAT_DP_SHM: a write's bytes, read from
+ * /dev/fuse into a receive buffer, and a read's, in a read buffer, are
+ * then moved by ciod's file system call straight from or into its own
+ * mapping of them (docs/protocol.md 6.2), not copied through ours. */
+#define THREADS 4
+#define RECV_BYTES (CNFS_MAX_IO + 64 * 1024)   /* libfuse reads up to 256 pages and a header */
+#define SLOT_BYTES (RECV_BYTES + CNFS_MAX_IO)
+
+struct server {
+    struct fuse_session *se;
+    char *recv, *read;
+};
+
+static void *serve_thread(void *arg)
+{
+    struct server *s = arg;
+    struct fuse_buf buf = { .mem = s->recv, .size = RECV_BYTES };
+    cnfs_rbuf = s->read;
+    while (!fuse_session_exited(s->se)) {
+        int r = fuse_session_receive_buf(s->se, &buf);
+        if (r == -EINTR || r == -EAGAIN)
+            continue;
+        if (r <= 0)
+            break;      /* 0: unmounted (ENODEV); the others see it too */
+        fuse_session_process_buf(s->se, &buf);
+        buf.mem = s->recv;
+    }
+    fuse_session_exit(s->se);
+    return NULL;
+}
+
+static char *region(size_t len)
+{
+    int fd = memfd_create("lattice-fs-buffers", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return NULL;
+    }
+    /* not shared (another host: no LAT_DP_SHM): ciod reaches them by pid */
+    (void)shipc_share((uintptr_t)p, len, fd);
+    close(fd);          /* ciod mapped it already, or never will */
+    return p;
+}
+
+/* Several serving threads, so that a slow call does not hold up the other
+ * requests' reading and replying (the calls themselves share the
+ * connection, one at a time); their own loop, not fuse_session_loop_mt, to
+ * give each its buffers.  Returns at the unmount, or -1. */
+static int serve(struct fuse_session *se)
+{
+    static struct server srv[THREADS];
+    pthread_t t[THREADS];
+    char *mem = region((size_t)THREADS * SLOT_BYTES);
+    if (!mem) {
+        say("cannot map its buffers: %s", strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < THREADS; i++) {
+        srv[i] = (struct server){ se, mem + (size_t)i * SLOT_BYTES, mem + (size_t)i * SLOT_BYTES + RECV_BYTES };
+        if (pthread_create(&t[i], NULL, serve_thread, &srv[i]) != 0) {
+            say("cannot start a serving thread: %s", strerror(errno));
+            return -1;
+        }
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    return 0;
 }
 
 /* The /dev/fuse descriptor from the holder: it, 0 at EOF, -1 on error. */
@@ -133,22 +211,8 @@ int main(int argc, char **argv)
         say("cannot start its watch: %s", strerror(errno));
         return 1;
     }
-    /* Several serving threads: a lock that must wait, or a slow call,
-     * does not hold up the others' requests (they share the connection,
-     * one call at a time). */
-    struct fuse_loop_config *lc = fuse_loop_cfg_create();
-    if (!lc) {
-        say("%s", "out of memory");
+    if (serve(se) < 0)
         return 1;
-    }
-    fuse_loop_cfg_set_max_threads(lc, 8);
-    fuse_loop_cfg_set_idle_threads(lc, 2);
-    r = fuse_session_loop_mt(se, lc);
-    fuse_loop_cfg_destroy(lc);
-    if (r != 0) {
-        say("serving ended: %s", strerror(r < 0 ? -r : EINTR));
-        _exit(1);
-    }
     say("%s", "unmounted; ending");
     _exit(0);           /* not fuse_session_destroy: the watch thread may still run */
 }

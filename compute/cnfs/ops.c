@@ -380,25 +380,25 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     }
 }
 
-/* One buffer per serving thread for reads: ciod writes into it itself
- * (a rendezvous) from the connection's rdv_min bytes. */
-static __thread char *rbuf;
+/* The serving thread's read buffer (main.c: in the region shared with
+ * ciod, which reads the file straight into it); malloc'd where none. */
+__thread char *cnfs_rbuf;
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
     (void)ino;
     if (size > CNFS_MAX_IO)
         size = CNFS_MAX_IO;
-    if (!rbuf && !(rbuf = malloc(CNFS_MAX_IO))) {
+    if (!cnfs_rbuf && !(cnfs_rbuf = malloc(CNFS_MAX_IO))) {
         reply_err(req, -ENOMEM);
         return;
     }
-    struct iovec v = { rbuf, size };
+    struct iovec v = { cnfs_rbuf, size };
     long r = shipc_rw(FH(fi)->rfd, 0, &v, 1, off);
     if (r < 0)
         reply_err(req, r);
     else
-        fuse_reply_buf(req, rbuf, (size_t)r);
+        fuse_reply_buf(req, cnfs_rbuf, (size_t)r);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
@@ -588,14 +588,104 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
     reply_err(req, fwd_fallocate(FH(fi)->rfd, mode, off, len));
 }
 
-/* A lock that must wait is asked again, without waiting on the I/O node
- * (the connection is shared by every request), after a short sleep: 1 ms
- * doubling to 20 ms, until it is granted or the caller is interrupted. */
-static void backoff(long *ns)
+/* Locks that must wait: asked again by one thread, without waiting on the
+ * I/O node (every request shares the connection) and without holding a
+ * serving thread, every few milliseconds until granted, refused otherwise,
+ * or the caller is interrupted; that thread replies.  A wait of the job's
+ * own (another process of this node holds the lock) ends when the holder's
+ * unlock comes through a serving thread. */
+struct waiter {
+    struct waiter *next;
+    fuse_req_t req;
+    struct fh *h;
+    uint64_t owner;
+    int flock_op;               /* flock's op, or 0: a record lock (fl) */
+    struct flock fl;
+};
+
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
+static struct waiter *waiting;
+static int waiter_started;
+
+/* One try without waiting: 0, -EAGAIN (held elsewhere) or another error. */
+static long try_lock(struct waiter *w)
 {
-    struct timespec t = { 0, *ns };
-    nanosleep(&t, NULL);
-    *ns = *ns * 2 > 20000000 ? 20000000 : *ns * 2;
+    if (w->flock_op) {
+        long r = fwd_flock(w->h->rfd, w->flock_op | LOCK_NB, 0);
+        return r == -EWOULDBLOCK ? -EAGAIN : r;
+    }
+    struct lat_flock lf = { .type = w->fl.l_type, .whence = w->fl.l_whence, .start = w->fl.l_start,
+                            .len = w->fl.l_len };
+    long r = fwd_lock(w->h->rfd, F_OFD_SETLK, 0, &lf);
+    if (r == 0 && w->fl.l_type != F_UNLCK) {
+        w->h->locked = 1;
+        w->h->owner = w->owner;
+    }
+    return r == -EACCES ? -EAGAIN : r;
+}
+
+static void *lock_waiter(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&wait_lock);
+    for (;;) {
+        while (!waiting)
+            pthread_cond_wait(&wait_cond, &wait_lock);
+        struct waiter *list = waiting;
+        waiting = NULL;
+        pthread_mutex_unlock(&wait_lock);
+        struct waiter *keep = NULL;
+        for (struct waiter *w = list, *nx; w; w = nx) {
+            nx = w->next;
+            long r = fuse_req_interrupted(w->req) ? -EINTR : try_lock(w);
+            if (r == -EAGAIN) {
+                w->next = keep;
+                keep = w;
+                continue;
+            }
+            reply_err(w->req, r);
+            free(w);
+        }
+        if (keep) {
+            struct timespec t = { 0, 2000000 };
+            nanosleep(&t, NULL);
+        }
+        pthread_mutex_lock(&wait_lock);
+        while (keep) {
+            struct waiter *nx = keep->next;
+            keep->next = waiting;
+            waiting = keep;
+            keep = nx;
+        }
+    }
+    return NULL;
+}
+
+/* Try once; a lock that must wait goes to the waiter, which replies. */
+static void lock_or_wait(fuse_req_t req, struct waiter *w, int sleep)
+{
+    long r = try_lock(w);
+    if (r != -EAGAIN || !sleep) {
+        reply_err(req, r);        /* EAGAIN is EWOULDBLOCK: flock's LOCK_NB answer too */
+        free(w);
+        return;
+    }
+    pthread_mutex_lock(&wait_lock);
+    if (!waiter_started) {
+        pthread_t t;
+        waiter_started = pthread_create(&t, NULL, lock_waiter, NULL) == 0;
+    }
+    if (!waiter_started) {
+        pthread_mutex_unlock(&wait_lock);
+        reply_err(req, -ENOLCK);
+        free(w);
+        return;
+    }
+    w->next = waiting;
+    waiting = w;
+    pthread_cond_signal(&wait_cond);
+    pthread_mutex_unlock(&wait_lock);
 }
 
 static void op_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock)
@@ -621,40 +711,25 @@ static void op_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 static void op_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lock, int sleep)
 {
     (void)ino;
-    struct fh *h = FH(fi);
-    long ns = 1000000, r;
-    for (;;) {
-        struct lat_flock lf = { .type = lock->l_type, .whence = lock->l_whence, .start = lock->l_start,
-                                .len = lock->l_len };
-        r = fwd_lock(h->rfd, F_OFD_SETLK, 0, &lf);
-        if (!sleep || (r != -EAGAIN && r != -EACCES))
-            break;
-        if (fuse_req_interrupted(req)) {
-            r = -EINTR;
-            break;
-        }
-        backoff(&ns);
+    struct waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+        reply_err(req, -ENOLCK);
+        return;
     }
-    if (r == 0 && lock->l_type != F_UNLCK) {
-        h->locked = 1;
-        h->owner = fi->lock_owner;
-    }
-    reply_err(req, r);
+    *w = (struct waiter){ .req = req, .h = FH(fi), .owner = fi->lock_owner, .fl = *lock };
+    lock_or_wait(req, w, sleep);
 }
 
 static void op_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 {
     (void)ino;
-    long ns = 1000000, r;
-    int wait = !(op & LOCK_NB) && !(op & LOCK_UN);
-    while ((r = fwd_flock(FH(fi)->rfd, op | LOCK_NB, 0)) == -EWOULDBLOCK && wait) {
-        if (fuse_req_interrupted(req)) {
-            r = -EINTR;
-            break;
-        }
-        backoff(&ns);
+    struct waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+        reply_err(req, -ENOLCK);
+        return;
     }
-    reply_err(req, r);
+    *w = (struct waiter){ .req = req, .h = FH(fi), .flock_op = op & ~LOCK_NB };
+    lock_or_wait(req, w, !(op & LOCK_NB) && !(op & LOCK_UN));
 }
 
 const struct fuse_lowlevel_ops cnfs_ops = {
