@@ -27,12 +27,12 @@
 
 #define AT_CWD LAT_AT_FDCWD
 
-/* An open file: its remote descriptor, and whose record locks it holds
- * (released at that owner's flush, as close(2) releases them). */
+/* An open file: its remote descriptor.  Its record locks are the remote
+ * open file's (F_OFD_*): ranks on any node exclude each other, and they go
+ * when the last descriptor of the open file is closed (no FLUSH is asked
+ * for: it would cost every close(2) a round trip through lattice-fs). */
 struct fh {
     int rfd;
-    int locked;
-    uint64_t owner;
 };
 
 /* An open directory: remote entries read ahead (getdents64) and not yet
@@ -307,6 +307,7 @@ static void open_mode(struct fuse_file_info *fi)
 {
     fi->direct_io = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_DIRECT);
     fi->keep_cache = 0;
+    fi->noflush = 1;            /* close(2) sends nothing: RELEASE, at the last close, closes remotely */
 }
 
 static struct fh *fh_new(int rfd)
@@ -411,21 +412,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
         reply_err(req, r);
     else
         fuse_reply_write(req, (size_t)r);
-}
-
-/* close(2) of one descriptor of the file: the record locks of its owner go
- * (POSIX), held on the I/O node as locks of the remote open file. */
-static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-    (void)ino;
-    struct fh *h = FH(fi);
-    long r = 0;
-    if (h->locked && h->owner == fi->lock_owner) {
-        struct lat_flock lf = { .type = F_UNLCK, .whence = SEEK_SET };
-        r = fwd_lock(h->rfd, F_OFD_SETLK, 0, &lf);
-        h->locked = 0;
-    }
-    reply_err(req, r);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -598,7 +584,6 @@ struct waiter {
     struct waiter *next;
     fuse_req_t req;
     struct fh *h;
-    uint64_t owner;
     int flock_op;               /* flock's op, or 0: a record lock (fl) */
     struct flock fl;
 };
@@ -618,10 +603,6 @@ static long try_lock(struct waiter *w)
     struct lat_flock lf = { .type = w->fl.l_type, .whence = w->fl.l_whence, .start = w->fl.l_start,
                             .len = w->fl.l_len };
     long r = fwd_lock(w->h->rfd, F_OFD_SETLK, 0, &lf);
-    if (r == 0 && w->fl.l_type != F_UNLCK) {
-        w->h->locked = 1;
-        w->h->owner = w->owner;
-    }
     return r == -EACCES ? -EAGAIN : r;
 }
 
@@ -716,7 +697,7 @@ static void op_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
         reply_err(req, -ENOLCK);
         return;
     }
-    *w = (struct waiter){ .req = req, .h = FH(fi), .owner = fi->lock_owner, .fl = *lock };
+    *w = (struct waiter){ .req = req, .h = FH(fi), .fl = *lock };
     lock_or_wait(req, w, sleep);
 }
 
@@ -751,7 +732,6 @@ const struct fuse_lowlevel_ops cnfs_ops = {
     .create = op_create,
     .read = op_read,
     .write = op_write,
-    .flush = op_flush,
     .release = op_release,
     .fsync = op_fsync,
     .opendir = op_opendir,
