@@ -28,19 +28,24 @@
 /* The largest read or write one FUSE request carries (max_pages 256). */
 #define CNFS_MAX_IO (1u << 20)
 
-/* ---- node.c: FUSE node ids <-> absolute paths on the I/O node ---- */
+/* ---- node.c: FUSE node ids <-> files of the I/O node, and their paths ---- */
 /* Node id FUSE_ROOT_ID is "/", the I/O node's root; every other id is a
- * node of the table, found again by its path.  All functions lock. */
+ * node of the table, one per (device, inode) of the I/O node, reached by
+ * the path it was last looked up by.  All functions lock. */
 void node_init(void);
 /* The path of id into buf (PATH_MAX): 0, or -ESTALE (forgotten), -ENAMETOOLONG */
 int node_path(fuse_ino_t id, char *buf);
 /* parent's path + "/" + name into buf: 0, -ESTALE, -ENAMETOOLONG, -EINVAL (a name with '/', "." or "..") */
 int node_child(fuse_ino_t parent, const char *name, char *buf);
-/* The node of path, made if new, its lookup count raised by one: its id, 0 if out of memory */
-fuse_ino_t node_ref(const char *path);
+/* The node of the file (dev, ino), made if new, path its latest name, its
+ * lookup count raised by one: its id, 0 if out of memory */
+fuse_ino_t node_ref(const char *path, uint64_t dev, uint64_t ino);
+/* path was unlinked (or removed): the node it named is reached by its other names only. */
+void node_unlinked(const char *path);
 /* The kernel forgot n lookups of id: the node goes at 0. */
 void node_forget(fuse_ino_t id, uint64_t n);
-/* from was renamed to to: every node at or below from moves (one at to goes away from the index). */
+/* from was renamed to to: every name at or below from moves; those at or
+ * below to (what the rename replaced) are gone. */
 void node_rename(const char *from, const char *to);
 /* Nodes in the table (for tests and the end line). */
 size_t node_count(void);

@@ -71,7 +71,7 @@ static long do_lookup(const char *path, struct fuse_entry_param *e)
     memset(e, 0, sizeof *e);
     attr_from_lat(&e->attr, &ls);
     e->attr_timeout = e->entry_timeout = CNFS_TIMEOUT;
-    e->ino = node_ref(path);
+    e->ino = node_ref(path, ls.dev, ls.ino);
     return e->ino ? 0 : -ENOMEM;
 }
 
@@ -259,6 +259,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, int
     long r = node_child(parent, name, path);
     if (r == 0)
         r = fwd_unlinkat(AT_CWD, flags, path);
+    if (r == 0)
+        node_unlinked(path);
     reply_err(req, r);
 }
 
@@ -362,7 +364,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     }
     r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls);
     memset(&e, 0, sizeof e);
-    if (r == 0 && !(e.ino = node_ref(path)))
+    if (r == 0 && !(e.ino = node_ref(path, ls.dev, ls.ino)))
         r = -ENOMEM;
     if (r < 0) {
         fwd_close(h->rfd);

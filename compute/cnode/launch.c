@@ -296,11 +296,15 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     if (container_enter(&j->box, j->nj.uid == 0) < 0)
         child_fail(f, CHILD_SEAL_FAILED + errno);
     if (j->nj.flags & LAT_JOB_SANDBOX) {        /* SCAFFOLD: the job's trees through lattice-fs */
-        char why[512];
-        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-            fs_mount(&scaffold_fs, "", why, sizeof why) < 0) {
-            (void)!write(e, why, strnlen(why, sizeof why));
-            child_fail(f, CHILD_FS_FAILED + EIO);
+        char why[512] = "cannot make the job's mount namespace";
+        int bad = unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0;
+        for (char **h = j->pers->hide; !bad && h && *h; h++)    /* cnode's hidden paths: room for trees */
+            bad = mount("tmpfs", *h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755") < 0;
+        if (bad || fs_mount(&scaffold_fs, "", why, sizeof why) < 0) {
+            int code = CHILD_FS_FAILED + EIO;   /* the code, then why */
+            (void)!write(f, &code, sizeof code);
+            (void)!write(f, why, strnlen(why, sizeof why));
+            _exit(127);
         }
     }
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -492,14 +496,18 @@ static void launch(struct job *j, struct proc *pr)
     ssize_t n;
     while ((n = read(failp[0], &err, sizeof err)) < 0 && errno == EINTR)
         ;
+    char fswhy[512] = "";       /* SCAFFOLD: why the job's files could not be mounted */
+    if (n == (ssize_t)sizeof err && err >= CHILD_FS_FAILED) {
+        ssize_t k = read(failp[0], fswhy, sizeof fswhy - 1);
+        fswhy[k > 0 ? k : 0] = '\0';
+    }
     close(failp[0]);
     pr->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
         pr->exited = 1;
         if (err >= CHILD_FS_FAILED)     /* SCAFFOLD */
-            proc_failed(j, pr, err - CHILD_FS_FAILED, "cannot give the job its files (its stderr says why): %s",
-                        strerror(err - CHILD_FS_FAILED));
+            proc_failed(j, pr, err - CHILD_FS_FAILED, "%s", fswhy[0] ? fswhy : strerror(err - CHILD_FS_FAILED));
         else if (err >= CHILD_SEAL_FAILED)
             proc_failed(j, pr, err - CHILD_SEAL_FAILED, "cannot enter the job's container %s: %s", j->box.path,
                         strerror(err - CHILD_SEAL_FAILED));
