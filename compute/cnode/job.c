@@ -73,6 +73,7 @@ static void proc_close(struct proc *p)
 
 void job_seal(struct job *j)
 {
+    sandbox_stop(&j->sb);       /* first: its end is seen sooner on its pidfd (sandbox.c) */
     char why[sizeof j->unsealed];
     if (j->box.procs >= 0 && container_seal(&j->box, why, sizeof why) < 0) {
         say("job %llu: %s", (unsigned long long)j->nj.job, why);
@@ -83,7 +84,6 @@ void job_seal(struct job *j)
 static void reset(struct job *j)
 {
     job_seal(j);        /* never needed on the normal paths: the last exit sealed it */
-    sandbox_stop(&j->sb);       /* killed with the container already: reaped */
     j->unsealed[0] = '\0';
     free(j->desc);
     for (uint32_t a = 0; a < LAT_MAX_APPS; a++) {

@@ -314,7 +314,7 @@ static void relay_end(pid_t kid)
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
 static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
-                  char **argv, char **envp, pid_t parent, const cpu_set_t *cpus, size_t cpus_size)
+                  char **argv, char **envp, pid_t parent, const cpu_set_t *cpus, size_t cpus_size, int inside)
 {
     int cnk = is_cnk(j), sbx = sandboxed(j);
     /* move what we keep above the slots we are about to fill */
@@ -334,7 +334,7 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     /* then, before anything of the job's runs, its container (container.c):
      * joining a cgroup can take a while on a loaded host.  The sandbox
      * mounts no cgroup file system at all: a job of root has none to write */
-    if (container_enter(&j->box, j->nj.uid == 0 && !sbx) < 0)
+    if (container_enter(&j->box, j->nj.uid == 0 && !sbx, inside) < 0)
         child_fail(f, CHILD_SEAL_FAILED + errno);
     /* the node's namespaces, its file view, the working directory there */
     if (sbx && sandbox_enter(&j->sb, "/") < 0)
@@ -512,9 +512,10 @@ static void launch(struct job *j, struct proc *pr)
     cpu_set_t *cpus = cpu_mask(pr, &cpus_size);
     pid_t parent = getpid();
     errno = ENOMEM;
-    pid_t pid = envp && argv && (cpus || !pr->cpu) ? fork() : -1;
+    int inside = 0;     /* born in the job's container (container_fork) */
+    pid_t pid = envp && argv && (cpus || !pr->cpu) ? container_fork(&j->box, &inside) : -1;
     if (pid == 0)
-        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size);
+        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size, inside);
     int forkerr = errno;
     if (cpus)
         CPU_FREE(cpus);

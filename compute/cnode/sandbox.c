@@ -58,10 +58,14 @@
 #define NS_FLAGS (CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
 #define STAGE "/tmp"    /* where the new root is assembled, in the holder's own mount namespace */
 
-/* clone3's arguments, up to CLONE_ARGS_SIZE_VER0 (linux/sched.h clashes with sched.h) */
-struct clone_args0 {
+/* clone3's arguments, up to CLONE_ARGS_SIZE_VER2 (linux/sched.h clashes with sched.h) */
+struct clone_args2 {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    uint64_t set_tid, set_tid_size, cgroup;
 };
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 
 /* The system trees bound read-only; those the host lacks are skipped. */
 static const char *const system_dirs[] = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt" };
@@ -291,6 +295,7 @@ struct holder_args {
     const struct job *j;
     int status;         /* write end: an error line, or closed (exec-less CLOEXEC: we close it) when ready */
     int netns, cnode;
+    int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
 };
 
 static void holder(const struct holder_args *a) __attribute__((noreturn));
@@ -306,7 +311,7 @@ static void holder(const struct holder_args *a)
     rename_self();
     /* a copy of cnode's memory: not the block key */
     explicit_bzero((void *)a->j->pers->key, sizeof a->j->pers->key);
-    if (container_enter(&a->j->box, 0) < 0)
+    if (container_enter(&a->j->box, 0, a->in_box) < 0)
         fail(status, "cannot enter the job's container", a->j->box.path);
     if (a->netns >= 0 && setns(a->netns, CLONE_NEWNET) < 0)
         fail(status, "cannot enter the node's network namespace", a->j->pers->sandbox.netns);
@@ -393,11 +398,24 @@ int sandbox_start(struct sandbox *sb, const struct job *j, char *why, size_t len
     int pidfd = -1;
     if (!what) {
         a.status = pipefd[1];
-        struct clone_args0 ca = { .flags = NS_FLAGS | (a.netns < 0 ? CLONE_NEWNET : 0) | CLONE_PIDFD,
+        struct clone_args2 ca = { .flags = NS_FLAGS | (a.netns < 0 ? CLONE_NEWNET : 0) | CLONE_PIDFD,
                                   .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
+        int box = container_clone_fd(&j->box);
+        if (box >= 0) {         /* born in the job's container; else it moves itself there */
+            ca.flags |= CLONE_INTO_CGROUP;
+            ca.cgroup = (uint64_t)box;
+        }
+        a.in_box = box >= 0;
         pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0 && box >= 0) {
+            ca.flags &= ~CLONE_INTO_CGROUP;
+            a.in_box = 0;
+            pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+        }
         if (pid == 0)
             holder(&a);
+        if (box >= 0)
+            close(box);
         if (pid < 0)
             what = "cannot create the holder (clone3 with new namespaces)";
     }
@@ -441,12 +459,18 @@ int sandbox_enter(const struct sandbox *sb, const char *cwd)
 
 void sandbox_stop(struct sandbox *sb)
 {
-    if (sb->pid > 0) {
-        if (sb->pidfd >= 0)
-            syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
-        while (waitpid(sb->pid, NULL, 0) < 0 && errno == EINTR)
+    if (sb->pid > 0 && sb->pidfd >= 0) {
+        /* its end is waited for here, on its pidfd, not by the container's
+         * "populated 0" event (the kernel sends those 10 ms apart at most);
+         * bounded, in case it is stuck where SIGKILL waits (then the
+         * container's seal reports it) */
+        syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+        struct pollfd pfd = { .fd = sb->pidfd, .events = POLLIN };
+        while (poll(&pfd, 1, 30000) < 0 && errno == EINTR)
             ;
     }
+    if (sb->pid > 0 && waitpid(sb->pid, NULL, WNOHANG) == 0)
+        say("warning: the node sandbox's holder (pid %d) did not end on SIGKILL", (int)sb->pid);
     closefd(&sb->pidfd);
     sb->pid = 0;
 }
