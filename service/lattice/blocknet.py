@@ -592,3 +592,17 @@ def boot(block: str, container: str, nodes: list[int], hosts: list[str],
     warn(f"block {block}: no block network or shared /dev/shm on this host ({why}); sandboxed jobs get a "
          f"network of loopback only and a /dev/shm of their own")
     return None
+
+
+def sweep_after_free() -> None:
+    """`lattice free`'s call, once the block's daemons and agents are gone: what an agent killed
+    outright left on this host is torn down (one warning line per problem)."""
+    import sys
+    if unable() is not None or not (book_dir() / "blocknet.json").exists():
+        return
+    try:
+        problems = sweep_dead()
+    except (OSError, RuntimeError) as e:
+        problems = [f"cannot sweep the block networks: {e}"]
+    for p in problems:
+        print(f"lattice: warning: {p}", file=sys.stderr, flush=True)
