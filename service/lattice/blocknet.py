@@ -194,7 +194,7 @@ def host_rules(p: Plan, deny: list[Net4]) -> str:
 		iifname "{up}" meta nfproto ipv4 accept
 		iifname "{up}" drop
 		oifname "{up}" ct state established,related accept
-		oifname "{up}" drop
+		oifname "{up}" {REJECT}
 	}}
 	chain postrouting {{
 		type nat hook postrouting priority srcnat; policy accept;

@@ -1,0 +1,291 @@
+"""IP through the I/O node (issue 25, item 3; lattice.blocknet): a booted block's compute nodes
+each have a network namespace on the block's bridge in its router ("I/O node") namespace.
+
+Proved with `ip netns exec` into the namespace each personality's "sandbox" object names (so it
+holds whatever runs a job there): nodes of a block reach each other; a node reaches "the world"
+(a test namespace behind a veth of the host, as an outside server: this machine has no general
+internet), masqueraded by the host; it reaches no address of the host (a socket bound to 0.0.0.0
+there, on each of the host's addresses) nor another booted block's node nor its own router.
+Afterwards `lattice free`, an interrupted boot and `lattice free` after the agent was killed
+outright each leave no namespace, link, nft table, tmpfs or book entry of the block.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import BUILD, LATTICE, Machine, make_machine, processes, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nft"),
+                                reason="needs root, ip and nft: namespaces, links, a firewall")
+
+BOOK = Path("/run/lattice")
+WORLD_NS = f"t0830-world-{os.getpid()}"
+WORLD_LINK = f"t0830w{os.getpid() % 100000}"
+WORLD_HOST, WORLD = "198.18.0.1", "198.18.0.2"      # RFC 2544's benchmarking range: nobody's
+
+SERVER = """
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen()
+s.settimeout(300)           # a hang guard
+print("listening", flush=True)
+c, peer = s.accept()
+c.sendall(b"hi")
+print(peer[0], flush=True)
+"""
+
+CONNECT = """
+import errno, socket, sys
+s = socket.socket()
+s.settimeout(60)            # a hang guard: a refusal comes back at once (ICMP admin-prohibited)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected", s.recv(8).decode())
+except socket.timeout:
+    print("timeout")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e)))
+"""
+
+
+def netns_exec(ns: str, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+def connect(ns: str, host: str, port: int) -> str:
+    p = subprocess.run(netns_exec(ns, sys.executable, "-c", CONNECT, host, str(port)), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+def serve(ns: str, host: str, port: int) -> subprocess.Popen[str]:
+    """A one-connection server in ns, once it listens."""
+    p = subprocess.Popen(netns_exec(ns, sys.executable, "-c", SERVER, host, str(port)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline() == "listening\n", p.communicate()
+    return p
+
+
+def sandbox(m: Machine, block: str) -> dict[int, dict[str, str]]:
+    """Each compute node's "sandbox" object, by node index."""
+    out = {}
+    for f in sorted((m.home / "blocks" / block).glob("node-*.json")):
+        pers = json.loads(f.read_text())
+        out[int(f.stem.split("-")[1])] = pers["sandbox"]
+    return out
+
+
+def block_hash(m: Machine, block: str) -> str:
+    from lattice import container
+    return container.name(block, m.home / "blocks" / block).rsplit("-", 1)[1]
+
+
+def left_of(h: str) -> dict[str, int]:
+    """How many of each kind of thing of block hash h this host has: namespaces, links in the host's
+    namespace, nft tables, tmpfs mounts, book entries."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split("\n")
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout.splitlines()
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    try:
+        book = json.loads((BOOK / "blocknet.json").read_text()).get("blocks", {})
+    except (OSError, ValueError):
+        book = {}
+    return {"netns": sum(1 for n in netns if n.split(" ")[0] == f"lat-{h}" or n.startswith(f"lat-{h}-n")),
+            "links": sum(1 for line in links if f" lu{h}" in line),
+            "tables": sum(1 for t in tables if t.strip() == f"table inet lattice_{h}"),
+            "mounts": sum(1 for line in mounts if f"/shm/{h} " in line),
+            "book": int(h in book)}
+
+
+NOTHING = {"netns": 0, "links": 0, "tables": 0, "mounts": 0, "book": 0}
+
+
+def host_addresses() -> list[str]:
+    """Every IPv4 address of the host's namespace but loopback's (the node's 127.0.0.1 is its own)."""
+    out = json.loads(subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, check=True).stdout)
+    return [a["local"] for i in out for a in i.get("addr_info", []) if not a["local"].startswith("127.")]
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[str]:
+    """An outside server's namespace, reached from the host over a veth (the host has a route)."""
+    subprocess.run(["ip", "netns", "del", WORLD_NS], capture_output=True)
+    subprocess.run(["ip", "-batch", "-"], check=True, text=True, input=f"""netns add {WORLD_NS}
+link add {WORLD_LINK} type veth peer name eth0 netns {WORLD_NS}
+addr add {WORLD_HOST}/30 dev {WORLD_LINK}
+link set {WORLD_LINK} up
+""")
+    subprocess.run(["ip", "-n", WORLD_NS, "-batch", "-"], check=True, text=True, input=f"""link set lo up
+addr add {WORLD}/30 dev eth0
+link set eth0 up
+""")
+    yield WORLD_NS
+    subprocess.run(["ip", "link", "del", WORLD_LINK], capture_output=True)
+    subprocess.run(["ip", "netns", "del", WORLD_NS], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def two(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    """A 1x1x4 machine in psets of 2 with blocks A and B (two nodes each), both booted."""
+    m = make_machine(tmp_path_factory.mktemp("blocknet"), "--shape", "1x1x4", "--pset-size", "2",
+                     "--memory", "256M")
+    for b in ("A", "B"):
+        m.run("block", "create", b, "--shape", "1x1x2")
+        m.run("boot", b)
+    yield m
+    for b in ("A", "B"):
+        m.run("free", b, check=False)
+    shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_each_node_gets_its_own_namespace_address_and_the_blocks_shm(two: Machine) -> None:
+    a, b = sandbox(two, "A"), sandbox(two, "B")
+    assert len(a) == 2 and len(b) == 2
+    for s in (*a.values(), *b.values()):
+        assert Path(s["netns"]).exists() and s["ifname"] == "eth0"
+        inside = subprocess.run(netns_exec(Path(s["netns"]).name, "ip", "-o", "-4", "addr"), capture_output=True,
+                                text=True, check=True).stdout
+        assert f"eth0    inet {s['address']}" in inside and "lo    inet 127.0.0.1/8" in inside, inside
+        route = subprocess.run(["ip", "-n", Path(s["netns"]).name, "route", "show", "default"], capture_output=True,
+                               text=True, check=True).stdout
+        assert route.startswith(f"default via {s['gateway']} dev eth0"), route
+    # one subnet per block, one /dev/shm per block: a tmpfs of mode 1777
+    assert len({s["gateway"] for s in a.values()}) == 1 and len({s["shm"] for s in a.values()}) == 1
+    assert a[0]["gateway"] != b[2]["gateway"] and a[0]["shm"] != b[2]["shm"]
+    for s in (a[0], b[2]):
+        assert os.stat(s["shm"]).st_mode & 0o7777 == 0o1777
+        assert os.statvfs(s["shm"]).f_blocks * os.statvfs(s["shm"]).f_frsize == \
+            os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
+    assert left_of(block_hash(two, "A")) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}
+
+
+def test_nodes_of_a_block_reach_each_other(two: Machine) -> None:
+    a = sandbox(two, "A")
+    n0, n1 = (Path(a[k]["netns"]).name for k in (0, 1))
+    server = serve(n1, "0.0.0.0", 7100)
+    assert connect(n0, a[1]["address"].split("/")[0], 7100) == "connected hi"
+    out, _ = server.communicate(timeout=120)
+    assert out.strip() == a[0]["address"].split("/")[0]      # straight over the bridge: no NAT in between
+
+
+def test_a_node_reaches_the_world_masqueraded_by_its_host(two: Machine, world: str) -> None:
+    n0 = Path(sandbox(two, "A")[0]["netns"]).name
+    server = serve(world, WORLD, 7101)
+    assert connect(n0, WORLD, 7101) == "connected hi"
+    out, _ = server.communicate(timeout=120)
+    assert out.strip() == WORLD_HOST
+
+
+def test_a_node_reaches_no_address_of_the_host(two: Machine, world: str) -> None:
+    """A socket bound to 0.0.0.0 in the host's namespace (as ciod's TCP port, sshd, PostgreSQL are),
+    tried on each of the host's addresses: the uplinks', the world link's, eth0's."""
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    n0 = Path(sandbox(two, "A")[0]["netns"]).name
+    addresses = host_addresses()
+    assert WORLD_HOST in addresses and len(addresses) >= 4, addresses     # eth0, the world link, two uplinks
+    try:
+        got = {addr: connect(n0, addr, port) for addr in addresses}
+        assert set(got.values()) == {"EHOSTUNREACH"}, got
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_a_node_reaches_neither_another_blocks_node_nor_its_own_router(two: Machine) -> None:
+    a, b = sandbox(two, "A"), sandbox(two, "B")
+    server = serve(Path(b[2]["netns"]).name, "0.0.0.0", 7102)
+    try:
+        n0 = Path(a[0]["netns"]).name
+        assert connect(n0, b[2]["address"].split("/")[0], 7102) == "EHOSTUNREACH"
+        assert connect(n0, b[2]["gateway"], 7102) == "EHOSTUNREACH"
+        assert connect(n0, a[0]["gateway"], 7102) == "EHOSTUNREACH"      # the I/O node serves nothing
+        # the other way too: B's node cannot reach A's
+        back = serve(n0, "0.0.0.0", 7103)
+        try:
+            assert connect(Path(b[2]["netns"]).name, a[0]["address"].split("/")[0], 7103) == "EHOSTUNREACH"
+        finally:
+            back.kill()
+            back.communicate()
+    finally:
+        server.kill()
+        server.communicate()
+
+
+def test_free_leaves_nothing_of_the_block(two: Machine) -> None:
+    hashes = {b: block_hash(two, b) for b in ("A", "B")}
+    for b in ("A", "B"):
+        assert left_of(hashes[b]) != NOTHING
+        two.run("free", b)
+        assert left_of(hashes[b]) == NOTHING, b
+    # booted again: the same names, a network again
+    two.run("boot", "A")
+    assert left_of(hashes["A"])["netns"] == 3
+
+
+def test_free_after_the_agent_was_killed_outright_leaves_nothing(two: Machine) -> None:
+    h = block_hash(two, "A")
+    if left_of(h)["netns"] == 0:
+        two.run("boot", "A")
+    agent = json.loads((BOOK / "blocknet.json").read_text())["blocks"][h]["pid"]
+    os.kill(agent, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{agent}").exists() or
+             Path(f"/proc/{agent}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 120)
+    assert left_of(h)["netns"] == 3          # nobody took it down yet
+    r = two.run("free", "A")
+    assert "warning" not in r.stderr, r.stderr
+    assert left_of(h) == NOTHING
+
+
+@pytest.fixture
+def stuck_prefix(built: Path, tmp_path: Path) -> Path:
+    """A build prefix whose compute node 1 stops before it starts: the boot cannot complete."""
+    d = tmp_path / "prefix"
+    (d / "bin").mkdir(parents=True)
+    for p in ("ciod", "cnk"):
+        (d / "bin" / p).symlink_to(BUILD / "bin" / p)
+    (d / "lib").symlink_to(BUILD / "lib")
+    script = d / "bin" / "cnode"
+    script.write_text("#!/bin/sh\ncase \"$*\" in *node-1.json*) kill -STOP $$ ;; esac\n"
+                      f'exec {BUILD / "bin" / "cnode"} "$@"\n')
+    script.chmod(0o755)
+    return d
+
+
+def test_an_interrupted_boot_leaves_nothing(two: Machine, stuck_prefix: Path) -> None:
+    h = block_hash(two, "A")
+    two.run("free", "A", check=False)
+    env = dict(two.env, LATTICE_PREFIX=str(stuck_prefix), LATTICE_BOOT_STALL="600", LATTICE_WARM="0")
+    p = subprocess.Popen([*LATTICE, "boot", "A"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        # the network is made before the compute nodes start; node 1 then stops itself
+        wait_for(lambda: left_of(h)["mounts"] == 1 and any(
+            b"node-1.json" in b" ".join(argv) and f"{two.home}/blocks/A/".encode() in b" ".join(argv)
+            for _, argv in processes()) or p.poll() is not None, 120)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 128 + signal.SIGINT, err
+    assert left_of(h) == NOTHING
