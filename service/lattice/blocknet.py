@@ -452,6 +452,12 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None) -> list[s
     return problems
 
 
+def _left(hash_: str, shm_root: Path) -> bool:
+    """Is anything of block hash_ here though the book does not name it?  (Its entry is written
+    before anything is made, so a table alone is never left; nft is not asked, it is slow.)"""
+    return bool(_namespaces(hash_)) or f"lu{hash_}" in _links() or _mounted(shm_root / hash_)
+
+
 def _release(book: dict[str, Any], hash_: str) -> list[str]:
     """hash_'s entry out of the book; the host's forwarding given back its old value when it was
     the last block in this namespace."""
@@ -480,7 +486,7 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
     here = str(_netns_id())
     with locked(home) as book:
         dead = [h for h, e in book["blocks"].items() if str(e.get("netns")) == here and not _alive(e)]
-        if also is not None and also not in dead:
+        if also is not None and also not in dead and (also in book["blocks"] or _left(also, home / "shm")):
             e = book["blocks"].get(also)
             if e is not None and _alive(e):
                 raise RuntimeError(f"the block network lat-{also} belongs to a running agent (pid {e.get('pid')})")
