@@ -495,7 +495,43 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
         for h in dead:
             problems += remove(h, home / "shm", tables)
             problems += _release(book, h)
+        # a dead agent's block in a host namespace that is itself gone (a testbed host taken down):
+        # its uplink and table went with it; its namespaces and tmpfs are the machine's
+        orphans = [h for h, e in book["blocks"].items() if str(e.get("netns")) != here and not _alive(e)]
+        if orphans:
+            live = _live_netns()
+            for h in orphans:
+                ns = str(book["blocks"][h].get("netns"))
+                if ns not in live:
+                    problems += remove(h, home / "shm", set())
+                    book["blocks"].pop(h)
+                    if not any(str(e.get("netns")) == ns for e in book["blocks"].values()):
+                        book["forwarding"].pop(ns, None)
     return problems
+
+
+def _live_netns() -> set[str]:
+    """The network namespaces that exist: any process's, any bound under /run/netns."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                out.add(str(os.stat(f"/proc/{d}/ns/net").st_ino))
+            except OSError:
+                pass
+    for n in _names(NETNS_DIR):
+        try:
+            out.add(str(os.stat(NETNS_DIR / n).st_ino))
+        except OSError:
+            pass
+    return out
+
+
+def _names(d: Path) -> list[str]:
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []
 
 
 # ---- up and down ----

@@ -128,6 +128,7 @@ def test_the_book_is_private_and_a_dead_agents_entry_is_swept(tmp_path: Path,
     monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None: removed.append(h) or [])
     monkeypatch.setattr(blocknet, "_tables", lambda: set())
     here = blocknet._netns_id()
+    monkeypatch.setattr(blocknet, "_live_netns", lambda: {str(here), str(here + 1)})
     gone = subprocess.Popen(["true"])
     gone.wait()
     with blocknet.locked(home) as book:
@@ -138,9 +139,30 @@ def test_the_book_is_private_and_a_dead_agents_entry_is_swept(tmp_path: Path,
     assert (home.stat().st_mode & 0o777) == 0o700
     assert ((home / "blocknet.json").stat().st_mode & 0o777) == 0o600
     assert blocknet.sweep_dead(home) == []
-    # the dead agent's block here is torn down; a live one's stays, as does another namespace's
+    # the dead agent's block here is torn down; a live one's stays, as does one of another live namespace
     assert removed == ["aaaaaaaaaaaa"]
     with blocknet.locked(home) as book:
         assert sorted(book["blocks"]) == ["bbbbbbbbbbbb", "cccccccccccc"]
     with pytest.raises(RuntimeError, match="belongs to a running agent"):
         blocknet.sweep_dead(home, also="bbbbbbbbbbbb")
+
+
+def test_a_dead_agents_block_in_a_namespace_that_is_gone_is_swept_from_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A testbed host taken down with a block on it: its uplink and table went with its namespace;
+    the block's own namespaces and tmpfs are removed by the next sweep in any namespace."""
+    home = tmp_path / "run-lattice"
+    removed: list[tuple[str, object]] = []
+    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None: removed.append((h, tables)) or [])
+    here = blocknet._netns_id()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with blocknet.locked(home) as book:
+        book["blocks"]["dddddddddddd"] = {"net": "10.64.0.0/23", "netns": 1, "pid": gone.pid, "start": 1}
+        book["blocks"]["eeeeeeeeeeee"] = {"net": "10.64.2.0/23", "netns": here, "pid": os.getpid(),
+                                          "start": blocknet.procs.start_time(os.getpid())}
+        book["forwarding"]["1"] = "0"
+    assert blocknet.sweep_dead(home) == []
+    assert removed == [("dddddddddddd", set())]       # no table to look for: it was in that namespace
+    with blocknet.locked(home) as book:
+        assert list(book["blocks"]) == ["eeeeeeeeeeee"] and book["forwarding"] == {}
