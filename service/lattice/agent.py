@@ -278,7 +278,8 @@ class Agent:
         nodes = [n["index"] for ps in self.psets for n in ps["nodes"]]
         if nodes:
             from lattice import blocknet
-            self.net = blocknet.boot(str(spec["block"]), self.container, nodes, [str(h) for h in spec["hosts"]],
+            hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block ("hosts": ours)
+            self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
                                      lambda m: say(self.host, "warning", message=m))
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end

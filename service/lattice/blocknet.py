@@ -558,12 +558,21 @@ class Net:
 
 
 def deny_for(hosts: list[str]) -> list[Net4]:
-    """What no node may reach besides the pool: LATTICE_BLOCKNET_DENY (comma-separated networks:
-    a site's management network, its service nodes) and the addresses of the block's hosts
-    (their ciods' TCP ports)."""
+    """What no node may reach besides the pool: the site's own network, and the addresses of the
+    block's hosts (their ciods' TCP ports) wherever they are.  The site's network is
+    LATTICE_BLOCKNET_DENY (comma-separated networks, or "none"); unset, the networks this host is
+    directly connected to (its LAN: the other hosts, their daemons, the service node), so a node
+    reaches the world only beyond a gateway."""
     out: list[Net4] = []
-    for word in filter(None, (w.strip() for w in os.environ.get("LATTICE_BLOCKNET_DENY", "").split(","))):
-        out.append(ipaddress.IPv4Network(word, strict=False))
+    words = os.environ.get("LATTICE_BLOCKNET_DENY")
+    if words is None:
+        out += _connected()
+    elif words.strip() != "none":
+        for word in filter(None, (w.strip() for w in words.split(","))):
+            try:
+                out.append(ipaddress.IPv4Network(word, strict=False))
+            except ValueError as e:
+                raise ValueError(f"bad LATTICE_BLOCKNET_DENY {word!r}: {e}") from None
     for h in hosts:
         if h == "local":
             continue
@@ -572,6 +581,24 @@ def deny_for(hosts: list[str]) -> list[Net4]:
         except OSError:
             continue
         out += [ipaddress.IPv4Network(f"{i[4][0]}/32") for i in infos]
+    return out
+
+
+def _connected() -> list[Net4]:
+    """The networks of this namespace's links (routes without a gateway), but the blocks' own."""
+    out = []
+    try:
+        lines = Path("/proc/net/route").read_text().splitlines()[1:]
+    except OSError:
+        return out
+    for line in lines:
+        f = line.split()
+        if len(f) < 8 or f[0] == "lo" or f[0].startswith("lu") or int(f[2], 16) != 0:
+            continue
+        dest, mask = (socket.inet_ntoa(int(x, 16).to_bytes(4, "little")) for x in (f[1], f[7]))
+        net = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
+        if net.prefixlen and not net.overlaps(pool()):
+            out.append(net)
     return out
 
 

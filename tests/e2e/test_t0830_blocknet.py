@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or n
 BOOK = Path("/run/lattice")
 WORLD_NS = f"t0830-world-{os.getpid()}"
 WORLD_LINK = f"t0830w{os.getpid() % 100000}"
-WORLD_HOST, WORLD = "198.18.0.1", "198.18.0.2"      # RFC 2544's benchmarking range: nobody's
+WORLD_HOST, WORLD_LINK_ADDR = "198.18.0.1", "198.18.0.2"   # the host's link to it (RFC 2544's range: nobody's)
+WORLD = "203.0.113.1"                                       # a server beyond that link, routed (TEST-NET-3)
 
 SERVER = """
 import socket, sys
@@ -92,12 +93,14 @@ def block_hash(m: Machine, block: str) -> str:
     return container.name(block, m.home / "blocks" / block).rsplit("-", 1)[1]
 
 
-def left_of(h: str) -> dict[str, int]:
+def left_of(h: str, host: str | None = None) -> dict[str, int]:
     """How many of each kind of thing of block hash h this host has: namespaces, links in the host's
-    namespace, nft tables, tmpfs mounts, book entries."""
+    namespace, nft tables, tmpfs mounts, book entries (host: a testbed host's namespace, else this one's)."""
+    inside = ["ip", "netns", "exec", host] if host else []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split("\n")
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()
-    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout.splitlines()
+    links = subprocess.run([*inside, "ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()
+    tables = subprocess.run([*inside, "nft", "list", "tables"], capture_output=True, text=True,
+                            check=True).stdout.splitlines()
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     try:
         book = json.loads((BOOK / "blocknet.json").read_text()).get("blocks", {})
@@ -123,23 +126,29 @@ def host_addresses() -> list[str]:
 def world() -> Iterator[str]:
     """An outside server's namespace, reached from the host over a veth (the host has a route)."""
     subprocess.run(["ip", "netns", "del", WORLD_NS], capture_output=True)
+    subprocess.run(["ip", "route", "del", f"{WORLD}/32"], capture_output=True)
     subprocess.run(["ip", "-batch", "-"], check=True, text=True, input=f"""netns add {WORLD_NS}
 link add {WORLD_LINK} type veth peer name eth0 netns {WORLD_NS}
 addr add {WORLD_HOST}/30 dev {WORLD_LINK}
 link set {WORLD_LINK} up
 """)
     subprocess.run(["ip", "-n", WORLD_NS, "-batch", "-"], check=True, text=True, input=f"""link set lo up
-addr add {WORLD}/30 dev eth0
+addr add {WORLD_LINK_ADDR}/30 dev eth0
+addr add {WORLD}/32 dev lo
 link set eth0 up
 """)
+    # the world is beyond a gateway, as on a real site: the host's own LAN is not the world (blocknet.deny_for)
+    subprocess.run(["ip", "route", "add", f"{WORLD}/32", "via", WORLD_LINK_ADDR], check=True)
     yield WORLD_NS
+    subprocess.run(["ip", "route", "del", f"{WORLD}/32"], capture_output=True)
     subprocess.run(["ip", "link", "del", WORLD_LINK], capture_output=True)
     subprocess.run(["ip", "netns", "del", WORLD_NS], capture_output=True)
 
 
 @pytest.fixture(scope="module")
-def two(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
-    """A 1x1x4 machine in psets of 2 with blocks A and B (two nodes each), both booted."""
+def two(built: Path, tmp_path_factory: pytest.TempPathFactory, world: str) -> Iterator[Machine]:
+    """A 1x1x4 machine in psets of 2 with blocks A and B (two nodes each), both booted (after the
+    world's link is up: the host's networks are read at boot)."""
     m = make_machine(tmp_path_factory.mktemp("blocknet"), "--shape", "1x1x4", "--pset-size", "2",
                      "--memory", "256M")
     for b in ("A", "B"):
@@ -187,6 +196,18 @@ def test_a_node_reaches_the_world_masqueraded_by_its_host(two: Machine, world: s
     assert connect(n0, WORLD, 7101) == "connected hi"
     out, _ = server.communicate(timeout=120)
     assert out.strip() == WORLD_HOST
+
+
+def test_a_node_reaches_nothing_on_the_hosts_own_networks(two: Machine, world: str) -> None:
+    """The host's LAN is the site's (other hosts, their daemons, the service node): the world's end of
+    the host's link to it is on such a network; the world's server beyond it is not."""
+    n0 = Path(sandbox(two, "A")[0]["netns"]).name
+    server = serve(world, "0.0.0.0", 7104)
+    try:
+        assert connect(n0, WORLD_LINK_ADDR, 7104) == "EHOSTUNREACH"
+    finally:
+        server.kill()
+        server.communicate()
 
 
 def test_a_node_reaches_no_address_of_the_host(two: Machine, world: str) -> None:
@@ -289,3 +310,74 @@ def test_an_interrupted_boot_leaves_nothing(two: Machine, stuck_prefix: Path) ->
             p.communicate()
     assert p.returncode == 128 + signal.SIGINT, err
     assert left_of(h) == NOTHING
+
+
+# ---- across hosts: the testbed (scripts/testbed.sh), a block's psets on four hosts ----
+
+def parts_of(block_hashes: set[str]) -> dict[str, list[str]]:
+    """The node namespaces of each block part (by hash) under /run/netns."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split("\n")
+    out: dict[str, list[str]] = {h: [] for h in block_hashes}
+    for n in (line.split(" ")[0] for line in names):
+        for h in block_hashes:
+            if n.startswith(f"lat-{h}-n"):
+                out[h].append(n)
+    return out
+
+
+def eth0_address(ns: str) -> str:
+    words = subprocess.run(["ip", "-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    return words[words.index("inet") + 1].split("/")[0]
+
+
+def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_block(built: Path,
+                                                                                     tmp_path: Path) -> None:
+    """A block over the testbed's four hosts (ssh placement, a pset a host): each host's part has its
+    own router and subnet, made in that host's namespace; a node reaches neither its own host nor
+    another host of the block (whose ciod listens on TCP there), nor a node of another host (no
+    routes between the parts: docs/testbed.md); `lattice free` leaves nothing on any host."""
+    from testbed import cluster_up
+    with cluster_up(4) as tb:
+        m = make_machine(tmp_path, "--shape", "2x2x2", "--pset-size", "2", "--placement", "ssh",
+                         "--hostfile", tb.env["LATTICE_TESTBED_HOSTFILE"], "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
+        m.env.update({k: v for k, v in tb.env.items() if k.startswith(("SLURM_CONF", "LATTICE_TESTBED"))})
+        m.run("block", "create", "all", "--shape", "2x2x2")
+        m.run("boot", "all")
+        try:
+            host_ns = {hn: os.stat(f"/run/netns/{hn}").st_ino for hn in tb.hosts}
+            book = json.loads((BOOK / "blocknet.json").read_text())["blocks"]
+            by_host = {hn: h for h, e in book.items() for hn, ino in host_ns.items()
+                       if e.get("block") == "all" and e["netns"] == ino}
+            assert sorted(by_host) == tb.hosts, book                  # one part per host, in its namespace
+            assert len({book[h]["net"] for h in by_host.values()}) == 4   # four subnets
+            parts = parts_of(set(by_host.values()))
+            assert all(len(v) == 2 for v in parts.values()), parts
+            for hn, h in by_host.items():
+                assert left_of(h, hn) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}, hn
+            n_h1 = parts[by_host["h1"]][0]
+            addresses = {h: tb.in_host(h, "ip", "-o", "-4", "addr", "show", "dev", "eth0").stdout.split()
+                         for h in tb.hosts}
+            addr = {h: w[w.index("inet") + 1].split("/")[0] for h, w in addresses.items()}
+            for h in ("h1", "h2"):        # a socket bound to 0.0.0.0 in that host, as its ciod's TCP port is
+                listener = subprocess.Popen(netns_exec(h, sys.executable, "-c", SERVER, "0.0.0.0", "7110"),
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+                    assert connect(n_h1, addr[h], 7110) == "EHOSTUNREACH", h
+                finally:
+                    listener.kill()
+                    listener.communicate()
+            n_h2 = parts[by_host["h2"]][0]
+            peer = serve(n_h2, "0.0.0.0", 7111)
+            try:
+                # h1 has no route there (ENETUNREACH); one added by hand would meet the pool's reject
+                assert connect(n_h1, eth0_address(n_h2), 7111) in ("ENETUNREACH", "EHOSTUNREACH")
+            finally:
+                peer.kill()
+                peer.communicate()
+        finally:
+            m.run("free", "all", check=False)
+            shutil.rmtree(m.work, ignore_errors=True)
+        for hn, h in by_host.items():     # another host's agent tears its part down once its daemons end
+            wait_for(lambda: left_of(h, hn) == NOTHING, 120)
