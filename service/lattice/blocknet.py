@@ -580,7 +580,7 @@ def deny_for(hosts: list[str]) -> list[Net4]:
             infos = socket.getaddrinfo(h, None, socket.AF_INET)
         except OSError:
             continue
-        out += [ipaddress.IPv4Network(f"{i[4][0]}/32") for i in infos]
+        out += sorted({ipaddress.IPv4Network(f"{i[4][0]}/32") for i in infos})     # one a socket type
     return out
 
 

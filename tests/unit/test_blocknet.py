@@ -166,3 +166,17 @@ def test_a_dead_agents_block_in_a_namespace_that_is_gone_is_swept_from_anywhere(
     assert removed == [("dddddddddddd", set())]       # no table to look for: it was in that namespace
     with blocknet.locked(home) as book:
         assert list(book["blocks"]) == ["eeeeeeeeeeee"] and book["forwarding"] == {}
+
+
+def test_the_site_network_is_the_hosts_own_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blocknet, "_connected", lambda: [NET("192.0.2.0/24")])
+    monkeypatch.delenv("LATTICE_BLOCKNET_DENY", raising=False)
+    assert blocknet.deny_for(["local"]) == [NET("192.0.2.0/24")]
+    monkeypatch.setenv("LATTICE_BLOCKNET_DENY", "none")
+    assert blocknet.deny_for(["local"]) == []
+    monkeypatch.setenv("LATTICE_BLOCKNET_DENY", "172.16.0.0/12, 198.51.100.7")
+    assert blocknet.deny_for(["local", "localhost"]) == [NET("172.16.0.0/12"), NET("198.51.100.7/32"),
+                                                         NET("127.0.0.1/32")]
+    monkeypatch.setenv("LATTICE_BLOCKNET_DENY", "10.0.0.0/33")
+    with pytest.raises(ValueError, match="bad LATTICE_BLOCKNET_DENY '10.0.0.0/33'"):
+        blocknet.deny_for(["local"])
