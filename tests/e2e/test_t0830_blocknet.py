@@ -250,6 +250,48 @@ def test_a_node_reaches_neither_another_blocks_node_nor_its_own_router(two: Mach
         server.communicate()
 
 
+JOB = """
+import errno, socket, sys
+for host, port in zip(sys.argv[1::2], sys.argv[2::2]):
+    s = socket.socket()
+    s.settimeout(60)
+    try:
+        s.connect((host, int(port)))
+        print(host, "connected", s.recv(8).decode())
+    except socket.timeout:
+        print(host, "timeout")
+    except OSError as e:
+        print(host, errno.errorcode.get(e.errno, str(e)))
+"""
+
+
+def test_a_sandboxed_jobs_socket_reaches_the_world_not_the_host(two: Machine, world: str) -> None:
+    """A job in the node sandbox (`--kernel linux`, its default) runs in the namespace the agent
+    made: its sockets reach the outside server, not a socket listening on the host's addresses."""
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    server = serve(world, "0.0.0.0", 7106)
+    eth0 = next(a for a in host_addresses() if a != WORLD_HOST and not a.startswith("10.64."))
+    try:
+        r = two.run("run", "-v", "--block", "A", "-n", "1", "--kernel", "linux", "/usr/bin/python3", "-c", JOB,
+                    WORLD, "7106", eth0, str(port), WORLD_HOST, str(port))
+        assert "kernel linux/sandbox" in r.stderr, r.stderr
+        assert r.stdout.splitlines() == [f"{WORLD} connected hi", f"{eth0} EHOSTUNREACH",
+                                         f"{WORLD_HOST} EHOSTUNREACH"], r.stdout
+        out, _ = server.communicate(timeout=120)
+        assert out.strip() == WORLD_HOST            # masqueraded by the host
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
 def test_free_leaves_nothing_of_the_block(two: Machine) -> None:
     hashes = {b: block_hash(two, b) for b in ("A", "B")}
     for b in ("A", "B"):
