@@ -90,7 +90,8 @@ def main() -> int:
     rows = []
     for n in sizes:
         d = data[n]
-        rows.append((f"{n} nodes (s)", d, [("boot on/off", "boot on", "boot off"), ("free on/off", "free on", "free off")]))
+        rows.append((f"{n} nodes (s)", d, [("boot on/off", "boot on", "boot off"),
+                                            ("free on/off", "free on", "free off")]))
     print()
     print(bl.table(f"The block network's cost on one host, psets of {args.pset_size}",
                    ["boot off", "boot on", "free off", "free on", "network"], rows))

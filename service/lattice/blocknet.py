@@ -284,7 +284,7 @@ def _forwarding(value: str | None = None) -> str:
 
 def _routes() -> list[Net4]:
     """The IPv4 routes of this namespace's main table (their networks), but the default."""
-    out = []
+    out: list[Net4] = []
     try:
         lines = Path("/proc/net/route").read_text().splitlines()[1:]
     except OSError:
@@ -512,7 +512,7 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
 
 def _live_netns() -> set[str]:
     """The network namespaces that exist: any process's, any bound under /run/netns."""
-    out = set()
+    out: set[str] = set()
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -586,7 +586,7 @@ def deny_for(hosts: list[str]) -> list[Net4]:
 
 def _connected() -> list[Net4]:
     """The networks of this namespace's links (routes without a gateway), but the blocks' own."""
-    out = []
+    out: list[Net4] = []
     try:
         lines = Path("/proc/net/route").read_text().splitlines()[1:]
     except OSError:

@@ -40,7 +40,7 @@ def _setns(fd: int) -> None:
 @contextmanager
 def inside(path: str) -> Iterator[None]:
     """This thread in the network namespace bound at path, then back where it was."""
-    home = os.open(f"/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         there = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -72,7 +72,8 @@ def link_up(seq: int, name: str) -> bytes:
 def add_address(seq: int, index: int, iface: ipaddress.IPv4Interface) -> bytes:
     a = iface.ip.packed
     body = (struct.pack("=BBBBI", socket.AF_INET, iface.network.prefixlen, 0, RT_SCOPE_UNIVERSE, index)
-            + _attr(IFA_LOCAL, a) + _attr(IFA_ADDRESS, a) + _attr(IFA_BROADCAST, iface.network.broadcast_address.packed))
+            + _attr(IFA_LOCAL, a) + _attr(IFA_ADDRESS, a)
+            + _attr(IFA_BROADCAST, iface.network.broadcast_address.packed))
     return _msg(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, seq, body)
 
 

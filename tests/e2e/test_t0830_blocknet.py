@@ -98,7 +98,8 @@ def left_of(h: str, host: str | None = None) -> dict[str, int]:
     namespace, nft tables, tmpfs mounts, book entries (host: a testbed host's namespace, else this one's)."""
     inside = ["ip", "netns", "exec", host] if host else []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split("\n")
-    links = subprocess.run([*inside, "ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()
+    links = subprocess.run([*inside, "ip", "-o", "link"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
     tables = subprocess.run([*inside, "nft", "list", "tables"], capture_output=True, text=True,
                             check=True).stdout.splitlines()
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -382,7 +383,8 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
     from testbed import cluster_up
     with cluster_up(4) as tb:
         m = make_machine(tmp_path, "--shape", "2x2x2", "--pset-size", "2", "--placement", "ssh",
-                         "--hostfile", tb.env["LATTICE_TESTBED_HOSTFILE"], "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
+                         "--hostfile", tb.env["LATTICE_TESTBED_HOSTFILE"],
+                         "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
         m.env.update({k: v for k, v in tb.env.items() if k.startswith(("SLURM_CONF", "LATTICE_TESTBED"))})
         m.run("block", "create", "all", "--shape", "2x2x2")
         m.run("boot", "all")
