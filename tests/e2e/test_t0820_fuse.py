@@ -19,7 +19,9 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, Machine, booted_block, build_probe, local_users, processes, wait_for
+from cnk_helpers import unlabelled
+from conftest import BUILD, EXAMPLES, Machine, booted_block, build_probe, local_users, processes, wait_for
+from test_t0660_mpiio_locks import BLK, NBLK, WAITED
 
 BLOCK = "FS"
 
@@ -124,6 +126,29 @@ def test_a_tree_the_job_cannot_have_is_a_clear_error(fm: Machine, probe: str) ->
     assert f"file tree {private / 't'}: Permission denied on the I/O node" in p.stderr, p.stdout + p.stderr
     for out in (p.stdout, p.stderr):
         assert "Traceback" not in out and "fs=" not in out     # the program never ran
+
+
+def test_mpiio_locks_exclude_ranks_on_two_nodes(fm: Machine) -> None:
+    """ROMIO's data sieving and shared file pointer lock through lattice-fs
+    (each node's client locks the same file at the I/O node), and a blocked
+    F_SETLKW on one node waits for the holder on the other, signals handled
+    meanwhile (examples/mpi/mpiio_locks and examples/lockwait, as in t0660)."""
+    d = scratch(fm, "mpiio")
+    before = counters(fm)["lock"]
+    p = fm.run("run", "--block", BLOCK, "-n", "2", "--label", *sandboxed(d), str(EXAMPLES / "mpi" / "mpiio_locks"),
+               str(d), timeout=300)
+    assert unlabelled(p.stdout) == ["atomic: ok (4000 bytes of one rank, atomicity 1)",
+                                    "interleaved: ok (32000 bytes)", "shared: ok (40 bytes)"], p.stdout + p.stderr
+    data = (d / "interleaved.dat").read_bytes()
+    want = bytes(ord("A") + ((i // BLK) % 2 * 7 + (i // BLK // 2) * BLK + i % BLK) % 26 for i in range(BLK * NBLK * 2))
+    assert data == want, "a block of one rank was lost or overwritten"
+    assert sorted((d / "shared.dat").read_bytes().splitlines(keepends=True)) == \
+        [b"record of rank %4d\n" % r for r in range(2)]
+    assert counters(fm)["lock"] > before        # the locks were the I/O node's
+    w = scratch(fm, "lockwait")
+    p = fm.run("run", "--block", BLOCK, "-n", "2", "--label", *sandboxed(w), str(EXAMPLES / "lockwait"), str(w),
+               timeout=300)
+    assert unlabelled(p.stdout) == WAITED, p.stdout + p.stderr
 
 
 def fs_clients(m: Machine) -> list[int]:
