@@ -99,12 +99,14 @@ $(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $
 # (compute/cnfs/): libfuse3's low-level API over the shipping core's
 # connection, stubs and bulk path (the position-independent archive; its
 # entry hooks are compute/cnfs/entry.c).
+# Debian's libfuse3-dev without pkg-config installed: its usual flags.
 CNFS_SRC := $(wildcard compute/cnfs/*.c)
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null || echo -I/usr/include/fuse3)
+FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 lattice-fs: $(BUILD)/bin/lattice-fs
 $(BUILD)/bin/lattice-fs: $(CNFS_SRC) $(wildcard compute/cnfs/*.h) $(SHIPC_DEPS) $(BUILD)/lib/libshipc-lcn.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -pthread $(SHIPC_INC) $$(pkg-config --cflags fuse3) -o $@ $(CNFS_SRC) \
-		$(BUILD)/lib/libshipc-lcn.a $$(pkg-config --libs fuse3)
+	$(CC) $(CFLAGS) -pthread $(SHIPC_INC) $(FUSE_CFLAGS) -o $@ $(CNFS_SRC) $(BUILD)/lib/libshipc-lcn.a $(FUSE_LIBS)
 
 # The personality API for programs: lattice/personality.h, -llatpers.
 PERS_SRC := compute/libpersonality/personality.c
