@@ -2,18 +2,17 @@
 """The job's files through the FUSE client (lattice-fs in the node sandbox)
 beside the host's own calls and the preload client, in one run.
 
-    .venv/bin/python bench/fuse_io.py [--repeat 5] [--mib 256] [--files 2000]
+    .venv/bin/python bench/fuse_io.py [--repeat 5] [--mib 256] [--files 2000] [--disk DIR]
 
-Three ways run build/bench/fuse_io in one tmpfs directory, interleaved
+Three ways run build/bench/fuse_io in one tmpfs directory (or, with
+--disk, a new directory inside DIR: the host's disk), interleaved
 (each goes first in turn), --repeat times:
   direct   the program on the host;
   fuse     a sandboxed job (`--kernel linux`): its working directory is a
            tree served by lattice-fs, every call shipped to the I/O node;
   preload  `--kernel linux --no-sandbox`: libcnclient ships the calls.
-(Before the `--no-sandbox` flag exists, preload is plain `--kernel linux`
-and fuse asks for the sandbox with LATTICE_FS_TREES in the job's
-environment.)  The program says which file system its working directory
-is on, and the driver checks: FUSE for fuse only.
+The program says which file system its working directory is on, and the
+driver checks: FUSE for fuse only.
 
 Measures: a sequential 1 MiB write of --mib MiB with fsync, and its read
 back; small files per second (create, write 4 KiB, close, stat, unlink).
@@ -24,6 +23,7 @@ Run as root (it mounts a tmpfs) from the repository root.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,12 +48,8 @@ class Ways:
 
     def __init__(self, node: OneNode, data: Path) -> None:
         self.node, self.data = node, data
-        has_flag = "--no-sandbox" in node.lattice("run", "--help", check=False).stdout
         base = ["run", "--block", "bench", "-n", "1", "--kernel", "linux", "--cwd", str(data)]
-        self.cmd = {
-            "fuse": base if has_flag else [*base, "--env", f"LATTICE_FS_TREES={data}"],
-            "preload": [*base, "--no-sandbox"] if has_flag else base,
-        }
+        self.cmd = {"fuse": base, "preload": [*base, "--no-sandbox"]}
 
     def run(self, way: str, *args: str) -> dict[str, str]:
         if way == "direct":
@@ -71,11 +67,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--files", type=int, default=2000)
+    ap.add_argument("--disk", type=Path, help="work in a new directory here instead of a tmpfs")
     a = ap.parse_args()
     require_root("fuse_io.py")
     require_built(PROG, BENCH.parent / "bin" / "lattice-fs")
-    data = Path(tempfile.mkdtemp(prefix="lattice-bench-fuse-"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.mib * 2 + 64}m", "tmpfs", str(data)], check=True)
+    data = Path(tempfile.mkdtemp(prefix="lattice-bench-fuse-", dir=a.disk))
+    if not a.disk:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.mib * 2 + 64}m", "tmpfs", str(data)], check=True)
+    data.chmod(0o755)
     wr: dict[str, list[float]] = {w: [] for w in WAYS}
     rd: dict[str, list[float]] = {w: [] for w in WAYS}
     sm: dict[str, list[float]] = {w: [] for w in WAYS}
@@ -89,11 +88,13 @@ def main() -> int:
                     rd[w].append(float(r["read_MBps"]))
                     sm[w].append(float(ways.run(w, "small", str(a.files))["files_per_s"]))
     finally:
-        subprocess.run(["umount", str(data)])
-        data.rmdir()
+        if not a.disk:
+            subprocess.run(["umount", str(data)])
+        shutil.rmtree(data, ignore_errors=True)
     ratios = [("fuse/direct", "fuse", "direct"), ("fuse/preload", "fuse", "preload")]
     print(header("fuse_io", sys.argv))
-    print(table(f"{a.repeat} interleaved runs, median [min–max]", WAYS, [
+    where = f"a directory in {a.disk}" if a.disk else "a tmpfs"
+    print(table(f"{a.repeat} interleaved runs in {where}, median [min–max]", WAYS, [
         (f"{a.mib} MiB write + fsync (MB/s)", wr, ratios),
         (f"{a.mib} MiB read back (MB/s)", rd, ratios),
         ("small files (create, 4 KiB, close, stat, unlink) per s", sm, ratios),

@@ -4,7 +4,8 @@
  * first prints fs=fuse, or fs=other when the directory is not on FUSE.
  *
  *   fuse_probe ops              write, read, rename, stat, list, link, chmod,
- *                               truncate, utimens, symlink, unlink: "ops ok"
+ *                               truncate, utimens, symlink, unlink, fsync,
+ *                               fallocate, a lock: "ops ok"
  *   fuse_probe pair FILE MIB    rank 0 writes FILE (MIB MiB and 123 bytes of a
  *                               known pattern), fsyncs, then makes FILE.done;
  *                               rank 1 waits for FILE.done, reads FILE back:
@@ -89,6 +90,8 @@ static int ops(void)
     CHECK("unlink", unlink("d/hard") == 0 && unlink("d/link") == 0);
     fd = open("d/b.txt", O_RDWR);
     CHECK("fsync", fd >= 0 && fsync(fd) == 0);
+    CHECK("fallocate", fallocate(fd, 0, 0, 8192) == 0 && fstat(fd, &st) == 0 && st.st_size == 8192);
+    CHECK("ftruncate", ftruncate(fd, 5) == 0);
     struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 5 };
     CHECK("lock", fcntl(fd, F_SETLK, &fl) == 0);
     close(fd);

@@ -75,7 +75,8 @@ def test_a_job_works_on_its_files_through_fuse(fm: Machine, probe: str) -> None:
     assert (work / "d" / "b.txt").stat().st_mode & 0o7777 == 0o600
     after = counters(fm)
     for call in ("openat", "close", "renameat", "mkdirat", "getdents64", "fstatat", "unlinkat", "symlinkat",
-                 "linkat", "readlinkat", "fchmodat", "truncate", "utimensat", "fsync", "lock"):
+                 "linkat", "readlinkat", "fchmodat", "truncate", "utimensat", "fsync", "lock", "fallocate",
+                 "ftruncate", "statfs"):
         assert after[call] > before[call], (call, before[call], after[call])
     assert after["pwrite"] + after["write"] > before["pwrite"] + before["write"]
 

@@ -11,6 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 EXE = ROOT / "build" / "bin" / "lattice-fs"
 
 
+def setup_module() -> None:
+    assert EXE.exists(), f"{EXE} missing: run make"
+
+
 def start(conn: int, ctl: int, dp: str = "0,0,0") -> subprocess.Popen[bytes]:
     return subprocess.Popen([str(EXE), "--conn", str(conn), "--ctl", str(ctl), "--dp", dp, "--label", "t"],
                             pass_fds=(conn, ctl), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
