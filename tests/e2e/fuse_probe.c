@@ -13,6 +13,7 @@
  *   fuse_probe cat FILE         FILE's bytes, or "open FILE: <error>"
  *   fuse_probe poll FILE        stat FILE every 20 ms until it fails: "stat: <error>"
  */
+#define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
