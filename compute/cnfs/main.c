@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,10 @@ static void say(const char *fmt, const char *arg)
 
 void cnfs_lost(const char *why)
 {
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&said))
+        for (;;)
+            pause();    /* another thread saw it first and is ending the process */
     say("connection to the I/O node lost (%s); ending", why);
     _exit(1);           /* the kernel fails every call on the mount from now on (ENOTCONN) */
 }

@@ -2,10 +2,15 @@
 line on stderr, never a crash, when something is wrong with it."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXE = ROOT / "build" / "bin" / "lattice-fs"
@@ -60,3 +65,43 @@ def test_a_message_without_the_fuse_descriptor_is_one_line() -> None:
         out, err = p.communicate(timeout=600)
     assert p.returncode == 1 and out == b""
     assert err.decode().splitlines() == ["lattice-fs t: no /dev/fuse descriptor from the sandbox: Protocol error"]
+
+
+def mount_fuse(mnt: Path) -> int:
+    """/dev/fuse mounted on mnt as the sandbox's holder mounts it: the descriptor."""
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0".encode()
+    if libc.mount(b"lattice-fs", str(mnt).encode(), b"fuse.lattice-fs", 6, opts) != 0:   # MS_NOSUID | MS_NODEV
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, os.strerror(err))
+    return fd
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting /dev/fuse needs root")
+def test_the_io_node_hanging_up_ends_it_with_one_line(tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    dev = mount_fuse(mnt)
+    try:
+        conn, peer = socket.socketpair()
+        ctl, holder = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with conn, peer, ctl, holder:
+            p = start(conn.fileno(), ctl.fileno())
+            peer.close()                        # ciod gone
+            socket.send_fds(holder, [b"x"], [dev])
+            os.close(dev)
+            dev = -1
+            out, err = p.communicate(timeout=600)
+        assert p.returncode == 1 and out == b""
+        lines = err.decode().splitlines()
+        assert len(lines) == 1 and re.fullmatch(r"lattice-fs t: connection to the I/O node lost \(.+\); ending",
+                                                lines[0]), lines
+        with pytest.raises(OSError) as e:
+            os.stat(mnt / "x")
+        assert e.value.errno == errno.ENOTCONN    # the mount's calls fail, none hangs
+    finally:
+        if dev >= 0:
+            os.close(dev)
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
