@@ -33,12 +33,13 @@ static int conn_fd = -1;
 static void say(const char *fmt, const char *arg)
 {
     char line[512];
-    int n = snprintf(line, sizeof line, "lattice-fs%s%s: ", *label ? " " : "", label);
-    n += snprintf(line + n, sizeof line - (size_t)n, fmt, arg);
-    if (n > (int)sizeof line - 2)
-        n = (int)sizeof line - 2;
+    size_t n = (size_t)snprintf(line, sizeof line - 1, "lattice-fs%s%s: ", *label ? " " : "", label);
+    if (n < sizeof line - 1)
+        n += (size_t)snprintf(line + n, sizeof line - 1 - n, fmt, arg);
+    if (n > sizeof line - 2)
+        n = sizeof line - 2;                /* cut short, still one line */
     line[n++] = '\n';
-    (void)!write(2, line, (size_t)n);
+    (void)!write(2, line, n);
 }
 
 void cnfs_lost(const char *why)
