@@ -2,7 +2,11 @@
  * attr.c - the I/O node's answers (struct lat_stat, struct lat_statfs:
  * Linux's layouts, wire.h) as the structs libfuse replies with.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/sysmacros.h>
+
+#include <lattice/fwd_posix.h>
 
 #include "cnfs.h"
 
@@ -54,4 +58,28 @@ void statvfs_from_lat(struct statvfs *sv, const struct lat_statfs *ls)
     sv->f_favail = ls->ffree;
     sv->f_fsid = ls->fsid;
     sv->f_namemax = (unsigned long)ls->namelen;
+}
+
+int attr_from_statx(struct stat *st, uint64_t *dev, const struct lat_statx *lx)
+{
+    struct statx x;
+    _Static_assert(sizeof x == sizeof *lx, "lat_statx is a struct statx");
+    memcpy(&x, lx, sizeof x);
+    if ((x.stx_mask & (STATX_TYPE | STATX_INO)) != (STATX_TYPE | STATX_INO))
+        return -EIO;                    /* no file system leaves these out */
+    *dev = makedev(x.stx_dev_major, x.stx_dev_minor);
+    memset(st, 0, sizeof *st);
+    st->st_ino = attr_ino(*dev, x.stx_ino);
+    st->st_nlink = x.stx_nlink;
+    st->st_mode = x.stx_mode;
+    st->st_uid = x.stx_uid;
+    st->st_gid = x.stx_gid;
+    st->st_rdev = makedev(x.stx_rdev_major, x.stx_rdev_minor);
+    st->st_size = (off_t)x.stx_size;
+    st->st_blksize = x.stx_blksize;
+    st->st_blocks = (blkcnt_t)x.stx_blocks;
+    st->st_atim = (struct timespec){ x.stx_atime.tv_sec, x.stx_atime.tv_nsec };
+    st->st_mtim = (struct timespec){ x.stx_mtime.tv_sec, x.stx_mtime.tv_nsec };
+    st->st_ctim = (struct timespec){ x.stx_ctime.tv_sec, x.stx_ctime.tv_nsec };
+    return 0;
 }

@@ -52,6 +52,9 @@ size_t node_count(void);
 
 /* ---- attr.c ---- */
 void attr_from_lat(struct stat *st, const struct lat_stat *ls);
+/* A struct statx from the I/O node: 0 and *dev its device, or -EIO */
+struct lat_statx;
+int attr_from_statx(struct stat *st, uint64_t *dev, const struct lat_statx *lx);
 void statvfs_from_lat(struct statvfs *sv, const struct lat_statfs *ls);
 /* A node's inode number as the job sees it: the I/O node's, folded with
  * its device so two trees on different file systems do not collide. */

@@ -61,17 +61,33 @@ static void reply_err(fuse_req_t req, long r)
     fuse_reply_err(req, r < 0 ? (int)-r : 0);
 }
 
+/* Attributes of the name path itself (a symbolic link is not followed).
+ * STATX, not FSTATAT: ciod shares a pset's stats of one absolute path for a
+ * while (collective I/O, a "no such file" too), and a file another I/O
+ * node's ranks just made must be seen at once (MPI_File_open: rank 0
+ * creates, the others open). */
+static long stat_path(const char *path, struct stat *st, uint64_t *dev, uint64_t *ino)
+{
+    struct lat_statx lx;
+    long r = fwd_statx(AT_CWD, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, path, &lx);
+    if (r < 0)
+        return r;
+    struct statx x;
+    memcpy(&x, &lx, sizeof x);
+    *ino = x.stx_ino;
+    return attr_from_statx(st, dev, &lx);
+}
+
 /* Entry and attributes of path, its node referenced: 0 or -errno. */
 static long do_lookup(const char *path, struct fuse_entry_param *e)
 {
-    struct lat_stat ls;
-    long r = fwd_fstatat(AT_CWD, AT_SYMLINK_NOFOLLOW, path, &ls);
+    uint64_t dev, ino;
+    memset(e, 0, sizeof *e);
+    long r = stat_path(path, &e->attr, &dev, &ino);
     if (r < 0)
         return r;
-    memset(e, 0, sizeof *e);
-    attr_from_lat(&e->attr, &ls);
     e->attr_timeout = e->entry_timeout = CNFS_TIMEOUT;
-    e->ino = node_ref(path, ls.dev, ls.ino);
+    e->ino = node_ref(path, dev, ino);
     return e->ino ? 0 : -ENOMEM;
 }
 
@@ -132,11 +148,12 @@ static long get_attr(fuse_ino_t ino, struct fuse_file_info *fi, struct stat *st)
 {
     struct lat_stat ls;
     char path[PATH_MAX];
-    long r;
-    if (fi && fi->fh)
-        r = fwd_fstatat(FH(fi)->rfd, AT_EMPTY_PATH, "", &ls);
-    else if ((r = node_path(ino, path)) == 0)
-        r = fwd_fstatat(AT_CWD, AT_SYMLINK_NOFOLLOW, path, &ls);
+    uint64_t dev, rino;
+    if (!fi || !fi->fh) {
+        long r = node_path(ino, path);
+        return r < 0 ? r : stat_path(path, st, &dev, &rino);
+    }
+    long r = fwd_fstatat(FH(fi)->rfd, AT_EMPTY_PATH, "", &ls);
     if (r == 0)
         attr_from_lat(st, &ls);
     return r;
