@@ -12,11 +12,14 @@
  *                               "read ok BYTES" if every byte is right
  *   fuse_probe cat FILE         FILE's bytes, or "open FILE: <error>"
  *   fuse_probe poll FILE        stat FILE every 20 ms until it fails: "stat: <error>"
+ *   fuse_probe late FILE        stat FILE ("absent" or "present"), wait for
+ *                               SIGUSR1, stat it again
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +183,21 @@ static int poll_file(const char *file)
     return 2;
 }
 
+/* A name another node (or the I/O node's host) makes is seen at once. */
+static int late(const char *file)
+{
+    struct stat st;
+    sigset_t usr1;
+    int sig;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    printf("%s\n", stat(file, &st) == 0 ? "present" : "absent");
+    sigwait(&usr1, &sig);
+    printf("%s\n", stat(file, &st) == 0 ? "present" : "absent");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -193,6 +211,8 @@ int main(int argc, char **argv)
         return cat(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "poll"))
         return poll_file(argv[2]);
-    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE\n");
+    if (argc == 3 && !strcmp(argv[1], "late"))
+        return late(argv[2]);
+    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE\n");
     return 2;
 }

@@ -74,7 +74,7 @@ def test_a_job_works_on_its_files_through_fuse(fm: Machine, probe: str) -> None:
     assert sorted(f.name for f in work.iterdir()) == ["d"]
     assert (work / "d" / "b.txt").stat().st_mode & 0o7777 == 0o600
     after = counters(fm)
-    for call in ("openat", "close", "renameat", "mkdirat", "getdents64", "fstatat", "unlinkat", "symlinkat",
+    for call in ("openat", "close", "renameat", "mkdirat", "getdents64", "statx", "unlinkat", "symlinkat",
                  "linkat", "readlinkat", "fchmodat", "truncate", "utimensat", "fsync", "lock", "fallocate",
                  "ftruncate", "statfs"):
         assert after[call] > before[call], (call, before[call], after[call])
@@ -90,6 +90,30 @@ def test_bytes_written_on_one_node_are_read_exactly_on_the_other(fm: Machine, pr
     assert re.search(r"^0: wrote 3145851$", p.stdout, re.M), p.stdout
     assert re.search(r"^1: read ok 3145851$", p.stdout, re.M), p.stdout
     assert (work / "data").stat().st_size == 3145851
+
+
+def test_a_name_made_elsewhere_is_seen_at_once(fm: Machine, probe: str) -> None:
+    """A job looks a name up and finds nothing; the name is then made on the
+    I/O node's host, not through this I/O node (as by ranks behind another
+    one); the job's next look finds it.  ciod shares a pset's stats of a
+    path for 2 s, "no such file" too: lattice-fs's lookups must not be
+    among them (MPI_File_open: rank 0 creates, the others open)."""
+    work = scratch(fm, "late")
+    run = fm.popen("run", "--block", BLOCK, "-n", "1", *sandboxed(work), probe, "late", "made")
+    assert run.stdout is not None
+    try:
+        assert run.stdout.readline() == "fs=fuse\n"
+        assert run.stdout.readline() == "absent\n"
+        (work / "made").write_text("x")
+        rank = [pid for pid, argv in processes() if argv[0].endswith(b"fuse_probe") and b"made" in argv]
+        assert len(rank) == 1, rank
+        os.kill(rank[0], signal.SIGUSR1)
+        out, err = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert out == "present\n", out + err
 
 
 def test_the_owner_cannot_read_another_users_private_file(fm: Machine, probe: str) -> None:
