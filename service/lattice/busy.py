@@ -83,9 +83,10 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
                 why = ending_on_ionodes(con, m, now)
             if now.state == "Initialized" and other is None and why is None:
                 cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, "
-                                  "kernel, client_pid, client_start) VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?, ?, ?)",
+                                  "kernel, sandbox, client_pid, client_start) "
+                                  "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?, ?, ?, ?)",
                                   (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now(),
-                                   spec.kernel, pid, started))
+                                   spec.kernel, int(spec.sandbox) if spec.kernel == "linux" else None, pid, started))
                 return int(cur.lastrowid or 0)
         if other is not None:
             why = f"block {b.name} is busy: {describe(other)}"

@@ -146,6 +146,11 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (block, host)
     );
     """,
+    # 5 -> 6: which Linux mode ran a job: 1 the node sandbox (LAT_JOB_SANDBOX),
+    # 0 the preload client (--no-sandbox); NULL for cnk and for older jobs
+    """
+    ALTER TABLE jobs ADD COLUMN sandbox INTEGER;
+    """,
 ]
 KEYLESS = 3         # the first version whose database never held a key
 

@@ -91,6 +91,7 @@ class Spec(NamedTuple):     # not a dataclass: see lattice.machine.Machine
     stdin_rank: int | None = None   # who reads the run's input (lattice.jobinput); None: nobody
     time_limit: int | None = None   # seconds of wall clock (lattice.timelimit); None: no limit
     output: Plan | None = None      # -o/-e files (lattice.outfiles); None: the run's own streams
+    sandbox: bool = False           # Linux mode in the node sandbox (LAT_JOB_SANDBOX); False: the preload client
 
 
 KERNELS = ("cnk", "linux")
@@ -152,12 +153,22 @@ def pages_words(value: str) -> str:
     return value
 
 
-def summary(kernel: str, reports: dict[int, str], totals: dict[str, int] | None) -> list[str]:
-    """What -v says after a job: the kernel; for cnk rank 0's big memory and
-    pages (with why), and the system calls by class over all ranks."""
+def mode_words(kernel: str, sandbox: bool) -> str:
+    """Which mode a job ran in, as `lattice jobs` and -v say it."""
+    return kernel if kernel != "linux" else f"linux/{'sandbox' if sandbox else 'preload'}"
+
+
+def summary(kernel: str, reports: dict[int, str], totals: dict[str, int] | None,
+            sandbox: bool = False) -> list[str]:
+    """What -v says after a job: the kernel (and in Linux mode whether the
+    node sandbox or the preload client ran it); for cnk rank 0's big memory
+    and pages (with why), and the system calls by class over all ranks."""
+    if kernel != "cnk" and sandbox:
+        return [f"kernel {mode_words(kernel, sandbox)}: the program ran as a Linux process in its node's "
+                f"sandbox, its files only through the I/O node (FUSE)"]
     if kernel != "cnk":
-        return [f"kernel {kernel} (Linux mode: the program runs as a Linux process, its file calls "
-                f"shipped by the preload client)"]
+        return [f"kernel {mode_words(kernel, sandbox)}: the program ran as a Linux process, its file calls "
+                f"shipped by the preload client (--no-sandbox)"]
     lines = []
     r0 = parse_report(reports[0]) if 0 in reports else {}
     if "pages" in r0 and r0.get("bigmem", "").isdigit():
@@ -306,7 +317,7 @@ class Run:
         self.ciods = boot.ciods(self.con, self.b, self.m)
         s, p = self.spec, self.spec.mapping
         flags = ((wire.JOB_CNK if s.kernel == "cnk" else 0) | (wire.JOB_TRACE if s.trace else 0)
-                 | (wire.JOB_VN if p.mode == "vn" else 0))
+                 | (wire.JOB_VN if p.mode == "vn" else 0) | (wire.JOB_SANDBOX if s.sandbox else 0))
         apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
         env = [*s.exported, *(f"{k}={v}" for k, v in p.env.items()), *s.env]
         mapping = process_mapping(p)    # in full: the I/O node serves it if it fits in a PMI value
@@ -794,6 +805,8 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
         raise LatticeError(f"unknown kernel {spec.kernel!r}: {' or '.join(KERNELS)}")
     if spec.trace and spec.kernel != "cnk":
         raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
+    if spec.sandbox and spec.kernel != "linux":
+        raise LatticeError("the node sandbox is for --kernel linux")
     job_id = claim(con, m, b, spec, wait)
     r = Run(con, m, b, spec, job_id)
     pages: hugepages.Reservation | None = None
@@ -845,7 +858,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
     state = "Error" if r.lost_ionode else "Terminated"
     finish(con, job_id, state, status, r.outcome.first_failure, r.outcome.totals())
     if spec.verbose:
-        for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals()):
+        for line in summary(spec.kernel, r.outcome.reports, r.outcome.totals(), spec.sandbox):
             print(f"lattice: {line}", file=sys.stderr, flush=True)
         if r.epoch:
             print(f"lattice: PMI: {r.epoch} fence(s); the service node sent {r.fence_bytes_out} bytes of "

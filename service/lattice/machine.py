@@ -71,6 +71,7 @@ class MachineFields(NamedTuple):
     cores: int = DEFAULT_CORES
     plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
     hold_pages: str = "auto"        # one of HOLD_PAGES
+    linux_trees: tuple[str, ...] = ("~",)   # a sandboxed job's default file trees; "~": its owner's home (lattice.trees)
 
 
 class Machine(MachineFields):
@@ -158,6 +159,7 @@ class Machine(MachineFields):
             "placement": {"hosts": self.placement, **({"ssh": self.ssh} if self.ssh else {})},
             "compute": {"hide": list(self.hide)},
             **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
+            "linux": {"trees": list(self.linux_trees)},
         }
 
     @classmethod
@@ -173,6 +175,10 @@ class Machine(MachineFields):
             plugins = data.get("ionode", {}).get("plugins", [])  # type: ignore[attr-defined]
             if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
                 raise ValueError("ionode.plugins must be a list of PATH[:LIMIT][;CONFIG] strings")
+            trees = data.get("linux", {}).get("trees", ["~"])  # type: ignore[attr-defined]
+            if not isinstance(trees, list) or not all(isinstance(t, str) and (t == "~" or t.startswith("/"))
+                                                      and ":" not in t for t in trees):
+                raise ValueError("linux.trees must be a list of absolute paths without ':' or \"~\"")
             return cls(shape=(shape[0], shape[1], shape[2]),
                        pset_size=int(data["pset"]["size"]),  # type: ignore[index]
                        memory=int(data["node"]["memory"]),  # type: ignore[index]
@@ -180,7 +186,7 @@ class Machine(MachineFields):
                        hold_pages=str(data["node"].get("hold_pages", "auto")),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
                        ssh=str(data.get("placement", {}).get("ssh", "")),  # type: ignore[attr-defined]
-                       hide=tuple(str(p) for p in hide), plugins=tuple(plugins))
+                       hide=tuple(str(p) for p in hide), plugins=tuple(plugins), linux_trees=tuple(trees))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LatticeError(f"{source}: bad machine description: {e}") from e
 

@@ -206,6 +206,26 @@ def cnk_ucx_default(kernel: str, chosen: Mapping[str, str]) -> dict[str, str]:
     return {"UCX_TLS": UCX_TLS_CNK} if kernel == "cnk" and "UCX_TLS" not in chosen else {}
 
 
+# A sandboxed job's nodes on one host share /dev/shm (the block's directory
+# there) but each has its own pid and IPC namespaces (docs/cli.md, "Linux
+# mode"): a peer on another node is not at its host pid, nor in our System V
+# IPC.  Open MPI's vader would copy large messages with CMA
+# (process_vm_readv on the peer's pid): none keeps it to its shared-memory
+# segments.  UCX's posix transport opens a peer's segment through
+# /proc/PID/fd/N: with the link off it names the segment in /dev/shm instead.
+# (UCX's cma transport checks pid namespaces itself.)
+SANDBOX_DEFAULTS = {
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "UCX_POSIX_USE_PROC_LINK": "n",
+}
+SANDBOX_SHM = "/dev/shm"        # the block's shared directory, inside the sandbox
+
+
+def sandbox_defaults(chosen: Mapping[str, str]) -> dict[str, str]:
+    """SANDBOX_DEFAULTS the job did not choose itself."""
+    return {k: v for k, v in SANDBOX_DEFAULTS.items() if k not in chosen}
+
+
 # hwloc's variable naming plug-ins not to load (lattice.host.idle_hwloc_plugins)
 HWLOC_SKIP = "HWLOC_PLUGINS_BLACKLIST"
 PLUGIN = re.compile(r"hwloc_[a-z0-9_]+\.so")     # what a host's agent may name
@@ -286,13 +306,18 @@ class OpenMpiJob:
     that made it, so a later job removes the directory of a run that was
     killed before it could.  Use as a context manager around the job; it
     adds its variables to env (a name the user set with --env is left
-    alone) and does nothing for a job that is not Open MPI's."""
+    alone) and does nothing for a job that is not Open MPI's.
+
+    A sandboxed job's ranks do not see the host's /dev/shm but their
+    block's directory there, at /dev/shm: the id is still reserved on the
+    host, while the ranks' files go straight into the block's /dev/shm (one
+    job at a time runs on a block; `lattice free` removes the directory)."""
 
     PREFIX = "lattice-ompi-"
 
     def __init__(self, env: dict[str, str], user_env: list[str], uid: int, gid: int,
-                 shm: Path | None = None) -> None:
-        self.env, self.uid, self.gid = env, uid, gid
+                 shm: Path | None = None, sandbox: bool = False) -> None:
+        self.env, self.uid, self.gid, self.sandbox = env, uid, gid, sandbox
         self.user_keys = {kv.split("=", 1)[0] for kv in user_env}
         self.shm = shm or host.SHM_DIR
         self.dir: Path | None = None
@@ -319,10 +344,11 @@ class OpenMpiJob:
         (d / "owner").write_text(f"{me} {host.process_start(me)}\n")
         if os.geteuid() == 0 and self.uid != 0:
             os.chown(d, self.uid, self.gid)
+        seen = SANDBOX_SHM if self.sandbox else str(d)          # the directory as the ranks see it
         for k, v in {"FLUX_JOB_ID": str(job_id),                # selects pmix/flux; the job's Open MPI jobid
-                     "OMPI_MCA_btl_vader_backing_directory": str(d),
-                     "OMPI_MCA_osc_sm_backing_directory": str(d),
-                     "OMPI_MCA_orte_tmpdir_base": str(d)}.items():
+                     "OMPI_MCA_btl_vader_backing_directory": seen,
+                     "OMPI_MCA_osc_sm_backing_directory": seen,
+                     "OMPI_MCA_orte_tmpdir_base": seen}.items():
             if k not in self.user_keys:
                 self.env[k] = v
         return self
@@ -335,7 +361,8 @@ class OpenMpiJob:
                else self.env.get("OMPI_MCA_btl", "Open MPI's default"))
         shm = " (vader: shared memory between the ranks of a host)" if "vader" in btl else ""
         job_id = self.env.get("FLUX_JOB_ID", "with the user's FLUX_JOB_ID")
-        return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {self.dir}"
+        files = f"the block's {SANDBOX_SHM} (sandbox)" if self.sandbox else str(self.dir)
+        return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {files}"
 
     def __exit__(self, *exc: object) -> None:
         if self.dir is not None:

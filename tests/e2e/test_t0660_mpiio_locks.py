@@ -30,6 +30,14 @@ from cnk_helpers import unlabelled
 PROG = EXAMPLES / "mpi" / "mpiio_locks"
 N = 4                   # one rank per compute node, two per I/O node
 BLK, NBLK = 1000, 16    # as in the program
+KERNELS = ["cnk", "linux"]
+
+
+def kernel_opts(kernel: str) -> list[str]:
+    """cnk, or Linux mode's preload client (--no-sandbox): the locks shipped
+    by the client itself.  The node sandbox's locks (through lattice-fs) are
+    tests/e2e/test_t0820_fuse.py's."""
+    return ["--kernel", kernel, *(["--no-sandbox"] if kernel == "linux" else [])]
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +80,10 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return unlabelled(p.stdout)
 
 
-@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_mpiio_locks_exclude_ranks_behind_two_ionodes(two_ionodes: Machine, native: list[str], kernel: str) -> None:
     d = scratch(two_ionodes.work / f"files-{kernel}")
-    p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", "--kernel", kernel, str(PROG), str(d),
+    p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", *kernel_opts(kernel), str(PROG), str(d),
                         timeout=300)
     assert "No locks available" not in p.stdout + p.stderr
     got = unlabelled(p.stdout)
@@ -103,7 +111,7 @@ def test_lockwait_native(tmp_path: Path) -> None:
     assert unlabelled("".join(outs)) == WAITED
 
 
-@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_setlkw_waits_across_ionodes_and_takes_signals(two_ionodes: Machine, kernel: str) -> None:
     """Rank 0 (first I/O node) holds a write lock until rank 3 (second I/O
     node), blocked in F_SETLKW, has run a SIGALRM handler and, from a second
@@ -111,7 +119,7 @@ def test_setlkw_waits_across_ionodes_and_takes_signals(two_ionodes: Machine, ker
     and the connection is free between them; the wait ends when the holder
     lets go."""
     d = scratch(two_ionodes.work / f"wait-{kernel}")
-    p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", "--kernel", kernel, str(LOCKWAIT), str(d),
-                        timeout=300)
+    p = two_ionodes.run("run", "--block", "L", "-n", str(N), "--label", *kernel_opts(kernel), str(LOCKWAIT),
+                        str(d), timeout=300)
     assert unlabelled(p.stdout) == WAITED, (p.stdout, p.stderr)
     assert {l.split(":")[0] for l in p.stdout.splitlines() if "last rank" in l} == {str(N - 1)}

@@ -5,7 +5,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lattice import db, machine, placement
+from lattice import db, machine, placement, trees
 from lattice.errors import LatticeError
 from lattice.machine import Machine
 
@@ -27,6 +27,10 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                         "free memory to a hypervisor, so that fresh huge pages are slow to touch; else the job")
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="a path compute nodes must not see locally (repeatable)")
+    p.add_argument("--linux-trees", default=":".join(trees.DEFAULT), metavar="PATHS",
+                   help="the file trees a sandboxed Linux-mode job sees besides its working directory and its "
+                        "--tree's: absolute paths separated by ':', ~ for the job owner's home (the default); "
+                        "'' for none")
     p.add_argument("--placement", choices=machine.PLACEMENTS, default="local",
                    help="which hosts run the psets: local (this host, the default), ssh (the hosts of "
                         "--hostfile, reached with key login) or slurm (the hosts of the allocation "
@@ -71,7 +75,8 @@ def init(args: argparse.Namespace) -> int:
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
                 memory=machine.parse_size(args.memory), cores=args.cores, hold_pages=args.hold_pages,
                 hide=tuple(os.path.abspath(h) for h in args.hide),
-                placement=args.placement, ssh=args.ssh_command)
+                placement=args.placement, ssh=args.ssh_command,
+                linux_trees=trees.parse_setting(args.linux_trees))
     hosts = read_hosts(args)
     if hosts:
         placement.deal(m, hosts)        # fits, before anything is replaced

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import time
 
 from lattice import reclaim
@@ -24,6 +25,13 @@ def elapsed(seconds: float) -> str:
     return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def kernel(j: sqlite3.Row) -> str:
+    """cnk, linux/sandbox or linux/preload; plain linux for a job older than the record of it."""
+    if j["kernel"] == "linux" and j["sandbox"] is not None:
+        return "linux/sandbox" if j["sandbox"] else "linux/preload"
+    return j["kernel"] or "-"
+
+
 def jobs(args: argparse.Namespace) -> int:
     con = reclaim.connect()
     if args.ranks is not None:
@@ -35,7 +43,7 @@ def jobs(args: argparse.Namespace) -> int:
         return 0
     where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
     rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
-    print(f"{'id':>5} {'block':<14} {'user':<10} {'ranks':>5} {'kernel':<6} {'state':<10} {'status':>6} "
+    print(f"{'id':>5} {'block':<14} {'user':<10} {'ranks':>5} {'kernel':<13} {'state':<10} {'status':>6} "
           f"{'started':<19} {'time':>10}  command")
     now = time.time()
     for j in rows:
@@ -44,6 +52,6 @@ def jobs(args: argparse.Namespace) -> int:
         ran = elapsed((j["ended"] or now) - j["started"]) if j["started"] else "-"
         # the command line and the reason may hold anything a job or its user wrote: escaped
         print(f"{j['id']:>5} {printable(j['block'] or ''):<14} {printable(j['user']):<10} {j['nranks']:>5} "
-              f"{j['kernel'] or '-':<6} {j['state']:<10} {status:>6} {when:<19} {ran:>10}  {printable(j['args'])}"
+              f"{kernel(j):<13} {j['state']:<10} {status:>6} {when:<19} {ran:>10}  {printable(j['args'])}"
               + (f"  # {printable(j['message'])}" if j["message"] else ""))
     return 0

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lattice import (blocks, boot, cores, db, distribution, host, job, jobenv, jobinput, machine, mapping, mpienv,
-                     outfiles, placement, procs, ras, reclaim, timelimit, wire)
+                     outfiles, placement, procs, ras, reclaim, timelimit, trees, wire)
 from lattice.blocks import Block
 from lattice.busy import BlockFreed, active_job
 from lattice.cores import CoreMap
@@ -73,7 +73,16 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", help="run as this user (root only)")
     p.add_argument("--kernel", choices=job.KERNELS, default="cnk",
                    help="cnk: run under the compute node kernel (big memory, every system call local, shipped "
-                        "or refused; the default); linux: an ordinary Linux process with the preload client")
+                        "or refused; the default); linux: an ordinary Linux process in its node's sandbox, its "
+                        "files only through the I/O node")
+    p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                   help="--kernel linux without the node sandbox: the host's view, file calls shipped by the "
+                        "LD_PRELOAD client (static binaries, raw system calls, io_uring and Go escape it; "
+                        "docs/cli.md)")
+    p.add_argument("--tree", action="append", default=[], metavar="PATH",
+                   help="a directory a sandboxed --kernel linux job sees besides its working directory and the "
+                        "machine's default trees (repeatable; `lattice init --linux-trees`, default the owner's "
+                        "home)")
     p.add_argument("--trace", action="store_true", help="cnk prints every system call with its class")
     p.add_argument("--hugepages", choices=("reserve", "keep"),
                    default=os.environ.get("LATTICE_HUGEPAGES") or "reserve",
@@ -118,6 +127,33 @@ def identity(user: str | None) -> tuple[str, int, int, list[int]]:
         raise LatticeError(f"no user {user!r}") from None
     groups = [g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != pw.pw_gid]
     return pw.pw_name, pw.pw_uid, pw.pw_gid, groups[:256]
+
+
+def sandboxed(args: argparse.Namespace) -> bool:
+    """Whether the job runs in the node sandbox: --kernel linux unless
+    --no-sandbox (which only Linux mode has); --tree is the sandbox's."""
+    if args.kernel != "linux":
+        if not args.sandbox:
+            raise LatticeError("--no-sandbox is for --kernel linux: a cnk job has no sandbox to leave")
+        if args.tree:
+            raise LatticeError("--tree is for --kernel linux: a cnk job's files are wherever its I/O node finds them")
+        return False
+    if not args.sandbox and args.tree:
+        raise LatticeError("--tree needs the sandbox: a --no-sandbox job sees the host's whole file system")
+    return bool(args.sandbox)
+
+
+def job_trees(m: Machine, cwd: str, given: list[str], uid: int, user_env: dict[str, str]) -> list[str]:
+    """A sandboxed job's file trees (lattice.trees): the working directory,
+    the machine's defaults with ~ as the owner's home, and --tree's."""
+    if trees.VAR in user_env:
+        raise LatticeError(f"{trees.VAR} is Lattice's to set: name the job's trees with --tree PATH")
+    try:
+        home: str | None = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        home = None
+    # a local machine's I/O nodes see this host's files: a --tree that is no directory fails here, not at launch
+    return trees.job_trees(cwd, given, m.linux_trees, home, os.getcwd(), check=m.placement == "local")
 
 
 def need_kernel(kernel: str) -> None:
@@ -356,6 +392,7 @@ def run(args: argparse.Namespace) -> int:
             outfiles.check(pattern, opt)
     if args.trace and args.kernel != "cnk":
         raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
+    sandbox = sandboxed(args)
     if args.hugepages not in ("reserve", "keep"):
         raise LatticeError(f"bad LATTICE_HUGEPAGES {args.hugepages!r}: reserve or keep")
     user, uid, gid, groups = identity(args.user)
@@ -387,6 +424,10 @@ def run(args: argparse.Namespace) -> int:
     env_list = [f"{k}={v}" for k, v in user_env.items()]
     cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
     p.env.update(mpienv.idle_defaults(hosts, job_chose))
+    if sandbox:
+        p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, args.tree, uid, user_env))
+        for k, v in mpienv.sandbox_defaults(job_chose).items():
+            p.env[k] = v
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
     if args.print_map:
@@ -426,6 +467,12 @@ def run(args: argparse.Namespace) -> int:
               f"{time.monotonic() - t0:.2f} s", file=sys.stderr)
         for line in core_lines(m, p, cm):
             print(f"lattice: {line}", file=sys.stderr)
+        if sandbox:
+            print(f"lattice: Linux mode in the node sandbox: the job's file trees (through the I/O node) are "
+                  f"{p.env[trees.VAR].replace(':', ', ')}", file=sys.stderr)
+        elif args.kernel == "linux":
+            print("lattice: Linux mode without the sandbox (--no-sandbox): the host's view, file calls shipped by "
+                  "the preload client", file=sys.stderr)
         if mpienv.HWLOC_SKIP in p.env:
             print(f"lattice: hwloc plug-ins that find nothing on the job's hosts left out: "
                   f"{mpienv.HWLOC_SKIP}={p.env[mpienv.HWLOC_SKIP]} (--env {mpienv.HWLOC_SKIP}= loads them)",
@@ -448,12 +495,12 @@ def run(args: argparse.Namespace) -> int:
                     uid=uid, gid=gid, groups=groups, user=user, mapping=p, label=args.label,
                     kernel=args.kernel, trace=args.trace, verbose=args.verbose,
                     hugepages=args.hugepages == "reserve", cores=cm, exported=tuple(exported),
-                    stdin_rank=stdin_rank, time_limit=limit, output=output)
+                    stdin_rank=stdin_rank, time_limit=limit, output=output, sandbox=sandbox)
     try:
         if m.placement != "local":
             check_hosts(m, b, p, cm, args.kernel, uid, user_env, where, places.io)
         # an Open MPI job's id and shared-memory directory on this host (docs/openmpi.md)
-        with mpienv.OpenMpiJob(p.env, env_list, uid, gid) as ompi:
+        with mpienv.OpenMpiJob(p.env, env_list, uid, gid, sandbox=sandbox) as ompi:
             said = ompi.describe()
             if args.verbose and said:
                 print(f"lattice: {said}", file=sys.stderr)
