@@ -10,6 +10,7 @@
  *   launch.c start the job's processes (in Linux mode or under cnk)
  *   report.c cnk's report page as the exit message's report line
  *   container.c the job's cgroup: entered by its processes, killed whole at its end
+ *   sandbox.c the node sandbox of a Linux-mode job: namespaces, its file view, its holder
  *   job.h    the job's types, shared by job.c, launch.c and report.c
  */
 #ifndef CNODE_H
@@ -36,6 +37,11 @@ struct personality {
     char *env_head;             /* its fields before memory= (a placed job writes the rest per process) */
     char *mode;                 /* the node's mode from the personality file: co or vn */
     char *container;            /* the block's cgroup directory below the hierarchy's root (container.h) */
+    struct {                    /* the optional "sandbox" object the host agent writes; NULL if absent */
+        char *netns;            /* the node's network namespace (a /run/netns file), its link configured */
+        char *shm;              /* the block's shared memory directory on this host: the nodes' /dev/shm */
+        char *ifname, *address, *gateway;   /* the node's link, for its processes' UCX_NET_DEVICES */
+    } sandbox;
 };
 
 /* How the node starts a job's process. */

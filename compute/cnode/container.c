@@ -278,12 +278,45 @@ int container_open(struct container *c, uint64_t job, const char *location, char
     return 0;
 }
 
+/* clone3's arguments, up to CLONE_ARGS_SIZE_VER2 (linux/sched.h clashes with sched.h) */
+struct clone_args2 {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    uint64_t set_tid, set_tid_size, cgroup;
+};
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+pid_t container_fork(const struct container *c, int *inside)
+{
+    int fd = container_clone_fd(c);
+    *inside = 0;
+    if (fd >= 0) {
+        struct clone_args2 ca = { .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd };
+        pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+        int e = errno;
+        if (pid != 0)
+            close(fd);
+        if (pid >= 0) {
+            *inside = 1;
+            return pid;
+        }
+        errno = e;      /* a kernel without it: the child moves itself */
+    }
+    return fork();
+}
+
 int container_enter(const struct container *c, int root_job)
+{
+    if (c->procs >= 0 && write(c->procs, "0", 1) != 1)
+        return -1;
+    return container_entered(c, root_job);
+}
+
+int container_entered(const struct container *c, int root_job)
 {
     if (c->procs < 0)
         return 0;
-    if (write(c->procs, "0", 1) != 1)
-        return -1;
     if (!root_job)
         return 0;       /* the cgroup files are root's: the job's user cannot write them */
     /* root without capabilities still owns them: in a mount namespace of its
@@ -294,6 +327,13 @@ int container_enter(const struct container *c, int root_job)
         if (mount(NULL, points[i], NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
             return -1;
     return 0;
+}
+
+int container_clone_fd(const struct container *c)
+{
+    if (c->procs < 0 || kind != V2)
+        return -1;
+    return open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
 /* ---- ending ---- */

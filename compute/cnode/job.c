@@ -54,6 +54,8 @@ struct job *job_new(const struct personality *pers, const struct kernels *k, int
     for (uint32_t a = 0; a < LAT_MAX_APPS; a++)
         j->memfd[a] = -1;
     j->box = (struct container)CONTAINER_NONE;
+    j->sb = (struct sandbox)SANDBOX_NONE;
+    j->fs = (struct fs)FS_NONE;
     if (proc_room(j, 1) < 0) {
         say("out of memory");
         exit(1);
@@ -72,11 +74,13 @@ static void proc_close(struct proc *p)
 
 void job_seal(struct job *j)
 {
+    sandbox_stop(&j->sb);       /* first: its end is seen sooner on its pidfd (sandbox.c) */
     char why[sizeof j->unsealed];
     if (j->box.procs >= 0 && container_seal(&j->box, why, sizeof why) < 0) {
         say("job %llu: %s", (unsigned long long)j->nj.job, why);
         memcpy(j->unsealed, why, sizeof why);
     }
+    fs_stop(&j->fs);            /* killed with the container (its mount went with the holder): reaped */
 }
 
 static void reset(struct job *j)
@@ -178,6 +182,11 @@ void launch_failed(struct job *j, int err, const char *fmt, ...)
 int is_cnk(const struct job *j)
 {
     return (j->nj.flags & LAT_JOB_CNK) != 0;
+}
+
+int sandboxed(const struct job *j)
+{
+    return (j->nj.flags & LAT_JOB_SANDBOX) != 0;
 }
 
 
@@ -304,6 +313,8 @@ static const char *parse_job(struct job *j, const struct msg *m)
         return "flag TRACE without flag CNK";
     if ((nj->flags & LAT_JOB_CPUS) && !(nj->flags & LAT_JOB_PLACED))
         return "flag CPUS without flag PLACED";
+    if ((nj->flags & LAT_JOB_SANDBOX) && (nj->flags & LAT_JOB_CNK))
+        return "flag SANDBOX with flag CNK";
     size_t pos = sizeof *nj + (size_t)nj->ngroups * sizeof(uint32_t);
     if (pos > len)
         return "groups run past the message";
@@ -405,7 +416,7 @@ static void on_image(struct job *j, const struct msg *m)
 
 int job_pollfd_max(const struct job *j)
 {
-    return 4 * (int)j->nprocs;
+    return 4 * (int)j->nprocs + 2;     /* + the sandbox's holder and file client */
 }
 
 int job_pollfds(struct job *j, struct pollfd *pfd, int max)
@@ -413,6 +424,10 @@ int job_pollfds(struct job *j, struct pollfd *pfd, int max)
     int n = 0;
     if (j->state != RUNNING)
         return 0;
+    if (j->sb.pidfd >= 0 && n < max)
+        pfd[n++] = (struct pollfd){ .fd = j->sb.pidfd, .events = POLLIN };
+    if (j->fs.pidfd >= 0 && n < max)
+        pfd[n++] = (struct pollfd){ .fd = j->fs.pidfd, .events = POLLIN };
     for (uint32_t i = 0; i < j->nprocs && n + 4 <= max; i++) {
         struct proc *p = &j->proc[i];
         if (!p->started || p->done)
@@ -547,10 +562,63 @@ static int reap(struct proc *p)
     return 1;
 }
 
+static void kill_all(struct job *j, int sig)
+{
+    for (uint32_t k = 0; k < j->nprocs; k++) {
+        struct proc *p = &j->proc[k];
+        if (p->started && !p->exited && !p->done)
+            kill(-p->pid, sig);
+    }
+}
+
+/* "what: how the process of pidfd ended" (it has, and is not reaped yet). */
+static const char *ended_how(int pidfd, const char *what, char *buf, size_t len)
+{
+    siginfo_t si = { 0 };
+    if (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+        snprintf(buf, len, "%s", what);
+    else if (si.si_code == CLD_EXITED)
+        snprintf(buf, len, "%s: exited with status %d", what, si.si_status);
+    else
+        snprintf(buf, len, "%s: killed by signal %d (%s)", what, si.si_status, strsignal(si.si_status));
+    return buf;
+}
+
+/* Something the node's processes need died under them (the sandbox's
+ * holder): each process is killed and reported with why, the job ends. */
+static void node_lost_part(struct job *j, const char *why)
+{
+    say("job %llu: %s; ending the job's processes here", (unsigned long long)j->nj.job, why);
+    kill_all(j, SIGKILL);
+    for (uint32_t k = 0; k < j->nprocs; k++) {
+        struct proc *p = &j->proc[k];
+        if (p->started && !p->exited && !p->done) {
+            while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            p->exited = 1;
+        }
+    }
+    for (uint32_t k = 0; k < j->nprocs && j->state == RUNNING; k++)
+        if (!j->proc[k].done)
+            proc_failed(j, &j->proc[k], EIO, "%s", why);
+}
+
 void job_events(struct job *j, const struct pollfd *pfd, int n)
 {
     if (j->state != RUNNING)
         return;
+    for (int i = 0; i < n; i++) {
+        if (pfd[i].revents && pfd[i].fd == j->fs.pidfd) {
+            char why[160];
+            node_lost_part(j, ended_how(j->fs.pidfd, "the node's file client (lattice-fs) died", why, sizeof why));
+            return;
+        }
+        if (pfd[i].revents && pfd[i].fd == j->sb.pidfd) {
+            char why[160];
+            node_lost_part(j, ended_how(j->sb.pidfd, "the node sandbox's holder died", why, sizeof why));
+            return;
+        }
+    }
     for (int i = 0; i < n; i++) {
         if (!pfd[i].revents)
             continue;
@@ -574,15 +642,6 @@ void job_events(struct job *j, const struct pollfd *pfd, int n)
             reap(p);
         if (p->exited)
             finish(j, p);
-    }
-}
-
-static void kill_all(struct job *j, int sig)
-{
-    for (uint32_t k = 0; k < j->nprocs; k++) {
-        struct proc *p = &j->proc[k];
-        if (p->started && !p->exited && !p->done)
-            kill(-p->pid, sig);
     }
 }
 

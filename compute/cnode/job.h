@@ -27,6 +27,8 @@
 
 #include "cnode.h"
 #include "container.h"
+#include "fs.h"
+#include "sandbox.h"
 
 #include "../include/lattice/cnk_report.h"   /* path-relative: cnode builds with -Iprotocol only */
 
@@ -75,6 +77,8 @@ struct job {
     struct proc *proc;          /* nprocs of them used; room for nroom (no fixed cap: vn mode runs one per core) */
     uint32_t nroom;
     struct container box;       /* the job's cgroup on this node (container.h), from START to its end */
+    struct sandbox sb;          /* LAT_JOB_SANDBOX: the node sandbox's holder (sandbox.h), from START to its end */
+    struct fs fs;               /* and its file client (fs.h), if the job has file trees */
     char unsealed[512];         /* why it could not be emptied, for the last exit message; "" if it was */
 };
 
@@ -82,9 +86,12 @@ struct job {
 void proc_failed(struct job *j, struct proc *p, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void launch_failed(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int is_cnk(const struct job *j);
+int sandboxed(const struct job *j);     /* LAT_JOB_SANDBOX: Linux mode in the node sandbox */
 /* the job's processes are over: kill what is left in its container and remove it */
 void job_seal(struct job *j);
 
+/* launch.c: a job of root is root without capabilities (its processes, its file client) */
+int drop_capabilities(void);
 /* launch.c: START came; every process of the job is started (or the job fails) */
 void launch_start(struct job *j, const struct msg *m);
 

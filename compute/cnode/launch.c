@@ -11,6 +11,12 @@
  *                the image on fd 4 and a report page (struct cnk_report) on
  *                fd 6 that cnk keeps current; read after the process ended.
  *
+ * With LAT_JOB_SANDBOX (Linux mode in the node sandbox, sandbox.c) there is
+ * no preload and no PROC connection: the child enters the holder's
+ * namespaces and forks once more, so that the program runs inside the job's
+ * pid namespace; the child stays as its relay (relay_end) and ends as the
+ * program ended, so job.c sees the same ends.
+ *
  * Either way the exit message's text ends in a report line, "kernel=..."
  * (see report_line), that the service node records per rank.
  *
@@ -19,18 +25,28 @@
  * the MPIR_CVAR_ASYNC_PROGRESS its slot says, unless the job's environment
  * sets it (docs/architecture.md, "Nodes on cores").
  */
+#include <sys/resource.h>
+
 #include "job.h"
 
-/* Is s one of the variables the node sets itself? */
-static int ours_var(const char *s, int cnk)
+/* Is s one of the variables the node sets itself (or, LATTICE_FS_TREES,
+ * reads and keeps from the program)?  preload: Linux mode with the client
+ * library, whose LD_PRELOAD is ours too. */
+static int ours_var(const char *s, int preload)
 {
     static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_SEQ_FD=", "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
                                          "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
-                                         "PMI_JOBID=", "PMI_PORT=", "PMI_ID=" };
+                                         "PMI_JOBID=", "PMI_PORT=", "PMI_ID=", "LATTICE_FS_TREES=" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strncmp(s, names[i], strlen(names[i])))
             return 1;
-    return !cnk && !strncmp(s, "LD_PRELOAD=", 11);
+    return preload && !strncmp(s, "LD_PRELOAD=", 11);
+}
+
+/* Linux mode with the client library preloaded (not cnk, not the sandbox). */
+static int preloaded(const struct job *j)
+{
+    return !is_cnk(j) && !sandboxed(j);
 }
 
 /* A variable by which the job chooses hwloc's topology itself: then cnode names
@@ -58,11 +74,12 @@ static uint32_t proc_cores(const struct job *j)
 }
 
 /* env for a compute process: the job's, with ours set; in Linux mode the
- * client library preloaded first (under cnk the program's LD_PRELOAD is its own) */
+ * client library preloaded first (under cnk and in the sandbox the
+ * program's LD_PRELOAD is its own) */
 static char **make_env(struct job *j, const struct proc *p, int procfd_num)
 {
     enum { OURS = 16 };
-    int cnk = is_cnk(j);
+    int preload = preloaded(j), sbx = sandboxed(j);
     size_t n = 0;
     while (j->env[n])
         n++;
@@ -75,18 +92,18 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     int ucx_devices = 0, hwloc_own = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = j->env[i];
-        if (!cnk && !strncmp(s, "LD_PRELOAD=", 11))
+        if (preload && !strncmp(s, "LD_PRELOAD=", 11))
             user_preload = s + 11;
         if (!strncmp(s, "MPIR_CVAR_ASYNC_PROGRESS=", 25))
             progress = LAT_PROGRESS_UNSET;
         ucx_devices |= !strncmp(s, "UCX_NET_DEVICES=", 16);
         hwloc_own |= names_topology(s);
-        if (!ours_var(s, cnk))
+        if (!ours_var(s, preload))
             e[k++] = (char *)s;
     }
     static char buf[OURS][4200];
     int m = 0;
-    if (!cnk) {
+    if (preload) {
         snprintf(buf[m++], sizeof buf[0], "LD_PRELOAD=%s%s%s", j->k->client,
                  user_preload && *user_preload ? ":" : "", user_preload ? user_preload : "");
         snprintf(buf[m++], sizeof buf[0], "LATTICE_IO_FD=%d", procfd_num);  /* cnk hides the connection */
@@ -110,15 +127,18 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     static char async0[] = "MPIR_CVAR_ASYNC_PROGRESS=0", async1[] = "MPIR_CVAR_ASYNC_PROGRESS=1";
     if (progress != LAT_PROGRESS_UNSET)
         e[k++] = progress ? async1 : async0;
-    if (!ucx_devices) {     /* the job's own choice wins; else only the host's routed interfaces (netdev.c) */
+    if (!ucx_devices && sbx) {      /* in the sandbox: the node's one link, if the agent made one */
+        if (j->pers->sandbox.ifname)
+            snprintf(buf[m++], sizeof buf[0], "UCX_NET_DEVICES=%s", j->pers->sandbox.ifname);
+    } else if (!ucx_devices) {  /* the job's own choice wins; else only the host's routed interfaces (netdev.c) */
         char dev[256];
         netdev_default_routes(dev, sizeof dev);
         if (dev[0])
             snprintf(buf[m++], sizeof buf[0], "UCX_NET_DEVICES=%s", dev);
     }
     char topo[64];
-    if (!hwloc_own && topology_file(topo, sizeof topo)) {     /* topology.c */
-        snprintf(buf[m++], sizeof buf[0], "HWLOC_XMLFILE=%s", topo);
+    if (!hwloc_own && topology_file(topo, sizeof topo)) {     /* topology.c; bound into the sandbox */
+        snprintf(buf[m++], sizeof buf[0], "HWLOC_XMLFILE=%s", sbx ? SANDBOX_TOPOLOGY : topo);
         snprintf(buf[m++], sizeof buf[0], "HWLOC_THISSYSTEM=1");      /* binding works as on the host */
         /* the CPUs and memory this process may use: from the kernel, not the file */
         snprintf(buf[m++], sizeof buf[0], "HWLOC_THISSYSTEM_ALLOWED_RESOURCES=1");
@@ -173,6 +193,8 @@ static char **make_cnk_argv(struct job *j, const struct proc *p)
 #define CHILD_BIND_FAILED 0x20000
 /* and from here up: entering the job's container failed */
 #define CHILD_SEAL_FAILED 0x30000
+/* and from here up: entering the node sandbox failed */
+#define CHILD_SANDBOX_FAILED 0x40000
 static void child_fail(int errfd, int err) __attribute__((noreturn));
 static void child_fail(int errfd, int err)
 {
@@ -228,7 +250,7 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
 /* A job of root is root without capabilities (as its I/O worker on the I/O
  * node is, so the kernel lets the worker reach its memory): none held, none
  * in the bounding set, and SECBIT_NOROOT so that exec gives none back. */
-static int drop_capabilities(void)
+int drop_capabilities(void)
 {
     struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
     struct __user_cap_data_struct caps[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
@@ -260,16 +282,46 @@ static int seq_page(void)
     return hi;
 }
 
+/* The sandbox's middle process, once the program's process is forked: it
+ * ignores every signal it can, so that what reaches the process group
+ * (cnode's kill, a cancel) decides the program's end alone, and ends as the
+ * program ended: killed by the same signal (default action, no core), or
+ * with its exit code.  Async-signal-safe. */
+static void relay_end(pid_t kid) __attribute__((noreturn));
+static void relay_end(pid_t kid)
+{
+    syscall(SYS_close_range, 0, ~0u, 0);        /* the program's descriptors are the program's */
+    struct sigaction ign = { .sa_handler = SIG_IGN }, dfl = { .sa_handler = SIG_DFL };
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
+            sigaction(sig, &ign, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int st;
+    while (waitpid(kid, &st, 0) < 0)
+        if (errno != EINTR)
+            _exit(127);
+    if (!WIFSIGNALED(st))
+        _exit(WEXITSTATUS(st));
+    int sig = WTERMSIG(st);
+    struct rlimit none_core = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &none_core);
+    sigaction(sig, &dfl, NULL);
+    kill(getpid(), sig);
+    _exit(128 + sig);
+}
+
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
 static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
-                  char **argv, char **envp, pid_t parent, const cpu_set_t *cpus, size_t cpus_size)
+                  char **argv, char **envp, pid_t parent, const cpu_set_t *cpus, size_t cpus_size, int inside)
 {
-    int cnk = is_cnk(j);
+    int cnk = is_cnk(j), sbx = sandboxed(j);
     /* move what we keep above the slots we are about to fill */
-    int p = fcntl(procfd, F_DUPFD_CLOEXEC, 10), m = fcntl(j->memfd[pr->app], F_DUPFD_CLOEXEC, 10);
+    int p = sbx ? 0 : fcntl(procfd, F_DUPFD_CLOEXEC, 10), m = fcntl(j->memfd[pr->app], F_DUPFD_CLOEXEC, 10);
     int o = fcntl(outw, F_DUPFD_CLOEXEC, 10), e = fcntl(errw, F_DUPFD_CLOEXEC, 10);
     int f = fcntl(failw, F_DUPFD_CLOEXEC, 10), q = fcntl(pmifd, F_DUPFD_CLOEXEC, 10);
-    int r = cnk ? fcntl(pr->reportfd, F_DUPFD_CLOEXEC, 10) : seq_page();
+    int r = cnk ? fcntl(pr->reportfd, F_DUPFD_CLOEXEC, 10) : sbx ? 0 : seq_page();
     int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
@@ -277,21 +329,31 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
         child_fail(f, errno);
     /* the hello at once: ciod evicts the oldest connection still waiting for
      * one when silent peers flood it, so nothing slow goes before it */
-    proc_hello(j, pr, p, f, envp);
+    if (!sbx)
+        proc_hello(j, pr, p, f, envp);
     /* then, before anything of the job's runs, its container (container.c):
-     * joining a cgroup can take a while on a loaded host */
-    if (container_enter(&j->box, j->nj.uid == 0) < 0)
+     * joining a cgroup can take a while on a loaded host.  The sandbox
+     * mounts no cgroup file system at all: a job of root has none to write */
+    if ((inside ? container_entered : container_enter)(&j->box, j->nj.uid == 0 && !sbx) < 0)
         child_fail(f, CHILD_SEAL_FAILED + errno);
+    /* the node's namespaces, its file view, the working directory there */
+    if (sbx && sandbox_enter(&j->sb, fs_cwd(&j->fs)) < 0)
+        child_fail(f, CHILD_SANDBOX_FAILED + errno);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(p, CHILD_PROC_FD) < 0 ||
+    if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || (!sbx && dup2(p, CHILD_PROC_FD) < 0) ||
         dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0 || dup2(q, CHILD_PMI_FD) < 0)
         child_fail(f, errno);
     f = CHILD_ERR_FD;
     /* cnk: the report page (inherited), and cnk itself (close-on-exec) */
     if (cnk && (dup2(r, CHILD_REPORT_FD) < 0 || dup3(kfd, CHILD_KERNEL_FD, O_CLOEXEC) < 0))
         child_fail(f, errno);
-    if (!cnk && dup2(r, CHILD_SEQ_FD) < 0)     /* Linux mode: the seq page (seq_page) */
+    if (preloaded(j) && dup2(r, CHILD_SEQ_FD) < 0)     /* Linux mode: the seq page (seq_page) */
         child_fail(f, errno);
+    if (sbx) {      /* the slots of the connection and the seq page stay empty */
+        close(CHILD_PROC_FD);
+        close(CHILD_SEQ_FD);
+        close(CHILD_KERNEL_FD);
+    }
     if (syscall(SYS_close_range, CHILD_PMI_FD + 1, ~0u, 0) < 0)
         for (int fd = CHILD_PMI_FD + 1; fd < 1024; fd++)
             close(fd);
@@ -320,6 +382,20 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(127);
+    if (sbx) {      /* into the job's pid namespace: the program is our child */
+        sigset_t all;
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);   /* until each side has its dispositions */
+        pid_t kid = fork();
+        if (kid < 0)
+            child_fail(f, errno);
+        if (kid > 0)
+            relay_end(kid);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);       /* dies with its relay */
+        if (getppid() != 0)     /* the relay, outside the namespace, reads as 0; an orphan's parent is the holder */
+            _exit(127);
+    }
     if (cnk)
         fexecve(CHILD_KERNEL_FD, argv, envp);
     else
@@ -380,8 +456,9 @@ static const char *cpu_list(const struct proc *pr, char *buf, size_t len)
 static void launch(struct job *j, struct proc *pr)
 {
     int direct = pmi_connect(j, pr);    /* first: its hello is answered before the child's */
-    int procfd = relay_connect(j->pers->ciod, j->pers->key, 2.0);     /* sealed for it between hosts */
-    if (procfd < 0) {
+    /* sealed for it between hosts; none in the sandbox (its files go through the file client) */
+    int procfd = sandboxed(j) ? -2 : relay_connect(j->pers->ciod, j->pers->key, 2.0);
+    if (procfd == -1) {
         if (direct >= 0)
             close(direct);
         proc_failed(j, pr, errno, "cannot connect to the I/O node: %s", strerror(errno));
@@ -391,7 +468,8 @@ static void launch(struct job *j, struct proc *pr)
     int outp[2], errp[2], failp[2], pmip[2];
     if (pipe2(outp, O_CLOEXEC) < 0) {
         int e = errno;
-        close(procfd);
+        if (procfd >= 0)
+            close(procfd);
         if (direct >= 0)
             close(direct);
         proc_failed(j, pr, e, "pipe: %s", strerror(e));
@@ -400,7 +478,8 @@ static void launch(struct job *j, struct proc *pr)
     if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(failp, O_CLOEXEC) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pmip) < 0) {
         int e = errno;
-        close(procfd);
+        if (procfd >= 0)
+            close(procfd);
         if (direct >= 0)
             close(direct);
         close(outp[0]);
@@ -433,21 +512,23 @@ static void launch(struct job *j, struct proc *pr)
     cpu_set_t *cpus = cpu_mask(pr, &cpus_size);
     pid_t parent = getpid();
     errno = ENOMEM;
-    pid_t pid = envp && argv && (cpus || !pr->cpu) ? fork() : -1;
+    int inside = 0;     /* born in the job's container (container_fork) */
+    pid_t pid = envp && argv && (cpus || !pr->cpu) ? container_fork(&j->box, &inside) : -1;
     if (pid == 0)
-        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size);
+        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size, inside);
     int forkerr = errno;
     if (cpus)
         CPU_FREE(cpus);
     if (cnk)
         free(argv);
-    close(procfd);  /* the child has it; ciod sees EOF when the process ends */
+    if (procfd >= 0)
+        close(procfd);  /* the child has it; ciod sees EOF when the process ends */
     close(outp[1]);
     close(errp[1]);
     close(failp[1]);
     close(pmip[1]);
     for (char **e = envp; e && *e; e++)
-        if (ours_var(*e, cnk))
+        if (ours_var(*e, preloaded(j)))
             free(*e);
     free(envp);
     if (pid < 0) {
@@ -474,7 +555,10 @@ static void launch(struct job *j, struct proc *pr)
     if (n == (ssize_t)sizeof err) {
         waitpid(pid, NULL, 0);
         pr->exited = 1;
-        if (err >= CHILD_SEAL_FAILED)
+        if (err >= CHILD_SANDBOX_FAILED)
+            proc_failed(j, pr, err - CHILD_SANDBOX_FAILED, "cannot enter the node sandbox: %s; run the job with --no-sandbox",
+                        strerror(err - CHILD_SANDBOX_FAILED));
+        else if (err >= CHILD_SEAL_FAILED)
             proc_failed(j, pr, err - CHILD_SEAL_FAILED, "cannot enter the job's container %s: %s", j->box.path,
                         strerror(err - CHILD_SEAL_FAILED));
         else if (err >= CHILD_BIND_FAILED) {
@@ -495,6 +579,17 @@ static void launch(struct job *j, struct proc *pr)
     }
     if (pr->pidfd < 0)
         say("warning: pidfd_open: %s; polling for the child's exit", strerror(errno));
+}
+
+/* Does the service node name the job's file trees (LATTICE_FS_TREES)?  A
+ * sandboxed job without (from a bare control client) has none: no file
+ * client, its processes start in /. */
+static int has_trees(const struct job *j)
+{
+    for (char **e = j->env; e && *e; e++)
+        if (!strncmp(*e, "LATTICE_FS_TREES=", 17))
+            return 1;
+    return 0;
 }
 
 void launch_start(struct job *j, const struct msg *m)
@@ -520,6 +615,15 @@ void launch_start(struct job *j, const struct msg *m)
     char why[512];
     if (container_open(&j->box, j->nj.job, j->pers->location, why, sizeof why) < 0 && container_required()) {
         launch_failed(j, EPERM, "cannot seal the job in a container: %s", why);
+        return;
+    }
+    /* the node sandbox: its file client first (fs.c), then its holder */
+    if (sandboxed(j) && has_trees(j) && fs_start(&j->fs, j, why, sizeof why) < 0) {
+        launch_failed(j, EIO, "cannot give the job its files: %s", why);
+        return;
+    }
+    if (sandboxed(j) && sandbox_start(&j->sb, j, j->fs.pid > 0 ? &j->fs : NULL, why, sizeof why) < 0) {
+        launch_failed(j, EPERM, "%s", why);
         return;
     }
     j->state = RUNNING;

@@ -200,6 +200,20 @@ static void load_personality(const char *file, struct personality *p)
                 *c = '_';
         p->container = strdup(name);
     }
+    json_t *sb = json_object_get(o, "sandbox");
+    if (sb && !json_is_object(sb))
+        bad_field(file, "sandbox", "an object");
+    if (sb) {       /* made by the host agent for the node sandbox (sandbox.c) */
+        p->sandbox.netns = dup_string(sb, "netns", 0, file);
+        p->sandbox.shm = dup_string(sb, "shm", 0, file);
+        p->sandbox.ifname = dup_string(sb, "ifname", 0, file);
+        p->sandbox.address = dup_string(sb, "address", 0, file);
+        p->sandbox.gateway = dup_string(sb, "gateway", 0, file);
+        if ((p->sandbox.netns && p->sandbox.netns[0] != '/') || (p->sandbox.shm && p->sandbox.shm[0] != '/'))
+            bad_field(file, "sandbox", "an object whose \"netns\" and \"shm\" are absolute paths");
+        if (p->sandbox.ifname && (!p->sandbox.ifname[0] || strlen(p->sandbox.ifname) >= 16 || strchr(p->sandbox.ifname, ',')))
+            bad_field(file, "sandbox", "an object whose \"ifname\" is a network interface name");
+    }
     personality_env(o, p, file);
     json_decref(o);
 }

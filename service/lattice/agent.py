@@ -28,9 +28,14 @@ on a command line, in an environment or on a shared file system.  Then it:
   exits;
 - before it starts the daemons and after they have ended, it sweeps the
   block's job containers (lattice.container): whatever a cnode killed
-  outright left there is killed, and the cgroups removed.
+  outright left there is killed, and the cgroups removed;
+- before it starts the cnodes it makes the block's network and /dev/shm on
+  this host (lattice.blocknet: the I/O node's namespace, one per compute
+  node, the firewall), named in each personality's "sandbox" object, and
+  removes them after the daemons have ended (a "warning" report, and no
+  "sandbox" object, where it cannot: not root, no ip or nft).
 
-Reports are JSON lines: {"host", "event": "listening"|"progress"|"ready"|"error"|"exited"|"swept"|"stopping"|
+Reports are JSON lines: {"host", "event": "listening"|"progress"|"ready"|"error"|"exited"|"swept"|"warning"|"stopping"|
 "channel-closed"|"done", ...}; "progress" (compute nodes up, daemons started) at most every
 PROGRESS_EVERY seconds while something moves, so the booter cuts off a boot that stalls, not one
 that is slow (lattice.boot).
@@ -60,6 +65,8 @@ from lattice.errors import LatticeError
 
 if TYPE_CHECKING:
     import threading
+
+    from lattice import blocknet
 
 STOP_GRACE = 2.0        # seconds between SIGTERM and SIGKILL when the agent ends its daemons
 STOP_STALL = 60.0       # after SIGKILL, how long the agent waits for daemons that do not die (D state)
@@ -199,6 +206,7 @@ class Agent:
         from lattice import container
         self.container = container.name(str(spec["block"]), self.dir)   # the block's cgroups (cnode's "container")
         self.channel: Channel | None = None
+        self.net: blocknet.Net | None = None          # the block's network and /dev/shm here (lattice.blocknet)
         self.up = 0                                   # compute nodes connected to this host's ciods
         self.said_progress = time.monotonic()
         self.last_progress: dict[str, Any] = {}
@@ -267,6 +275,12 @@ class Agent:
         spec, prefix = self.spec, Path(self.spec["prefix"])
         keyfile, cnk = self.prepare()
         self.sweep_containers()
+        nodes = [n["index"] for ps in self.psets for n in ps["nodes"]]
+        if nodes:
+            from lattice import blocknet
+            hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block ("hosts": ours)
+            self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
+                                     lambda m: say(self.host, "warning", message=m))
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
         started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)
@@ -300,8 +314,8 @@ class Agent:
                 sock = spec["ciod_addresses"][str(p)]
             for node in ps["nodes"]:
                 i = node["index"]
-                text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock,
-                                   "container": self.container}, indent=1).encode()
+                text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock, "container": self.container,
+                                   **({"sandbox": self.net.sandbox(i)} if self.net else {})}, indent=1).encode()
                 if self.on_disk:
                     pfile, stdin = str(self.dir / f"node-{i}.json"), None
                     private_file(Path(pfile), text)
@@ -479,6 +493,11 @@ class Agent:
             if not self.daemons:
                 break
         self.sweep_containers()
+        if self.net is not None:        # after the daemons: nothing of the block is in its namespaces now
+            problems = self.net.down()
+            self.net = None
+            if problems:
+                say(self.host, "swept", problems=problems)
 
     def forget_secrets(self) -> None:
         for f in [self.dir / "key", *self.dir.glob("node-*.json")]:
@@ -592,7 +611,8 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
                               for p in addresses},
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
-        seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4)},
+        seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4),
+                 **({"network": round(a.net.seconds, 4)} if a.net else {})},
         **({"capacity": a.limits()} if spec.get("report_cores") else {}),
         **({"cores": cores} if joined(learning) and cores else {}))
     why = a.await_commit()

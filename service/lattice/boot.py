@@ -532,6 +532,8 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
             ras.record(con, "WARNING", "MMCS", name, f"block {name} was Free, yet {n} of its daemons ran on this "
                                                      f"host: killed")
             print(f"lattice: block {name}: killed {n} daemon{'s' if n > 1 else ''} left running", file=sys.stderr)
+        from lattice import blocknet            # the network an agent killed outright left (lattice.blocknet)
+        blocknet.sweep_after_free()
         return
     clean = b.state == "Initialized"
     blocks.set_state(con, name, "Terminating", why,
@@ -548,6 +550,8 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
             except (LatticeError, OSError, TypeError):
                 pass  # dead or never started: killed below
     kill_daemons(con, name, sweep=not clean)    # a block that was not up as recorded may have unrecorded daemons
+    from lattice import blocknet            # the network an agent killed outright left (lattice.blocknet)
+    blocknet.sweep_after_free()
     from lattice import hugepages            # the pages the block's jobs touched, if it kept them
     for problem in hugepages.forget(hugepages.book_dir(), hugepages.block_entry(machine.home(), name)):
         print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)

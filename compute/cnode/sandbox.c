@@ -1,0 +1,483 @@
+/*
+ * sandbox.c - the node sandbox of a Linux-mode job (sandbox.h;
+ * docs/architecture.md, "Linux nodes: the sandbox").
+ *
+ * The holder is cloned by cnode with new mount, pid, IPC and UTS
+ * namespaces; it joins the node's network namespace (the personality's
+ * "sandbox"."netns", made by the host agent) or, without one, gets a new
+ * one with only loopback.  As pid 1 of the job's pid namespace it builds
+ * the node's file view:
+ *
+ *   /                  a tmpfs, read-only once built
+ *   /usr /bin /sbin /lib* /etc /opt   the host's, bound read-only, nosuid,
+ *                      nodev (symlinks such as /bin -> usr/bin kept as links)
+ *   /proc              its own, for the new pid namespace; /proc/sys and the
+ *                      other files a root job could write, read-only
+ *   /sys               a new sysfs, read-only (this network namespace's devices)
+ *   /dev               a read-only tmpfs: null zero full random urandom tty
+ *                      bound from the host, fd/std* links, its own devpts
+ *   /dev/shm           the block's shared directory on this host (personality
+ *                      "sandbox"."shm") or else a tmpfs of the job's
+ *   /tmp               a tmpfs of the node and job (1777)
+ *   /run/lattice-hwloc.xml  the host's topology for hwloc (topology.c), if any
+ *   the job's trees    mounted by the file client's fs_mount (fs.h)
+ *
+ * assembled on a tmpfs mounted over /tmp of the holder's own (private) mount
+ * namespace, then pivot_root into it with the old root detached: nothing
+ * else of the host's files, no socket, key or machine directory remains
+ * reachable.  Every mount is private: nothing propagates to the host, and
+ * everything goes with the namespace when its last process ends.
+ *
+ * The holder then waits, reaping the processes orphaned in its namespace,
+ * until it is killed with the job's container.  When pid 1 of a pid
+ * namespace ends the kernel kills every other process in it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "sandbox.h"
+#include "fs.h"
+
+#define NS_FLAGS (CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
+#define STAGE "/tmp"    /* where the new root is assembled, in the holder's own mount namespace */
+
+/* clone3's arguments, up to CLONE_ARGS_SIZE_VER2 (linux/sched.h clashes with sched.h) */
+struct clone_args2 {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    uint64_t set_tid, set_tid_size, cgroup;
+};
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+/* The system trees bound read-only; those the host lacks are skipped. */
+static const char *const system_dirs[] = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt" };
+/* Device nodes bound from the host. */
+static const char *const devices[] = { "null", "zero", "full", "random", "urandom", "tty" };
+/* In /proc, what a root job (root without capabilities, launch.c) could still
+ * write as the files' owner: the sysctls (kernel.core_pattern runs a program
+ * as the host's root), the sysrq trigger, IRQ affinities, buses. */
+static const char *const proc_readonly[] = { "sys", "sysrq-trigger", "irq", "bus", "fs" };
+
+/* ---- in the holder ---- */
+
+/* The step that failed and its errno, for the line cnode reports. */
+static void fail(int status, const char *what, const char *path) __attribute__((noreturn));
+static void fail(int status, const char *what, const char *path)
+{
+    char msg[512];
+    int e = errno;
+    int n = snprintf(msg, sizeof msg, "%s%s%s: %s", what, path ? " " : "", path ? path : "", strerror(e));
+    if (n > 0)
+        (void)!write(status, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    _exit(1);
+}
+
+static void at(char *out, size_t len, const char *dir, const char *name)
+{
+    snprintf(out, len, "%s/%s", dir, name);
+}
+
+/* A mount point for a file (a bind of a file needs a file there). */
+static int touch(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* mount_setattr on path and everything below it; MS_REMOUNT where the kernel lacks it. */
+static int restrict_tree(const char *path, uint64_t attr, unsigned long msflags)
+{
+    struct mount_attr a = { .attr_set = attr };
+    if (mount_setattr(AT_FDCWD, path, AT_RECURSIVE, &a, sizeof a) == 0)
+        return 0;
+    if (errno != ENOSYS)
+        return -1;
+    return mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | msflags, NULL);
+}
+
+static void bind_system(int status, const char *root)
+{
+    char src[64], dst[256], link[256];
+    for (size_t i = 0; i < sizeof system_dirs / sizeof system_dirs[0]; i++) {
+        struct stat st;
+        snprintf(src, sizeof src, "/%s", system_dirs[i]);
+        at(dst, sizeof dst, root, system_dirs[i]);
+        if (lstat(src, &st) < 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {      /* /bin -> usr/bin: the same link */
+            ssize_t n = readlink(src, link, sizeof link - 1);
+            if (n < 0)
+                fail(status, "readlink", src);
+            link[n] = '\0';
+            if (symlink(link, dst) < 0)
+                fail(status, "symlink", dst);
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode))
+            continue;
+        if (mkdir(dst, 0755) < 0 || mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            restrict_tree(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                          MS_RDONLY | MS_NOSUID | MS_NODEV) < 0)
+            fail(status, "cannot bind read-only", src);
+    }
+}
+
+/* A bind of src (a path or /proc/self/fd/N) at dst, read-only unless rw. */
+static void bind_one(int status, const char *src, const char *dst, int rw)
+{
+    if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+        fail(status, "cannot bind", dst);
+    if (!rw && mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        fail(status, "cannot make read-only", dst);
+}
+
+static void make_dev(int status, const char *root, int shmfd)
+{
+    char dev[256], p[320];
+    at(dev, sizeof dev, root, "dev");
+    if (mkdir(dev, 0755) < 0 ||
+        mount("lattice-dev", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") < 0)
+        fail(status, "cannot mount a tmpfs on", "/dev");
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "/dev/%s", devices[i]);
+        at(p, sizeof p, dev, devices[i]);
+        if (access(src, F_OK) < 0)
+            continue;
+        if (touch(p) < 0 || mount(src, p, NULL, MS_BIND, NULL) < 0)
+            fail(status, "cannot bind", src);
+    }
+    static const char *const links[][2] = { { "fd", "/proc/self/fd" }, { "stdin", "/proc/self/fd/0" },
+                                            { "stdout", "/proc/self/fd/1" }, { "stderr", "/proc/self/fd/2" },
+                                            { "ptmx", "pts/ptmx" } };
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        at(p, sizeof p, dev, links[i][0]);
+        if (symlink(links[i][1], p) < 0)
+            fail(status, "symlink", p);
+    }
+    at(p, sizeof p, dev, "pts");    /* a devpts of its own: the host's terminals stay out */
+    if (mkdir(p, 0755) < 0 || mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+        fail(status, "cannot mount devpts on", "/dev/pts");
+    at(p, sizeof p, dev, "shm");
+    if (mkdir(p, 01777) < 0)
+        fail(status, "mkdir", p);
+    if (shmfd >= 0) {               /* the block's, shared by its nodes on this host */
+        char src[64];
+        snprintf(src, sizeof src, "/proc/self/fd/%d", shmfd);
+        if (mount(src, p, NULL, MS_BIND, NULL) < 0 ||
+            mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+            fail(status, "cannot bind the block's shared memory directory on", "/dev/shm");
+    } else if (mount("lattice-shm", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+        fail(status, "cannot mount a tmpfs on", "/dev/shm");
+    /* nothing more is made in /dev: read-only (the binds below keep their own flags) */
+    if (mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+        fail(status, "cannot make read-only", "/dev");
+}
+
+static void make_proc_sys(int status, const char *root)
+{
+    char p[256], q[320];
+    at(p, sizeof p, root, "proc");
+    if (mkdir(p, 0555) < 0 || mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        fail(status, "cannot mount", "/proc");
+    for (size_t i = 0; i < sizeof proc_readonly / sizeof proc_readonly[0]; i++) {
+        at(q, sizeof q, p, proc_readonly[i]);
+        if (access(q, F_OK) == 0)
+            bind_one(status, q, q, 0);
+    }
+    at(p, sizeof p, root, "sys");
+    if (mkdir(p, 0555) < 0 || mount("sysfs", p, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        fail(status, "cannot mount", "/sys");
+}
+
+static void make_tmp_run(int status, const char *root, uint64_t memory, int topofd)
+{
+    char p[256], opts[64];
+    at(p, sizeof p, root, "tmp");
+    snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long)memory);
+    if (mkdir(p, 01777) < 0 || mount("lattice-tmp", p, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        fail(status, "cannot mount a tmpfs on", "/tmp");
+    at(p, sizeof p, root, "run");
+    if (mkdir(p, 0755) < 0)
+        fail(status, "mkdir", p);
+    if (topofd >= 0) {
+        char src[64];
+        snprintf(src, sizeof src, "/proc/self/fd/%d", topofd);
+        at(p, sizeof p, root, SANDBOX_TOPOLOGY + 1);
+        if (touch(p) < 0)
+            fail(status, "cannot make", p);
+        bind_one(status, src, p, 0);
+    }
+}
+
+/* Loopback up in a network namespace of our own (the host agent configured
+ * a node's link itself). */
+static void loopback_up(int status)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr = { 0 };
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        fail(status, "cannot reach the loopback device", NULL);
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        fail(status, "cannot bring up the loopback device", NULL);
+    close(s);
+}
+
+/* The node's pid 1 as its processes see it, not cnode's command line (it
+ * names the machine directory): our copy of the arguments' memory, which
+ * /proc/PID/cmdline shows (/proc/self/stat fields 48-49), overwritten. */
+static void rename_self(void)
+{
+    static const char name[] = "lattice-node-holder";
+    prctl(PR_SET_NAME, name);
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long start = 0, end = 0;
+    for (int field = 2; p && field < 49; field++) {     /* p at the end of field `field` */
+        p = strchr(p + 1, ' ');
+        if (p && field + 1 == 48)
+            start = strtoul(p + 1, NULL, 10);
+        if (p && field + 1 == 49)
+            end = strtoul(p + 1, NULL, 10);
+    }
+    if (start && end > start + sizeof name) {
+        memset((void *)start, 0, end - start);
+        memcpy((void *)start, name, sizeof name);
+    }
+}
+
+/* pid 1 of the job's pid namespace: reap whoever ends in it, until killed. */
+static void hold(void) __attribute__((noreturn));
+static void hold(void)
+{
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    for (;;) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        sigwaitinfo(&chld, NULL);
+    }
+}
+
+struct holder_args {
+    const struct job *j;
+    struct fs *fs;      /* the job's file client, or NULL */
+    int status;         /* write end: an error line, or closed (exec-less CLOEXEC: we close it) when ready */
+    int netns, cnode;
+    int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
+};
+
+static void holder(const struct holder_args *a) __attribute__((noreturn));
+static void holder(const struct holder_args *a)
+{
+    int status = a->status;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* cnode gone before that took effect: nobody would kill us */
+    struct pollfd pfd = { .fd = a->cnode, .events = POLLIN };
+    if (poll(&pfd, 1, 0) != 0)
+        _exit(1);
+    prctl(PR_SET_DUMPABLE, 0);
+    rename_self();
+    /* a copy of cnode's memory: not the block key */
+    explicit_bzero((void *)a->j->pers->key, sizeof a->j->pers->key);
+    if ((a->in_box ? container_entered : container_enter)(&a->j->box, 0) < 0)
+        fail(status, "cannot enter the job's container", a->j->box.path);
+    if (a->netns >= 0 && setns(a->netns, CLONE_NEWNET) < 0)
+        fail(status, "cannot enter the node's network namespace", a->j->pers->sandbox.netns);
+    if (a->netns < 0)
+        loopback_up(status);
+    const char *host = a->j->pers->location;
+    if (sethostname(host, strlen(host)) < 0)
+        fail(status, "sethostname", host);
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        fail(status, "cannot make the mounts private", NULL);
+    /* sources that may be under STAGE: held before it is covered (opened in
+     * this mount namespace: a bind's source must be in the caller's) */
+    int shm = -1, topo = -1;
+    const char *shm_dir = a->j->pers->sandbox.shm;
+    if (shm_dir && (shm = open(shm_dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        fail(status, "cannot open the block's shared memory directory", shm_dir);
+    char tp[64];
+    if (topology_file(tp, sizeof tp))
+        topo = open(tp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (mount("lattice-node", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
+        fail(status, "cannot mount the node's root tmpfs on", STAGE);
+    bind_system(status, STAGE);
+    make_dev(status, STAGE, shm);
+    make_proc_sys(status, STAGE);
+    make_tmp_run(status, STAGE, a->j->pers->memory, topo);
+    char why[512];      /* the job's trees at their own paths, over the node's /tmp too */
+    if (a->fs && fs_mount(a->fs, STAGE, why, sizeof why) < 0) {
+        (void)!write(status, why, strnlen(why, sizeof why));
+        _exit(1);
+    }
+    /* into it; the old root stacked over it and then detached */
+    if (chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
+        fail(status, "pivot_root", STAGE);
+    if (umount2(".", MNT_DETACH) < 0)
+        fail(status, "cannot detach the host's root", NULL);
+    if (chdir("/") < 0 || mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        fail(status, "cannot make read-only", "/");
+    /* nothing of cnode's: its connection, the job's descriptors, the status pipe last */
+    syscall(SYS_close_range, 0, ~0u, 0);
+    hold();
+}
+
+/* ---- in cnode ---- */
+
+/* The holder's error line, or "" once it closed the pipe ready. */
+static int read_status(int fd, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, len - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == len - 1)
+            break;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
+static void closefd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *why, size_t len)
+{
+    const struct personality *pers = j->pers;
+    struct holder_args a = { .j = j, .fs = fs, .status = -1, .netns = -1, .cnode = -1 };
+    int pipefd[2] = { -1, -1 };
+    *sb = (struct sandbox)SANDBOX_NONE;
+    if (geteuid() != 0) {
+        snprintf(why, len, "cannot make the node sandbox: cnode runs as uid %u, not root (namespaces and mounts "
+                 "need CAP_SYS_ADMIN); run the job with --no-sandbox", (unsigned)geteuid());
+        return -1;
+    }
+    const char *what = NULL, *path = NULL;
+    if (pers->sandbox.netns && (a.netns = open(pers->sandbox.netns, O_RDONLY | O_CLOEXEC)) < 0)
+        what = "cannot open the node's network namespace", path = pers->sandbox.netns;
+    else if ((a.cnode = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0)
+        what = "pidfd_open";
+    else if (pipe2(pipefd, O_CLOEXEC) < 0)
+        what = "pipe";
+    pid_t pid = -1;
+    int pidfd = -1;
+    if (!what) {
+        a.status = pipefd[1];
+        struct clone_args2 ca = { .flags = NS_FLAGS | (a.netns < 0 ? CLONE_NEWNET : 0) | CLONE_PIDFD,
+                                  .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
+        int box = container_clone_fd(&j->box);
+        if (box >= 0) {         /* born in the job's container; else it moves itself there */
+            ca.flags |= CLONE_INTO_CGROUP;
+            ca.cgroup = (uint64_t)box;
+        }
+        a.in_box = box >= 0;
+        pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0 && box >= 0) {
+            ca.flags &= ~CLONE_INTO_CGROUP;
+            a.in_box = 0;
+            pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+        }
+        if (pid == 0)
+            holder(&a);
+        if (box >= 0)
+            close(box);
+        if (pid < 0)
+            what = "cannot create the holder (clone3 with new namespaces)";
+    }
+    int e = errno;
+    closefd(&a.netns);
+    closefd(&a.cnode);
+    closefd(&pipefd[1]);
+    if (what) {
+        closefd(&pipefd[0]);
+        snprintf(why, len, "cannot make the node sandbox: %s%s%s: %s; run the job with --no-sandbox", what,
+                 path ? " " : "", path ? path : "", strerror(e));
+        return -1;
+    }
+    char msg[512];
+    int n = read_status(pipefd[0], msg, sizeof msg);
+    closefd(&pipefd[0]);
+    sb->pid = pid;
+    sb->pidfd = pidfd;
+    if (n > 0) {
+        sandbox_stop(sb);
+        snprintf(why, len, "cannot make the node sandbox: %s; run the job with --no-sandbox", msg);
+        return -1;
+    }
+    /* the pipe closed without a word: ready, or dead before it said why */
+    siginfo_t si = { 0 };
+    if (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0) {
+        sandbox_stop(sb);
+        snprintf(why, len, "cannot make the node sandbox: its holder ended while it was being made; "
+                 "run the job with --no-sandbox");
+        return -1;
+    }
+    return 0;
+}
+
+int sandbox_enter(const struct sandbox *sb, const char *cwd)
+{
+    if (setns(sb->pidfd, NS_FLAGS | CLONE_NEWNET) < 0)
+        return -1;
+    return chdir(cwd && *cwd ? cwd : "/");
+}
+
+void sandbox_stop(struct sandbox *sb)
+{
+    if (sb->pid > 0 && sb->pidfd >= 0) {
+        /* its end is waited for here, on its pidfd, not by the container's
+         * "populated 0" event (the kernel sends those 10 ms apart at most);
+         * bounded, in case it is stuck where SIGKILL waits (then the
+         * container's seal reports it) */
+        syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+        struct pollfd pfd = { .fd = sb->pidfd, .events = POLLIN };
+        while (poll(&pfd, 1, 30000) < 0 && errno == EINTR)
+            ;
+    }
+    if (sb->pid > 0 && waitpid(sb->pid, NULL, WNOHANG) == 0)
+        say("warning: the node sandbox's holder (pid %d) did not end on SIGKILL", (int)sb->pid);
+    closefd(&sb->pidfd);
+    sb->pid = 0;
+}
