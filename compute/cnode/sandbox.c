@@ -490,6 +490,27 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
     return 0;
 }
 
+int sandbox_pid_ending(pid_t pid, int pidfd)
+{
+    struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+    if (pid <= 0 || pidfd < 0 || poll(&pfd, 1, 0) != 0)
+        return pid > 0 && pidfd >= 0;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "pid (comm) state ppid pgrp session tty tpgid flags ...": flags is the 7th after the comm */
+    char *p = strrchr(buf, ')');
+    for (int field = 0; p && field < 7; field++)
+        p = strchr(p + 1, ' ');
+    return p && (strtoul(p + 1, NULL, 10) & 0x4) != 0;     /* PF_EXITING */
+}
+
 int sandbox_enter(const struct sandbox *sb, const char *cwd)
 {
     if (setns(sb->pidfd, NS_FLAGS | CLONE_NEWNET) < 0)
