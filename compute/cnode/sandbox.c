@@ -327,8 +327,9 @@ static void hold(void)
 struct holder_args {
     const struct job *j;
     struct fs *fs;      /* the job's file client, or NULL */
-    int status;         /* write end: an error line, or closed (exec-less CLOEXEC: we close it) when ready */
-    int netns, cnode;
+    int status;         /* the pipe's write end: an error line on it, or closed when the view is ready */
+    int netns;          /* the node's network namespace, or -1 (a new one of loopback alone) */
+    int cnode;          /* cnode's pidfd: whether it died before our parent-death signal was set */
     int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
 };
 
