@@ -496,8 +496,35 @@ static void on_pmi_reply(struct job *j, const struct msg *m)
     }
 }
 
+static void node_lost_part(struct job *j, const char *why);
+static const char *ended_how(int pidfd, const char *what, char *buf, size_t len);
+
+/* In the sandbox: has what its processes need ended (or begun to)?  Then
+ * why, else NULL. */
+static const char *sandbox_broken(const struct job *j, char *buf, size_t len)
+{
+    /* the holder first: its end unmounts the file client's file system, which ends lattice-fs too */
+    static const char *const what[2] = { "the node sandbox's holder died", "the node's file client (lattice-fs) died" };
+    const int fd[2] = { j->sb.pidfd, j->fs.pidfd };
+    const pid_t pid[2] = { j->sb.pid, j->fs.pid };
+    for (int i = 0; i < 2; i++)
+        if (sandbox_pid_ending(pid[i], fd[i])) {
+            /* on its way out: its end (how) follows at once; bounded, as a guard */
+            struct pollfd pfd = { .fd = fd[i], .events = POLLIN };
+            while (poll(&pfd, 1, 5000) < 0 && errno == EINTR)
+                ;
+            return ended_how(fd[i], what[i], buf, len);
+        }
+    return NULL;
+}
+
 static void finish(struct job *j, struct proc *p)
 {
+    char broken[160];
+    if (sandboxed(j) && sandbox_broken(j, broken, sizeof broken)) {
+        node_lost_part(j, broken);      /* this process ended because of it: all of them go */
+        return;
+    }
     if (j->left == 1)
         job_seal(j);    /* the last process: what it left behind goes before its pipes are drained */
     /* drain what the process wrote before it ended, to EOF (bounded, in case
@@ -608,14 +635,10 @@ void job_events(struct job *j, const struct pollfd *pfd, int n)
     if (j->state != RUNNING)
         return;
     for (int i = 0; i < n; i++) {
-        if (pfd[i].revents && pfd[i].fd == j->fs.pidfd) {
-            char why[160];
-            node_lost_part(j, ended_how(j->fs.pidfd, "the node's file client (lattice-fs) died", why, sizeof why));
-            return;
-        }
-        if (pfd[i].revents && pfd[i].fd == j->sb.pidfd) {
-            char why[160];
-            node_lost_part(j, ended_how(j->sb.pidfd, "the node sandbox's holder died", why, sizeof why));
+        char why[160];
+        if (pfd[i].revents && (pfd[i].fd == j->sb.pidfd || pfd[i].fd == j->fs.pidfd) &&
+            sandbox_broken(j, why, sizeof why)) {
+            node_lost_part(j, why);
             return;
         }
     }

@@ -20,6 +20,8 @@
  *                      "sandbox"."shm") or else a tmpfs of the job's
  *   /tmp               a tmpfs of the node and job (1777)
  *   /run/lattice-hwloc.xml  the host's topology for hwloc (topology.c), if any
+ *   Lattice's libraries     the preload client's directory (libpmi.so for Open
+ *                      MPI's pmix/flux), read-only at its host path
  *   the job's trees    mounted by the file client's fs_mount (fs.h)
  *
  * assembled on a tmpfs mounted over /tmp of the holder's own (private) mount
@@ -232,6 +234,36 @@ static void make_tmp_run(int status, const char *root, uint64_t memory, int topo
     }
 }
 
+/* Lattice's own libraries (the directory of the preload client: libpmi.so,
+ * which Open MPI's pmix/flux loads, liblatpers) at their host path,
+ * read-only, unless the system tree shows them already. */
+static void bind_lattice_libs(int status, const char *root, const char *client)
+{
+    char dir[512], dst[1024];
+    snprintf(dir, sizeof dir, "%s", client);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return;
+    *slash = '\0';
+    snprintf(dst, sizeof dst, "%s%s", root, dir);
+    if (access(dst, F_OK) == 0)
+        return;
+    for (char *c = dst + strlen(root) + 1;; c++) {      /* mkdir -p in the root tmpfs */
+        if (*c != '/' && *c)
+            continue;
+        char keep = *c;
+        *c = '\0';
+        if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+            fail(status, "mkdir", dst);
+        *c = keep;
+        if (!keep)
+            break;
+    }
+    if (mount(dir, dst, NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        fail(status, "cannot bind read-only", dir);
+}
+
 /* Loopback up in a network namespace of our own (the host agent configured
  * a node's link itself). */
 static void loopback_up(int status)
@@ -295,8 +327,9 @@ static void hold(void)
 struct holder_args {
     const struct job *j;
     struct fs *fs;      /* the job's file client, or NULL */
-    int status;         /* write end: an error line, or closed (exec-less CLOEXEC: we close it) when ready */
-    int netns, cnode;
+    int status;         /* the pipe's write end: an error line on it, or closed when the view is ready */
+    int netns;          /* the node's network namespace, or -1 (a new one of loopback alone) */
+    int cnode;          /* cnode's pidfd: whether it died before our parent-death signal was set */
     int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
 };
 
@@ -310,7 +343,6 @@ static void holder(const struct holder_args *a)
     if (poll(&pfd, 1, 0) != 0)
         _exit(1);
     prctl(PR_SET_DUMPABLE, 0);
-    rename_self();
     /* a copy of cnode's memory: not the block key */
     explicit_bzero((void *)a->j->pers->key, sizeof a->j->pers->key);
     if ((a->in_box ? container_entered : container_enter)(&a->j->box, 0) < 0)
@@ -339,6 +371,7 @@ static void holder(const struct holder_args *a)
     make_dev(status, STAGE, shm);
     make_proc_sys(status, STAGE);
     make_tmp_run(status, STAGE, a->j->pers->memory, topo);
+    bind_lattice_libs(status, STAGE, a->j->k->client);
     char why[512];      /* the job's trees at their own paths, over the node's /tmp too */
     if (a->fs && fs_mount(a->fs, STAGE, why, sizeof why) < 0) {
         (void)!write(status, why, strnlen(why, sizeof why));
@@ -351,6 +384,7 @@ static void holder(const struct holder_args *a)
         fail(status, "cannot detach the host's root", NULL);
     if (chdir("/") < 0 || mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
         fail(status, "cannot make read-only", "/");
+    rename_self();      /* last: cnode's arguments (the client's path) are needed until here */
     /* nothing of cnode's: its connection, the job's descriptors, the status pipe last */
     syscall(SYS_close_range, 0, ~0u, 0);
     hold();
@@ -455,6 +489,27 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
         return -1;
     }
     return 0;
+}
+
+int sandbox_pid_ending(pid_t pid, int pidfd)
+{
+    struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+    if (pid <= 0 || pidfd < 0 || poll(&pfd, 1, 0) != 0)
+        return pid > 0 && pidfd >= 0;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "pid (comm) state ppid pgrp session tty tpgid flags ...": flags is the 7th after the comm */
+    char *p = strrchr(buf, ')');
+    for (int field = 0; p && field < 7; field++)
+        p = strchr(p + 1, ' ');
+    return p && (strtoul(p + 1, NULL, 10) & 0x4) != 0;     /* PF_EXITING */
 }
 
 int sandbox_enter(const struct sandbox *sb, const char *cwd)

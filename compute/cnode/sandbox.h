@@ -42,6 +42,13 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
  * 0, or -1 with errno. */
 int sandbox_enter(const struct sandbox *sb, const char *cwd);
 
+/* Has the process (a child of cnode's: its pid cannot be reused) ended or
+ * begun to (in the kernel's exit path, PF_EXITING)?  The holder's death
+ * kills its namespace's processes before its own end is seen on its
+ * pidfd, lattice-fs's breaks their files before: job.c asks this before it
+ * reports how a process ended. */
+int sandbox_pid_ending(pid_t pid, int pidfd);
+
 /* At job end, after its container was killed: the holder killed (if it
  * still lives) and reaped.  Safe on a sandbox that never started. */
 void sandbox_stop(struct sandbox *sb);

@@ -41,7 +41,8 @@ NS_KINDS = ("mnt", "pid", "net", "ipc", "uts")
 NODE_MOUNTS = {"/", "/usr", "/etc", "/opt", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
                "/dev", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
                "/dev/pts", "/dev/shm", "/proc", "/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs",
-               "/proc/sysrq-trigger", "/sys", "/tmp", "/run/lattice-hwloc.xml"}
+               "/proc/sysrq-trigger", "/sys", "/tmp", "/run/lattice-hwloc.xml",
+               str(ROOT / "build" / "lib")}       # Lattice's libraries (libpmi.so), read-only
 
 
 @pytest.fixture(scope="module")
@@ -228,9 +229,10 @@ def start_waiting(m: Machine, probe: str, cwd: str) -> tuple[subprocess.Popen[st
 def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_path: Path, probe: str,
                                                              cwd: str) -> None:
     """Holders, their namespaces and the node mounts are counted before and
-    after: a job that ends by itself, a cancelled one, one whose cnode is
-    killed outright (SIGKILL) and `lattice free` each leave the count as it
-    was, and no namespace a holder had is left anywhere on the host."""
+    after: a cancelled job, one whose cnode is killed outright (SIGKILL) and
+    `lattice free` each leave the count as it was, and no namespace a holder
+    made is left anywhere on the host (the node's network namespace, the
+    host agent's when it made a block network, goes at `lattice free`)."""
     with machine(tmp_path) as m:
         before = census(m)
         assert before[0] == [] and before[1] == [] and before[2] == [], before
@@ -239,18 +241,21 @@ def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_pa
         gone = namespaces(held)
         assert len(gone) == 2 * len(NS_KINDS), gone          # each node's own, net included (no agent netns)
         assert not gone & before[3], "a holder shares a namespace with its cnode"
+        agents = {n for n in gone if n.startswith("net:")} if any("sandbox" in p for p in m.personalities(BLOCK)) \
+            else set()
         job = int(m.run("jobs", "--running").stdout.splitlines()[1].split()[0])
         m.run("cancel", str(job))
         run.communicate(timeout=120)
         assert census(m) == before
-        assert not gone & every_namespace(), gone & every_namespace()
+        assert not (gone - agents) & every_namespace(), (gone - agents) & every_namespace()
         # a cnode killed outright: its holder dies with it (parent-death signal)
         run, held = start_waiting(m, probe, cwd)
-        gone = namespaces(held)
+        gone |= namespaces(held)
         cnodes = m.processes("cnode", BLOCK)
         os.kill(cnodes[0], signal.SIGKILL)
         run.communicate(timeout=120)
         wait_for(lambda: not set(held) & set(holders()))
+        assert not (gone - agents) & every_namespace(), (gone - agents) & every_namespace()
         m.run("free", BLOCK, "--force")
         assert m.processes("cnode", BLOCK) == []
         assert [pid for pid in holders() if pid in held] == []
