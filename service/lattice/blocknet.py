@@ -233,6 +233,21 @@ def teardown_batch(hash_: str, namespaces: list[str], uplink: bool) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def peer_texts(p: Plan, peers: dict[Net4, str]) -> tuple[str, str, str]:
+    """The block's parts on other hosts (their subnet -> their host's address) made reachable:
+    (`ip -batch` in the host's namespace: a route to each; nft for the host's table: forwarded
+    to and from them, not masqueraded; nft for the router's: let their connections in).  Inserted
+    at the chains' heads, before the pool's reject."""
+    nets = _set(list(peers))
+    up = p.uplink
+    routes = "".join(f"route add {net} via {addr}\n" for net, addr in sorted(peers.items()))
+    host = (f'insert rule inet {p.table} forward iifname "{up}" ip daddr {nets} accept\n'
+            f'insert rule inet {p.table} forward ip saddr {nets} oifname "{up}" accept\n'
+            f"insert rule inet {p.table} postrouting ip saddr {p.subnet} ip daddr {nets} accept\n")
+    router = f'insert rule inet lattice forward iifname "{UPLINK}" oifname "{BRIDGE}" ip saddr {nets} accept\n'
+    return routes, host, router
+
+
 # ---- running them ----
 
 def _run(argv: list[str], text: str) -> None:
@@ -430,9 +445,10 @@ def _tables() -> set[str]:
     return {line.split()[-1] for line in p.stdout.splitlines() if line.startswith("table inet ")}
 
 
-def remove(hash_: str, shm_root: Path, tables: set[str] | None = None) -> list[str]:
+def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
+           routes: list[str] | None = None) -> list[str]:
     """Everything of the block hash_ on this host gone, whatever is left of it: its nft table,
-    uplink, namespaces, tmpfs.  Problems, one line each."""
+    routes to its parts on other hosts, uplink, namespaces, tmpfs.  Problems, one line each."""
     problems = []
     table = f"lattice_{hash_}"
     if table in (_tables() if tables is None else tables):
@@ -440,7 +456,8 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None) -> list[s
             _run(["nft", "-f", "-"], f"delete table inet {table}\n")
         except RuntimeError as e:
             problems.append(str(e))
-    batch = teardown_batch(hash_, _namespaces(hash_), f"lu{hash_}" in _links())
+    batch = "".join(f"route del {r}\n" for r in routes or []) + \
+        teardown_batch(hash_, _namespaces(hash_), f"lu{hash_}" in _links())
     if batch:
         try:
             _run(["ip", "-force", "-batch", "-"], batch)
@@ -493,7 +510,8 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
             dead.append(also)
         tables = _tables() if dead else set()
         for h in dead:
-            problems += remove(h, home / "shm", tables)
+            routes = book["blocks"].get(h, {}).get("routes")
+            problems += remove(h, home / "shm", tables, routes if isinstance(routes, list) else None)
             problems += _release(book, h)
         # a dead agent's block in a host namespace that is itself gone (a testbed host taken down):
         # its uplink and table went with it; its namespaces and tmpfs are the machine's
@@ -542,13 +560,54 @@ class Net:
     def __init__(self, plan: Plan, home: Path) -> None:
         self.plan, self.home = plan, home
         self.seconds = 0.0
+        self.routes: list[str] = []         # to the block's parts on other hosts ("NET via ADDR")
 
     def sandbox(self, k: int) -> dict[str, str]:
         return self.plan.sandbox(k)
 
+    def peer(self, parts: dict[str, str], me: str) -> list[str]:
+        """Route to the block's parts on the other hosts ({host: its part's subnet}, this host
+        named me among them) and let their traffic through; problems, one line each."""
+        peers: dict[Net4, str] = {}
+        problems = []
+        for host, net in parts.items():
+            if host == me:
+                continue
+            try:
+                addr = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+                peers[ipaddress.IPv4Network(net)] = str(addr)
+            except (OSError, ValueError, IndexError) as e:
+                problems.append(f"no route to the block's nodes on {host}: {e}")
+        try:
+            with locked(self.home) as book:
+                here = str(_netns_id())        # a testbed's hosts share the book: only this one's count
+                ours = [ipaddress.IPv4Network(e["net"]) for e in book["blocks"].values()
+                        if "net" in e and str(e.get("netns")) == here]
+                for clash in [n for n in peers if any(n.overlaps(o) for o in ours + _routes())]:
+                    problems.append(f"no route to the block's nodes at {peers.pop(clash)}: their subnet {clash} "
+                                    f"is one this host uses (LATTICE_BLOCKNET_POOL: give each host its own)")
+                entry = book["blocks"].get(self.plan.hash)
+                if entry is not None and peers:      # swept with the block if its agent is killed
+                    entry["routes"] = [f"{n} via {a}" for n, a in sorted(peers.items())]
+        except (OSError, RuntimeError) as e:
+            return problems + [f"cannot update the block network book: {e}"]
+        if not peers:
+            return problems
+        self.routes = [f"{n} via {a}" for n, a in sorted(peers.items())]
+        routes, host_rules_, router_rules_ = peer_texts(self.plan, peers)
+        try:
+            _run(["ip", "-batch", "-"], routes)
+            _run(["nft", "-f", "-"], host_rules_)
+            from lattice import rtnl
+            with rtnl.inside(str(NETNS_DIR / self.plan.router)):
+                _run(["nft", "-f", "-"], router_rules_)
+        except (OSError, RuntimeError) as e:
+            problems.append(f"cannot route to the block's nodes on the other hosts: {e}")
+        return problems
+
     def down(self) -> list[str]:
         """Everything removed, the allocation given back; problems, one line each."""
-        problems = remove(self.plan.hash, self.home / "shm")
+        problems = remove(self.plan.hash, self.home / "shm", routes=self.routes)
         try:
             with locked(self.home) as book:
                 problems += _release(book, self.plan.hash)

@@ -171,6 +171,13 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
             reports.add(more)
             record_agents(con, name, more)
         ready = reports.wait("ready", [h or "local" for h in plan], stall + 10)
+        parts = {h: r["subnet"] for h, r in ready.items() if h != "local" and "subnet" in r}
+        if len(parts) > 1:      # the block network's parts on the hosts route to each other (lattice.blocknet)
+            import json
+            reports.tell(b"peers " + json.dumps(parts).encode() + b"\n")
+            for h, r in reports.wait("peered", list(parts), stall + 10).items():
+                for problem in r.get("problems", []):
+                    print(f"lattice: warning: host {h}: {problem}", file=sys.stderr, flush=True)
         with db.transaction(con):
             for h, r in ready.items():
                 host = None if h == "local" else h

@@ -11,6 +11,7 @@ outright each leave no namespace, link, nft table, tmpfs or book entry of the bl
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -378,8 +379,9 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
                                                                                      tmp_path: Path) -> None:
     """A block over the testbed's four hosts (ssh placement, a pset a host): each host's part has its
     own router and subnet, made in that host's namespace; a node reaches neither its own host nor
-    another host of the block (whose ciod listens on TCP there), nor a node of another host (no
-    routes between the parts: docs/testbed.md); `lattice free` leaves nothing on any host."""
+    another host of the block (whose ciod listens on TCP there), but reaches the block's nodes on
+    another host, routed between the parts with their own addresses; `lattice free` leaves nothing
+    on any host, routes included."""
     from testbed import cluster_up
     with cluster_up(4) as tb:
         m = make_machine(tmp_path, "--shape", "2x2x2", "--pset-size", "2", "--placement", "ssh",
@@ -399,6 +401,11 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
             assert all(len(v) == 2 for v in parts.values()), parts
             for hn, h in by_host.items():
                 assert left_of(h, hn) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}, hn
+                routes = tb.in_host(hn, "ip", "-o", "-4", "route").stdout      # one to each other part
+                for o in by_host.values():
+                    subnet = next(ipaddress.ip_network(book[o]["net"]).subnets(prefixlen_diff=1))
+                    across = [r for r in routes.splitlines() if r.startswith(f"{subnet} via ") and " dev eth0" in r]
+                    assert len(across) == (o != h), (hn, routes)
             n_h1 = parts[by_host["h1"]][0]
             addresses = {h: tb.in_host(h, "ip", "-o", "-4", "addr", "show", "dev", "eth0").stdout.split()
                          for h in tb.hosts}
@@ -412,16 +419,16 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
                 finally:
                     listener.kill()
                     listener.communicate()
+            # the block's nodes on another host: routed between the hosts' parts, not masqueraded
             n_h2 = parts[by_host["h2"]][0]
             peer = serve(n_h2, "0.0.0.0", 7111)
-            try:
-                # h1 has no route there (ENETUNREACH); one added by hand would meet the pool's reject
-                assert connect(n_h1, eth0_address(n_h2), 7111) in ("ENETUNREACH", "EHOSTUNREACH")
-            finally:
-                peer.kill()
-                peer.communicate()
+            assert connect(n_h1, eth0_address(n_h2), 7111) == "connected hi"
+            out, _ = peer.communicate(timeout=120)
+            assert out.strip() == eth0_address(n_h1)
         finally:
             m.run("free", "all", check=False)
             shutil.rmtree(m.work, ignore_errors=True)
         for hn, h in by_host.items():     # another host's agent tears its part down once its daemons end
             wait_for(lambda: left_of(h, hn) == NOTHING, 120)
+            routes = tb.in_host(hn, "ip", "-o", "-4", "route").stdout
+            assert "10.64." not in routes, (hn, routes)

@@ -125,7 +125,7 @@ def test_the_book_is_private_and_a_dead_agents_entry_is_swept(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "run-lattice"
     removed: list[str] = []
-    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None: removed.append(h) or [])
+    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None, routes=None: removed.append(h) or [])
     monkeypatch.setattr(blocknet, "_tables", lambda: set())
     here = blocknet._netns_id()
     monkeypatch.setattr(blocknet, "_live_netns", lambda: {str(here), str(here + 1)})
@@ -153,7 +153,8 @@ def test_a_dead_agents_block_in_a_namespace_that_is_gone_is_swept_from_anywhere(
     the block's own namespaces and tmpfs are removed by the next sweep in any namespace."""
     home = tmp_path / "run-lattice"
     removed: list[tuple[str, object]] = []
-    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None: removed.append((h, tables)) or [])
+    monkeypatch.setattr(blocknet, "remove",
+                        lambda h, shm, tables=None, routes=None: removed.append((h, tables)) or [])
     here = blocknet._netns_id()
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -180,3 +181,19 @@ def test_the_site_network_is_the_hosts_own_unless_named(monkeypatch: pytest.Monk
     monkeypatch.setenv("LATTICE_BLOCKNET_DENY", "10.0.0.0/33")
     with pytest.raises(ValueError, match="bad LATTICE_BLOCKNET_DENY '10.0.0.0/33'"):
         blocknet.deny_for(["local"])
+
+
+def test_the_parts_on_other_hosts_are_routed_and_let_through_before_the_pools_reject() -> None:
+    p = plan([0, 1])
+    routes, host, router = blocknet.peer_texts(p, {NET("10.64.4.0/24"): "10.213.15.2",
+                                                   NET("10.64.6.0/24"): "10.213.15.3"})
+    assert routes.splitlines() == ["route add 10.64.4.0/24 via 10.213.15.2", "route add 10.64.6.0/24 via 10.213.15.3"]
+    assert host.splitlines() == [
+        'insert rule inet lattice_0123456789ab forward iifname "lu0123456789ab" ip daddr '
+        '{ 10.64.4.0/24, 10.64.6.0/24 } accept',
+        'insert rule inet lattice_0123456789ab forward ip saddr { 10.64.4.0/24, 10.64.6.0/24 } '
+        'oifname "lu0123456789ab" accept',
+        "insert rule inet lattice_0123456789ab postrouting ip saddr 10.64.2.0/24 ip daddr "
+        "{ 10.64.4.0/24, 10.64.6.0/24 } accept"]
+    assert router == ('insert rule inet lattice forward iifname "up0" oifname "br0" ip saddr '
+                      '{ 10.64.4.0/24, 10.64.6.0/24 } accept\n')
