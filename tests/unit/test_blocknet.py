@@ -197,3 +197,19 @@ def test_the_parts_on_other_hosts_are_routed_and_let_through_before_the_pools_re
         "{ 10.64.4.0/24, 10.64.6.0/24 } accept"]
     assert router == ('insert rule inet lattice forward iifname "up0" oifname "br0" ip saddr '
                       '{ 10.64.4.0/24, 10.64.6.0/24 } accept\n')
+
+
+def test_the_agent_hears_the_parts_subnets_on_its_channel() -> None:
+    from lattice.agent import Channel
+    r, w = os.pipe()
+    try:
+        ch = Channel(r, True, 60.0)
+        os.write(w, b'boot\npeers {"h1": "10.64.0.0/24", "h2": "10.64.2.0/24"}\n')
+        ch.poll()
+        assert ch.peers == {"h1": "10.64.0.0/24", "h2": "10.64.2.0/24"} and not ch.committed
+        os.write(w, b"peers [not an object\ncommit\n")
+        ch.poll()
+        assert ch.peers == {} and ch.committed          # a bad line routes nothing; the boot goes on
+    finally:
+        os.close(r)
+        os.close(w)
