@@ -288,8 +288,11 @@ class Agent:
         if nodes:
             from lattice import blocknet
             hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block ("hosts": ours)
+            for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
+                if k.startswith("LATTICE_BLOCKNET"):
+                    os.environ[k] = str(v)
             self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
-                                     lambda m: say(self.host, "warning", message=m))
+                                     lambda m, failed: say(self.host, "warning", message=m, failed=failed))
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
         started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)

@@ -709,16 +709,18 @@ def build(p: Plan, deny: list[Net4]) -> None:
 
 
 def boot(block: str, container: str, nodes: list[int], hosts: list[str],
-         warn: Callable[[str], None]) -> Net | None:
-    """The agent's call: the network, or None after one warning line saying why not."""
+         warn: Callable[[str, bool], None]) -> Net | None:
+    """The agent's call: the network, or None after one warning line saying why not (and whether
+    it was tried and failed, which the booter also tells the user, rather than not possible here)."""
     why = unable()
+    tried = why is None
     if why is None:
         try:
             return up(block, container, nodes, hosts)
         except (OSError, RuntimeError, ValueError) as e:
             why = str(e)
     warn(f"block {block}: no block network or shared /dev/shm on this host ({why}); sandboxed jobs get a "
-         f"network of loopback only and a /dev/shm of their own")
+         f"network of loopback only and a /dev/shm of their own", tried)
     return None
 
 

@@ -171,6 +171,11 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
             reports.add(more)
             record_agents(con, name, more)
         ready = reports.wait("ready", [h or "local" for h in plan], stall + 10)
+        for h in ready:         # a block network that could be made here and was not (lattice.blocknet)
+            w = reports.seen.get((h, "warning"), {})
+            if w.get("failed"):
+                print(f"lattice: warning: host {h}: {w.get('message')}", file=sys.stderr, flush=True)
+                ras.record(con, "WARNING", "MMCS", name, f"host {h}: {w.get('message')}")
         parts = {h: r["subnet"] for h, r in ready.items() if h != "local" and "subnet" in r}
         if len(parts) > 1:      # the block network's parts on the hosts route to each other (lattice.blocknet)
             import json

@@ -319,6 +319,32 @@ def test_free_after_the_agent_was_killed_outright_leaves_nothing(two: Machine) -
     assert left_of(h) == NOTHING
 
 
+def test_a_network_that_cannot_be_made_is_one_warning_and_the_block_boots(built: Path, tmp_path: Path) -> None:
+    """A bad setting (LATTICE_BLOCKNET_DENY) in the booter's environment reaches the agent: one line,
+    a RAS event, a line in the boot's log, no "sandbox" object, nothing half made; the block boots."""
+    m = make_machine(tmp_path, "--shape", "1x1x2", "--pset-size", "2", "--memory", "256M")
+    m.env["LATTICE_BLOCKNET_DENY"] = "10.0.0.0/33"
+    m.run("block", "create", "W", "--shape", "1x1x2")
+    h = block_hash(m, "W")
+    try:
+        r = m.run("boot", "W")
+        line = ("block W: no block network or shared /dev/shm on this host (bad LATTICE_BLOCKNET_DENY '10.0.0.0/33': "
+                "'33' is not a valid netmask); sandboxed jobs get a network of loopback only and a /dev/shm of "
+                "their own")
+        assert r.stderr == f"lattice: warning: host local: {line}\n", r.stderr
+        assert f"host local: {line}" in m.run("ras").stdout
+        log = [json.loads(x) for x in (m.home / "blocks" / "W" / "log" / "agent.log").read_text().splitlines()]
+        assert [x["message"] for x in log if x["event"] == "warning"] == [line]
+        assert all("sandbox" not in p for p in m.personalities("W"))
+        assert left_of(h) == NOTHING
+        # the preload client still runs jobs on it
+        assert m.run("run", "--block", "W", "-n", "1", "--kernel", "linux", "--no-sandbox",
+                     "/bin/echo", "up").stdout == "up\n"
+    finally:
+        m.run("free", "W", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
+
+
 @pytest.fixture
 def stuck_prefix(built: Path, tmp_path: Path) -> Path:
     """A build prefix whose compute node 1 stops before it starts: the boot cannot complete."""

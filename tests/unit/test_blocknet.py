@@ -107,10 +107,11 @@ def test_a_netlink_request_is_what_the_kernel_expects() -> None:
 
 def test_a_warning_says_why_there_is_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LATTICE_BLOCKNET", "off")
-    said: list[str] = []
-    assert blocknet.boot("R00", "lattice/R00-0123456789ab", [0, 1], ["local"], said.append) is None
-    assert said == ["block R00: no block network or shared /dev/shm on this host (LATTICE_BLOCKNET=off); "
-                    "sandboxed jobs get a network of loopback only and a /dev/shm of their own"]
+    said: list[tuple[str, bool]] = []
+    assert blocknet.boot("R00", "lattice/R00-0123456789ab", [0, 1], ["local"],
+                         lambda m, tried: said.append((m, tried))) is None
+    assert said == [("block R00: no block network or shared /dev/shm on this host (LATTICE_BLOCKNET=off); "
+                     "sandboxed jobs get a network of loopback only and a /dev/shm of their own", False)]
 
 
 def test_without_capabilities_the_reason_names_them(monkeypatch: pytest.MonkeyPatch) -> None:
