@@ -11,13 +11,15 @@ At boot the host agent gives its part of the block:
 - a private subnet from POOL (10.64.0.0/10) that no other block on the host has, written down in
   BOOK under a lock, as the huge page book (lattice.hugepages) is;
 - nft tables: in the host's namespace `inet lattice_<hash>` (nodes may not reach any address of the
-  host, nor any block's subnet or the block's other hosts; the subnet is masqueraded out; nothing
-  starts a connection into the block), in the router's `inet lattice` (it serves nothing; it
-  forwards IPv4 out and only replies in);
+  host, any block's subnet, the networks the host is on or the block's other hosts; the subnet is
+  masqueraded out; nothing starts a connection into the block), in the router's `inet lattice`
+  (it serves nothing; it forwards IPv4 out and only replies in);
 - a tmpfs for /dev/shm under BOOK/shm/<hash> (mode 1777, the size of the host's /dev/shm).
 
 Each cnode's personality gets `"sandbox": {netns, shm, ifname, address, gateway}`; cnode puts
-the job's processes in that namespace and bind-mounts the directory on their /dev/shm.
+the job's processes in that namespace and bind-mounts the directory on their /dev/shm.  A block
+with parts on several hosts gets routes between them (`Net.peer`, when the booter sends the
+parts' subnets before "commit").
 
 All of a block's namespaces and links are made by one `ip -batch` in the host's namespace and one
 in the router's; each node's address and route are set from this process over netlink
@@ -430,11 +432,14 @@ def _namespaces(hash_: str) -> list[str]:
     return nodes + ([f"lat-{hash_}"] if f"lat-{hash_}" in names else [])
 
 
-def _links() -> set[str]:
+def _has_link(name: str) -> bool:
+    """A link of that name in this thread's network namespace (/sys/class/net may show another's:
+    a testbed host's agent runs in its namespace without a /sys of its own)."""
     try:
-        return set(os.listdir("/sys/class/net"))
+        socket.if_nametoindex(name)
+        return True
     except OSError:
-        return set()
+        return False
 
 
 def _tables() -> set[str]:
@@ -457,7 +462,7 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
         except RuntimeError as e:
             problems.append(str(e))
     batch = "".join(f"route del {r}\n" for r in routes or []) + \
-        teardown_batch(hash_, _namespaces(hash_), f"lu{hash_}" in _links())
+        teardown_batch(hash_, _namespaces(hash_), _has_link(f"lu{hash_}"))
     if batch:
         try:
             _run(["ip", "-force", "-batch", "-"], batch)
@@ -472,7 +477,7 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
 def _left(hash_: str, shm_root: Path) -> bool:
     """Is anything of block hash_ here though the book does not name it?  (Its entry is written
     before anything is made, so a table alone is never left; nft is not asked, it is slow.)"""
-    return bool(_namespaces(hash_)) or f"lu{hash_}" in _links() or _mounted(shm_root / hash_)
+    return bool(_namespaces(hash_)) or _has_link(f"lu{hash_}") or _mounted(shm_root / hash_)
 
 
 def _release(book: dict[str, Any], hash_: str) -> list[str]:
