@@ -181,6 +181,11 @@ def test_each_node_gets_its_own_namespace_address_and_the_blocks_shm(two: Machin
         assert os.statvfs(s["shm"]).f_blocks * os.statvfs(s["shm"]).f_frsize == \
             os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
     assert left_of(block_hash(two, "A")) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}
+    # the book, its lock and the tmpfs's parent are root's alone: no other user plants, reads or holds them
+    for path, mode in ((BOOK, 0o700), (BOOK / "blocknet.json", 0o600), (BOOK / "blocknet.lock", 0o600),
+                       (BOOK / "shm", 0o700)):
+        st = path.stat()
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, mode), path
 
 
 def test_nodes_of_a_block_reach_each_other(two: Machine) -> None:
