@@ -4,7 +4,8 @@
 At boot the host agent gives its part of the block:
 
 - a *router* network namespace `lat-<hash>` (the I/O node's; <hash> is the block's container
-  hash, lattice.container.name): a bridge `br0` holding the gateway address, an uplink veth pair
+  hash, lattice.container.name): a bridge `br0` holding the gateway address (`br1`... for each
+  further PORTS nodes: a bridge takes at most 1023 ports), an uplink veth pair
   (`up0` inside, `lu<hash>` in the host's namespace), IPv4 forwarding on;
 - per compute node a namespace `lat-<hash>-n<k>` with loopback up and one veth, `eth0`, whose
   other end is a port of the bridge; its address and a default route via the gateway;
@@ -51,8 +52,10 @@ from typing import Any, Callable, Iterator
 from lattice import procs
 
 POOL = "10.64.0.0/10"           # block subnets come from here (LATTICE_BLOCKNET_POOL)
-BRIDGE, UPLINK, IFNAME = "br0", "up0", "eth0"
+BRIDGES, UPLINK, IFNAME = "br*", "up0", "eth0"   # the router's bridges br0, br1...: nft's wildcard for them
 MIN_HOST_BITS = 8               # a block's subnet is at least a /24
+PORTS = 1000                    # nodes a bridge: the kernel takes at most 1023 ports (BR_MAX_PORTS)
+PORTS_BITS = 10                 # a bridge's subnet when a part has several: a /22
 NETNS_DIR = Path("/run/netns")
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 TOOL_WAIT = 60.0                # a failure guard on ip and nft
@@ -103,14 +106,31 @@ class Plan:
 
     @property
     def subnet(self) -> Net4:
+        """The nodes' network: every bridge's subnet is in it."""
         return next(self.net.subnets(prefixlen_diff=1))
 
     @property
-    def gateway(self) -> Iface4:
-        return ipaddress.IPv4Interface(f"{self.subnet[1]}/{self.subnet.prefixlen}")
+    def bridges(self) -> int:
+        return max(1, -(-len(self.nodes) // PORTS))
+
+    def lan(self, b: int) -> Net4:
+        """Bridge b's subnet: the whole nodes' network, or its b-th /22 when there are several."""
+        if self.bridges == 1:
+            return self.subnet
+        return ipaddress.IPv4Network(f"{self.subnet[b << PORTS_BITS]}/{32 - PORTS_BITS}")
+
+    def gateway(self, b: int) -> Iface4:
+        """The router's address on bridge b: its nodes' gateway."""
+        lan = self.lan(b)
+        return ipaddress.IPv4Interface(f"{lan[1]}/{lan.prefixlen}")
+
+    def bridge_of(self, k: int) -> int:
+        return self.nodes.index(k) // PORTS
 
     def address(self, k: int) -> Iface4:
-        return ipaddress.IPv4Interface(f"{self.subnet[2 + self.nodes.index(k)]}/{self.subnet.prefixlen}")
+        b, i = divmod(self.nodes.index(k), PORTS)
+        lan = self.lan(b)
+        return ipaddress.IPv4Interface(f"{lan[2 + i]}/{lan.prefixlen}")
 
     @property
     def link(self) -> tuple[Iface4, Iface4]:
@@ -126,13 +146,16 @@ class Plan:
     def sandbox(self, k: int) -> dict[str, str]:
         """The personality's "sandbox" object for compute node k."""
         return {"netns": str(NETNS_DIR / self.node_ns(k)), "shm": str(self.shm), "ifname": IFNAME,
-                "address": str(self.address(k)), "gateway": str(self.gateway.ip)}
+                "address": str(self.address(k)), "gateway": str(self.gateway(self.bridge_of(k)).ip)}
 
 
 def prefix_for(nodes: int) -> int:
-    """The allocation's prefix for so many nodes: the subnet holds network, gateway, the nodes
-    and broadcast, at least a /24; the allocation is twice that (the uplink's /30 in the rest)."""
-    bits = max(MIN_HOST_BITS, (nodes + 3 - 1).bit_length())
+    """The allocation's prefix for so many nodes: the nodes' subnet holds network, gateway, the
+    nodes and broadcast, at least a /24, or a /22 for each bridge of PORTS nodes when there are
+    more; the allocation is twice that (the uplink's /30 in the rest)."""
+    bridges = max(1, -(-nodes // PORTS))
+    bits = max(MIN_HOST_BITS, (nodes + 3 - 1).bit_length()) if bridges == 1 else \
+        PORTS_BITS + (bridges - 1).bit_length()
     return 32 - bits - 1
 
 
@@ -154,7 +177,7 @@ def host_batch(p: Plan) -> str:
     host_end, router_end = p.link
     lines = [f"netns add {p.router}", *(f"netns add {p.node_ns(k)}" for k in p.nodes),
              f"link add {p.uplink} type veth peer name {UPLINK} netns {p.router}",
-             f"link add {BRIDGE} netns {p.router} type bridge",
+             *(f"link add br{b} netns {p.router} type bridge" for b in range(p.bridges)),
              *(f"link add n{k} netns {p.router} type veth peer name {IFNAME} netns {p.node_ns(k)}" for k in p.nodes),
              f"addr add {host_end} dev {p.uplink}", f"link set {p.uplink} up",
              f"route add {p.subnet} via {router_end.ip} dev {p.uplink}"]
@@ -162,11 +185,12 @@ def host_batch(p: Plan) -> str:
 
 
 def router_batch(p: Plan) -> str:
-    """`ip -batch` in the router's namespace: the bridge with its ports and the gateway's address,
+    """`ip -batch` in the router's namespace: the bridges with their ports and gateway addresses,
     the uplink, a default route to the host."""
     host_end, router_end = p.link
-    lines = ["link set lo up", f"addr add {p.gateway} dev {BRIDGE}", f"link set {BRIDGE} up",
-             *(f"link set n{k} master {BRIDGE} up" for k in p.nodes),
+    lines = ["link set lo up",
+             *(f"addr add {p.gateway(b)} dev br{b}\nlink set br{b} up" for b in range(p.bridges)),
+             *(f"link set n{k} master br{p.bridge_of(k)} up" for k in p.nodes),
              f"addr add {router_end} dev {UPLINK}", f"link set {UPLINK} up",
              f"route add default via {host_end.ip} dev {UPLINK}"]
     return "\n".join(lines) + "\n"
@@ -208,7 +232,8 @@ def host_rules(p: Plan, deny: list[Net4]) -> str:
 
 def router_rules() -> str:
     """The router's table (nft -f, in its namespace): it serves nothing; nodes talk to each
-    other over the bridge, IPv4 goes out the uplink, only replies come back in."""
+    other over their bridge (and through the router between bridges), IPv4 goes out the uplink,
+    only replies come back in."""
     return f"""table inet lattice {{
 	chain input {{
 		type filter hook input priority filter; policy drop;
@@ -219,9 +244,9 @@ def router_rules() -> str:
 	}}
 	chain forward {{
 		type filter hook forward priority filter; policy drop;
-		iifname "{BRIDGE}" oifname "{BRIDGE}" accept
-		iifname "{BRIDGE}" oifname "{UPLINK}" meta nfproto ipv4 accept
-		iifname "{UPLINK}" oifname "{BRIDGE}" ct state established,related accept
+		iifname "{BRIDGES}" oifname "{BRIDGES}" accept
+		iifname "{BRIDGES}" oifname "{UPLINK}" meta nfproto ipv4 accept
+		iifname "{UPLINK}" oifname "{BRIDGES}" ct state established,related accept
 	}}
 }}
 """
@@ -246,7 +271,7 @@ def peer_texts(p: Plan, peers: dict[Net4, str]) -> tuple[str, str, str]:
     host = (f'insert rule inet {p.table} forward iifname "{up}" ip daddr {nets} accept\n'
             f'insert rule inet {p.table} forward ip saddr {nets} oifname "{up}" accept\n'
             f"insert rule inet {p.table} postrouting ip saddr {p.subnet} ip daddr {nets} accept\n")
-    router = f'insert rule inet lattice forward iifname "{UPLINK}" oifname "{BRIDGE}" ip saddr {nets} accept\n'
+    router = f'insert rule inet lattice forward iifname "{UPLINK}" oifname "{BRIDGES}" ip saddr {nets} accept\n'
     return routes, host, router
 
 
@@ -705,7 +730,7 @@ def build(p: Plan, deny: list[Net4]) -> None:
         _run(["nft", "-f", "-"], router_rules())
     _run(["ip", "-n", p.router, "-batch", "-"], router_batch(p))
     for k in p.nodes:
-        rtnl.configure_node(str(NETNS_DIR / p.node_ns(k)), IFNAME, p.address(k), p.gateway.ip)
+        rtnl.configure_node(str(NETNS_DIR / p.node_ns(k)), IFNAME, p.address(k), p.gateway(p.bridge_of(k)).ip)
     from lattice import safepath
     d = safepath.open_private_dir(p.shm_root, p.shm_root.parent)
     os.close(d)

@@ -30,15 +30,21 @@ def test_names_derive_from_the_container_hash_and_fit_a_link_name() -> None:
     assert len(p.uplink) <= 15 and p.uplink == "lu0123456789ab"        # IFNAMSIZ - 1
 
 
-@pytest.mark.parametrize("nodes, prefix", [(1, 23), (8, 23), (128, 23), (253, 23), (254, 22), (1024, 20)])
-def test_the_subnet_holds_gateway_nodes_and_broadcast(nodes: int, prefix: int) -> None:
+@pytest.mark.parametrize("nodes, prefix, bridges", [(1, 23, 1), (8, 23, 1), (128, 23, 1), (253, 23, 1),
+                                                    (254, 22, 1), (1000, 21, 1), (1001, 20, 2), (2500, 19, 3),
+                                                    (8192, 17, 9)])
+def test_the_subnet_holds_gateway_nodes_and_broadcast(nodes: int, prefix: int, bridges: int) -> None:
+    """A bridge takes at most 1023 ports: past PORTS nodes a part has several, a /22 each."""
     assert blocknet.prefix_for(nodes) == prefix
     p = plan(list(range(nodes)), f"10.64.0.0/{prefix}")
+    assert p.bridges == bridges
     addrs = [p.address(k) for k in range(nodes)]
     assert len({a.ip for a in addrs}) == nodes
-    for a in addrs:
-        assert a.network == p.subnet
-        assert a.ip not in (p.subnet.network_address, p.subnet.broadcast_address, p.gateway.ip)
+    for k, a in zip(range(nodes), addrs):
+        lan = p.lan(p.bridge_of(k))
+        assert a.network == lan and lan.subnet_of(p.subnet)
+        assert a.ip not in (lan.network_address, lan.broadcast_address, p.gateway(p.bridge_of(k)).ip)
+    assert sum(1 for k in range(nodes) if p.bridge_of(k) == 0) == min(nodes, blocknet.PORTS)
     host_end, router_end = p.link
     assert host_end.network == router_end.network and host_end.network.prefixlen == 30
     assert not host_end.network.overlaps(p.subnet) and host_end.network.subnet_of(p.net)
@@ -196,7 +202,7 @@ def test_the_parts_on_other_hosts_are_routed_and_let_through_before_the_pools_re
         'oifname "lu0123456789ab" accept',
         "insert rule inet lattice_0123456789ab postrouting ip saddr 10.64.2.0/24 ip daddr "
         "{ 10.64.4.0/24, 10.64.6.0/24 } accept"]
-    assert router == ('insert rule inet lattice forward iifname "up0" oifname "br0" ip saddr '
+    assert router == ('insert rule inet lattice forward iifname "up0" oifname "br*" ip saddr '
                       '{ 10.64.4.0/24, 10.64.6.0/24 } accept\n')
 
 
