@@ -538,6 +538,12 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
             if e is not None and _alive(e):
                 raise RuntimeError(f"the block network lat-{also} belongs to a running agent (pid {e.get('pid')})")
             dead.append(also)
+        if dead:            # a job still running in a namespace of it keeps it (it ends with its block's free)
+            used = _process_netns()
+            busy = [h for h in dead if used & _netns_inodes(h)]
+            problems += [f"the block network lat-{h} of a killed agent still has processes in it: left for now"
+                         for h in busy if h == also]
+            dead = [h for h in dead if h not in busy]
         tables = _tables() if dead else set()
         for h in dead:
             routes = book["blocks"].get(h, {}).get("routes")
@@ -558,8 +564,8 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
     return problems
 
 
-def _live_netns() -> set[str]:
-    """The network namespaces that exist: any process's, any bound under /run/netns."""
+def _process_netns() -> set[str]:
+    """The network namespaces some process is in."""
     out: set[str] = set()
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -567,6 +573,22 @@ def _live_netns() -> set[str]:
                 out.add(str(os.stat(f"/proc/{d}/ns/net").st_ino))
             except OSError:
                 pass
+    return out
+
+
+def _netns_inodes(hash_: str) -> set[str]:
+    out: set[str] = set()
+    for n in _namespaces(hash_):
+        try:
+            out.add(str(os.stat(NETNS_DIR / n).st_ino))
+        except OSError:
+            pass
+    return out
+
+
+def _live_netns() -> set[str]:
+    """The network namespaces that exist: any process's, any bound under /run/netns."""
+    out = _process_netns()
     for n in _names(NETNS_DIR):
         try:
             out.add(str(os.stat(NETNS_DIR / n).st_ino))

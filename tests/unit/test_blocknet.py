@@ -220,3 +220,23 @@ def test_the_agent_hears_the_parts_subnets_on_its_channel() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_killed_agents_block_with_a_job_still_in_it_is_left_for_its_free(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "run-lattice"
+    removed: list[str] = []
+    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None, routes=None: removed.append(h) or [])
+    monkeypatch.setattr(blocknet, "_tables", lambda: set())
+    monkeypatch.setattr(blocknet, "_process_netns", lambda: {"111"})
+    monkeypatch.setattr(blocknet, "_netns_inodes", lambda h: {"111"} if h == "ffffffffffff" else {"222"})
+    here = blocknet._netns_id()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with blocknet.locked(home) as book:
+        for h in ("ffffffffffff", "999999999999"):
+            book["blocks"][h] = {"net": "10.64.0.0/23", "netns": here, "pid": gone.pid, "start": 1}
+    assert blocknet.sweep_dead(home) == []
+    assert removed == ["999999999999"]
+    with blocknet.locked(home) as book:
+        assert list(book["blocks"]) == ["ffffffffffff"]
