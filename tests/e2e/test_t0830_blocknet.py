@@ -7,7 +7,10 @@ holds whatever runs a job there): nodes of a block reach each other; a node reac
 internet), masqueraded by the host; it reaches no address of the host (a socket bound to 0.0.0.0
 there, on each of the host's addresses) nor another booted block's node nor its own router.
 Afterwards `lattice free`, an interrupted boot and `lattice free` after the agent was killed
-outright each leave no namespace, link, nft table, tmpfs or book entry of the block.
+outright each leave no namespace, link, nft table, tmpfs or book entry of the block.  A job in the
+node sandbox (`lattice run --kernel linux`) has the same reach; a network that cannot be made is
+one warning and the block boots; across the testbed's hosts each part has its own subnet and the
+parts route to each other, still reaching no host.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def test_nft_accepts_both_tables() -> None:
 
 def test_a_netlink_request_is_what_the_kernel_expects() -> None:
     msg = rtnl.add_address(3, 2, ipaddress.IPv4Interface("10.64.0.2/24"))
-    length, kind, flags, seq, _ = __import__("struct").unpack_from("=IHHII", msg)
+    length, kind, flags, seq, _ = struct.unpack_from("=IHHII", msg)
     assert (length, kind, seq) == (len(msg), rtnl.RTM_NEWADDR, 3)
     assert flags & rtnl.NLM_F_ACK and flags & rtnl.NLM_F_CREATE
     assert len(msg) % 4 == 0 and bytes([10, 64, 0, 2]) in msg and bytes([10, 64, 0, 255]) in msg
