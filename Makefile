@@ -11,8 +11,8 @@ CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 PEER_SRC   := protocol/peer/peer.c protocol/peer/seal.c
 HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h protocol/lattice/seal.h
 
-.PHONY: all ciod cnode cnk libcnclient liblatpers examples clean wire-h py-wire syscalls-md
-all: ciod cnode cnk libcnclient liblatpers examples py-wire
+.PHONY: all ciod cnode cnk libcnclient lattice-fs liblatpers examples clean wire-h py-wire syscalls-md
+all: ciod cnode cnk libcnclient lattice-fs liblatpers examples py-wire
 
 # The function shipping (LAT_SYS_*) is generated from one annotated header
 # (docs/plugins.md "Wire mode"): ciod's decoder, the implementations'
@@ -94,6 +94,17 @@ $(BUILD)/bin/cnk: $(CNK_SRC) $(wildcard compute/cnk/*.h) $(SHIPC_DEPS) $(BUILD)/
 $(BUILD)/lib/libcnclient.so: $(CLIENT_SRC) $(wildcard compute/libcnclient/*.h) $(SHIPC_DEPS) $(BUILD)/lib/libshipc-lcn.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -shared -pthread -Wl,-z,defs $(SHIPC_INC) -o $@ $(CLIENT_SRC) $(BUILD)/lib/libshipc-lcn.a -ldl
+
+# lattice-fs, the job's FUSE file client in the Linux node sandbox
+# (compute/cnfs/): libfuse3's low-level API over the shipping core's
+# connection, stubs and bulk path (the position-independent archive; its
+# entry hooks are compute/cnfs/entry.c).
+CNFS_SRC := $(wildcard compute/cnfs/*.c)
+lattice-fs: $(BUILD)/bin/lattice-fs
+$(BUILD)/bin/lattice-fs: $(CNFS_SRC) $(wildcard compute/cnfs/*.h) $(SHIPC_DEPS) $(BUILD)/lib/libshipc-lcn.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -pthread $(SHIPC_INC) $$(pkg-config --cflags fuse3) -o $@ $(CNFS_SRC) \
+		$(BUILD)/lib/libshipc-lcn.a $$(pkg-config --libs fuse3)
 
 # The personality API for programs: lattice/personality.h, -llatpers.
 PERS_SRC := compute/libpersonality/personality.c

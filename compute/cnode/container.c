@@ -306,12 +306,17 @@ pid_t container_fork(const struct container *c, int *inside)
     return fork();
 }
 
-int container_enter(const struct container *c, int root_job, int inside)
+int container_enter(const struct container *c, int root_job)
+{
+    if (c->procs >= 0 && write(c->procs, "0", 1) != 1)
+        return -1;
+    return container_entered(c, root_job);
+}
+
+int container_entered(const struct container *c, int root_job)
 {
     if (c->procs < 0)
         return 0;
-    if (!inside && write(c->procs, "0", 1) != 1)
-        return -1;
     if (!root_job)
         return 0;       /* the cgroup files are root's: the job's user cannot write them */
     /* root without capabilities still owns them: in a mount namespace of its

@@ -40,11 +40,12 @@ int container_open(struct container *c, uint64_t job, const char *location, char
 pid_t container_fork(const struct container *c, int *inside);
 
 /* In the child between fork and exec (async-signal-safe), still root:
- * enter the container (unless born inside); for a job of root (which owns
- * the cgroup files even without capabilities) also a mount namespace where
- * every cgroup file system is read-only, so that it cannot move itself out
- * either.  0, or -1 with errno. */
-int container_enter(const struct container *c, int root_job, int inside);
+ * enter the container; for a job of root (which owns the cgroup files even
+ * without capabilities) also a mount namespace where every cgroup file
+ * system is read-only, so that it cannot move itself out either.  0, or -1
+ * with errno.  container_entered: the same for a child born inside. */
+int container_enter(const struct container *c, int root_job);
+int container_entered(const struct container *c, int root_job);
 
 /* A descriptor of the container's directory for clone3's CLONE_INTO_CGROUP
  * (cgroup v2; container_fork), or -1 if there is none (v1; closed). */

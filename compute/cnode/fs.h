@@ -22,7 +22,12 @@ struct fs {
     int pidfd;          /* polled by job.c: readable when lattice-fs ended; -1 if none */
     int ctl;            /* cnode's end of the socketpair the /dev/fuse descriptor goes over; -1 */
     char **trees;       /* from LATTICE_FS_TREES: trees[0] is the working directory; NULL-terminated */
+    uid_t uid;          /* the job owner: the mount's user_id, group_id */
+    gid_t gid;
 };
+
+/* A fs that never started (fs_stop is safe on it). */
+#define FS_NONE { .pid = 0, .pidfd = -1, .ctl = -1, .trees = NULL }
 
 /* Start the job's file client, before the sandbox's namespaces are made.
  * 0, or -1 with one line in why. */

@@ -55,6 +55,7 @@ struct job *job_new(const struct personality *pers, const struct kernels *k, int
         j->memfd[a] = -1;
     j->box = (struct container)CONTAINER_NONE;
     j->sb = (struct sandbox)SANDBOX_NONE;
+    j->fs = (struct fs)FS_NONE;
     if (proc_room(j, 1) < 0) {
         say("out of memory");
         exit(1);
@@ -79,6 +80,7 @@ void job_seal(struct job *j)
         say("job %llu: %s", (unsigned long long)j->nj.job, why);
         memcpy(j->unsealed, why, sizeof why);
     }
+    fs_stop(&j->fs);            /* killed with the container (its mount went with the holder): reaped */
 }
 
 static void reset(struct job *j)
@@ -414,7 +416,7 @@ static void on_image(struct job *j, const struct msg *m)
 
 int job_pollfd_max(const struct job *j)
 {
-    return 4 * (int)j->nprocs + 1;     /* + the sandbox's holder */
+    return 4 * (int)j->nprocs + 2;     /* + the sandbox's holder and file client */
 }
 
 int job_pollfds(struct job *j, struct pollfd *pfd, int max)
@@ -424,6 +426,8 @@ int job_pollfds(struct job *j, struct pollfd *pfd, int max)
         return 0;
     if (j->sb.pidfd >= 0 && n < max)
         pfd[n++] = (struct pollfd){ .fd = j->sb.pidfd, .events = POLLIN };
+    if (j->fs.pidfd >= 0 && n < max)
+        pfd[n++] = (struct pollfd){ .fd = j->fs.pidfd, .events = POLLIN };
     for (uint32_t i = 0; i < j->nprocs && n + 4 <= max; i++) {
         struct proc *p = &j->proc[i];
         if (!p->started || p->done)
@@ -567,6 +571,19 @@ static void kill_all(struct job *j, int sig)
     }
 }
 
+/* "what: how the process of pidfd ended" (it has, and is not reaped yet). */
+static const char *ended_how(int pidfd, const char *what, char *buf, size_t len)
+{
+    siginfo_t si = { 0 };
+    if (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+        snprintf(buf, len, "%s", what);
+    else if (si.si_code == CLD_EXITED)
+        snprintf(buf, len, "%s: exited with status %d", what, si.si_status);
+    else
+        snprintf(buf, len, "%s: killed by signal %d (%s)", what, si.si_status, strsignal(si.si_status));
+    return buf;
+}
+
 /* Something the node's processes need died under them (the sandbox's
  * holder): each process is killed and reported with why, the job ends. */
 static void node_lost_part(struct job *j, const char *why)
@@ -591,8 +608,14 @@ void job_events(struct job *j, const struct pollfd *pfd, int n)
     if (j->state != RUNNING)
         return;
     for (int i = 0; i < n; i++) {
+        if (pfd[i].revents && pfd[i].fd == j->fs.pidfd) {
+            char why[160];
+            node_lost_part(j, ended_how(j->fs.pidfd, "the node's file client (lattice-fs) died", why, sizeof why));
+            return;
+        }
         if (pfd[i].revents && pfd[i].fd == j->sb.pidfd) {
-            node_lost_part(j, "the node sandbox's holder died");
+            char why[160];
+            node_lost_part(j, ended_how(j->sb.pidfd, "the node sandbox's holder died", why, sizeof why));
             return;
         }
     }

@@ -27,6 +27,7 @@
 
 #include "cnode.h"
 #include "container.h"
+#include "fs.h"
 #include "sandbox.h"
 
 #include "../include/lattice/cnk_report.h"   /* path-relative: cnode builds with -Iprotocol only */
@@ -77,6 +78,7 @@ struct job {
     uint32_t nroom;
     struct container box;       /* the job's cgroup on this node (container.h), from START to its end */
     struct sandbox sb;          /* LAT_JOB_SANDBOX: the node sandbox's holder (sandbox.h), from START to its end */
+    struct fs fs;               /* and its file client (fs.h), if the job has file trees */
     char unsealed[512];         /* why it could not be emptied, for the last exit message; "" if it was */
 };
 
@@ -88,6 +90,8 @@ int sandboxed(const struct job *j);     /* LAT_JOB_SANDBOX: Linux mode in the no
 /* the job's processes are over: kill what is left in its container and remove it */
 void job_seal(struct job *j);
 
+/* launch.c: a job of root is root without capabilities (its processes, its file client) */
+int drop_capabilities(void);
 /* launch.c: START came; every process of the job is started (or the job fails) */
 void launch_start(struct job *j, const struct msg *m);
 

@@ -250,7 +250,7 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
 /* A job of root is root without capabilities (as its I/O worker on the I/O
  * node is, so the kernel lets the worker reach its memory): none held, none
  * in the bounding set, and SECBIT_NOROOT so that exec gives none back. */
-static int drop_capabilities(void)
+int drop_capabilities(void)
 {
     struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
     struct __user_cap_data_struct caps[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
@@ -334,10 +334,10 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     /* then, before anything of the job's runs, its container (container.c):
      * joining a cgroup can take a while on a loaded host.  The sandbox
      * mounts no cgroup file system at all: a job of root has none to write */
-    if (container_enter(&j->box, j->nj.uid == 0 && !sbx, inside) < 0)
+    if ((inside ? container_entered : container_enter)(&j->box, j->nj.uid == 0 && !sbx) < 0)
         child_fail(f, CHILD_SEAL_FAILED + errno);
     /* the node's namespaces, its file view, the working directory there */
-    if (sbx && sandbox_enter(&j->sb, "/") < 0)
+    if (sbx && sandbox_enter(&j->sb, fs_cwd(&j->fs)) < 0)
         child_fail(f, CHILD_SANDBOX_FAILED + errno);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || (!sbx && dup2(p, CHILD_PROC_FD) < 0) ||
@@ -581,6 +581,17 @@ static void launch(struct job *j, struct proc *pr)
         say("warning: pidfd_open: %s; polling for the child's exit", strerror(errno));
 }
 
+/* Does the service node name the job's file trees (LATTICE_FS_TREES)?  A
+ * sandboxed job without (from a bare control client) has none: no file
+ * client, its processes start in /. */
+static int has_trees(const struct job *j)
+{
+    for (char **e = j->env; e && *e; e++)
+        if (!strncmp(*e, "LATTICE_FS_TREES=", 17))
+            return 1;
+    return 0;
+}
+
 void launch_start(struct job *j, const struct msg *m)
 {
     if (j->state != LOADING)
@@ -606,7 +617,12 @@ void launch_start(struct job *j, const struct msg *m)
         launch_failed(j, EPERM, "cannot seal the job in a container: %s", why);
         return;
     }
-    if (sandboxed(j) && sandbox_start(&j->sb, j, why, sizeof why) < 0) {
+    /* the node sandbox: its file client first (fs.c), then its holder */
+    if (sandboxed(j) && has_trees(j) && fs_start(&j->fs, j, why, sizeof why) < 0) {
+        launch_failed(j, EIO, "cannot give the job its files: %s", why);
+        return;
+    }
+    if (sandboxed(j) && sandbox_start(&j->sb, j, j->fs.pid > 0 ? &j->fs : NULL, why, sizeof why) < 0) {
         launch_failed(j, EPERM, "%s", why);
         return;
     }

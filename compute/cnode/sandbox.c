@@ -54,6 +54,7 @@
 
 #include "job.h"
 #include "sandbox.h"
+#include "fs.h"
 
 #define NS_FLAGS (CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
 #define STAGE "/tmp"    /* where the new root is assembled, in the holder's own mount namespace */
@@ -293,6 +294,7 @@ static void hold(void)
 
 struct holder_args {
     const struct job *j;
+    struct fs *fs;      /* the job's file client, or NULL */
     int status;         /* write end: an error line, or closed (exec-less CLOEXEC: we close it) when ready */
     int netns, cnode;
     int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
@@ -311,7 +313,7 @@ static void holder(const struct holder_args *a)
     rename_self();
     /* a copy of cnode's memory: not the block key */
     explicit_bzero((void *)a->j->pers->key, sizeof a->j->pers->key);
-    if (container_enter(&a->j->box, 0, a->in_box) < 0)
+    if ((a->in_box ? container_entered : container_enter)(&a->j->box, 0) < 0)
         fail(status, "cannot enter the job's container", a->j->box.path);
     if (a->netns >= 0 && setns(a->netns, CLONE_NEWNET) < 0)
         fail(status, "cannot enter the node's network namespace", a->j->pers->sandbox.netns);
@@ -337,6 +339,11 @@ static void holder(const struct holder_args *a)
     make_dev(status, STAGE, shm);
     make_proc_sys(status, STAGE);
     make_tmp_run(status, STAGE, a->j->pers->memory, topo);
+    char why[512];      /* the job's trees at their own paths, over the node's /tmp too */
+    if (a->fs && fs_mount(a->fs, STAGE, why, sizeof why) < 0) {
+        (void)!write(status, why, strnlen(why, sizeof why));
+        _exit(1);
+    }
     /* into it; the old root stacked over it and then detached */
     if (chdir(STAGE) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
         fail(status, "pivot_root", STAGE);
@@ -376,10 +383,10 @@ static void closefd(int *fd)
     *fd = -1;
 }
 
-int sandbox_start(struct sandbox *sb, const struct job *j, char *why, size_t len)
+int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *why, size_t len)
 {
     const struct personality *pers = j->pers;
-    struct holder_args a = { .j = j, .status = -1, .netns = -1, .cnode = -1 };
+    struct holder_args a = { .j = j, .fs = fs, .status = -1, .netns = -1, .cnode = -1 };
     int pipefd[2] = { -1, -1 };
     *sb = (struct sandbox)SANDBOX_NONE;
     if (geteuid() != 0) {

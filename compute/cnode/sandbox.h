@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 struct job;
+struct fs;
 
 struct sandbox {
     pid_t pid;          /* the holder (cnode's child), 0 if none */
@@ -28,10 +29,12 @@ struct sandbox {
 /* Where the host's hwloc topology (topology.c) is inside the sandbox. */
 #define SANDBOX_TOPOLOGY "/run/lattice-hwloc.xml"
 
-/* At job start, after the job's container is open: the holder made, in
- * the job's container, its file view built.  0, or -1 with one line in why
- * naming what failed (and --no-sandbox as the way out). */
-int sandbox_start(struct sandbox *sb, const struct job *j, char *why, size_t len);
+/* At job start, after the job's container is open and its file client
+ * started (fs; NULL if the job has no file trees): the holder made, in the
+ * job's container, its file view built, the trees mounted (fs_mount).  0,
+ * or -1 with one line in why naming what failed (and --no-sandbox as the
+ * way out). */
+int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *why, size_t len);
 
 /* In a process's child between fork and exec (async-signal-safe), still
  * root: enter the holder's namespaces and chdir to cwd inside them.  The

@@ -39,6 +39,8 @@ struct job {
     int          killed;                /* the signal ciod sent its ranks (KILL, owner gone), 0 if none */
     const char  *killed_by;             /* why, for RAS (a string constant) */
     bool         failed;                /* LAT_CTL_JOB_FAIL was sent: said once */
+    bool         sandbox;               /* LAT_JOB_SANDBOX: each node may connect its file client */
+    bool         fs[LAT_MAX_PSET];      /* per node: its file client (LAT_PROC_FS) is connected */
 };
 
 static struct {
@@ -173,6 +175,7 @@ int job_register(const struct job_spec *js, struct conn *ctl,
     snprintf(j->cwd, sizeof(j->cwd), "%s", js->cwd);
     j->nranks = js->hdr->nranks;
     j->nslots = js->nslots;
+    j->sandbox = (js->hdr->flags & LAT_JOB_SANDBOX) != 0;
     if (!(j->slot = calloc(js->nslots + 1, sizeof(*j->slot)))) {
         free(j);
         errprintf(why, whylen, "out of memory");
@@ -503,11 +506,32 @@ int job_proc_rank(uint32_t node, uint32_t t, uint64_t id, int32_t *rank)
     return s ? 0 : EACCES;
 }
 
+/* The file client of node (LAT_PROC_FS) in sandboxed job id, under g.lock:
+ * its connected flag, or NULL if the node runs no process of that job. */
+static bool *fs_slot(uint32_t node, uint64_t id)
+{
+    struct job *j = g.job;
+    if (!j || j->id != id || j->orphaned || !j->sandbox || node >= LAT_MAX_PSET || node >= cfg.pset_size ||
+        j->rank[node] < 0)
+        return NULL;
+    return &j->fs[node];
+}
+
 int job_proc_attach(uint32_t node, uint32_t t, uint64_t id, int32_t *rank)
 {
     int err = EACCES;
 
     pthread_mutex_lock(&g.lock);
+    if (t == LAT_PROC_FS) {             /* no rank: one per node, bound to the job all the same */
+        bool *fs = fs_slot(node, id);
+        if (fs) {
+            *rank = -1;
+            err = *fs ? EBUSY : 0;
+            *fs = true;
+        }
+        pthread_mutex_unlock(&g.lock);
+        return err;
+    }
     struct jslot *s = proc_slot(node, t, id);
     if (s) {
         *rank = s->rank;
@@ -521,7 +545,10 @@ int job_proc_attach(uint32_t node, uint32_t t, uint64_t id, int32_t *rank)
 void job_proc_detach(uint32_t node, uint32_t t, uint64_t id)
 {
     pthread_mutex_lock(&g.lock);
-    struct jslot *s = proc_slot(node, t, id);
+    bool *fs = t == LAT_PROC_FS ? fs_slot(node, id) : NULL;
+    if (fs)
+        *fs = false;
+    struct jslot *s = t == LAT_PROC_FS ? NULL : proc_slot(node, t, id);
     if (s)
         s->connected = false;
     pthread_mutex_unlock(&g.lock);

@@ -548,6 +548,10 @@ enum lat_job_flags {
     LAT_JOB_SANDBOX = 128,  /* Linux mode in the node sandbox (namespaces, files through the FUSE
                                client, IP through the I/O node); never with LAT_JOB_CNK */
 };
+/* The process slot (lat_hello.node >> 16) of a node's file client
+ * (lattice-fs, compute/cnfs/) in a LAT_JOB_SANDBOX job: one PROC connection
+ * per node, bound to the job like a process's, standing for no rank (-1). */
+#define LAT_PROC_FS 0xFFFFu
 #define LAT_JOB_FLAGS_ALL (LAT_JOB_CNK | LAT_JOB_TRACE | LAT_JOB_VN | LAT_JOB_PLACED | LAT_JOB_CPUS | LAT_JOB_STDIN | LAT_JOB_TREE | LAT_JOB_SANDBOX)
 
 /* Rank mapping of a job in one pset (LAT_JOB_PLACED). */

@@ -35,6 +35,7 @@ from conftest import Machine, ROOT, local_users, make_machine, processes, wait_f
 BLOCK = "X"
 PROBE = ROOT / "tests" / "e2e" / "sandbox" / "sandbox_view.sh"
 HOLDER = b"lattice-node-holder"
+NODE_FS = {"lattice-node", "lattice-tmp", "lattice-dev", "lattice-shm", "lattice-fs"}   # sandbox.c's, fs.c's
 NS_KINDS = ("mnt", "pid", "net", "ipc", "uts")
 # what a node's /proc/self/mountinfo may name: its file view (sandbox.c)
 NODE_MOUNTS = {"/", "/usr", "/etc", "/opt", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
@@ -50,6 +51,16 @@ def probe() -> Iterator[str]:
     os.chmod(d, 0o755)
     exe = shutil.copy(PROBE, d / "sandbox_view.sh")
     yield str(exe)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cwd() -> Iterator[str]:
+    """The jobs' working directory (a file tree, through lattice-fs): outside
+    /tmp, whose node-local tmpfs would otherwise hold its mount point."""
+    d = tempfile.mkdtemp(prefix="lattice-test-sandbox-", dir="/var/tmp")
+    os.chmod(d, 0o755)
+    yield d
     shutil.rmtree(d, ignore_errors=True)
 
 
@@ -73,24 +84,24 @@ def sm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machin
 
 
 def answers(out: str) -> list[dict[str, str]]:
-    """The probe's "key value" lines, one dict per rank (each starts with "node")."""
-    ranks: list[dict[str, str]] = []
+    """The probe's "key value" lines of a run with -l ("RANK: key value"), one dict per rank."""
+    ranks: dict[int, dict[str, str]] = {}
     for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "node":
-            ranks.append({})
+        rank, _, rest = line.partition(": ")
+        key, _, value = rest.partition(" ")
+        r = ranks.setdefault(int(rank), {})
         if key in ("seen", "unseen"):
-            ranks[-1][value] = key
+            r[value] = key
         else:
-            ranks[-1][key] = value.strip()
-    return ranks
+            r[key] = value.strip()
+    return [ranks[k] for k in sorted(ranks)]
 
 
-def holders() -> dict[int, int]:
-    """The host's sandbox holders: pid -> parent pid."""
+def holders(name: bytes = HOLDER) -> dict[int, int]:
+    """The host's sandbox holders (or file clients, name b"lattice-fs"): pid -> parent pid."""
     found = {}
     for pid, argv in processes():
-        if argv[0] == HOLDER:
+        if argv[0] == name:
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text()
             except OSError:
@@ -123,29 +134,28 @@ def every_namespace() -> set[str]:
 
 def sandbox_mounts(pid: int | str = "self") -> list[str]:
     """Mounts of a node's file view in a mount namespace (the host's, or a
-    cnode's): the node's tmpfs file systems are named lattice-*."""
+    cnode's): the node's file systems are named lattice-*."""
     lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-    return [l for l in lines if l.partition(" - ")[2].split()[1].startswith("lattice-node")
-            or l.partition(" - ")[2].split()[1] in ("lattice-tmp", "lattice-dev", "lattice-shm")]
+    return [l for l in lines if l.partition(" - ")[2].split()[1] in NODE_FS]
 
 
 def census(m: Machine) -> tuple[list[int], list[str], list[str], set[str]]:
-    """What the sandbox could leave on this host: holders of this machine's
-    cnodes, node mounts in the host's and the cnodes' mount namespaces, the
-    namespaces of the machine's daemons."""
+    """What the sandbox could leave on this host: holders and file clients
+    of this machine's cnodes, node mounts in the host's and the cnodes' mount
+    namespaces, the namespaces of the machine's daemons."""
     cnodes = m.processes("cnode", BLOCK)
-    mine = sorted(pid for pid, parent in holders().items() if parent in cnodes)
+    mine = sorted(pid for pid, parent in [*holders().items(), *holders(b"lattice-fs").items()] if parent in cnodes)
     in_cnodes = [l for pid in cnodes for l in sandbox_mounts(pid)]
     return mine, sandbox_mounts(), in_cnodes, namespaces(cnodes)
 
 
-def test_a_node_sees_its_own_processes_name_and_tmp(sm: Machine, probe: str) -> None:
+def test_a_node_sees_its_own_processes_name_and_tmp(sm: Machine, probe: str, cwd: str) -> None:
     """ps shows the node's processes only, with the holder as pid 1; the
     hostname is the node's location; /tmp is the node's own, empty."""
     marker = f"/tmp/lattice-sandbox-{uuid.uuid4().hex[:12]}"
     Path(marker).write_text("the host's /tmp\n")
     try:
-        p = sm.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", probe, "view", marker)
+        p = sm.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "-l", "--cwd", cwd, probe, "view", marker)
     finally:
         os.unlink(marker)
     ranks = answers(p.stdout)
@@ -161,12 +171,13 @@ def test_a_node_sees_its_own_processes_name_and_tmp(sm: Machine, probe: str) -> 
         assert r[marker] == "unseen", r
 
 
-def test_host_files_are_out_of_sight(sm: Machine, probe: str) -> None:
-    """Files planted in the machine directory, /root and another user's home
-    are not in the node's view, nor are the host's mounts (its cgroups, the
-    I/O node's directories, /run/netns)."""
+def test_host_files_are_out_of_sight(sm: Machine, probe: str, cwd: str) -> None:
+    """A job of a user without a home (so its only tree is its working
+    directory): files planted in the machine directory, /root and another
+    user's home are not in the node's view, nor are the host's mounts (its
+    cgroups, the I/O node's directories, /run/netns)."""
     tag = uuid.uuid4().hex[:12]
-    with local_users(f"lsbx{tag[:6]}") as (user,):
+    with local_users(f"lsbx{tag[:6]}", f"lsby{tag[:6]}") as (user, job_user):
         home = Path("/home") / user.pw_name
         home.mkdir(mode=0o755)
         planted = [sm.home / f"planted-{tag}", Path("/root") / f"planted-{tag}", home / f"planted-{tag}"]
@@ -174,7 +185,8 @@ def test_host_files_are_out_of_sight(sm: Machine, probe: str) -> None:
             os.chown(home, user.pw_uid, user.pw_gid)
             for f in planted:
                 f.write_text("secret\n")
-            p = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", probe, "view",
+            p = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "-l", "--user",
+                       job_user.pw_name, "--cwd", cwd, probe, "view",
                        *map(str, planted), str(sm.home), str(sm.work), "/root", str(home))
         finally:
             shutil.rmtree(home, ignore_errors=True)
@@ -184,15 +196,15 @@ def test_host_files_are_out_of_sight(sm: Machine, probe: str) -> None:
     for path in [*planted, sm.home, sm.work, Path("/root"), home]:
         assert r[str(path)] == "unseen", (path, r)
     mounts = set(r["mounts"].split())
-    assert mounts <= NODE_MOUNTS, mounts - NODE_MOUNTS
+    assert mounts <= NODE_MOUNTS | {cwd}, mounts - NODE_MOUNTS
     assert {"/", "/usr", "/proc", "/dev", "/tmp"} <= mounts, mounts
 
 
-def test_a_root_job_cannot_change_the_node_or_the_host(sm: Machine, probe: str) -> None:
+def test_a_root_job_cannot_change_the_node_or_the_host(sm: Machine, probe: str, cwd: str) -> None:
     """A job of root (root without capabilities) cannot remount / read-write,
     mount, unmount the read-only /proc/sys, write the system tree or a
     sysctl; it can write its node's /tmp, which only its node sees."""
-    p = sm.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", probe, "write")
+    p = sm.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "--cwd", cwd, probe, "write")
     lines = p.stdout.splitlines()
     for key in ("remount-root", "mount-tmpfs", "umount-proc-sys", "write-usr", "write-root", "write-sysctl"):
         got = [l.split()[1] for l in lines if l.split()[0] == key]
@@ -202,9 +214,9 @@ def test_a_root_job_cannot_change_the_node_or_the_host(sm: Machine, probe: str) 
     assert not Path("/tmp/mine").exists() or Path("/tmp/mine").read_text() != "x\n"
 
 
-def start_waiting(m: Machine, probe: str) -> tuple[subprocess.Popen[str], list[int]]:
+def start_waiting(m: Machine, probe: str, cwd: str) -> tuple[subprocess.Popen[str], list[int]]:
     """A 2-node job whose ranks wait; each node's holder."""
-    run = m.popen("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", probe, "wait")
+    run = m.popen("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "--cwd", cwd, probe, "wait")
     assert run.stdout is not None
     assert [run.stdout.readline() for _ in range(2)] == ["ready\n"] * 2
     cnodes = m.processes("cnode", BLOCK)
@@ -213,7 +225,8 @@ def start_waiting(m: Machine, probe: str) -> tuple[subprocess.Popen[str], list[i
     return run, mine
 
 
-def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_path: Path, probe: str) -> None:
+def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_path: Path, probe: str,
+                                                             cwd: str) -> None:
     """Holders, their namespaces and the node mounts are counted before and
     after: a job that ends by itself, a cancelled one, one whose cnode is
     killed outright (SIGKILL) and `lattice free` each leave the count as it
@@ -222,7 +235,7 @@ def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_pa
         before = census(m)
         assert before[0] == [] and before[1] == [] and before[2] == [], before
         # a job that ends by itself
-        run, held = start_waiting(m, probe)
+        run, held = start_waiting(m, probe, cwd)
         gone = namespaces(held)
         assert len(gone) == 2 * len(NS_KINDS), gone          # each node's own, net included (no agent netns)
         assert not gone & before[3], "a holder shares a namespace with its cnode"
@@ -232,7 +245,7 @@ def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_pa
         assert census(m) == before
         assert not gone & every_namespace(), gone & every_namespace()
         # a cnode killed outright: its holder dies with it (parent-death signal)
-        run, held = start_waiting(m, probe)
+        run, held = start_waiting(m, probe, cwd)
         gone = namespaces(held)
         cnodes = m.processes("cnode", BLOCK)
         os.kill(cnodes[0], signal.SIGKILL)
@@ -245,11 +258,11 @@ def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_pa
         assert not gone & every_namespace(), gone & every_namespace()
 
 
-def test_a_dead_holder_ends_the_job_with_its_name(sm: Machine, probe: str) -> None:
+def test_a_dead_holder_ends_the_job_with_its_name(sm: Machine, probe: str, cwd: str) -> None:
     """The holder killed while the job runs: its ranks are ended, each rank's
     end says why, the run fails with one line naming it, and a RAS event
     records it."""
-    run, held = start_waiting(sm, probe)
+    run, held = start_waiting(sm, probe, cwd)
     os.kill(held[0], signal.SIGKILL)
     _, err = run.communicate(timeout=120)
     assert run.returncode != 0
@@ -257,6 +270,22 @@ def test_a_dead_holder_ends_the_job_with_its_name(sm: Machine, probe: str) -> No
     assert "Traceback" not in err
     assert "the node sandbox's holder died" in sm.run("ras").stdout
     # the node takes the next job
-    p = sm.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", probe, "view")
+    p = sm.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "-l", "--cwd", cwd, probe, "view")
     assert len(answers(p.stdout)) == 2, p.stdout
     assert census(sm)[0] == []
+
+
+def test_a_dead_file_client_ends_the_job_with_its_name(sm: Machine, probe: str, cwd: str) -> None:
+    """lattice-fs killed while the job runs: the same, naming the file client
+    and how it ended; its node's holder and mounts go with the job."""
+    run, held = start_waiting(sm, probe, cwd)
+    cnodes = sm.processes("cnode", BLOCK)
+    clients = sorted(pid for pid, parent in holders(b"lattice-fs").items() if parent in cnodes)
+    assert len(clients) == 2, clients
+    os.kill(clients[0], signal.SIGKILL)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode != 0
+    assert "the node's file client (lattice-fs) died: killed by signal 9" in err, err
+    assert "Traceback" not in err
+    assert "the node's file client (lattice-fs) died" in sm.run("ras").stdout
+    assert census(sm)[:3] == ([], [], [])

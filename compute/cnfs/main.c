@@ -1,0 +1,218 @@
+/*
+ * main.c - lattice-fs: the job's file client on a Linux compute node
+ * (README.md here; started by cnode, compute/cnode/fs.c).
+ *
+ *   lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT]
+ *
+ * conn is the PROC connection to the pset's ciod, its hello said already
+ * by cnode's child (this pid); dp what ciod agreed for it.  The sandbox's
+ * holder mounts /dev/fuse and sends the descriptor over ctl (SCM_RIGHTS);
+ * lattice-fs serves it until the file system is unmounted (the job's
+ * mount namespace ended) or the connection is lost, and says which on
+ * stderr in one line.  EOF on ctl before a descriptor came: the job never
+ * mounted; it ends without a word.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cnfs.h"
+#include "shipc.h"
+
+static const char *label = "";
+static int conn_fd = -1;
+
+static void say(const char *fmt, const char *arg)
+{
+    char line[512];
+    int n = snprintf(line, sizeof line, "lattice-fs%s%s: ", *label ? " " : "", label);
+    n += snprintf(line + n, sizeof line - (size_t)n, fmt, arg);
+    if (n > (int)sizeof line - 2)
+        n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    (void)!write(2, line, (size_t)n);
+}
+
+void cnfs_lost(const char *why)
+{
+    say("connection to the I/O node lost (%s); ending", why);
+    _exit(1);           /* the kernel fails every call on the mount from now on (ENOTCONN) */
+}
+
+/* Sees the I/O node hang up while no request is in flight, too. */
+static void *watch(void *arg)
+{
+    (void)arg;
+    struct pollfd p = { conn_fd, POLLRDHUP, 0 };
+    while (poll(&p, 1, -1) < 0 && errno == EINTR)
+        ;
+    cnfs_lost("the I/O node closed it");
+    return NULL;
+}
+
+/* The serving threads' buffers, in one sealed memfd shared with ciod
+ * (LAT_DP_SHARE) when it grants LAT_DP_SHM: a write's bytes, read from
+ * /dev/fuse into a receive buffer, and a read's, in a read buffer, are
+ * then moved by ciod's file system call straight from or into its own
+ * mapping of them (docs/protocol.md 6.2), not copied through ours. */
+#define THREADS 4
+#define RECV_BYTES (CNFS_MAX_IO + 64 * 1024)   /* libfuse reads up to 256 pages and a header */
+#define SLOT_BYTES (RECV_BYTES + CNFS_MAX_IO)
+
+struct server {
+    struct fuse_session *se;
+    char *recv, *read;
+};
+
+static void *serve_thread(void *arg)
+{
+    struct server *s = arg;
+    struct fuse_buf buf = { .mem = s->recv, .size = RECV_BYTES };
+    cnfs_rbuf = s->read;
+    while (!fuse_session_exited(s->se)) {
+        int r = fuse_session_receive_buf(s->se, &buf);
+        if (r == -EINTR || r == -EAGAIN)
+            continue;
+        if (r <= 0)
+            break;      /* 0: unmounted (ENODEV); the others see it too */
+        fuse_session_process_buf(s->se, &buf);
+        buf.mem = s->recv;
+    }
+    fuse_session_exit(s->se);
+    return NULL;
+}
+
+static char *region(size_t len)
+{
+    int fd = memfd_create("lattice-fs-buffers", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return NULL;
+    }
+    /* not shared (another host: no LAT_DP_SHM): ciod reaches them by pid */
+    (void)shipc_share((uintptr_t)p, len, fd);
+    close(fd);          /* ciod mapped it already, or never will */
+    return p;
+}
+
+/* Several serving threads, so that a slow call does not hold up the other
+ * requests' reading and replying (the calls themselves share the
+ * connection, one at a time); their own loop, not fuse_session_loop_mt, to
+ * give each its buffers.  Returns at the unmount, or -1. */
+static int serve(struct fuse_session *se)
+{
+    static struct server srv[THREADS];
+    pthread_t t[THREADS];
+    char *mem = region((size_t)THREADS * SLOT_BYTES);
+    if (!mem) {
+        say("cannot map its buffers: %s", strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < THREADS; i++) {
+        srv[i] = (struct server){ se, mem + (size_t)i * SLOT_BYTES, mem + (size_t)i * SLOT_BYTES + RECV_BYTES };
+        if (pthread_create(&t[i], NULL, serve_thread, &srv[i]) != 0) {
+            say("cannot start a serving thread: %s", strerror(errno));
+            return -1;
+        }
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    return 0;
+}
+
+/* The /dev/fuse descriptor from the holder: it, 0 at EOF, -1 on error. */
+static int receive_fd(int ctl)
+{
+    char byte, cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec v = { &byte, 1 };
+    struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf };
+    ssize_t n;
+    while ((n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+        ;
+    if (n <= 0)
+        return (int)n;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
+        errno = EPROTO;
+        return -1;
+    }
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+static int number(const char *s)
+{
+    char *end;
+    long v = s ? strtol(s, &end, 10) : -1;
+    return s && *s && !*end && v >= 0 && v < 1 << 20 ? (int)v : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int ctl = -1;
+    const char *dp = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--conn"))
+            conn_fd = number(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ctl"))
+            ctl = number(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dp"))
+            dp = argv[i + 1];
+        else if (!strcmp(argv[i], "--label"))
+            label = argv[i + 1];
+    }
+    if (conn_fd < 0 || ctl < 0 || !dp) {
+        say("%s", "usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] (started by cnode)");
+        return 2;
+    }
+    shipc_fd_setup(0);
+    struct shipc_cfg cfg = { .conn = conn_fd, .dp = dp, .mailbox = 1, .mailbox_name = "lattice-fs-mailbox" };
+    int r = shipc_init(&cfg);
+    if (r < 0) {
+        say("the I/O node connection is unusable: %s", strerror(-r));
+        return 1;
+    }
+    node_init();
+
+    int dev = receive_fd(ctl);
+    if (dev == 0)
+        return 0;                       /* the job ended before it mounted */
+    if (dev < 0) {
+        say("no /dev/fuse descriptor from the sandbox: %s", strerror(errno));
+        return 1;
+    }
+    close(ctl);
+
+    char *fargv[] = { argv[0], NULL };
+    struct fuse_args args = FUSE_ARGS_INIT(1, fargv);
+    struct fuse_session *se = fuse_session_new(&args, &cnfs_ops, sizeof cnfs_ops, NULL);
+    char mnt[32];
+    snprintf(mnt, sizeof mnt, "/dev/fd/%d", dev);
+    if (!se || fuse_session_mount(se, mnt) != 0) {
+        say("%s", "cannot serve the /dev/fuse descriptor");
+        return 1;
+    }
+    pthread_t w;
+    if (pthread_create(&w, NULL, watch, NULL) != 0) {
+        say("cannot start its watch: %s", strerror(errno));
+        return 1;
+    }
+    if (serve(se) < 0)
+        return 1;
+    say("%s", "unmounted; ending");
+    _exit(0);           /* not fuse_session_destroy: the watch thread may still run */
+}
