@@ -7,7 +7,9 @@ node's end of job.  The job's exit status is 0 if every rank exited 0, else
 that of the first rank to fail.
 
 A job runs under the compute node kernel (`kernel="cnk"`, flag LAT_JOB_CNK)
-or in Linux mode.  Each rank's exit carries a report line from its node
+or in Linux mode: in the node sandbox (`sandbox=True`, flag LAT_JOB_SANDBOX,
+its file trees in LATTICE_FS_TREES: lattice.trees) or with the preload
+client.  Each rank's exit carries a report line from its node
 (`kernel=cnk pages=2M bigmem=... local=N shipped=N unsupported=N why=...`,
 or `kernel=linux`), kept per rank with the class totals per job.  A cnk job
 reserves huge pages for big memory while it runs (lattice.hugepages).

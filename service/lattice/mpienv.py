@@ -163,20 +163,31 @@ def host_mapping(m: Machine, p: RankMapping, where: dict[int, str | None] | None
     return process_mapping(by_host)
 
 
-def mpi_env(exe: str, m: Machine, p: RankMapping, where: dict[int, str | None] | None = None) -> dict[str, str]:
+def mpi_env(exe: str, m: Machine, p: RankMapping, where: dict[int, str | None] | None = None,
+            sandbox: bool = False) -> dict[str, str]:
     """Environment for exe to bootstrap through Lattice's PMI: Open MPI's
     pmix/flux component over build/lib/libpmi.so, and its shared-memory
     transport between all ranks of a host, for an Open MPI program; {} for
     any other program.  The job's own id and directory come from
-    OpenMpiJob when it starts."""
+    OpenMpiJob when it starts.
+
+    In the node sandbox the ranks of one compute node share memory, but
+    not those of two: each node is a pid namespace, so ranks of two nodes
+    have the same pids, and Open MPI's shared-memory segments are told
+    apart by their creator's pid (opal/mca/shmem: a segment whose creator
+    has my pid is taken for my own mapping).  There each node is a
+    clique, and ranks of two nodes talk over TCP on the block network."""
     if not is_open_mpi(exe):
         return {}
     lib = prefix() / "lib" / "libpmi.so"
     if not lib.is_file():
         raise LatticeError(f"{exe} is an Open MPI program, but Lattice's PMI-1 library {lib} is missing",
                            "build it with `make libpmi` in the repository")
-    mapping = host_mapping(m, p, where)
-    one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
+    mapping = process_mapping(p) if sandbox else host_mapping(m, p, where)
+    if sandbox:
+        one_host = len({s.node for s in p.slots}) == 1
+    else:
+        one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
     env = {
         "FLUX_PMI_LIBRARY_PATH": str(lib),      # the PMI-1 library pmix/flux dlopens
         "OMPI_MCA_pmix": "flux",                # no fallback to another PMIx client
@@ -218,7 +229,7 @@ SANDBOX_DEFAULTS = {
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     "UCX_POSIX_USE_PROC_LINK": "n",
 }
-SANDBOX_SHM = "/dev/shm"        # the block's shared directory, inside the sandbox
+SANDBOX_DIR = "/tmp"            # the node's own tmpfs in the sandbox, gone with the job
 
 
 def sandbox_defaults(chosen: Mapping[str, str]) -> dict[str, str]:
@@ -308,10 +319,10 @@ class OpenMpiJob:
     adds its variables to env (a name the user set with --env is left
     alone) and does nothing for a job that is not Open MPI's.
 
-    A sandboxed job's ranks do not see the host's /dev/shm but their
-    block's directory there, at /dev/shm: the id is still reserved on the
-    host, while the ranks' files go straight into the block's /dev/shm (one
-    job at a time runs on a block; `lattice free` removes the directory)."""
+    A sandboxed job's ranks do not see the host's /dev/shm, and share
+    memory only with the ranks of their own node (mpi_env): the id is still
+    reserved on the host, while the ranks' files go to their node's /tmp,
+    which goes with the job."""
 
     PREFIX = "lattice-ompi-"
 
@@ -344,7 +355,7 @@ class OpenMpiJob:
         (d / "owner").write_text(f"{me} {host.process_start(me)}\n")
         if os.geteuid() == 0 and self.uid != 0:
             os.chown(d, self.uid, self.gid)
-        seen = SANDBOX_SHM if self.sandbox else str(d)          # the directory as the ranks see it
+        seen = SANDBOX_DIR if self.sandbox else str(d)          # the directory as the ranks see it
         for k, v in {"FLUX_JOB_ID": str(job_id),                # selects pmix/flux; the job's Open MPI jobid
                      "OMPI_MCA_btl_vader_backing_directory": seen,
                      "OMPI_MCA_osc_sm_backing_directory": seen,
@@ -361,7 +372,7 @@ class OpenMpiJob:
                else self.env.get("OMPI_MCA_btl", "Open MPI's default"))
         shm = " (vader: shared memory between the ranks of a host)" if "vader" in btl else ""
         job_id = self.env.get("FLUX_JOB_ID", "with the user's FLUX_JOB_ID")
-        files = f"the block's {SANDBOX_SHM} (sandbox)" if self.sandbox else str(self.dir)
+        files = f"each node's {SANDBOX_DIR} (sandbox)" if self.sandbox else str(self.dir)
         return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {files}"
 
     def __exit__(self, *exc: object) -> None:

@@ -32,6 +32,7 @@ from cnk_helpers import by_rank
 N = 2
 PROG = EXAMPLES / "sockets"
 KERNELS = ["cnk", "linux"]
+PRELOAD = {"cnk": (), "linux": ("--no-sandbox",)}   # Linux mode here is the preload client's (issue 25)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def serve(server: socketserver.BaseServer) -> socketserver.BaseServer:
 
 
 def run(m: Machine, kernel: str, *args: str, n: int = N, pages: str = "keep", env: tuple[str, ...] = ()):
-    return m.run("run", "--block", "K", "-n", str(n), "--label", "--kernel", kernel, "--hugepages", pages,
+    return m.run("run", "--block", "K", "-n", str(n), "--label", "--kernel", kernel, *PRELOAD[kernel], "--hugepages", pages,
                  *[f"--env={e}" for e in env], "--cwd", str(m.work), str(PROG), *args, timeout=120)
 
 
@@ -202,7 +203,7 @@ def test_large_send_and_recv_without_rendezvous_travel_in_messages(sk_messages: 
     BigEcho.checked = []
     (ion,) = json.loads(m.run("counters", "M", "--json").stdout)
     with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
-        p = m.run("run", "--block", "M", "-n", str(N), "--label", "--kernel", kernel, "--hugepages", "reserve",
+        p = m.run("run", "--block", "M", "-n", str(N), "--label", "--kernel", kernel, *PRELOAD[kernel], "--hugepages", "reserve",
                   "--cwd", str(m.work), str(PROG), "big", str(srv.server_address[1]), str(BIG), timeout=120)
         srv.shutdown()
     out = by_rank(p.stdout)

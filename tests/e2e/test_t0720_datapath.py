@@ -23,6 +23,7 @@ DATAIO = str(EXAMPLES / "dataio")
 MIB = 1 << 20
 COLL_BLOCK = 64 << 10     # the block of collective reads (ionode/ciod/collective.c)
 PERIOD = 65521
+PRELOAD = {"cnk": (), "linux": ("--no-sandbox",)}   # Linux mode here is the preload client's (issue 25)
 GUARD = 600               # s: a bound on waits for an event (a line, an exit), only so that a hang fails
 
 
@@ -70,7 +71,7 @@ def test_big_transfers_are_exact_and_rendezvous(dp_machine: Machine, kernel: str
     m = dp_machine
     f = m.work / f"big-{kernel}.dat"
     before = counters(m)
-    p = m.run("run", "--block", "D", "-n", "1", "--kernel", kernel, "--cwd", str(m.work), DATAIO, "big", f.name, "64",
+    p = m.run("run", "--block", "D", "-n", "1", "--kernel", kernel, *PRELOAD[kernel], "--cwd", str(m.work), DATAIO, "big", f.name, "64",
               timeout=GUARD)
     assert p.stdout.strip() == f"ok size={64 * MIB + 12345}", p.stdout + p.stderr
     assert f.read_bytes() == pattern(64 * MIB + 12345)
@@ -108,13 +109,13 @@ def test_eight_ranks_one_open_and_one_read_per_block(dp_machine: Machine, kernel
     # the cache lives in the job's I/O worker, so each job opens its libraries
     # (under cnk) again: a job reading a one-block file is the baseline
     before = counters(m)
-    m.run("run", "--block", "D", "-n", "8", "--kernel", kernel, DATAIO, "hash", "/etc/hostname")
+    m.run("run", "--block", "D", "-n", "8", "--kernel", kernel, *PRELOAD[kernel], DATAIO, "hash", "/etc/hostname")
     base = delta(before, counters(m))
     f = m.work / f"shared-{kernel}.dat"
     data = os.urandom(3 * MIB + MIB // 2)                              # 56 blocks of COLL_BLOCK
     f.write_bytes(data)
     before = counters(m)
-    p = m.run("run", "--block", "D", "-n", "8", "--kernel", kernel, DATAIO, "hash", str(f))
+    p = m.run("run", "--block", "D", "-n", "8", "--kernel", kernel, *PRELOAD[kernel], DATAIO, "hash", str(f))
     want = f"size={len(data)} hash={fnv(data)}"
     assert p.stdout.splitlines() == [want] * 8, p.stdout + p.stderr
     d = delta(before, counters(m))
@@ -132,7 +133,7 @@ def test_a_changed_file_is_not_served_stale(dp_machine: Machine) -> None:
     f.write_bytes(old)
     # the rank reads the file, then waits for a line on its standard input (lattice run's): the
     # file is rewritten between the reads however long either side takes on a loaded host
-    proc = subprocess.Popen([*LATTICE, "run", "--block", "D", "-n", "1", "--kernel", "linux", DATAIO, "twice",
+    proc = subprocess.Popen([*LATTICE, "run", "--block", "D", "-n", "1", "--kernel", "linux", "--no-sandbox", DATAIO, "twice",
                              str(f)], env=m.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdin is not None
@@ -176,7 +177,7 @@ def test_memory_bound(dp_machine: Machine) -> None:
     (LATTICE_COLLECTIVE_MB, 32 MiB here)."""
     m = dp_machine
     hwm = ciod_hwm_kib(m)
-    m.run("run", "--block", "D", "-n", "8", "--cwd", str(m.work), "--kernel", "linux", "--label", DATAIO, "big",
+    m.run("run", "--block", "D", "-n", "8", "--cwd", str(m.work), "--kernel", "linux", "--no-sandbox", "--label", DATAIO, "big",
           "mem.dat", "24", check=False, timeout=GUARD)
     # eight ranks moved 8 x 24 MiB several times over; ciod grew by at most its bound
     grown_mib = (ciod_hwm_kib(m) - hwm) / 1024
@@ -211,7 +212,7 @@ def test_big_transfers_are_exact_on_every_path(path_machine: Machine, kernel: st
     m = path_machine
     f = m.work / f"path-{kernel}.dat"
     before = pcounters(m)
-    p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, "--cwd", str(m.work), DATAIO, "big", f.name,
+    p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, *PRELOAD[kernel], "--cwd", str(m.work), DATAIO, "big", f.name,
               "40", timeout=GUARD)
     assert p.stdout.strip() == f"ok size={40 * MIB + 12345}", p.stdout + p.stderr
     assert f.read_bytes() == pattern(40 * MIB + 12345)
@@ -236,7 +237,7 @@ def test_reads_cut_short_by_the_end_of_file_are_exact(path_machine: Machine, ker
     data = os.urandom(10 * MIB + 12345)
     src.write_bytes(data)
     before = pcounters(m)
-    p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, "/usr/bin/dd", f"if={src}", f"of={dst}",
+    p = m.run("run", "--block", "P", "-n", "1", "--kernel", kernel, *PRELOAD[kernel], "/usr/bin/dd", f"if={src}", f"of={dst}",
               f"bs={3 * MIB}")
     assert "3+1 records in" in p.stderr and "3+1 records out" in p.stderr, p.stderr
     assert dst.read_bytes() == data
@@ -275,7 +276,7 @@ def stops_exactly(m: Machine, block: str, tag: str, kernel: str = "cnk") -> None
     chunk that ran after the failed first one would overwrite them."""
     d = full_tmpfs(m, f"full-{tag}", prefill=3 * MIB)
     try:
-        p = m.run("run", "--block", block, "-n", "1", "--kernel", kernel, DATAIO, "put", str(d / "f"), "0",
+        p = m.run("run", "--block", block, "-n", "1", "--kernel", kernel, *PRELOAD[kernel], DATAIO, "put", str(d / "f"), "0",
                   str(4 * MIB))
         assert p.stdout.strip() == f"ret=-1 errno={errno.ENOSPC}", p.stdout + p.stderr
         assert (d / "f").read_bytes() == bytes(MIB) + b"\xee" * (3 * MIB)       # untouched
@@ -286,7 +287,7 @@ def stops_exactly(m: Machine, block: str, tag: str, kernel: str = "cnk") -> None
     try:
         free = 1536 * 1024
         (d / "filler").write_bytes(b"\0" * (os.path.getsize(d / "filler") - free))
-        p = m.run("run", "--block", block, "-n", "1", "--kernel", kernel, DATAIO, "put", str(d / "f"), "0",
+        p = m.run("run", "--block", block, "-n", "1", "--kernel", kernel, *PRELOAD[kernel], DATAIO, "put", str(d / "f"), "0",
                   str(4 * MIB))
         n = int(p.stdout.strip().removeprefix("ret="))
         assert 0 < n < 4 * MIB and abs(n - free) <= 64 * 1024, p.stdout

@@ -48,7 +48,7 @@ def run(m: Machine, probe: Path, *args: str, env: tuple[str, ...] = ()) -> tuple
     """One rank of the probe in Linux mode: its stdout and what ciod's counters moved."""
     before = counters(m)
     extra = [a for e in env for a in ("--env", e)]
-    p = m.run("run", "--block", "L", "-n", "1", "--kernel", "linux", *extra, "--cwd", str(m.work), str(probe),
+    p = m.run("run", "--block", "L", "-n", "1", "--kernel", "linux", "--no-sandbox", *extra, "--cwd", str(m.work), str(probe),
               *args, timeout=300)
     after = counters(m)
     return p.stdout, {k: after[k] - before.get(k, 0) for k in after}
@@ -130,7 +130,7 @@ def test_calls_that_wait_on_the_io_node(lm: Machine, probe: Path) -> None:
     fifo = lm.work / "fifo"
     os.mkfifo(fifo, 0o666)
     before = counters(lm)
-    p = lm.popen("run", "--block", "L", "-n", "1", "--kernel", "linux", "--cwd", str(lm.work), str(probe), "fifo",
+    p = lm.popen("run", "--block", "L", "-n", "1", "--kernel", "linux", "--no-sandbox", "--cwd", str(lm.work), str(probe), "fifo",
                  fifo.name)
     try:
         deadline = time.monotonic() + 120

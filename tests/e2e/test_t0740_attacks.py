@@ -84,7 +84,7 @@ def tools(am: Machine, user: pwd.struct_passwd) -> dict[str, Path]:
 def attack(m: Machine, user: pwd.struct_passwd, tools: dict[str, Path], holder: str) -> tuple[str, str]:
     d = tools["dir"]
     leak = d / f"leak-{holder}"
-    p = m.run("run", "--block", "A", "-n", "1", "--kernel", "linux", "--user", user.pw_name, "--cwd", str(d),
+    p = m.run("run", "--block", "A", "-n", "1", "--kernel", "linux", "--no-sandbox", "--user", user.pw_name, "--cwd", str(d),
               str(tools["attacker"]), str(tools[holder]), leak.name, "payload", check=False, timeout=GUARD)
     out = p.stdout + p.stderr
     leaked = leak.read_bytes().decode(errors="replace") if leak.exists() else ""

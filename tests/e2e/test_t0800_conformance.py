@@ -36,6 +36,7 @@ PROG = EXAMPLES / "conformance"
 FAULT = EXAMPLES / "conformance_fault"
 SIGNALLED = re.compile(r"killed by signal \d+ \((\w+)\)")
 KERNELS = ("cnk", "linux")
+PRELOAD = {"cnk": (), "linux": ("--no-sandbox",)}   # Linux mode here is the preload client's (issue 25)
 # each kernel as it runs by default, and with every call on the socket
 # instead of the mailbox (docs/protocol.md 6.4): name -> kernel, environment
 RUNS = {k: (k, ()) for k in KERNELS} | {f"{k}-socket": (k, ("LATTICE_MAILBOX=0",)) for k in KERNELS}
@@ -175,7 +176,7 @@ def runs(cm: Machine) -> Runs:
 
     def job(how: str, prog: Path, *args: str) -> subprocess.CompletedProcess[str]:
         kernel, env = RUNS[how]
-        return cm.run("run", "--block", "C", "-n", "1", "--kernel", kernel, *[f"--env={e}" for e in env],
+        return cm.run("run", "--block", "C", "-n", "1", "--kernel", kernel, *PRELOAD[kernel], *[f"--env={e}" for e in env],
                       "--cwd", str(parent), str(prog), how, *args, check=False, timeout=180)
 
     p = native(PROG)

@@ -235,8 +235,9 @@ def test_open_mpi_files_in_the_sandbox_shm(tmp_path: Path) -> None:
     env = {"FLUX_PMI_LIBRARY_PATH": "/x"}
     with mpienv.OpenMpiJob(env, [], os.getuid(), os.getgid(), shm=tmp_path, sandbox=True) as o:
         assert o.dir is not None and o.dir.parent == tmp_path       # the id is still reserved on the host
-        assert env["OMPI_MCA_btl_vader_backing_directory"] == "/dev/shm"
-        assert env["OMPI_MCA_osc_sm_backing_directory"] == "/dev/shm"
+        assert env["OMPI_MCA_btl_vader_backing_directory"] == "/tmp"
+        assert env["OMPI_MCA_osc_sm_backing_directory"] == "/tmp"
+        assert env["OMPI_MCA_orte_tmpdir_base"] == "/tmp"
         assert "sandbox" in (o.describe() or "")
     env = {"FLUX_PMI_LIBRARY_PATH": "/x"}
     with mpienv.OpenMpiJob(env, [], os.getuid(), os.getgid(), shm=tmp_path) as o:
@@ -260,3 +261,23 @@ def test_jobs_says_which_mode_ran(machine_home: Path) -> None:
 def test_summary_names_the_mode() -> None:
     assert "linux/sandbox" in job.summary("linux", {}, None, sandbox=True)[0]
     assert "preload" in job.summary("linux", {}, None, sandbox=False)[0]
+
+
+def test_open_mpi_cliques_are_nodes_in_the_sandbox(tmp_path: Path) -> None:
+    """Ranks of two nodes have the same pids in the sandbox: Open MPI shares
+    memory only within a node there, and crosses nodes over TCP."""
+    lib = tmp_path / "lib" / "libpmi.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    m = Machine(shape=(2, 1, 1), pset_size=2, memory=64 << 20, cores=2)
+    b = Block("B", (0, 0, 0), (2, 1, 1), "Initialized", False, None)
+    p = mapping.map_ranks(m, b, [App("/x", [], 4)], "vn", None)
+    with mock.patch("lattice.mpienv.is_open_mpi", return_value=True), \
+            mock.patch("lattice.mpienv.prefix", return_value=tmp_path):
+        host = mpienv.mpi_env("/x", m, p)
+        node = mpienv.mpi_env("/x", m, p, sandbox=True)
+        one = mpienv.mpi_env("/x", m, mapping.map_ranks(m, b, [App("/x", [], 2)], "vn", "TXYZ"), sandbox=True)
+    assert host[mpienv.HOST_MAPPING] == "(vector,(0,1,4))" and host["OMPI_MCA_btl"] == "self,vader"
+    assert node[mpienv.HOST_MAPPING] == mapping.process_mapping(p) == "(vector,(0,2,1),(0,2,1))"
+    assert node["OMPI_MCA_btl"] == "self,vader,tcp"
+    assert one["OMPI_MCA_btl"] == "self,vader"          # both ranks on one node

@@ -411,7 +411,7 @@ def run(args: argparse.Namespace) -> int:
     places = placement.of(con, m)
     where = places.compute                     # which host runs each pset's compute nodes
     for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
-        for k, v in mpienv.mpi_env(a.exe, m, p, where).items():
+        for k, v in mpienv.mpi_env(a.exe, m, p, where, sandbox).items():
             p.env.setdefault(k, v)
     exported, given = jobenv.exported(args.export, os.environ, set(p.env))
     user_env = {**given, **dict(kv.split("=", 1) for kv in args.env)}

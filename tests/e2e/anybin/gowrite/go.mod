@@ -1,0 +1,3 @@
+module lattice.test/gowrite
+
+go 1.19
