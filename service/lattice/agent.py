@@ -36,7 +36,7 @@ on a command line, in an environment or on a shared file system.  Then it:
   "sandbox" object, where it cannot: not root, no ip or nft).
 
 Reports are JSON lines: {"host", "event": "listening"|"progress"|"ready"|"error"|"exited"|"swept"|"warning"|"stopping"|
-"channel-closed"|"done", ...}; "progress" (compute nodes up, daemons started) at most every
+"channel-closed"|"peered"|"done", ...}; "progress" (compute nodes up, daemons started) at most every
 PROGRESS_EVERY seconds while something moves, so the booter cuts off a boot that stalls, not one
 that is slow (lattice.boot).
 
@@ -44,7 +44,9 @@ The channel (Channel) is how the booting `lattice` reaches the agent after the o
 standard input on another host, a pipe from the booter on this one.  Lines on it: "boot" (the booter
 is still there, every few seconds), "commit" (the boot succeeded: the block stays after the booter
 ends), "stop" (end the daemons: the boot failed or was interrupted), and empty lines, the heartbeat
-that the launcher's shell on the service node sends every HEARTBEAT seconds over ssh or srun.  Until
+that the launcher's shell on the service node sends every HEARTBEAT seconds over ssh or srun; and
+"peers {host: subnet}" before "commit", when the block's network has parts on several hosts: the
+agent routes to the others' (lattice.blocknet) and reports "peered".  Until
 "commit" the agent ends its daemons when the booter is gone (the pipe closes, or no "boot" line for
 the stall window); after it, an agent on another host ends them when no line at all came for
 HEARTBEAT_LOST seconds: its service node vanished without closing the connection (a link down).
@@ -86,6 +88,7 @@ class Channel:
         self.closed = False
         self.committed = False
         self.stop = False
+        self.peers: dict[str, str] | None = None        # the block's parts on the hosts: {host: subnet}
         self.heard = self.booter = time.monotonic()     # the last line, the last line from the booter
         os.set_blocking(fd, False)
         self.take(b"")
@@ -113,6 +116,12 @@ class Channel:
                 self.booter = now
             self.committed |= word == b"commit"
             self.stop |= word == b"stop"
+            if word.startswith(b"peers "):
+                try:
+                    parts = json.loads(word[6:])
+                    self.peers = {str(h): str(n) for h, n in parts.items()}
+                except (ValueError, AttributeError):
+                    self.peers = {}
 
     def why_stop(self) -> str | None:
         """Why the agent must end its daemons now, if it must."""
@@ -279,8 +288,11 @@ class Agent:
         if nodes:
             from lattice import blocknet
             hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block ("hosts": ours)
+            for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
+                if k.startswith("LATTICE_BLOCKNET"):
+                    os.environ[k] = str(v)
             self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
-                                     lambda m: say(self.host, "warning", message=m))
+                                     lambda m, failed: say(self.host, "warning", message=m, failed=failed))
         env = {**os.environ, **spec.get("env", {})}
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
         started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)
@@ -437,6 +449,10 @@ class Agent:
                 return why
             if self.channel.committed:
                 break
+            if self.channel.peers is not None:      # the block's parts on other hosts (lattice.blocknet)
+                problems = self.net.peer(self.channel.peers, self.host) if self.net else []
+                self.channel.peers = None
+                say(self.host, "peered", **({"problems": problems} if problems else {}))
             for key, _ in self.sel.select(1.0):
                 if key.data == "signal":
                     self.drain_wakeups()
@@ -613,6 +629,7 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         cnodes={str(d.node): d.pid for d in a.daemons.values() if d.kind == "cnode"},
         seconds={"spawn": round(spawned, 4), "ready": round(time.monotonic() - t0, 4),
                  **({"network": round(a.net.seconds, 4)} if a.net else {})},
+        **({"subnet": str(a.net.plan.subnet)} if a.net else {}),
         **({"capacity": a.limits()} if spec.get("report_cores") else {}),
         **({"cores": cores} if joined(learning) and cores else {}))
     why = a.await_commit()

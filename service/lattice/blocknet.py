@@ -4,20 +4,23 @@
 At boot the host agent gives its part of the block:
 
 - a *router* network namespace `lat-<hash>` (the I/O node's; <hash> is the block's container
-  hash, lattice.container.name): a bridge `br0` holding the gateway address, an uplink veth pair
+  hash, lattice.container.name): a bridge `br0` holding the gateway address (`br1`... for each
+  further PORTS nodes: a bridge takes at most 1023 ports), an uplink veth pair
   (`up0` inside, `lu<hash>` in the host's namespace), IPv4 forwarding on;
 - per compute node a namespace `lat-<hash>-n<k>` with loopback up and one veth, `eth0`, whose
   other end is a port of the bridge; its address and a default route via the gateway;
 - a private subnet from POOL (10.64.0.0/10) that no other block on the host has, written down in
   BOOK under a lock, as the huge page book (lattice.hugepages) is;
 - nft tables: in the host's namespace `inet lattice_<hash>` (nodes may not reach any address of the
-  host, nor any block's subnet or the block's other hosts; the subnet is masqueraded out; nothing
-  starts a connection into the block), in the router's `inet lattice` (it serves nothing; it
-  forwards IPv4 out and only replies in);
+  host, any block's subnet, the networks the host is on or the block's other hosts; the subnet is
+  masqueraded out; nothing starts a connection into the block), in the router's `inet lattice`
+  (it serves nothing; it forwards IPv4 out and only replies in);
 - a tmpfs for /dev/shm under BOOK/shm/<hash> (mode 1777, the size of the host's /dev/shm).
 
 Each cnode's personality gets `"sandbox": {netns, shm, ifname, address, gateway}`; cnode puts
-the job's processes in that namespace and bind-mounts the directory on their /dev/shm.
+the job's processes in that namespace and bind-mounts the directory on their /dev/shm.  A block
+with parts on several hosts gets routes between them (`Net.peer`, when the booter sends the
+parts' subnets before "commit").
 
 All of a block's namespaces and links are made by one `ip -batch` in the host's namespace and one
 in the router's; each node's address and route are set from this process over netlink
@@ -49,8 +52,10 @@ from typing import Any, Callable, Iterator
 from lattice import procs
 
 POOL = "10.64.0.0/10"           # block subnets come from here (LATTICE_BLOCKNET_POOL)
-BRIDGE, UPLINK, IFNAME = "br0", "up0", "eth0"
+BRIDGES, UPLINK, IFNAME = "br*", "up0", "eth0"   # the router's bridges br0, br1...: nft's wildcard for them
 MIN_HOST_BITS = 8               # a block's subnet is at least a /24
+PORTS = 1000                    # nodes a bridge: the kernel takes at most 1023 ports (BR_MAX_PORTS)
+PORTS_BITS = 10                 # a bridge's subnet when a part has several: a /22
 NETNS_DIR = Path("/run/netns")
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 TOOL_WAIT = 60.0                # a failure guard on ip and nft
@@ -101,14 +106,31 @@ class Plan:
 
     @property
     def subnet(self) -> Net4:
+        """The nodes' network: every bridge's subnet is in it."""
         return next(self.net.subnets(prefixlen_diff=1))
 
     @property
-    def gateway(self) -> Iface4:
-        return ipaddress.IPv4Interface(f"{self.subnet[1]}/{self.subnet.prefixlen}")
+    def bridges(self) -> int:
+        return max(1, -(-len(self.nodes) // PORTS))
+
+    def lan(self, b: int) -> Net4:
+        """Bridge b's subnet: the whole nodes' network, or its b-th /22 when there are several."""
+        if self.bridges == 1:
+            return self.subnet
+        return ipaddress.IPv4Network(f"{self.subnet[b << PORTS_BITS]}/{32 - PORTS_BITS}")
+
+    def gateway(self, b: int) -> Iface4:
+        """The router's address on bridge b: its nodes' gateway."""
+        lan = self.lan(b)
+        return ipaddress.IPv4Interface(f"{lan[1]}/{lan.prefixlen}")
+
+    def bridge_of(self, k: int) -> int:
+        return self.nodes.index(k) // PORTS
 
     def address(self, k: int) -> Iface4:
-        return ipaddress.IPv4Interface(f"{self.subnet[2 + self.nodes.index(k)]}/{self.subnet.prefixlen}")
+        b, i = divmod(self.nodes.index(k), PORTS)
+        lan = self.lan(b)
+        return ipaddress.IPv4Interface(f"{lan[2 + i]}/{lan.prefixlen}")
 
     @property
     def link(self) -> tuple[Iface4, Iface4]:
@@ -124,13 +146,16 @@ class Plan:
     def sandbox(self, k: int) -> dict[str, str]:
         """The personality's "sandbox" object for compute node k."""
         return {"netns": str(NETNS_DIR / self.node_ns(k)), "shm": str(self.shm), "ifname": IFNAME,
-                "address": str(self.address(k)), "gateway": str(self.gateway.ip)}
+                "address": str(self.address(k)), "gateway": str(self.gateway(self.bridge_of(k)).ip)}
 
 
 def prefix_for(nodes: int) -> int:
-    """The allocation's prefix for so many nodes: the subnet holds network, gateway, the nodes
-    and broadcast, at least a /24; the allocation is twice that (the uplink's /30 in the rest)."""
-    bits = max(MIN_HOST_BITS, (nodes + 3 - 1).bit_length())
+    """The allocation's prefix for so many nodes: the nodes' subnet holds network, gateway, the
+    nodes and broadcast, at least a /24, or a /22 for each bridge of PORTS nodes when there are
+    more; the allocation is twice that (the uplink's /30 in the rest)."""
+    bridges = max(1, -(-nodes // PORTS))
+    bits = max(MIN_HOST_BITS, (nodes + 3 - 1).bit_length()) if bridges == 1 else \
+        PORTS_BITS + (bridges - 1).bit_length()
     return 32 - bits - 1
 
 
@@ -152,7 +177,7 @@ def host_batch(p: Plan) -> str:
     host_end, router_end = p.link
     lines = [f"netns add {p.router}", *(f"netns add {p.node_ns(k)}" for k in p.nodes),
              f"link add {p.uplink} type veth peer name {UPLINK} netns {p.router}",
-             f"link add {BRIDGE} netns {p.router} type bridge",
+             *(f"link add br{b} netns {p.router} type bridge" for b in range(p.bridges)),
              *(f"link add n{k} netns {p.router} type veth peer name {IFNAME} netns {p.node_ns(k)}" for k in p.nodes),
              f"addr add {host_end} dev {p.uplink}", f"link set {p.uplink} up",
              f"route add {p.subnet} via {router_end.ip} dev {p.uplink}"]
@@ -160,11 +185,12 @@ def host_batch(p: Plan) -> str:
 
 
 def router_batch(p: Plan) -> str:
-    """`ip -batch` in the router's namespace: the bridge with its ports and the gateway's address,
+    """`ip -batch` in the router's namespace: the bridges with their ports and gateway addresses,
     the uplink, a default route to the host."""
     host_end, router_end = p.link
-    lines = ["link set lo up", f"addr add {p.gateway} dev {BRIDGE}", f"link set {BRIDGE} up",
-             *(f"link set n{k} master {BRIDGE} up" for k in p.nodes),
+    lines = ["link set lo up",
+             *(f"addr add {p.gateway(b)} dev br{b}\nlink set br{b} up" for b in range(p.bridges)),
+             *(f"link set n{k} master br{p.bridge_of(k)} up" for k in p.nodes),
              f"addr add {router_end} dev {UPLINK}", f"link set {UPLINK} up",
              f"route add default via {host_end.ip} dev {UPLINK}"]
     return "\n".join(lines) + "\n"
@@ -206,7 +232,8 @@ def host_rules(p: Plan, deny: list[Net4]) -> str:
 
 def router_rules() -> str:
     """The router's table (nft -f, in its namespace): it serves nothing; nodes talk to each
-    other over the bridge, IPv4 goes out the uplink, only replies come back in."""
+    other over their bridge (and through the router between bridges), IPv4 goes out the uplink,
+    only replies come back in."""
     return f"""table inet lattice {{
 	chain input {{
 		type filter hook input priority filter; policy drop;
@@ -217,9 +244,9 @@ def router_rules() -> str:
 	}}
 	chain forward {{
 		type filter hook forward priority filter; policy drop;
-		iifname "{BRIDGE}" oifname "{BRIDGE}" accept
-		iifname "{BRIDGE}" oifname "{UPLINK}" meta nfproto ipv4 accept
-		iifname "{UPLINK}" oifname "{BRIDGE}" ct state established,related accept
+		iifname "{BRIDGES}" oifname "{BRIDGES}" accept
+		iifname "{BRIDGES}" oifname "{UPLINK}" meta nfproto ipv4 accept
+		iifname "{UPLINK}" oifname "{BRIDGES}" ct state established,related accept
 	}}
 }}
 """
@@ -231,6 +258,21 @@ def teardown_batch(hash_: str, namespaces: list[str], uplink: bool) -> str:
     lines = [f"link del lu{hash_}"] if uplink else []
     lines += [f"netns del {n}" for n in namespaces]
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def peer_texts(p: Plan, peers: dict[Net4, str]) -> tuple[str, str, str]:
+    """The block's parts on other hosts (their subnet -> their host's address) made reachable:
+    (`ip -batch` in the host's namespace: a route to each; nft for the host's table: forwarded
+    to and from them, not masqueraded; nft for the router's: let their connections in).  Inserted
+    at the chains' heads, before the pool's reject."""
+    nets = _set(list(peers))
+    up = p.uplink
+    routes = "".join(f"route add {net} via {addr}\n" for net, addr in sorted(peers.items()))
+    host = (f'insert rule inet {p.table} forward iifname "{up}" ip daddr {nets} accept\n'
+            f'insert rule inet {p.table} forward ip saddr {nets} oifname "{up}" accept\n'
+            f"insert rule inet {p.table} postrouting ip saddr {p.subnet} ip daddr {nets} accept\n")
+    router = f'insert rule inet lattice forward iifname "{UPLINK}" oifname "{BRIDGES}" ip saddr {nets} accept\n'
+    return routes, host, router
 
 
 # ---- running them ----
@@ -415,11 +457,14 @@ def _namespaces(hash_: str) -> list[str]:
     return nodes + ([f"lat-{hash_}"] if f"lat-{hash_}" in names else [])
 
 
-def _links() -> set[str]:
+def _has_link(name: str) -> bool:
+    """A link of that name in this thread's network namespace (/sys/class/net may show another's:
+    a testbed host's agent runs in its namespace without a /sys of its own)."""
     try:
-        return set(os.listdir("/sys/class/net"))
+        socket.if_nametoindex(name)
+        return True
     except OSError:
-        return set()
+        return False
 
 
 def _tables() -> set[str]:
@@ -430,9 +475,10 @@ def _tables() -> set[str]:
     return {line.split()[-1] for line in p.stdout.splitlines() if line.startswith("table inet ")}
 
 
-def remove(hash_: str, shm_root: Path, tables: set[str] | None = None) -> list[str]:
+def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
+           routes: list[str] | None = None) -> list[str]:
     """Everything of the block hash_ on this host gone, whatever is left of it: its nft table,
-    uplink, namespaces, tmpfs.  Problems, one line each."""
+    routes to its parts on other hosts, uplink, namespaces, tmpfs.  Problems, one line each."""
     problems = []
     table = f"lattice_{hash_}"
     if table in (_tables() if tables is None else tables):
@@ -440,7 +486,8 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None) -> list[s
             _run(["nft", "-f", "-"], f"delete table inet {table}\n")
         except RuntimeError as e:
             problems.append(str(e))
-    batch = teardown_batch(hash_, _namespaces(hash_), f"lu{hash_}" in _links())
+    batch = "".join(f"route del {r}\n" for r in routes or []) + \
+        teardown_batch(hash_, _namespaces(hash_), _has_link(f"lu{hash_}"))
     if batch:
         try:
             _run(["ip", "-force", "-batch", "-"], batch)
@@ -455,7 +502,7 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None) -> list[s
 def _left(hash_: str, shm_root: Path) -> bool:
     """Is anything of block hash_ here though the book does not name it?  (Its entry is written
     before anything is made, so a table alone is never left; nft is not asked, it is slow.)"""
-    return bool(_namespaces(hash_)) or f"lu{hash_}" in _links() or _mounted(shm_root / hash_)
+    return bool(_namespaces(hash_)) or _has_link(f"lu{hash_}") or _mounted(shm_root / hash_)
 
 
 def _release(book: dict[str, Any], hash_: str) -> list[str]:
@@ -491,9 +538,16 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
             if e is not None and _alive(e):
                 raise RuntimeError(f"the block network lat-{also} belongs to a running agent (pid {e.get('pid')})")
             dead.append(also)
+        if dead:            # a job still running in a namespace of it keeps it (it ends with its block's free)
+            used = _process_netns()
+            busy = [h for h in dead if used & _netns_inodes(h)]
+            problems += [f"the block network lat-{h} of a killed agent still has processes in it: left for now"
+                         for h in busy if h == also]
+            dead = [h for h in dead if h not in busy]
         tables = _tables() if dead else set()
         for h in dead:
-            problems += remove(h, home / "shm", tables)
+            routes = book["blocks"].get(h, {}).get("routes")
+            problems += remove(h, home / "shm", tables, routes if isinstance(routes, list) else None)
             problems += _release(book, h)
         # a dead agent's block in a host namespace that is itself gone (a testbed host taken down):
         # its uplink and table went with it; its namespaces and tmpfs are the machine's
@@ -510,8 +564,8 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
     return problems
 
 
-def _live_netns() -> set[str]:
-    """The network namespaces that exist: any process's, any bound under /run/netns."""
+def _process_netns() -> set[str]:
+    """The network namespaces some process is in."""
     out: set[str] = set()
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -519,6 +573,22 @@ def _live_netns() -> set[str]:
                 out.add(str(os.stat(f"/proc/{d}/ns/net").st_ino))
             except OSError:
                 pass
+    return out
+
+
+def _netns_inodes(hash_: str) -> set[str]:
+    out: set[str] = set()
+    for n in _namespaces(hash_):
+        try:
+            out.add(str(os.stat(NETNS_DIR / n).st_ino))
+        except OSError:
+            pass
+    return out
+
+
+def _live_netns() -> set[str]:
+    """The network namespaces that exist: any process's, any bound under /run/netns."""
+    out = _process_netns()
     for n in _names(NETNS_DIR):
         try:
             out.add(str(os.stat(NETNS_DIR / n).st_ino))
@@ -542,13 +612,54 @@ class Net:
     def __init__(self, plan: Plan, home: Path) -> None:
         self.plan, self.home = plan, home
         self.seconds = 0.0
+        self.routes: list[str] = []         # to the block's parts on other hosts ("NET via ADDR")
 
     def sandbox(self, k: int) -> dict[str, str]:
         return self.plan.sandbox(k)
 
+    def peer(self, parts: dict[str, str], me: str) -> list[str]:
+        """Route to the block's parts on the other hosts ({host: its part's subnet}, this host
+        named me among them) and let their traffic through; problems, one line each."""
+        peers: dict[Net4, str] = {}
+        problems = []
+        for host, net in parts.items():
+            if host == me:
+                continue
+            try:
+                addr = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+                peers[ipaddress.IPv4Network(net)] = str(addr)
+            except (OSError, ValueError, IndexError) as e:
+                problems.append(f"no route to the block's nodes on {host}: {e}")
+        try:
+            with locked(self.home) as book:
+                here = str(_netns_id())        # a testbed's hosts share the book: only this one's count
+                ours = [ipaddress.IPv4Network(e["net"]) for e in book["blocks"].values()
+                        if "net" in e and str(e.get("netns")) == here]
+                for clash in [n for n in peers if any(n.overlaps(o) for o in ours + _routes())]:
+                    problems.append(f"no route to the block's nodes at {peers.pop(clash)}: their subnet {clash} "
+                                    f"is one this host uses (LATTICE_BLOCKNET_POOL: give each host its own)")
+                entry = book["blocks"].get(self.plan.hash)
+                if entry is not None and peers:      # swept with the block if its agent is killed
+                    entry["routes"] = [f"{n} via {a}" for n, a in sorted(peers.items())]
+        except (OSError, RuntimeError) as e:
+            return problems + [f"cannot update the block network book: {e}"]
+        if not peers:
+            return problems
+        self.routes = [f"{n} via {a}" for n, a in sorted(peers.items())]
+        routes, host_rules_, router_rules_ = peer_texts(self.plan, peers)
+        try:
+            _run(["ip", "-batch", "-"], routes)
+            _run(["nft", "-f", "-"], host_rules_)
+            from lattice import rtnl
+            with rtnl.inside(str(NETNS_DIR / self.plan.router)):
+                _run(["nft", "-f", "-"], router_rules_)
+        except (OSError, RuntimeError) as e:
+            problems.append(f"cannot route to the block's nodes on the other hosts: {e}")
+        return problems
+
     def down(self) -> list[str]:
         """Everything removed, the allocation given back; problems, one line each."""
-        problems = remove(self.plan.hash, self.home / "shm")
+        problems = remove(self.plan.hash, self.home / "shm", routes=self.routes)
         try:
             with locked(self.home) as book:
                 problems += _release(book, self.plan.hash)
@@ -641,7 +752,7 @@ def build(p: Plan, deny: list[Net4]) -> None:
         _run(["nft", "-f", "-"], router_rules())
     _run(["ip", "-n", p.router, "-batch", "-"], router_batch(p))
     for k in p.nodes:
-        rtnl.configure_node(str(NETNS_DIR / p.node_ns(k)), IFNAME, p.address(k), p.gateway.ip)
+        rtnl.configure_node(str(NETNS_DIR / p.node_ns(k)), IFNAME, p.address(k), p.gateway(p.bridge_of(k)).ip)
     from lattice import safepath
     d = safepath.open_private_dir(p.shm_root, p.shm_root.parent)
     os.close(d)
@@ -650,16 +761,18 @@ def build(p: Plan, deny: list[Net4]) -> None:
 
 
 def boot(block: str, container: str, nodes: list[int], hosts: list[str],
-         warn: Callable[[str], None]) -> Net | None:
-    """The agent's call: the network, or None after one warning line saying why not."""
+         warn: Callable[[str, bool], None]) -> Net | None:
+    """The agent's call: the network, or None after one warning line saying why not (and whether
+    it was tried and failed, which the booter also tells the user, rather than not possible here)."""
     why = unable()
+    tried = why is None
     if why is None:
         try:
             return up(block, container, nodes, hosts)
         except (OSError, RuntimeError, ValueError) as e:
             why = str(e)
     warn(f"block {block}: no block network or shared /dev/shm on this host ({why}); sandboxed jobs get a "
-         f"network of loopback only and a /dev/shm of their own")
+         f"network of loopback only and a /dev/shm of their own", tried)
     return None
 
 

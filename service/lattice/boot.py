@@ -171,6 +171,18 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
             reports.add(more)
             record_agents(con, name, more)
         ready = reports.wait("ready", [h or "local" for h in plan], stall + 10)
+        for h in ready:         # a block network that could be made here and was not (lattice.blocknet)
+            w = reports.seen.get((h, "warning"), {})
+            if w.get("failed"):
+                print(f"lattice: warning: host {h}: {w.get('message')}", file=sys.stderr, flush=True)
+                ras.record(con, "WARNING", "MMCS", name, f"host {h}: {w.get('message')}")
+        parts = {h: r["subnet"] for h, r in ready.items() if h != "local" and "subnet" in r}
+        if len(parts) > 1:      # the block network's parts on the hosts route to each other (lattice.blocknet)
+            import json
+            reports.tell(b"peers " + json.dumps(parts).encode() + b"\n")
+            for h, r in reports.wait("peered", list(parts), stall + 10).items():
+                for problem in r.get("problems", []):
+                    print(f"lattice: warning: host {h}: {problem}", file=sys.stderr, flush=True)
         with db.transaction(con):
             for h, r in ready.items():
                 host = None if h == "local" else h
@@ -445,6 +457,14 @@ def leftovers(name: str) -> list[int]:
     return out
 
 
+def sweep_block_networks() -> None:
+    """The block networks agents killed outright left on this host (lattice.blocknet): only root
+    makes them, so only root pays for the look."""
+    if os.geteuid() == 0:
+        from lattice import blocknet
+        blocknet.sweep_after_free()
+
+
 def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0, sweep: bool = False) -> None:
     """End the block's daemons on this host, then its agents (each ends what
     is left on its host when its channel closes or it is told to stop).
@@ -532,8 +552,7 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
             ras.record(con, "WARNING", "MMCS", name, f"block {name} was Free, yet {n} of its daemons ran on this "
                                                      f"host: killed")
             print(f"lattice: block {name}: killed {n} daemon{'s' if n > 1 else ''} left running", file=sys.stderr)
-        from lattice import blocknet            # the network an agent killed outright left (lattice.blocknet)
-        blocknet.sweep_after_free()
+        sweep_block_networks()
         return
     clean = b.state == "Initialized"
     blocks.set_state(con, name, "Terminating", why,
@@ -550,8 +569,7 @@ def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None)
             except (LatticeError, OSError, TypeError):
                 pass  # dead or never started: killed below
     kill_daemons(con, name, sweep=not clean)    # a block that was not up as recorded may have unrecorded daemons
-    from lattice import blocknet            # the network an agent killed outright left (lattice.blocknet)
-    blocknet.sweep_after_free()
+    sweep_block_networks()
     from lattice import hugepages            # the pages the block's jobs touched, if it kept them
     for problem in hugepages.forget(hugepages.book_dir(), hugepages.block_entry(machine.home(), name)):
         print(f"lattice: warning: {problem}", file=sys.stderr, flush=True)

@@ -7,10 +7,14 @@ holds whatever runs a job there): nodes of a block reach each other; a node reac
 internet), masqueraded by the host; it reaches no address of the host (a socket bound to 0.0.0.0
 there, on each of the host's addresses) nor another booted block's node nor its own router.
 Afterwards `lattice free`, an interrupted boot and `lattice free` after the agent was killed
-outright each leave no namespace, link, nft table, tmpfs or book entry of the block.
+outright each leave no namespace, link, nft table, tmpfs or book entry of the block.  A job in the
+node sandbox (`lattice run --kernel linux`) has the same reach; a network that cannot be made is
+one warning and the block boots; across the testbed's hosts each part has its own subnet and the
+parts route to each other, still reaching no host.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -180,6 +184,11 @@ def test_each_node_gets_its_own_namespace_address_and_the_blocks_shm(two: Machin
         assert os.statvfs(s["shm"]).f_blocks * os.statvfs(s["shm"]).f_frsize == \
             os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
     assert left_of(block_hash(two, "A")) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}
+    # the book, its lock and the tmpfs's parent are root's alone: no other user plants, reads or holds them
+    for path, mode in ((BOOK, 0o700), (BOOK / "blocknet.json", 0o600), (BOOK / "blocknet.lock", 0o600),
+                       (BOOK / "shm", 0o700)):
+        st = path.stat()
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, mode), path
 
 
 def test_nodes_of_a_block_reach_each_other(two: Machine) -> None:
@@ -318,6 +327,32 @@ def test_free_after_the_agent_was_killed_outright_leaves_nothing(two: Machine) -
     assert left_of(h) == NOTHING
 
 
+def test_a_network_that_cannot_be_made_is_one_warning_and_the_block_boots(built: Path, tmp_path: Path) -> None:
+    """A bad setting (LATTICE_BLOCKNET_DENY) in the booter's environment reaches the agent: one line,
+    a RAS event, a line in the boot's log, no "sandbox" object, nothing half made; the block boots."""
+    m = make_machine(tmp_path, "--shape", "1x1x2", "--pset-size", "2", "--memory", "256M")
+    m.env["LATTICE_BLOCKNET_DENY"] = "10.0.0.0/33"
+    m.run("block", "create", "W", "--shape", "1x1x2")
+    h = block_hash(m, "W")
+    try:
+        r = m.run("boot", "W")
+        line = ("block W: no block network or shared /dev/shm on this host (bad LATTICE_BLOCKNET_DENY '10.0.0.0/33': "
+                "'33' is not a valid netmask); sandboxed jobs get a network of loopback only and a /dev/shm of "
+                "their own")
+        assert r.stderr == f"lattice: warning: host local: {line}\n", r.stderr
+        assert f"host local: {line}" in m.run("ras").stdout
+        log = [json.loads(x) for x in (m.home / "blocks" / "W" / "log" / "agent.log").read_text().splitlines()]
+        assert [x["message"] for x in log if x["event"] == "warning"] == [line]
+        assert all("sandbox" not in p for p in m.personalities("W"))
+        assert left_of(h) == NOTHING
+        # the preload client still runs jobs on it
+        assert m.run("run", "--block", "W", "-n", "1", "--kernel", "linux", "--no-sandbox",
+                     "/bin/echo", "up").stdout == "up\n"
+    finally:
+        m.run("free", "W", check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
+
+
 @pytest.fixture
 def stuck_prefix(built: Path, tmp_path: Path) -> Path:
     """A build prefix whose compute node 1 stops before it starts: the boot cannot complete."""
@@ -378,8 +413,9 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
                                                                                      tmp_path: Path) -> None:
     """A block over the testbed's four hosts (ssh placement, a pset a host): each host's part has its
     own router and subnet, made in that host's namespace; a node reaches neither its own host nor
-    another host of the block (whose ciod listens on TCP there), nor a node of another host (no
-    routes between the parts: docs/testbed.md); `lattice free` leaves nothing on any host."""
+    another host of the block (whose ciod listens on TCP there), but reaches the block's nodes on
+    another host, routed between the parts with their own addresses; `lattice free` leaves nothing
+    on any host, routes included."""
     from testbed import cluster_up
     with cluster_up(4) as tb:
         m = make_machine(tmp_path, "--shape", "2x2x2", "--pset-size", "2", "--placement", "ssh",
@@ -399,6 +435,11 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
             assert all(len(v) == 2 for v in parts.values()), parts
             for hn, h in by_host.items():
                 assert left_of(h, hn) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}, hn
+                routes = tb.in_host(hn, "ip", "-o", "-4", "route").stdout      # one to each other part
+                for o in by_host.values():
+                    subnet = next(ipaddress.ip_network(book[o]["net"]).subnets(prefixlen_diff=1))
+                    across = [r for r in routes.splitlines() if r.startswith(f"{subnet} via ") and " dev eth0" in r]
+                    assert len(across) == (o != h), (hn, routes)
             n_h1 = parts[by_host["h1"]][0]
             addresses = {h: tb.in_host(h, "ip", "-o", "-4", "addr", "show", "dev", "eth0").stdout.split()
                          for h in tb.hosts}
@@ -412,16 +453,16 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
                 finally:
                     listener.kill()
                     listener.communicate()
+            # the block's nodes on another host: routed between the hosts' parts, not masqueraded
             n_h2 = parts[by_host["h2"]][0]
             peer = serve(n_h2, "0.0.0.0", 7111)
-            try:
-                # h1 has no route there (ENETUNREACH); one added by hand would meet the pool's reject
-                assert connect(n_h1, eth0_address(n_h2), 7111) in ("ENETUNREACH", "EHOSTUNREACH")
-            finally:
-                peer.kill()
-                peer.communicate()
+            assert connect(n_h1, eth0_address(n_h2), 7111) == "connected hi"
+            out, _ = peer.communicate(timeout=120)
+            assert out.strip() == eth0_address(n_h1)
         finally:
             m.run("free", "all", check=False)
             shutil.rmtree(m.work, ignore_errors=True)
         for hn, h in by_host.items():     # another host's agent tears its part down once its daemons end
             wait_for(lambda: left_of(h, hn) == NOTHING, 120)
+            routes = tb.in_host(hn, "ip", "-o", "-4", "route").stdout
+            assert "10.64." not in routes, (hn, routes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -30,15 +31,21 @@ def test_names_derive_from_the_container_hash_and_fit_a_link_name() -> None:
     assert len(p.uplink) <= 15 and p.uplink == "lu0123456789ab"        # IFNAMSIZ - 1
 
 
-@pytest.mark.parametrize("nodes, prefix", [(1, 23), (8, 23), (128, 23), (253, 23), (254, 22), (1024, 20)])
-def test_the_subnet_holds_gateway_nodes_and_broadcast(nodes: int, prefix: int) -> None:
+@pytest.mark.parametrize("nodes, prefix, bridges", [(1, 23, 1), (8, 23, 1), (128, 23, 1), (253, 23, 1),
+                                                    (254, 22, 1), (1000, 21, 1), (1001, 20, 2), (2500, 19, 3),
+                                                    (8192, 17, 9)])
+def test_the_subnet_holds_gateway_nodes_and_broadcast(nodes: int, prefix: int, bridges: int) -> None:
+    """A bridge takes at most 1023 ports: past PORTS nodes a part has several, a /22 each."""
     assert blocknet.prefix_for(nodes) == prefix
     p = plan(list(range(nodes)), f"10.64.0.0/{prefix}")
+    assert p.bridges == bridges
     addrs = [p.address(k) for k in range(nodes)]
     assert len({a.ip for a in addrs}) == nodes
-    for a in addrs:
-        assert a.network == p.subnet
-        assert a.ip not in (p.subnet.network_address, p.subnet.broadcast_address, p.gateway.ip)
+    for k, a in zip(range(nodes), addrs):
+        lan = p.lan(p.bridge_of(k))
+        assert a.network == lan and lan.subnet_of(p.subnet)
+        assert a.ip not in (lan.network_address, lan.broadcast_address, p.gateway(p.bridge_of(k)).ip)
+    assert sum(1 for k in range(nodes) if p.bridge_of(k) == 0) == min(nodes, blocknet.PORTS)
     host_end, router_end = p.link
     assert host_end.network == router_end.network and host_end.network.prefixlen == 30
     assert not host_end.network.overlaps(p.subnet) and host_end.network.subnet_of(p.net)
@@ -99,7 +106,7 @@ def test_nft_accepts_both_tables() -> None:
 
 def test_a_netlink_request_is_what_the_kernel_expects() -> None:
     msg = rtnl.add_address(3, 2, ipaddress.IPv4Interface("10.64.0.2/24"))
-    length, kind, flags, seq, _ = __import__("struct").unpack_from("=IHHII", msg)
+    length, kind, flags, seq, _ = struct.unpack_from("=IHHII", msg)
     assert (length, kind, seq) == (len(msg), rtnl.RTM_NEWADDR, 3)
     assert flags & rtnl.NLM_F_ACK and flags & rtnl.NLM_F_CREATE
     assert len(msg) % 4 == 0 and bytes([10, 64, 0, 2]) in msg and bytes([10, 64, 0, 255]) in msg
@@ -107,10 +114,11 @@ def test_a_netlink_request_is_what_the_kernel_expects() -> None:
 
 def test_a_warning_says_why_there_is_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LATTICE_BLOCKNET", "off")
-    said: list[str] = []
-    assert blocknet.boot("R00", "lattice/R00-0123456789ab", [0, 1], ["local"], said.append) is None
-    assert said == ["block R00: no block network or shared /dev/shm on this host (LATTICE_BLOCKNET=off); "
-                    "sandboxed jobs get a network of loopback only and a /dev/shm of their own"]
+    said: list[tuple[str, bool]] = []
+    assert blocknet.boot("R00", "lattice/R00-0123456789ab", [0, 1], ["local"],
+                         lambda m, tried: said.append((m, tried))) is None
+    assert said == [("block R00: no block network or shared /dev/shm on this host (LATTICE_BLOCKNET=off); "
+                     "sandboxed jobs get a network of loopback only and a /dev/shm of their own", False)]
 
 
 def test_without_capabilities_the_reason_names_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +133,7 @@ def test_the_book_is_private_and_a_dead_agents_entry_is_swept(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "run-lattice"
     removed: list[str] = []
-    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None: removed.append(h) or [])
+    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None, routes=None: removed.append(h) or [])
     monkeypatch.setattr(blocknet, "_tables", lambda: set())
     here = blocknet._netns_id()
     monkeypatch.setattr(blocknet, "_live_netns", lambda: {str(here), str(here + 1)})
@@ -153,7 +161,8 @@ def test_a_dead_agents_block_in_a_namespace_that_is_gone_is_swept_from_anywhere(
     the block's own namespaces and tmpfs are removed by the next sweep in any namespace."""
     home = tmp_path / "run-lattice"
     removed: list[tuple[str, object]] = []
-    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None: removed.append((h, tables)) or [])
+    monkeypatch.setattr(blocknet, "remove",
+                        lambda h, shm, tables=None, routes=None: removed.append((h, tables)) or [])
     here = blocknet._netns_id()
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -180,3 +189,55 @@ def test_the_site_network_is_the_hosts_own_unless_named(monkeypatch: pytest.Monk
     monkeypatch.setenv("LATTICE_BLOCKNET_DENY", "10.0.0.0/33")
     with pytest.raises(ValueError, match="bad LATTICE_BLOCKNET_DENY '10.0.0.0/33'"):
         blocknet.deny_for(["local"])
+
+
+def test_the_parts_on_other_hosts_are_routed_and_let_through_before_the_pools_reject() -> None:
+    p = plan([0, 1])
+    routes, host, router = blocknet.peer_texts(p, {NET("10.64.4.0/24"): "10.213.15.2",
+                                                   NET("10.64.6.0/24"): "10.213.15.3"})
+    assert routes.splitlines() == ["route add 10.64.4.0/24 via 10.213.15.2", "route add 10.64.6.0/24 via 10.213.15.3"]
+    assert host.splitlines() == [
+        'insert rule inet lattice_0123456789ab forward iifname "lu0123456789ab" ip daddr '
+        '{ 10.64.4.0/24, 10.64.6.0/24 } accept',
+        'insert rule inet lattice_0123456789ab forward ip saddr { 10.64.4.0/24, 10.64.6.0/24 } '
+        'oifname "lu0123456789ab" accept',
+        "insert rule inet lattice_0123456789ab postrouting ip saddr 10.64.2.0/24 ip daddr "
+        "{ 10.64.4.0/24, 10.64.6.0/24 } accept"]
+    assert router == ('insert rule inet lattice forward iifname "up0" oifname "br*" ip saddr '
+                      '{ 10.64.4.0/24, 10.64.6.0/24 } accept\n')
+
+
+def test_the_agent_hears_the_parts_subnets_on_its_channel() -> None:
+    from lattice.agent import Channel
+    r, w = os.pipe()
+    try:
+        ch = Channel(r, True, 60.0)
+        os.write(w, b'boot\npeers {"h1": "10.64.0.0/24", "h2": "10.64.2.0/24"}\n')
+        ch.poll()
+        assert ch.peers == {"h1": "10.64.0.0/24", "h2": "10.64.2.0/24"} and not ch.committed
+        os.write(w, b"peers [not an object\ncommit\n")
+        ch.poll()
+        assert ch.peers == {} and ch.committed          # a bad line routes nothing; the boot goes on
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_killed_agents_block_with_a_job_still_in_it_is_left_for_its_free(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "run-lattice"
+    removed: list[str] = []
+    monkeypatch.setattr(blocknet, "remove", lambda h, shm, tables=None, routes=None: removed.append(h) or [])
+    monkeypatch.setattr(blocknet, "_tables", lambda: set())
+    monkeypatch.setattr(blocknet, "_process_netns", lambda: {"111"})
+    monkeypatch.setattr(blocknet, "_netns_inodes", lambda h: {"111"} if h == "ffffffffffff" else {"222"})
+    here = blocknet._netns_id()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with blocknet.locked(home) as book:
+        for h in ("ffffffffffff", "999999999999"):
+            book["blocks"][h] = {"net": "10.64.0.0/23", "netns": here, "pid": gone.pid, "start": 1}
+    assert blocknet.sweep_dead(home) == []
+    assert removed == ["999999999999"]
+    with blocknet.locked(home) as book:
+        assert list(book["blocks"]) == ["ffffffffffff"]
