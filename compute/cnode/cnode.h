@@ -39,7 +39,10 @@ struct personality {
     char *container;            /* the block's cgroup directory below the hierarchy's root (container.h) */
     struct {                    /* the optional "sandbox" object the host agent writes; NULL if absent */
         char *netns;            /* the node's network namespace (a /run/netns file), its link configured */
-        char *shm;              /* the block's shared memory directory on this host: the nodes' /dev/shm */
+        char *shm;              /* the block's shared memory directory on this host: each job's
+                                   /dev/shm is a directory of it, shared by the job's nodes here */
+        char *ipcns;            /* the block's IPC namespace on this host (a bind-mounted nsfs file):
+                                   UCX's and MPI's System V and shared-memory peers are the nodes' */
         char *ifname, *address, *gateway;   /* the node's link, for its processes' UCX_NET_DEVICES */
     } sandbox;
 };

@@ -44,7 +44,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -329,6 +335,8 @@ struct holder_args {
     struct fs *fs;      /* the job's file client, or NULL */
     int status;         /* the pipe's write end: an error line on it, or closed when the view is ready */
     int netns;          /* the node's network namespace, or -1 (a new one of loopback alone) */
+    int ipcns;          /* the block's IPC namespace, or -1 (cloned with a new one) */
+    const char *shmjob; /* the job's directory in the block's shared memory directory, or NULL */
     int cnode;          /* cnode's pidfd: whether it died before our parent-death signal was set */
     int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
 };
@@ -351,6 +359,8 @@ static void holder(const struct holder_args *a)
         fail(status, "cannot enter the node's network namespace", a->j->pers->sandbox.netns);
     if (a->netns < 0)
         loopback_up(status);
+    if (a->ipcns >= 0 && setns(a->ipcns, CLONE_NEWIPC) < 0)
+        fail(status, "cannot enter the block's IPC namespace", a->j->pers->sandbox.ipcns);
     const char *host = a->j->pers->location;
     if (sethostname(host, strlen(host)) < 0)
         fail(status, "sethostname", host);
@@ -359,9 +369,12 @@ static void holder(const struct holder_args *a)
     /* sources that may be under STAGE: held before it is covered (opened in
      * this mount namespace: a bind's source must be in the caller's) */
     int shm = -1, topo = -1;
-    const char *shm_dir = a->j->pers->sandbox.shm;
-    if (shm_dir && (shm = open(shm_dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        fail(status, "cannot open the block's shared memory directory", shm_dir);
+    char shm_dir[4200];
+    if (a->shmjob) {    /* the job's directory of the block's, made by cnode (job_shm) */
+        snprintf(shm_dir, sizeof shm_dir, "%s/%s", a->j->pers->sandbox.shm, a->shmjob);
+        if ((shm = open(shm_dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+            fail(status, "cannot open the job's shared memory directory", shm_dir);
+    }
     char tp[64];
     if (topology_file(tp, sizeof tp))
         topo = open(tp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -417,10 +430,118 @@ static void closefd(int *fd)
     *fd = -1;
 }
 
+/* The job's /dev/shm: a directory "job-ID" of the block's shared memory
+ * directory, the owner's (0700), made by the first of the job's nodes on
+ * this host; each node holds "job-ID.lock" shared while the job runs here,
+ * and the last to leave (job_shm_release) removes the directory, so no
+ * job's segments (UCX's, MPI's, the program's) outlive it or reach the next
+ * job.  The lock files stay until the block's tmpfs goes at `lattice free`. */
+static int job_shm(struct sandbox *sb, const struct job *j)
+{
+    char lock[48];
+    struct stat st;
+    snprintf(sb->shmjob, sizeof sb->shmjob, "job-%llu", (unsigned long long)j->nj.job);
+    snprintf(lock, sizeof lock, "%s.lock", sb->shmjob);
+    if ((sb->shm = open(j->pers->sandbox.shm, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return -1;
+    sb->shmlock = openat(sb->shm, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (sb->shmlock < 0 || flock(sb->shmlock, LOCK_SH) < 0)
+        return -1;
+    if (mkdirat(sb->shm, sb->shmjob, 0700) == 0) {
+        if (fchownat(sb->shm, sb->shmjob, j->nj.uid, j->nj.gid, AT_SYMLINK_NOFOLLOW) < 0)
+            return -1;
+    } else if (errno != EEXIST)
+        return -1;
+    /* another node's of this job: a directory of the owner's, nothing else */
+    if (fstatat(sb->shm, sb->shmjob, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != j->nj.uid) {
+        errno = EEXIST;
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything below dirfd's entry name, and it, removed without following a
+ * link; depth bounded (a deeper tree goes with the block's tmpfs). */
+static void remove_tree(int dirfd, const char *name, int depth)
+{
+    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+        return;
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 && depth < 32 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            remove_tree(fd, e->d_name, depth + 1);
+    closedir(d);
+    unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+/* System V objects the job left in the block's IPC namespace, removed in a
+ * child that enters it (cnode keeps its own). */
+static void clear_ipc(int ipcns)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setns(ipcns, CLONE_NEWIPC) < 0)
+            _exit(1);
+        struct shm_info si;
+        int max = shmctl(0, SHM_INFO, (struct shmid_ds *)&si);
+        for (int i = 0; i <= max; i++) {
+            struct shmid_ds ds;
+            int id = shmctl(i, SHM_STAT, &ds);
+            if (id >= 0)
+                shmctl(id, IPC_RMID, NULL);
+        }
+        struct seminfo mi;
+        union { int val; struct semid_ds *buf; unsigned short *array; struct seminfo *__buf; } arg = { .__buf = &mi };
+        max = semctl(0, 0, SEM_INFO, arg);
+        for (int i = 0; i <= max; i++) {
+            struct semid_ds ds;
+            arg.buf = &ds;
+            int id = semctl(i, 0, SEM_STAT, arg);
+            if (id >= 0)
+                semctl(id, 0, IPC_RMID);
+        }
+        struct msginfo qi;
+        max = msgctl(0, MSG_INFO, (struct msqid_ds *)&qi);
+        for (int i = 0; i <= max; i++) {
+            struct msqid_ds ds;
+            int id = msgctl(i, MSG_STAT, &ds);
+            if (id >= 0)
+                msgctl(id, IPC_RMID, NULL);
+        }
+        _exit(0);
+    }
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+}
+
+/* This node leaves the job's /dev/shm; the last node of the job here (the
+ * lock taken exclusively at once) removes it and the job's System V objects. */
+static void job_shm_release(struct sandbox *sb)
+{
+    if (sb->shmlock >= 0 && flock(sb->shmlock, LOCK_EX | LOCK_NB) == 0) {
+        if (sb->shm >= 0 && sb->shmjob[0])
+            remove_tree(sb->shm, sb->shmjob, 0);
+        if (sb->ipcns >= 0)
+            clear_ipc(sb->ipcns);
+    }
+    closefd(&sb->shmlock);
+    closefd(&sb->shm);
+}
+
 int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *why, size_t len)
 {
     const struct personality *pers = j->pers;
-    struct holder_args a = { .j = j, .fs = fs, .status = -1, .netns = -1, .cnode = -1 };
+    struct holder_args a = { .j = j, .fs = fs, .status = -1, .netns = -1, .ipcns = -1, .cnode = -1 };
     int pipefd[2] = { -1, -1 };
     *sb = (struct sandbox)SANDBOX_NONE;
     if (geteuid() != 0) {
@@ -431,6 +552,10 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
     const char *what = NULL, *path = NULL;
     if (pers->sandbox.netns && (a.netns = open(pers->sandbox.netns, O_RDONLY | O_CLOEXEC)) < 0)
         what = "cannot open the node's network namespace", path = pers->sandbox.netns;
+    else if (pers->sandbox.ipcns && (sb->ipcns = open(pers->sandbox.ipcns, O_RDONLY | O_CLOEXEC)) < 0)
+        what = "cannot open the block's IPC namespace", path = pers->sandbox.ipcns;
+    else if (pers->sandbox.shm && job_shm(sb, j) < 0)
+        what = "cannot make the job's shared memory directory in", path = pers->sandbox.shm;
     else if ((a.cnode = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0)
         what = "pidfd_open";
     else if (pipe2(pipefd, O_CLOEXEC) < 0)
@@ -439,7 +564,10 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
     int pidfd = -1;
     if (!what) {
         a.status = pipefd[1];
-        struct clone_args2 ca = { .flags = NS_FLAGS | (a.netns < 0 ? CLONE_NEWNET : 0) | CLONE_PIDFD,
+        a.ipcns = sb->ipcns;
+        a.shmjob = sb->shm >= 0 ? sb->shmjob : NULL;
+        struct clone_args2 ca = { .flags = (NS_FLAGS & ~(a.ipcns >= 0 ? CLONE_NEWIPC : 0)) |
+                                           (a.netns < 0 ? CLONE_NEWNET : 0) | CLONE_PIDFD,
                                   .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
         int box = container_clone_fd(&j->box);
         if (box >= 0) {         /* born in the job's container; else it moves itself there */
@@ -466,6 +594,8 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
     closefd(&pipefd[1]);
     if (what) {
         closefd(&pipefd[0]);
+        job_shm_release(sb);
+        closefd(&sb->ipcns);
         snprintf(why, len, "cannot make the node sandbox: %s%s%s: %s; run the job with --no-sandbox", what,
                  path ? " " : "", path ? path : "", strerror(e));
         return -1;
@@ -535,4 +665,6 @@ void sandbox_stop(struct sandbox *sb)
         say("warning: the node sandbox's holder (pid %d) did not end on SIGKILL", (int)sb->pid);
     closefd(&sb->pidfd);
     sb->pid = 0;
+    job_shm_release(sb);        /* after the holder: the job's processes here are gone */
+    closefd(&sb->ipcns);
 }

@@ -22,9 +22,13 @@ struct fs;
 struct sandbox {
     pid_t pid;          /* the holder (cnode's child), 0 if none */
     int pidfd;          /* readable when the holder ended; -1 if none */
+    int shm;            /* the block's shared memory directory (O_PATH), or -1 */
+    int shmlock;        /* the job's lock file there, held shared while the job runs here; -1 */
+    int ipcns;          /* the block's IPC namespace, or -1 (the holder made its own) */
+    char shmjob[32];    /* the job's directory in it: "job-ID" */
 };
 
-#define SANDBOX_NONE { .pid = 0, .pidfd = -1 }
+#define SANDBOX_NONE { .pid = 0, .pidfd = -1, .shm = -1, .shmlock = -1, .ipcns = -1, .shmjob = "" }
 
 /* Where the host's hwloc topology (topology.c) is inside the sandbox. */
 #define SANDBOX_TOPOLOGY "/run/lattice-hwloc.xml"

@@ -143,9 +143,15 @@ class Plan:
     def shm(self) -> Path:
         return self.shm_root / self.hash
 
+    @property
+    def ipcns(self) -> Path:
+        """The block's IPC namespace on this host, bind-mounted on a file (ipc_path)."""
+        return ipc_path(self.hash, self.shm_root)
+
     def sandbox(self, k: int) -> dict[str, str]:
         """The personality's "sandbox" object for compute node k."""
-        return {"netns": str(NETNS_DIR / self.node_ns(k)), "shm": str(self.shm), "ifname": IFNAME,
+        return {"netns": str(NETNS_DIR / self.node_ns(k)), "shm": str(self.shm), "ipcns": str(self.ipcns),
+                "ifname": IFNAME,
                 "address": str(self.address(k)), "gateway": str(self.gateway(self.bridge_of(k)).ip)}
 
 
@@ -373,6 +379,36 @@ def _mounted(path: Path) -> bool:
     return any(line.split()[4] == want for line in text.splitlines() if len(line.split()) > 4)
 
 
+def ipc_path(hash_: str, shm_root: Path) -> Path:
+    """Where block hash_'s IPC namespace is kept: beside the shared memory directories, in root's
+    private directory.  One for the block's nodes on this host, so UCX's and MPI's shared-memory
+    transports, which require their peers in their own IPC namespace, work between nodes."""
+    return shm_root.parent / "ipc" / hash_
+
+
+def _make_ipcns(path: Path) -> None:
+    """A new IPC namespace kept on path (util-linux unshare binds it there)."""
+    from lattice import safepath
+    os.close(safepath.open_private_dir(path.parent, path.parent.parent))
+    path.touch(mode=0o600, exist_ok=True)
+    _run(["unshare", f"--ipc={path}", "true"], "")
+
+
+def _unmount_file(path: Path) -> str | None:
+    """A namespace file unbound and removed; a problem as a line."""
+    while _mounted(path):
+        if _libc.umount2(str(path).encode(), MNT_DETACH) != 0:
+            e = ctypes.get_errno()
+            return f"cannot unmount {path}: {os.strerror(e)}"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        return f"cannot remove {path}: {e.strerror}"
+    return None
+
+
 def _unmount(path: Path) -> str | None:
     """path unmounted (lazily: a process still holding a file keeps its memory until it lets go)
     and removed; a problem as a line."""
@@ -493,16 +529,17 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
             _run(["ip", "-force", "-batch", "-"], batch)
         except RuntimeError as e:
             problems.append(str(e))
-    why = _unmount(shm_root / hash_)
-    if why:
-        problems.append(why)
+    for why in (_unmount(shm_root / hash_), _unmount_file(ipc_path(hash_, shm_root))):
+        if why:
+            problems.append(why)
     return problems
 
 
 def _left(hash_: str, shm_root: Path) -> bool:
     """Is anything of block hash_ here though the book does not name it?  (Its entry is written
     before anything is made, so a table alone is never left; nft is not asked, it is slow.)"""
-    return bool(_namespaces(hash_)) or _has_link(f"lu{hash_}") or _mounted(shm_root / hash_)
+    return bool(_namespaces(hash_)) or _has_link(f"lu{hash_}") or _mounted(shm_root / hash_) or \
+        ipc_path(hash_, shm_root).exists()
 
 
 def _release(book: dict[str, Any], hash_: str) -> list[str]:
@@ -758,6 +795,7 @@ def build(p: Plan, deny: list[Net4]) -> None:
     os.close(d)
     p.shm.mkdir(mode=0o700, exist_ok=True)
     _mount_tmpfs(p.shm, _shm_size())
+    _make_ipcns(p.ipcns)
 
 
 def boot(block: str, container: str, nodes: list[int], hosts: list[str],
