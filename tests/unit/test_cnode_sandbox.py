@@ -102,7 +102,8 @@ def test_a_sandbox_that_cannot_be_made_fails_the_launch_in_one_line(make_pset: A
 
 @pytest.mark.parametrize("sandbox, what", [
     ([], "\"sandbox\" must be an object"),
-    ({"netns": "run/netns/x"}, "\"netns\" and \"shm\" are absolute paths"),
+    ({"netns": "run/netns/x"}, "\"netns\", \"shm\" and \"ipcns\" are absolute paths"),
+    ({"ipcns": "run/lattice/ipc/x"}, "\"netns\", \"shm\" and \"ipcns\" are absolute paths"),
     ({"ifname": "a,b"}, "\"ifname\" is a network interface name"),
 ])
 def test_a_bad_sandbox_object_is_refused_in_one_line(tmp_path: Path, sandbox: Any, what: str) -> None:
