@@ -229,6 +229,7 @@ static const char *parse_mapping(struct job *j, size_t len, size_t *pos, uint32_
     j->nprocs = j->left = ext.nslots;
     j->napps = ext.napps;
     j->ppn = ext.ppn;
+    j->stdin_rank = ext.stdin_rank;
     int have_t0 = 0;
     for (uint32_t i = 0; i < ext.nslots; i++) {
         struct lat_slot sl;

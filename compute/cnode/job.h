@@ -71,6 +71,7 @@ struct job {
     char **argv[LAT_MAX_APPS], **env;   /* point into desc */
     uint32_t napps, ppn, nprocs, left;  /* left: processes that have not reported their end */
     int placed;                 /* LAT_JOB_PLACED: per-process personality (mode, memory share, t) */
+    uint32_t stdin_rank;        /* LAT_JOB_STDIN: the rank reading the job's input, or LAT_STDIN_ALL */
     uint64_t image_size[LAT_MAX_APPS];
     int memfd[LAT_MAX_APPS];
     uint64_t received;
@@ -94,6 +95,13 @@ void job_seal(struct job *j);
 int drop_capabilities(void);
 /* launch.c: START came; every process of the job is started (or the job fails) */
 void launch_start(struct job *j, const struct msg *m);
+
+/* stdin_pump.c: does this process read the job's standard input through a
+ * pump (a sandboxed job with LAT_JOB_STDIN, its reading rank)?  And the
+ * pump started: the read end of the pipe it feeds (close-on-exec), the
+ * process's descriptor 0; or -1 and why. */
+int stdin_reads(const struct job *j, const struct proc *pr);
+int stdin_pump(struct job *j, const struct proc *pr, char *why, size_t len);
 
 /* report.c: cnk's report page as cnk left it (0 if it never wrote it), and its line */
 int report_read(const struct proc *p, struct cnk_report *r);

@@ -313,7 +313,7 @@ static void relay_end(pid_t kid)
 }
 
 /* In the child: runs between fork and exec, so only async-signal-safe calls. */
-static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int outw, int errw, int failw,
+static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int inr, int outw, int errw, int failw,
                   char **argv, char **envp, pid_t parent, const cpu_set_t *cpus, size_t cpus_size, int inside)
 {
     int cnk = is_cnk(j), sbx = sandboxed(j);
@@ -323,9 +323,10 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     int f = fcntl(failw, F_DUPFD_CLOEXEC, 10), q = fcntl(pmifd, F_DUPFD_CLOEXEC, 10);
     int r = cnk ? fcntl(pr->reportfd, F_DUPFD_CLOEXEC, 10) : sbx ? 0 : seq_page();
     int kfd = cnk ? fcntl(j->k->cnk_fd, F_DUPFD_CLOEXEC, 10) : 0;
+    int in = inr >= 0 ? fcntl(inr, F_DUPFD_CLOEXEC, 10) : 0;
     if (f < 0)
         _exit(127);
-    if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0)
+    if (p < 0 || m < 0 || o < 0 || e < 0 || q < 0 || r < 0 || kfd < 0 || in < 0)
         child_fail(f, errno);
     /* the hello at once: ciod evicts the oldest connection still waiting for
      * one when silent peers flood it, so nothing slow goes before it */
@@ -339,7 +340,9 @@ static void child(struct job *j, struct proc *pr, int procfd, int pmifd, int out
     /* the node's namespaces, its file view, the working directory there */
     if (sbx && sandbox_enter(&j->sb, fs_cwd(&j->fs)) < 0)
         child_fail(f, CHILD_SANDBOX_FAILED + errno);
-    int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    /* descriptor 0: the pipe of its standard input's pump (stdin_pump.c), else
+     * /dev/null (the others read their input through their connection) */
+    int nul = inr >= 0 ? in : open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul < 0 || dup2(nul, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || (!sbx && dup2(p, CHILD_PROC_FD) < 0) ||
         dup2(m, CHILD_IMAGE_FD) < 0 || dup3(f, CHILD_ERR_FD, O_CLOEXEC) < 0 || dup2(q, CHILD_PMI_FD) < 0)
         child_fail(f, errno);
@@ -475,6 +478,17 @@ static void launch(struct job *j, struct proc *pr)
         proc_failed(j, pr, e, "pipe: %s", strerror(e));
         return;
     }
+    /* in the sandbox the job's input comes through a pump (stdin_pump.c) */
+    char why[256];
+    int inr = stdin_reads(j, pr) ? stdin_pump(j, pr, why, sizeof why) : -2;
+    if (inr == -1) {
+        if (direct >= 0)
+            close(direct);
+        close(outp[0]);
+        close(outp[1]);
+        proc_failed(j, pr, EIO, "%s", why);
+        return;
+    }
     if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(failp, O_CLOEXEC) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pmip) < 0) {
         int e = errno;
@@ -482,6 +496,8 @@ static void launch(struct job *j, struct proc *pr)
             close(procfd);
         if (direct >= 0)
             close(direct);
+        if (inr >= 0)
+            close(inr);
         close(outp[0]);
         close(outp[1]);
         proc_failed(j, pr, e, "pipe: %s", strerror(e));
@@ -515,7 +531,7 @@ static void launch(struct job *j, struct proc *pr)
     int inside = 0;     /* born in the job's container (container_fork) */
     pid_t pid = envp && argv && (cpus || !pr->cpu) ? container_fork(&j->box, &inside) : -1;
     if (pid == 0)
-        child(j, pr, procfd, pmip[1], outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size, inside);
+        child(j, pr, procfd, pmip[1], inr, outp[1], errp[1], failp[1], argv, envp, parent, cpus, cpus_size, inside);
     int forkerr = errno;
     if (cpus)
         CPU_FREE(cpus);
@@ -523,6 +539,8 @@ static void launch(struct job *j, struct proc *pr)
         free(argv);
     if (procfd >= 0)
         close(procfd);  /* the child has it; ciod sees EOF when the process ends */
+    if (inr >= 0)
+        close(inr);     /* the child's: the pump ends when nobody reads it any more */
     close(outp[1]);
     close(errp[1]);
     close(failp[1]);

@@ -406,6 +406,7 @@ void worker_stdin_ack(uint32_t bytes);  /* stdin.c: bytes handed to the reading 
 int     stdin_setup(const struct job_spec *js, char *why, size_t whylen);   /* pipes and the pump */
 void    stdin_put(uint32_t flags, const void *data, size_t len);            /* a W_STDIN chunk */
 int     stdin_fd(int32_t rank);         /* the rank's pipe to read, or -1: it reads end of file */
+void    stdin_gone(int32_t rank);       /* its connection closed: its pipe goes, the input does not wait for it */
 /* A read of that pipe: waits for data or end of file; -1 EINTR once conn_fd hangs up. */
 ssize_t stdin_read(int fd, int conn_fd, void *buf, size_t n);
 /* ship.c: serves a process's calls in the worker; plug NULL: no plug-in line. */

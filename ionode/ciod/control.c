@@ -402,7 +402,8 @@ static int push_node(struct conn *n, const struct job_spec *js, uint32_t node,
     struct lat_node_job nj = { .job = jh->job, .rank = (uint32_t)js->rank[node], .size = jh->nranks,
                                .uid = jh->uid, .gid = jh->gid, .ngroups = jh->ngroups, .nargs = jh->nargs,
                                .nenv = jh->nenv, .flags = jh->flags };
-    struct lat_job_ext ext = { .napps = js->napps, .ppn = js->ppn };
+    /* stdin_rank: a sandboxed node pumps the reading ranks' input (compute/cnode/stdin_pump.c) */
+    struct lat_job_ext ext = { .napps = js->napps, .ppn = js->ppn, .stdin_rank = js->stdin_rank };
     size_t cap = sizeof(nj) + sizeof(uint32_t) * jh->ngroups + sizeof(ext) + js->envlen
                  + (sizeof(struct lat_slot) + sizeof(struct lat_node_app)) * (size_t)(js->nslots + js->napps);
     char *msg, *w;

@@ -11,7 +11,9 @@
  * window (LAT_STDIN_WINDOW) and the pipes.  A rank's shipped read of its
  * descriptor 0 reads its pipe (ship.c, stdin_read), waiting there without
  * holding anything another process needs.  With every rank reading, the
- * input goes at the pace of the slowest reader.
+ * input goes at the pace of the slowest reader.  A rank whose connection
+ * closed (it ended, read or not) reads no more: its pipe goes
+ * (stdin_gone), so that the others and the window go on without it.
  */
 #include "ciod.h"
 
@@ -141,10 +143,25 @@ void stdin_put(uint32_t flags, const void *data, size_t len)
 
 int stdin_fd(int32_t rank)
 {
+    int fd = -1;
+
+    pthread_mutex_lock(&in.lock);
     for (unsigned i = 0; i < in.n; i++)
         if (in.r[i].rank == rank)
-            return in.r[i].rd;
-    return -1;
+            fd = in.r[i].rd;
+    pthread_mutex_unlock(&in.lock);
+    return fd;
+}
+
+void stdin_gone(int32_t rank)
+{
+    pthread_mutex_lock(&in.lock);
+    for (unsigned i = 0; i < in.n; i++)
+        if (in.r[i].rank == rank && in.r[i].rd >= 0) {
+            close(in.r[i].rd);          /* the pump's write to it fails (EPIPE) rather than waits */
+            in.r[i].rd = -1;
+        }
+    pthread_mutex_unlock(&in.lock);
 }
 
 ssize_t stdin_read(int fd, int conn_fd, void *buf, size_t n)

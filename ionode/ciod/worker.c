@@ -296,6 +296,7 @@ static void *proc_main(void *arg)
     snprintf(s->who, sizeof(s->who), "uid %u", wk.who->uid);
     ras_thread_peer(s->who);
     ship_serve(s->c, s->plug, &s->wp, wk.who, wk.cwd);
+    stdin_gone(s->wp.rank);             /* it reads no more (a slot's one connection) */
     proc_gone(s->wp.node, s->wp.t);
     pthread_mutex_lock(&wk.lock);
     for (unsigned i = 0; i < wk.nlive; i++)

@@ -17,6 +17,7 @@ import stat
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -1251,8 +1252,10 @@ def test_a_silent_connection_is_dropped_and_ciod_keeps_serving(ciod_bin: Path, t
 
 # ---- standard input (docs/protocol.md section 4.1) ----
 
-def start_stdin_job(c: Ciod, cwd: Path, job_id: int, stdin_rank: int) -> tuple[socket.socket, list[socket.socket]]:
-    """A placed job of ranks 0 and 1 on nodes 0 and 1 whose input goes to stdin_rank."""
+def start_stdin_job(c: Ciod, cwd: Path, job_id: int, stdin_rank: int,
+                    node_jobs: list[bytes] | None = None) -> tuple[socket.socket, list[socket.socket]]:
+    """A placed job of ranks 0 and 1 on nodes 0 and 1 whose input goes to
+    stdin_rank; node_jobs gets the nodes' NODE_JOB payloads."""
     nodes = [c.connect(ROLE_NODE, n) for n in range(PSET_SIZE)]
     ctl = c.connect(ROLE_CONTROL)
     exe = c.dir / "prog"
@@ -1263,8 +1266,9 @@ def start_stdin_job(c: Ciod, cwd: Path, job_id: int, stdin_rank: int) -> tuple[s
                                       stdin_rank=stdin_rank)
     seq = send(ctl, CTL_JOB, payload)
     for n in nodes:
-        while recv(n)[0] != NODE_START:
-            pass
+        while (m := recv(n))[0] != NODE_START:
+            if m[0] == NODE_JOB and node_jobs is not None:
+                node_jobs.append(m[2])
     t, q, body = recv(ctl)
     assert (t, q, sysret(body)[:2]) == (CTL_JOB | REPLY, seq, (0, 0)), body
     return ctl, nodes
@@ -1308,6 +1312,49 @@ def test_stdin_goes_to_its_rank_within_the_window(ciod: Ciod, tmp_path: Path) ->
     for n in nodes:
         send(n, NODE_EXIT, struct.pack("<QIIIi", 61, 0, nodes.index(n), EXIT_CODE, 0))
     deadline = time.time() + 5
+    while status(ciod)[2] != 0:
+        assert time.time() < deadline
+        time.sleep(0.02)
+
+
+def test_stdin_all_goes_on_when_a_rank_ends_without_reading(ciod: Ciod, tmp_path: Path) -> None:
+    """Every rank reads; rank 0's connection closes without a read (the
+    process ended): rank 1 still gets all of the input, window after window.
+    Before, ciod waited for ever on rank 0's full pipe (and the job with it).
+    The nodes learn who reads (lat_job_ext.stdin_rank in NODE_JOB), for the
+    sandbox's pump (compute/cnode/stdin_pump.c)."""
+    node_jobs: list[bytes] = []
+    ctl, nodes = start_stdin_job(ciod, tmp_path, 62, stdin_rank=wire.STDIN_ALL, node_jobs=node_jobs)
+    ngroups = 1                                     # lat_node_job, groups, then lat_job_ext
+    assert [struct.unpack_from("<4I", b, 48 + 4 * ngroups)[3] for b in node_jobs] == [wire.STDIN_ALL] * 2
+    gone = ciod.connect(ROLE_PROC, 0, 62)
+    reader = Proc(ciod.connect(ROLE_PROC, 1, 62))
+    gone.close()
+    data = os.urandom(16 * wire.STDIN_MAX)          # four windows, many pipes
+    got = bytearray()
+
+    def read_all() -> None:
+        while (r := reader.ok("read", 0, 1 << 16))[0]:
+            got.extend(r[1])
+
+    t = threading.Thread(target=read_all, daemon=True)
+    t.start()
+    ctl.settimeout(300)                             # a hang guard
+    held = pos = 0
+    while pos < len(data):
+        if held + wire.STDIN_MAX <= wire.STDIN_WINDOW:
+            send(ctl, wire.CTL_STDIN, stdin_msg(62, data[pos:pos + wire.STDIN_MAX]))
+            held, pos = held + wire.STDIN_MAX, pos + wire.STDIN_MAX
+        else:
+            typ, _, body = recv(ctl)
+            assert typ == wire.CTL_STDIN_ACK, typ
+            held -= wire.STDIN.unpack(body)[1]
+    send(ctl, wire.CTL_STDIN, stdin_msg(62, b"", wire.STDIN_EOF))
+    t.join(300)
+    assert not t.is_alive() and bytes(got) == data, len(got)
+    for n in nodes:
+        send(n, NODE_EXIT, struct.pack("<QIIIi", 62, 0, nodes.index(n), EXIT_CODE, 0))
+    deadline = time.time() + 60
     while status(ciod)[2] != 0:
         assert time.time() < deadline
         time.sleep(0.02)
