@@ -53,7 +53,9 @@ INIT1 = "1:cmd=init pmi_version=1 pmi_subversion=1"
 
 
 def test_pmi1_put_fence_get_across_psets(machine: Machine, client: Path) -> None:
-    p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", str(client), "env:", "peer:", INIT1,
+    # "peer:" names the PMI connection's far end from /proc: the host's view (--no-sandbox)
+    p = machine.run("run", "--block", "S", "-n", "4", "--kernel", "linux", "--no-sandbox", str(client), "env:",
+                    "peer:", INIT1,
                     "1:cmd=get_maxes", "1:cmd=get_appnum", "1:cmd=get_universe_size", "1:cmd=get_my_kvsname",
                     "1:cmd=put kvsname=%j key=card-%r value=addr-%r-x=y/z", "1:cmd=barrier_in",
                     "1:cmd=get kvsname=%j key=card-%o", "1:cmd=get kvsname=%j key=PMI_process_mapping",
