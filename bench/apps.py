@@ -19,7 +19,8 @@ core, 4 and 16 share the cores) three configurations run, interleaved, each
 going first in turn, --repeat times:
   hydra   mpiexec.hydra -n N PROG CLASS                (all ranks on this host)
   cnk     lattice run --block apps -n N PROG CLASS     (the defaults: cnk, co mode)
-  linux   lattice run --block apps -n N --kernel linux PROG CLASS
+  linux   lattice run --block apps -n N --kernel linux PROG CLASS   (the node sandbox: the default)
+  preload lattice run --block apps -n N --kernel linux --no-sandbox PROG CLASS   (with --preload)
 No flag or --env is added to `lattice run`: the point is that its defaults
 are fast.  The machine (1x1xN for the largest N, one rank per node in co
 mode, --memory per node) is booted once in a temporary LATTICE_HOME before
@@ -102,7 +103,7 @@ class Runner:
         exe = str(APPS / prog)
         if cfg == "hydra":
             return [self.hydra, "-n", str(n), exe, cls], None
-        kernel = ["--kernel", "linux"] if cfg == "linux" else []
+        kernel = {"linux": ["--kernel", "linux"], "preload": ["--kernel", "linux", "--no-sandbox"]}.get(cfg, [])
         return [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(n), *kernel, exe, cls], self.blk.env
 
     def run(self, cfg: str, n: int, prog: str, cls: str) -> tuple[float, dict[str, str] | None, str]:
@@ -147,7 +148,7 @@ def sweep(runner: Runner, jobs: list[Job], repeat: int, tag: str, walls: Series,
 
 
 def tables(title: str, jobs: list[Job], walls: Series, inner: Series, repeat: int) -> str:
-    ratios = [("cnk/hydra", "cnk", "hydra"), ("linux/hydra", "linux", "hydra")]
+    ratios = [(f"{k}/hydra", k, "hydra") for k in CONFIGS if k != "hydra"]
     rows = [(f"{p} {c} {n} ranks", walls[(p, c, n)], ratios) for p, c, n in jobs]
     irows = [(f"{p} {c} {n} ranks", inner[(p, c, n)], ratios) for p, c, n in jobs]
     return (bl.table(f"{title}: {repeat} interleaved runs each, wall time of the command in s, median [min–max]",
@@ -162,10 +163,11 @@ def paired(job: Job, k: str, rounds: Rounds) -> list[float]:
 
 
 def paired_table(jobs: list[Job], rounds: Rounds) -> str:
-    rows = ["| measure | cnk/hydra | linux/hydra |", "| --- | --- | --- |"]
+    lattice = [c for c in CONFIGS if c != "hydra"]
+    rows = ["| measure | " + " | ".join(f"{k}/hydra" for k in lattice) + " |", "| --- |" + " --- |" * len(lattice)]
     for job in jobs:
         cells = []
-        for k in ("cnk", "linux"):
+        for k in lattice:
             r = paired(job, k, rounds)
             cells.append(f"{statistics.median(r):.3f} [{min(r):.3f}–{max(r):.3f}]" if r else "-")
         rows.append(f"| {job[0]} {job[1]} {job[2]} ranks | {' | '.join(cells)} |")
@@ -176,7 +178,7 @@ def paired_table(jobs: list[Job], rounds: Rounds) -> str:
 def goals(jobs: list[Job], rounds: Rounds) -> list[str]:
     out = []
     for job in jobs:
-        for k in ("cnk", "linux"):
+        for k in (c for c in CONFIGS if c != "hydra"):
             r = paired(job, k, rounds)
             if r:
                 med = statistics.median(r)
@@ -201,12 +203,19 @@ def main() -> int:
                     help="run the big-memory machine over a kept pool of 2 MiB pages covering its nodes (what an "
                          "administrator reserves for big memory), after one untimed run of each configuration")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    ap.add_argument("--preload", action="store_true",
+                    help="also Linux mode's preload client (--kernel linux --no-sandbox) beside the sandbox")
+    ap.add_argument("--no-cnk", action="store_true", help="leave cnk out (Linux mode against Hydra only)")
     ap.add_argument("--quick", action="store_true",
                     help="functional run: 1 repeat, class T, 2 ranks, no big-memory run")
     a = ap.parse_args()
     if a.quick:
         a.repeat, a.sizes, a.ranks, a.no_bigmem = 1, "T", "2", True
     kernels = [k for k in a.kernels.split(",") if k]
+    if a.preload:
+        CONFIGS.append("preload")
+    if a.no_cnk:
+        CONFIGS.remove("cnk")
     if a.sizes is None and a.ranks is None:
         plan = PLAN
     else:
