@@ -9,7 +9,8 @@ is the wall time of the whole command, from its start to its exit:
   cnk-copy  the same with --env LATTICE_LIBCACHE=0: libraries copied into each
           rank's big memory instead of mapped from the host's library cache
           (compute/cnk/README.md "Library cache"); ask for it with --kernels
-  linux   lattice run --block B -n N --kernel linux ... launch_hello
+  linux   lattice run --block B -n N --kernel linux ... launch_hello   (in the node sandbox: the default)
+  linux-preload  the same with --no-sandbox: the LD_PRELOAD client; ask for it with --kernels
 Lattice runs with its defaults and no flag (issue 12: the defaults must be
 fast): the progress thread only on a node with a real core to spare, huge
 pages sized to the node; --no-progress and --keep-pages give the old forced
@@ -117,8 +118,9 @@ class Block:
 
     def run_cmd(self, n: int, exe: Path, *args: str, kernel: str = "cnk", opts: tuple[str, ...] = ()) -> list[str]:
         """The `lattice run` command line of a job on the block (to run with self.env)."""
-        return [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(n), "--kernel", kernel,
-                *opts, str(exe), *args]
+        mode = ("--no-sandbox",) if kernel == "linux-preload" else ()
+        return [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(n), "--kernel", kernel.removesuffix("-preload"),
+                *mode, *opts, str(exe), *args]
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -173,7 +175,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="16,64,256", help="rank counts")
     ap.add_argument("--kernels", default="cnk,linux",
-                    help="lattice configurations to run beside hydra: cnk, cnk-copy, linux")
+                    help="lattice configurations to run beside hydra: cnk, cnk-copy, linux, linux-preload")
     ap.add_argument("--shape", default="8x8x4", help="the machine and its one block")
     ap.add_argument("--pset-size", type=int, default=64)
     ap.add_argument("--memory", default="128M", help="per compute node")
