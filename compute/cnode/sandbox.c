@@ -2,8 +2,9 @@
  * sandbox.c - the node sandbox of a Linux-mode job (sandbox.h;
  * docs/architecture.md, "Linux nodes: the sandbox").
  *
- * The holder is cloned by cnode with new mount, pid, IPC and UTS
- * namespaces; it joins the node's network namespace (the personality's
+ * The holder is cloned by cnode with new mount, pid and UTS namespaces; it
+ * joins the block's IPC namespace on this host ("sandbox"."ipcns": UCX's
+ * shared memory reaches only peers in its own) or gets a new one, and joins the node's network namespace (the personality's
  * "sandbox"."netns", made by the host agent) or, without one, gets a new
  * one with only loopback.  As pid 1 of the job's pid namespace it builds
  * the node's file view:
@@ -16,8 +17,9 @@
  *   /sys               a new sysfs, read-only (this network namespace's devices)
  *   /dev               a read-only tmpfs: null zero full random urandom tty
  *                      bound from the host, fd/std* links, its own devpts
- *   /dev/shm           the block's shared directory on this host (personality
- *                      "sandbox"."shm") or else a tmpfs of the job's
+ *   /dev/shm           the job's directory of the block's shared one on this
+ *                      host (personality "sandbox"."shm"; job_shm) or else a
+ *                      tmpfs of the job's
  *   /tmp               a tmpfs of the node and job (1777)
  *   /run/lattice-hwloc.xml  the host's topology for hwloc (topology.c), if any
  *   Lattice's libraries     the preload client's directory (libpmi.so for Open
