@@ -4,9 +4,9 @@
  *
  * The holder is cloned by cnode with new mount, pid and UTS namespaces; it
  * joins the block's IPC namespace on this host ("sandbox"."ipcns": UCX's
- * shared memory reaches only peers in its own) or gets a new one, and joins the node's network namespace (the personality's
- * "sandbox"."netns", made by the host agent) or, without one, gets a new
- * one with only loopback.  As pid 1 of the job's pid namespace it builds
+ * shared memory reaches only peers in its own) or gets a new one, and the
+ * node's network namespace ("sandbox"."netns", made by the host agent) or,
+ * without one, a new one with only loopback.  As pid 1 of the job's pid namespace it builds
  * the node's file view:
  *
  *   /                  a tmpfs, read-only once built
