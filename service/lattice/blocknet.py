@@ -394,30 +394,15 @@ def _make_ipcns(path: Path) -> None:
     _run(["unshare", f"--ipc={path}", "true"], "")
 
 
-def _unmount_file(path: Path) -> str | None:
-    """A namespace file unbound and removed; a problem as a line."""
-    while _mounted(path):
-        if _libc.umount2(str(path).encode(), MNT_DETACH) != 0:
-            e = ctypes.get_errno()
-            return f"cannot unmount {path}: {os.strerror(e)}"
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        return f"cannot remove {path}: {e.strerror}"
-    return None
-
-
 def _unmount(path: Path) -> str | None:
     """path unmounted (lazily: a process still holding a file keeps its memory until it lets go)
-    and removed; a problem as a line."""
+    and removed (a directory, or the file a namespace was bound on); a problem as a line."""
     while _mounted(path):
         if _libc.umount2(str(path).encode(), MNT_DETACH) != 0:
             e = ctypes.get_errno()
             return f"cannot unmount {path}: {os.strerror(e)}"
     try:
-        path.rmdir()
+        path.rmdir() if path.is_dir() else path.unlink()
     except FileNotFoundError:
         pass
     except OSError as e:
@@ -529,7 +514,7 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
             _run(["ip", "-force", "-batch", "-"], batch)
         except RuntimeError as e:
             problems.append(str(e))
-    for why in (_unmount(shm_root / hash_), _unmount_file(ipc_path(hash_, shm_root))):
+    for why in (_unmount(shm_root / hash_), _unmount(ipc_path(hash_, shm_root))):
         if why:
             problems.append(why)
     return problems
