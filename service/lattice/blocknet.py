@@ -354,7 +354,8 @@ def _neigh_fit(book: dict[str, Any]) -> list[str]:
         for name, value in old.items():
             (NEIGH / name).write_text(f"{value + need}\n")
     except (OSError, ValueError) as e:
-        return [f"cannot size the host's ARP table for the blocks' nodes ({NEIGH}): {e}"]
+        return [f"cannot size the host's ARP table for the blocks' nodes ({NEIGH}): {e}; a job whose ranks "
+                f"talk to many nodes may fail to connect (No route to host)"]
     return []
 
 
@@ -841,7 +842,7 @@ def boot(block: str, container: str, nodes: list[int], hosts: list[str],
         try:
             n = up(block, container, nodes, hosts)
             for w in n.warnings:
-                warn(f"block {block}: {w}", False)
+                warn(f"block {block}: {w}", True)      # said by the booter and kept as RAS
             return n
         except (OSError, RuntimeError, ValueError) as e:
             why = str(e)
