@@ -26,7 +26,8 @@ All of a block's namespaces and links are made by one `ip -batch` in the host's 
 in the router's; each node's address and route are set from this process over netlink
 (lattice.rtnl): the processes started do not grow with the nodes.
 
-The host's own net.ipv4.ip_forward is set to 1 while a block is up in its namespace (the
+The host's ARP table limits are raised for the blocks' nodes (_neigh_fit).  The host's own
+net.ipv4.ip_forward is set to 1 while a block is up in its namespace (the
 uplinks are routed out) and given back its old value when the last one goes.  `down` removes
 everything; a block whose agent was killed outright is swept by the next boot on the host (and by
 `lattice free`): the book names its agent (pid and start time), and an entry whose agent is gone
@@ -330,6 +331,34 @@ def _forwarding(value: str | None = None) -> str:
     return path.read_text().strip()
 
 
+NEIGH = Path("/proc/sys/net/ipv4/neigh/default")    # the ARP table's limits: one table for all namespaces
+
+
+def _neigh_fit(book: dict[str, Any]) -> list[str]:
+    """The host's ARP table sized for the blocks in the book: the kernel keeps one table for every
+    network namespace, 1024 entries at most by default, and a block of n nodes that all talk to
+    each other (MPI) fills n * n of it; past the limit a node's connect fails with "No route to
+    host".  gc_thresh2 and 3 are raised by that much over their values before the first block
+    (kept in the book, written back when the last block goes).  Problems, one line each."""
+    need = sum(int(e.get("nodes", 0)) ** 2 + int(e.get("nodes", 0)) for e in book["blocks"].values())
+    old = book.get("neigh")
+    try:
+        if need == 0:
+            if old is not None:
+                for name, value in old.items():
+                    (NEIGH / name).write_text(f"{value}\n")
+                book.pop("neigh")
+            return []
+        if old is None:
+            old = book["neigh"] = {n: int((NEIGH / n).read_text()) for n in ("gc_thresh2", "gc_thresh3")}
+        for name, value in old.items():
+            (NEIGH / name).write_text(f"{value + need}\n")
+    except (OSError, ValueError) as e:
+        return [f"cannot size the host's ARP table for the blocks' nodes ({NEIGH}): {e}; a job whose ranks "
+                f"talk to many nodes may fail to connect (No route to host)"]
+    return []
+
+
 def _routes() -> list[Net4]:
     """The IPv4 routes of this namespace's main table (their networks), but the default."""
     out: list[Net4] = []
@@ -531,18 +560,19 @@ def _release(book: dict[str, Any], hash_: str) -> list[str]:
     """hash_'s entry out of the book; the host's forwarding given back its old value when it was
     the last block in this namespace."""
     entry = book["blocks"].pop(hash_, None)
+    problems = _neigh_fit(book)
     here = str(_netns_id())
     if entry is None or str(entry.get("netns")) != here:
-        return []
+        return problems
     if any(str(e.get("netns")) == here for e in book["blocks"].values()):
-        return []
+        return problems
     old = book["forwarding"].pop(here, None)
     if old is not None:
         try:
             _forwarding(str(old))
         except OSError as e:
-            return [f"cannot set net.ipv4.ip_forward back to {old}: {e.strerror}"]
-    return []
+            return problems + [f"cannot set net.ipv4.ip_forward back to {old}: {e.strerror}"]
+    return problems
 
 
 def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
@@ -583,6 +613,7 @@ def sweep_dead(home: Path | None = None, also: str | None = None) -> list[str]:
                     book["blocks"].pop(h)
                     if not any(str(e.get("netns")) == ns for e in book["blocks"].values()):
                         book["forwarding"].pop(ns, None)
+            problems += _neigh_fit(book)
     return problems
 
 
@@ -635,6 +666,7 @@ class Net:
         self.plan, self.home = plan, home
         self.seconds = 0.0
         self.routes: list[str] = []         # to the block's parts on other hosts ("NET via ADDR")
+        self.warnings: list[str] = []       # what went wrong but leaves the network usable
 
     def sandbox(self, k: int) -> dict[str, str]:
         return self.plan.sandbox(k)
@@ -747,7 +779,8 @@ def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Pat
         taken = [ipaddress.IPv4Network(e["net"]) for e in book["blocks"].values() if "net" in e]
         net = allocate(prefix_for(len(nodes)), taken + _routes(), pool())
         book["blocks"][h] = {"block": block, "net": str(net), "netns": _netns_id(), "pid": os.getpid(),
-                             "start": procs.start_time(os.getpid())}
+                             "start": procs.start_time(os.getpid()), "nodes": len(nodes)}
+        problems = _neigh_fit(book)
         here = str(_netns_id())
         if here not in book["forwarding"]:
             old = _forwarding()
@@ -756,6 +789,7 @@ def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Pat
                 _forwarding("1")
     plan = Plan(h, block, net, tuple(sorted(nodes)), home / "shm")
     n = Net(plan, home)
+    n.warnings = problems
     try:
         build(plan, deny)
     except (OSError, RuntimeError, ValueError) as e:
@@ -791,7 +825,10 @@ def boot(block: str, container: str, nodes: list[int], hosts: list[str],
     tried = why is None
     if why is None:
         try:
-            return up(block, container, nodes, hosts)
+            n = up(block, container, nodes, hosts)
+            for w in n.warnings:
+                warn(f"block {block}: {w}", True)      # said by the booter and kept as RAS
+            return n
         except (OSError, RuntimeError, ValueError) as e:
             why = str(e)
     warn(f"block {block}: no block network or shared /dev/shm on this host ({why}); sandboxed jobs get a "

@@ -13,16 +13,18 @@ that share a node by itself)."""
 from __future__ import annotations
 
 import os
+import queue
 import random
 import re
 import signal
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, EXAMPLES, Machine, make_machine, wait_for
+from conftest import BUILD, EXAMPLES, Machine, make_machine
 
 BLOCK = "T"
 TOP = "lattice: PMI fence tree, fan-out {k}, {levels} level(s) of I/O nodes: the service node sends to {n} of 4: "
@@ -114,16 +116,37 @@ def test_killing_an_io_node_in_the_tree_ends_the_job(tree_machine: Machine, vict
                       "100000", "20")
     finally:
         m.env.pop("LATTICE_PMI_FANOUT")
+    # the job's output read as it comes (stdout line by line, stderr kept), so a job that ends or
+    # prints nothing fails the wait below with its stderr, not a blocked read or a spin to a timeout
+    lines: queue.Queue[str] = queue.Queue()
+    errs: list[str] = []
+
+    def read_out() -> None:
+        for line in run.stdout or []:
+            lines.put(line)
+        lines.put("")       # its end
+
+    readers = [threading.Thread(target=read_out, daemon=True),
+               threading.Thread(target=lambda: errs.extend(run.stderr or []), daemon=True)]
+    for t in readers:
+        t.start()
     try:
-        wait_for(lambda: "fence 20 " in (run.stdout.readline() if run.stdout else ""))
+        while not (line := lines.get(timeout=600)).startswith("fence 20 "):     # a hang guard
+            if not line:
+                run.wait(timeout=600)
+                readers[1].join(timeout=600)
+                pytest.fail(f"the job ended before its 20th fence: exit {run.returncode}\n{''.join(errs)}")
         with sqlite3.connect(m.home / "lattice.db") as con:
             pid = con.execute("SELECT pid FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?",
                               (BLOCK, victim)).fetchone()[0]
         os.kill(pid, signal.SIGKILL)
-        _, err = run.communicate(timeout=600)     # a hang guard
+        run.wait(timeout=600)       # a hang guard
+        for t in readers:
+            t.join(timeout=600)
     finally:
         if run.poll() is None:
             run.kill()
+    err = "".join(errs)
     assert run.returncode != 0
     where = f"R00-M0-N00-I:J0{victim}"
     assert f"I/O node {where} lost" in err, err

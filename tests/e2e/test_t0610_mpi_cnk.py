@@ -179,8 +179,10 @@ def test_counts_show_mpi_mostly_local(mpi_machine: Machine) -> None:
         assert c["local"] > c["shipped"] > 0, (r, c)
 
 
-def test_linux_mode_runs_the_same_programs(mpi_machine: Machine) -> None:
-    """The preload path (--kernel linux) runs them too."""
-    p = run_mpi(mpi_machine, str(MPI_EX / "collectives"), kernel="linux")
+@pytest.mark.parametrize("sandbox", [[], ["--no-sandbox"]], ids=["sandbox", "preload"])
+def test_linux_mode_runs_the_same_programs(mpi_machine: Machine, sandbox: list[str]) -> None:
+    """--kernel linux runs them too: in the node sandbox (its default) and
+    with the preload client (--no-sandbox)."""
+    p = run_mpi(mpi_machine, *sandbox, str(MPI_EX / "collectives"), kernel="linux")
     assert f"collectives: {N} ranks: bcast reduce allgather alltoall scan gather scatter " \
            "reduce_scatter barrier: ok" in by_rank(p.stdout).get(0, []), p.stdout + p.stderr

@@ -17,7 +17,8 @@ The message itself is UCX's tcp transport finding an interface it listed in
 ucp_init without an address when it creates the worker (an interface of
 something else on the host coming or going): cnode names the interfaces of
 the host's default routes in UCX_NET_DEVICES unless the job does
-(compute/cnode/netdev.c), which the last test checks.
+(compute/cnode/netdev.c), and in the node sandbox the node's one link (the
+personality's "ifname", eth0 inside the node), which the last test checks.
 """
 from __future__ import annotations
 
@@ -67,15 +68,35 @@ def default_route_interfaces() -> str:
     return ",".join(names)
 
 
-@pytest.mark.parametrize("kernel", ["cnk", "linux"])
-def test_ucx_uses_the_routed_interfaces_unless_told(tiny: Machine, kernel: str) -> None:
-    want = default_route_interfaces()
-    if not want:
-        pytest.skip("this host has no default route: cnode leaves UCX_NET_DEVICES alone")
+def sandbox_interfaces(m: Machine) -> set[str]:
+    """The node links the agent named in block T's personalities (their "sandbox" objects)."""
+    sandboxes = [p.get("sandbox") for p in m.personalities("T")]
+    return {str(s.get("ifname", "")) if isinstance(s, dict) else "" for s in sandboxes}
+
+
+@pytest.mark.parametrize("kernel", [("cnk",), ("linux", "--no-sandbox"), ("linux",)],
+                         ids=["cnk", "linux-preload", "linux"])
+def test_ucx_uses_the_routed_interfaces_unless_told(tiny: Machine, kernel: tuple[str, ...]) -> None:
+    """On the host (cnk, the preload client) the interfaces of its default
+    routes; in the node sandbox the node's own link, the one interface its
+    network namespace has besides loopback (the personality's "ifname")."""
+    sandboxed = "--no-sandbox" not in kernel and kernel[0] == "linux"
+    if sandboxed:
+        links = sandbox_interfaces(tiny)
+        assert len(links) == 1 and "" not in links, f"block T was booted without a node network: {links}"
+        want = links.pop()
+    else:
+        want = default_route_interfaces()
+        if not want:
+            pytest.skip("this host has no default route: cnode leaves UCX_NET_DEVICES alone")
 
     def ucx_devices(*env: str) -> list[str]:
-        p = tiny.run("run", "--block", "T", "-n", "1", "--kernel", kernel, *env, "/usr/bin/env")
+        p = tiny.run("run", "--block", "T", "-n", "1", "--kernel", *kernel, *env, "/usr/bin/env")
         return [line for line in p.stdout.splitlines() if line.startswith("UCX_NET_DEVICES=")]
 
     assert ucx_devices() == [f"UCX_NET_DEVICES={want}"]
     assert ucx_devices("--env", "UCX_NET_DEVICES=lo") == ["UCX_NET_DEVICES=lo"]
+    if sandboxed:   # and that link is the node's, up, as UCX will look for it
+        p = tiny.run("run", "--block", "T", "-n", "1", "--kernel", *kernel, "/bin/cat", "/proc/net/dev")
+        assert sorted(line.split(":")[0].strip() for line in p.stdout.splitlines()[2:]) == sorted(["lo", want]), \
+            p.stdout

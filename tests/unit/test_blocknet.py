@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -242,3 +243,33 @@ def test_a_killed_agents_block_with_a_job_still_in_it_is_left_for_its_free(tmp_p
     assert removed == ["999999999999"]
     with blocknet.locked(home) as book:
         assert list(book["blocks"]) == ["ffffffffffff"]
+
+
+def test_the_arp_table_is_sized_for_the_blocks_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ARP table serves every namespace (1024 entries by default): a 64-node block's MPI job
+    needs 64 * 64 of it, else its connects fail with "No route to host" (t0605's 128 ranks).  The
+    limits grow by the blocks' need over the host's own values, and go back when the last block goes."""
+    neigh = tmp_path / "neigh"
+    neigh.mkdir()
+    (neigh / "gc_thresh2").write_text("512\n")
+    (neigh / "gc_thresh3").write_text("1024\n")
+    monkeypatch.setattr(blocknet, "NEIGH", neigh)
+    monkeypatch.setattr(blocknet, "_forwarding", lambda value=None: "1")
+    here = blocknet._netns_id()
+    book: dict[str, Any] = {"blocks": {}, "forwarding": {}}
+    book["blocks"]["aaaaaaaaaaaa"] = {"netns": here, "nodes": 64}
+    assert blocknet._neigh_fit(book) == []
+    assert (neigh / "gc_thresh3").read_text() == f"{1024 + 64 * 65}\n"
+    assert (neigh / "gc_thresh2").read_text() == f"{512 + 64 * 65}\n"
+    book["blocks"]["bbbbbbbbbbbb"] = {"netns": here, "nodes": 2}
+    assert blocknet._neigh_fit(book) == []
+    assert (neigh / "gc_thresh3").read_text() == f"{1024 + 64 * 65 + 6}\n"
+    assert blocknet._release(book, "aaaaaaaaaaaa") == []
+    assert (neigh / "gc_thresh3").read_text() == f"{1024 + 6}\n"
+    assert blocknet._release(book, "bbbbbbbbbbbb") == []
+    assert (neigh / "gc_thresh3").read_text() == "1024\n" and (neigh / "gc_thresh2").read_text() == "512\n"
+    assert "neigh" not in book
+    (neigh / "gc_thresh3").unlink()     # a kernel without it: one line, not a traceback
+    book["blocks"]["cccccccccccc"] = {"netns": here, "nodes": 4}
+    assert [p.split(" (")[0] for p in blocknet._neigh_fit(book)] == \
+        ["cannot size the host's ARP table for the blocks' nodes"]
