@@ -229,7 +229,12 @@ SANDBOX_DEFAULTS = {
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     "UCX_POSIX_USE_PROC_LINK": "n",
 }
-SANDBOX_DIR = "/tmp"            # the node's own tmpfs in the sandbox, gone with the job
+# The job's own /dev/shm in the sandbox (a directory of the block's on this
+# host, gone with the job): never a FUSE tree, which /tmp is under --cwd /tmp
+# (Open MPI's shared mmap of a FUSE file fails with ENODEV).  Open MPI names
+# its files there after the node (vader_segment.NODE..., osc_sm.NODE...,
+# ompi.NODE.UID), so the nodes sharing it do not meet.
+SANDBOX_DIR = "/dev/shm"
 
 
 def sandbox_defaults(chosen: Mapping[str, str]) -> dict[str, str]:
@@ -321,8 +326,8 @@ class OpenMpiJob:
 
     A sandboxed job's ranks do not see the host's /dev/shm, and share
     memory only with the ranks of their own node (mpi_env): the id is still
-    reserved on the host, while the ranks' files go to their node's /tmp,
-    which goes with the job."""
+    reserved on the host, while the ranks' files go to the job's /dev/shm
+    in the sandbox, which goes with the job."""
 
     PREFIX = "lattice-ompi-"
 
@@ -370,9 +375,10 @@ class OpenMpiJob:
             return None
         btl = ("as the user's --env OMPI_MCA_btl says" if "OMPI_MCA_btl" in self.user_keys
                else self.env.get("OMPI_MCA_btl", "Open MPI's default"))
-        shm = " (vader: shared memory between the ranks of a host)" if "vader" in btl else ""
+        among = "a node" if self.sandbox else "a host"
+        shm = f" (vader: shared memory between the ranks of {among})" if "vader" in btl else ""
         job_id = self.env.get("FLUX_JOB_ID", "with the user's FLUX_JOB_ID")
-        files = f"each node's {SANDBOX_DIR} (sandbox)" if self.sandbox else str(self.dir)
+        files = f"the job's {SANDBOX_DIR} in the sandbox" if self.sandbox else str(self.dir)
         return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {files}"
 
     def __exit__(self, *exc: object) -> None:

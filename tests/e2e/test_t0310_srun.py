@@ -181,35 +181,42 @@ def test_hwloc_plugins_with_nothing_to_find_are_left_out_unless_the_job_chooses(
 
 TOPOLOGY = {"HWLOC_XMLFILE": f"/dev/shm/lattice-hwloc-{os.geteuid()}.xml", "HWLOC_THISSYSTEM": "1",
             "HWLOC_THISSYSTEM_ALLOWED_RESOURCES": "1"}
+SANDBOX_TOPOLOGY = "/run/lattice-hwloc.xml"    # the host's file, bound there in the node sandbox (sandbox.h)
+# cnk, Linux mode in the node sandbox, and with the preload client
+TOPOLOGY_KERNELS = {"cnk": ["--kernel", "cnk"], "linux": ["--kernel", "linux"],
+                    "preload": ["--kernel", "linux", "--no-sandbox"]}
 
 
 def topology_vars(env: dict[str, str]) -> dict[str, str]:
     return {k: env[k] for k in TOPOLOGY if k in env}
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", list(TOPOLOGY_KERNELS))
 def test_ranks_load_the_hosts_topology_unless_the_job_names_one(sm: Machine, kernel: str) -> None:
     """The node points each rank's hwloc at the topology file the host's cores were learnt
-    with (lattice.host.export_topology); a job's own topology variable wins; an unsafe file
-    (writable by others, or not the daemon's user's) is not used."""
+    with (lattice.host.export_topology; in the node sandbox the same file bound at
+    /run/lattice-hwloc.xml, the host's /dev/shm being out of sight); a job's own topology
+    variable wins; an unsafe file (writable by others, or not the daemon's user's) is not used."""
     f = Path(TOPOLOGY["HWLOC_XMLFILE"])
     assert f.is_file(), "booting the block learnt the host's cores and left the topology"
-    assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == TOPOLOGY
-    assert topology_vars(rank_env(sm, "--kernel", kernel, "--env", "HWLOC_COMPONENTS=linux", env={})) == {}
-    assert topology_vars(rank_env(sm, "--kernel", kernel, env={"HWLOC_XMLFILE": "/tmp/mine.xml"})) == \
+    opts = TOPOLOGY_KERNELS[kernel]
+    want = {**TOPOLOGY, "HWLOC_XMLFILE": SANDBOX_TOPOLOGY} if kernel == "linux" else TOPOLOGY
+    assert topology_vars(rank_env(sm, *opts, env={})) == want
+    assert topology_vars(rank_env(sm, *opts, "--env", "HWLOC_COMPONENTS=linux", env={})) == {}
+    assert topology_vars(rank_env(sm, *opts, env={"HWLOC_XMLFILE": "/tmp/mine.xml"})) == \
         {"HWLOC_XMLFILE": "/tmp/mine.xml"}
     text = f.read_bytes()
     try:
         f.chmod(0o666)
-        assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "writable by anyone: not used"
+        assert topology_vars(rank_env(sm, *opts, env={})) == {}, "writable by anyone: not used"
         f.chmod(0o644)
         os.chown(f, 65534, 65534)
-        assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "another user's: not used"
+        assert topology_vars(rank_env(sm, *opts, env={})) == {}, "another user's: not used"
         f.unlink()
         copy = Path(sm.work) / "topology.xml"
         copy.write_bytes(text)
         f.symlink_to(copy)
-        assert topology_vars(rank_env(sm, "--kernel", kernel, env={})) == {}, "a link: not used"
+        assert topology_vars(rank_env(sm, *opts, env={})) == {}, "a link: not used"
     finally:
         f.unlink(missing_ok=True)
         f.write_bytes(text)

@@ -5,10 +5,14 @@ environment by itself; correct results under cnk and Linux, in co and vn
 mode, over two psets; MPI_Abort(..., 7) ends `lattice run` with 7.
 
 Ranks of different compute nodes talk through shared memory (Open MPI's
-vader BTL, the only one besides `self`): a shared window spans the nodes,
-messages between nodes arrive with `btl self,vader`, a ping-pong makes no
-system call per message under cnk, two jobs on two blocks run at once, and
-no job leaves its directory in /dev/shm behind."""
+vader BTL, the only one besides `self`) under cnk and Linux mode's preload
+client (--no-sandbox): a shared window spans the nodes, messages between
+nodes arrive with `btl self,vader`, a ping-pong makes no system call per
+message under cnk, two jobs on two blocks run at once, and no job leaves its
+directory in /dev/shm behind.  In the node sandbox (--kernel linux) a node's
+ranks share memory and nodes talk over TCP (`btl self,vader,tcp`): each node
+is a pid namespace, and Open MPI keys its segments by pid (mpienv.mpi_env).
+"""
 from __future__ import annotations
 
 import re
@@ -36,6 +40,24 @@ def ompi_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def run(m: Machine, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
     return m.run("run", "--block", "P", "--hugepages", "keep", "--cwd", "/tmp", *args, check=check, timeout=180)
+
+
+# where shared memory reaches: every rank of the host, or (the sandbox) of rank 0's node
+KERNELS = {"cnk": ["--kernel", "cnk"], "linux": ["--kernel", "linux"],
+           "preload": ["--kernel", "linux", "--no-sandbox"]}
+
+
+def group(kernel: str, mode: str, n: int) -> int:
+    """How many ranks share memory with rank 0 (one host here)."""
+    return (1 if mode == "co" else 2) if kernel == "linux" else n
+
+
+def transport(kernel: str) -> str:
+    """What `lattice run -v` says of the job's transport."""
+    if kernel == "linux":
+        return (r"btl self,vader,tcp \(vader: shared memory between the ranks of a node\); "
+                r"its files in the job's /dev/shm in the sandbox")
+    return r"btl self,vader \(vader: shared memory between the ranks of a host\); its files in /dev/shm/lattice-ompi-\d+"
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])
@@ -80,32 +102,47 @@ def test_print_map_shows_the_open_mpi_environment(ompi_machine: Machine) -> None
     assert "# env OMPI_MCA_btl=self,vader\n" in p.stdout, p.stdout
 
 
-@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+def test_print_map_in_the_sandbox_makes_each_node_a_clique(ompi_machine: Machine) -> None:
+    """In the node sandbox the same job's cliques are its four nodes (ranks
+    r and r + 4 on node r, as PMI_process_mapping says), and TCP joins the
+    nodes (mpienv.mpi_env)."""
+    p = ompi_machine.run("run", "--block", "P", "-n", "8", "--mode", "vn", "--kernel", "linux", "--print-map", "-v",
+                         str(OMPI_EX / "hello"))
+    assert "# PMI_process_mapping (vector,(0,4,1),(0,4,1))" in p.stdout, p.stdout
+    assert "# env LATTICE_HOST_MAPPING=(vector,(0,4,1),(0,4,1))" in p.stdout, p.stdout
+    assert "# env OMPI_MCA_btl=self,vader,tcp\n" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("mode,n", [("co", 4), ("vn", 8)])
 def test_shared_memory_between_nodes(ompi_machine: Machine, kernel: str, mode: str, n: int) -> None:
     """Every rank is on another node than rank 0's or shares it (vn), and all
-    ranks of the host form one shared-memory group: a window in it carries
-    stores of every rank to rank 0's plain loads.  With `btl self,vader` the
-    ping-pong and the 4 MiB messages between nodes (vader's single copy,
-    process_vm_readv) can only have gone through shared memory."""
+    ranks of the host (in the sandbox: of rank 0's node) form one
+    shared-memory group: a window in it carries stores of every rank of it
+    to rank 0's plain loads.  With `btl self,vader` the ping-pong and the
+    4 MiB messages between nodes (vader's single copy, process_vm_readv) can
+    only have gone through shared memory; in the sandbox they cross the
+    block network over TCP."""
     before = ompi_dirs()
-    p = run(ompi_machine, "-n", str(n), "--mode", mode, "--kernel", kernel, "-v", str(OMPI_EX / "shm"), "2000")
-    assert f"shared-memory group of rank 0: {n} of {n} ranks: ok" in p.stdout, p.stdout
-    assert f"shared window: {n} of {n} stores seen by plain loads: ok" in p.stdout, p.stdout
+    p = run(ompi_machine, "-n", str(n), "--mode", mode, *KERNELS[kernel], "-v", str(OMPI_EX / "shm"), "2000")
+    g = group(kernel, mode, n)
+    assert f"shared-memory group of rank 0: {g} of {n} ranks: ok" in p.stdout, p.stdout
+    assert f"shared window: {g} of {g} stores seen by plain loads: ok" in p.stdout, p.stdout
     assert f"pingpong 0<->{n - 1}: 2000 round trips: ok" in p.stdout, p.stdout
     assert f"4 MiB each way 0<->{n - 1}: 0 bytes wrong: ok" in p.stdout, p.stdout
-    assert re.search(r"lattice: Open MPI job \d+: btl self,vader \(vader: shared memory between the ranks of "
-                     r"a host\); its files in /dev/shm/lattice-ompi-\d+", p.stderr), p.stderr
+    assert re.search(r"lattice: Open MPI job \d+: " + transport(kernel), p.stderr), p.stderr
     assert ompi_dirs() <= before, "the job's directory in /dev/shm was left behind"
 
 
-@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+@pytest.mark.parametrize("kernel", list(KERNELS))
 def test_shared_memory_as_another_user(ompi_machine: Machine, kernel: str) -> None:
     """The job's directory is its user's (made by root, handed over), and
     vader's single copy (process_vm_readv) passes the kernel's ptrace check
-    between that user's ranks."""
-    p = run(ompi_machine, "-n", "8", "--mode", "vn", "--kernel", kernel, "--user", "nobody", str(OMPI_EX / "shm"), "100")
-    assert "shared window: 8 of 8 stores seen by plain loads: ok" in p.stdout, p.stdout
+    between that user's ranks (in the sandbox: the job's /dev/shm is the
+    user's to write, single copy is off)."""
+    p = run(ompi_machine, "-n", "8", "--mode", "vn", *KERNELS[kernel], "--user", "nobody", str(OMPI_EX / "shm"), "100")
+    g = group(kernel, "vn", 8)
+    assert f"shared window: {g} of {g} stores seen by plain loads: ok" in p.stdout, p.stdout
     assert "4 MiB each way 0<->7: 0 bytes wrong: ok" in p.stdout, p.stdout
 
 
@@ -140,7 +177,7 @@ def two_blocks(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     m.run("free", "B", check=False)
 
 
-@pytest.mark.parametrize("kernel", ["cnk", "linux"])
+@pytest.mark.parametrize("kernel", list(KERNELS))
 def test_two_jobs_at_once_on_two_blocks(two_blocks: Machine, kernel: str) -> None:
     """Two Open MPI jobs in vn mode on two blocks of one machine, at once:
     each has its own job id and directory (their local ranks 0..3 would
@@ -148,7 +185,7 @@ def test_two_jobs_at_once_on_two_blocks(two_blocks: Machine, kernel: str) -> Non
     and neither directory is left behind."""
     before = ompi_dirs()
     procs = [two_blocks.popen("run", "--block", b, "--hugepages", "keep", "--cwd", "/tmp", "--mode", "vn",
-                              "-n", "4", "--kernel", kernel, str(OMPI_EX / "shm"), "20000") for b in "AB"]
+                              "-n", "4", *KERNELS[kernel], str(OMPI_EX / "shm"), "20000") for b in "AB"]
     seen: set[str] = set()
     both = False
     deadline = time.monotonic() + 180
@@ -160,7 +197,7 @@ def test_two_jobs_at_once_on_two_blocks(two_blocks: Machine, kernel: str) -> Non
     outs = [p.communicate(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
-        assert "shared-memory group of rank 0: 4 of 4 ranks: ok" in out, out
+        assert f"shared-memory group of rank 0: {group(kernel, 'vn', 4)} of 4 ranks: ok" in out, out
         assert "pingpong 0<->3: 20000 round trips: ok" in out and "0 bytes wrong: ok" in out, out
     assert both, f"the two jobs never ran at once (directories seen: {seen})"
     assert ompi_dirs() <= before, "a job's directory in /dev/shm was left behind"
