@@ -66,31 +66,63 @@ class Ciod:
         self.broken: str | None = None            # why the link was closed on our side, if it was
         self.pending: list[tuple[int, bytes]] = []
         self.lost: str | None = None    # why the connection failed, when frames() found it gone
+        self.timeout = timeout
+        # ciod evicts the oldest connection still without its hello when a flood of idle
+        # ones comes (ionode/ciod/admit.c): a client slowed down (a loaded host) may be it,
+        # so one closed before the ack is made again, until timeout
+        self.deadline = time.monotonic() + timeout
+        self._connect()
+        if wait:
+            self.welcome()
+
+    def _connect(self) -> None:
+        while True:
+            try:
+                return self._greet()
+            except CiodError as e:
+                if not self._evicted(e):
+                    raise
+
+    def _greet(self) -> None:
+        """Connect, take the challenge and send the hello."""
+        self.seq, self.buf, self.pending = 0, b"", []
         try:
-            self.sock = open_socket(address, timeout)
+            self.sock = open_socket(self.address, self.timeout)
         except OSError as e:
-            raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
+            raise CiodError(f"cannot reach I/O node {self.location} at {self.address}: {e.strerror or e}") from e
         try:
             typ, _, body = self._read_frame()
             if typ != wire.CHALLENGE or len(body) != wire.CHALLENGE_MSG.size:
-                raise CiodError(f"I/O node {location} at {address} did not start with a challenge "
+                raise CiodError(f"I/O node {self.location} at {self.address} did not start with a challenge "
                                 f"(type 0x{typ:04x}, {len(body)} bytes)")
             (self.server_nonce,) = wire.CHALLENGE_MSG.unpack(body)
-            hello, self.client_nonce = wire.hello_payload(key, self.server_nonce, wire.ROLE_CONTROL)
+            hello, self.client_nonce = wire.hello_payload(self.key, self.server_nonce, wire.ROLE_CONTROL)
             self.hello = self.send(wire.HELLO, hello)
         except (OSError, CiodError) as e:
             self.sock.close()
             if isinstance(e, CiodError):
                 raise
-            raise CiodError(f"cannot reach I/O node {location} at {address}: {e.strerror or e}") from e
-        if wait:
-            self.welcome()
+            raise CiodError(f"cannot reach I/O node {self.location} at {self.address}: {e.strerror or e}") from e
+
+    def _evicted(self, e: CiodError) -> bool:
+        """Was the connection closed by the I/O node before its hello ack, with
+        time left to make it again?  (Then it is made again: it was evicted.)"""
+        return (isinstance(e.__cause__, (ConnectionResetError, BrokenPipeError))
+                and time.monotonic() < self.deadline)
 
     def welcome(self) -> None:
         """The I/O node's answer to our hello: its pset, or why it refused
         us; an ack without the proof that it holds the block key too is
         refused (CiodError): that daemon is not our I/O node."""
-        body = self.reply(wire.HELLO, self.hello)
+        while True:
+            try:
+                body = self.reply(wire.HELLO, self.hello)
+                break
+            except CiodError as e:
+                self.sock.close()
+                if not self._evicted(e):
+                    raise
+            self._connect()
         if len(body) != wire.HELLO_ACK.size:
             self.close()
             raise CiodError(f"I/O node {self.location} sent a hello ack of {len(body)} bytes, "

@@ -218,7 +218,10 @@ def ssh_command(m: Machine) -> list[str]:
 # sees EOF only when the launcher dies; and it writes an empty line on it every
 # HEARTBEAT seconds, so an agent whose service node vanished without closing
 # the connection (its link down) hears nothing and ends its daemons
-# (lattice.agent.HEARTBEAT_LOST).  Its sleep holds no channel.
+# (lattice.agent.HEARTBEAT_LOST).  Its sleep holds no channel.  bash, not sh:
+# the channel's descriptor may be 10 or more (a booter of several hosts holds
+# one each), which dash cannot name in a redirection ("Bad fd number": no
+# heartbeat, and the far agent ends the block after HEARTBEAT_LOST).
 HOLD = ('fd=$1 beat=$2; shift 2; '
         '( while eval "sleep $beat $fd>&-"; do echo >&"$fd" || exit 0; done ) & b=$!; '
         '"$@"; s=$?; kill "$b" 2>/dev/null; exit $s')
@@ -234,7 +237,7 @@ def _spawn(argv: list[str], orders: bytes, log: Path, hold_channel: bool,
     from lattice import agent
     r, w = os.pipe()
     if hold_channel:
-        argv = ["sh", "-c", HOLD, "sh", str(w), f"{agent.HEARTBEAT:g}", *argv]
+        argv = ["bash", "-c", HOLD, "bash", str(w), f"{agent.HEARTBEAT:g}", *argv]
     with open(log, "ab") as out:
         try:
             p = subprocess.Popen(argv, stdin=r, stdout=out, stderr=out, start_new_session=True,

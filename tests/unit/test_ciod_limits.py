@@ -325,3 +325,29 @@ def test_events_of_the_service_node_and_nodes_are_never_folded(start) -> None:  
     shutdown(c)
     lines, total = events(c, "sent a bad message")
     assert lines == total == 3 * BURST, c.rastext()
+
+
+def test_a_service_node_evicted_before_its_hello_connects_again(start, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """On a loaded host the service node may be slow to answer its challenge,
+    and a flood of idle connections evicts it (the oldest without a hello):
+    it connects again and is served, instead of failing `lattice run`."""
+    from lattice import wire
+    from lattice.ciodclient import Ciod as Client
+    c = start(LATTICE_MAX_HELLO="1", LATTICE_HELLO_TIMEOUT="3600")
+    flood: list[socket.socket] = []
+    real = wire.hello_payload
+
+    def slow_hello(key: bytes, nonce: bytes, role: int) -> tuple[bytes, bytes]:
+        if not flood:       # the first time only: a newer idle connection evicts ours
+            flood.append(raw_connect(c))
+            admitted(flood[-1])
+        return real(key, nonce, role)
+    monkeypatch.setattr(wire, "hello_payload", slow_hello)
+    try:
+        with Client(f"unix:{c.sock}", c.key, "R00-M0-N00-I:J00", timeout=600) as cl:
+            assert cl.status()[1] == PSET_SIZE
+    finally:
+        for s in flood:
+            s.close()
+    assert len(flood) == 1
+    assert "closed before its hello" in c.rastext(), c.rastext()     # it was evicted

@@ -103,3 +103,38 @@ def test_the_agent_refuses_bad_orders() -> None:
         assert p.returncode == 2
         r = json.loads(p.stdout)
         assert r["event"] == "error" and "bad orders" in r["message"]
+
+
+def test_the_launcher_s_heartbeat_flows_on_a_channel_numbered_10_or_more(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A booter of several hosts holds a channel per host, so one of them has a
+    two-digit descriptor: its launcher still writes heartbeats on it (sh could
+    not name it: no heartbeat, and the far agent ended the block)."""
+    import os
+    import signal
+    import time
+    from lattice import agent
+    monkeypatch.setattr(agent, "HEARTBEAT", 0.05)
+    filler = []
+    while not filler or filler[-1] < 12:        # the channel's pipe gets descriptors above them
+        filler.append(os.open("/dev/null", os.O_RDONLY))
+    log = tmp_path / "launcher.log"
+    try:
+        # the "launcher" reads its channel's first line (a heartbeat: there are no orders) and ends
+        pid, w = placement._spawn(["sh", "-c", "head -n 1 >/dev/null && echo got a heartbeat"], b"", log, True)
+    finally:
+        for fd in filler:
+            os.close(fd)
+    assert w is not None and w >= 10
+    try:
+        deadline = time.monotonic() + 120       # a hang guard only: without heartbeats it waits for ever
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.01)
+    finally:
+        os.close(w)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert log.read_text() == "got a heartbeat\n"
