@@ -8,6 +8,9 @@
  *   sealed_probe leave DIR
  *       tries to move itself into the cgroup DIR (writes 0 to its
  *       cgroup.procs): prints "left" or "refused ERRNO".
+ *   sealed_probe mount DIR
+ *       tries to mount a cgroup2 file system on DIR (the node sandbox mounts
+ *       none): prints "mounted" or "refused ERRNO".
  *   sealed_probe thread MARKER
  *       under cnk (no fork there): a thread that sleeps for ever beside the
  *       main one; prints "threaded" and sleeps until the job is ended.
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -96,6 +100,13 @@ int main(int argc, char **argv)
             printf("left\n");
         return 0;
     }
+    if (argc == 3 && !strcmp(argv[1], "mount")) {
+        if (mount("none", argv[2], "cgroup2", 0, NULL) < 0)
+            printf("refused %s\n", strerrorname_np(errno));
+        else
+            printf("mounted\n");
+        return 0;
+    }
     if (argc == 3 && !strcmp(argv[1], "thread")) {
         pthread_t t;
         if (pthread_create(&t, NULL, forever, NULL) != 0) {
@@ -106,6 +117,6 @@ int main(int argc, char **argv)
         fflush(stdout);
         forever(NULL);
     }
-    fprintf(stderr, "usage: sealed_probe escape MARKER exit|wait | leave DIR | thread MARKER\n");
+    fprintf(stderr, "usage: sealed_probe escape MARKER exit|wait | leave DIR | mount DIR | thread MARKER\n");
     return 2;
 }

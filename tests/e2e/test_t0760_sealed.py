@@ -7,6 +7,10 @@ ended (normally, cancelled, at its time limit, its block freed, its compute
 node killed outright and the block freed) no process with the marker is
 left and the cgroup is gone.  Under cnk a rank with a second thread ends
 the same way.  Its processes cannot move themselves out of it, not even as root.
+Both Linux modes are checked: the node sandbox (its processes live in a pid
+namespace of their own, so the test finds the escapees by their marker,
+and no cgroup file system is mounted inside it) and --no-sandbox (the
+preload client, the host's cgroup file systems read-only for a root job).
 A container that cannot be emptied (its process frozen by
 the test in a v1 freezer, where SIGKILL waits) is reported: a warning, a
 RAS event and the job's record.  tests/e2e/sealed_probe.c is the job.
@@ -29,6 +33,7 @@ import pytest
 from conftest import build_probe, Machine, make_machine, processes, wait_for
 
 BLOCK = "Z"
+MODES = {"sandbox": (), "no-sandbox": ("--no-sandbox",)}
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +98,16 @@ def cgroup_of(pid: int, v1: bool = False) -> str:
     raise AssertionError(f"process {pid} has no {'freezer' if v1 else 'v2'} cgroup")
 
 
-def escaped(run: subprocess.Popen[str], n: int) -> list[int]:
-    """The pids of the escapees the job's n ranks say they started."""
+def escaped(run: subprocess.Popen[str], n: int, marker: str) -> list[int]:
+    """The host pids of the escapees the job's n ranks say they started (the
+    pids they print are their own namespace's in the sandbox: the host's
+    are found by the escapees' argv[0], the marker)."""
     assert run.stdout is not None
     lines = [run.stdout.readline() for _ in range(n)]
     assert all(l.startswith("escaped ") for l in lines), lines
-    return [int(l.split()[1]) for l in lines]
+    pids = [pid for pid, argv in processes() if argv[:1] == [marker.encode()]]
+    assert len(pids) == n, pids
+    return pids
 
 
 def running_job(m: Machine) -> int:
@@ -109,11 +118,11 @@ def running_job(m: Machine) -> int:
 
 def start_escapees(m: Machine, probe: str, marker: str, *opts: str) -> tuple[subprocess.Popen[str], int, list[int]]:
     """A 2-rank Linux-mode job of nobody whose ranks each leave a sleep with the
-    marker and wait: the run, its job and the sleeps, each checked to be in
-    the job's own cgroup on its node."""
+    marker and wait: the run, its job and the sleeps (host pids), each checked
+    to be in the job's own cgroup on its node."""
     run = m.popen("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "--user", "nobody", "--cwd", "/tmp",
                   *opts, probe, "escape", marker, "wait")
-    pids = escaped(run, 2)
+    pids = escaped(run, 2, marker)
     job = running_job(m)
     base = block_cgroups(m)
     assert {cgroup_of(p) for p in pids} == {"/" + str((base / f"{job}-{loc}").relative_to(hierarchy()))
@@ -126,14 +135,23 @@ def node_names(m: Machine) -> list[str]:
     return [re.sub(r"[^A-Za-z0-9.-]", "_", str(p["location"])) for p in m.personalities(BLOCK)]
 
 
+def compute_nodes(m: Machine) -> list[int]:
+    """The block's cnode daemons, not the processes they fork (a sandbox's
+    holder and the relays of its processes have cnode's command line)."""
+    pids = m.processes("cnode", BLOCK)
+    parent = {p: int(Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[1]) for p in pids}
+    return [p for p in pids if parent[p] not in parent]
+
+
 def nothing_left(m: Machine, marker: str, base: Path, job: int) -> None:
     assert with_marker(marker) == [], f"processes of job {job} outlived it"
     left = sorted(p.name for p in base.glob(f"{job}-*")) if base.is_dir() else []
     assert left == [], f"containers of job {job} left: {left}"
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("v1", [False, True], ids=["v2", "v1-freezer"])
-def test_an_escaped_process_dies_with_its_job(built: Path, tmp_path: Path, probe: str, v1: bool) -> None:
+def test_an_escaped_process_dies_with_its_job(built: Path, tmp_path: Path, probe: str, v1: bool, mode: str) -> None:
     """The job ends by itself; its ranks' setsid, double-forked sleeps end
     with it, before `lattice run` returns (v2: cgroup.kill; the v1 freezer:
     freeze, kill, thaw)."""
@@ -141,26 +159,41 @@ def test_an_escaped_process_dies_with_its_job(built: Path, tmp_path: Path, probe
     with machine(tmp_path, **({"LATTICE_CGROUP": "v1"} if v1 else {})) as m:
         marker = f"sealed-{uuid.uuid4().hex[:12]}"
         p = m.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "--user", "nobody", "--cwd", "/tmp",
-                  probe, "escape", marker, "exit")
+                  *MODES[mode], probe, "escape", marker, "exit")
         assert p.stdout.count("escaped ") == 2, (p.stdout, p.stderr)
         job = int(m.run("jobs").stdout.splitlines()[-1].split()[0])
         assert with_marker(marker) == [], "the ranks' sleeps outlived their job"
         nothing_left(m, marker, block_cgroups(m, v1), job)
         # the block takes the next job, in a container of its own
         again = m.run("run", "--block", BLOCK, "-n", "2", "--kernel", "linux", "--user", "nobody", "--cwd", "/tmp",
-                      probe, "escape", marker, "exit")
+                      *MODES[mode], probe, "escape", marker, "exit")
         assert again.stdout.count("escaped ") == 2, again.stderr
         nothing_left(m, marker, block_cgroups(m, v1), job + 1)
 
 
 def test_a_job_of_root_cannot_leave_its_container(sm: Machine, probe: str) -> None:
-    """Another user's process cannot write the cgroup files (root's: EACCES,
-    the kernel's own rule).  A job of root, root without capabilities, owns
-    them, so it sees every cgroup file system read-only (EROFS): it cannot
-    write itself into the hierarchy's root cgroup."""
-    p = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--cwd", "/tmp",
+    """--no-sandbox: another user's process cannot write the cgroup files
+    (root's: EACCES, the kernel's own rule).  A job of root, root without
+    capabilities, owns them, so it sees every cgroup file system read-only
+    (EROFS): it cannot write itself into the hierarchy's root cgroup."""
+    p = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--no-sandbox", "--cwd", "/tmp",
                probe, "leave", str(hierarchy()))
     assert p.stdout.strip() == "refused EROFS", (p.stdout, p.stderr)
+
+
+def test_a_sandboxed_job_of_root_reaches_no_cgroup_file(sm: Machine, probe: str) -> None:
+    """In the node sandbox no cgroup file system is mounted: a job of root
+    finds no cgroup.procs at the host's hierarchy path, none in its mount
+    table, and, without capabilities, cannot mount one itself."""
+    leave = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--cwd", "/tmp",
+                   probe, "leave", str(hierarchy()))
+    assert leave.stdout.strip() == "refused ENOENT", (leave.stdout, leave.stderr)
+    table = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--cwd", "/tmp",
+                   "/bin/sh", "-c", "grep -c ' - cgroup' /proc/self/mountinfo; true")
+    assert table.stdout.strip() == "0", (table.stdout, table.stderr)
+    mount = sm.run("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--cwd", "/tmp",
+                   probe, "mount", "/tmp")
+    assert mount.stdout.strip() == "refused EPERM", (mount.stdout, mount.stderr)
 
 
 def test_an_existing_cgroup_is_never_reused(sm: Machine, probe: str) -> None:
@@ -180,26 +213,29 @@ def test_an_existing_cgroup_is_never_reused(sm: Machine, probe: str) -> None:
         planted.rmdir()
 
 
-def test_a_cancelled_job_leaves_nothing(sm: Machine, probe: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cancelled_job_leaves_nothing(sm: Machine, probe: str, mode: str) -> None:
     marker = f"sealed-{uuid.uuid4().hex[:12]}"
-    run, job, _ = start_escapees(sm, probe, marker)
+    run, job, _ = start_escapees(sm, probe, marker, *MODES[mode])
     sm.run("cancel", str(job))
     run.communicate(timeout=120)
     assert run.returncode == 128 + signal.SIGTERM
     nothing_left(sm, marker, block_cgroups(sm), job)
 
 
-def test_a_job_at_its_time_limit_leaves_nothing(sm: Machine, probe: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_at_its_time_limit_leaves_nothing(sm: Machine, probe: str, mode: str) -> None:
     marker = f"sealed-{uuid.uuid4().hex[:12]}"
-    run, job, _ = start_escapees(sm, probe, marker, "-t", "0:30")
+    run, job, _ = start_escapees(sm, probe, marker, "-t", "0:30", *MODES[mode])
     _, err = run.communicate(timeout=180)
     assert "time limit" in err, err
     nothing_left(sm, marker, block_cgroups(sm), job)
 
 
-def test_freeing_a_running_block_leaves_nothing(sm: Machine, probe: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_freeing_a_running_block_leaves_nothing(sm: Machine, probe: str, mode: str) -> None:
     marker = f"sealed-{uuid.uuid4().hex[:12]}"
-    run, job, _ = start_escapees(sm, probe, marker)
+    run, job, _ = start_escapees(sm, probe, marker, *MODES[mode])
     base = block_cgroups(sm)
     sm.run("free", BLOCK, "--force")
     run.communicate(timeout=120)
@@ -207,19 +243,25 @@ def test_freeing_a_running_block_leaves_nothing(sm: Machine, probe: str) -> None
     assert not base.exists(), sorted(base.iterdir())
 
 
-def test_a_killed_compute_node_leaves_nothing_after_free(sm: Machine, probe: str) -> None:
-    """cnode killed outright cannot end its container: the escapee runs on
-    there until `lattice free` (the host agent's sweep) kills it and
-    removes the cgroup."""
+@pytest.mark.parametrize("mode", MODES)
+def test_a_killed_compute_node_leaves_nothing_after_free(sm: Machine, probe: str, mode: str) -> None:
+    """cnode killed outright cannot end its container: under --no-sandbox
+    the escapee runs on there until `lattice free` (the host agent's sweep)
+    kills it and removes the cgroup.  In the sandbox the holder dies with
+    cnode (its parent-death signal) and, pid 1 of the job's pid namespace,
+    takes every process of the node's with it; the sweep removes the cgroup."""
     marker = f"sealed-{uuid.uuid4().hex[:12]}"
-    run, job, pids = start_escapees(sm, probe, marker)
+    run, job, pids = start_escapees(sm, probe, marker, *MODES[mode])
     base = block_cgroups(sm)
-    cnodes = sm.processes("cnode", BLOCK)
+    cnodes = compute_nodes(sm)
     assert len(cnodes) == 2, cnodes
     os.kill(cnodes[0], signal.SIGKILL)
     run.communicate(timeout=120)
     assert run.returncode == 255
-    assert len(with_marker(marker)) >= 1         # the killed node's: nobody ended its container
+    if mode == "no-sandbox":
+        assert len(with_marker(marker)) >= 1     # the killed node's: nobody ended its container
+    else:
+        wait_for(lambda: with_marker(marker) == [], timeout=120)
     sm.run("free", BLOCK, "--force")
     nothing_left(sm, marker, base, job)
     assert not base.exists(), sorted(base.iterdir())
@@ -244,7 +286,8 @@ def test_a_cnk_job_with_a_thread_leaves_nothing(sm: Machine, probe: str) -> None
     nothing_left(sm, marker, base, job)
 
 
-def test_a_container_that_cannot_be_emptied_is_reported(built: Path, tmp_path: Path, probe: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_container_that_cannot_be_emptied_is_reported(built: Path, tmp_path: Path, probe: str, mode: str) -> None:
     """The escapee frozen in a v1 freezer cgroup of the test's survives
     SIGKILL until thawed: the node waits LATTICE_CONTAINER_WAIT and reports
     it; the run warns, RAS and the job's record say it; once thawed, `lattice
@@ -255,8 +298,8 @@ def test_a_container_that_cannot_be_emptied_is_reported(built: Path, tmp_path: P
         with machine(tmp_path, LATTICE_CONTAINER_WAIT="3") as m:
             marker = f"sealed-{uuid.uuid4().hex[:12]}"
             run = m.popen("run", "--block", BLOCK, "-n", "1", "--kernel", "linux", "--user", "nobody",
-                          "--cwd", "/tmp", probe, "escape", marker, "wait")
-            pid, = escaped(run, 1)
+                          "--cwd", "/tmp", *MODES[mode], probe, "escape", marker, "wait")
+            pid, = escaped(run, 1, marker)
             job = running_job(m)
             base = block_cgroups(m)
             (freezer / "cgroup.procs").write_text(str(pid))

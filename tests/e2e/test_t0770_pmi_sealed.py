@@ -93,7 +93,12 @@ def runs() -> Iterator[Runs]:
 
 
 def start(m: Machine, runs: Runs, *args: str, kernel: str = "linux") -> subprocess.Popen[str]:
-    p = m.popen("run", "--block", "P", "--kernel", kernel, "--cwd", "/tmp", *args)
+    """Linux mode is the preload client's (--no-sandbox): the ranks wait on
+    FIFOs of the host's, which a sandboxed rank cannot reach (its files are
+    its job's trees through FUSE, where a FIFO is the node kernel's own).
+    ciod's PMI side under test is the same for both modes."""
+    mode = ("--no-sandbox",) if kernel == "linux" else ()
+    p = m.popen("run", "--block", "P", "--kernel", kernel, *mode, "--cwd", "/tmp", *args)
     runs.append(p)
     return p
 

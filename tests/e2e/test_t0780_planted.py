@@ -144,7 +144,8 @@ def test_a_jobs_abort_text_reaches_root_escaped_and_as_one_record(deep: Machine)
     script = deep.work / "abort.py"
     script.write_text(ABORT)
     script.chmod(0o755)
-    p = deep.run("run", "--block", "A", "-n", "1", "--kernel", "linux", sys.executable, str(script), check=False)
+    p = deep.run("run", "--block", "A", "-n", "1", "--kernel", "linux", "--cwd", str(deep.work),
+                  sys.executable, str(script), check=False)    # the script's directory: a tree of the sandbox
     assert p.returncode == 3, p.stderr
     assert f"lattice: rank 0 (R00-M0-N00-C:J00) called abort with code 3: {SHOWN}\n" in p.stderr, p.stderr
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", p.stderr), p.stderr
