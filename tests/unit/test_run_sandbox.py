@@ -223,6 +223,11 @@ def test_sandboxed_mpi_defaults(machine_home: Path, no_boot: dict[str, Any]) -> 
     env = env_of(no_boot["spec"])
     assert env["OMPI_MCA_btl_vader_single_copy_mechanism"] == "none"
     assert env["UCX_POSIX_USE_PROC_LINK"] == "n"
+    assert env["UCX_TLS"] == mpienv.UCX_TLS_SANDBOX_ONE_HOST == "self,sm"    # a job on one host
+    status, _, err = lattice("run", "--block", "B", "--kernel", "linux", "--env", "UCX_TLS=tcp", "/bin/true")
+    assert status == 0, err
+    assert "UCX_TLS" not in env_of(no_boot["spec"]) and "UCX_TLS=tcp" in no_boot["spec"].env
+    assert "UCX_TLS" not in mpienv.sandbox_defaults({}, one_host=False)      # across hosts: TCP too
     # the user's choice wins, whether given with --env or exported
     status, _, err = lattice("run", "--block", "B", "--kernel", "linux", "--env",
                              "OMPI_MCA_btl_vader_single_copy_mechanism=cma", "/bin/true")

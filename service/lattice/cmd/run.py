@@ -426,7 +426,8 @@ def run(args: argparse.Namespace) -> int:
     p.env.update(mpienv.idle_defaults(hosts, job_chose))
     if sandbox:
         p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, args.tree, uid, user_env))
-        for k, v in mpienv.sandbox_defaults(job_chose).items():
+        one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
+        for k, v in mpienv.sandbox_defaults(job_chose, one_host).items():
             p.env[k] = v
     jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
                       exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
