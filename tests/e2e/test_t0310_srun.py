@@ -156,12 +156,15 @@ def test_which_value_wins(sm: Machine) -> None:
 
 def test_cnk_leaves_ucx_posix_out_unless_the_job_chooses(sm: Machine) -> None:
     """Under cnk UCX_TLS is ^posix (fewer trapped calls per peer at MPI_Init, mpienv.UCX_TLS_CNK); a
-    UCX_TLS of the user's, given or exported, wins; Linux mode sets none."""
+    UCX_TLS of the user's, given or exported, wins; the preload client sets none, the node sandbox
+    UCX's shared memory only on one host (mpienv.UCX_TLS_SANDBOX_ONE_HOST)."""
     assert rank_env(sm, env={})["UCX_TLS"] == "^posix"
     assert rank_env(sm, "--export=NONE", env={})["UCX_TLS"] == "^posix"
     assert rank_env(sm, env={"UCX_TLS": "self,sysv,tcp"})["UCX_TLS"] == "self,sysv,tcp"
     assert rank_env(sm, "--env", "UCX_TLS=tcp", env={"UCX_TLS": "self"})["UCX_TLS"] == "tcp"
-    assert "UCX_TLS" not in rank_env(sm, "--kernel", "linux", env={})
+    assert "UCX_TLS" not in rank_env(sm, "--kernel", "linux", "--no-sandbox", env={})
+    assert rank_env(sm, "--kernel", "linux", env={})["UCX_TLS"] == "self,sm"
+    assert rank_env(sm, "--kernel", "linux", "--env", "UCX_TLS=tcp", env={})["UCX_TLS"] == "tcp"
 
 
 def test_hwloc_plugins_with_nothing_to_find_are_left_out_unless_the_job_chooses(sm: Machine) -> None:
