@@ -245,14 +245,31 @@ static void make_tmp_run(int status, const char *root, uint64_t memory, int topo
 /* Lattice's own libraries (the directory of the preload client: libpmi.so,
  * which Open MPI's pmix/flux loads, liblatpers) at their host path,
  * read-only, unless the system tree shows them already. */
-static void bind_lattice_libs(int status, const char *root, const char *client)
+/* The client's directory (Lattice's libraries), opened before the root's
+ * tmpfs covers STAGE: it may be below /tmp (a checkout there).  -1 if none. */
+static int open_lattice_libs(int status, const char *client)
 {
-    char dir[512], dst[1024];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s", client);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir)
+        return -1;
+    *slash = '\0';
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        fail(status, "cannot open Lattice's library directory", dir);
+    return fd;
+}
+
+static void bind_lattice_libs(int status, const char *root, const char *client, int libfd)
+{
+    char dir[512], dst[1024], src[64];
+    snprintf(dir, sizeof dir, "%s", client);
+    char *slash = strrchr(dir, '/');
+    if (libfd < 0 || !slash || slash == dir)
         return;
     *slash = '\0';
+    snprintf(src, sizeof src, "/proc/self/fd/%d", libfd);
     snprintf(dst, sizeof dst, "%s%s", root, dir);
     if (access(dst, F_OK) == 0)
         return;
@@ -267,7 +284,7 @@ static void bind_lattice_libs(int status, const char *root, const char *client)
         if (!keep)
             break;
     }
-    if (mount(dir, dst, NULL, MS_BIND, NULL) < 0 ||
+    if (mount(src, dst, NULL, MS_BIND, NULL) < 0 ||
         mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
         fail(status, "cannot bind read-only", dir);
 }
@@ -380,13 +397,14 @@ static void holder(const struct holder_args *a)
     char tp[64];
     if (topology_file(tp, sizeof tp))
         topo = open(tp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int lib = open_lattice_libs(status, a->j->k->client);
     if (mount("lattice-node", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
         fail(status, "cannot mount the node's root tmpfs on", STAGE);
     bind_system(status, STAGE);
     make_dev(status, STAGE, shm);
     make_proc_sys(status, STAGE);
     make_tmp_run(status, STAGE, a->j->pers->memory, topo);
-    bind_lattice_libs(status, STAGE, a->j->k->client);
+    bind_lattice_libs(status, STAGE, a->j->k->client, lib);
     char why[512];      /* the job's trees at their own paths, over the node's /tmp too */
     if (a->fs && fs_mount(a->fs, STAGE, why, sizeof why) < 0) {
         (void)!write(status, why, strnlen(why, sizeof why));
