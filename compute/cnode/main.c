@@ -4,7 +4,9 @@
  *
  *   cnode --personality FILE.json --client /abs/path/libcnclient.so [--cnk /abs/path/cnk]
  *
- * A job runs in Linux mode (exec'd with libcnclient.so preloaded) or, when
+ * A job runs in Linux mode (exec'd with libcnclient.so preloaded; with its
+ * LAT_JOB_SANDBOX flag in the node sandbox instead, sandbox.c, whose network
+ * namespace and /dev/shm the personality's "sandbox" object names) or, when
  * its LAT_JOB_CNK flag is set, under the compute node kernel given by --cnk.
  *
  * Reads its personality, hides the I/O nodes' file systems from the jobs

@@ -20,6 +20,8 @@
  *                      "sandbox"."shm") or else a tmpfs of the job's
  *   /tmp               a tmpfs of the node and job (1777)
  *   /run/lattice-hwloc.xml  the host's topology for hwloc (topology.c), if any
+ *   Lattice's libraries     the preload client's directory (libpmi.so for Open
+ *                      MPI's pmix/flux), read-only at its host path
  *   the job's trees    mounted by the file client's fs_mount (fs.h)
  *
  * assembled on a tmpfs mounted over /tmp of the holder's own (private) mount
@@ -232,6 +234,36 @@ static void make_tmp_run(int status, const char *root, uint64_t memory, int topo
     }
 }
 
+/* Lattice's own libraries (the directory of the preload client: libpmi.so,
+ * which Open MPI's pmix/flux loads, liblatpers) at their host path,
+ * read-only, unless the system tree shows them already. */
+static void bind_lattice_libs(int status, const char *root, const char *client)
+{
+    char dir[512], dst[1024];
+    snprintf(dir, sizeof dir, "%s", client);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return;
+    *slash = '\0';
+    snprintf(dst, sizeof dst, "%s%s", root, dir);
+    if (access(dst, F_OK) == 0)
+        return;
+    for (char *c = dst + strlen(root) + 1;; c++) {      /* mkdir -p in the root tmpfs */
+        if (*c != '/' && *c)
+            continue;
+        char keep = *c;
+        *c = '\0';
+        if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+            fail(status, "mkdir", dst);
+        *c = keep;
+        if (!keep)
+            break;
+    }
+    if (mount(dir, dst, NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        fail(status, "cannot bind read-only", dir);
+}
+
 /* Loopback up in a network namespace of our own (the host agent configured
  * a node's link itself). */
 static void loopback_up(int status)
@@ -310,7 +342,6 @@ static void holder(const struct holder_args *a)
     if (poll(&pfd, 1, 0) != 0)
         _exit(1);
     prctl(PR_SET_DUMPABLE, 0);
-    rename_self();
     /* a copy of cnode's memory: not the block key */
     explicit_bzero((void *)a->j->pers->key, sizeof a->j->pers->key);
     if ((a->in_box ? container_entered : container_enter)(&a->j->box, 0) < 0)
@@ -339,6 +370,7 @@ static void holder(const struct holder_args *a)
     make_dev(status, STAGE, shm);
     make_proc_sys(status, STAGE);
     make_tmp_run(status, STAGE, a->j->pers->memory, topo);
+    bind_lattice_libs(status, STAGE, a->j->k->client);
     char why[512];      /* the job's trees at their own paths, over the node's /tmp too */
     if (a->fs && fs_mount(a->fs, STAGE, why, sizeof why) < 0) {
         (void)!write(status, why, strnlen(why, sizeof why));
@@ -351,6 +383,7 @@ static void holder(const struct holder_args *a)
         fail(status, "cannot detach the host's root", NULL);
     if (chdir("/") < 0 || mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
         fail(status, "cannot make read-only", "/");
+    rename_self();      /* last: cnode's arguments (the client's path) are needed until here */
     /* nothing of cnode's: its connection, the job's descriptors, the status pipe last */
     syscall(SYS_close_range, 0, ~0u, 0);
     hold();
