@@ -43,11 +43,28 @@ LAT_HIDDEN void *lat_real_cached(void **slot, const char *name);
 /* glibc's fortify failure (exported, public ABI) */
 extern void __chk_fail(void) __attribute__((noreturn));
 
+/* The page cnode gives the rank's processes (LATTICE_IO_SEQ_FD): the
+ * core's part (seq, lock), then what the client keeps there: cnode's 0, 1,
+ * 2 (the rank's own stdio, startfds.c), then holders.c's registry. */
+struct lat_page {
+    struct shipc_shared core;
+    uint32_t stdio_set;                 /* the rank's first program recorded them */
+    uint32_t pad;
+    uint64_t stdio[3][2];               /* st_dev, st_ino of cnode's 0, 1, 2 */
+};
+
 /* conn.c */
 LAT_HIDDEN int lat_active(void);          /* initialises on first use */
+/* libc's getenv and setenv, never the program's: a shell (bash) defines
+ * its own, which before its start would lose what we set */
+LAT_HIDDEN const char *lat_getenv(const char *name);
+LAT_HIDDEN int lat_setenv(const char *name, const char *value);
 LAT_HIDDEN int lat_conn_fd(void);         /* the shipping socket, or -1 */
 LAT_HIDDEN int lat_seq_fd(void);          /* the page of its seq counter (LATTICE_IO_SEQ_FD), or -1 */
-LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: shipping is off */
+LAT_HIDDEN int lat_forked(void);          /* a fork()ed child: not the process that said hello */
+/* A vfork()ed child (or a raw clone) running in its parent's memory: it
+ * must not change the parent's descriptor table (conn.c) */
+LAT_HIDDEN int lat_vforked(void);
 /* One shipped call.  out: request data; in: where the reply data goes (its
  * total capacity bounds the reply).  Returns ret (>= 0) or -1 with errno set
  * to the remote errno (EIO if the connection is broken); *got = data bytes. */
@@ -70,8 +87,10 @@ LAT_HIDDEN void lat_fd_init(int conn, int seq_fd);
 /* Move one of the client's own to 1000 or above and name it in var: the new number. */
 LAT_HIDDEN int lat_move_own(int fd, const char *var);
 LAT_HIDDEN void lat_close_image(void);      /* cnode's memfd of our own executable */
-/* After lat_fd_init: 0, 1, 2 the program put there itself are local. */
-LAT_HIDDEN void lat_stdio_identify(void);
+/* After lat_fd_init: 0, 1, 2 the program put there itself are local.  1:
+ * this is the rank's first program (nothing else on the connection yet).
+ * page: where the rank's record is (NULL: LATTICE_IO_STDIO) */
+LAT_HIDDEN int lat_stdio_identify(struct lat_page *page);
 
 /* path.c */
 /* Route a (dirfd, path) pair: LAT_LOCAL, or LAT_SHIP with *rdirfd the remote
@@ -87,6 +106,15 @@ LAT_HIDDEN int lat_is_null(const void *p);
  * shipping core's mailbox copies there with memcpy (shipc_ent_user_ok). */
 LAT_HIDDEN void lat_usercopy_init(void);
 LAT_HIDDEN int lat_user_known(const void *p, size_t len, int wr);
+
+/* holders.c: placeholders that name their remote descriptor; remote
+ * descriptors closed when no process on the connection holds them */
+/* first: the rank's first program (nobody else on the connection yet) */
+LAT_HIDDEN void lat_holders_init(int conn, int seq_fd, int first);
+LAT_HIDDEN void lat_holders_forked(void);
+/* before fork, vfork, posix_spawn, system, popen, clone or exec (spawn.c) */
+LAT_HIDDEN void lat_holders_share(void);
+LAT_HIDDEN void lat_holders_exit(void);
 
 /* stdio.c */
 LAT_HIDDEN void lat_stdio_init(void);

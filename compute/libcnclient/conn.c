@@ -20,14 +20,44 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int active;              /* LATTICE_IO_FD was valid */
 static int conn = -1;
-static int forked;              /* we are a fork()ed child: the socket is the parent's */
-/* The seq of the last message sent on the connection (ciod refuses one not
- * after it): a word of the page LATTICE_IO_SEQ_FD, which cnode gives the
- * process, so that a program it execs, a child that execs, or the child of
- * a raw fork, each with its own copy of this library on the same
- * connection, never reuses a number.  Without it, the core's own word. */
-static uint32_t *seqp;
+static int forked;              /* we are a fork()ed child: not the process that said hello */
+static pid_t self;              /* whose memory this is (a vfork()ed child has another pid) */
+/* The page LATTICE_IO_SEQ_FD, which cnode gives the process: the seq of
+ * the last message sent on the connection (ciod refuses one not after it)
+ * and the lock every process on the connection takes from a request to
+ * its reply (struct shipc_shared), so that a program it execs, a child,
+ * a shell's pipeline, each with its own copy of this library on the same
+ * connection, take turns and never reuse a number.  Without it, the
+ * core's own word and lock (this process alone). */
+static struct lat_page *sharedp;
 static int seq_fd = -1;
+
+static void *libc_sym(const char *name)
+{
+    void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void *p = h ? dlsym(h, name) : NULL;
+    if (h)
+        dlclose(h);
+    return p;
+}
+
+const char *lat_getenv(const char *name)
+{
+    static char *(*libc_getenv)(const char *);
+    if (!libc_getenv && !(libc_getenv = (char *(*)(const char *))libc_sym("getenv")))
+        libc_getenv = getenv;
+    return libc_getenv(name);
+}
+
+/* glibc's setenv changes a variable the environment already has in place,
+ * in the array main() was given, which is what a shell passes on */
+int lat_setenv(const char *name, const char *value)
+{
+    static int (*libc_setenv)(const char *, const char *, int);
+    if (!libc_setenv && !(libc_setenv = (int (*)(const char *, const char *, int))libc_sym("setenv")))
+        libc_setenv = setenv;
+    return libc_setenv(name, value, 1);
+}
 
 void lat_say(const char *msg)
 {
@@ -51,21 +81,34 @@ void *lat_real_cached(void **slot, const char *name)
     return p;
 }
 
-/* A fork()ed child must not talk on its parent's connection: the replies
- * would interleave.  It loses access to remote files (EIO); its closes of
- * inherited remote descriptors only release the local placeholders. */
-static void atfork_prepare(void) { shipc_conn_lock(); }
+/* A fork()ed child ships on the connection it shares with its parent,
+ * the two taking turns through the shared page's lock (no thread of ours
+ * is inside a call across the fork); it inherits the placeholders, which
+ * keep the remote descriptors open for it (holders.c). */
+static void atfork_prepare(void)
+{
+    lat_holders_share();
+    shipc_conn_lock();
+}
 static void atfork_parent(void) { shipc_conn_unlock(); }
 static void atfork_child(void)
 {
     shipc_conn_unlock();
     forked = 1;
+    self = (pid_t)syscall(SYS_getpid);
     shipc_forked();
+    if (sharedp)
+        lat_holders_forked();
+}
+
+int lat_vforked(void)
+{
+    return active && (pid_t)syscall(SYS_getpid) != self;
 }
 
 static void seq_init(void)
 {
-    const char *s = getenv("LATTICE_IO_SEQ_FD");
+    const char *s = lat_getenv("LATTICE_IO_SEQ_FD");
     char *end;
     struct stat st;
     if (!s || !*s)
@@ -75,16 +118,18 @@ static void seq_init(void)
     if (errno || *end || fd < 0 || fd > INT_MAX || fd == conn || syscall(SYS_fstat, (int)fd, &st) != 0 ||
         !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(uint32_t))
         return;
-    void *p = REAL(mmap)(NULL, sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+    if (st.st_size < (off_t)sizeof(struct lat_page))
+        return;
+    void *p = REAL(mmap)(NULL, sizeof(struct lat_page), PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
     if (p == MAP_FAILED)
         return;
-    seqp = p;
+    sharedp = p;
     seq_fd = lat_move_own((int)fd, "LATTICE_IO_SEQ_FD");
 }
 
 static void init(void)
 {
-    const char *s = getenv("LATTICE_IO_FD");
+    const char *s = lat_getenv("LATTICE_IO_FD");
     if (!s || !*s)
         return;
     char *end;
@@ -97,21 +142,26 @@ static void init(void)
         return;
     }
     conn = lat_move_own((int)fd, "LATTICE_IO_FD");
+    self = (pid_t)syscall(SYS_getpid);
     seq_init();
     lat_close_image();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     lat_fd_init(conn, seq_fd);
-    lat_stdio_identify();
+    int first = lat_stdio_identify(sharedp);
+    if (sharedp)
+        lat_holders_init(conn, seq_fd, first);
     /* Only the process that said hello shares a mailbox (ciod opens our
-     * memfd through /proc/<that pid>/fd: LATTICE_IO_PID); an exec()'d
-     * program shares a new one, a fork()ed child none. */
-    const char *off = getenv("LATTICE_MAILBOX"), *pid = getenv("LATTICE_IO_PID");
+     * memfd through /proc/<that pid>/fd: LATTICE_IO_PID) and lets ciod
+     * reach its memory (a rendezvous: ciod reads and writes that pid's);
+     * an exec()'d program of it shares a new one, another process none. */
+    const char *off = lat_getenv("LATTICE_MAILBOX"), *pid = lat_getenv("LATTICE_IO_PID");
+    int hello = pid && atol(pid) == (long)self;
     struct shipc_cfg cfg = {
         .conn = conn,
-        .dp = getenv("LATTICE_IO_DP"),
-        .mailbox = !(off && !strcmp(off, "0")) && pid && atol(pid) == (long)getpid(),
+        .dp = hello ? lat_getenv("LATTICE_IO_DP") : NULL,
+        .mailbox = !(off && !strcmp(off, "0")) && hello,
         .mailbox_name = "libcnclient-mailbox",
-        .seq = seqp,
+        .shared = sharedp ? &sharedp->core : NULL,
     };
     if (cfg.mailbox)
         lat_usercopy_init();
@@ -121,6 +171,8 @@ static void init(void)
     }
     active = 1;
     lat_stdio_init();
+    if (sharedp)
+        atexit(lat_holders_exit);
 }
 
 int lat_active(void)

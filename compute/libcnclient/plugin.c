@@ -15,7 +15,7 @@ __attribute__((visibility("default")))
 long lattice_zoid_call(uint32_t plugin, uint32_t fn, const struct iovec *req, int nreq,
                        const struct iovec *rep, int nrep)
 {
-    if (!lat_active() || lat_forked())
+    if (!lat_active())
         return lat_fail(ENOSYS);
     return (long)lcn_ret(shipc_plugin_call(plugin, fn, req, nreq, rep, nrep));
 }

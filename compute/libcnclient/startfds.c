@@ -11,12 +11,10 @@
  *   closed once it is this process's own image (a #! script's interpreter
  *   still reads it, so then it stays);
  * - 0, 1, 2 stand for the rank's remote ones only while they are still the
- *   ones cnode gave the rank (LATTICE_IO_STDIO records them): a child that
- *   popen() or a shell gave a pipe or file there keeps it local.  The record
- *   names the process cnode started (LATTICE_IO_PID), so one left in an
- *   environment passed on from another job is not believed.  A program
- *   that opens /dev/null on 0 itself is taken for cnode's, the one case
- *   this cannot tell apart.
+ *   ones cnode gave the rank (recorded in the page the rank's processes
+ *   share): a child that popen() or a shell gave a pipe or file there
+ *   keeps it local.  A program that opens /dev/null on 0 itself is taken
+ *   for cnode's, the one case this cannot tell apart.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -39,7 +37,7 @@ int lat_move_own(int fd, const char *var)
         return fd;      /* no room: it stays */
     char num[24];
     snprintf(num, sizeof num, "%ld", moved);
-    if (setenv(var, num, 1) != 0) {
+    if (lat_setenv(var, num) != 0) {
         syscall(SYS_close, moved);
         return fd;
     }
@@ -67,23 +65,42 @@ void lat_close_image(void)
         syscall(SYS_close, (int)fd);
 }
 
-void lat_stdio_identify(void)
+/* cnode's 0, 1, 2 are recorded by the rank's first program, in the page
+ * the rank's processes share (without one, in LATTICE_IO_STDIO, which names
+ * the process cnode started, so that one left in an environment passed on
+ * from another job is not believed); later programs keep shipping only
+ * those of 0, 1, 2 that are still cnode's. */
+int lat_stdio_identify(struct lat_page *page)
 {
     struct stat st[3];
     unsigned long long dev, ino;
-    const char *hello = getenv("LATTICE_IO_PID");
-    char rec[32 + 3 * 48], *p;
     for (int fd = 0; fd < 3; fd++)
         if (syscall(SYS_fstat, fd, &st[fd]) != 0)
             st[fd].st_dev = st[fd].st_ino = (unsigned long)-1;
+    if (page) {
+        if (!__atomic_load_n(&page->stdio_set, __ATOMIC_ACQUIRE)) {
+            for (int fd = 0; fd < 3; fd++) {
+                page->stdio[fd][0] = st[fd].st_dev;
+                page->stdio[fd][1] = st[fd].st_ino;
+            }
+            __atomic_store_n(&page->stdio_set, 1, __ATOMIC_RELEASE);
+            return 1;
+        }
+        for (int fd = 0; fd < 3; fd++)
+            if (page->stdio[fd][0] != st[fd].st_dev || page->stdio[fd][1] != st[fd].st_ino)
+                shipc_fd_forget(fd, 0);     /* the program's own: local */
+        return 0;
+    }
+    const char *hello = lat_getenv("LATTICE_IO_PID");
+    char rec[32 + 3 * 48], *p;
     snprintf(rec, sizeof rec, "%s;", hello ? hello : "");
-    const char *was = getenv("LATTICE_IO_STDIO");
+    const char *was = lat_getenv("LATTICE_IO_STDIO");
     if (!was || strncmp(was, rec, strlen(rec)) != 0) {     /* the rank's first program: these are cnode's */
         for (int fd = 0; fd < 3; fd++)
             snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%llu:%llu", fd ? "," : "",
                      (unsigned long long)st[fd].st_dev, (unsigned long long)st[fd].st_ino);
-        setenv("LATTICE_IO_STDIO", rec, 1);
-        return;
+        lat_setenv("LATTICE_IO_STDIO", rec);
+        return 1;
     }
     p = (char *)was + strlen(rec);
     for (int fd = 0; fd < 3; fd++) {
@@ -95,4 +112,5 @@ void lat_stdio_identify(void)
         else
             p++;
     }
+    return 0;
 }

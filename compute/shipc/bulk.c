@@ -228,18 +228,18 @@ long shipc_rw(int rfd, int wr, const struct iovec *uiov, int cnt, int64_t off)
 
     if (cnt < 0 || cnt > UIO_MAXIOV)
         return -EINVAL;
-    shipc_lock_take(&shipc_conn_lock_);
+    shipc_conn_take();
     r = cnt ? shipc_get(prog_iov, uiov, (size_t)cnt * sizeof *uiov) : 0;
     if (r == 0)
         r = iov_total(iov, cnt, &total);
     if (r < 0) {
-        shipc_lock_drop(&shipc_conn_lock_);
+        shipc_conn_drop();
         return r;
     }
     if (shipc_conn.rdv_min && total >= shipc_conn.rdv_min && cnt > 0) {
         r = rdv_locked(rfd, wr, iov, cnt, total, off);
         if (r != -EOPNOTSUPP && r != -EFAULT) {
-            shipc_lock_drop(&shipc_conn_lock_);
+            shipc_conn_drop();
             return r;
         }
     }
@@ -247,6 +247,6 @@ long shipc_rw(int rfd, int wr, const struct iovec *uiov, int cnt, int64_t off)
         r = pipe_locked(rfd, wr, iov, cnt, total, off);
     else                        /* one message each way */
         r = rw_chunk(rfd, wr, cut(iov, cnt, 0, total), total, off);
-    shipc_lock_drop(&shipc_conn_lock_);
+    shipc_conn_drop();
     return r;
 }

@@ -21,6 +21,8 @@
 struct shipc_conn shipc_conn = { .fd = -1 };
 struct shipc_lock shipc_conn_lock_;
 static uint32_t own_seq;
+static struct shipc_shared *shared;    /* Linux mode: the page of the processes on the connection */
+static long self_pid;                  /* the holder's name in shared->owner */
 /* under conn_lock: */
 static struct iovec sendv[UIO_MAXIOV + 2];
 static char sink[4096];
@@ -60,7 +62,9 @@ int shipc_init(const struct shipc_cfg *cfg)
         ksys3(__NR_fcntl, cfg->conn, F_SETFL, fl & ~O_NONBLOCK);
     shipc_conn.fd = cfg->conn;
     shipc_conn.dead = shipc_conn.forked = 0;
-    shipc_conn.seq = cfg->seq ? cfg->seq : &own_seq;
+    shared = cfg->shared;
+    self_pid = ksys0(__NR_getpid);
+    shipc_conn.seq = shared ? &shared->seq : cfg->seq ? cfg->seq : &own_seq;
     datapath_init(cfg->dp);
     if (shipc_conn.rdv_min)
         shipc_rdv_wait_init();
@@ -83,12 +87,106 @@ void shipc_conn_unlock(void)
     shipc_lock_drop(&shipc_conn_lock_);
 }
 
-/* A fork()ed child must not talk on its parent's connection: the replies
- * would interleave.  Its calls fail with EIO from now on. */
+/* A fork()ed child takes turns with its parent through the shared page;
+ * the mailbox and ciod's reach into memory are the hello process's. */
 void shipc_forked(void)
 {
     shipc_conn.forked = 1;
+    shipc_conn.rdv_min = 0;
+    shipc_conn.dp_flags = 0;
+    self_pid = ksys0(__NR_getpid);
     shipc_mbox_forget();
+}
+
+/* ---- the lock the processes on one connection share ----
+ *
+ * A futex word in the shared page (not FUTEX_PRIVATE: other processes wait
+ * on it too), taken after conn_lock, so only one thread of a process ever
+ * waits on it.  A holder that dies (a signal, _exit from a handler) would
+ * leave everyone waiting: a waiter checks every 100 ms whether the holder
+ * is alive, and when it is not, the stream is out of step (a request half
+ * sent or a reply unread): the connection is marked dead for every
+ * process, which then says so once and fails calls with EIO, never hangs. */
+#define XLOCK_CHECK_NS 100000000L
+
+/* pid ended (gone, or a zombie nobody reaped yet)?  /proc is node-local. */
+static int pid_gone(long pid)
+{
+    char path[32] = "/proc/", buf[512];
+    int i = 6;
+    char num[16];
+    int n = 0;
+
+    if (pid <= 0 || ksys2(__NR_kill, pid, 0) == -ESRCH)
+        return pid > 0;
+    for (long v = pid; v && n < (int)sizeof num; v /= 10)
+        num[n++] = (char)('0' + v % 10);
+    while (n)
+        path[i++] = num[--n];
+    for (const char *t = "/stat"; *t; t++)
+        path[i++] = *t;
+    path[i] = 0;
+    long fd = ksys4(__NR_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return fd == -ENOENT;
+    long got = ksys3(__NR_read, fd, buf, sizeof buf - 1);
+    ksys1(__NR_close, fd);
+    if (got <= 0)
+        return 0;
+    buf[got] = 0;
+    /* "pid (comm) S ...": the state follows the last ')' */
+    char *rp = 0;
+    for (char *p = buf; *p; p++)
+        if (*p == ')')
+            rp = p;
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static void xlock_take(void)
+{
+    uint32_t c = 0;
+
+    if (!__atomic_compare_exchange_n(&shared->lock, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        if (c != 2)
+            c = __atomic_exchange_n(&shared->lock, 2, __ATOMIC_ACQUIRE);
+        while (c) {
+            struct { long s, ns; } ts = { 0, XLOCK_CHECK_NS };
+            if (ksys6(__NR_futex, (long)&shared->lock, FUTEX_WAIT, 2, (long)&ts, 0, 0) == -ETIMEDOUT) {
+                long o = __atomic_load_n(&shared->owner, __ATOMIC_ACQUIRE);
+                if (o && o != self_pid && pid_gone(o) && __atomic_load_n(&shared->owner, __ATOMIC_ACQUIRE) == o) {
+                    /* its call never finished: take the lock over, dead */
+                    __atomic_store_n(&shared->dead, 1, __ATOMIC_RELEASE);
+                    __atomic_store_n(&shared->lock, 2, __ATOMIC_RELEASE);
+                    break;
+                }
+            }
+            c = __atomic_exchange_n(&shared->lock, 2, __ATOMIC_ACQUIRE);
+        }
+    }
+    __atomic_store_n(&shared->owner, (int32_t)self_pid, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&shared->dead, __ATOMIC_ACQUIRE) && !shipc_conn.dead)
+        shipc_broken("another process on it died during its call", -EPIPE);
+}
+
+static void xlock_drop(void)
+{
+    __atomic_store_n(&shared->owner, 0, __ATOMIC_RELEASE);
+    if (__atomic_exchange_n(&shared->lock, 0, __ATOMIC_RELEASE) == 2)
+        ksys3(__NR_futex, (long)&shared->lock, FUTEX_WAKE, 1);
+}
+
+void shipc_conn_take(void)
+{
+    shipc_lock_take(&shipc_conn_lock_);
+    if (shared)
+        xlock_take();
+}
+
+void shipc_conn_drop(void)
+{
+    if (shared)
+        xlock_drop();
+    shipc_lock_drop(&shipc_conn_lock_);
 }
 
 uint32_t shipc_next_seq(void)
@@ -103,6 +201,8 @@ long shipc_broken(const char *why, long err)
     if (!shipc_conn.dead)
         shipc_ent_broken(why, (int)-err);
     shipc_conn.dead = 1;
+    if (shared)         /* the other processes on it are out of step too */
+        __atomic_store_n(&shared->dead, 1, __ATOMIC_RELEASE);
     return -EIO;
 }
 
@@ -217,7 +317,7 @@ static size_t spin_for_reply(void *head, size_t len)
 
 /* Sends one request, flags its LAT_HF_* transport; conn_lock held.  *sq:
  * its seq.  0, -EFAULT (a bad program buffer, nothing on the wire) or -EIO
- * (the connection broke, or this is a fork()ed child). */
+ * (the connection broke). */
 long shipc_send_req(uint16_t type, uint8_t flags, const int64_t a[4], const struct iovec *out, int nout,
                     uint32_t *sq)
 {
@@ -226,7 +326,7 @@ long shipc_send_req(uint16_t type, uint8_t flags, const int64_t a[4], const stru
     size_t outlen = 0, n;
     long r;
 
-    if (shipc_conn.dead || shipc_conn.forked || shipc_conn.fd < 0)
+    if (shipc_conn.dead || shipc_conn.fd < 0)
         return -EIO;
     for (int i = 0; i < nout; i++)
         outlen += out[i].iov_len;

@@ -60,7 +60,7 @@ long shipc_close(int fd)
         return rt;
     if (rt == SHIPC_LOCAL)
         return ksys1(__NR_close, fd);
-    return shipc_rclose(shipc_fd_forget(fd, 1));
+    return shipc_fd_release(fd);
 }
 
 /* ---- execve ---- */
@@ -124,5 +124,5 @@ void shipc_exec_cloexec(void)
 {
     for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u))
         if (shipc_fd_cloexec(fd))
-            shipc_rclose(shipc_fd_forget(fd, 1));
+            shipc_fd_release(fd);
 }

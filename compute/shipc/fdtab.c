@@ -37,8 +37,12 @@ static uint16_t load(int fd)
     return __atomic_load_n(&slot[fd], __ATOMIC_ACQUIRE);
 }
 
+static unsigned top;             /* no slot at or above it was ever shipped: scans stop there */
+
 static void store(int fd, uint16_t v)
 {
+    if (v && (unsigned)fd >= __atomic_load_n(&top, __ATOMIC_RELAXED))
+        __atomic_store_n(&top, (unsigned)fd + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&slot[fd], v, __ATOMIC_RELEASE);
 }
 
@@ -144,16 +148,31 @@ long shipc_own_dup(int fd, int cloexec)
     return r;
 }
 
-/* A placeholder numbered >= minfd, lowest free (as open and F_DUPFD pick). */
-static int placeholder(int minfd)
-{
-    int fd = (int)ksys4(__NR_openat, AT_FDCWD, "/dev/null", O_PATH | O_CLOEXEC, 0);
+static const struct shipc_fd_ops *ops;      /* NULL: O_PATH placeholders, one process */
 
-    if (fd < 0)
-        fd = (int)ksys4(__NR_openat, AT_FDCWD, "/", O_PATH | O_CLOEXEC, 0);
+void shipc_fd_set_ops(const struct shipc_fd_ops *o)
+{
+    ops = o;
+}
+
+/* A placeholder for remote numbered >= minfd, lowest free (as open and
+ * F_DUPFD pick), close-on-exec as the program asked (it must survive an
+ * exec exactly when the program's descriptor would). */
+static int placeholder(int remote, int cloexec, int minfd)
+{
+    int fd;
+
+    if (ops) {
+        fd = ops->make(remote, cloexec);
+    } else {
+        cloexec = 1;            /* cnk: the table is gone after exec anyway */
+        fd = (int)ksys4(__NR_openat, AT_FDCWD, "/dev/null", O_PATH | O_CLOEXEC, 0);
+        if (fd < 0)
+            fd = (int)ksys4(__NR_openat, AT_FDCWD, "/", O_PATH | O_CLOEXEC, 0);
+    }
     if (fd < 0 || fd >= minfd)
         return fd;
-    int moved = (int)ksys3(__NR_fcntl, fd, F_DUPFD_CLOEXEC, minfd);
+    int moved = (int)ksys3(__NR_fcntl, fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, minfd);
     ksys1(__NR_close, fd);
     return moved;
 }
@@ -162,7 +181,7 @@ int shipc_fd_install(int remote, int cloexec, int minfd)
 {
     if (minfd < 0)
         return -EINVAL;
-    int fd = placeholder(minfd);
+    int fd = placeholder(remote, cloexec, minfd);
     if (fd >= FD_SLOTS) {
         ksys1(__NR_close, fd);
         return -EMFILE;         /* beyond what the table can stand for */
@@ -200,13 +219,15 @@ int shipc_fd_install_at(int remote, int cloexec, int fd, int *old)
     *old = -1;
     if (fd < 0 || fd >= FD_SLOTS || shipc_fd_is_hidden(fd))
         return -EBADF;
-    int ph = placeholder(0);
+    int ph = placeholder(remote, cloexec, 0);
     if (ph < 0)
         return ph;
+    /* who else holds what fd stands for now is asked before it goes */
+    int tok = ph != fd ? shipc_fd_hold(fd) : -1;
     shipc_lock_take(&fdlock);
     /* dup3 closes whatever was at fd, atomically, as dup2 would; when the
      * placeholder got fd itself, fd was free and it stays there */
-    long r = ph == fd ? fd : ksys3(__NR_dup3, ph, fd, O_CLOEXEC);
+    long r = ph == fd ? fd : ksys3(__NR_dup3, ph, fd, cloexec ? O_CLOEXEC : 0);
     if (r >= 0) {
         *old = (int)(slot[fd] & SLOT_FD) - 1;
         store(fd, (uint16_t)((remote + 1) | (cloexec ? SLOT_CLOEX : 0)));
@@ -215,6 +236,8 @@ int shipc_fd_install_at(int remote, int cloexec, int fd, int *old)
     shipc_lock_drop(&fdlock);
     if (ph != fd)
         ksys1(__NR_close, ph);
+    if (!shipc_fd_last(tok, *old))
+        *old = -1;              /* another process still holds it (or it stood for nothing) */
     if (r >= 0)
         shipc_fd_closed((unsigned)fd, (unsigned)fd);    /* what was at fd is gone */
     return r < 0 ? (int)r : fd;
@@ -237,6 +260,56 @@ int shipc_fd_forget(int fd, int close_placeholder)
     return v - 1;
 }
 
+int shipc_fd_adopt(int fd, int remote, int cloexec)
+{
+    if (fd < 0 || fd >= FD_SLOTS || remote < 0 || remote >= (int)LAT_MAX_FDS)
+        return -EBADF;
+    shipc_lock_take(&fdlock);
+    store(fd, (uint16_t)((remote + 1) | (cloexec ? SLOT_CLOEX : 0)));
+    __atomic_fetch_add(&epoch, 1, __ATOMIC_RELEASE);
+    shipc_lock_drop(&fdlock);
+    return fd;
+}
+
+void shipc_fd_each(void (*fn)(int fd, int remote, int cloexec))
+{
+    shipc_lock_take(&fdlock);
+    for (int fd = shipc_fd_next_shipped(0, ~0u); fd >= 0; fd = shipc_fd_next_shipped((unsigned)fd + 1, ~0u)) {
+        uint16_t v = load(fd);
+        fn(fd, (int)(v & SLOT_FD) - 1, (v & SLOT_CLOEX) != 0);
+    }
+    shipc_lock_drop(&fdlock);
+}
+
+int shipc_fd_reap(void)
+{
+    return ops && ops->reap ? ops->reap() : 0;
+}
+
+int shipc_fd_hold(int fd)
+{
+    return ops && shipc_fd_is_shipped(fd) ? ops->hold(fd) : -1;
+}
+
+int shipc_fd_last(int tok, int remote)
+{
+    if (!ops)
+        return remote >= 0;
+    return ops->last(tok, remote) && remote >= 0;
+}
+
+long shipc_fd_release(int fd)
+{
+    int tok = shipc_fd_hold(fd);
+    int r = shipc_fd_forget(fd, 1);
+
+    if (r < 0) {
+        shipc_fd_last(tok, -1);
+        return -EBADF;          /* a second closer of the same number */
+    }
+    return shipc_fd_last(tok, r) ? shipc_rclose(r) : 0;     /* else another process holds it */
+}
+
 int shipc_fd_cloexec(int fd)
 {
     return fd >= 0 && fd < FD_SLOTS && (load(fd) & SLOT_CLOEX) != 0;
@@ -248,14 +321,18 @@ void shipc_fd_set_cloexec(int fd, int on)
         return;
     shipc_lock_take(&fdlock);
     uint16_t v = slot[fd];
-    if (v & SLOT_FD)
+    if (v & SLOT_FD) {
         store(fd, (uint16_t)(on ? v | SLOT_CLOEX : v & ~SLOT_CLOEX));
+        if (ops)            /* the placeholder goes at exec exactly when the program's would */
+            ksys3(__NR_fcntl, fd, F_SETFD, on ? FD_CLOEXEC : 0);
+    }
     shipc_lock_drop(&fdlock);
 }
 
 int shipc_fd_next_shipped(unsigned from, unsigned last)
 {
-    for (unsigned fd = from; fd <= last && fd < FD_SLOTS; fd++)
+    unsigned end = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
+    for (unsigned fd = from; fd <= last && fd < end; fd++)
         if (load((int)fd) & SLOT_FD)
             return (int)fd;
     return -1;

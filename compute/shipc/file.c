@@ -19,6 +19,8 @@
 long shipc_open_ship(int rd, const char *path, int flags, int mode)
 {
     long r = fwd_openat(rd, flags, NEEDS_MODE(flags) ? mode : 0, path);
+    if (r == -EMFILE && shipc_fd_reap())
+        r = fwd_openat(rd, flags, NEEDS_MODE(flags) ? mode : 0, path);
     if (r < 0)
         return r;
     int fd = shipc_fd_install((int)r, flags & O_CLOEXEC, 0);
@@ -62,8 +64,8 @@ long shipc_sys_close(struct shipc_call *c)
             shipc_fd_closed((unsigned)c->a[0], (unsigned)c->a[0]);
         return ret;
     }
-    /* a second closer of the same number finds -1 and gets EBADF */
-    return shipped(c, shipc_rclose(shipc_fd_forget((int)c->a[0], 1)));
+    /* a second closer of the same number finds nothing and gets EBADF */
+    return shipped(c, shipc_fd_release((int)c->a[0]));
 }
 
 /* The kernel's close_range over [first, last] minus the client's own descriptors. */
@@ -96,7 +98,7 @@ long shipc_sys_close_range(struct shipc_call *c)
         if (flags & CLOSE_RANGE_CLOEXEC)
             shipc_fd_set_cloexec(fd, 1);
         else
-            shipc_rclose(shipc_fd_forget(fd, 1));   /* errors are dropped, as close_range does */
+            shipc_fd_release(fd);       /* errors are dropped, as close_range does */
     }
     long ret = close_pieces(first, last, flags);
     if (ret == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
@@ -244,23 +246,29 @@ long shipc_sys_dup(struct shipc_call *c)
 
     if (!by_fd(c, c->a[0], &r, &ret))
         return ret;
-    return shipped(c, install_new(fwd_dup(r), 0, 0));
+    long nr = fwd_dup(r);
+    if (nr == -EMFILE && shipc_fd_reap())
+        nr = fwd_dup(r);
+    return shipped(c, install_new(nr, 0, 0));
 }
 
 /* A local descriptor dup'ed over a shipped one: the kernel replaced the
  * placeholder, the remote descriptor must go too. */
 static long dup_local(struct shipc_call *c, int newfd, int new_shipped)
 {
+    int tok = new_shipped ? shipc_fd_hold(newfd) : -1;
     long ret = local(c);
 
     if (ret >= 0)
         shipc_fd_closed((unsigned)newfd, (unsigned)newfd);   /* replaced whatever was there */
     if (ret >= 0 && new_shipped) {
         int old = shipc_fd_forget(newfd, 0);
-        if (old >= 0) {
+        if (shipc_fd_last(tok, old)) {
             shipc_rclose(old);
             c->cls = SHIPC_CLS_SHIPPED;
         }
+    } else {
+        shipc_fd_last(tok, -1);
     }
     return ret;
 }
@@ -285,6 +293,8 @@ static long dup_to(struct shipc_call *c, int is_dup3)
     if (newfd < 0 || (unsigned)newfd >= shipc_fd_limit())
         return answered(c, -EBADF);     /* as the kernel: beyond RLIMIT_NOFILE */
     long nr = fwd_dup(ro);
+    if (nr == -EMFILE && shipc_fd_reap())
+        nr = fwd_dup(ro);
     if (nr < 0)
         return shipped(c, nr);
     long ret = shipc_fd_install_at((int)nr, flags & O_CLOEXEC, newfd, &old);

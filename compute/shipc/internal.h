@@ -57,13 +57,17 @@ size_t strnlen(const char *s, size_t max);
 struct shipc_conn {
     int fd;                     /* -1: none */
     int dead;                   /* broken: every call is EIO */
-    int forked;                 /* a fork()ed child: the connection is the parent's */
+    int forked;                 /* a fork()ed child: not the hello process (no mailbox, no rendezvous) */
     uint32_t *seq;              /* the seq of the last message sent (shared: shipc_cfg.seq) */
     uint64_t rdv_min;           /* transfers of at least this go rendezvous; 0 never */
     uint64_t dp_flags;          /* LAT_DP_* ciod granted */
 };
 extern struct shipc_conn shipc_conn;
 extern struct shipc_lock shipc_conn_lock_;     /* from a request to its reply */
+/* The connection from a request to its reply: conn_lock, then (Linux
+ * mode) the lock of the page shared with the other processes on it. */
+void shipc_conn_take(void);
+void shipc_conn_drop(void);
 uint32_t shipc_next_seq(void);                  /* never 0 */
 long shipc_broken(const char *why, long err);  /* -EIO; err is -errno */
 long shipc_send_all(struct iovec *v, int cnt, size_t *sent);
@@ -165,11 +169,18 @@ struct kstatfs {
 };
 _Static_assert(sizeof(struct kstatfs) == 120, "x86-64 struct statfs");
 
-/* Close remote descriptor r (-1: the number stood for nothing, EBADF).  A
- * fork()ed child only forgets it: the parent still owns it. */
+/* fdtab.c: around a placeholder's going (closed, or replaced by the
+ * kernel): hold() before, then last() says whether its remote descriptor
+ * is to be closed (1: no process holds it any more; remote -1: nothing to
+ * close, the token is dropped) */
+int shipc_fd_hold(int fd);
+int shipc_fd_last(int tok, int remote);
+int shipc_fd_reap(void);        /* after EMFILE from the I/O node: 1, try again */
+
+/* Close remote descriptor r (-1: the number stood for nothing, EBADF). */
 static inline long shipc_rclose(int r)
 {
-    return shipc_conn.forked ? (r < 0 ? -EBADF : 0) : fwd_close(r);
+    return r < 0 ? -EBADF : fwd_close(r);
 }
 
 /* file.c: open a shipped name (remote dirfd rd) as a program descriptor */

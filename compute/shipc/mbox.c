@@ -287,8 +287,8 @@ long shipc_call_locked(uint16_t type, const int64_t a[4], const struct iovec *ou
 long shipc_call_msg(uint16_t type, const int64_t a[4], const struct iovec *out, int nout,
                     const struct iovec *in, int nin, size_t *got)
 {
-    shipc_lock_take(&shipc_conn_lock_);
+    shipc_conn_take();
     long r = shipc_call_locked(type, a, out, nout, in, nin, got);
-    shipc_lock_drop(&shipc_conn_lock_);
+    shipc_conn_drop();
     return r;
 }

@@ -44,6 +44,31 @@ int shipc_fd_install(int remote, int cloexec, int minfd);
  * remote descriptor fd stood for (the caller closes it) or -1. */
 int shipc_fd_install_at(int remote, int cloexec, int fd, int *old);
 int shipc_fd_forget(int fd, int close_placeholder);     /* its remote descriptor or -1 */
+/* fd, a placeholder the process already has (inherited across exec), for remote */
+int shipc_fd_adopt(int fd, int remote, int cloexec);
+/* Linux mode: placeholders that name their remote descriptor and tell
+ * whether another process still holds it (libcnclient/holders.c); without
+ * them (cnk, the only process on its connection) an O_PATH of /dev/null. */
+struct shipc_fd_ops {
+    /* a new placeholder standing for remote: a kernel descriptor or -errno */
+    int (*make)(int remote, int cloexec);
+    /* before placeholder fd is closed or replaced: a token for last() */
+    int (*hold)(int fd);
+    /* after: 1 when no process holds remote any more (it is closed on
+     * the I/O node), else 0; token as hold() gave it */
+    int (*last)(int token, int remote);
+    /* the I/O node said EMFILE: close remote descriptors nobody holds any
+     * more; 1 if it did (the call is tried again once) */
+    int (*reap)(void);
+};
+void shipc_fd_set_ops(const struct shipc_fd_ops *ops);
+/* fn(fd, remote, cloexec) for every shipped descriptor, with the table
+ * locked (no descriptor comes or goes meanwhile) */
+void shipc_fd_each(void (*fn)(int fd, int remote, int cloexec));
+/* Forget fd (closing its placeholder) and close its remote descriptor
+ * unless another process still holds it: 0, or -EBADF (fd stood for
+ * nothing), or the remote close's error. */
+long shipc_fd_release(int fd);
 int shipc_fd_cloexec(int fd);
 void shipc_fd_set_cloexec(int fd, int on);
 unsigned shipc_fd_epoch(void);                  /* changes whenever a shipped descriptor goes or is replaced */
@@ -56,12 +81,23 @@ void shipc_epoll_closed(unsigned first, unsigned last);  /* poll.c: the hook for
 
 /* ---- conn.c, mbox.c, bulk.c, fwd.c: the PROC connection to ciod ---- */
 struct iovec;
+/* Linux mode: the page every program on one PROC connection maps
+ * (LATTICE_IO_SEQ_FD): the seq of the last message, and the lock that
+ * makes the processes sharing the connection (a shell and the programs it
+ * runs, a fork()ed child) take turns from a request to its reply. */
+struct shipc_shared {
+    uint32_t seq;               /* the seq of the last message sent */
+    uint32_t lock;              /* futex: 0 free, 1 held, 2 held with waiters */
+    int32_t owner;              /* the holder's pid (0 between holders) */
+    uint32_t dead;              /* the stream is out of step: every call EIO */
+};
 struct shipc_cfg {
     int conn;                   /* the PROC connection, hello done */
     const char *dp;             /* LATTICE_IO_DP: "eager_max,rdv_min,flags" ciod granted, or NULL */
     int mailbox;                /* share a mailbox if ciod grants LAT_DP_SHM */
     const char *mailbox_name;   /* its memfd's name */
     uint32_t *seq;              /* the seq word shared with other programs on conn, or NULL: own */
+    struct shipc_shared *shared; /* the page shared by the processes on conn (seq too), or NULL */
 };
 /* After shipc_fd_setup: 0, or -errno (-ENOTSOCK: conn is no connection). */
 int shipc_init(const struct shipc_cfg *cfg);
@@ -75,9 +111,13 @@ long shipc_call_msg(uint16_t type, const int64_t a[4], const struct iovec *out, 
  * position.  Bytes or -errno. */
 long shipc_rw(int rfd, int wr, const struct iovec *iov, int cnt, int64_t off);
 int shipc_share(uintptr_t base, size_t len, int memfd);  /* LAT_DP_SHARE: 0 or -errno; len 0 drops it */
-void shipc_conn_lock(void);     /* Linux mode's fork: held across it */
+void shipc_conn_lock(void);     /* Linux mode's fork: held across it (this process's threads only) */
 void shipc_conn_unlock(void);
-void shipc_forked(void);        /* in a fork()ed child: calls fail with EIO from now on */
+/* In a fork()ed child: it ships on the connection it shares with its
+ * parent (taking turns through shipc_cfg.shared), but it is not the
+ * process that said hello: no mailbox, no rendezvous (ciod would reach
+ * the parent's memory). */
+void shipc_forked(void);
 
 /* ---- dispatch.c and the handlers: a file system call, as the kernel sees it ---- */
 /* How a call was handled (the values of cnk's enum cnk_class). */

@@ -50,13 +50,12 @@ static long ship_socket(int fd)
 }
 
 /* Route for a call with a destination: SHIPC_SHIP (*remote), SHIPC_LOCAL,
- * or -errno (the client's own descriptor; shipping failed).  A fork()ed
- * child has no connection to ship on. */
+ * or -errno (the client's own descriptor; shipping failed). */
 static int decide(int fd, const void *dest, long dlen, int *remote)
 {
     int rt = shipc_fd_route(fd, remote);
 
-    if (rt != SHIPC_LOCAL || shipc_conn.forked || !lat_sock_ships(&rule, fd, dest, (uint32_t)dlen))
+    if (rt != SHIPC_LOCAL || !lat_sock_ships(&rule, fd, dest, (uint32_t)dlen))
         return rt;
     long r = ship_socket(fd);
     if (r < 0)
