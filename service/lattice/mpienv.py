@@ -229,7 +229,7 @@ SANDBOX_DEFAULTS = {
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     "UCX_POSIX_USE_PROC_LINK": "n",
 }
-SANDBOX_DIR = "/tmp"            # the node's own tmpfs in the sandbox, gone with the job
+SANDBOX_DIR = "/dev/shm"        # in the sandbox: the block's tmpfs on this host (/tmp may be a FUSE tree: no shared mmap)
 
 
 def sandbox_defaults(chosen: Mapping[str, str]) -> dict[str, str]:
@@ -321,8 +321,10 @@ class OpenMpiJob:
 
     A sandboxed job's ranks do not see the host's /dev/shm, and share
     memory only with the ranks of their own node (mpi_env): the id is still
-    reserved on the host, while the ranks' files go to their node's /tmp,
-    which goes with the job."""
+    reserved on the host, while the ranks' files go to the block's
+    /dev/shm (named by node and job id; `lattice free` removes them).
+    Not /tmp: a job whose working directory is /tmp has it through FUSE,
+    where a shared mapping fails (ENODEV)."""
 
     PREFIX = "lattice-ompi-"
 
@@ -372,7 +374,7 @@ class OpenMpiJob:
                else self.env.get("OMPI_MCA_btl", "Open MPI's default"))
         shm = " (vader: shared memory between the ranks of a host)" if "vader" in btl else ""
         job_id = self.env.get("FLUX_JOB_ID", "with the user's FLUX_JOB_ID")
-        files = f"each node's {SANDBOX_DIR} (sandbox)" if self.sandbox else str(self.dir)
+        files = f"the block's {SANDBOX_DIR} (sandbox)" if self.sandbox else str(self.dir)
         return f"Open MPI job {job_id}: btl {btl}{shm}; its files in {files}"
 
     def __exit__(self, *exc: object) -> None:

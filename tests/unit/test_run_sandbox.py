@@ -235,9 +235,9 @@ def test_open_mpi_files_in_the_sandbox_shm(tmp_path: Path) -> None:
     env = {"FLUX_PMI_LIBRARY_PATH": "/x"}
     with mpienv.OpenMpiJob(env, [], os.getuid(), os.getgid(), shm=tmp_path, sandbox=True) as o:
         assert o.dir is not None and o.dir.parent == tmp_path       # the id is still reserved on the host
-        assert env["OMPI_MCA_btl_vader_backing_directory"] == "/tmp"
-        assert env["OMPI_MCA_osc_sm_backing_directory"] == "/tmp"
-        assert env["OMPI_MCA_orte_tmpdir_base"] == "/tmp"
+        assert env["OMPI_MCA_btl_vader_backing_directory"] == "/dev/shm"
+        assert env["OMPI_MCA_osc_sm_backing_directory"] == "/dev/shm"
+        assert env["OMPI_MCA_orte_tmpdir_base"] == "/dev/shm"
         assert "sandbox" in (o.describe() or "")
     env = {"FLUX_PMI_LIBRARY_PATH": "/x"}
     with mpienv.OpenMpiJob(env, [], os.getuid(), os.getgid(), shm=tmp_path) as o:
