@@ -229,7 +229,8 @@ SANDBOX_DEFAULTS = {
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     "UCX_POSIX_USE_PROC_LINK": "n",
 }
-SANDBOX_DIR = "/dev/shm"        # in the sandbox: the block's tmpfs on this host (/tmp may be a FUSE tree: no shared mmap)
+# in the sandbox: the block's tmpfs on this host (/tmp may be a FUSE tree: no shared mmap there)
+SANDBOX_DIR = "/dev/shm"
 
 
 def sandbox_defaults(chosen: Mapping[str, str]) -> dict[str, str]:

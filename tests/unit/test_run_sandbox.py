@@ -112,7 +112,7 @@ def test_trees_given_and_the_owner_home(machine_home: Path, no_boot: dict[str, A
         assert owner_home in got or trees.inside(owner_home, got[0])
 
 
-def test_the_machine_default_trees(tmp_path: Path) -> None:
+def test_the_machine_default_trees(tmp_path: Path, no_boot: dict[str, Any]) -> None:
     (tmp_path / "shared").mkdir()
     (tmp_path / "work").mkdir()
     with home(tmp_path / "m"):
@@ -122,15 +122,10 @@ def test_the_machine_default_trees(tmp_path: Path) -> None:
         from lattice import machine
         assert machine.load().linux_trees == (f"{tmp_path}/shared",)
         assert lattice("block", "create", "B", "--shape", "2x1x1")[0] == 0
-        seen: dict[str, Any] = {}
-        with mock.patch("lattice.boot.boot", lambda con, m, name, owner=None: __import__(
-                "lattice.blocks").blocks.get(con, name)), mock.patch("lattice.boot.free"), \
-                mock.patch("lattice.job.run", lambda con, m, b, spec, wait=False: seen.setdefault("spec", spec) and 0), \
-                mock.patch("lattice.cmd.run.need_kernel"):
-            status, _, err = lattice("run", "--block", "B", "--kernel", "linux", "--cwd", f"{tmp_path}/work",
-                                     "/bin/true")
+        status, _, err = lattice("run", "--block", "B", "--kernel", "linux", "--cwd", f"{tmp_path}/work", "/bin/true")
         assert status == 0, err
-        assert env_of(seen["spec"])[trees.VAR] == f"{tmp_path}/work:{tmp_path}/shared"      # no home: the list replaces it
+        # the machine's list replaces the default (the owner's home)
+        assert env_of(no_boot["spec"])[trees.VAR] == f"{tmp_path}/work:{tmp_path}/shared"
     with home(tmp_path / "n"):
         status, _, err = lattice("init", "--linux-trees", "relative/path")
         assert status != 0 and "neither absolute nor ~" in err
