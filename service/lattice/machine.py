@@ -71,7 +71,7 @@ class MachineFields(NamedTuple):
     cores: int = DEFAULT_CORES
     plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
     hold_pages: str = "auto"        # one of HOLD_PAGES
-    linux_trees: tuple[str, ...] = ("~",)   # a sandboxed job's default file trees; "~": its owner's home (lattice.trees)
+    linux_trees: tuple[str, ...] = ("~",)   # a sandboxed job's default trees; "~": its owner's home (lattice.trees)
 
 
 class Machine(MachineFields):

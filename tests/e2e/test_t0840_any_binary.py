@@ -189,6 +189,21 @@ def test_the_job_says_it_ran_in_the_sandbox(any_block: Booted) -> None:
     assert b.lattice("jobs").stdout.splitlines()[-1].split()[4] == "linux/sandbox"
 
 
+def test_trees_given_with_tree_and_nothing_else(any_block: Booted) -> None:
+    """--tree adds a directory the job sees (read through the I/O node); a
+    host directory that is no tree is not there at all."""
+    b = any_block
+    d, tree, other = b.jobdir("trees-cwd"), b.jobdir("trees-extra"), b.jobdir("trees-other")
+    (tree / "f").write_text("in the tree\n")
+    (other / "f").write_text("not a tree\n")
+    before = b.counters()
+    p = b.run(d, "/bin/sh", "-c", f"cat {tree}/f; test -e {other}/f && echo visible || echo hidden",
+              extra=("--tree", str(tree)))
+    assert p.stdout == "in the tree\nhidden\n", p.stderr
+    delta = {k: v - before.get(k, 0) for k, v in b.counters().items()}
+    assert sum(v for k, v in delta.items() if "open" in k) >= 1, delta
+
+
 # --- MPICH's ROMIO nonblocking I/O ------------------------------------------------------
 
 COUNT = 256 * 1024      # ints per rank and phase, as in mpiio_nb.c
