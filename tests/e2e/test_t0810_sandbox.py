@@ -168,7 +168,11 @@ def test_a_node_sees_its_own_processes_name_and_tmp(sm: Machine, probe: str, cwd
         procs = dict(w.split(":", 1) for w in r["procs"].split())
         assert procs.pop("1") == "lattice-node-ho", procs          # comm: 15 characters
         assert set(procs.values()) <= {"dash", "sh", "ps", "awk", "tr"}, procs
-        assert r["tmp"] == "[]", r
+        # empty, but for the way to Lattice's libraries (bound read-only at their host path) when this
+        # checkout is below /tmp
+        libs = (ROOT / "build" / "lib").resolve().parts
+        allowed = f"[{libs[2]} ]" if libs[1] == "tmp" else "[]"
+        assert r["tmp"] == allowed, r
         assert r[marker] == "unseen", r
 
 
