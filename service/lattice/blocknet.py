@@ -359,9 +359,10 @@ def _neigh_fit(book: dict[str, Any]) -> list[str]:
     return []
 
 
-def _routes() -> list[Net4]:
-    """The IPv4 routes of this namespace's main table (their networks), but the default."""
-    out: list[Net4] = []
+def _route_table() -> list[tuple[str, Net4, bool]]:
+    """This namespace's IPv4 main table from /proc/net/route: (interface, network, via a gateway)
+    for each route but the default ones."""
+    out: list[tuple[str, Net4, bool]] = []
     try:
         lines = Path("/proc/net/route").read_text().splitlines()[1:]
     except OSError:
@@ -371,11 +372,17 @@ def _routes() -> list[Net4]:
         try:
             dest, mask = (socket.inet_ntoa(int(x, 16).to_bytes(4, "little")) for x in (f[1], f[7]))
             net = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
+            gateway = int(f[2], 16) != 0
         except (IndexError, ValueError, OSError):
             continue
         if net.prefixlen:
-            out.append(net)
+            out.append((f[0], net, gateway))
     return out
+
+
+def _routes() -> list[Net4]:
+    """The IPv4 routes of this namespace's main table (their networks), but the default."""
+    return [net for _, net, _ in _route_table()]
 
 
 def _shm_size() -> int:
@@ -751,20 +758,8 @@ def deny_for(hosts: list[str]) -> list[Net4]:
 
 def _connected() -> list[Net4]:
     """The networks of this namespace's links (routes without a gateway), but the blocks' own."""
-    out: list[Net4] = []
-    try:
-        lines = Path("/proc/net/route").read_text().splitlines()[1:]
-    except OSError:
-        return out
-    for line in lines:
-        f = line.split()
-        if len(f) < 8 or f[0] == "lo" or f[0].startswith("lu") or int(f[2], 16) != 0:
-            continue
-        dest, mask = (socket.inet_ntoa(int(x, 16).to_bytes(4, "little")) for x in (f[1], f[7]))
-        net = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
-        if net.prefixlen and not net.overlaps(pool()):
-            out.append(net)
-    return out
+    return [net for dev, net, gateway in _route_table()
+            if not gateway and dev != "lo" and not dev.startswith("lu") and not net.overlaps(pool())]
 
 
 def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Path | None = None) -> Net:
