@@ -8,6 +8,7 @@ LATTICE_HOME.  The helpers below are shared by the other test_service_* files.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import itertools
 import os
@@ -66,6 +67,9 @@ class Home:
                 status = cli.main(list(args))
             except SystemExit as e:       # argparse's usage errors
                 status = int(e.code or 0)
+        # a command's process ends here and its database connections with it: close any the command
+        # left to the collector now, or one closing later checkpoints its log into a file a test changed
+        gc.collect()
         return Result(status, out.getvalue(), err.getvalue())
 
     def ok(self, *args: str) -> Result:
