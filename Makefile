@@ -38,7 +38,7 @@ syscalls-md:
 
 # The service node's view of wire.h (every LAT_* number and struct layout),
 # generated from it; tests/unit/test_service_wire.py checks it against gcc.
-PY_WIRE := service/lattice/wire_h.py
+PY_WIRE := service/lattice/transport/wire_h.py
 py-wire: $(PY_WIRE)
 $(PY_WIRE): protocol/lattice/wire.h protocol/pluggen/pywire.py
 	PYTHONPATH=protocol python3 -m pluggen.pywire $< $@

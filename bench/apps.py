@@ -66,7 +66,7 @@ import sys
 import time
 
 import benchlib as bl
-from lattice.machine import parse_size
+from lattice.state.machine import parse_size
 from launch import Block
 
 APPS = bl.BENCH / "apps"

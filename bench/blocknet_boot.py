@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the block network (lattice.blocknet) adds to a boot and a free, on one host.
+"""What the block network (lattice.nodes.blocknet) adds to a boot and a free, on one host.
 
 For each size N (default 8 and 128 compute nodes, psets of 8), a machine of N nodes with one block
 over all of it, booted and freed with the block network (the default, as root) and without it

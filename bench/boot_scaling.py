@@ -13,7 +13,7 @@ Sizes and repetitions are interleaved (each size goes first in turn).  The
 table gives median [min-max] seconds, milliseconds per node (flat when boot
 is linear in N), and boot/floor.  Then a least-squares fit of the medians,
 t = a + b N (+ c N^2), and each size's residual: the quadratic term, which
-was 0.61 us N^2 before the host agents (lattice.agent) took over boot, should
+was 0.61 us N^2 before the host agents (lattice.nodes.agent) took over boot, should
 be nothing.
 
 8,192 nodes need about 19,000 tasks (each ciod keeps a thread per compute

@@ -2,11 +2,11 @@
 """What the capacity check costs `lattice run` (issue 15).
 
 Before it boots anything or sends LAT_CTL_JOB, `lattice run` checks that the
-host can hold the job (service/lattice/capacity.py): it imports the module
+host can hold the job (service/lattice/nodes/capacity.py): it imports the module
 (lazily, on the run path only), reads the host's limits (a few /proc and
 /sys files) and does the arithmetic.  Each round is a fresh interpreter
-that has already imported what `lattice run` imports (lattice.cmd.run,
-lattice.job), as the check finds it, and times:
+that has already imported what `lattice run` imports (lattice.cli.cmd.run,
+lattice.jobs.job), as the check finds it, and times:
   import  `from lattice import capacity`, compiled module cached
   check   read_host (with MemAvailable and the huge pages, as a cnk job)
           + job() + check(), the first call in the process
@@ -26,10 +26,10 @@ import sys
 import benchlib as bl
 
 PROBE = r"""
-import json, time, lattice.cmd.run, lattice.job, sys
-assert "lattice.capacity" not in sys.modules
+import json, time, lattice.cli.cmd.run, lattice.jobs.job, sys
+assert "lattice.nodes.capacity" not in sys.modules
 t0 = time.perf_counter()
-from lattice import capacity
+from lattice.nodes import capacity
 t1 = time.perf_counter()
 need = capacity.job(16, [8, 8], 0, 16 << 29, 0, 0, 16, 0)
 capacity.check(capacity.read_host(memory=True), [need])

@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "service"))
-from lattice import wire  # noqa: E402
+from lattice.transport import wire  # noqa: E402
 
 FWD_IO = ROOT / "build" / "bench" / "fwd_io"
 IO_LOC = "R00-M0-N00-I:J00"

@@ -27,15 +27,15 @@ if [ "$(readlink -f .venv/bin/python 2>/dev/null)" != "$(readlink -f "$python")"
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 # The `lattice` command itself: pip's launcher imports site and re before
-# lattice.client, ~8 ms of every command that the warm server (docs/cli.md)
-# cannot save; this one starts Python without site (lattice.client adds it
+# lattice.cli.client, ~8 ms of every command that the warm server (docs/cli.md)
+# cannot save; this one starts Python without site (lattice.cli.client adds it
 # back when it runs a command itself). A checkout path with a space keeps
 # pip's launcher: a shebang line cannot quote it.
 [[ "$PWD" =~ [[:space:]] ]] || cat > .venv/bin/lattice <<LAUNCHER
 #!$PWD/.venv/bin/python -S
 import sys
 sys.path.insert(0, "$PWD/service")
-from lattice.client import entry
+from lattice.cli.client import entry
 entry()
 LAUNCHER
 # Byte-compile the service node now: with PYTHONDONTWRITEBYTECODE set, every

@@ -146,9 +146,9 @@ def build_probe(tmp_path_factory: pytest.TempPathFactory, name: str) -> str:
 
 
 def warm_servers(under: Path) -> list[int]:
-    """pids of the warm servers (lattice.warm) of machines under a directory."""
+    """pids of the warm servers (lattice.cli.warm) of machines under a directory."""
     return [pid for pid, argv in processes()
-            if b"lattice.warm" in argv and len(argv) > 1 and argv[-2].startswith(str(under).encode())]
+            if b"lattice.cli.warm" in argv and len(argv) > 1 and argv[-2].startswith(str(under).encode())]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -124,7 +124,7 @@ static void chose(const char *why, uint64_t page)
 }
 
 /* LATTICE_BIGMEM_PAGES in the job's environment: the largest page size to
- * try (1G, 2M or 4K; the user's cap, lattice.hugepages honours it too),
+ * try (1G, 2M or 4K; the user's cap, lattice.nodes.hugepages honours it too),
  * 1 GiB when absent. */
 static uint64_t largest_page(void)
 {

@@ -50,7 +50,7 @@ static int preloaded(const struct job *j)
 }
 
 /* A variable by which the job chooses hwloc's topology itself: then cnode names
- * none (lattice.mpienv.TOPOLOGY_VARS, for `lattice run -v`, lists the same). */
+ * none (lattice.jobs.mpienv.TOPOLOGY_VARS, for `lattice run -v`, lists the same). */
 static int names_topology(const char *s)
 {
     static const char *const names[] = { "HWLOC_XMLFILE=", "HWLOC_SYNTHETIC=", "HWLOC_FSROOT=",

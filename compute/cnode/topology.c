@@ -5,7 +5,7 @@
  * finds it by reading ~500 files of /proc and /sys in every rank (each a
  * trapped call under cnk).  Whoever learns the host's cores for the
  * service node leaves hwloc's XML of this host in /dev/shm
- * (lattice.host.export_topology); a rank loading it does the same work
+ * (lattice.nodes.host.export_topology); a rank loading it does the same work
  * in a few calls.  Used only when it is a regular file of cnode's own user
  * that nobody else may write: /dev/shm is anyone's, and a topology planted
  * there must not steer another user's ranks.

@@ -1,7 +1,7 @@
 /*
  * lattice/hello_mac.h - what the handshake MACs (docs/protocol.md section 3),
  * for both ends in C: ciod (ionode/ciod/auth.c) and cnode (compute/cnode/net.c).
- * The service node's mirror is service/lattice/wire.py (hello_mac, ack_proof).
+ * The service node's mirror is service/lattice/transport/wire.py (hello_mac, ack_proof).
  * HMAC-SHA256 from OpenSSL's libcrypto, keyed with the block key.
  */
 #ifndef LATTICE_HELLO_MAC_H

@@ -8,7 +8,7 @@
  * reordered, dropped or injected fails its tag.  Implemented once with
  * OpenSSL (protocol/peer/seal.c) for ciod (net.c), cnode (peer.c, its PROC
  * relay) and ciod's own tree client; the service node's mirror is
- * service/lattice/wire.py (seal_keys, Sealer).
+ * service/lattice/transport/wire.py (seal_keys, Sealer).
  */
 #ifndef LATTICE_SEAL_H
 #define LATTICE_SEAL_H

@@ -5,7 +5,7 @@
  * (ciod): the service node's control connection, the compute node's node
  * connection, and each compute process's function-shipping connection.
  * The specification in prose is docs/protocol.md.  The service node's view
- * of it (service/lattice/wire_h.py: every LAT_* number and struct layout)
+ * of it (service/lattice/transport/wire_h.py: every LAT_* number and struct layout)
  * is generated from this file at build time (`make py-wire`), and a test
  * compares it with what a C compiler makes of this file.  The shipped calls
  * (LAT_SYS_*) and their transport facts are generated from

@@ -1,7 +1,7 @@
 """The service node's view of lattice/wire.h, generated from it at build time
 (`make py-wire`, docs/protocol.md section 1):
 
-    python3 -m pluggen.pywire protocol/lattice/wire.h service/lattice/wire_h.py
+    python3 -m pluggen.pywire protocol/lattice/wire.h service/lattice/transport/wire_h.py
 
 Every LAT_* number (#define or enumerator) becomes a constant without its
 LAT_ prefix, every LAT_* string #define a bytes constant, every struct lat_*
@@ -138,7 +138,7 @@ def _py_name(c_name: str) -> str:
 def emit(h: Header, source: str) -> str:
     out = [f'"""The wire protocol\'s numbers and layouts, generated from {source}',
            'by `python3 -m pluggen.pywire` at build time (make py-wire).  Do not edit:',
-           'change the header.  service/lattice/wire.py builds on it."""',
+           'change the header.  service/lattice/transport/wire.py builds on it."""',
            "from __future__ import annotations", "", "import struct", ""]
     names = [_py_name(n) for n in h.values] + [_py_name(n) for n in h.strings]
     out += [f"{_py_name(n)} = {v:#x}" if v >= 256 else f"{_py_name(n)} = {v}" for n, v in h.values.items()]

@@ -1,3 +1,3 @@
-from lattice.client import entry
+from lattice.cli.client import entry
 
 entry()

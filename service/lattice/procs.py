@@ -20,7 +20,7 @@ def start_time(pid: int) -> int | None:
 def me() -> tuple[int, int]:
     """The `lattice` command as (pid, start time), as records of what it
     owns name it: this process, or, when a warm server's copy runs the
-    command (lattice.warm), the client the user started, which is the pid
+    command (lattice.cli.warm), the client the user started, which is the pid
     the user knows and which ends when the command does."""
     if _client is not None:
         return _client

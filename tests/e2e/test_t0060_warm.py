@@ -1,4 +1,4 @@
-"""The warm server (lattice.warm, lattice.client): `lattice` commands run by
+"""The warm server (lattice.cli.warm, lattice.cli.client): `lattice` commands run by
 a forked copy of a server that has Python's imports done, with the caller's
 streams, directory, environment, umask, limits and signals, and only for a
 caller with the server's own credentials; otherwise run by the caller.
@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from lattice.client import SOCKET
+from lattice.cli.client import SOCKET
 
 from conftest import EXAMPLES, LATTICE, Machine, make_machine, processes, wait_for, warm_servers
 
@@ -263,7 +263,7 @@ def test_the_server_leaves_when_its_home_goes(built: Path, tmp_path: Path) -> No
     pid = server_pid(m)
     assert pid is not None
     shutil.rmtree(m.home)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists() or b"lattice.warm" not in
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or b"lattice.cli.warm" not in
              Path(f"/proc/{pid}/cmdline").read_bytes(), GUARD)
 
 

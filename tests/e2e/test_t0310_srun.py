@@ -169,8 +169,8 @@ def test_cnk_leaves_ucx_posix_out_unless_the_job_chooses(sm: Machine) -> None:
 
 def test_hwloc_plugins_with_nothing_to_find_are_left_out_unless_the_job_chooses(sm: Machine) -> None:
     """Every job's ranks get HWLOC_PLUGINS_BLACKLIST naming the plug-ins idle on this host
-    (lattice.host.idle_hwloc_plugins), under either kernel; the job's own value wins."""
-    from lattice import host
+    (lattice.nodes.host.idle_hwloc_plugins), under either kernel; the job's own value wins."""
+    from lattice.nodes import host
     idle = ",".join(host.idle_hwloc_plugins())
     assert idle, "pci and xml_libxml are idle on any Linux host"
     for kernel in KERNELS:
@@ -197,7 +197,7 @@ def topology_vars(env: dict[str, str]) -> dict[str, str]:
 @pytest.mark.parametrize("kernel", list(TOPOLOGY_KERNELS))
 def test_ranks_load_the_hosts_topology_unless_the_job_names_one(sm: Machine, kernel: str) -> None:
     """The node points each rank's hwloc at the topology file the host's cores were learnt
-    with (lattice.host.export_topology; in the node sandbox the same file bound at
+    with (lattice.nodes.host.export_topology; in the node sandbox the same file bound at
     /run/lattice-hwloc.xml, the host's /dev/shm being out of sight); a job's own topology
     variable wins; an unsafe file (writable by others, or not the daemon's user's) is not used."""
     f = Path(TOPOLOGY["HWLOC_XMLFILE"])

@@ -11,7 +11,7 @@ import struct
 
 from conftest import EXAMPLES, Machine, wait_for
 
-from lattice import wire
+from lattice.transport import wire
 
 MAGIC, VERSION = wire.MAGIC, wire.VERSION
 CHALLENGES: dict[int, bytes] = {}

@@ -201,7 +201,7 @@ def test_a_host_agent_checks_its_own_host_before_starting_daemons(built: Path, t
                               "nodes": [{"index": i, "personality": {}} for i in (0, 1)]}]},
             "dirs": {"h1": str(d)}, "log_dirs": {"h1": str(d)}, "socket_dirs": {"h1": str(d)}}
     env = dict(os.environ, PYTHONPATH=str(ROOT / "service"))
-    p = subprocess.run(["bash", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec {sys.executable} -m lattice.agent "
+    p = subprocess.run(["bash", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec {sys.executable} -m lattice.nodes.agent "
                         "--host h1"], input=json.dumps(spec) + "\n", env=env, capture_output=True, text=True,
                        timeout=600)     # a hang guard
     assert p.returncode == 1, p

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from conftest import Machine, make_machine
-from lattice import host
+from lattice.nodes import host
 from cnk_helpers import CNK_EX, EM_X86_64, by_rank, class_counts, elf_header, interpreter, last_job
 
 ET_EXEC, ET_DYN = 2, 3

@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 from conftest import BUILD, ROOT, Machine, make_machine
-from lattice import host
+from lattice.nodes import host
 
 SHAPE = (2, 2, 2)
 CORES = 2

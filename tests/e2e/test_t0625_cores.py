@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 
 from conftest import EXAMPLES, booted_block, Machine
-from lattice import host
+from lattice.nodes import host
 
 LINE = re.compile(r"rank=(\d+) allowed=(\S+) affinity=(\S*) async=(\S+)")
 KERNELS = ["cnk", "linux"]

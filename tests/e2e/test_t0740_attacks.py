@@ -244,7 +244,7 @@ def proc_hello(m: Machine, node: int, t: int) -> int:
 
 def wire_hello(s: socket.socket, key: bytes, role: int, node: int, job: int) -> int:
     """The v2 handshake (docs/protocol.md 3): ciod's challenge, our MACed hello; the ack's err."""
-    from lattice import wire  # noqa: PLC0415
+    from lattice.transport import wire  # noqa: PLC0415
 
     typ, body = recv_msg(s)
     assert typ == wire.CHALLENGE, hex(typ)
@@ -255,7 +255,7 @@ def wire_hello(s: socket.socket, key: bytes, role: int, node: int, job: int) -> 
 
 
 def recv_msg(s: socket.socket) -> tuple[int, bytes]:
-    from lattice import wire  # noqa: PLC0415
+    from lattice.transport import wire  # noqa: PLC0415
 
     _, _, _, typ, n, _ = wire.HDR.unpack(recv_exact(s, wire.HDR.size))
     return typ, recv_exact(s, n)

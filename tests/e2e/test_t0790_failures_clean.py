@@ -394,7 +394,7 @@ def host_lattice(host: str) -> list[str]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "lattice.agent" in argv or "/ciod " in argv or "/cnode " in argv or "sleep 600" in argv:
+        if "lattice.nodes.agent" in argv or "/ciod " in argv or "/cnode " in argv or "sleep 600" in argv:
             out.append(f"{pid} {argv}")
     return out
 

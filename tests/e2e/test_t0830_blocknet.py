@@ -1,4 +1,4 @@
-"""IP through the I/O node (issue 25, item 3; lattice.blocknet): a booted block's compute nodes
+"""IP through the I/O node (issue 25, item 3; lattice.nodes.blocknet): a booted block's compute nodes
 each have a network namespace on the block's bridge in its router ("I/O node") namespace.
 
 Proved with `ip netns exec` into the namespace each personality's "sandbox" object names (so it
@@ -93,7 +93,7 @@ def sandbox(m: Machine, block: str) -> dict[int, dict[str, str]]:
 
 
 def block_hash(m: Machine, block: str) -> str:
-    from lattice import container
+    from lattice.nodes import container
     return container.name(block, m.home / "blocks" / block).rsplit("-", 1)[1]
 
 

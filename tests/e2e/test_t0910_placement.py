@@ -101,7 +101,7 @@ def test_ssh_placement_spans_four_hosts(tb: Cluster, ssh_machine: Machine, probe
     # each host runs its own pset's daemons, in its own namespace
     for h in HOSTS:
         progs = " ".join(a for _, a in lattice_processes(h))
-        assert "lattice.agent" in progs and progs.count("/cnode ") == 2 and progs.count("/ciod ") == 1, (h, progs)
+        assert "lattice.nodes.agent" in progs and progs.count("/cnode ") == 2 and progs.count("/ciod ") == 1, (h, progs)
         # its agent said which cores it has and which hwloc plug-ins and UCX modules find nothing there
         cache = (m.home / "hosts" / h).read_text()
         assert re.search(r"^hwloc-idle .*hwloc_pci\.so", cache, re.M) and "\ncore " in cache, cache

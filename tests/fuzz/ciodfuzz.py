@@ -60,7 +60,7 @@ from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "service"))
-from lattice import wire  # noqa: E402  (the Python mirror of wire.h: layouts and payload builders)
+from lattice.transport import wire  # noqa: E402  (the Python mirror of wire.h: layouts and payload builders)
 
 
 # ---- the protocol's numbers, read from the one header ----

@@ -1,7 +1,7 @@
 """Writes tests/unit/seal_vectors.json, the sealed-frame vectors that both
 implementations are checked against (tests/unit/test_seal.py), with the
 `cryptography` package's own HKDF and AESGCM: independent of protocol/peer/
-seal.c and of lattice.wire.  Run from the repository root:
+seal.c and of lattice.transport.wire.  Run from the repository root:
 
     .venv/bin/python tests/unit/make_seal_vectors.py
 """

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lattice import wire
+from lattice.transport import wire
 
 # frames of the handshake, before anything is sealed: challenge and ack down, hello up
 PLAIN = {"up": 1, "down": 2}

@@ -1,4 +1,4 @@
-"""The block network's names, addresses, allocations and the ip/nft text it sends (lattice.blocknet),
+"""The block network's names, addresses, allocations and the ip/nft text it sends (lattice.nodes.blocknet),
 and its book (a temporary directory; no namespace is made here: tests/e2e/test_t0830_blocknet.py)."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from lattice import blocknet, rtnl
-from lattice.blocknet import Plan
+from lattice.nodes import blocknet, rtnl
+from lattice.nodes.blocknet import Plan
 
 NET = ipaddress.IPv4Network
 
@@ -210,7 +210,7 @@ def test_the_parts_on_other_hosts_are_routed_and_let_through_before_the_pools_re
 
 
 def test_the_agent_hears_the_parts_subnets_on_its_channel() -> None:
-    from lattice.agent import Channel
+    from lattice.nodes.agent import Channel
     r, w = os.pipe()
     try:
         ch = Channel(r, True, 60.0)

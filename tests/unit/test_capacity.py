@@ -1,4 +1,4 @@
-"""lattice.capacity: reading a host's limits from /proc and /sys (a fake tree
+"""lattice.nodes.capacity: reading a host's limits from /proc and /sys (a fake tree
 passed as root) and the arithmetic that says which limit a boot or a job
 breaks, with the number used and how to raise it."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lattice import capacity
-from lattice.capacity import Host
+from lattice.nodes import capacity
+from lattice.nodes.capacity import Host
 from lattice.errors import LatticeError
 
 GIB = 1 << 30
@@ -215,5 +215,6 @@ def test_virtual_node_mode_on_any_node_lattice_init_allows_fits_the_wire() -> No
     """One process per core: the wire's processes per node (LAT_MAX_PPN) cover
     every core count `lattice init --cores` accepts (docs/architecture.md
     "Fixed limits")."""
-    from lattice import machine, wire_h
+    from lattice.state import machine
+    from lattice.transport import wire_h
     assert wire_h.MAX_PPN == machine.MAX_CORES

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 MAGIC, VERSION, REPLY = wire.MAGIC, wire.VERSION, wire.REPLY
@@ -1120,7 +1120,7 @@ time.sleep(60)
 
 def stats(c: Ciod) -> dict[str, int]:
     """The data path counters of LAT_CTL_COUNTERS, by lattice's names for them."""
-    from lattice import wire
+    from lattice.transport import wire
     with c.connect(ROLE_CONTROL) as s:
         send(s, CTL_COUNTERS, b"", 4)
         _, _, body = recv(s)

@@ -17,9 +17,9 @@ from typing import Iterator
 import pytest
 
 from conftest import wait_for
-from lattice import wire
-from lattice.ciodclient import Ciod as Client
-from lattice.ciodclient import CiodError
+from lattice.transport import wire
+from lattice.transport.ciodclient import Ciod as Client
+from lattice.transport.ciodclient import CiodError
 from test_ciod import (CHALLENGES, CTL_SHUTDOWN, CTL_STATUS, HDR, HELLO, MAGIC, PSET_SIZE, REPLY, ROLE_CONTROL,
                        VERSION, Ciod, ciod_bin, closed, recv, send, status)  # noqa: F401 (ciod_bin: a fixture)
 

@@ -33,7 +33,7 @@ REPEATED = re.compile(r" \[repeated (\d+) times in the last (\d+) s(, by other p
 
 
 class PatientCiod(Ciod):
-    """Connects as the service node does (lattice.ciodclient): right after a
+    """Connects as the service node does (lattice.transport.ciodclient): right after a
     flood the listen backlog may be full for a moment, which a non-blocking
     connect reports as EAGAIN; wait for room."""
 
@@ -96,7 +96,7 @@ def events(c: Ciod, needle: str) -> tuple[int, int]:
     lines = total = 0
     for line in c.rastext().splitlines():
         f = line.split("\t")
-        assert len(f) == 5 and f[2] == "CIOD", line      # what lattice.ras.ingest parses
+        assert len(f) == 5 and f[2] == "CIOD", line      # what lattice.state.ras.ingest parses
         if needle in f[4]:
             lines += 1
             m = REPEATED.search(f[4])
@@ -331,8 +331,8 @@ def test_a_service_node_evicted_before_its_hello_connects_again(start, monkeypat
     """On a loaded host the service node may be slow to answer its challenge,
     and a flood of idle connections evicts it (the oldest without a hello):
     it connects again and is served, instead of failing `lattice run`."""
-    from lattice import wire
-    from lattice.ciodclient import Ciod as Client
+    from lattice.transport import wire
+    from lattice.transport.ciodclient import Ciod as Client
     c = start(LATTICE_MAX_HELLO="1", LATTICE_HELLO_TIMEOUT="3600")
     flood: list[socket.socket] = []
     real = wire.hello_payload

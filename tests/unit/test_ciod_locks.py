@@ -14,7 +14,7 @@ from pathlib import Path
 
 from test_ciod import SYS, Ciod, Job, Proc, ciod, ciod_bin, recv, send  # noqa: F401  (fixtures)
 
-from lattice import wire
+from lattice.transport import wire
 
 SYS.update(lock=wire.SYS_LOCK, flock=wire.SYS_FLOCK, symlinkat=wire.SYS_SYMLINKAT, linkat=wire.SYS_LINKAT,
            fchownat=wire.SYS_FCHOWNAT, mknodat=wire.SYS_MKNODAT, fallocate=wire.SYS_FALLOCATE)

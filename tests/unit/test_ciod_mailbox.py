@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lattice import wire
+from lattice.transport import wire
 from test_ciod import (AT_FDCWD, as_job, ERROR, MAGIC, O_CREAT, O_RDWR, O_TRUNC, REPLY, STAT, SYS, VERSION, Ciod,  # noqa: F401
                        Job, Proc, ciod, ciod_bin, path, proc_hello, recv, request, send, stats)
 

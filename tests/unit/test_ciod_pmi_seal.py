@@ -15,7 +15,7 @@ import struct
 import time
 from pathlib import Path
 
-from lattice import wire
+from lattice.transport import wire
 from test_ciod import Ciod, Job, ciod, ciod_bin, closed, recv, send  # noqa: F401 (fixtures)
 
 JOB = 42

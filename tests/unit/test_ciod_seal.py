@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lattice import wire
-from lattice.ciodclient import Ciod as Client
-from lattice.ciodclient import CiodError
+from lattice.transport import wire
+from lattice.transport.ciodclient import Ciod as Client
+from lattice.transport.ciodclient import CiodError
 from seal_relay import Link, Relay
 from test_ciod import (CTL_SHUTDOWN, CTL_STATUS, HDR, MAGIC, PSET_SIZE, VERSION, Ciod,  # noqa: F401 (ciod_bin:
                        ciod_bin, recv, status)                                         # a fixture)

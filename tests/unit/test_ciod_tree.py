@@ -17,7 +17,7 @@ import struct
 import tempfile
 from pathlib import Path
 
-from lattice import wire
+from lattice.transport import wire
 from test_ciod import (Ciod, Job, ciod, ciod_bin, closed, recv, request, send)  # noqa: F401 (fixtures)
 
 JOB = 42

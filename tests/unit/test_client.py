@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 
 # ---------------------------------------------------------------------------
 # A fake ciod serving one PROC connection: it reissues every shipped call

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from lattice import wire
+from lattice.transport import wire
 from test_ciod import (AT_FDCWD, CTL_EXIT, CTL_JOB_END, ROLE_PROC, STAT, Ciod, Job, Proc,  # noqa: F401
                        ciod, ciod_bin, path)
 

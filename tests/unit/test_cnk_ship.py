@@ -25,7 +25,7 @@ from typing import Iterator
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 MAGIC, VERSION, REPLY = wire.MAGIC, wire.VERSION, wire.REPLY

@@ -22,7 +22,7 @@ import pytest
 from conftest import wait_for
 from test_client import CFLAGS, ROOT, FakeCiod, _recv_exact, build_library
 
-from lattice import wire
+from lattice.transport import wire
 
 MAGIC, VERSION, REPLY = wire.MAGIC, wire.VERSION, wire.REPLY
 HELLO, NODE_JOB, NODE_IMAGE, NODE_START, NODE_KILL, NODE_SHUTDOWN = 0x1, 0x200, 0x201, 0x202, 0x203, 0x204

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
@@ -214,7 +214,7 @@ def test_cpus_bind_each_process_and_set_its_progress_thread(pset: Pset, cpus_pro
 
 
 def pset_affinity() -> str:
-    from lattice import host
+    from lattice.nodes import host
     return host.cpulist(os.sched_getaffinity(0))
 
 

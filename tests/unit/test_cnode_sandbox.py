@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 from test_cnode_ciod import BUILD, Pset, run_placed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the node sandbox needs root")

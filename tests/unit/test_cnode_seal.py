@@ -18,9 +18,9 @@ from typing import Iterator
 
 import pytest
 
-from lattice import wire
-from lattice.ciodclient import Ciod as Client
-from lattice.ciodclient import CiodError
+from lattice.transport import wire
+from lattice.transport.ciodclient import Ciod as Client
+from lattice.transport.ciodclient import CiodError
 from seal_relay import Link, Relay, Tamper
 
 ROOT = Path(__file__).resolve().parents[2]

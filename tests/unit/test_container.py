@@ -1,4 +1,4 @@
-"""lattice.container: the host agent's sweep of the jobs' cgroups that a
+"""lattice.nodes.container: the host agent's sweep of the jobs' cgroups that a
 killed cnode left (compute/cnode/container.c makes and ends them).
 
 Real cgroups on this host (root only): a process put in a job's cgroup the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import container
+from lattice.nodes import container
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are root's")
 

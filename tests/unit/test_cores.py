@@ -1,4 +1,4 @@
-"""Nodes on cores (lattice.host, lattice.cores): the host's cores as hwloc
+"""Nodes on cores (lattice.nodes.host, lattice.nodes.cores): the host's cores as hwloc
 shows them, and how a job's nodes and ranks share them out.
 
 The topologies are real lstopo output: this host's, and hwloc's synthetic
@@ -18,12 +18,13 @@ from typing import Iterator
 
 import pytest
 
-from lattice import host, wire
-from lattice.blocks import Block
-from lattice.cores import map_job, node_lines, spread
-from lattice.host import Core, Host
-from lattice.machine import Machine
-from lattice.mapping import App, map_ranks
+from lattice.nodes import host
+from lattice.transport import wire
+from lattice.state.blocks import Block
+from lattice.nodes.cores import map_job, node_lines, spread
+from lattice.nodes.host import Core, Host
+from lattice.state.machine import Machine
+from lattice.jobs.mapping import App, map_ranks
 
 LSTOPO = shutil.which(host.LSTOPO)
 needs_hwloc = pytest.mark.skipif(LSTOPO is None, reason="hwloc-nox not installed (scripts/setup.sh installs it)")
@@ -319,7 +320,7 @@ def test_the_topology_file_is_replaced_whole_and_never_through_a_link(tmp_path: 
     assert victim.read_text() == "mine" and f.read_text() == "<topology>one</topology>"
 
 
-# --- does the host report free memory to a hypervisor (lattice.host) ---------------
+# --- does the host report free memory to a hypervisor (lattice.nodes.host) ---------------
 
 def virtio(root: Path, name: str, device: int, features: str) -> None:
     d = root / name
@@ -345,7 +346,7 @@ def test_free_memory_reported(tmp_path: Path, devices: list[tuple[str, int, str]
     assert host.free_memory_reported(tmp_path / "none") is False
 
 
-# --- UCX's modules that find nothing here (lattice.host) ---------------------------
+# --- UCX's modules that find nothing here (lattice.nodes.host) ---------------------------
 
 def test_ucx_ib_and_rdmacm_are_idle_without_rdma_devices(tmp_path: Path) -> None:
     assert host.idle_ucx_modules(tmp_path / "missing") == ("ib", "rdmacm")

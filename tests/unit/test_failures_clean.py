@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lattice import agent, db, placement
+from lattice.nodes import agent, placement
+from lattice.state import db
 from lattice.errors import LatticeError
-from lattice.placement import Launch, Reports
+from lattice.nodes.placement import Launch, Reports
 
 
 class Clock:
@@ -240,7 +241,7 @@ def test_the_client_takes_the_first_answer_and_a_sigkill_is_one_line(tmp_path: P
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     env = dict(os.environ, LATTICE_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[2] / "service"))
-    p = subprocess.run([sys.executable, "-c", "import sys\nfrom lattice import client\nsys.exit(client.warm(['blocks']))"],
+    p = subprocess.run([sys.executable, "-c", "import sys\nfrom lattice.cli import client\nsys.exit(client.warm(['blocks']))"],
                        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     t.join()
     srv.close()
@@ -250,7 +251,7 @@ def test_the_client_takes_the_first_answer_and_a_sigkill_is_one_line(tmp_path: P
 def test_leftovers_are_the_block_s_processes_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process naming blocks/R00/ is R00's, not R0's (a prefix), and
     kill_leftovers ends it (its session: it leads one, as a daemon does)."""
-    from lattice import boot
+    from lattice.nodes import boot
     monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
     p = subprocess.Popen([sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(600)",
                           "--personality", str(tmp_path / "blocks" / "R00" / "node-3.json")],

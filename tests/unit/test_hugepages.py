@@ -1,10 +1,10 @@
-"""lattice.hugepages: which page size a cnk job's big memory gets, what it asks
+"""lattice.nodes.hugepages: which page size a cnk job's big memory gets, what it asks
 of the host (1 GiB pages added to the pool; 2 MiB pages through the overcommit
 ceiling), and that exactly that is given back, also with several runs at once.
 
 The pools live in a fake sysfs tree (hugepages-<kB>kB/{nr,free,resv,surplus,
 nr_overcommit}_hugepages) and a fake /proc/meminfo, both passed to
-lattice.hugepages.Pools.  FakeKernel adds what the kernel does: pages added
+lattice.nodes.hugepages.Pools.  FakeKernel adds what the kernel does: pages added
 to a pool are free and come out of MemAvailable, a pool may refuse to grow
 past what it can find, pages a process still holds stay until it lets go,
 and a 2 MiB mapping reserves free pool pages first, then surplus pages up to
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from lattice import hugepages
-from lattice.hugepages import GIB_KB, MIB2_KB, PAGE_KB, Pools
+from lattice.nodes import hugepages
+from lattice.nodes.hugepages import GIB_KB, MIB2_KB, PAGE_KB, Pools
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB = 1 << 30, 1 << 20

@@ -1,4 +1,4 @@
-"""Rank mapping on the torus (lattice.mapping, `lattice run --mode --mapping
+"""Rank mapping on the torus (lattice.jobs.mapping, `lattice run --mode --mapping
 --print-map`, MPMD): every mapping rule and every error, checked without
 booting anything."""
 from __future__ import annotations
@@ -12,11 +12,13 @@ from unittest import mock
 
 import pytest
 
-from lattice import host, job, mapping, wire
-from lattice.blocks import Block
+from lattice.nodes import host
+from lattice.jobs import job, mapping
+from lattice.transport import wire
+from lattice.state.blocks import Block
 from lattice.errors import LatticeError
-from lattice.machine import Machine
-from lattice.mapping import App, RankMapping, Slot, map_ranks, process_mapping
+from lattice.state.machine import Machine
+from lattice.jobs.mapping import App, RankMapping, Slot, map_ranks, process_mapping
 
 from cli_inprocess import home, lattice
 
@@ -103,7 +105,7 @@ def test_bad_orders(order: str) -> None:
 
 def test_mapping_leaves_the_progress_thread_to_the_real_cores() -> None:
     """MPICH's progress thread is decided per node on the host's cores
-    (lattice.cores, tests/unit/test_cores.py), not by the mode alone."""
+    (lattice.nodes.cores, tests/unit/test_cores.py), not by the mode alone."""
     for mode in ("co", "vn"):
         assert map_ranks(M, WHOLE, apps(2), mode, None).env == {}
 
@@ -300,15 +302,15 @@ def no_boot() -> Iterator[dict[str, Any]]:
 
     def fake_boot(con: Any, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
         seen.setdefault("booted", []).append(name)
-        from lattice import blocks
+        from lattice.state import blocks
         return blocks.get(con, name)
 
     def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec, wait: bool = False) -> int:
         seen["spec"], seen["block"] = spec, b
         return 0
 
-    with mock.patch("lattice.boot.boot", fake_boot), mock.patch("lattice.boot.free"), \
-            mock.patch("lattice.job.run", fake_run), mock.patch("lattice.cmd.run.need_kernel"):
+    with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
+            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.cli.cmd.run.need_kernel"):
         yield seen
 
 
@@ -328,7 +330,7 @@ def test_print_map_cli(machine_home: Path) -> None:
     status, out, _ = lattice("run", "--block", "B", "-v", "--print-map", "-n", "3")
     lines = out.splitlines()
     assert status == 0 and lines[1] == "# PMI_process_mapping (vector,(0,3,1))"
-    # the job's defaults (lattice.mpienv): hwloc's idle plug-ins and UCX's idle modules left out, UCX's
+    # the job's defaults (lattice.jobs.mpienv): hwloc's idle plug-ins and UCX's idle modules left out, UCX's
     # posix under cnk
     idle, ucx = ",".join(host.local().hwloc_idle), host.local().ucx_idle
     env = [f"# env HWLOC_PLUGINS_BLACKLIST={idle}", *([f"# env UCX_MODULES=^{','.join(ucx)}"] if ucx else []),

@@ -1,4 +1,4 @@
-"""lattice.mpienv: recognising Open MPI programs by their ELF DT_NEEDED
+"""lattice.jobs.mpienv: recognising Open MPI programs by their ELF DT_NEEDED
 entries, the environment that makes them bootstrap through Lattice's
 PMI (Open MPI's pmix/flux component over build/lib/libpmi.so) and share
 memory between all ranks of a host, and each job's id and directory in the
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from lattice import mpienv
-from lattice.blocks import Block
+from lattice.jobs import mpienv
+from lattice.state.blocks import Block
 from lattice.errors import LatticeError
-from lattice.host import Core, Host
-from lattice.machine import Machine
-from lattice.mapping import App, map_ranks
-from lattice.mpienv import OpenMpiJob, host_mapping, is_open_mpi, needed_libraries
+from lattice.nodes.host import Core, Host
+from lattice.state.machine import Machine
+from lattice.jobs.mapping import App, map_ranks
+from lattice.jobs.mpienv import OpenMpiJob, host_mapping, is_open_mpi, needed_libraries
 from tests.conftest import EXAMPLES
 
 M = Machine(shape=(1, 1, 4), pset_size=2)
@@ -126,7 +126,7 @@ def test_env_for_open_mpi(tmp_path: Path, prefix: Path) -> None:
 def test_host_mapping_groups_ranks_by_host_not_node() -> None:
     p = map_ranks(M, BLOCK, [App("a", [], 8)], "vn", None)
     # the nodes differ (PMI_process_mapping); the host is one
-    from lattice.mapping import process_mapping
+    from lattice.jobs.mapping import process_mapping
     assert process_mapping(p) == "(vector,(0,4,1),(0,4,1))"      # XYZT: rank r on node r % 4
     assert host_mapping(M, p) == "(vector,(0,1,8))"
 

@@ -20,10 +20,12 @@ from typing import Iterator
 
 import pytest
 
-from lattice import boot, db, personality, wire
-from lattice import machine as model
-from lattice.blocks import Block
-from lattice.machine import Machine
+from lattice.nodes import boot
+from lattice.state import db, personality
+from lattice.transport import wire
+from lattice.state import machine as model
+from lattice.state.blocks import Block
+from lattice.state.machine import Machine
 
 from cli_inprocess import home, lattice
 

@@ -1,4 +1,4 @@
-"""lattice.placement: hostfiles, dealing psets to hosts, reading the agents' reports."""
+"""lattice.nodes.placement: hostfiles, dealing psets to hosts, reading the agents' reports."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lattice import placement
+from lattice.nodes import placement
 from lattice.errors import LatticeError
-from lattice.machine import Machine
-from lattice.placement import HostEntry, Launch, Reports, deal, parse_hostfile
+from lattice.state.machine import Machine
+from lattice.nodes.placement import HostEntry, Launch, Reports, deal, parse_hostfile
 
 M8 = Machine(shape=(2, 2, 2), pset_size=2)       # 4 psets of 2
 
@@ -99,7 +99,7 @@ def test_an_agent_s_error_and_a_dead_launcher_are_clear(tmp_path: Path) -> None:
 
 def test_the_agent_refuses_bad_orders() -> None:
     for orders in (b"not json\n", b"{}\n", b'{"hosts": {"a": [], "b": []}}\n'):
-        p = subprocess.run([sys.executable, "-m", "lattice.agent"], input=orders, capture_output=True)
+        p = subprocess.run([sys.executable, "-m", "lattice.nodes.agent"], input=orders, capture_output=True)
         assert p.returncode == 2
         r = json.loads(p.stdout)
         assert r["event"] == "error" and "bad orders" in r["message"]
@@ -113,7 +113,7 @@ def test_the_launcher_s_heartbeat_flows_on_a_channel_numbered_10_or_more(tmp_pat
     import os
     import signal
     import time
-    from lattice import agent
+    from lattice.nodes import agent
     monkeypatch.setattr(agent, "HEARTBEAT", 0.05)
     filler = []
     while not filler or filler[-1] < 12:        # the channel's pipe gets descriptors above them

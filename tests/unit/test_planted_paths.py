@@ -1,7 +1,7 @@
 """No path another user can plant (docs/security.md): the directories a root
 `lattice` makes outside the machine directory (lattice.safepath), the
-host-wide huge-page book and its lock (lattice.hugepages), the client's
-home and its warm server's credentials (lattice.client)."""
+host-wide huge-page book and its lock (lattice.nodes.hugepages), the client's
+home and its warm server's credentials (lattice.cli.client)."""
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +16,9 @@ from typing import Iterator
 
 import pytest
 
-from lattice import hugepages, machine, safepath
+from lattice.nodes import hugepages
+from lattice.state import machine
+from lattice import safepath
 from lattice.errors import LatticeError
 from test_hugepages import MIB, FakeKernel
 from test_service_machine import ROOT
@@ -275,10 +277,10 @@ def test_ones_own_home_is_used(open_dir: Path) -> None:
 
 def test_an_agents_directories_under_tmp_are_checked_and_others_made_as_before(shared: Path, open_dir: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The host agent (lattice.agent): a block's directories under /tmp on
+    """The host agent (lattice.nodes.agent): a block's directories under /tmp on
     another host, and the logs of a home under /tmp, are refused if planted;
     a log directory's readable parents (a home's) are left as they are."""
-    from lattice import agent
+    from lattice.nodes import agent
     monkeypatch.setattr(safepath, "SHARED", str(shared))
     planted = Path(safepath.runtime_dir("/some/home"))
     assert planted.parent == shared and safepath.runtime(planted / "h1" / "A")

@@ -139,7 +139,8 @@ def test_generator_is_mypy_strict_clean() -> None:
 
 
 def test_machine_toml_names_plugins() -> None:
-    from lattice import boot, machine
+    from lattice.nodes import boot
+    from lattice.state import machine
     from lattice.errors import LatticeError
 
     m = machine.Machine(plugins=("build/plugins/liblofar_ciod.so:64K;port=9000", "/abs/x.so"))

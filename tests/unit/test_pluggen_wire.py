@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = ROOT / "protocol" / "lattice" / "fwd_posix.h"

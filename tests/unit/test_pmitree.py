@@ -1,4 +1,4 @@
-"""The layout of a job's PMI fence tree (lattice.pmitree): every I/O node
+"""The layout of a job's PMI fence tree (lattice.jobs.pmitree): every I/O node
 has one parent, the service node at most k children, no node more than k,
 every I/O node is reached, and the fan-out comes from LATTICE_PMI_FANOUT
 or is refused with a clear message."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lattice import pmitree
+from lattice.jobs import pmitree
 from lattice.errors import LatticeError
 
 

@@ -1,5 +1,5 @@
-"""The sweep before each command (lattice.reclaim) and the one-job-per-block
-claim (lattice.busy), on a real database without booting anything: job
+"""The sweep before each command (lattice.state.reclaim) and the one-job-per-block
+claim (lattice.state.busy), on a real database without booting anything: job
 records whose `lattice run` is gone are ended, live ones are left alone,
 and a run on a block with an active job is refused before it reaches any
 I/O node."""

@@ -1,6 +1,6 @@
 """`lattice run --kernel linux` in the node sandbox (issue 25): the job flag
 LAT_JOB_SANDBOX by default, --no-sandbox, the job's file trees
-(LATTICE_FS_TREES, lattice.trees), the MPI defaults of a sandboxed job, and
+(LATTICE_FS_TREES, lattice.jobs.trees), the MPI defaults of a sandboxed job, and
 the record of which mode ran; checked without booting anything."""
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from unittest import mock
 
 import pytest
 
-from lattice import db, job, mapping, mpienv, trees, wire
-from lattice.blocks import Block
+from lattice.state import db
+from lattice.jobs import job, mapping, mpienv, trees
+from lattice.transport import wire
+from lattice.state.blocks import Block
 from lattice.errors import LatticeError
-from lattice.machine import Machine
-from lattice.mapping import App
+from lattice.state.machine import Machine
+from lattice.jobs.mapping import App
 
 from cli_inprocess import home, lattice
 
@@ -36,15 +38,15 @@ def no_boot() -> Iterator[dict[str, Any]]:
     seen: dict[str, Any] = {}
 
     def fake_boot(con: Any, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
-        from lattice import blocks
+        from lattice.state import blocks
         return blocks.get(con, name)
 
     def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec, wait: bool = False) -> int:
         seen["spec"] = spec
         return 0
 
-    with mock.patch("lattice.boot.boot", fake_boot), mock.patch("lattice.boot.free"), \
-            mock.patch("lattice.job.run", fake_run), mock.patch("lattice.cmd.run.need_kernel"):
+    with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
+            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.cli.cmd.run.need_kernel"):
         yield seen
 
 
@@ -119,14 +121,14 @@ def test_the_machine_default_trees(tmp_path: Path) -> None:
         assert lattice("init", "--shape", "2x1x1", "--pset-size", "2", "--memory", "64M",
                        "--linux-trees", f"{tmp_path}/shared")[0] == 0
         assert "trees = [" in (tmp_path / "m" / "machine.toml").read_text()
-        from lattice import machine
+        from lattice.state import machine
         assert machine.load().linux_trees == (f"{tmp_path}/shared",)
         assert lattice("block", "create", "B", "--shape", "2x1x1")[0] == 0
         seen: dict[str, Any] = {}
-        with mock.patch("lattice.boot.boot", lambda con, m, name, owner=None: __import__(
-                "lattice.blocks").blocks.get(con, name)), mock.patch("lattice.boot.free"), \
-                mock.patch("lattice.job.run", lambda con, m, b, spec, wait=False: seen.setdefault("spec", spec) and 0), \
-                mock.patch("lattice.cmd.run.need_kernel"):
+        with mock.patch("lattice.nodes.boot.boot", lambda con, m, name, owner=None: __import__(
+                "lattice.state.blocks").state.blocks.get(con, name)), mock.patch("lattice.nodes.boot.free"), \
+                mock.patch("lattice.jobs.job.run", lambda con, m, b, spec, wait=False: seen.setdefault("spec", spec) and 0), \
+                mock.patch("lattice.cli.cmd.run.need_kernel"):
             status, _, err = lattice("run", "--block", "B", "--kernel", "linux", "--cwd", f"{tmp_path}/work",
                                      "/bin/true")
         assert status == 0, err
@@ -136,7 +138,7 @@ def test_the_machine_default_trees(tmp_path: Path) -> None:
         assert status != 0 and "neither absolute nor ~" in err
 
 
-# --- lattice.trees -----------------------------------------------------------------
+# --- lattice.jobs.trees -----------------------------------------------------------------
 
 def test_trees_normalised_deduplicated_nested_dropped(tmp_path: Path) -> None:
     for d in ("a/b", "c", "home/u/w"):
@@ -199,8 +201,8 @@ def test_the_job_message_carries_the_flag(kernel: str, sandbox: bool, want: int)
         pset, location = 0, "I:J00"
 
     fake = FakeCiod()
-    with mock.patch("lattice.boot.ciods", return_value=[fake]), \
-            mock.patch("lattice.wire.placed_job_payload", payload), pytest.raises(Stop):
+    with mock.patch("lattice.nodes.boot.ciods", return_value=[fake]), \
+            mock.patch("lattice.transport.wire.placed_job_payload", payload), pytest.raises(Stop):
         job.Run(sqlite3.connect(":memory:"), m, b, spec, 1).start()
     assert seen[0] & (wire.JOB_SANDBOX | wire.JOB_CNK) == want
 
@@ -277,8 +279,8 @@ def test_open_mpi_cliques_are_nodes_in_the_sandbox(tmp_path: Path) -> None:
     m = Machine(shape=(2, 1, 1), pset_size=2, memory=64 << 20, cores=2)
     b = Block("B", (0, 0, 0), (2, 1, 1), "Initialized", False, None)
     p = mapping.map_ranks(m, b, [App("/x", [], 4)], "vn", None)
-    with mock.patch("lattice.mpienv.is_open_mpi", return_value=True), \
-            mock.patch("lattice.mpienv.prefix", return_value=tmp_path):
+    with mock.patch("lattice.jobs.mpienv.is_open_mpi", return_value=True), \
+            mock.patch("lattice.jobs.mpienv.prefix", return_value=tmp_path):
         host = mpienv.mpi_env("/x", m, p)
         node = mpienv.mpi_env("/x", m, p, sandbox=True)
         one = mpienv.mpi_env("/x", m, mapping.map_ranks(m, b, [App("/x", [], 2)], "vn", "TXYZ"), sandbox=True)

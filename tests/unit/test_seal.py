@@ -1,6 +1,6 @@
 """Sealed frames (docs/protocol.md 3.3), the frame layer alone: the C
 implementation (protocol/peer/seal.c, which ciod and cnode use) and the
-service node's (lattice.wire.seal_keys, Sealer) both reproduce the shared
+service node's (lattice.transport.wire.seal_keys, Sealer) both reproduce the shared
 vectors in seal_vectors.json (made with the `cryptography` package's own
 HKDF and AESGCM), open each other's frames, and refuse a frame that was
 flipped, replayed, reordered, cut or given another length."""
@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from lattice import wire
+from lattice.transport import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS: list[dict[str, Any]] = json.loads((Path(__file__).parent / "seal_vectors.json").read_text())["cases"]

@@ -9,9 +9,9 @@ import itertools
 
 import pytest
 
-from lattice import blocks, db
+from lattice.state import blocks, db
 from lattice.errors import LatticeError
-from lattice.machine import Machine
+from lattice.state.machine import Machine
 from test_service_machine import Home, assert_clean_error, home  # noqa: F401 - home is a fixture
 
 # The default machine: 2x2x4, psets of 8 = two 2x2x2 boxes, z 0..1 and z 2..3.

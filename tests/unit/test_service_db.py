@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import blocks, db
+from lattice.state import blocks, db
 from lattice.errors import LatticeError
 from test_service_machine import ROOT, Home, Result, assert_clean_error, finish, home  # noqa: F401 - fixture
 
@@ -49,7 +49,7 @@ def test_the_log_stays_short_for_the_next_command(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(ROOT / "service")!r})
-        from lattice import db
+        from lattice.state import db
         con = db.connect(__import__("pathlib").Path({str(path)!r}))
         for i in range(200):
             con.execute("INSERT INTO ras_spool VALUES (?, ?)", ("/spool/" + str(os.getpid()) + "-" + str(i) + "x" * 2000, i))
@@ -150,7 +150,7 @@ def test_parallel_first_opens(tmp_path: Path) -> None:
         import sys
         sys.path.insert(0, {str(ROOT / 'service')!r})
         from pathlib import Path
-        from lattice import db
+        from lattice.state import db
         con = db.connect(Path({str(path)!r}))
         print(db.version(con), len(db.MIGRATIONS))
     """)

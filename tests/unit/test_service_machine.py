@@ -25,10 +25,11 @@ from unittest import mock
 import pytest
 import tomli_w
 
-from lattice import cli, wire
-from lattice import machine as model
+from lattice import cli
+from lattice.transport import wire
+from lattice.state import machine as model
 from lattice.errors import LatticeError
-from lattice.machine import Machine
+from lattice.state.machine import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
 LATTICE = [sys.executable, "-m", "lattice"]
@@ -388,7 +389,7 @@ def test_toml_optional_sections_default(tmp_path: Path) -> None:
 @pytest.mark.parametrize("hold, reported, block", [("block", False, True), ("job", True, False),
                                                    ("auto", True, True), ("auto", False, False)])
 def test_who_holds_the_pages(hold: str, reported: bool, block: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lattice import host
+    from lattice.nodes import host
     monkeypatch.setattr(host, "free_memory_reported", lambda: reported)
     assert Machine(hold_pages=hold).block_holds_pages() is block
 

@@ -1,5 +1,5 @@
-"""The service node's view of the wire (lattice.wire_h, generated from
-protocol/lattice/wire.h at build time, and lattice.wire built on it) agrees
+"""The service node's view of the wire (lattice.transport.wire_h, generated from
+protocol/lattice/wire.h at build time, and lattice.transport.wire built on it) agrees
 with the header as a C compiler sees it.
 
 docs/protocol.md promises this check.  The header is read two ways: a small
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import wire, wire_h
+from lattice.transport import wire, wire_h
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = ROOT / "protocol" / "lattice" / "wire.h"
@@ -196,7 +196,7 @@ def test_every_header_constant_is_generated_with_its_value(compiled: Compiled) -
 
 
 def test_generated_module_is_current(tmp_path: Path) -> None:
-    """service/lattice/wire_h.py is what the generator makes of today's wire.h
+    """service/lattice/transport/wire_h.py is what the generator makes of today's wire.h
     (a header changed without `make` fails here, not on the wire)."""
     out = tmp_path / "wire_h.py"
     subprocess.run([sys.executable, "-m", "pluggen.pywire", str(HEADER), str(out)], check=True,

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 import lattice
-from lattice import distribution, jobenv, jobinput, mapping, outfiles, timelimit, wire
-from lattice.blocks import Block
+from lattice.jobs import distribution, jobenv, jobinput, mapping, outfiles, timelimit
+from lattice.transport import wire
+from lattice.state.blocks import Block
 from lattice.cli import parser
 from lattice.errors import LatticeError
-from lattice.machine import Machine
-from lattice.mapping import App
+from lattice.state.machine import Machine
+from lattice.jobs.mapping import App
 
 from cli_inprocess import lattice as run_lattice
 

@@ -1,5 +1,5 @@
 """Untrusted text made safe to show (lattice.text) and RAS spool lines that a
-job's message cannot split into forged records (lattice.ras.ingest)."""
+job's message cannot split into forged records (lattice.state.ras.ingest)."""
 from __future__ import annotations
 
 import sqlite3
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import ras
+from lattice.state import ras
 from lattice.text import printable
 from test_service_machine import Home, home  # noqa: F401 - fixture
 
@@ -56,7 +56,7 @@ def test_a_spool_line_is_one_record_whatever_its_message_holds(home: Home) -> No
     line = f"2026-01-01T00:00:00Z\tERROR\tCIOD\tR00-M0-N00-C:J00\t{message}\n"
     (home.path / "ras" / "A-ionode0.log").write_bytes(line.encode())
     with home.active():
-        from lattice import db
+        from lattice.state import db
         con = db.connect()
         assert ras.ingest(con) == 1
         rows = ras_rows(con)
@@ -70,7 +70,7 @@ def test_a_spool_line_is_one_record_whatever_its_message_holds(home: Home) -> No
 def test_the_service_nodes_own_records_are_stored_escaped(home: Home, tmp_path: Path) -> None:
     home.ok("init", "--shape", "1x1x2", "--pset-size", "2")
     with home.active():
-        from lattice import db
+        from lattice.state import db
         con = db.connect()
         ras.record(con, "ERROR", "APP", "loc\x1b[2J", f"job 1 said {PWN}\nsecond line")
         row = ras_rows(con)[-1]

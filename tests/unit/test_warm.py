@@ -1,4 +1,4 @@
-"""lattice.warm and lattice.client without a machine: requests, the code
+"""lattice.cli.warm and lattice.cli.client without a machine: requests, the code
 stamp, and a server that leaves when lattice's code changes under it."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import wait_for, warm_servers
-from lattice import client, warm
+from lattice.cli import client, warm
 
 ROOT = Path(__file__).resolve().parents[2]
 PR_SET_CHILD_SUBREAPER = 36      # <linux/prctl.h>
@@ -105,7 +105,7 @@ def test_a_server_leaves_when_the_code_changes(tmp_path: Path) -> None:
     assert version() == expected                # served warm
     assert server_of(home) == first
     later = time.time() + 5
-    os.utime(pkg / "lattice" / "jobenv.py", (later, later))
+    os.utime(pkg / "lattice" / "jobs" / "jobenv.py", (later, later))
     assert version() == expected                # the old server says no; run here
     wait_for(lambda: server_of(home) != first)     # it left
     version()                                   # this one starts a new server
@@ -151,7 +151,7 @@ def test_a_home_too_long_for_a_socket_runs_commands_without_a_server(tmp_path: P
 
 SLOW_CLIENT = r"""
 import os, socket, sys
-from lattice import client
+from lattice.cli import client
 home, = sys.argv[1:]
 data = client.request(["--version"])
 msg = len(data).to_bytes(8, "big") + data

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import time
+
+from lattice.state import reclaim
+from lattice.text import printable
+
+description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
+ACTIVE = reclaim.ACTIVE
+
+
+def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, metavar="JOB",
+                   help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
+    p.add_argument("--running", action="store_true",
+                   help="only the jobs that have not ended (starting or running), with how long they have run")
+
+
+def elapsed(seconds: float) -> str:
+    """[D-]HH:MM:SS, as srun's and squeue's TIME."""
+    s = max(0, int(seconds))
+    d, s = divmod(s, 86400)
+    return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def kernel(j: sqlite3.Row) -> str:
+    """cnk, linux/sandbox or linux/preload; plain linux for a job older than the record of it."""
+    if j["kernel"] == "linux" and j["sandbox"] is not None:
+        return "linux/sandbox" if j["sandbox"] else "linux/preload"
+    return j["kernel"] or "-"
+
+
+def jobs(args: argparse.Namespace) -> int:
+    con = reclaim.connect()
+    if args.ranks is not None:
+        print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
+        for r in con.execute("SELECT * FROM ranks WHERE job = ? ORDER BY rank", (args.ranks,)):
+            text = printable("  ".join(t for t in (r["message"], r["report"]) if t))   # the job's words, maybe
+            print(f"{r['rank']:>5} {printable(r['location']):<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
+                  f"  {text}")
+        return 0
+    where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
+    rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
+    print(f"{'id':>5} {'block':<14} {'user':<10} {'ranks':>5} {'kernel':<13} {'state':<10} {'status':>6} "
+          f"{'started':<19} {'time':>10}  command")
+    now = time.time()
+    for j in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["started"] or j["submitted"]))
+        status = "-" if j["status"] is None else str(j["status"])
+        ran = elapsed((j["ended"] or now) - j["started"]) if j["started"] else "-"
+        # the command line and the reason may hold anything a job or its user wrote: escaped
+        print(f"{j['id']:>5} {printable(j['block'] or ''):<14} {printable(j['user']):<10} {j['nranks']:>5} "
+              f"{kernel(j):<13} {j['state']:<10} {status:>6} {when:<19} {ran:>10}  {printable(j['args'])}"
+              + (f"  # {printable(j['message'])}" if j["message"] else ""))
+    return 0

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import argparse
+
+from lattice.state import db
+from lattice.state import ras as model
+from lattice.text import printable
+
+description = "show RAS events (the I/O nodes' spooled events are imported first)"
+
+
+def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--severity", choices=model.SEVERITIES, help="only this severity and worse")
+    p.add_argument("--job", type=int, help="only events of this job")
+
+
+def ras(args: argparse.Namespace) -> int:
+    con = db.connect()
+    model.ingest(con)
+    worse = model.SEVERITIES[model.SEVERITIES.index(args.severity):] if args.severity else model.SEVERITIES
+    q = f"SELECT * FROM ras WHERE severity IN ({','.join('?' * len(worse))})"
+    params: list[object] = list(worse)
+    if args.job is not None:
+        q += " AND job = ?"
+        params.append(args.job)
+    for e in con.execute(q + " ORDER BY time, id", params):
+        # escaped again as shown: a record stored by an older lattice may hold a job's raw text
+        print(f"{printable(e['time'])}  {e['severity']:<7} {printable(e['component']):<7} "
+              f"{printable(e['location']):<18} {printable(e['message'])}")
+    return 0

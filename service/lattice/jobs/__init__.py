@@ -1,0 +1,5 @@
+"""Running a job on a booted block: the launch and its life (job), the ranks'
+environment and MPI settings (jobenv, mpienv), rank placement on nodes
+(mapping, distribution), standard input and output files (jobinput, outfiles),
+PMI's tree of `lattice run` processes (pmitree), time limits (timelimit) and
+the file trees a Linux-mode job sees (trees)."""

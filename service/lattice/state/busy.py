@@ -1,0 +1,107 @@
+"""One job at a time on a block: the claim a run makes before it starts.
+
+The claim is the job's record, inserted in the same transaction that found
+the block Initialized with no active job; a second run on a busy block is
+refused with one line, or with `--wait` waits (a progress line when it
+starts waiting, then every PROGRESS_EVERY seconds) until the block is idle;
+if the run it waited for frees the block (it had booted it for itself), the
+waiting run boots it in turn (BlockFreed).
+While it waits it sweeps (lattice.state.reclaim), so a run killed meanwhile does
+not hold the block for ever; with `--wait` it also asks the I/O nodes,
+which may still be ending a job whose run was killed.
+"""
+from __future__ import annotations
+
+import shlex
+import sqlite3
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from lattice.state import blocks, db, reclaim
+from lattice.nodes import boot
+from lattice import procs
+from lattice.state.blocks import Block
+from lattice.errors import LatticeError
+from lattice.state.machine import Machine
+
+if TYPE_CHECKING:
+    from lattice.jobs.job import Spec
+
+POLL = 0.5
+PROGRESS_EVERY = 30.0
+WAITABLE = ("Initialized", "Allocated", "Booting", "Terminating")     # states a block leaves by itself
+
+
+class BlockFreed(LatticeError):
+    """The block a run waited for was freed meanwhile: the run may boot it."""
+
+
+def active_job(con: sqlite3.Connection, block: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
+                                          f"FROM jobs WHERE block = ? AND state IN "
+                       f"({','.join('?' * len(reclaim.ACTIVE))}) ORDER BY id LIMIT 1",
+                       (block, *reclaim.ACTIVE)).fetchone()
+    return row
+
+
+def describe(job: sqlite3.Row) -> str:
+    since = time.time() - (job["started"] or job["submitted"])
+    return f"job {job['id']} ({job['user']}: {job['args']}) has run there for {since:.0f} s"
+
+
+def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | None:
+    """A job an I/O node still runs though no record is active (its run was
+    killed and its ranks are still dying), or None."""
+    try:
+        ciods = boot.ciods(con, b, m, timeout=5.0)
+    except LatticeError:
+        return None             # the run's start says what is wrong
+    try:
+        for c in ciods:
+            job = c.status()[2]
+            if job:
+                return f"job {job} is still ending on I/O node {c.location}"
+    except LatticeError:
+        return None
+    finally:
+        for c in ciods:
+            c.close()
+    return None
+
+
+def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
+    """The new job's id, once block b is Initialized and idle."""
+    cmdline = shlex.join([spec.exe, *spec.args])
+    pid, started = procs.me()
+    t0 = time.monotonic()
+    said: float | None = None
+    while True:
+        why = None
+        with db.transaction(con):
+            now = blocks.get(con, b.name)
+            other = active_job(con, b.name)
+            if now.state == "Initialized" and other is None and wait:
+                why = ending_on_ionodes(con, m, now)
+            if now.state == "Initialized" and other is None and why is None:
+                cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, "
+                                  "kernel, sandbox, client_pid, client_start) "
+                                  "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?, ?, ?, ?)",
+                                  (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now(),
+                                   spec.kernel, int(spec.sandbox) if spec.kernel == "linux" else None, pid, started))
+                return int(cur.lastrowid or 0)
+        if other is not None:
+            why = f"block {b.name} is busy: {describe(other)}"
+        elif why is None:
+            why = f"block {b.name} is {now.state}, not Initialized" + (f" ({now.message})" if now.message else "")
+        if wait and now.state == "Free":
+            raise BlockFreed(f"block {b.name} was freed while the run waited for it")
+        if not wait or now.state not in WAITABLE:
+            hint = "; `lattice run --wait` waits for it" if other is not None else ""
+            raise LatticeError(why + hint)
+        if said is None or time.monotonic() - said >= PROGRESS_EVERY:
+            waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
+            print(f"lattice: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
+            said = time.monotonic()
+        time.sleep(POLL)
+        reclaim.sweep(con, m)       # the other run may be gone without a word
