@@ -13,7 +13,6 @@ which may still be ending a job whose run was killed.
 from __future__ import annotations
 
 import shlex
-import sqlite3
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -37,20 +36,20 @@ class BlockFreed(LatticeError):
     """The block a run waited for was freed meanwhile: the run may boot it."""
 
 
-def active_job(con: sqlite3.Connection, block: str) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
+def active_job(con: db.Connection, block: str) -> db.Row | None:
+    row: db.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
                                           f"FROM jobs WHERE block = ? AND state IN "
                        f"({','.join('?' * len(reclaim.ACTIVE))}) ORDER BY id LIMIT 1",
                        (block, *reclaim.ACTIVE)).fetchone()
     return row
 
 
-def describe(job: sqlite3.Row) -> str:
+def describe(job: db.Row) -> str:
     since = time.time() - (job["started"] or job["submitted"])
     return f"job {job['id']} ({job['user']}: {job['args']}) has run there for {since:.0f} s"
 
 
-def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | None:
+def ending_on_ionodes(con: db.Connection, m: Machine, b: Block) -> str | None:
     """A job an I/O node still runs though no record is active (its run was
     killed and its ranks are still dying), or None."""
     try:
@@ -70,7 +69,7 @@ def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | No
     return None
 
 
-def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
+def claim(con: db.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
     """The new job's id, once block b is Initialized and idle."""
     cmdline = shlex.join([spec.exe, *spec.args])
     pid, started = procs.me()
@@ -86,10 +85,10 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
             if now.state == "Initialized" and other is None and why is None:
                 cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, "
                                   "kernel, sandbox, client_pid, client_start) "
-                                  "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?, ?, ?, ?)",
+                                  "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?, ?, ?, ?) RETURNING id",
                                   (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now(),
                                    spec.kernel, int(spec.sandbox) if spec.kernel == "linux" else None, pid, started))
-                return int(cur.lastrowid or 0)
+                return int(cur.fetchone()[0])
         if other is not None:
             why = f"block {b.name} is busy: {describe(other)}"
         elif why is None:

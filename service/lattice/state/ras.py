@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sqlite3
 from pathlib import Path
 
 from lattice.state import db, machine
@@ -24,14 +23,14 @@ def stamp() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def record(con: sqlite3.Connection, severity: str, component: str, location: str, message: str,
+def record(con: db.Connection, severity: str, component: str, location: str, message: str,
            job: int | None = None) -> None:
     assert severity in SEVERITIES
     con.execute("INSERT INTO ras (time, severity, component, location, job, message) VALUES (?,?,?,?,?,?)",
                 (stamp(), severity, component, printable(location), job, printable(message)))
 
 
-def ingest(con: sqlite3.Connection) -> int:
+def ingest(con: db.Connection) -> int:
     """Import the complete lines the I/O nodes appended since last time.
     The spool keeps every block's log, so a file that has not grown since
     it was read is skipped by its size alone (no open, no write)."""
@@ -40,7 +39,7 @@ def ingest(con: sqlite3.Connection) -> int:
         files = sorted((e.path, e.stat().st_size) for e in os.scandir(spool_dir()) if e.name.endswith(".log"))
     except FileNotFoundError:
         return 0
-    done = dict(con.execute("SELECT path, offset FROM ras_spool").fetchall())
+    done = dict(con.execute('SELECT path, "offset" FROM ras_spool').fetchall())
     grown = [(path, int(done.get(path, 0))) for path, size in files if size > int(done.get(path, 0))]
     for path, offset in grown:
         with db.transaction(con):
@@ -58,5 +57,6 @@ def ingest(con: sqlite3.Connection) -> int:
                 con.execute("INSERT INTO ras (time, severity, component, location, message) VALUES (?,?,?,?,?)",
                             parts)
                 added += 1
-            con.execute("INSERT OR REPLACE INTO ras_spool (path, offset) VALUES (?, ?)", (path, offset + end))
+            con.execute('INSERT INTO ras_spool (path, "offset") VALUES (?, ?) '
+                        'ON CONFLICT (path) DO UPDATE SET "offset" = excluded."offset"', (path, offset + end))
     return added

@@ -17,7 +17,6 @@ A process is named by its pid and its start time (field 22 of
 """
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from lattice.state import blocks, db, machine, ras
@@ -37,20 +36,20 @@ def gone(pid: int | None, started: int | None) -> bool:
     return now is None or (started is not None and now != started)
 
 
-def connect() -> sqlite3.Connection:
+def connect() -> db.Connection:
     """The machine's database, swept."""
     con = db.connect()
     sweep(con, machine.load())
     return con
 
 
-def sweep(con: sqlite3.Connection, m: Machine) -> None:
+def sweep(con: db.Connection, m: Machine) -> None:
     end_orphaned_jobs(con)
     free_orphaned_blocks(con, m)
     mark_lost_nodes(con, m)
 
 
-def end_orphaned_jobs(con: sqlite3.Connection) -> None:
+def end_orphaned_jobs(con: db.Connection) -> None:
     rows = con.execute(f"SELECT id, block, client_pid, client_start FROM jobs WHERE state IN "
                        f"({','.join('?' * len(ACTIVE))}) AND client_pid IS NOT NULL", ACTIVE).fetchall()
     for r in rows:
@@ -65,7 +64,7 @@ def end_orphaned_jobs(con: sqlite3.Connection) -> None:
             ras.record(con, "WARNING", "MMCS", r["block"] or "-", f"job {r['id']} ended: {why}", r["id"])
 
 
-def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
+def free_orphaned_blocks(con: db.Connection, m: Machine) -> None:
     rows = con.execute("SELECT name, auto, state, owner_pid, owner_start FROM blocks "
                        "WHERE owner_pid IS NOT NULL").fetchall()
     for r in rows:
@@ -87,7 +86,7 @@ def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
             pass                # somebody else is freeing it
 
 
-def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
+def lost_daemons(con: db.Connection, m: Machine, name: str) -> list[str]:
     """Locations of the block's nodes whose daemon is gone: on this host
     from /proc; on another host from its agent, whose channel (the ssh or
     srun here) closing means the host's part is gone, and whose log reports
@@ -95,7 +94,7 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     out = []
     mine = boot.mark(name)
 
-    def where(r: sqlite3.Row) -> str:
+    def where(r: db.Row) -> str:
         return m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])
     for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
                          (name,)):
@@ -113,7 +112,7 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     return out
 
 
-def mark_lost_nodes(con: sqlite3.Connection, m: Machine) -> None:
+def mark_lost_nodes(con: db.Connection, m: Machine) -> None:
     for name in [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state = 'Initialized'")]:
         lost = lost_daemons(con, m, name)
         if not lost:

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import time
 
-from lattice.state import reclaim
+from lattice.state import db, reclaim
 from lattice.text import printable
 
 description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
@@ -25,7 +24,7 @@ def elapsed(seconds: float) -> str:
     return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def kernel(j: sqlite3.Row) -> str:
+def kernel(j: db.Row) -> str:
     """cnk, linux/sandbox or linux/preload; plain linux for a job older than the record of it."""
     if j["kernel"] == "linux" and j["sandbox"] is not None:
         return "linux/sandbox" if j["sandbox"] else "linux/preload"

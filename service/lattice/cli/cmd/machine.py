@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import argparse
 
-import sqlite3
 
-from lattice.state import blocks, reclaim
+from lattice.state import blocks, db, reclaim
 from lattice.nodes import placement
 from lattice.state import machine as model
 from lattice.errors import LatticeError
@@ -49,7 +48,7 @@ def machine(args: argparse.Namespace) -> int:
     return 0
 
 
-def booted_hosts(con: sqlite3.Connection) -> dict[tuple[str, int], str]:
+def booted_hosts(con: db.Connection) -> dict[tuple[str, int], str]:
     """The host each booted daemon runs on (another than this one), by (kind, node)."""
     return {(r["kind"], r["node"]): r["host"] for r in con.execute("SELECT kind, node, host FROM daemons "
                                                                    "WHERE host IS NOT NULL")}

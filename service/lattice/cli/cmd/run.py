@@ -4,7 +4,6 @@ import argparse
 import os
 import pwd
 import socket
-import sqlite3
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -261,7 +260,7 @@ def print_map(m: Machine, b: Block, p: RankMapping, cm: CoreMap, booted: bool, v
         print(line)
 
 
-def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str,
+def check_capacity(con: db.Connection, m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str,
                    uid: int, user_env: dict[str, str]) -> None:
     """One clear error before anything boots or launches if this host cannot
     hold the job's ranks (and the block's daemons, if this run boots them):
@@ -319,7 +318,7 @@ def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, u
                         len(mpi), sum(1 for sl in mpi if sl.node in progress), relayed)
 
 
-def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
+def free_owned(con: db.Connection, m: Machine, name: str) -> None:
     """Free (and delete, if this run made it) the block this run booted for
     itself, unless somebody freed it under the run already.  A run that got
     the block meanwhile (it waited for it) keeps it: the block becomes its
