@@ -481,6 +481,12 @@ def transaction(con: Connection) -> Iterator[Connection]:
     con.execute("COMMIT")
 
 
+def tables() -> list[str]:
+    """The machine's tables, as the migrations made them."""
+    import re
+    return re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", "".join(MIGRATIONS))
+
+
 def set_wait(con: Connection, seconds: float) -> None:
     """How long con waits for another writer's lock from now on."""
     if isinstance(con, sqlite3.Connection):

@@ -42,6 +42,10 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssh-command", metavar="CMD", default="",
                    help=f"ssh placement: how to reach a host (default {placement.SSH_DEFAULT!r}), "
                         "e.g. 'ssh -F /path/config'")
+    p.add_argument("--database", default="sqlite", metavar="URL",
+                   help="where the machine's state lives: sqlite (the default: a file in LATTICE_HOME, one "
+                        "host) or postgresql://USER@HOST[:PORT]/DBNAME (a server every login host reaches; "
+                        "a password goes in ~/.pgpass or $PGPASSFILE, never in the URL)")
     p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
 
 
@@ -73,25 +77,56 @@ def read_hosts(args: argparse.Namespace) -> list[placement.HostEntry]:
     return placement.parse_hostfile(text, args.hostfile)
 
 
+def busy_blocks(con: db.Connection) -> None:
+    busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
+    if busy:
+        con.close()
+        raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
+
+
+def reset_postgres(url: str, force: bool) -> None:
+    """An empty machine schema in the PostgreSQL database at url: one that
+    holds another machine's tables is replaced only with --force, and only
+    while it runs no block."""
+    from lattice.state import postgres
+    con = postgres.connect(url, db.busy_wait())
+    try:
+        if con.has_table("schema_version"):
+            if not force:
+                raise LatticeError(f"the database {postgres.redact(url)} already holds a machine "
+                                   "(use --force to replace it)")
+            if con.has_table("blocks"):
+                busy_blocks(con)
+            postgres.reset(con, db.tables())
+    finally:
+        con.close()
+
+
 def init(args: argparse.Namespace) -> int:
+    if args.database != "sqlite":
+        from lattice.state import postgres
+        postgres.check_url(args.database)
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
                 memory=machine.parse_size(args.memory), cores=args.cores, hold_pages=args.hold_pages,
                 hide=tuple(os.path.abspath(h) for h in args.hide),
                 placement=args.placement, ssh=args.ssh_command,
-                linux_trees=trees.parse_setting(args.linux_trees))
+                linux_trees=trees.parse_setting(args.linux_trees), database=args.database)
     hosts = read_hosts(args)
     if hosts:
         placement.deal(m, hosts)        # fits, before anything is replaced
     home = machine.home()
+    if args.database != "sqlite":
+        reset_postgres(args.database, args.force)
     if machine.machine_file().exists() or db.path().exists():   # a database alone: a broken machine
         if not args.force:
             raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
         if db.path().exists():
             con = db.connect(db.path())
-            busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
+            busy_blocks(con)
             con.close()
-            if busy:
-                raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
+        old = machine.load().database if machine.machine_file().exists() else "sqlite"
+        if old != "sqlite" and old != args.database:
+            reset_postgres(old, force=True)             # the old machine's tables go with it
         forget_blocks(home / "blocks")
         for suffix in db.SUFFIXES:
             (home / f"lattice.db{suffix}").unlink(missing_ok=True)
