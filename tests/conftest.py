@@ -16,6 +16,8 @@ from typing import Iterator
 
 import pytest
 
+import pgserver
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
 EXAMPLES = BUILD / "examples"
@@ -87,6 +89,28 @@ def wait_for(pred, timeout: float = 600) -> None:  # type: ignore[no-untyped-def
             return
         time.sleep(0.1)
     raise AssertionError("timed out")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_file: a test of the SQLite database file: the `home` "
+                                       "fixture gives it no PostgreSQL run")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pgserver.Server]:
+    """The session's PostgreSQL server (tests/pgserver.py), started by the first test that needs it."""
+    s = pgserver.Server()
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: pgserver.Server) -> str:
+    """A fresh, empty PostgreSQL database for this test: its URL."""
+    return pg_server.create_database()
 
 
 def make_machine(tmp: Path, *init_args: str) -> Machine:

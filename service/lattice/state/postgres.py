@@ -161,6 +161,12 @@ class Connection:
     def close(self) -> None:
         self.raw.close()
 
+    def __enter__(self) -> Connection:         # `with con:` as with sqlite3: every statement is committed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         if self.in_transaction:

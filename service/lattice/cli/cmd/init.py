@@ -49,9 +49,9 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
 
 
-def forget_blocks(blocks_dir: Path) -> None:
-    """The old machine's block directories (logs), unless one still has a
-    key: that block was booted, and its daemons may still run."""
+def refuse_booted(blocks_dir: Path) -> None:
+    """The old machine's block directories (logs) may go unless one still
+    has a key: that block was booted, and its daemons may still run."""
     if not blocks_dir.is_dir():
         return
     booted = sorted(d.name for d in blocks_dir.iterdir() if (d / "key").exists())
@@ -59,7 +59,6 @@ def forget_blocks(blocks_dir: Path) -> None:
         raise LatticeError(f"block{'s' if len(booted) > 1 else ''} {', '.join(booted)} of the old machine "
                            f"{'look' if len(booted) > 1 else 'looks'} booted ({blocks_dir}/NAME/key): "
                            f"`lattice free {' '.join(booted)}` first")
-    shutil.rmtree(blocks_dir)
 
 
 def read_hosts(args: argparse.Namespace) -> list[placement.HostEntry]:
@@ -84,22 +83,39 @@ def busy_blocks(con: db.Connection) -> None:
         raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
 
 
-def reset_postgres(url: str, force: bool) -> None:
-    """An empty machine schema in the PostgreSQL database at url: one that
-    holds another machine's tables is replaced only with --force, and only
-    while it runs no block."""
+def holds_machine(url: str, force: bool) -> bool:
+    """Whether the PostgreSQL database at url holds a machine's tables; they
+    may be replaced only with --force, and only while no block runs."""
     from lattice.state import postgres
     con = postgres.connect(url, db.busy_wait())
     try:
-        if con.has_table("schema_version"):
-            if not force:
-                raise LatticeError(f"the database {postgres.redact(url)} already holds a machine "
-                                   "(use --force to replace it)")
-            if con.has_table("blocks"):
-                busy_blocks(con)
-            postgres.reset(con, db.tables())
+        if not con.has_table("schema_version"):
+            return False
+        if not force:
+            raise LatticeError(f"the database {postgres.redact(url)} already holds a machine "
+                               "(use --force to replace it)")
+        if con.has_table("blocks"):
+            busy_blocks(con)
+        return True
     finally:
         con.close()
+
+
+def drop_tables(url: str) -> None:
+    from lattice.state import postgres
+    con = postgres.connect(url, db.busy_wait())
+    try:
+        postgres.reset(con, db.tables())
+    finally:
+        con.close()
+
+
+def old_database() -> str:
+    """Where the machine being replaced keeps its state ("sqlite" if unreadable)."""
+    try:
+        return machine.load().database if machine.machine_file().exists() else "sqlite"
+    except LatticeError:
+        return "sqlite"
 
 
 def init(args: argparse.Namespace) -> int:
@@ -115,19 +131,23 @@ def init(args: argparse.Namespace) -> int:
     if hosts:
         placement.deal(m, hosts)        # fits, before anything is replaced
     home = machine.home()
-    if args.database != "sqlite":
-        reset_postgres(args.database, args.force)
-    if machine.machine_file().exists() or db.path().exists():   # a database alone: a broken machine
-        if not args.force:
-            raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
+    exists = machine.machine_file().exists() or db.path().exists()  # a database alone: a broken machine
+    if exists and not args.force:
+        raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
+    # every check before anything is replaced
+    old = old_database() if exists else "sqlite"
+    drop = [u for u in dict.fromkeys((old, args.database)) if u != "sqlite" and holds_machine(u, args.force)]
+    if exists:
         if db.path().exists():
             con = db.connect(db.path())
             busy_blocks(con)
             con.close()
-        old = machine.load().database if machine.machine_file().exists() else "sqlite"
-        if old != "sqlite" and old != args.database:
-            reset_postgres(old, force=True)             # the old machine's tables go with it
-        forget_blocks(home / "blocks")
+        refuse_booted(home / "blocks")
+    for url in drop:
+        drop_tables(url)
+    if exists:
+        if (home / "blocks").is_dir():
+            shutil.rmtree(home / "blocks")
         for suffix in db.SUFFIXES:
             (home / f"lattice.db{suffix}").unlink(missing_ok=True)
     try:
