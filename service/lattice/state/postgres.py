@@ -47,10 +47,9 @@ def redact(url: str) -> str:
         u = urlsplit(url)
     except ValueError:
         return "(a malformed URL)"
-    if u.password is None:
-        return url
-    host = u.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(u._replace(netloc=f"{u.username or ''}:***@{host}"))
+    if u.password is not None:
+        u = u._replace(netloc=f"{u.username or ''}:***@{u.netloc.rsplit('@', 1)[-1]}")
+    return urlunsplit(u._replace(query=re.sub(r"(^|&)password=[^&]*", r"\1password=***", u.query)))
 
 
 def check_url(url: str) -> None:
