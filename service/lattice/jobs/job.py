@@ -67,7 +67,7 @@ NODE_LOST = 255
 KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them;
 KEEP_QUIET = 8.0        # doubled up to this while they touch no new ones: a long quiet job stays quiet
 INTERRUPT_GRACE = 1.5   # seconds an interrupted run waits for its I/O nodes' end of job before it leaves (2 s in all)
-INTERRUPTED: int | None = None  # the signal that interrupted this process's run, if one did (lattice.cli.cmd.run)
+INTERRUPTED: int | None = None  # the signal that interrupted this process's run, if one did (lattice.jobs.launch)
 
 
 class Abandoned(BaseException):
