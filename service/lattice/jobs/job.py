@@ -97,6 +97,8 @@ class Spec(NamedTuple):     # not a dataclass: see lattice.state.machine.Machine
     time_limit: int | None = None   # seconds of wall clock (lattice.jobs.timelimit); None: no limit
     output: Plan | None = None      # -o/-e files (lattice.jobs.outfiles); None: the run's own streams
     sandbox: bool = False           # Linux mode in the node sandbox (LAT_JOB_SANDBOX); False: the preload client
+    job_id: int | None = None       # the job's record made already (queued: lattice.jobs.queue); None: a new one
+    announce: bool = False          # say "lattice: job N" on stderr once the job has its id
 
 
 KERNELS = ("cnk", "linux")

@@ -14,7 +14,7 @@ import socket
 import sqlite3
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from lattice.state import blocks, db, machine, ras, reclaim
 from lattice.nodes import boot, cores, host, placement
@@ -97,7 +97,7 @@ def job_apps(req: RunRequest, default_n: int) -> list[App]:
                 raise LatticeError("no program to run: lattice run [OPTIONS] EXE [ARGS...]")
             apps.append(App(exe="", args=[], nranks=n or default_n))
             continue
-        apps.append(App(exe=resolve_exe(words[0], req.workdir), args=words[1:], nranks=n or default_n))
+        apps.append(App(exe=resolve_exe(words[0], req.work_dir(), req.workdir), args=words[1:], nranks=n or default_n))
     return apps
 
 
@@ -251,11 +251,20 @@ def sweep_after_me() -> None:
         os.close(null)
 
 
-def run(req: RunRequest) -> int:
-    """Run the request to its end: the job's exit status."""
-    m = machine.load()
-    con = reclaim.connect()
-    cwd = os.path.abspath(req.work_dir())
+class Need(NamedTuple):
+    """What a request needs, checked before anything boots or is queued."""
+    mode: str
+    layout: distribution.Layout
+    apps: list[App]
+    stdin_rank: int | None
+    limit: int | None
+    sandbox: bool
+    nodes: int              # compute nodes it runs on (without --block: the smallest block it fits)
+    block: Block | None     # --block's
+
+
+def need(con: sqlite3.Connection, m: Machine, req: RunRequest) -> Need:
+    """The request's layout and programs, or one clear error for what is wrong with it."""
     chosen = blocks.get(con, req.block) if req.block else None
     lay = distribution.layout(m, req.mode, req.n, req.nodes, req.ntasks_per_node,
                               chosen.size if chosen else None)
@@ -280,16 +289,40 @@ def run(req: RunRequest) -> int:
     sandbox = sandboxed(req)
     if req.hugepages not in ("reserve", "keep"):
         raise LatticeError(f"bad LATTICE_HUGEPAGES {req.hugepages!r}: reserve or keep")
-    user, uid, gid, groups = identity(req.user)
+    nodes = max(mapping.nodes_needed(m, mode, sum(a.nranks for a in apps)), lay.nodes or 0)
+    if chosen is None and nodes > m.nodes:
+        raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
+                           f"this machine: {mode} mode runs {ppn} per node, so they need {nodes}")
+    return Need(mode, lay, apps, stdin_rank, limit, sandbox, nodes, chosen)
+
+
+def idle_block(con: sqlite3.Connection, m: Machine, nodes: int) -> Block | None:
+    """The smallest booted block with no job that holds nodes compute nodes
+    (ties: the lowest name), as a Slurm user expects a free allocation to be
+    used; blocks other runs booted for themselves are theirs."""
+    fits = [b for b in blocks.all_blocks(con) if b.state == "Initialized" and not b.auto and b.size >= nodes
+            and active_job(con, b.name) is None]
+    return min(fits, key=lambda b: (b.size, b.name), default=None)
+
+
+def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
+        owner: tuple[str, int, int, list[int]] | None = None) -> int:
+    """Run the request to its end: the job's exit status.  A queued job's
+    runner (lattice.jobs.runner) gives its record (job_id), the block the
+    queue chose for it (target) and its owner (user, uid, gid, groups)."""
+    m = machine.load()
+    con = reclaim.connect()
+    cwd = os.path.abspath(req.work_dir())
+    nd = need(con, m, req)
+    mode, lay, apps, stdin_rank, limit, sandbox = nd.mode, nd.layout, nd.apps, nd.stdin_rank, nd.limit, nd.sandbox
+    ppn = mapping.ppn_of(m, mode)
+    user, uid, gid, groups = owner or identity(req.user)
     t0 = time.monotonic()
 
     # place the job before anything boots: a bad mapping or too many ranks costs nothing
+    chosen = blocks.get(con, target) if target else nd.block
     if chosen is None:
-        nodes = max(mapping.nodes_needed(m, mode, sum(a.nranks for a in apps)), lay.nodes or 0)
-        if nodes > m.nodes:
-            raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
-                               f"this machine: {mode} mode runs {ppn} per node, so they need {nodes}")
-        chosen = blocks.fit(con, m, nodes)           # a Free block that fits, or a new box
+        chosen = idle_block(con, m, nd.nodes) or blocks.fit(con, m, nd.nodes)  # else a Free block, or a new box
         if chosen.auto:
             chosen = chosen._replace(name=f"auto-{os.getpid()}-{int(time.time())}")
     p = mapping.map_ranks(m, chosen, apps, mode, req.mapping, lay.nodes)
@@ -322,7 +355,7 @@ def run(req: RunRequest) -> int:
 
     check_capacity(con, m, chosen, p, cm, req.kernel, uid, user_env)
     owned = None          # a block this run boots, and frees afterwards
-    if req.block or not chosen.auto:
+    if req.block or target or not chosen.auto:
         b = chosen
         need_kernel(req.kernel)
         if b.state == "Free":
@@ -381,7 +414,8 @@ def run(req: RunRequest) -> int:
                     uid=uid, gid=gid, groups=groups, user=user, mapping=p, label=req.label,
                     kernel=req.kernel, trace=req.trace, verbose=req.verbose,
                     hugepages=req.hugepages == "reserve", cores=cm, exported=tuple(exported),
-                    stdin_rank=stdin_rank, time_limit=limit, output=output, sandbox=sandbox)
+                    stdin_rank=stdin_rank, time_limit=limit, output=output, sandbox=sandbox,
+                    job_id=job_id, announce=job_id is None and (req.verbose or sys.stderr.isatty()))
     try:
         if m.placement != "local":
             check_hosts(m, b, p, cm, req.kernel, uid, user_env, where, places.io)
@@ -394,7 +428,8 @@ def run(req: RunRequest) -> int:
                 try:
                     status = job.run(con, m, b, spec, wait=req.wait)
                     break
-                except BlockFreed:      # the run it waited for freed the block: boot it, as for a Free --block
+                except BlockFreed as e:     # the run it waited for freed the block: boot it, as for a Free --block
+                    spec = spec._replace(job_id=e.job_id, announce=False)
                     owned = b.name
                     b = boot.boot(con, m, b.name, owner=procs.me())
     finally:
@@ -402,6 +437,9 @@ def run(req: RunRequest) -> int:
             ras.ingest(con)
             if owned:
                 free_owned(con, m, owned)
+            if job_id is None:          # a runner starts the next itself, once its job's record is final
+                from lattice.jobs import queue
+                queue.dispatch_quietly(con, m)      # the block may be the next queued job's turn
         elif owned:
             sweep_after_me()
     if req.verbose:
