@@ -8,6 +8,7 @@ command line only parses (lattice.cli.cmd.run); a queued job's runner
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import socket
@@ -270,7 +271,7 @@ def need(con: sqlite3.Connection, m: Machine, req: RunRequest) -> Need:
                               chosen.size if chosen else None)
     mode = lay.mode
     ppn = mapping.ppn_of(m, mode)
-    apps = job_apps(req, chosen.size * ppn if chosen else 1)
+    apps = job_apps(dataclasses.replace(req, n=lay.n), chosen.size * ppn if chosen else 1)   # -N's ranks
     for kv in req.env:
         if "=" not in kv or kv.startswith("="):
             raise LatticeError(f"bad --env {kv!r}: expected NAME=VALUE")
