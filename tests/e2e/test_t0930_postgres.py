@@ -123,22 +123,31 @@ def test_a_killed_run_is_swept_by_the_next_command(pm: Machine) -> None:
 
 LOGIN_HOST = textwrap.dedent("""
     # One "login host": a run on each of the shared blocks P0 and P1 (waiting
-    # while the block is busy) and one that boots a block for itself; it
-    # cancels every running job it sees (the other host's too) until its own
-    # runs have ended.  Prints what each of its commands ended with.
-    import subprocess, sys, time
+    # while the block is busy), one run without --block, and two submitted
+    # jobs; it cancels every running job it sees (the other host's too) until
+    # its own runs and jobs have ended.  Prints what each of its commands ended with.
+    import re, subprocess, sys, time
     sleeper, hello = sys.argv[1], sys.argv[2]
     lattice = [sys.executable, "-m", "lattice"]
     def start(*args):
         return subprocess.Popen([*lattice, "run", *args, "-n", "2", sleeper, "600"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    def active():
+        out = subprocess.run([*lattice, "jobs", "--running"], capture_output=True, text=True).stdout
+        return {int(l.split()[0]): re.search(r" (Queued|Starting|Running|Dying) ", l).group(1)
+                for l in out.splitlines()[1:] if l.strip()}
     runs = [start("--block", "P0", "--wait"), start("--block", "P1", "--wait"), start()]
-    while any(r.poll() is None for r in runs):
-        jobs = subprocess.run([*lattice, "jobs", "--running"], capture_output=True, text=True).stdout
-        for line in jobs.splitlines()[1:]:
-            if line.split()[5] == "Running":
-                c = subprocess.run([*lattice, "cancel", line.split()[0]], capture_output=True, text=True)
-                print("cancel", line.split()[0], c.returncode, c.stderr.strip(), flush=True)
+    mine = [int(subprocess.run([*lattice, "submit", "-n", "2", sleeper, "600"], capture_output=True, text=True,
+                               check=True).stdout) for _ in range(2)]
+    print("submitted", *mine, flush=True)
+    while True:
+        now = active()
+        if all(r.poll() is not None for r in runs) and not set(mine) & set(now):
+            break
+        for job, state in now.items():
+            if state == "Running":
+                c = subprocess.run([*lattice, "cancel", str(job)], capture_output=True, text=True)
+                print("cancel", job, c.returncode, c.stderr.strip(), flush=True)
         time.sleep(0.05)
     for r in runs:
         print("run", r.returncode, r.communicate()[1].strip().replace(chr(10), " | "), flush=True)
@@ -150,8 +159,8 @@ LOGIN_HOST = textwrap.dedent("""
 def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: pgserver.Server,
                                                        tmp_path: Path) -> None:
     """Two process groups (login hosts sharing LATTICE_HOME and the database)
-    each start runs on two shared booted blocks and one that boots its own,
-    and cancel every running job they see, at once.  After: every job
+    each start runs on two shared booted blocks and one without --block,
+    submit two jobs, and cancel every running job they see, at once.  After: every job
     ended, none in two states, no block double-booked, nothing left running."""
     url = pg_server.create_database()
     m = make_machine(tmp_path, "--shape", "1x1x8", "--pset-size", "2", "--memory", "256M", "--database", url)
@@ -161,7 +170,7 @@ def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: p
     script = tmp_path / "login_host.py"
     script.write_text(LOGIN_HOST)
     hosts = [subprocess.Popen([sys.executable, str(script), str(EXAMPLES / "sleeper"), str(EXAMPLES / "hello")],
-                              env=m.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=m.env, cwd=m.work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               stdin=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
     reports = [h.communicate(timeout=900)[0] for h in hosts]        # a hang guard
     for h, report in zip(hosts, reports):
@@ -171,18 +180,18 @@ def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: p
         assert len(runs) == 3, report
         # the runs on P0 and P1: cancelled (143)
         assert [code for code, _ in runs[:2]] == ["143", "143"], report
-        # the one that booted its own block: cancelled, or refused in one line (the pset it chose was taken)
+        # the one without --block: cancelled, or refused in one line (the place it chose was taken)
         assert runs[2][0] == "143" or (runs[2][0] == "1" and runs[2][1].startswith("lattice: error:")), report
         assert re.search(r"^hello 0 ", report, re.M), report
     m.run("jobs")                                                   # a sweep, as any command does
     with pg(url) as con:
         states = con.execute("SELECT id, state FROM jobs ORDER BY id").fetchall()
-        assert len(states) >= 6 and len({j for j, _ in states}) == len(states)
+        assert len(states) >= 10 and len({j for j, _ in states}) == len(states)
         assert all(s in ("Terminated", "Error") for _, s in states), states
         # no block double-booked: jobs that ran at the same time ran on different blocks and compute nodes
         ran = con.execute("SELECT j.id, j.started, j.ended, j.block, array_agg(r.location) FROM jobs j "
                           "JOIN ranks r ON r.job = j.id WHERE j.started IS NOT NULL GROUP BY j.id").fetchall()
-        assert len(ran) >= 4, ran
+        assert len(ran) >= 8, ran
         for a in ran:
             for b in ran:
                 if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]:
