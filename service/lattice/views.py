@@ -45,9 +45,12 @@ def schema(name: str) -> str:
     return f"lattice.{name}/{SCHEMAS[name]}"
 
 
+LIST_KEYS = {"ras": "events"}    # the key of a listing's items, when not its schema's name
+
+
 def document(name: str, items: list[Doc], **fields: Any) -> Doc:
-    """A listing as one document: {"schema": ..., **fields, name: items}."""
-    return {"schema": schema(name), **fields, name: items}
+    """A listing as one document: {"schema": ..., **fields, "jobs"|"blocks"|"ranks"|"events": items}."""
+    return {"schema": schema(name), **fields, LIST_KEYS.get(name, name): items}
 
 
 def iso(t: float | None) -> str | None:
