@@ -236,7 +236,9 @@ def job_view(j: sqlite3.Row, now: float) -> Doc:
             "kernel": job_kernel(j["kernel"], j["sandbox"]), "state": j["state"], "status": j["status"],
             "submitted": iso(j["submitted"]), "started": iso(started), "ended": iso(ended),
             "elapsed": max(0.0, (ended or now) - started) if started else None,
-            "command": j["args"], "message": j["message"], "calls": calls}
+            "command": j["args"], "message": j["message"], "calls": calls,
+            # why a Queued job waits: the queue's column (lattice.jobs.queue), absent from older schemas
+            "reason": j["reason"] if j["state"] == "Queued" and "reason" in j.keys() else None}
 
 
 def jobs_view(con: sqlite3.Connection, *, running: bool = False, job: int | None = None,
@@ -252,7 +254,7 @@ def jobs_view(con: sqlite3.Connection, *, running: bool = False, job: int | None
         params.append(job)
     q = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
     if limit is not None:
-        q = f"SELECT * FROM ({q} ORDER BY id DESC LIMIT ?)"
+        q = f"SELECT * FROM ({q} ORDER BY id DESC LIMIT ?) AS last"   # PostgreSQL wants the alias
         params.append(max(0, limit))
     now = time.time()
     return [job_view(j, now) for j in con.execute(q + " ORDER BY id", params)]
