@@ -254,7 +254,7 @@ def jobs_view(con: sqlite3.Connection, *, running: bool = False, job: int | None
         params.append(job)
     q = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
     if limit is not None:
-        q = f"SELECT * FROM ({q} ORDER BY id DESC LIMIT ?) AS last"   # PostgreSQL wants the alias
+        q = f"SELECT * FROM ({q} ORDER BY id DESC LIMIT ?) AS recent"   # PostgreSQL wants the alias
         params.append(max(0, limit))
     now = time.time()
     return [job_view(j, now) for j in con.execute(q + " ORDER BY id", params)]
