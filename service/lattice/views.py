@@ -22,6 +22,7 @@ import time
 from typing import Any, Iterable, NamedTuple
 
 from lattice.errors import LatticeError
+from lattice.nodes import placement
 from lattice.state import blocks as blockstate
 from lattice.state import personality as personalitystate
 from lattice.state import ras as rasstate
@@ -92,7 +93,6 @@ class NodeState(NamedTuple):
 
 
 def node_state(con: sqlite3.Connection, m: Machine) -> NodeState:
-    from lattice.nodes import placement     # here: a listing that does not need hosts need not import it
     every = blockstate.all_blocks(con)
     owner = {p: b for b in every for p in b.psets(m)}
     lost = {loc for b in every if b.state != "Free" for loc in reclaim.lost_daemons(con, m, b.name)}
@@ -304,7 +304,7 @@ def ras_view(con: sqlite3.Connection, *, severity: str | None = None, block: str
             from lattice.state import machine
             m = machine.load()
         locs = set(block_locations(con, m, block))
-        jobs = {r[0] for r in con.execute("SELECT id FROM jobs WHERE block = ?", (block,))}
+        jobs = {r["id"] for r in con.execute("SELECT id FROM jobs WHERE block = ?", (block,))}
     if job is not None:
         where.append("job = ?")
         params.append(job)
