@@ -4,21 +4,21 @@ import argparse
 import sqlite3
 import time
 
-from lattice import views
-from lattice.cli.jsonout import emit
 from lattice.state import reclaim
 from lattice.text import printable
+from lattice import views
+from lattice.cli.jsonout import emit
 
 description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
 ACTIVE = reclaim.ACTIVE
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/cli.md, JSON output)")
     p.add_argument("--ranks", type=int, metavar="JOB",
                    help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
     p.add_argument("--running", action="store_true",
                    help="only the jobs that have not ended (starting or running), with how long they have run")
-    p.add_argument("--json", action="store_true", help="one JSON document (docs/cli.md, JSON output)")
 
 
 def elapsed(seconds: float) -> str:
@@ -35,9 +35,8 @@ def kernel(j: sqlite3.Row) -> str:
 
 def jobs(args: argparse.Namespace) -> int:
     con = reclaim.connect()
-    if args.json:
-        emit(views.document("ranks", views.ranks_view(con, args.ranks), job=args.ranks) if args.ranks is not None
-             else views.document("jobs", views.jobs_view(con, running=args.running)))
+    if args.ranks is not None and args.json:
+        emit(views.document("ranks", views.ranks_view(con, args.ranks), job=args.ranks))
         return 0
     if args.ranks is not None:
         print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
@@ -45,6 +44,9 @@ def jobs(args: argparse.Namespace) -> int:
             text = printable("  ".join(t for t in (r["message"], r["report"]) if t))   # the job's words, maybe
             print(f"{r['rank']:>5} {printable(r['location']):<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
                   f"  {text}")
+        return 0
+    if args.json:       # after anything that brings the records up to date
+        emit(views.document("jobs", views.jobs_view(con, running=args.running)))
         return 0
     where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
     rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
