@@ -24,10 +24,17 @@ def home(tmp_path: Path) -> Home:
 
 def test_statements_are_translated_outside_literals_and_comments() -> None:
     sql = "SELECT user, x FROM jobs WHERE id = ? AND msg = 'a ? user %' AND \"user\" = ? -- user?\nAND y LIKE '5%'"
-    assert postgres.statement(sql) == ('SELECT "user", x FROM jobs WHERE id = %s AND msg = \'a ? user %\' '
-                                       'AND "user" = %s -- user?\nAND y LIKE \'5%\'')
+    assert postgres.statement(sql) == ('SELECT "user", x FROM jobs WHERE id = %s AND msg = \'a ? user %%\' '
+                                       'AND "user" = %s -- user?\nAND y LIKE \'5%%\'')
     assert postgres.statement("SELECT j.user, username, user_id FROM jobs j WHERE x % 2 = 1") == \
         'SELECT j.user, username, user_id FROM jobs j WHERE x %% 2 = 1'   # after a dot any word is a name
+
+
+def test_literals_with_percent_and_question_marks_reach_the_server_as_written(pg_url: str) -> None:
+    con = postgres.connect(pg_url, 30)
+    assert tuple(con.execute("SELECT '5%', ?, 'a?b' -- 100% sure?", (7,)).fetchone()) == ("5%", 7, "a?b")
+    assert tuple(con.execute("SELECT '5%' LIKE '5%'").fetchone()) == (True,)
+    con.close()
 
 
 def test_migration_types_are_mapped() -> None:

@@ -111,8 +111,9 @@ def statement(sql: str) -> str:
     """A statement of the modules' SQL as PostgreSQL and psycopg want it."""
     out = []
     for kind, t in tokens(sql):
+        t = t.replace("%", "%%")                # psycopg reads every % of a statement it is given values for
         if kind == "code":
-            t = t.replace("%", "%%").replace("?", "%s")
+            t = t.replace("?", "%s")
             t = re.sub(r"(?<![\w.\"])user(?![\w\"])", '"user"', t, flags=re.IGNORECASE)
         out.append(t)
     return "".join(out)
@@ -144,9 +145,9 @@ class Connection:
 
     def execute(self, sql: str, params: Params = ()) -> psycopg.Cursor[Any]:
         if self.in_transaction or not writes(sql):
-            return self.raw.execute(statement(sql), params or None) 
+            return self.raw.execute(statement(sql), tuple(params))
         with self.transaction():                       # a lone write takes the writers' lock, as in SQLite
-            return self.raw.execute(statement(sql), params or None) 
+            return self.raw.execute(statement(sql), tuple(params))
 
     def executemany(self, sql: str, seq: Iterable[Params]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
