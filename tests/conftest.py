@@ -96,15 +96,26 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "fixture gives it no PostgreSQL run")
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[pgserver.Server]:
-    """The session's PostgreSQL server (tests/pgserver.py), started by the first test that needs it."""
-    s = pgserver.Server()
-    try:
+PG: list[pgserver.Server] = []       # the session's PostgreSQL server, once a test needed one
+
+
+def session_pg() -> pgserver.Server:
+    if not PG:
+        s = pgserver.Server()
+        PG.append(s)
         s.start()
-        yield s
-    finally:
+    return PG[0]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for s in PG:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> pgserver.Server:
+    """The session's PostgreSQL server (tests/pgserver.py), started by the first test that needs it."""
+    return session_pg()
 
 
 @pytest.fixture
@@ -122,6 +133,8 @@ def make_machine(tmp: Path, *init_args: str) -> Machine:
     # a test machine's warm server leaves after a minute without commands, not ten
     env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"), LATTICE_WARM_IDLE="60")
     m = Machine(home=home, work=work, env=env)
+    if os.environ.get("LATTICE_TEST_DATABASE") == "postgresql" and "--database" not in init_args:
+        init_args += ("--database", session_pg().create_database())      # every test machine on PostgreSQL
     m.run("init", *init_args, "--hide", str(work))
     return m
 

@@ -136,11 +136,8 @@ class Connection:
     """A connection to the machine's PostgreSQL database, used as the
     modules use a sqlite3.Connection."""
 
-    backend = "postgresql"
-
-    def __init__(self, raw: psycopg.Connection[Any], url: str) -> None:
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
-        self.url = url
         self.in_transaction = False
 
     def execute(self, sql: str, params: Params = ()) -> psycopg.Cursor[Any]:
@@ -231,7 +228,7 @@ def connect(url: str, wait: float) -> Connection:
         raise LatticeError(f"cannot connect to the machine's database {redact(url)}: {first_line(e)}",
                            "is the PostgreSQL server up, and may this user connect to it? (a password "
                            "goes in ~/.pgpass or $PGPASSFILE)") from e
-    return Connection(raw, url)
+    return Connection(raw)
 
 
 def first_line(e: BaseException) -> str:
