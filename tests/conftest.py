@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -46,6 +46,14 @@ class Machine:
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([*LATTICE, *args], env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
+
+    def db(self) -> Any:
+        """The machine's database, whichever its backend (lattice.state.db):
+        ? placeholders, rows by name; `with m.db() as con:` commits."""
+        from unittest import mock
+        from lattice.state import db
+        with mock.patch.dict(os.environ, {"LATTICE_HOME": str(self.home)}):
+            return db.connect()
 
     def personalities(self, block: str) -> list[dict[str, object]]:
         return [json.loads(p.read_text()) for p in sorted((self.home / "blocks" / block).rglob("*.json"))
