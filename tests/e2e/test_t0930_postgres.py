@@ -156,6 +156,15 @@ LOGIN_HOST = textwrap.dedent("""
 """)
 
 
+def login_host(name: str) -> list[str]:
+    """The prefix that makes a command a login host of its own: as root, a
+    network and UTS namespace (its own hostname and loopback, as the
+    testbed's hosts have; they end with it); else just its own process group."""
+    if os.geteuid() != 0:
+        return []
+    return ["unshare", "--net", "--uts", "sh", "-c", 'hostname "$0" && ip link set lo up && exec "$@"', name]
+
+
 def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: pgserver.Server,
                                                        tmp_path: Path) -> None:
     """Two process groups (login hosts sharing LATTICE_HOME and the database)
@@ -163,15 +172,19 @@ def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: p
     submit two jobs, and cancel every running job they see, at once.  After: every job
     ended, none in two states, no block double-booked, nothing left running."""
     url = pg_server.create_database()
+    hostnames = {subprocess.run([*login_host(f"login{i}"), "hostname"], capture_output=True, text=True,
+                                check=True).stdout.strip() for i in (1, 2)}
+    assert os.geteuid() != 0 or hostnames == {"login1", "login2"}
     m = make_machine(tmp_path, "--shape", "1x1x8", "--pset-size", "2", "--memory", "256M", "--database", url)
     for b, z in (("P0", 0), ("P1", 2)):
         m.run("block", "create", b, "--shape", "1x1x2", "--corner", f"0,0,{z}")
         m.run("boot", b)
     script = tmp_path / "login_host.py"
     script.write_text(LOGIN_HOST)
-    hosts = [subprocess.Popen([sys.executable, str(script), str(EXAMPLES / "sleeper"), str(EXAMPLES / "hello")],
-                              env=m.env, cwd=m.work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              stdin=subprocess.DEVNULL, start_new_session=True) for _ in range(2)]
+    hosts = [subprocess.Popen([*login_host(f"login{i}"), sys.executable, str(script), str(EXAMPLES / "sleeper"),
+                               str(EXAMPLES / "hello")], env=m.env, cwd=m.work, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+             for i in (1, 2)]
     reports = [h.communicate(timeout=900)[0] for h in hosts]        # a hang guard
     for h, report in zip(hosts, reports):
         assert h.returncode == 0, report
