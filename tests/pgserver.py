@@ -32,6 +32,15 @@ def binaries() -> Path:
     return found[-1].parent
 
 
+def die_with_parent() -> None:
+    """In the server's process before it execs (after its change of user,
+    which would clear it): SIGQUIT, postgres's immediate shutdown, when the
+    test process that started it ends, however it ends; no server outlives it."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGQUIT)
+
+
 class Server:
     """One postgres process and its directory; start() waits until it accepts connections."""
 
@@ -62,7 +71,7 @@ class Server:
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
              "-c", "max_connections=200", "-c", "shared_buffers=16MB"],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, **self.user)  # type: ignore[call-overload]
+            start_new_session=True, preexec_fn=die_with_parent, **self.user)  # type: ignore[call-overload]
         log.close()
         self.wait_ready()
 
