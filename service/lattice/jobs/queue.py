@@ -109,8 +109,8 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
     waited: dict[str, int] = {}         # block -> the earlier queued job that waits for it
     boxes_for: int | None = None        # an earlier job waiting for free nodes: new boxes are its
     out = Decision([], {}, {})
+    every = {b.name: b for b in blocks.all_blocks(con)}
     for j in queued_rows(con):
-        every = {b.name: b for b in blocks.all_blocks(con)}
         if j["need_block"] is not None:
             b = every.get(j["need_block"])
             if b is None:
@@ -137,6 +137,8 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
         chosen: Block | None = next((b for b in free if b.state == "Initialized"), None)
         if chosen is None and boxes_for is None:
             chosen = new_place(con, m, n, [b for b in free if b.state == "Free"], j["id"])
+        if chosen is not None:
+            every[chosen.name] = chosen         # a new box counts from now on
         if chosen is not None and may_start(j):
             out.starts.append(Start(j["id"], chosen.name))
             held[chosen.name] = j["id"]
@@ -179,13 +181,17 @@ def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], jo
     return blocks.get(con, name)
 
 
-def dispatch(con: sqlite3.Connection, m: Machine) -> list[int]:
+def dispatch(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
     """Start the queued jobs whose turn has come: their ids.  Each goes to
     Starting on its block, named by this command until its runner (started
-    here, detached) takes it over; the others get their reason."""
+    here, detached) takes it over; the others get their reason.  m: the
+    machine (default: lattice.state.machine.load())."""
     if con.execute("SELECT 1 FROM jobs WHERE state = 'Queued' AND request IS NOT NULL AND client_pid IS NULL "
                    "LIMIT 1").fetchone() is None:
         return []
+    if m is None:
+        from lattice.state import machine
+        m = machine.load()
     pid, started = procs.me()
     with db.transaction(con):
         d = decide(con, m)
@@ -229,7 +235,7 @@ def spawn(con: sqlite3.Connection, job: int) -> None:
                     "AND state = 'Starting' AND client_pid = ?", (reason, db.now(), job, procs.me()[0]))
 
 
-def dispatch_quietly(con: sqlite3.Connection, m: Machine) -> list[int]:
+def dispatch_quietly(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
     """dispatch() where the queue is not the command's business: a failure
     is one warning line, never the command's failure."""
     try:
