@@ -165,10 +165,13 @@ def test_the_queue_survives_its_dispatcher(m2: Path, spawned: list[int]) -> None
 
 
 def test_submit_checks_as_run_does_and_says_one_line(m2: Path, spawned: list[int]) -> None:
+    con = con_of()
+    block(con, "B", "2x2x1", "0,0,0")
     for args, words in ((["-n", "0", "/bin/true"], "-n must be at least 1"),
                         (["/no/such/program"], "no such file"),
                         (["-n", "9", "--mode", "co", "/bin/true"], "do not fit in the 8 compute nodes"),
-                        (["--print-map", "/bin/true"], "--print-map queues nothing")):
+                        (["--print-map", "/bin/true"], "--print-map queues nothing"),
+                        (["--block", "B", "-n", "9", "/bin/true"], "do not fit in block B")):
         status, out, err = lattice("submit", *args)
         assert status == 1 and out == "" and err.startswith(f"lattice: error: ") and words in err, (args, err)
         assert "Traceback" not in err

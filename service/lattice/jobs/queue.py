@@ -63,6 +63,9 @@ def submit(req: RunRequest) -> int:
     if req.output is None:
         req.output = DEFAULT_OUTPUT
     nd = launch.need(con, m, req)
+    if nd.block is not None:        # the ranks must fit the block named: said now, not in the output file later
+        from lattice.jobs import mapping
+        mapping.map_ranks(m, nd.block, nd.apps, nd.mode, req.mapping, nd.layout.nodes)
     launch.need_kernel(req.kernel)
     user, uid, gid, groups = launch.identity(req.user)
     if req.exe is not None and nd.apps[0].exe:

@@ -108,6 +108,10 @@ def main(argv: list[str]) -> int:
             return 1
         return 0
     os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):        # not the dispatcher's pipe: it waits only for the first process
+        os.dup2(null, fd)
+    os.close(null)
     try:
         run(job)
     finally:
