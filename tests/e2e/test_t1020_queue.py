@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import LATTICE, ROOT, Machine, booted_block, wait_for
+from conftest import LATTICE, ROOT, Machine, booted_block, local_users, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +115,19 @@ def test_chdir_finds_a_relative_program_in_dir(qm: Machine) -> None:
     prog.chmod(0o755)
     p = lattice_in(qm, Path("/"), "run", "-n", "1", "--kernel", "linux", "-D", str(d), "./hello.sh")
     assert p.stdout == f"hello from {d}\n", (p.stdout, p.stderr)
+
+
+def test_root_submits_for_a_user(qm: Machine) -> None:
+    """A job root submits with --user runs as that user, and its output file is that user's
+    (the runner stays root, as `lattice run --user` does: docs/architecture.md, "The queue")."""
+    with local_users(f"latq{os.getpid() % 100000}") as (u,):
+        d = qm.work / "for-user"
+        d.mkdir()
+        os.chown(d, u.pw_uid, u.pw_gid)
+        job = int(lattice_in(qm, d, "submit", "--user", u.pw_name, "-n", "1", "--kernel", "linux", "/usr/bin/id",
+                             "-u").stdout)
+        wait_for(lambda: job_rows(qm)[job]["state"] in ("Terminated", "Error"), 300)
+        row = job_rows(qm)[job]
+        out = d / f"lattice-{job}.out"
+        assert row["state"] == "Terminated" and row["status"] == 0 and row["user"] == u.pw_name, dict(row)
+        assert out.read_text() == f"{u.pw_uid}\n" and out.stat().st_uid == u.pw_uid
