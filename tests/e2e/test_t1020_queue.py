@@ -131,3 +131,24 @@ def test_root_submits_for_a_user(qm: Machine) -> None:
         out = d / f"lattice-{job}.out"
         assert row["state"] == "Terminated" and row["status"] == 0 and row["user"] == u.pw_name, dict(row)
         assert out.read_text() == f"{u.pw_uid}\n" and out.stat().st_uid == u.pw_uid
+
+
+def test_a_killed_runner_ends_its_job_and_the_queue_goes_on(qm: Machine) -> None:
+    """The host lost a runner (SIGKILL): the next command's sweep ends its
+    job with a message (never left Running), and the next queued job runs."""
+    work = qm.work / "killed"
+    work.mkdir()
+    a = int(lattice_in(qm, work, "submit", "-N", "4", "--kernel", "linux", "/bin/sh", "-c",
+                       "echo up; exec sleep 600").stdout)
+    b = int(lattice_in(qm, work, "submit", "-n", "2", "--kernel", "linux", "/bin/echo", "after").stdout)
+    wait_for(lambda: job_rows(qm)[a]["state"] == "Running", 300)
+    assert job_rows(qm)[b]["state"] == "Queued"
+    os.kill(int(job_rows(qm)[a]["client_pid"]), 9)
+    wait_for(lambda: job_rows(qm)[a]["client_pid"] is not None and
+             not Path(f"/proc/{job_rows(qm)[a]['client_pid']}/cmdline").exists(), 120)
+    qm.run("jobs")          # the sweep, then the queue moves on
+    row = job_rows(qm)[a]
+    assert row["state"] == "Error" and "its runner (lattice submit's)" in row["message"], dict(row)
+    wait_for(lambda: job_rows(qm)[b]["state"] in ("Terminated", "Error"), 300)
+    assert job_rows(qm)[b]["status"] == 0, dict(job_rows(qm)[b])
+    assert (work / f"lattice-{b}.out").read_text() == "after\nafter\n"

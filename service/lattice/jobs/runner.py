@@ -76,6 +76,7 @@ def run(job: int) -> int:
         streams(req, job, user, uid, gid, groups)
         if os.geteuid() == 0 and uid != 0:
             req.user = user
+        req.wait = True         # for I/O nodes still ending a job whose run was killed, as `--wait` does
         status = launch.run(req, job_id=job, target=row["block"], owner=(user, uid, gid, groups))
     except LatticeError as e:
         print(f"lattice: error: {e.message}", file=sys.stderr, flush=True)

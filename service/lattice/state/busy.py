@@ -140,6 +140,7 @@ def queued(con: sqlite3.Connection, spec: Spec, job_id: int | None, why: str, cm
                           (spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, spec.kernel,
                            int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why))
         return int(cur.lastrowid or 0)
-    con.execute("UPDATE jobs SET state = 'Queued', reason = ? WHERE id = ? AND state IN ('Queued', 'Starting')",
-                (why, job_id))
+    # a queued job's runner keeps Starting: its block stays the one the queue gave it
+    con.execute("UPDATE jobs SET state = CASE WHEN request IS NULL THEN 'Queued' ELSE state END, reason = ? "
+                "WHERE id = ? AND state IN ('Queued', 'Starting')", (why, job_id))
     return job_id
