@@ -5,7 +5,10 @@ the block Initialized with no active job; a second run on a busy block is
 refused with one line, or with `--wait` waits (a progress line when it
 starts waiting, then every PROGRESS_EVERY seconds) until the block is idle;
 if the run it waited for frees the block (it had booted it for itself), the
-waiting run boots it in turn (BlockFreed).
+waiting run boots it in turn (BlockFreed).  A waiting run's record is
+Queued with why it waits (`lattice jobs`; `lattice cancel` ends the wait).
+A queued job's runner (lattice.jobs.runner) claims the record the queue
+made (Spec.job_id) instead of inserting one.
 While it waits it sweeps (lattice.state.reclaim), so a run killed meanwhile does
 not hold the block for ever; with `--wait` it also asks the I/O nodes,
 which may still be ending a job whose run was killed.
