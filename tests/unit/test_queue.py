@@ -217,7 +217,8 @@ def test_migration_adds_the_queue_columns(tmp_path: Path) -> None:
     assert {"request", "reason", "need_nodes", "need_block", "gid", "groups"} <= cols
 
 
-def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, tmp_path: Path) -> None:
+def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, tmp_path: Path,
+                                                                      spawned: list[int]) -> None:
     """`lattice run --wait` on a busy block: its record is Queued with why
     (in `lattice jobs --running`), its waiting line names the job, and
     `lattice cancel` ends the wait (the run exits 1 saying so)."""
@@ -239,6 +240,8 @@ def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, 
         assert row["state"] == "Queued" and row["block"] is None and row["reason"].startswith("block A is busy")
         listing = lattice("jobs", "--running")[1]
         assert f"# block A is busy: job {held}" in listing and " Queued " in listing, listing
+        later = submit("--block", "A", "-n", "1", "/bin/true")      # first come: the waiting run keeps A
+        assert rows(con)[later]["reason"] == f"behind job {row['id']} (waiting for block A)"
         status, out, err = lattice("cancel", str(row["id"]))
         assert status == 0 and f"job {row['id']} cancelled (it was queued" in out, err
         _, rest = run.communicate(timeout=120)

@@ -18,7 +18,9 @@ started job's record goes to Starting with its block, and a runner process
 (lattice.jobs.launch), then calls dispatch again.  Whoever calls dispatch
 (submit, every run's end, cancel, jobs, `lattice serve`) moves the queue on;
 all of it is in the database, so it survives any process and restart.
-A dispatcher that is not root starts only its own user's jobs.
+A dispatcher that is not root starts only its own user's jobs.  A
+`lattice run --wait` waiting for a block is Queued too, and counts in the
+order: later submitted jobs do not take its block.
 """
 from __future__ import annotations
 
@@ -84,9 +86,9 @@ def submit(req: RunRequest) -> int:
 
 
 def queued_rows(con: sqlite3.Connection) -> list[sqlite3.Row]:
-    """Submitted jobs not started yet, first come first."""
-    return con.execute("SELECT * FROM jobs WHERE state = 'Queued' AND request IS NOT NULL AND client_pid IS NULL "
-                       "ORDER BY id").fetchall()
+    """Queued jobs, first come first: submitted ones not started yet, and
+    `lattice run --wait`s waiting for a block (their own process claims it)."""
+    return con.execute("SELECT * FROM jobs WHERE state = 'Queued' ORDER BY id").fetchall()
 
 
 def holders(con: sqlite3.Connection) -> dict[str, int]:
@@ -114,6 +116,10 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
     out = Decision([], {}, {})
     every = {b.name: b for b in blocks.all_blocks(con)}
     for j in queued_rows(con):
+        if j["request"] is None or j["client_pid"] is not None:     # a waiting run: its block is kept for it
+            if j["need_block"] is not None:
+                waited.setdefault(j["need_block"], j["id"])
+            continue
         if j["need_block"] is not None:
             b = every.get(j["need_block"])
             if b is None:

@@ -124,7 +124,7 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
         if not wait or now.state not in WAITABLE:
             hint = "; `lattice run --wait` waits for it" if other is not None else ""
             raise LatticeError(why + hint)
-        job_id = queued(con, spec, job_id, why, cmdline, pid, started)
+        job_id = queued(con, spec, job_id, why, cmdline, pid, started, b.name)
         if said is None or time.monotonic() - said >= PROGRESS_EVERY:
             waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
             print(f"lattice: job {job_id} queued: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
@@ -134,14 +134,17 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
 
 
 def queued(con: sqlite3.Connection, spec: Spec, job_id: int | None, why: str, cmdline: str, pid: int,
-           started: int) -> int:
+           started: int, spec_block: str) -> int:
     """A waiting run's record: Queued, with why it waits (`lattice jobs`
-    shows it; `lattice cancel` may end it); made the first time it waits."""
+    shows it; `lattice cancel` may end it) and the block it waits for (the
+    queue keeps it for the run: lattice.jobs.queue); made the first time it waits."""
     if job_id is None:
         cur = con.execute("INSERT INTO jobs (user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
-                          "client_start, state, submitted, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?)",
+                          "client_start, state, submitted, reason, need_block) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?, ?)",
                           (spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, spec.kernel,
-                           int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why))
+                           int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why,
+                           spec_block))
         return int(cur.lastrowid or 0)
     # a queued job's runner keeps Starting: its block stays the one the queue gave it
     con.execute("UPDATE jobs SET state = CASE WHEN request IS NULL THEN 'Queued' ELSE state END, reason = ? "
