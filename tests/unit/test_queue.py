@@ -214,7 +214,7 @@ def test_chdir_finds_a_relative_program_in_dir(tmp_path: Path) -> None:
 def test_migration_adds_the_queue_columns(tmp_path: Path) -> None:
     con = db.connect(tmp_path / "x.db")
     cols = {r[1] for r in con.execute("PRAGMA table_info(jobs)")}
-    assert {"request", "reason", "need_nodes", "need_block", "gid", "groups"} <= cols
+    assert {"request", "reason", "need_nodes", "need_block", "gid", "group_ids"} <= cols
 
 
 def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, tmp_path: Path,

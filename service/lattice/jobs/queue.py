@@ -74,7 +74,7 @@ def submit(req: RunRequest) -> int:
         req.exe = nd.apps[0].exe            # found now, in the caller's PATH and directory
     with db.transaction(con):
         cur = con.execute(
-            "INSERT INTO jobs (user, uid, gid, groups, exe, args, cwd, nranks, kernel, sandbox, state, submitted, "
+            "INSERT INTO jobs (user, uid, gid, group_ids, exe, args, cwd, nranks, kernel, sandbox, state, submitted, "
             "request, need_nodes, need_block, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?,?,?,?,?)",
             (user, uid, gid, ",".join(map(str, groups)), nd.apps[0].exe,
              shlex.join([nd.apps[0].exe, *nd.apps[0].args]), os.path.abspath(req.work_dir()),

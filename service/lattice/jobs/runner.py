@@ -72,7 +72,7 @@ def run(job: int) -> int:
             raise LatticeError(f"job {job} is {row['user']}'s: only root or its owner may start it")
         user, uid, gid, groups = queue.owner_of(row["uid"], row["user"])
         if row["gid"] is not None:      # the submitter's own ids at submit time
-            gid, groups = row["gid"], [int(g) for g in (row["groups"] or "").split(",") if g]
+            gid, groups = row["gid"], [int(g) for g in (row["group_ids"] or "").split(",") if g]
         streams(req, job, user, uid, gid, groups)
         if os.geteuid() == 0 and uid != 0:
             req.user = user
