@@ -279,3 +279,14 @@ def test_a_request_runs_in_its_own_directory_not_the_runners(m2: Path, tmp_path:
     assert spec.exe == str(tmp_path / "bin" / "prog") and spec.cwd == str(tmp_path / "work")
     assert str(tmp_path / "data") in dict(spec.mapping.env)[trees.VAR].split(":")
     assert spec.output is not None and spec.output.cwd == str(tmp_path)
+
+
+def test_a_dispatcher_starts_only_the_jobs_it_may(m2: Path, spawned: list[int]) -> None:
+    """A dispatcher that is not root leaves other users' jobs queued, says
+    why, keeps their place, and makes no block for them."""
+    with mock.patch.object(queue, "may_start", lambda row: False):
+        job = submit("--user", "nobody", "-N", "8", "/bin/true")
+        con = con_of()
+        assert spawned == [] and rows(con)[job]["reason"].startswith("ready: nobody's jobs are started by nobody's")
+        assert con.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0, "no box made for a job not started"
+    assert queue.dispatch(con) == [job], "root's next dispatch starts it"
