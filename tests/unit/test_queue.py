@@ -178,8 +178,9 @@ def test_submit_checks_as_run_does_and_says_one_line(m2: Path, spawned: list[int
     assert con_of().execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
 
-def test_submit_records_the_request(m2: Path, spawned: list[int], tmp_path: Path) -> None:
-    os.chdir(tmp_path)
+def test_submit_records_the_request(m2: Path, spawned: list[int], tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     with mock.patch.dict(os.environ, {"MY_SETTING": "42"}):
         job = submit("-n", "2", "-D", str(tmp_path), "/bin/echo", "hi")
     row = rows(con_of())[job]
@@ -253,7 +254,8 @@ def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, 
             run.wait()
 
 
-def test_a_request_runs_in_its_own_directory_not_the_runners(m2: Path, tmp_path: Path) -> None:
+def test_a_request_runs_in_its_own_directory_not_the_runners(m2: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A queued job starts in a runner whose working directory is not the
     submitter's: its relative program, -D, --tree and -o are the request's."""
     from lattice.jobs import job, launch, trees
@@ -269,7 +271,7 @@ def test_a_request_runs_in_its_own_directory_not_the_runners(m2: Path, tmp_path:
         return 0
     req = RunRequest(exe="bin/prog", block="B", n=1, kernel="linux", tree=["data"], cwd="work", output="o-%j",
                      workdir=str(tmp_path), environ={"PATH": "/usr/bin"})
-    os.chdir("/")
+    monkeypatch.chdir("/")
     from lattice.state import blocks
     with mock.patch("lattice.nodes.boot.boot", lambda con, m, name, owner=None: blocks.get(con, name)), \
             mock.patch("lattice.nodes.boot.free"), mock.patch("lattice.jobs.job.run", fake_run), \
