@@ -133,6 +133,9 @@ def test_a_writer_waits_for_the_lock_and_gives_up_in_one_line(home: Home, pg_url
         assert_clean_error(r, "is locked by another lattice command", "lattice pid", "$LATTICE_DB_TIMEOUT",
                            status=1)
         assert len(r.err.strip().splitlines()) == 1, r.err
+        # 0 is no wait (PostgreSQL's lock_timeout 0 would be no limit: the command would hang here)
+        assert_clean_error(home.run("block", "create", "A", "--shape", "2x2x2", LATTICE_DB_TIMEOUT="0"),
+                           "is locked by another lattice command", status=1)
         # a reader is not held up by a writer
         assert home.run("blocks").status == 0
     holder.close()

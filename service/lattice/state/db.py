@@ -224,15 +224,15 @@ def failure_line(e: BaseException) -> str | None:
     """One line for a failure of the machine's database or files under a
     command (the CLI's boundary, lattice.cli); None: not one of those."""
     import errno
-    if "lattice.state.postgres" in sys.modules:
-        from lattice.state import postgres
-        try:
-            url = database()
-        except LatticeError:
-            url = "(its URL)"
-        line = postgres.failure_line(e, url)
-        if line is not None:
-            return line
+    if "psycopg" in sys.modules:
+        import psycopg
+        if isinstance(e, psycopg.Error):
+            from lattice.state import postgres
+            try:
+                url = database()
+            except LatticeError:
+                url = "(its URL)"
+            return postgres.failure_line(e, url)
     if isinstance(e, sqlite3.OperationalError):
         text = str(e)
         if "locked" in text or "busy" in text:

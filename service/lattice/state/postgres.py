@@ -191,7 +191,7 @@ class Connection:
 
     def set_wait(self, seconds: float) -> None:
         """How long a writer waits for another's lock from now on."""
-        self.raw.execute(f"SET lock_timeout = {int(seconds * 1000)}")
+        self.raw.execute(f"SET lock_timeout = {wait_ms(seconds)}")
 
     def has_table(self, name: str) -> bool:
         row = self.raw.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
@@ -223,7 +223,7 @@ def connect(url: str, wait: float) -> Connection:
     try:
         raw = psycopg.connect(url, autocommit=True, row_factory=rows, connect_timeout=max(2, int(wait)),
                               application_name=application_name(),
-                              options=f"-c lock_timeout={int(wait * 1000)}")
+                              options=f"-c lock_timeout={wait_ms(wait)}")
     except psycopg.Error as e:
         raise LatticeError(f"cannot connect to the machine's database {redact(url)}: {first_line(e)}",
                            "is the PostgreSQL server up, and may this user connect to it? (a password "
@@ -231,12 +231,17 @@ def connect(url: str, wait: float) -> Connection:
     return Connection(raw)
 
 
+def wait_ms(seconds: float) -> int:
+    """lock_timeout for a wait: 0 would mean no limit to PostgreSQL, not none."""
+    return max(1, int(seconds * 1000))
+
+
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def failure_line(e: BaseException, url: str) -> str | None:
+def failure_line(e: psycopg.Error, url: str) -> str:
     """One line for a failure of the PostgreSQL database under a command."""
     if isinstance(e, errors.LockNotAvailable):
         from lattice.state import db
@@ -244,9 +249,7 @@ def failure_line(e: BaseException, url: str) -> str | None:
         return (f"the machine's database {redact(url)} is locked by another lattice command"
                 + (f" ({holders})" if holders else "")
                 + f"; waited {db.busy_wait():g} s ($LATTICE_DB_TIMEOUT): try again when it is done")
-    if isinstance(e, psycopg.Error):
-        return f"the machine's database {redact(url)}: {first_line(e)}"
-    return None
+    return f"the machine's database {redact(url)}: {first_line(e)}"
 
 
 def reset(con: Connection, tables: list[str]) -> None:
