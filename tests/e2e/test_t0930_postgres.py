@@ -163,21 +163,36 @@ def login_host(name: str) -> list[str]:
     return ["unshare", "--net", "--uts", "sh", "-c", 'hostname "$0" && ip link set lo up && exec "$@"', name]
 
 
-def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: pgserver.Server,
-                                                       tmp_path: Path) -> None:
+@pytest.fixture
+def shared(built: Path, pg_server: pgserver.Server, tmp_path: Path) -> Iterator[Machine]:
+    """A 1x1x8 machine in psets of 2 on PostgreSQL with blocks P0 and P1
+    booted; every block freed afterwards, whatever the test left."""
+    url = pg_server.create_database()
+    m = make_machine(tmp_path, "--shape", "1x1x8", "--pset-size", "2", "--memory", "256M", "--database", url)
+    m.env["TEST_PG_URL"] = url
+    try:
+        for b, z in (("P0", 0), ("P1", 2)):
+            m.run("block", "create", b, "--shape", "1x1x2", "--corner", f"0,0,{z}")
+            m.run("boot", b)
+        yield m
+    finally:
+        for line in m.run("blocks", check=False).stdout.splitlines()[1:]:
+            if line.split() and line.split()[1] != "Free":
+                m.run("free", "--force", line.split()[0], check=False)
+        shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_two_login_hosts_start_and_cancel_jobs_at_once(shared: Machine) -> None:
     """Two process groups (login hosts sharing LATTICE_HOME and the database)
     each start runs on two shared booted blocks and one without --block,
     submit two jobs, and cancel every running job they see, at once.  After: every job
     ended, none in two states, no block double-booked, nothing left running."""
-    url = pg_server.create_database()
+    m = shared
+    url = url_of(m)
     hostnames = {subprocess.run([*login_host(f"login{i}"), "hostname"], capture_output=True, text=True,
                                 check=True).stdout.strip() for i in (1, 2)}
     assert os.geteuid() != 0 or hostnames == {"login1", "login2"}
-    m = make_machine(tmp_path, "--shape", "1x1x8", "--pset-size", "2", "--memory", "256M", "--database", url)
-    for b, z in (("P0", 0), ("P1", 2)):
-        m.run("block", "create", b, "--shape", "1x1x2", "--corner", f"0,0,{z}")
-        m.run("boot", b)
-    script = tmp_path / "login_host.py"
+    script = m.home.parent / "login_host.py"
     script.write_text(LOGIN_HOST)
     hosts = [subprocess.Popen([*login_host(f"login{i}"), sys.executable, str(script), str(EXAMPLES / "sleeper")], env=m.env, cwd=m.work, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -212,4 +227,3 @@ def test_two_login_hosts_start_and_cancel_jobs_at_once(built: Path, pg_server: p
     for b in ("P0", "P1"):
         m.run("free", b)
     wait_for(lambda: not m.processes("ciod") and not m.processes("cnode") and not m.processes("sleeper"), 300)
-    shutil.rmtree(m.work, ignore_errors=True)
