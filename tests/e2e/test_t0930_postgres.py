@@ -119,6 +119,41 @@ def test_a_killed_run_is_swept_by_the_next_command(pm: Machine) -> None:
         assert con.execute("SELECT count(*) FROM daemons").fetchone()[0] == 0
 
 
+def test_a_login_host_sweeps_only_what_it_started(pm: Machine) -> None:
+    """A run on login1 SIGKILLed after booting a block for itself: login2's
+    commands leave its job and block alone (a pid that login1 recorded says
+    nothing on login2, docs/cli.md "Sharing a machine between login
+    hosts"); login1's next command ends the job and frees the block."""
+    if os.geteuid() != 0:
+        pytest.skip("the login hosts are namespaces: root makes them")
+    m = pm
+
+    def on(host: str, *args: str) -> str:
+        p = subprocess.run([*login_host(host), *LATTICE, *args], env=m.env, capture_output=True, text=True,
+                           timeout=600, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    run = subprocess.Popen([*login_host("login1"), *LATTICE, "run", "-n", "2", str(EXAMPLES / "sleeper"), "600"],
+                           env=m.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    assert run.stdout is not None and "sleeping" in run.stdout.readline()
+    run.kill()
+    run.wait()
+    on("login2", "jobs")
+    on("login2", "blocks")
+    with pg(url_of(m)) as con:
+        job, state = con.execute("SELECT id, state FROM jobs ORDER BY id DESC").fetchone()
+        assert state == "Running", "login2 took login1's run for vanished"
+        # the block it booted for itself (P, a Free block that fits, or a new one) stays booted
+        assert con.execute("SELECT b.state FROM blocks b JOIN jobs j ON j.block = b.name WHERE j.id = %s",
+                           (job,)).fetchone()[0] == "Initialized"
+    out = on("login1", "jobs")
+    assert re.search(rf"^\s*{job}\b.* Error ", out, re.M) and "ended without finishing it" in out, out
+    wait_for(lambda: not m.processes("sleeper") and not m.processes("cnode") and not m.processes("ciod"))
+    with pg(url_of(m)) as con:
+        assert con.execute("SELECT count(*) FROM blocks WHERE state != 'Free'").fetchone()[0] == 0
+
+
 # ---- two login hosts at once ----
 
 LOGIN_HOST = textwrap.dedent("""

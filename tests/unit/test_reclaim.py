@@ -55,3 +55,31 @@ def test_run_on_a_block_with_an_active_job_is_refused_before_any_io_node(home: H
     assert len(r.err.strip().splitlines()) == 1, r.err
     with db.db() as con:
         assert con.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1, "the refused run left no record"
+
+
+def test_start_times_name_their_host() -> None:
+    """procs: a start time carries a tag of the host that took it; an
+    untagged one (recorded before tags) is this host's, compared by ticks."""
+    me = os.getpid()
+    now = procs.start_time(me)
+    assert now is not None and procs.here(now) and procs.same(now, now)
+    other = (procs.host_tag() % 0x7FFFFF + 1) << procs.TAG_SHIFT        # never this host's tag, never 0
+    ticks = now & procs.TICKS
+    assert procs.same(now, ticks) and procs.here(ticks)                 # recorded before tags
+    assert not procs.here(ticks | other) and not procs.same(now, ticks | other)
+    assert not procs.same(now, now + 1) and not procs.same(None, now)
+
+
+def test_a_sweep_leaves_another_hosts_records_alone(home: Home) -> None:
+    """A job whose `lattice run` another login host recorded is not this
+    host's to judge (its pid means nothing here); this host's own vanished
+    runs, tagged or recorded before tags, are ended."""
+    home.ok("init", "--shape", "2x2x2")
+    home.ok("block", "create", "A", "--shape", "2x2x2")
+    other = (procs.host_tag() % 0x7FFFFF + 1) << procs.TAG_SHIFT
+    theirs = add_job(home, "A", 2**22 + 1, 5 | other)          # no such pid here: on its own host it may run
+    mine = add_job(home, "A", 2**22 + 1, 5 | procs.host_tag() << procs.TAG_SHIFT)
+    old = add_job(home, "A", 2**22 + 1, 5)
+    home.ok("jobs")
+    assert state_of(home, theirs) == ("Running", None)
+    assert state_of(home, mine)[0] == "Error" and state_of(home, old)[0] == "Error"

@@ -501,7 +501,7 @@ def locked(home: Path) -> Iterator[dict[str, Any]]:
 
 def _alive(entry: dict[str, Any]) -> bool:
     pid, start = entry.get("pid"), entry.get("start")
-    return isinstance(pid, int) and start is not None and procs.start_time(pid) == start
+    return isinstance(pid, int) and isinstance(start, int) and procs.same(procs.start_time(pid), start)
 
 
 def _namespaces(hash_: str) -> list[str]:

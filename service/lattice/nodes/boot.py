@@ -524,7 +524,7 @@ def stop_agents(con: db.Connection, name: str, grace: float) -> bool:
     srun with it); one still there after a moment is told to (SIGTERM: it
     ends its daemons), then killed."""
     rows = {r["pid"]: r["start"] for r in con.execute("SELECT pid, start FROM agents WHERE block = ?", (name,))}
-    mine = [pid for pid, start in rows.items() if procs.start_time(pid) == start]
+    mine = [pid for pid, start in rows.items() if procs.same(procs.start_time(pid), start)]
     signalled = False
     for sig, wait in ((0, 2.0), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         signalled |= bool(sig and mine)

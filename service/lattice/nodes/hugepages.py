@@ -225,7 +225,8 @@ def _start_time(pid: int) -> str | None:
 
 def _alive(entry: dict[str, object]) -> bool:
     pid, start = entry.get("pid"), entry.get("start")
-    return isinstance(pid, int) and start is not None and _start_time(pid) == start
+    return (isinstance(pid, int) and isinstance(start, str) and start.isdigit()
+            and procs.same(procs.start_time(pid), int(start)))
 
 
 def _read_json(path: Path) -> dict[str, dict[str, object]]:

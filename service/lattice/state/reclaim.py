@@ -31,10 +31,10 @@ ACTIVE = ("Queued", "Starting", "Running", "Dying")
 
 def gone(pid: int | None, started: int | None) -> bool:
     """The process recorded as (pid, started) no longer runs."""
-    if pid is None:
-        return False            # recorded before lattice kept the pid: nothing to go by
+    if pid is None or not procs.here(started):
+        return False            # recorded before lattice kept the pid, or by another host: nothing to go by
     now = procs.start_time(pid)
-    return now is None or (started is not None and now != started)
+    return now is None or (started is not None and not procs.same(now, started))
 
 
 def connect() -> db.Connection:
@@ -98,8 +98,11 @@ def lost_daemons(con: db.Connection, m: Machine, name: str) -> list[str]:
 
     def where(r: db.Row) -> str:
         return m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])
+    # the daemons "on this host" are the booting host's: judged there only (its local agent says which)
+    booted_here = all(procs.here(a["start"]) for a in
+                      con.execute("SELECT start FROM agents WHERE block = ? AND host = 'local'", (name,)).fetchall())
     for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
-                         (name,)):
+                         (name,)).fetchall() if booted_here else []:
         if not boot.ours(r["pid"], mine):     # gone, a zombie, or its pid taken by another process
             out.append(where(r))
     for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'",
