@@ -31,15 +31,24 @@ def host_tag() -> int:
     return _tag
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time, tagged with this host; None if it is gone
+def ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks after boot, untagged: for
+    this kernel's own books (lattice.nodes.hugepages, blocknet), which every
+    process on it reads alike, whatever its host name; None if it is gone
     (or a zombie)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return None if fields[0] == "Z" else int(fields[19]) | host_tag() << TAG_SHIFT
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time tagged with this host, as the machine's
+    database records it; None if it is gone (or a zombie)."""
+    t = ticks(pid)
+    return None if t is None else t | host_tag() << TAG_SHIFT
 
 
 def here(recorded: int | None) -> bool:

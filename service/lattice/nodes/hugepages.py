@@ -219,14 +219,13 @@ def choose(memory: int, fixed_address: bool, largest: int, has_1g: bool) -> tupl
 
 def _start_time(pid: int) -> str | None:
     """A process's start time as the book keeps it, None if it is gone."""
-    t = procs.start_time(pid)
+    t = procs.ticks(pid)
     return None if t is None else str(t)
 
 
 def _alive(entry: dict[str, object]) -> bool:
     pid, start = entry.get("pid"), entry.get("start")
-    return (isinstance(pid, int) and isinstance(start, str) and start.isdigit()
-            and procs.same(procs.start_time(pid), int(start)))
+    return isinstance(pid, int) and start is not None and _start_time(pid) == start
 
 
 def _read_json(path: Path) -> dict[str, dict[str, object]]:

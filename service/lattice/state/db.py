@@ -354,7 +354,9 @@ def connect_postgres(url: str) -> Connection:
     from lattice.state import postgres
     con = postgres.connect(url, busy_wait())
     try:
-        if not current(con) and not con.has_table("schema_version"):
+        if current(con):
+            return con          # the usual case: two round trips
+        if not con.has_table("schema_version"):
             refuse_lost_blocks(f"the database {postgres.redact(url)} is empty")
         migrate(con)
     except BaseException:
