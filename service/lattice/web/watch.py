@@ -1,0 +1,124 @@
+"""The server's loop: what changed in the machine's state, told to every
+open /api/events stream.
+
+Every INTERVAL seconds it imports the I/O nodes' RAS spool (as `lattice ras`
+does) and reads a fingerprint of the blocks, the jobs and the RAS log; a
+change wakes the streams, each told which of the three changed so that the
+console fetches only those again.  Every CHORES seconds it also sweeps what
+dead processes left behind (lattice.state.reclaim, as every command does),
+so that a run killed outright does not stay Running on the console, and
+starts the queued jobs whose turn has come, so that they start with no
+command running.  A stream that falls behind loses nothing: it is told the
+union of what changed since it last looked."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import time
+from typing import Any, Callable
+
+from starlette.concurrency import run_in_threadpool
+
+from lattice.errors import LatticeError
+from lattice.state import db, machine, ras, reclaim
+
+KINDS = ("blocks", "jobs", "ras")
+INTERVAL = 0.5
+CHORES = 5.0
+
+
+def fingerprint(con: sqlite3.Connection) -> dict[str, Any]:
+    """Values that change whenever what the console shows of each kind does."""
+    return {
+        "blocks": con.execute("SELECT group_concat(name || ':' || state || ':' || changed, ',') "
+                              "FROM (SELECT name, state, changed FROM blocks ORDER BY name)").fetchone()[0],
+        "jobs": tuple(con.execute("SELECT max(id), count(started), count(ended) FROM jobs").fetchone())
+        + tuple(con.execute("SELECT group_concat(id || state, ',') FROM jobs WHERE ended IS NULL").fetchone())
+        # the ranks of jobs not ended yet: a rank's end shows before its job's
+        + tuple(con.execute("SELECT count(*), count(how) FROM ranks WHERE job IN "
+                            "(SELECT id FROM jobs WHERE ended IS NULL)").fetchone()),
+        "ras": con.execute("SELECT max(id) FROM ras").fetchone()[0],
+    }
+
+
+class Stream:
+    """One /api/events client: what changed since it last looked."""
+
+    def __init__(self) -> None:
+        self.changed: set[str] = set()
+        self.wake = asyncio.Event()
+
+    def tell(self, kinds: set[str]) -> None:
+        self.changed |= kinds
+        self.wake.set()
+
+    def take(self) -> set[str]:
+        kinds, self.changed = self.changed, set()
+        self.wake.clear()
+        return kinds
+
+
+class Watcher:
+    def __init__(self, dispatch: Callable[[sqlite3.Connection], object] | None = None,
+                 interval: float = INTERVAL, chores: float = CHORES) -> None:
+        self.streams: set[Stream] = set()
+        self.seq = 0
+        self.last: dict[str, Any] | None = None
+        self.dispatch = dispatch
+        self.interval, self.chores = interval, chores
+        self.chores_at = 0.0
+        self.stopping = asyncio.Event()
+        self.complained = ""
+
+    def subscribe(self) -> Stream:
+        s = Stream()
+        self.streams.add(s)
+        return s
+
+    def unsubscribe(self, s: Stream) -> None:
+        self.streams.discard(s)
+
+    def look(self) -> dict[str, Any]:
+        """One round, in a worker thread (sqlite3 blocks)."""
+        con = db.connect()
+        try:
+            ras.ingest(con)
+            if time.monotonic() >= self.chores_at:
+                self.chores_at = time.monotonic() + self.chores
+                reclaim.sweep(con, machine.load())
+                if self.dispatch is not None:
+                    self.dispatch(con)
+            return fingerprint(con)
+        finally:
+            con.close()
+
+    async def step(self) -> None:
+        try:
+            now = await run_in_threadpool(self.look)
+        except (LatticeError, sqlite3.Error, OSError) as e:     # the next round tries again; said once
+            text = e.message if isinstance(e, LatticeError) else str(e)
+            if text != self.complained:
+                print(f"lattice serve: warning: reading the machine's state: {text}", file=sys.stderr, flush=True)
+            self.complained = text
+            return
+        self.complained = ""
+        kinds = set(KINDS) if self.last is None else {k for k in KINDS if now[k] != self.last[k]}
+        self.last = now
+        if kinds:
+            self.seq += 1
+            for s in list(self.streams):
+                s.tell(kinds)
+
+    async def run(self) -> None:
+        while not self.stopping.is_set():
+            await self.step()
+            try:
+                await asyncio.wait_for(self.stopping.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for s in list(self.streams):
+            s.wake.set()
