@@ -4,6 +4,7 @@ import argparse
 import asyncio
 import ipaddress
 import os
+import signal
 import socket
 import sqlite3
 import stat
@@ -146,8 +147,11 @@ def serve(args: argparse.Namespace) -> int:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
-            loop.call_soon_threadsafe(watcher.stop)     # open event streams end, so the server can
-            super().handle_exit(sig, frame)             # type: ignore[arg-type]
+            """SIGINT or SIGTERM: stop, open event streams too, and leave
+            with status 0 (uvicorn would raise the signal again after)."""
+            loop.call_soon_threadsafe(watcher.stop)
+            self.force_exit = self.should_exit and sig == signal.SIGINT
+            self.should_exit = True
 
     config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
