@@ -10,6 +10,7 @@ LATTICE_HOME/serve-token, 0600, made when missing."""
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -68,7 +69,12 @@ def loopback_host(host: str) -> bool:
         h = h[:h.find("]") + 1] if "]" in h else h
     elif h.count(":") == 1:
         h = h.rsplit(":", 1)[0]
-    return h in LOOPBACK_HOSTS or h.startswith("127.")
+    if h in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(h.strip("[]")).is_loopback
+    except ValueError:
+        return False            # a name: localhost only (127.0.0.1.evil.example is not this host)
 
 
 class Guard:
