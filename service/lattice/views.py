@@ -45,9 +45,12 @@ def schema(name: str) -> str:
     return f"lattice.{name}/{SCHEMAS[name]}"
 
 
+LIST_KEYS = {"ras": "events"}    # the key of a listing's items, when not its schema's name
+
+
 def document(name: str, items: list[Doc], **fields: Any) -> Doc:
-    """A listing as one document: {"schema": ..., **fields, name: items}."""
-    return {"schema": schema(name), **fields, name: items}
+    """A listing as one document: {"schema": ..., **fields, "jobs"|"blocks"|"ranks"|"events": items}."""
+    return {"schema": schema(name), **fields, LIST_KEYS.get(name, name): items}
 
 
 def iso(t: float | None) -> str | None:
@@ -292,24 +295,26 @@ def ras_view(con: sqlite3.Connection, *, severity: str | None = None, block: str
         worse = rasstate.SEVERITIES[rasstate.SEVERITIES.index(severity):]
         where.append(f"severity IN ({','.join('?' * len(worse))})")
         params += worse
-    if block is not None:
+    locs: set[str] | None = None
+    jobs: set[int] = set()
+    if block is not None:         # matched here: a big block's locations are too many for one query
         if m is None:
             from lattice.state import machine
             m = machine.load()
-        locs = block_locations(con, m, block)
-        where.append(f"(location IN ({','.join('?' * len(locs))}) OR job IN (SELECT id FROM jobs WHERE block = ?))")
-        params += [*locs, block]
+        locs = set(block_locations(con, m, block))
+        jobs = {r[0] for r in con.execute("SELECT id FROM jobs WHERE block = ?", (block,))}
     if job is not None:
         where.append("job = ?")
         params.append(job)
     if where:
         q += " WHERE " + " AND ".join(where)
-    if limit is not None:
-        q = f"SELECT * FROM ({q} ORDER BY time DESC, id DESC LIMIT ?)"
-        params.append(max(0, limit))
-    return [{"id": e["id"], "time": iso_text(e["time"]), "severity": e["severity"], "component": e["component"],
-             "location": e["location"], "job": e["job"], "message": e["message"]}
-            for e in con.execute(q + " ORDER BY time, id", params)]
+    # sorted here, by the time in the one format: rows stored by an older
+    # lattice or ciod in another precision do not sort by their text
+    out = sorted(({"id": e["id"], "time": iso_text(e["time"]), "severity": e["severity"],
+                   "component": e["component"], "location": e["location"], "job": e["job"],
+                   "message": e["message"]} for e in con.execute(q, params)
+                  if locs is None or e["location"] in locs or e["job"] in jobs), key=lambda e: (e["time"], e["id"]))
+    return out if limit is None else out[max(0, len(out) - limit):]
 
 
 # ---- I/O node counters -----------------------------------------------------

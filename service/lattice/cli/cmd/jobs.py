@@ -4,6 +4,8 @@ import argparse
 import sqlite3
 import time
 
+from lattice import views
+from lattice.cli.jsonout import emit
 from lattice.state import reclaim
 from lattice.text import printable
 
@@ -16,6 +18,7 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                    help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
     p.add_argument("--running", action="store_true",
                    help="only the jobs that have not ended (starting or running), with how long they have run")
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/cli.md, JSON output)")
 
 
 def elapsed(seconds: float) -> str:
@@ -27,13 +30,15 @@ def elapsed(seconds: float) -> str:
 
 def kernel(j: sqlite3.Row) -> str:
     """cnk, linux/sandbox or linux/preload; plain linux for a job older than the record of it."""
-    if j["kernel"] == "linux" and j["sandbox"] is not None:
-        return "linux/sandbox" if j["sandbox"] else "linux/preload"
-    return j["kernel"] or "-"
+    return views.job_kernel(j["kernel"], j["sandbox"]) or "-"
 
 
 def jobs(args: argparse.Namespace) -> int:
     con = reclaim.connect()
+    if args.json:
+        emit(views.document("ranks", views.ranks_view(con, args.ranks), job=args.ranks) if args.ranks is not None
+             else views.document("jobs", views.jobs_view(con, running=args.running)))
+        return 0
     if args.ranks is not None:
         print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
         for r in con.execute("SELECT * FROM ranks WHERE job = ? ORDER BY rank", (args.ranks,)):
