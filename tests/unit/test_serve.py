@@ -81,7 +81,7 @@ def test_ras_filters(machine: Home) -> None:
     ras.record(con, "WARNING", "MMCS", "R00-M0-N00-C:J15", "elsewhere")
     con.close()
     c = client()
-    msgs = lambda q: [e["message"] for e in c.get("/api/ras" + q).json()["ras"]]  # noqa: E731
+    msgs = lambda q: [e["message"] for e in c.get("/api/ras" + q).json()["events"]]  # noqa: E731
     assert msgs("?severity=ERROR") == ["job 1 rank 0 went wrong"]
     assert msgs("?job=1") == ["job 1 rank 0 went wrong"]
     assert msgs("?block=A") == ["block A something", "job 1 rank 0 went wrong"]
@@ -104,6 +104,8 @@ def test_bad_requests_get_one_json_error(machine: Home, path: str, status: int, 
 def test_metrics_parse_and_count_the_state(machine: Home) -> None:
     con = db.connect()
     ras.record(con, "WARNING", "MMCS", "A", "one warning")
+    ras.record(con, "INFO", "MMCS", "A", "block A initialized (8 compute nodes, 1 I/O nodes) in 0.400 s")
+    ras.record(con, "INFO", "MMCS", "A", "block A initialized (8 compute nodes, 1 I/O nodes) in 3.000 s")
     con.close()
     text = client().get("/metrics").text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -119,6 +121,8 @@ def test_metrics_parse_and_count_the_state(machine: Home) -> None:
     launch = {s.labels.get("le"): s.value for s in fams["lattice_job_launch_seconds"].samples
               if s.name.endswith("_bucket")}
     assert launch["0.25"] == 0 and launch["0.5"] == 1 and launch["+Inf"] == 1     # submitted 100.0, started 100.5
+    boot = {s.labels.get("le", s.name): s.value for s in fams["lattice_block_boot_seconds"].samples}
+    assert boot["0.5"] == 1 and boot["5.0"] == 2 and boot["lattice_block_boot_seconds_sum"] == 3.4
     for name in ("lattice_ionode_calls", "lattice_ionode_bytes", "lattice_ionode_call_seconds",
                  "lattice_hugepages_held", "lattice_host_hugepages", "lattice_job_run_seconds"):
         assert name in fams, name
@@ -214,7 +218,7 @@ def test_watcher_imports_the_ras_spool(machine: Home) -> None:
         w = Watcher()
         await w.step()
     asyncio.run(go())
-    assert [e["message"] for e in client().get("/api/ras").json()["ras"]] == ["spooled one"]
+    assert [e["message"] for e in client().get("/api/ras").json()["events"]] == ["spooled one"]
 
 
 def test_token_file(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ name is documented in docs/cli.md, "lattice serve"."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from typing import Iterable, Iterator
 
@@ -23,6 +24,8 @@ SEVERITIES = ("INFO", "WARNING", "ERROR", "FATAL")
 NO_BLOCK = views.NO_BLOCK      # a node's state label when no block holds it
 # seconds from a job's submission to its ranks running; from then to its end
 LAUNCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+BOOT_BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+BOOTED = re.compile(r"block \S+ initialized \(.*\) in ([0-9.]+) s")   # lattice.nodes.boot's RAS event
 RUN_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 36000.0, 86400.0)
 COUNTERS_TIMEOUT = 3.0      # a scrape waits this long at most for a booted block's I/O node
 
@@ -72,6 +75,11 @@ class StateCollector(Collector):
         for b in bl:
             g.add_metric([b.name, b.state], b.size)
         yield g
+        took = [float(t[1]) for r in con.execute("SELECT message FROM ras WHERE component = 'MMCS' AND severity = "
+                                                 "'INFO' AND message LIKE 'block % initialized (%) in % s'")
+                if (t := BOOTED.fullmatch(r["message"]))]
+        yield histogram("lattice_block_boot_seconds", "Seconds each boot of a block took, from Booting to "
+                        "Initialized (the boots the RAS log records)", took, BOOT_BUCKETS)
         c = CounterMetricFamily("lattice_ras_events", "RAS events recorded, by severity", labels=["severity"])
         counts = dict(con.execute("SELECT severity, count(*) FROM ras GROUP BY severity").fetchall())
         for s in SEVERITIES:

@@ -305,7 +305,7 @@ async function loadRas() {
   }
   const tb = $("ras").tBodies[0];
   tb.replaceChildren();
-  for (const e of doc.ras.slice().reverse()) {
+  for (const e of doc.events.slice().reverse()) {
     const tr = el("tr");
     tr.dataset.id = e.id;
     tr.dataset.severity = e.severity;
