@@ -23,7 +23,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from conftest import EXAMPLES, Machine, build_probe, make_machine
+from conftest import EXAMPLES, LATTICE, Machine, build_probe, make_machine
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 GUARD = 180         # seconds: a hang guard only, every wait ends on an event
@@ -159,6 +159,33 @@ def test_a_ras_event_appears(m: Machine, browser: webdriver.Chrome) -> None:
     assert row.get_attribute("data-severity") == "ERROR"
     assert {e.get_attribute("data-severity") for e in d.find_elements(By.CSS_SELECTOR, "#ras tbody tr")} == {"ERROR"}
     assert d.execute_script("return window.notReloaded") is True
+
+
+def test_the_server_starts_a_queued_job_when_no_command_runs(m: Machine, probe: str, url: str,
+                                                             browser: webdriver.Chrome) -> None:
+    """A run killed outright leaves its job Running in the record and its
+    block busy; a job queued behind it starts once the server's loop has
+    swept the dead run and dispatched the queue, with no command run."""
+    d = browser
+    env = dict(m.env, LATTICE_WARM="0")         # the run's own process, to kill
+    run = subprocess.Popen([*LATTICE, "run", "-n", "2", "--block", "R00", probe, "graceful"], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None and "ready" in run.stdout.readline()
+        queued = m.run("submit", "-n", "2", "--block", "R00", "-o", str(m.work / "q-%j.out"),
+                       str(EXAMPLES / "exit_code"), "0", "0").stdout.strip()
+        assert queued.isdigit()
+        wait(d, css(d, f"#jobs tr[data-job='{queued}'][data-state='Queued']"), "the queued job never showed")
+        run.kill()
+        run.communicate(timeout=GUARD)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    wait(d, css(d, f"#jobs tr[data-job='{queued}'][data-state='Terminated']"),
+         "the queued job never ran: nothing dispatched it")
+    job = json.loads(get(url + f"api/jobs/{queued}"))
+    assert job["job"]["status"] == 0 and [r["how"] for r in job["ranks"]] == ["exit", "exit"]
 
 
 def test_counters_show_the_shipped_calls(browser: webdriver.Chrome) -> None:

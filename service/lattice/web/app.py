@@ -15,6 +15,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from lattice.state import machine
 from lattice.web import api, metrics
 from lattice.web.auth import ASGIApp, Guard, Message, Receive, Scope, Send
 from lattice.web.watch import Watcher
@@ -58,7 +59,7 @@ def make_metrics_route() -> Callable[[Request], object]:
 
 
 def build(token: str | None, unix: bool = False,
-          dispatch: Callable[[sqlite3.Connection], object] | None = None,
+          dispatch: Callable[[sqlite3.Connection, machine.Machine], object] | None = None,
           watch: bool = True) -> tuple[ASGIApp, Watcher]:
     """The whole server: token None means no token is asked (see
     lattice.web.auth); dispatch starts queued jobs (lattice.web.watch)."""

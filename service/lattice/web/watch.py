@@ -4,11 +4,12 @@ open /api/events stream.
 Every INTERVAL seconds it imports the I/O nodes' RAS spool (as `lattice ras`
 does) and reads a fingerprint of the blocks, the jobs and the RAS log; a
 change wakes the streams, each told which of the three changed so that the
-console fetches only those again.  Every CHORES seconds it also sweeps what
-dead processes left behind (lattice.state.reclaim, as every command does),
-so that a run killed outright does not stay Running on the console, and
-starts the queued jobs whose turn has come, so that they start with no
-command running.  A stream that falls behind loses nothing: it is told the
+console fetches only those again.  On a change of the jobs or blocks, and
+every CHORES seconds, it starts the queued jobs whose turn has come
+(lattice.jobs.queue.dispatch), so that they start with no command running;
+every CHORES seconds it also sweeps what dead processes left behind
+(lattice.state.reclaim, as every command does), so that a run killed
+outright does not stay Running on the console.  A stream that falls behind loses nothing: it is told the
 union of what changed since it last looked."""
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class Stream:
 
 
 class Watcher:
-    def __init__(self, dispatch: Callable[[sqlite3.Connection], object] | None = None,
+    def __init__(self, dispatch: Callable[[sqlite3.Connection, machine.Machine], object] | None = None,
                  interval: float = INTERVAL, chores: float = CHORES) -> None:
         self.streams: set[Stream] = set()
         self.seq = 0
@@ -84,12 +85,18 @@ class Watcher:
         con = db.connect()
         try:
             ras.ingest(con)
-            if time.monotonic() >= self.chores_at:
-                self.chores_at = time.monotonic() + self.chores
-                reclaim.sweep(con, machine.load())
-                if self.dispatch is not None:
-                    self.dispatch(con)
-            return fingerprint(con)
+            now = fingerprint(con)
+            due = time.monotonic() >= self.chores_at
+            moved = self.last is None or any(now[k] != self.last[k] for k in ("jobs", "blocks"))
+            if due or moved:        # a job ended or a block came up: a queued job may start now
+                m = machine.load()
+                if due:
+                    self.chores_at = time.monotonic() + self.chores
+                    reclaim.sweep(con, m)
+                started = self.dispatch(con, m) if self.dispatch is not None else None
+                if due or started:
+                    now = fingerprint(con)
+            return now
         finally:
             con.close()
 

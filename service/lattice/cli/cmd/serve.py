@@ -6,10 +6,8 @@ import ipaddress
 import os
 import signal
 import socket
-import sqlite3
 import stat
 import sys
-from typing import Callable
 
 from lattice.errors import LatticeError
 from lattice.state import machine
@@ -102,17 +100,6 @@ def unix_socket(path: str, mode: int) -> socket.socket:
     return s
 
 
-def dispatcher() -> Callable[[sqlite3.Connection], object] | None:
-    """The queue's entry that starts queued jobs whose turn has come, if this
-    lattice has a queue (lattice.jobs.queue)."""
-    import importlib
-    try:
-        queue = importlib.import_module("lattice.jobs.queue")
-    except ImportError:
-        return None
-    return getattr(queue, "dispatch", None)
-
-
 def serve(args: argparse.Namespace) -> int:
     machine.require()
     host, port = parse_listen(args.listen)
@@ -131,7 +118,8 @@ def serve(args: argparse.Namespace) -> int:
     sock = unix_socket(str(port), mode) if unix else tcp_socket(host, int(port))
     import uvicorn
     from lattice.web import app as webapp
-    asgi, watcher = webapp.build(token, unix=unix, dispatch=dispatcher())
+    from lattice.jobs import queue
+    asgi, watcher = webapp.build(token, unix=unix, dispatch=queue.dispatch_quietly)
     if unix:
         url = f"http://localhost/ (through unix:{port})"
     else:
