@@ -249,7 +249,7 @@ async function loadJobs() {
     tr.append(el("td", j.id, "num"), el("td", j.block || "-"), el("td", j.user), el("td", j.ranks, "num"),
               el("td", j.kernel || "-"), el("td", j.state, "state-" + j.state),
               el("td", j.status === null ? "-" : j.status, "num"), el("td", when(j.started || j.submitted)),
-              el("td", elapsed(j.elapsed), "num"), el("td", j.command + (j.message ? "  # " + j.message : ""), "cmd"));
+              el("td", elapsed(j.elapsed), "num"), el("td", j.command + (j.message ? "  # " + j.message : "") + (j.reason ? "  # " + j.reason : ""), "cmd"));
     tr.addEventListener("click", () => { state.selectedJob = j.id; loadJobs(); });
     tb.append(tr);
   }
