@@ -40,11 +40,13 @@ async def answer(fn: Callable[[sqlite3.Connection, machine.Machine], Any], missi
     {"error": message} with status `missing`."""
     try:
         doc = await run_in_threadpool(read, fn)
-    except BadRequest as e:
-        return JSONResponse({"error": str(e)}, status_code=400)
     except LatticeError as e:
         return JSONResponse({"error": e.message}, status_code=missing)
     return JSONResponse(doc, headers={"cache-control": "no-store"})
+
+
+def bad(e: BadRequest) -> Response:
+    return JSONResponse({"error": str(e)}, status_code=400)
 
 
 def number(request: Request, name: str, most: int | None = None) -> int | None:
@@ -58,13 +60,6 @@ def number(request: Request, name: str, most: int | None = None) -> int | None:
 
 def flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "") in ("1", "true", "yes")
-
-
-async def guarded(request: Request, fn: Callable[[Request], Any]) -> Response:
-    try:
-        return await answer(fn(request))
-    except BadRequest as e:
-        return JSONResponse({"error": str(e)}, status_code=400)
 
 
 async def machine_doc(request: Request) -> Response:
@@ -82,16 +77,17 @@ async def blocks_doc(request: Request) -> Response:
 
 
 async def jobs_doc(request: Request) -> Response:
-    def make(r: Request) -> Callable[[sqlite3.Connection, machine.Machine], Any]:
-        running, limit = flag(r, "running"), number(r, "limit", MAX_LIMIT)
-        return lambda con, m: views.document("jobs", views.jobs_view(con, running=running, limit=limit))
-    return await guarded(request, make)
+    try:
+        running, limit = flag(request, "running"), number(request, "limit", MAX_LIMIT)
+    except BadRequest as e:
+        return bad(e)
+    return await answer(lambda con, m: views.document("jobs", views.jobs_view(con, running=running, limit=limit)))
 
 
 async def job_doc(request: Request) -> Response:
     text = request.path_params["job"]
     if not text.isdigit():
-        return JSONResponse({"error": f"bad job id {text!r}"}, status_code=400)
+        return bad(BadRequest(f"bad job id {text!r}"))
     job = int(text)
 
     def one(con: sqlite3.Connection, m: machine.Machine) -> Any:
@@ -103,17 +99,14 @@ async def job_doc(request: Request) -> Response:
 
 
 async def ras_doc(request: Request) -> Response:
-    def make(r: Request) -> Callable[[sqlite3.Connection, machine.Machine], Any]:
-        severity = r.query_params.get("severity") or None
-        block = r.query_params.get("block") or None
-        job, limit = number(r, "job"), number(r, "limit", MAX_LIMIT)
-        return lambda con, m: views.document("ras", views.ras_view(con, severity=severity, block=block, job=job,
-                                                                   limit=limit, m=m))
+    severity = request.query_params.get("severity") or None
+    block = request.query_params.get("block") or None
     try:
-        fn = make(request)
+        job, limit = number(request, "job"), number(request, "limit", MAX_LIMIT)
     except BadRequest as e:
-        return JSONResponse({"error": str(e)}, status_code=400)
-    return await answer(fn, missing=400)
+        return bad(e)
+    return await answer(lambda con, m: views.document("ras", views.ras_view(
+        con, severity=severity, block=block, job=job, limit=limit, m=m)), missing=400)
 
 
 async def counters_doc(request: Request) -> Response:

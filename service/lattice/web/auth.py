@@ -102,7 +102,8 @@ class Guard:
                 await reply(send, 401, "wrong token\n")
                 return
             del query["token"]
-            where = scope["path"] + ("?" + urlencode(query) if query else "")
+            path = scope["path"] if not scope["path"].startswith("//") else "/"    # "//host" would leave the site
+            where = path + ("?" + urlencode(query) if query else "")
             await reply(send, 303, "", [("location", where),
                                         ("set-cookie", f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict")])
             return

@@ -7,6 +7,7 @@ const STATE_ALPHA = { Initialized: 1.0, Booting: 0.6, Allocated: 0.6, Terminatin
 const PALETTE = [[31, 119, 180], [255, 127, 14], [44, 160, 44], [148, 103, 189], [140, 86, 75], [227, 119, 194],
                  [23, 190, 207], [188, 189, 34], [57, 59, 121], [99, 121, 57], [140, 109, 49], [123, 65, 115]];
 const NO_BLOCK = [215, 219, 224];
+const MAX_RANK_ROWS = 1024;     // a job's rank ends shown; the rest are counted
 const ERROR_RGB = [200, 30, 30];
 const state = { machine: null, blocks: [], jobs: [], ras: [], selectedJob: null, layout: null, owner: null };
 
@@ -268,13 +269,19 @@ async function loadJob(id) {
     j.message || ""].filter(Boolean).join(" · ");
   const tb = $("ranks").tBodies[0];
   tb.replaceChildren();
-  for (const r of doc.ranks) {
+  for (const r of doc.ranks.slice(0, MAX_RANK_ROWS)) {
     const tr = el("tr");
     tr.dataset.rank = r.rank;
     tr.dataset.how = r.how || "";
     tr.append(el("td", r.rank, "num"), el("td", r.location), el("td", r.how || ""),
               el("td", r.value === null ? "" : r.value, "num"),
               el("td", [r.message, r.report].filter(Boolean).join("  "), "cmd"));
+    tb.append(tr);
+  }
+  if (doc.ranks.length > MAX_RANK_ROWS) {
+    const tr = el("tr"), td = el("td", (doc.ranks.length - MAX_RANK_ROWS) + " more ranks: lattice jobs --ranks " + j.id);
+    td.colSpan = 5;
+    tr.append(td);
     tb.append(tr);
   }
   if (!doc.ranks.length) {
