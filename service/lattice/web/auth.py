@@ -102,7 +102,9 @@ class Guard:
                 await reply(send, 401, "wrong token\n")
                 return
             del query["token"]
-            path = scope["path"] if not scope["path"].startswith("//") else "/"    # "//host" would leave the site
+            path = scope["path"]
+            if path[1:2] in ("/", "\\"):      # "//host", "/\\host": a browser would leave the site
+                path = "/"
             where = path + ("?" + urlencode(query) if query else "")
             await reply(send, 303, "", [("location", where),
                                         ("set-cookie", f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict")])
