@@ -224,6 +224,26 @@ def test_watcher_imports_the_ras_spool(machine: Home) -> None:
     assert [e["message"] for e in client().get("/api/ras").json()["events"]] == ["spooled one"]
 
 
+def test_a_damaged_database_is_one_line_and_the_loop_goes_on(machine: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    c = client()
+    assert c.get("/api/blocks").status_code == 200
+    for suffix in ("-wal", "-shm"):
+        (machine.path / f"lattice.db{suffix}").unlink(missing_ok=True)
+    (machine.path / "lattice.db").write_bytes(b"not a database, not at all " * 200)
+    r = c.get("/api/jobs")
+    assert r.status_code == 503 and "cannot open the database" in r.json()["error"]
+
+    async def go() -> None:
+        w = Watcher()
+        s = w.subscribe()
+        await w.step()
+        await w.step()
+        assert not s.changed
+    asyncio.run(go())
+    err = capsys.readouterr().err
+    assert err.count("lattice serve: warning: reading the machine's state: cannot open the database") == 1, err
+
+
 def test_token_file(tmp_path: Path) -> None:
     t = auth.load_token(tmp_path)
     f = auth.token_file(tmp_path)

@@ -27,8 +27,15 @@ class BadRequest(Exception):
     pass
 
 
+class Unavailable(Exception):
+    """The machine's state cannot be read now (its database damaged, locked, gone)."""
+
+
 def read(fn: Callable[[sqlite3.Connection, machine.Machine], Any]) -> Any:
-    con = db.connect()
+    try:
+        con = db.connect()
+    except LatticeError as e:
+        raise Unavailable(e.message) from e
     try:
         return fn(con, machine.load())
     finally:
@@ -42,6 +49,11 @@ async def answer(fn: Callable[[sqlite3.Connection, machine.Machine], Any], missi
         doc = await run_in_threadpool(read, fn)
     except LatticeError as e:
         return JSONResponse({"error": e.message}, status_code=missing)
+    except Exception as e:      # the database failed under the request: one line, no traceback
+        line = str(e) if isinstance(e, Unavailable) else db.failure_line(e)
+        if line is None:
+            raise
+        return JSONResponse({"error": line}, status_code=503, headers={"retry-after": "5"})
     return JSONResponse(doc, headers={"cache-control": "no-store"})
 
 

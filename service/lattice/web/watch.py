@@ -30,16 +30,17 @@ CHORES = 5.0
 
 
 def fingerprint(con: sqlite3.Connection) -> dict[str, Any]:
-    """Values that change whenever what the console shows of each kind does."""
+    """Values that change whenever what the console shows of each kind does
+    (plain SQL: the same on every database backend)."""
+    def rows(q: str) -> tuple[tuple[Any, ...], ...]:
+        return tuple(tuple(r) for r in con.execute(q).fetchall())
     return {
-        "blocks": con.execute("SELECT group_concat(name || ':' || state || ':' || changed, ',') "
-                              "FROM (SELECT name, state, changed FROM blocks ORDER BY name)").fetchone()[0],
-        "jobs": tuple(con.execute("SELECT max(id), count(started), count(ended) FROM jobs").fetchone())
-        + tuple(con.execute("SELECT group_concat(id || state, ',') FROM jobs WHERE ended IS NULL").fetchone())
+        "blocks": rows("SELECT name, state, changed FROM blocks ORDER BY name"),
+        "jobs": rows("SELECT max(id), count(started), count(ended) FROM jobs")
+        + rows("SELECT id, state FROM jobs WHERE ended IS NULL ORDER BY id")
         # the ranks of jobs not ended yet: a rank's end shows before its job's
-        + tuple(con.execute("SELECT count(*), count(how) FROM ranks WHERE job IN "
-                            "(SELECT id FROM jobs WHERE ended IS NULL)").fetchone()),
-        "ras": con.execute("SELECT max(id) FROM ras").fetchone()[0],
+        + rows("SELECT count(*), count(how) FROM ranks WHERE job IN (SELECT id FROM jobs WHERE ended IS NULL)"),
+        "ras": rows("SELECT max(id) FROM ras"),
     }
 
 
@@ -103,8 +104,8 @@ class Watcher:
     async def step(self) -> None:
         try:
             now = await run_in_threadpool(self.look)
-        except (LatticeError, sqlite3.Error, OSError) as e:     # the next round tries again; said once
-            text = e.message if isinstance(e, LatticeError) else str(e)
+        except Exception as e:      # the loop outlives a failed round (a locked or unreachable database): said once
+            text = e.message if isinstance(e, LatticeError) else db.failure_line(e) or f"{type(e).__name__}: {e}"
             if text != self.complained:
                 print(f"lattice serve: warning: reading the machine's state: {text}", file=sys.stderr, flush=True)
             self.complained = text
