@@ -22,6 +22,7 @@ import time
 from typing import Any, Iterable, NamedTuple
 
 from lattice.errors import LatticeError
+from lattice.nodes import placement
 from lattice.state import blocks as blockstate
 from lattice.state import personality as personalitystate
 from lattice.state import ras as rasstate
@@ -92,7 +93,6 @@ class NodeState(NamedTuple):
 
 
 def node_state(con: sqlite3.Connection, m: Machine) -> NodeState:
-    from lattice.nodes import placement     # here: a listing that does not need hosts need not import it
     every = blockstate.all_blocks(con)
     owner = {p: b for b in every for p in b.psets(m)}
     lost = {loc for b in every if b.state != "Free" for loc in reclaim.lost_daemons(con, m, b.name)}
@@ -236,7 +236,9 @@ def job_view(j: sqlite3.Row, now: float) -> Doc:
             "kernel": job_kernel(j["kernel"], j["sandbox"]), "state": j["state"], "status": j["status"],
             "submitted": iso(j["submitted"]), "started": iso(started), "ended": iso(ended),
             "elapsed": max(0.0, (ended or now) - started) if started else None,
-            "command": j["args"], "message": j["message"], "calls": calls}
+            "command": j["args"], "message": j["message"], "calls": calls,
+            # why a Queued job waits: the queue's column (lattice.jobs.queue), absent from older schemas
+            "reason": j["reason"] if j["state"] == "Queued" and "reason" in j.keys() else None}
 
 
 def jobs_view(con: sqlite3.Connection, *, running: bool = False, job: int | None = None,
@@ -252,7 +254,7 @@ def jobs_view(con: sqlite3.Connection, *, running: bool = False, job: int | None
         params.append(job)
     q = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
     if limit is not None:
-        q = f"SELECT * FROM ({q} ORDER BY id DESC LIMIT ?)"
+        q = f"SELECT * FROM ({q} ORDER BY id DESC LIMIT ?) AS recent"   # PostgreSQL wants the alias
         params.append(max(0, limit))
     now = time.time()
     return [job_view(j, now) for j in con.execute(q + " ORDER BY id", params)]
@@ -302,7 +304,7 @@ def ras_view(con: sqlite3.Connection, *, severity: str | None = None, block: str
             from lattice.state import machine
             m = machine.load()
         locs = set(block_locations(con, m, block))
-        jobs = {r[0] for r in con.execute("SELECT id FROM jobs WHERE block = ?", (block,))}
+        jobs = {r["id"] for r in con.execute("SELECT id FROM jobs WHERE block = ?", (block,))}
     if job is not None:
         where.append("job = ?")
         params.append(job)

@@ -138,9 +138,9 @@ def test_json_is_indented_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None
 def test_machine_summary_table(made: Made) -> None:
     out = made.home.ok("machine", "--summary").out.splitlines()
     assert out[0].startswith("2x2x4 torus, 16 compute nodes, 2 I/O nodes (psets of 8)")
-    assert out[1] == "compute nodes by state: 8 Free, 8 Error; 1 nodes LOST (daemon gone)"
+    assert out[1] == "compute nodes by state: 8 Free, 8 Error; 1 node LOST (daemon gone)"
     assert out[3].split() == ["local", "2", "16", "8", "Free,", "8", "Error"]
-    assert out[5].split() == ["0", "R00-M0-N00-I:J00", "local", "A", "Error,", "1", "nodes", "LOST"]
+    assert out[5].split() == ["0", "R00-M0-N00-I:J00", "local", "A", "Error,", "1", "node", "LOST"]
     assert out[6].split() == ["1", "R00-M0-N00-I:J01", "local", "B", "Free"]
 
 

@@ -184,7 +184,7 @@ def test_jobs_view_every_column_with_iso_times_and_elapsed_seconds(made: Made) -
     assert j1 == {"id": 1, "block": "A", "user": "u1", "ranks": 2, "kernel": "cnk", "state": "Terminated",
                   "status": 0, "submitted": "2026-05-28T20:26:40.250000Z", "started": "2026-05-28T20:26:41.250000Z",
                   "ended": "2026-05-28T20:26:43.750000Z", "elapsed": 2.5, "command": '/bin/x "a b"',
-                  "message": None, "calls": {"local": 10, "shipped": 20, "unsupported": 0}}
+                  "message": None, "calls": {"local": 10, "shipped": 20, "unsupported": 0}, "reason": None}
     assert (j2["kernel"], j2["status"], j2["ended"], j2["calls"]) == ("linux/sandbox", None, None, None)
     assert before - (T0 + 11) <= j2["elapsed"] <= after - (T0 + 11)     # still running: from its start to now
     assert (j3["kernel"], j3["started"], j3["elapsed"]) == ("linux/preload", None, None)

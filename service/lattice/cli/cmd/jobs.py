@@ -4,10 +4,10 @@ import argparse
 import sqlite3
 import time
 
-from lattice import views
-from lattice.cli.jsonout import emit
 from lattice.state import machine, reclaim
 from lattice.text import printable
+from lattice import views
+from lattice.cli.jsonout import emit
 
 description = ("list jobs with their kernel, state, exit status and time, queued ones with why they wait "
                "(--running: those not ended yet)")
@@ -15,12 +15,12 @@ ACTIVE = reclaim.ACTIVE
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/cli.md, JSON output)")
     p.add_argument("--ranks", type=int, metavar="JOB",
                    help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
     p.add_argument("--running", action="store_true",
                    help="only the jobs that have not ended (queued, with why they wait; starting; running), with "
                         "how long they have run")
-    p.add_argument("--json", action="store_true", help="one JSON document (docs/cli.md, JSON output)")
 
 
 def elapsed(seconds: float) -> str:
@@ -37,9 +37,8 @@ def kernel(j: sqlite3.Row) -> str:
 
 def jobs(args: argparse.Namespace) -> int:
     con = reclaim.connect()
-    if args.json:
-        emit(views.document("ranks", views.ranks_view(con, args.ranks), job=args.ranks) if args.ranks is not None
-             else views.document("jobs", views.jobs_view(con, running=args.running)))
+    if args.ranks is not None and args.json:
+        emit(views.document("ranks", views.ranks_view(con, args.ranks), job=args.ranks))
         return 0
     if args.ranks is not None:
         print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
@@ -50,6 +49,9 @@ def jobs(args: argparse.Namespace) -> int:
         return 0
     from lattice.jobs import queue          # here: --ranks needs none of it
     queue.dispatch_quietly(con, machine.load())     # a runner gone meanwhile may have made room
+    if args.json:       # after anything that brings the records up to date
+        emit(views.document("jobs", views.jobs_view(con, running=args.running)))
+        return 0
     where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
     rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
     print(f"{'id':>5} {'block':<14} {'user':<10} {'ranks':>5} {'kernel':<13} {'state':<10} {'status':>6} "

@@ -61,6 +61,10 @@ def print_nodes(m: Machine, doc: dict[str, Any]) -> None:
     print("\n".join(out))
 
 
+def nodes(n: int) -> str:
+    return f"{n} node{'' if n == 1 else 's'}"
+
+
 def counts(by_state: dict[str, int]) -> str:
     return ", ".join(f"{n} {state}" for state, n in by_state.items()) or "none"
 
@@ -68,7 +72,7 @@ def counts(by_state: dict[str, int]) -> str:
 def print_summary(m: Machine, doc: dict[str, Any]) -> None:
     print(header(m, doc))
     print(f"compute nodes by state: {counts(doc['by_state'])}"
-          + (f"; {doc['lost']} nodes LOST (daemon gone)" if doc["lost"] else ""))
+          + (f"; {nodes(doc['lost'])} LOST (daemon gone)" if doc["lost"] else ""))
     print(f"{'host':<16} {'I/O nodes':>9} {'compute':>9}  compute nodes by state")
     for h in doc["hosts"]:
         print(f"{h['host'] or '-':<16} {h['io_nodes']:>9} {h['compute_nodes']:>9}  {counts(h['by_state'])}")
@@ -79,7 +83,7 @@ def print_summary(m: Machine, doc: dict[str, Any]) -> None:
         span = f"{a['pset']}" if first == last else f"{a['pset']}-{b['pset']}"
         lost = sum(p["lost"] for p in doc["psets"][first:last + 1])
         print(f"{span:<11} {ios:<37} {a['host'] or '-':<12} {a['block'] or '-':<16} {a['state']}"
-              + (f", {lost} nodes LOST" if lost else ""))
+              + (f", {nodes(lost)} LOST" if lost else ""))
 
 
 def runs(psets: list[dict[str, Any]]) -> list[tuple[int, int]]:
