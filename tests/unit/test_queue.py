@@ -165,10 +165,13 @@ def test_the_queue_survives_its_dispatcher(m2: Path, spawned: list[int]) -> None
 
 
 def test_submit_checks_as_run_does_and_says_one_line(m2: Path, spawned: list[int]) -> None:
+    con = con_of()
+    block(con, "B", "2x2x1", "0,0,0")
     for args, words in ((["-n", "0", "/bin/true"], "-n must be at least 1"),
                         (["/no/such/program"], "no such file"),
                         (["-n", "9", "--mode", "co", "/bin/true"], "do not fit in the 8 compute nodes"),
-                        (["--print-map", "/bin/true"], "--print-map queues nothing")):
+                        (["--print-map", "/bin/true"], "--print-map queues nothing"),
+                        (["--block", "B", "-n", "9", "/bin/true"], "do not fit in block B")):
         status, out, err = lattice("submit", *args)
         assert status == 1 and out == "" and err.startswith(f"lattice: error: ") and words in err, (args, err)
         assert "Traceback" not in err
@@ -211,4 +214,40 @@ def test_chdir_finds_a_relative_program_in_dir(tmp_path: Path) -> None:
 def test_migration_adds_the_queue_columns(tmp_path: Path) -> None:
     con = db.connect(tmp_path / "x.db")
     cols = {r[1] for r in con.execute("PRAGMA table_info(jobs)")}
-    assert {"request", "reason", "need_nodes", "need_block", "gid", "groups"} <= cols
+    assert {"request", "reason", "need_nodes", "need_block", "gid", "group_ids"} <= cols
+
+
+def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, tmp_path: Path,
+                                                                      spawned: list[int]) -> None:
+    """`lattice run --wait` on a busy block: its record is Queued with why
+    (in `lattice jobs --running`), its waiting line names the job, and
+    `lattice cancel` ends the wait (the run exits 1 saying so)."""
+    con = con_of()
+    block(con, "A", "2x2x2", "0,0,0", "Initialized")     # looks booted: nothing is sent while it is busy
+    held = running_on(con, "A")
+    con.close()
+    env = {**os.environ, "LATTICE_HOME": str(m2), "LATTICE_WARM": "0",
+           "PYTHONPATH": str(Path(queue.__file__).parents[2])}
+    run = subprocess.Popen([sys.executable, "-m", "lattice", "run", "--block", "A", "--wait", "--kernel", "linux",
+                            "-n", "1", "/bin/true"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stderr is not None
+        line = run.stderr.readline()        # said when it starts waiting: its record is there by then
+        con = con_of()
+        row = con.execute("SELECT * FROM jobs WHERE id != ?", (held,)).fetchone()
+        assert line.startswith(f"lattice: job {row['id']} queued: block A is busy: job {held}"), line
+        assert row["state"] == "Queued" and row["block"] is None and row["reason"].startswith("block A is busy")
+        listing = lattice("jobs", "--running")[1]
+        assert f"# block A is busy: job {held}" in listing and " Queued " in listing, listing
+        later = submit("--block", "A", "-n", "1", "/bin/true")      # first come: the waiting run keeps A
+        assert rows(con)[later]["reason"] == f"behind job {row['id']} (waiting for block A)"
+        status, out, err = lattice("cancel", str(row["id"]))
+        assert status == 0 and f"job {row['id']} cancelled (it was queued" in out, err
+        _, rest = run.communicate(timeout=120)
+        assert run.returncode == 1 and f"lattice: error: job {row['id']} was cancelled before it started" in rest, rest
+        assert con.execute("SELECT state FROM jobs WHERE id = ?", (row["id"],)).fetchone()[0] == "Terminated"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
