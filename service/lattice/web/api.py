@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from typing import Any, AsyncIterator, Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from lattice.web import Connection
 from lattice import views
 from lattice.errors import LatticeError
 from lattice.state import blocks as blockstate
@@ -31,7 +31,7 @@ class Unavailable(Exception):
     """The machine's state cannot be read now (its database damaged, locked, gone)."""
 
 
-def read(fn: Callable[[sqlite3.Connection, machine.Machine], Any]) -> Any:
+def read(fn: Callable[[Connection, machine.Machine], Any]) -> Any:
     try:
         con = db.connect()
     except LatticeError as e:
@@ -42,7 +42,7 @@ def read(fn: Callable[[sqlite3.Connection, machine.Machine], Any]) -> Any:
         con.close()
 
 
-async def answer(fn: Callable[[sqlite3.Connection, machine.Machine], Any], missing: int = 404) -> Response:
+async def answer(fn: Callable[[Connection, machine.Machine], Any], missing: int = 404) -> Response:
     """fn's document as JSON; a LatticeError (no such block, job, node) as
     {"error": message} with status `missing`."""
     try:
@@ -102,7 +102,7 @@ async def job_doc(request: Request) -> Response:
         return bad(BadRequest(f"bad job id {text!r}"))
     job = int(text)
 
-    def one(con: sqlite3.Connection, m: machine.Machine) -> Any:
+    def one(con: Connection, m: machine.Machine) -> Any:
         found = views.jobs_view(con, job=job)
         if not found:
             raise LatticeError(f"no job {job}")
@@ -124,7 +124,7 @@ async def ras_doc(request: Request) -> Response:
 async def counters_doc(request: Request) -> Response:
     name = request.path_params["block"]
 
-    def ask(con: sqlite3.Connection, m: machine.Machine) -> Any:
+    def ask(con: Connection, m: machine.Machine) -> Any:
         state = blockstate.get(con, name).state
         if state != "Initialized":
             raise LatticeError(f"block {name} is {state}: counters come from a booted block's I/O nodes")

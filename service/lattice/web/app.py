@@ -3,7 +3,6 @@ headers every answer carries, and the loop's life (lattice.web.watch)."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -15,6 +14,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from lattice.web import Connection
 from lattice.state import machine
 from lattice.web import api, metrics
 from lattice.web.auth import ASGIApp, Guard, Message, Receive, Scope, Send
@@ -59,7 +59,7 @@ def make_metrics_route() -> Callable[[Request], object]:
 
 
 def build(token: str | None, unix: bool = False,
-          dispatch: Callable[[sqlite3.Connection, machine.Machine], object] | None = None,
+          dispatch: Callable[[Connection, machine.Machine], object] | None = None,
           watch: bool = True) -> tuple[ASGIApp, Watcher]:
     """The whole server: token None means no token is asked (see
     lattice.web.auth); dispatch starts queued jobs (lattice.web.watch)."""

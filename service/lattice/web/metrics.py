@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from typing import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
+from lattice.web import Connection
 from lattice import views
 from lattice.errors import LatticeError
 from lattice.nodes import boot, hugepages
@@ -50,7 +50,7 @@ class StateCollector(Collector):
         finally:
             con.close()
 
-    def machine_metrics(self, con: sqlite3.Connection, m: machine.Machine) -> Iterator[Metric]:
+    def machine_metrics(self, con: Connection, m: machine.Machine) -> Iterator[Metric]:
         bl = blocks.all_blocks(con)
         nodes = {(k, s): 0 for k in ("compute", "io") for s in (*BLOCK_STATES, NO_BLOCK)}
         pset_state = {p: NO_BLOCK for p in range(m.psets)}
@@ -86,7 +86,7 @@ class StateCollector(Collector):
             c.add_metric([s], counts.get(s, 0))
         yield c
 
-    def job_metrics(self, con: sqlite3.Connection) -> Iterator[Metric]:
+    def job_metrics(self, con: Connection) -> Iterator[Metric]:
         counts = dict(con.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
         g = GaugeMetricFamily("lattice_jobs", "Jobs in the record, by state", labels=["state"])
         for s in JOB_STATES:
@@ -98,7 +98,7 @@ class StateCollector(Collector):
         yield histogram("lattice_job_run_seconds", "Seconds from a job's ranks running to its end (ended jobs)",
                         (r["ended"] - r["started"] for r in rows if r["ended"] is not None), RUN_BUCKETS)
 
-    def ionode_metrics(self, con: sqlite3.Connection, m: machine.Machine) -> Iterator[Metric]:
+    def ionode_metrics(self, con: Connection, m: machine.Machine) -> Iterator[Metric]:
         """The shipped calls of every booted block's I/O nodes, asked of them now."""
         calls = CounterMetricFamily("lattice_ionode_calls", "Calls an I/O node executed for its compute nodes, "
                                     "by operation", labels=["block", "ionode", "op"])
@@ -140,7 +140,7 @@ class StateCollector(Collector):
                         latency.add_metric(labels, buckets, full.ns.get(op, 0) / 1e9)
         yield from (calls, nbytes, latency, up)
 
-    def hugepage_metrics(self, con: sqlite3.Connection) -> Iterator[Metric]:
+    def hugepage_metrics(self, con: Connection) -> Iterator[Metric]:
         """Huge pages this machine's blocks and jobs hold (the host's book,
         lattice.nodes.hugepages), and the host's pools."""
         mine = f"{machine.home().resolve()}:"

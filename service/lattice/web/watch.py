@@ -14,13 +14,13 @@ union of what changed since it last looked."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import sys
 import time
 from typing import Any, Callable
 
 from starlette.concurrency import run_in_threadpool
 
+from lattice.web import Connection
 from lattice.errors import LatticeError
 from lattice.state import db, machine, ras, reclaim
 
@@ -29,7 +29,7 @@ INTERVAL = 0.5
 CHORES = 5.0
 
 
-def fingerprint(con: sqlite3.Connection) -> dict[str, Any]:
+def fingerprint(con: Connection) -> dict[str, Any]:
     """Values that change whenever what the console shows of each kind does
     (plain SQL: the same on every database backend)."""
     def rows(q: str) -> tuple[tuple[Any, ...], ...]:
@@ -62,7 +62,7 @@ class Stream:
 
 
 class Watcher:
-    def __init__(self, dispatch: Callable[[sqlite3.Connection, machine.Machine], object] | None = None,
+    def __init__(self, dispatch: Callable[[Connection, machine.Machine], object] | None = None,
                  interval: float = INTERVAL, chores: float = CHORES) -> None:
         self.streams: set[Stream] = set()
         self.seq = 0
@@ -82,7 +82,7 @@ class Watcher:
         self.streams.discard(s)
 
     def look(self) -> dict[str, Any]:
-        """One round, in a worker thread (sqlite3 blocks)."""
+        """One round, in a worker thread (the database calls block)."""
         con = db.connect()
         try:
             ras.ingest(con)
