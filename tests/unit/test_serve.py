@@ -38,15 +38,14 @@ def machine(home: Home) -> Iterator[Home]:
     """A 2x2x4 machine with block A (Free, 8 nodes) and one ended job of 2 ranks."""
     home.ok("init")
     home.ok("block", "create", "A", "--shape", "2x2x2")
-    con = home.db()
-    con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, status, submitted, started, "
-                "ended, kernel) VALUES ('A', 'root', 0, '/bin/true', 'true', '/', 2, 'Terminated', 0, 100.0, "
-                "100.5, 101.0, 'cnk')")
-    con.executemany("INSERT INTO ranks (job, rank, location, how, value) VALUES (1, ?, ?, 'exit', 0)",
-                    [(0, "R00-M0-N00-C:J00"), (1, "R00-M0-N00-C:J01")])
-    con.commit()
-    con.close()
     with home.active():
+        con = db.connect()          # the machine's own database, whichever its backend
+        con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, status, submitted, started, "
+                    "ended, kernel) VALUES ('A', 'root', 0, '/bin/true', 'true', '/', 2, 'Terminated', 0, 100.0, "
+                    "100.5, 101.0, 'cnk')")
+        con.executemany("INSERT INTO ranks (job, rank, location, how, value) VALUES (1, ?, ?, 'exit', 0)",
+                        [(0, "R00-M0-N00-C:J00"), (1, "R00-M0-N00-C:J01")])
+        con.close()
         yield home
 
 
@@ -224,6 +223,7 @@ def test_watcher_imports_the_ras_spool(machine: Home) -> None:
     assert [e["message"] for e in client().get("/api/ras").json()["events"]] == ["spooled one"]
 
 
+@pytest.mark.sqlite_file        # the pg branch's mark (tests/conftest.py): about the SQLite file itself
 def test_a_damaged_database_is_one_line_and_the_loop_goes_on(machine: Home, capsys: pytest.CaptureFixture[str]) -> None:
     c = client()
     assert c.get("/api/blocks").status_code == 200
