@@ -119,6 +119,14 @@ def test_torus_shows_the_booted_block(browser: webdriver.Chrome) -> None:
     assert pixel(d, "ioCenter(0)") == colour and pixel(d, "ioCenter(1)") == NO_BLOCK
     psets = d.find_elements(By.CSS_SELECTOR, "#psets tbody tr")
     assert len(psets) == 2
+    # a click on node 1,1,0 (index 3) shows its personality, from the API
+    x, y = d.execute_script("return window.latticeConsole.cellCenter(1, 1, 0)")
+    d.execute_script("const cv = document.getElementById('torus'), r = cv.getBoundingClientRect();"
+                     "cv.dispatchEvent(new MouseEvent('click', {clientX: r.left + arguments[0] * r.width / cv.width,"
+                     " clientY: r.top + arguments[1] * r.height / cv.height, bubbles: true}));", x, y)
+    info = wait(d, css(d, "#node-info[data-location='R00-M0-N00-C:J03']"), "no personality shown")
+    wait(d, lambda _: "coords  1,1,0" in info.text, "the personality never came")
+    assert "block   R00" in info.text and "ionode  R00-M0-N00-I:J00" in info.text
 
 
 def test_a_job_appears_and_ends_without_reload(m: Machine, probe: str, browser: webdriver.Chrome) -> None:

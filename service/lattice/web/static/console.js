@@ -410,6 +410,24 @@ document.addEventListener("DOMContentLoaded", () => {
     $("node-info").textContent = describe(nodeAt((ev.clientX - r.left) * cv.width / r.width,
                                                  (ev.clientY - r.top) * cv.height / r.height));
   });
+  cv.addEventListener("click", async (ev) => {     // a compute node's personality, as a program on it reads it
+    const r = cv.getBoundingClientRect();
+    const hit = nodeAt((ev.clientX - r.left) * cv.width / r.width, (ev.clientY - r.top) * cv.height / r.height);
+    if (!hit || hit.io !== undefined) return;
+    const [X, Y] = state.machine.shape, loc = nodeLocation("C", hit.x + X * (hit.y + Y * hit.z));
+    let text;
+    try {
+      const p = await get("/api/personality/" + encodeURIComponent(loc));
+      text = ["personality:", "  block   " + p.block, "  coords  " + p.coords.join(","), "  torus   " + p.torus.join(","),
+              "  pset    " + p.pset + " (rank " + p.rank_in_pset + " of " + p.pset_size + ")", "  ionode  " + p.ionode,
+              "  memory  " + (p.memory / 1048576) + " MiB, " + p.cores + " cores"].join("\n");
+    } catch (e) {
+      text = "personality: " + e.message;
+    }
+    const box = $("node-info");
+    box.textContent = describe(hit) + "\n\n" + text;
+    box.dataset.location = loc;
+  });
   for (const id of ["ras-severity", "ras-block", "ras-job"]) $(id).addEventListener("change", () => reload("ras"));
   $("ras-filter").addEventListener("submit", (ev) => { ev.preventDefault(); reload("ras"); });
   $("counters-block").addEventListener("change", () => reload("counters"));
