@@ -341,3 +341,13 @@ def test_beyond_loopback_a_token_is_required(machine: Home) -> None:
                 assert json.loads(got.split(b"\r\n\r\n", 1)[1])["jobs"][0]["id"] == 1
     finally:
         stop(p)
+
+
+def test_event_streams_are_bounded(machine: Home) -> None:
+    """A client cannot open event streams without end: past the bound, 503."""
+    from lattice.web import api
+    app, watcher = webapp.build(None, watch=False)
+    for _ in range(api.MAX_STREAMS):
+        watcher.subscribe()
+    r = TestClient(app, base_url=LOCAL).get("/api/events")
+    assert r.status_code == 503 and "event streams are open" in r.json()["error"]
