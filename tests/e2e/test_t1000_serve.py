@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -263,3 +264,30 @@ def wait_line(f: Any, start: bytes) -> bytes:
         assert line, "the stream ended"
         if line.startswith(start):
             return line
+
+
+def test_a_browser_logs_in_with_the_token(m: Machine, browser: webdriver.Chrome) -> None:
+    """With --token the console works from the login link's cookie alone: the
+    page, its script, the API and the event stream (which cannot send a header)."""
+    p = m.popen("serve", "--listen", "127.0.0.1:0", "--token")
+    try:
+        assert p.stdout is not None and p.stderr is not None
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+/)", p.stdout.readline())
+        assert found, p.stderr.read()
+        base = found[1]
+        assert "token" in p.stdout.readline()
+        try:
+            get(base + "api/blocks")
+            raise AssertionError("answered without the token")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401
+        d = browser
+        d.delete_all_cookies()
+        d.get(base + "?token=" + (m.home / "serve-token").read_text().strip())
+        assert "token=" not in d.current_url
+        wait(d, css(d, "#live[data-state='live']"), "the event stream never opened with the cookie")
+        wait(d, css(d, "#blocks tr[data-block='R00'][data-state='Initialized']"), "the API never answered")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=GUARD)
+    assert p.returncode == 0
