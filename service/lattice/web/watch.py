@@ -62,6 +62,9 @@ class Stream:
 
 
 class Watcher:
+    """The loop and the streams it wakes (module doc).  dispatch: the
+    queue's entry that starts queued jobs (lattice.jobs.queue)."""
+
     def __init__(self, dispatch: Callable[[Connection, machine.Machine], object] | None = None,
                  interval: float = INTERVAL, chores: float = CHORES) -> None:
         self.streams: set[Stream] = set()
