@@ -178,8 +178,9 @@ def test_submit_checks_as_run_does_and_says_one_line(m2: Path, spawned: list[int
     assert con_of().execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
 
-def test_submit_records_the_request(m2: Path, spawned: list[int], tmp_path: Path) -> None:
-    os.chdir(tmp_path)
+def test_submit_records_the_request(m2: Path, spawned: list[int], tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     with mock.patch.dict(os.environ, {"MY_SETTING": "42"}):
         job = submit("-n", "2", "-D", str(tmp_path), "/bin/echo", "hi")
     row = rows(con_of())[job]
@@ -251,3 +252,43 @@ def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, 
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+def test_a_request_runs_in_its_own_directory_not_the_runners(m2: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued job starts in a runner whose working directory is not the
+    submitter's: its relative program, -D, --tree and -o are the request's."""
+    from lattice.jobs import job, launch, trees
+    (tmp_path / "data").mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "prog").write_text("")
+    assert lattice("block", "create", "B", "--shape", "2x2x2")[0] == 0
+    seen: dict[str, job.Spec] = {}
+
+    def fake_run(con: object, m: object, b: object, spec: job.Spec, wait: bool = False) -> int:
+        seen["spec"] = spec
+        return 0
+    req = RunRequest(exe="bin/prog", block="B", n=1, kernel="linux", tree=["data"], cwd="work", output="o-%j",
+                     workdir=str(tmp_path), environ={"PATH": "/usr/bin"})
+    monkeypatch.chdir("/")
+    from lattice.state import blocks
+    with mock.patch("lattice.nodes.boot.boot", lambda con, m, name, owner=None: blocks.get(con, name)), \
+            mock.patch("lattice.nodes.boot.free"), mock.patch("lattice.jobs.job.run", fake_run), \
+            mock.patch("lattice.jobs.launch.need_kernel"):
+        assert launch.run(req) == 0
+    spec = seen["spec"]
+    assert spec.exe == str(tmp_path / "bin" / "prog") and spec.cwd == str(tmp_path / "work")
+    assert str(tmp_path / "data") in dict(spec.mapping.env)[trees.VAR].split(":")
+    assert spec.output is not None and spec.output.cwd == str(tmp_path)
+
+
+def test_a_dispatcher_starts_only_the_jobs_it_may(m2: Path, spawned: list[int]) -> None:
+    """A dispatcher that is not root leaves other users' jobs queued, says
+    why, keeps their place, and makes no block for them."""
+    with mock.patch.object(queue, "may_start", lambda row: False):
+        job = submit("--user", "nobody", "-N", "8", "/bin/true")
+        con = con_of()
+        assert spawned == [] and rows(con)[job]["reason"].startswith("ready: nobody's jobs are started by nobody's")
+        assert con.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0, "no box made for a job not started"
+    assert queue.dispatch(con) == [job], "root's next dispatch starts it"

@@ -101,6 +101,12 @@ def holders(con: sqlite3.Connection) -> dict[str, int]:
     return out
 
 
+def ready(row: sqlite3.Row) -> str:
+    """Why a job that could start waits for another dispatcher."""
+    return (f"ready: {row['user']}'s jobs are started by {row['user']}'s or root's lattice commands "
+            f"(or root's lattice serve)")
+
+
 def may_start(row: sqlite3.Row) -> bool:
     """A dispatcher that is not root starts its own user's jobs only."""
     return os.geteuid() == 0 or row["uid"] == os.getuid()
@@ -134,7 +140,7 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
                 out.reasons[j["id"]] = f"waiting for block {b.name} ({b.state})"
                 waited[b.name] = j["id"]
             elif not may_start(j):
-                out.reasons[j["id"]] = f"ready: {j['user']}'s jobs start at root's or {j['user']}'s next command"
+                out.reasons[j["id"]] = ready(j)
                 waited[b.name] = j["id"]
             else:
                 out.starts.append(Start(j["id"], b.name))
@@ -144,16 +150,18 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
         usable = sorted((b for b in every.values() if not b.auto and b.size >= n), key=lambda b: (b.size, b.name))
         free = [b for b in usable if b.name not in held and b.name not in waited]
         chosen: Block | None = next((b for b in free if b.state == "Initialized"), None)
-        if chosen is None and boxes_for is None:
-            chosen = new_place(con, m, n, [b for b in free if b.state == "Free"], j["id"])
-        if chosen is not None:
+        if chosen is None and boxes_for is None:       # a box is made only for a job that starts
+            chosen = new_place(con, m, n, [b for b in free if b.state == "Free"], j["id"], make=may_start(j))
+        if chosen is not None and chosen.name:
             every[chosen.name] = chosen         # a new box counts from now on
         if chosen is not None and may_start(j):
             out.starts.append(Start(j["id"], chosen.name))
             held[chosen.name] = j["id"]
             continue
         if chosen is not None:
-            out.reasons[j["id"]] = f"ready: {j['user']}'s jobs start at root's or {j['user']}'s next command"
+            out.reasons[j["id"]] = ready(j)
+            if not chosen.name:                 # the free nodes are kept for it
+                boxes_for = j["id"]
         elif boxes_for is not None and not any(b.name in held for b in usable):
             out.reasons[j["id"]] = f"behind job {boxes_for} (waiting for free compute nodes)"
         else:
@@ -172,16 +180,20 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
     return out
 
 
-def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], job: int) -> Block | None:
+def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], job: int,
+              make: bool = True) -> Block | None:
     """A Free block the administrator made, unless a new box of fewer nodes
     would hold n (as lattice.state.blocks.fit chooses); a new box is made now,
-    Free and auto (its runner boots it, frees and deletes it)."""
+    Free and auto (its runner boots it, frees and deletes it); without make
+    only said (a block without a name)."""
     try:
         corner, shape = blocks.smallest_fit(con, m, n)
     except LatticeError:
         return free[0] if free else None
     if free and free[0].size <= shape[0] * shape[1] * shape[2]:
         return free[0]
+    if not make:
+        return Block("", corner, shape, "Free", True, None)
     t = db.now()
     name = f"auto-q{job}"
     con.execute("DELETE FROM blocks WHERE name = ? AND state = 'Free' AND auto = 1", (name,))   # a former try's

@@ -74,6 +74,7 @@ def run(job: int) -> int:
         if row["gid"] is not None:      # the submitter's own ids at submit time
             gid, groups = row["gid"], [int(g) for g in (row["group_ids"] or "").split(",") if g]
         streams(req, job, user, uid, gid, groups)
+        os.chdir(req.workdir)           # the submitter's directory, as sbatch runs a batch job there
         if os.geteuid() == 0 and uid != 0:
             req.user = user
         req.wait = True         # for I/O nodes still ending a job whose run was killed, as `--wait` does
