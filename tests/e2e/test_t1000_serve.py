@@ -221,6 +221,7 @@ def test_metrics_parse(m: Machine, url: str) -> None:
     assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == val(
         "lattice_ionode_calls", block="R00", ionode="R00-M0-N00-I:J00", op="write")
     assert val("lattice_jobs", state="Terminated") >= 1
+    assert val("lattice_host_hugepages", page_bytes=str(2 << 20), pool="total") >= 0     # the host's pools, read
     boots = {s.name: s.value for s in fams["lattice_block_boot_seconds"].samples if not s.labels.get("le")}
     assert boots["lattice_block_boot_seconds_count"] == 1 and 0 < boots["lattice_block_boot_seconds_sum"] < GUARD
     assert val("lattice_ras_events", severity="ERROR") >= 1

@@ -351,3 +351,20 @@ def test_event_streams_are_bounded(machine: Home) -> None:
         watcher.subscribe()
     r = TestClient(app, base_url=LOCAL).get("/api/events")
     assert r.status_code == 503 and "event streams are open" in r.json()["error"]
+
+
+def test_huge_pages_held_are_this_machines(machine: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's book (lattice.nodes.hugepages) lists every machine's holders:
+    /metrics counts this machine's blocks and jobs only."""
+    book = tmp_path / "book"
+    book.mkdir(mode=0o700)
+    mine = machine.path.resolve()
+    (book / "hugepages.json").write_text(json.dumps({
+        f"{mine}:block-A": {"pid": 1, "start": "1", "pages": {"2048": 12}, "block": True},
+        f"{mine}:job-7": {"pid": 1, "start": "1", "pages": {"1048576": 2}, "overcommit": {"2048": 256}},
+        "/elsewhere/home:block-A": {"pid": 1, "start": "1", "pages": {"2048": 99}, "block": True},
+    }))
+    monkeypatch.setenv("LATTICE_HUGEPAGES_BOOK", str(book))
+    fams = {f.name: f for f in text_string_to_metric_families(client().get("/metrics").text)}
+    held = {(s.labels["holder"], s.labels["page_bytes"]): s.value for s in fams["lattice_hugepages_held"].samples}
+    assert held == {("block-A", str(2 << 20)): 12, ("job-7", str(1 << 30)): 2}
