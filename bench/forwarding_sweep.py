@@ -72,7 +72,7 @@ class Machine:
         return p.stdout if capture else ""
 
     def counters(self) -> dict[str, int]:
-        (ion,) = json.loads(self.run("counters", "B", "--json", capture=True))
+        (ion,) = json.loads(self.run("counters", "B", "--json", capture=True))["ionodes"]
         out = dict(ion["stats"])
         out["calls"] = sum(ion["calls"].values())
         return out

@@ -88,7 +88,7 @@ def reports(m: Machine, job: int) -> dict[int, dict[str, str]]:
 def pread_bytes(m: Machine) -> dict[str, int]:
     """Bytes of shipped preads each I/O node of block L executed so far."""
     return {loc["location"]: int(loc["bytes"]["pread"])
-            for loc in json.loads(m.run("counters", "L", "--json").stdout)}
+            for loc in json.loads(m.run("counters", "L", "--json").stdout)["ionodes"]}
 
 
 def libc_of(maps: dict[str, tuple[int, str]]) -> tuple[int, str]:

@@ -34,7 +34,7 @@ def sig_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def mbox_calls(m: Machine) -> int:
-    (ion,) = json.loads(m.run("counters", "S", "--json").stdout)
+    (ion,) = json.loads(m.run("counters", "S", "--json").stdout)["ionodes"]
     return int(ion["stats"]["mbox_calls"])
 
 

@@ -100,7 +100,7 @@ def test_tcp_to_a_server_outside_the_block(sk: Machine, kernel: str) -> None:
 
 def stats(m: Machine) -> dict[str, int]:
     """The I/O node's data path counters and calls (`lattice counters --json`)."""
-    (ion,) = json.loads(m.run("counters", "K", "--json").stdout)
+    (ion,) = json.loads(m.run("counters", "K", "--json").stdout)["ionodes"]
     out: dict[str, int] = dict(ion["stats"])
     out.update({f"calls.{k}": v for k, v in ion["calls"].items()})
     return out
@@ -201,7 +201,7 @@ def test_large_send_and_recv_without_rendezvous_travel_in_messages(sk_messages: 
     at most 1 MiB, byte for byte, and no SEND_RDV/RECV_RDV is even tried."""
     m = sk_messages
     BigEcho.checked = []
-    (ion,) = json.loads(m.run("counters", "M", "--json").stdout)
+    (ion,) = json.loads(m.run("counters", "M", "--json").stdout)["ionodes"]
     with serve(TCP(("127.0.0.1", 0), BigEcho)) as srv:
         p = m.run("run", "--block", "M", "-n", str(N), "--label", "--kernel", kernel, *PRELOAD[kernel], "--hugepages", "reserve",
                   "--cwd", str(m.work), str(PROG), "big", str(srv.server_address[1]), str(BIG), timeout=120)
@@ -210,7 +210,7 @@ def test_large_send_and_recv_without_rendezvous_travel_in_messages(sk_messages: 
     for r in range(N):
         assert f"rank {r}: big ok sent={BIG} got={BIG}" in " ".join(out.get(r, [])), p.stdout + p.stderr
     assert BigEcho.checked == [True] * N, BigEcho.checked
-    (after,) = json.loads(m.run("counters", "M", "--json").stdout)
+    (after,) = json.loads(m.run("counters", "M", "--json").stdout)["ionodes"]
     calls = {k: v - ion["calls"].get(k, 0) for k, v in after["calls"].items()}
     assert calls["send_rdv"] == 0 and calls["recv_rdv"] == 0, calls
     assert calls["sendmsg"] >= N * (BIG >> 20) and calls["recvmsg"] >= N * (BIG >> 20), calls

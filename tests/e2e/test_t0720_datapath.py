@@ -56,7 +56,7 @@ def dp_machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def counters(m: Machine, block: str = "D") -> dict[str, int]:
-    (ion,) = json.loads(m.run("counters", block, "--json").stdout)
+    (ion,) = json.loads(m.run("counters", block, "--json").stdout)["ionodes"]
     out: dict[str, int] = dict(ion["stats"])
     out.update({f"calls.{k}": v for k, v in ion["calls"].items()})
     return out

@@ -40,7 +40,7 @@ def probe(lm: Machine) -> Path:
 
 
 def counters(m: Machine) -> dict[str, int]:
-    (ion,) = json.loads(m.run("counters", "L", "--json").stdout)
+    (ion,) = json.loads(m.run("counters", "L", "--json").stdout)["ionodes"]
     return dict(ion["stats"])
 
 

@@ -56,7 +56,7 @@ class Booted:
 
     def counters(self) -> dict[str, int]:
         """The block's I/O node's calls by name."""
-        (ion,) = json.loads(self.lattice("counters", "A", "--json").stdout)
+        (ion,) = json.loads(self.lattice("counters", "A", "--json").stdout)["ionodes"]
         return dict(ion["calls"])
 
     def jobdir(self, name: str) -> Path:

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from lattice import views
+from lattice.cli.jsonout import emit
 from lattice.state import blocks, db, machine
 from lattice.nodes import boot
 from lattice.transport.ciodclient import Counters
@@ -14,7 +15,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="block")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="bytes, mean and percentile latencies of each call, and its latency histogram")
-    p.add_argument("--json", action="store_true", help="everything, as JSON, one object per I/O node")
+    p.add_argument("--json", action="store_true",
+                   help="everything, as one JSON document with one object per I/O node (docs/cli.md, JSON output)")
 
 
 def percentile(hist: list[int], q: float) -> int:
@@ -77,15 +79,10 @@ def show(loc: str, c: Counters, verbose: bool) -> None:
 def counters(args: argparse.Namespace) -> int:
     m = machine.load()
     con = db.connect()
-    out = []
+    if args.json:
+        emit(views.counters_view(con, m, args.name))
+        return 0
     for c in boot.ciods(con, blocks.get(con, args.name), m):
         with c:
-            full = c.counters_full()
-            if args.json:
-                out.append({"location": c.location, "calls": full.calls, "bytes": full.bytes, "ns": full.ns,
-                            "hist": full.hist, "stats": full.stats})
-            else:
-                show(c.location, full, args.verbose)
-    if args.json:
-        print(json.dumps(out, indent=1))
+            show(c.location, c.counters_full(), args.verbose)
     return 0

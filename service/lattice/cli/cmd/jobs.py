@@ -6,12 +6,15 @@ import time
 
 from lattice.state import reclaim
 from lattice.text import printable
+from lattice import views
+from lattice.cli.jsonout import emit
 
 description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
 ACTIVE = reclaim.ACTIVE
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/cli.md, JSON output)")
     p.add_argument("--ranks", type=int, metavar="JOB",
                    help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
     p.add_argument("--running", action="store_true",
@@ -27,19 +30,23 @@ def elapsed(seconds: float) -> str:
 
 def kernel(j: sqlite3.Row) -> str:
     """cnk, linux/sandbox or linux/preload; plain linux for a job older than the record of it."""
-    if j["kernel"] == "linux" and j["sandbox"] is not None:
-        return "linux/sandbox" if j["sandbox"] else "linux/preload"
-    return j["kernel"] or "-"
+    return views.job_kernel(j["kernel"], j["sandbox"]) or "-"
 
 
 def jobs(args: argparse.Namespace) -> int:
     con = reclaim.connect()
+    if args.ranks is not None and args.json:
+        emit(views.document("ranks", views.ranks_view(con, args.ranks), job=args.ranks))
+        return 0
     if args.ranks is not None:
         print(f"{'rank':>5} {'location':<18} {'how':<7} {'value':>5}  message / report")
         for r in con.execute("SELECT * FROM ranks WHERE job = ? ORDER BY rank", (args.ranks,)):
             text = printable("  ".join(t for t in (r["message"], r["report"]) if t))   # the job's words, maybe
             print(f"{r['rank']:>5} {printable(r['location']):<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
                   f"  {text}")
+        return 0
+    if args.json:       # after anything that brings the records up to date
+        emit(views.document("jobs", views.jobs_view(con, running=args.running)))
         return 0
     where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
     rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
