@@ -368,3 +368,12 @@ def test_huge_pages_held_are_this_machines(machine: Home, tmp_path: Path, monkey
     fams = {f.name: f for f in text_string_to_metric_families(client().get("/metrics").text)}
     held = {(s.labels["holder"], s.labels["page_bytes"]): s.value for s in fams["lattice_hugepages_held"].samples}
     assert held == {("block-A", str(2 << 20)): 12, ("job-7", str(1 << 30)): 2}
+
+
+def test_no_websocket(machine: Home) -> None:
+    from starlette.websockets import WebSocketDisconnect
+    for token in (None, TOKEN):
+        with pytest.raises(WebSocketDisconnect) as e:
+            with client(token).websocket_connect("/api/events"):
+                pass
+        assert e.value.code == 1008
