@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # client, IP through the I/O node); golang-go and liburing-dev for its "any binary" tests
 packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox
           openssh-server munge slurmctld slurmd slurm-client
-          libfuse3-dev fuse3 nftables iproute2 golang-go liburing-dev)
+          libfuse3-dev fuse3 nftables iproute2 golang-go liburing-dev
+          chromium chromium-driver)
 . scripts/lib/packages.sh
 ensure_packages "${packages[@]}" || { echo "setup: cannot go on without these packages" >&2; exit 1; }
 
