@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from lattice.state import blocks, db, machine, ras
 from lattice.nodes import boot
-from lattice.jobs import jobinput, pmitree, timelimit
+from lattice.jobs import jobenv, jobinput, pmitree, timelimit
 from lattice.transport import wire
 from lattice.state.busy import claim
 from lattice.state.blocks import Block
@@ -325,6 +325,7 @@ class Run:
                  | (wire.JOB_VN if p.mode == "vn" else 0) | (wire.JOB_SANDBOX if s.sandbox else 0))
         apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
         env = [*s.exported, *(f"{k}={v}" for k, v in p.env.items()), *s.env]
+        nnodes, nodeids = jobenv.node_vars((sl.node for sl in p.slots), self.m.pset_size)
         mapping = process_mapping(p)    # in full: the I/O node serves it if it fits in a PMI value
         k = pmitree.fanout()
         progress = {n.node: n.progress for n in s.cores.nodes} if s.cores is not None else {}
@@ -347,7 +348,8 @@ class Run:
             cpus = None
             if s.cores is not None:     # each slot's CPUs and its node's progress thread
                 cpus = [(s.cores.ranks[rank], progress[p.slots[rank].node]) for rank, _, _, _ in mine]
-            payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
+            here = [nnodes, nodeids[c.pset]] if c.pset in nodeids else []    # the rank's place: LATTICE_NODEID...
+            payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, [*here, *env],
                                               flags | (wire.JOB_TREE if mine else 0), p.ppn, mine, apps,
                                               mapping, cpus, s.stdin_rank)
             if len(payload) > wire.MAX_PAYLOAD:
