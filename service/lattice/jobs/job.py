@@ -451,6 +451,7 @@ class Run:
         self.outcome.ended[rank] = (kind, value, text)
         if report is not None:
             self.outcome.reports[rank] = report
+            self.thread_limit(rank, parse_report(report))
         self.rank_rows.append((self.job, rank, self.location(rank), kind, value, text or None, report))
         if status != 0:
             message = f"rank {rank} ({self.location(rank)}) {words}"
@@ -475,6 +476,14 @@ class Run:
                 self.killed = True
                 self.ended_by = f"ended by lattice because rank {rank} {words}"
                 self.kill(signal.SIGKILL)
+
+    def thread_limit(self, rank: int, said: dict[str, str]) -> None:
+        """cnk refused threads at the node's limit (it said so on the rank's stderr): a RAS WARNING."""
+        refused, limit = said.get("threadsrefused", "0"), said.get("threads", "?")
+        if refused.isdigit() and int(refused) > 0:
+            ras.record(self.con, "WARNING", "KERNEL", self.location(rank),
+                       f"job {self.job} rank {rank}: cnk refused {refused} thread(s) at its limit of {limit} "
+                       "(lattice run --mode co, fewer ranks per node, or lattice init --cores)", self.job)
 
     def on_unsealed(self, rank: int, why: str) -> None:
         """The node could not empty the job's container (compute/cnode/container.c):
