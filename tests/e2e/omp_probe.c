@@ -1,4 +1,4 @@
-/* omp_probe: an OpenMP parallel region of OMP_NUM_THREADS threads, their count printed (tests/e2e/test_t1020_cnk_threads.py). */
+/* omp_probe: an OpenMP parallel region of OMP_NUM_THREADS threads, their count printed (tests/e2e/test_t1060_cnk_threads.py). */
 #include <omp.h>
 #include <stdio.h>
 int main(void) {

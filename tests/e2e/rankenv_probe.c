@@ -1,5 +1,5 @@
 /* rankenv_probe: one line of the rank's place as its environment tells it
- * (tests/e2e/test_t1010_rank_env.py).  Built with -DWITH_MPI and Open MPI's
+ * (tests/e2e/test_t1050_rank_env.py).  Built with -DWITH_MPI and Open MPI's
  * mpicc it also prints the rank MPI_Comm_rank gives. */
 #include <stdio.h>
 #include <stdlib.h>
