@@ -310,7 +310,7 @@ def no_boot() -> Iterator[dict[str, Any]]:
         return 0
 
     with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
-            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.cli.cmd.run.need_kernel"):
+            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.jobs.launch.need_kernel"):
         yield seen
 
 

@@ -46,7 +46,7 @@ def no_boot() -> Iterator[dict[str, Any]]:
         return 0
 
     with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
-            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.cli.cmd.run.need_kernel"):
+            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.jobs.launch.need_kernel"):
         yield seen
 
 
@@ -128,7 +128,7 @@ def test_the_machine_default_trees(tmp_path: Path) -> None:
         with mock.patch("lattice.nodes.boot.boot", lambda con, m, name, owner=None: __import__(
                 "lattice.state.blocks").state.blocks.get(con, name)), mock.patch("lattice.nodes.boot.free"), \
                 mock.patch("lattice.jobs.job.run", lambda con, m, b, spec, wait=False: seen.setdefault("spec", spec) and 0), \
-                mock.patch("lattice.cli.cmd.run.need_kernel"):
+                mock.patch("lattice.jobs.launch.need_kernel"):
             status, _, err = lattice("run", "--block", "B", "--kernel", "linux", "--cwd", f"{tmp_path}/work",
                                      "/bin/true")
         assert status == 0, err

@@ -15,8 +15,8 @@ from typing import Callable
 
 from lattice.errors import LatticeError
 
-COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "jobs", "cancel", "ras", "counters",
-            "personality")
+COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "submit", "jobs", "cancel", "ras",
+            "counters", "personality")
 
 
 def parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -67,7 +67,7 @@ NODE_LOST = 255
 KEEP_EVERY = 0.25       # seconds between looks at the pages the ranks touched, when the block keeps them;
 KEEP_QUIET = 8.0        # doubled up to this while they touch no new ones: a long quiet job stays quiet
 INTERRUPT_GRACE = 1.5   # seconds an interrupted run waits for its I/O nodes' end of job before it leaves (2 s in all)
-INTERRUPTED: int | None = None  # the signal that interrupted this process's run, if one did (lattice.cli.cmd.run)
+INTERRUPTED: int | None = None  # the signal that interrupted this process's run, if one did (lattice.jobs.launch)
 
 
 class Abandoned(BaseException):
@@ -97,6 +97,8 @@ class Spec(NamedTuple):     # not a dataclass: see lattice.state.machine.Machine
     time_limit: int | None = None   # seconds of wall clock (lattice.jobs.timelimit); None: no limit
     output: Plan | None = None      # -o/-e files (lattice.jobs.outfiles); None: the run's own streams
     sandbox: bool = False           # Linux mode in the node sandbox (LAT_JOB_SANDBOX); False: the preload client
+    job_id: int | None = None       # the job's record made already (queued: lattice.jobs.queue); None: a new one
+    announce: bool = False          # say "lattice: job N" on stderr once the job has its id
 
 
 KERNELS = ("cnk", "linux")

@@ -34,14 +34,17 @@ WAITABLE = ("Initialized", "Allocated", "Booting", "Terminating")     # states a
 
 
 class BlockFreed(LatticeError):
-    """The block a run waited for was freed meanwhile: the run may boot it."""
+    """The block a run waited for was freed meanwhile: the run may boot it
+    (its job's record, Queued, is job_id)."""
+    job_id: int | None = None
 
 
-def active_job(con: sqlite3.Connection, block: str) -> sqlite3.Row | None:
+def active_job(con: sqlite3.Connection, block: str, besides: int | None = None) -> sqlite3.Row | None:
+    """The oldest job not ended on the block (besides: a job of its own, which a queued job's runner is)."""
     row: sqlite3.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
-                                          f"FROM jobs WHERE block = ? AND state IN "
+                                          f"FROM jobs WHERE block = ? AND id != ? AND state IN "
                        f"({','.join('?' * len(reclaim.ACTIVE))}) ORDER BY id LIMIT 1",
-                       (block, *reclaim.ACTIVE)).fetchone()
+                       (block, -1 if besides is None else besides, *reclaim.ACTIVE)).fetchone()
     return row
 
 
@@ -71,37 +74,72 @@ def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | No
 
 
 def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
-    """The new job's id, once block b is Initialized and idle."""
+    """The job's id, once block b is Initialized and idle.  spec.job_id: the
+    job's record made already (Queued or Starting: a queued job's runner),
+    taken instead of a new one; a run that waits (--wait) makes its record
+    Queued, with why, while it waits.  A record cancelled meanwhile ends the claim."""
     cmdline = shlex.join([spec.exe, *spec.args])
     pid, started = procs.me()
     t0 = time.monotonic()
     said: float | None = None
+    job_id = spec.job_id
     while True:
         why = None
         with db.transaction(con):
+            if job_id is not None:
+                mine = con.execute("SELECT state, message FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                if mine is None or mine["state"] not in ("Queued", "Starting"):
+                    said_why = f": {mine['message']}" if mine is not None and mine["message"] else ""
+                    raise LatticeError(f"job {job_id} was cancelled before it started{said_why}")
             now = blocks.get(con, b.name)
-            other = active_job(con, b.name)
+            other = active_job(con, b.name, besides=job_id)
             if now.state == "Initialized" and other is None and wait:
                 why = ending_on_ionodes(con, m, now)
             if now.state == "Initialized" and other is None and why is None:
-                cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, "
-                                  "kernel, sandbox, client_pid, client_start) "
-                                  "VALUES (?,?,?,?,?,?,?, 'Starting', ?, ?, ?, ?, ?)",
-                                  (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, db.now(),
-                                   spec.kernel, int(spec.sandbox) if spec.kernel == "linux" else None, pid, started))
-                return int(cur.lastrowid or 0)
+                values = (b.name, spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, spec.kernel,
+                          int(spec.sandbox) if spec.kernel == "linux" else None, pid, started)
+                if job_id is None:
+                    cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, kernel, sandbox, "
+                                      "client_pid, client_start, state, submitted) "
+                                      "VALUES (?,?,?,?,?,?,?,?,?,?,?, 'Starting', ?)", (*values, db.now()))
+                    job_id = int(cur.lastrowid or 0)
+                else:
+                    con.execute("UPDATE jobs SET block = ?, user = ?, uid = ?, exe = ?, args = ?, cwd = ?, nranks = ?, "
+                                "kernel = ?, sandbox = ?, client_pid = ?, client_start = ?, state = 'Starting', "
+                                "reason = NULL WHERE id = ?", (*values, job_id))
+                if spec.announce:
+                    print(f"lattice: job {job_id}", file=sys.stderr, flush=True)
+                return job_id
         if other is not None:
             why = f"block {b.name} is busy: {describe(other)}"
         elif why is None:
             why = f"block {b.name} is {now.state}, not Initialized" + (f" ({now.message})" if now.message else "")
         if wait and now.state == "Free":
-            raise BlockFreed(f"block {b.name} was freed while the run waited for it")
+            freed = BlockFreed(f"block {b.name} was freed while the run waited for it")
+            freed.job_id = job_id
+            raise freed
         if not wait or now.state not in WAITABLE:
             hint = "; `lattice run --wait` waits for it" if other is not None else ""
             raise LatticeError(why + hint)
+        job_id = queued(con, spec, job_id, why, cmdline, pid, started)
         if said is None or time.monotonic() - said >= PROGRESS_EVERY:
             waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
-            print(f"lattice: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
+            print(f"lattice: job {job_id} queued: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
             said = time.monotonic()
         time.sleep(POLL)
         reclaim.sweep(con, m)       # the other run may be gone without a word
+
+
+def queued(con: sqlite3.Connection, spec: Spec, job_id: int | None, why: str, cmdline: str, pid: int,
+           started: int) -> int:
+    """A waiting run's record: Queued, with why it waits (`lattice jobs`
+    shows it; `lattice cancel` may end it); made the first time it waits."""
+    if job_id is None:
+        cur = con.execute("INSERT INTO jobs (user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
+                          "client_start, state, submitted, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?)",
+                          (spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, spec.kernel,
+                           int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why))
+        return int(cur.lastrowid or 0)
+    con.execute("UPDATE jobs SET state = 'Queued', reason = ? WHERE id = ? AND state IN ('Queued', 'Starting')",
+                (why, job_id))
+    return job_id

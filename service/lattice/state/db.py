@@ -151,6 +151,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN sandbox INTEGER;
     """,
+    # 6 -> 7: the queue (lattice.jobs.queue).  A submitted job's RunRequest as
+    # JSON (NULL: a `lattice run`'s own record), why a Queued job waits, what it
+    # needs (compute nodes; the block --block named) and its owner's group ids
+    """
+    ALTER TABLE jobs ADD COLUMN request TEXT;
+    ALTER TABLE jobs ADD COLUMN reason TEXT;
+    ALTER TABLE jobs ADD COLUMN need_nodes INTEGER;
+    ALTER TABLE jobs ADD COLUMN need_block TEXT;
+    ALTER TABLE jobs ADD COLUMN gid INTEGER;
+    ALTER TABLE jobs ADD COLUMN groups TEXT;
+    """,
 ]
 KEYLESS = 3         # the first version whose database never held a key
 

@@ -2,8 +2,9 @@
 
 Each command that reads or changes blocks and jobs first sweeps (`connect()`):
 
-- a job whose `lattice run` is gone (killed with SIGKILL, or its host
-  crashed) is ended in the record, with that reason; its I/O nodes ended its
+- a job whose `lattice run` (or, submitted, its runner: lattice.jobs.runner)
+  is gone (killed with SIGKILL, or its host crashed) is ended in the record,
+  with that reason (a Queued job that no process runs yet stays queued); its I/O nodes ended its
   ranks already, the moment the run's control connections closed;
 - a block that a `lattice run` booted for itself, and whose run is gone, is
   freed (and deleted if the run created it), as the run would have done; so
@@ -51,13 +52,14 @@ def sweep(con: sqlite3.Connection, m: Machine) -> None:
 
 
 def end_orphaned_jobs(con: sqlite3.Connection) -> None:
-    rows = con.execute(f"SELECT id, block, client_pid, client_start FROM jobs WHERE state IN "
+    rows = con.execute(f"SELECT id, block, client_pid, client_start, request FROM jobs WHERE state IN "
                        f"({','.join('?' * len(ACTIVE))}) AND client_pid IS NOT NULL", ACTIVE).fetchall()
     for r in rows:
         if not gone(r["client_pid"], r["client_start"]):
             continue
-        why = (f"its lattice run (pid {r['client_pid']}) ended without finishing it (killed?); the I/O nodes "
-               f"ended its ranks when the run's connections closed")
+        who = "lattice run" if r["request"] is None else "runner (lattice submit's)"
+        why = (f"its {who} (pid {r['client_pid']}) ended without finishing it (killed, or the host restarted?); "
+               f"the I/O nodes ended its ranks when the run's connections closed")
         with db.transaction(con):
             cur = con.execute(f"UPDATE jobs SET state = 'Error', message = ?, ended = ? WHERE id = ? AND state IN "
                               f"({','.join('?' * len(ACTIVE))})", (why, db.now(), r["id"], *ACTIVE))

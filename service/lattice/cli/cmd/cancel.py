@@ -7,6 +7,9 @@ cancelled it), so its `lattice run` reports the cancellation, not the ranks'
 deaths, and exits with 128 + the signal that ended them.  With --signal only
 that signal is sent, and the job goes on if the program lets it.
 
+A Queued job (submitted, or a `lattice run --wait` that waits) leaves the
+queue: Terminated, no exit status, its message naming who cancelled it.
+
 The signals go to the job's I/O nodes (LAT_CTL_KILL, which names the job:
 an I/O node running another job refuses it), over control connections of
 their own; the job's own run keeps its connections.
@@ -21,6 +24,7 @@ import signal
 import sqlite3
 import time
 
+from lattice.jobs import queue
 from lattice.state import blocks, machine, reclaim
 from lattice.nodes import boot
 from lattice.transport import wire
@@ -28,7 +32,8 @@ from lattice.transport.ciodclient import CiodError
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 
-description = "end running jobs (SIGTERM, then SIGKILL after --grace seconds), or send them one signal"
+description = ("end running jobs (SIGTERM, then SIGKILL after --grace seconds), or send them one signal; "
+               "a queued job leaves the queue")
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
@@ -113,16 +118,30 @@ def cancel(args: argparse.Namespace) -> int:
     rows = [running_job(con, j) for j in dict.fromkeys(args.jobs)]     # all checked before any is touched
     if only is not None:
         for row in rows:
+            if not launched(con, row):
+                raise LatticeError(f"job {row['id']} has not started ({row['state']}): no rank to signal")
             signal_job(con, m, row, only)
             print(f"lattice: signal {signal.Signals(only).name} sent to job {row['id']}")
         return 0
     who = user_name(os.getuid())
+    left = []
     for row in rows:
+        if row["state"] == "Queued" and queue.cancel_queued(con, row["id"], who):
+            print(f"lattice: job {row['id']} cancelled (it was queued: out of the queue, Terminated)")
+            continue
         # said before anything is killed: the job's run reads it when its ranks die
         con.execute("UPDATE jobs SET state = 'Dying', message = ? WHERE id = ? AND state IN (?, ?, ?, ?)",
                     (f"cancelled by `lattice cancel` ({who})", row["id"], *reclaim.ACTIVE))
-        signal_job(con, m, row, signal.SIGTERM)
-    for row in rows:
+        left.append(row)
+        if launched(con, row):
+            signal_job(con, m, row, signal.SIGTERM)
+    for row in left:
+        if not launched(con, row):      # its runner is booting its block: it ends the job before any rank starts
+            if ended(con, row["id"], time.monotonic() + 120):
+                print(f"lattice: job {row['id']} cancelled before it started")
+            else:
+                print(f"lattice: job {row['id']} marked cancelled: its runner ends it once its block is booted")
+            continue
         how = "SIGTERM"
         if not ended(con, row["id"], time.monotonic() + args.grace):
             signal_job(con, m, row, signal.SIGKILL)
@@ -130,4 +149,13 @@ def cancel(args: argparse.Namespace) -> int:
             if not ended(con, row["id"], time.monotonic() + 30):
                 raise LatticeError(f"job {row['id']} still runs 30 s after SIGKILL")
         print(f"lattice: job {row['id']} cancelled ({how})")
+    queue.dispatch_quietly(con, m)      # the next queued job's turn may have come
     return 0
+
+
+def launched(con: sqlite3.Connection, row: sqlite3.Row) -> bool:
+    """Whether the job may have ranks on I/O nodes: it has a block and the block is booted."""
+    if row["block"] is None:
+        return False
+    b = con.execute("SELECT state FROM blocks WHERE name = ?", (row["block"],)).fetchone()
+    return b is not None and b["state"] == "Initialized"

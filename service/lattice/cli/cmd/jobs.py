@@ -4,10 +4,11 @@ import argparse
 import sqlite3
 import time
 
-from lattice.state import reclaim
+from lattice.state import machine, reclaim
 from lattice.text import printable
 
-description = "list jobs with their kernel, state, exit status and time (--running: those not ended yet)"
+description = ("list jobs with their kernel, state, exit status and time, queued ones with why they wait "
+               "(--running: those not ended yet)")
 ACTIVE = reclaim.ACTIVE
 
 
@@ -15,7 +16,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, metavar="JOB",
                    help="show how each rank of one job ended, with its node's report (kernel, pages, calls)")
     p.add_argument("--running", action="store_true",
-                   help="only the jobs that have not ended (starting or running), with how long they have run")
+                   help="only the jobs that have not ended (queued, with why they wait; starting; running), with "
+                        "how long they have run")
 
 
 def elapsed(seconds: float) -> str:
@@ -41,6 +43,8 @@ def jobs(args: argparse.Namespace) -> int:
             print(f"{r['rank']:>5} {printable(r['location']):<18} {r['how'] or '':<7} {r['value'] if r['value'] is not None else '':>5}"
                   f"  {text}")
         return 0
+    from lattice.jobs import queue          # here: --ranks needs none of it
+    queue.dispatch_quietly(con, machine.load())     # a runner gone meanwhile may have made room
     where = f"WHERE state IN ({','.join('?' * len(ACTIVE))})" if args.running else ""
     rows = con.execute(f"SELECT * FROM jobs {where} ORDER BY id", ACTIVE if args.running else ())
     print(f"{'id':>5} {'block':<14} {'user':<10} {'ranks':>5} {'kernel':<13} {'state':<10} {'status':>6} "
@@ -51,7 +55,9 @@ def jobs(args: argparse.Namespace) -> int:
         status = "-" if j["status"] is None else str(j["status"])
         ran = elapsed((j["ended"] or now) - j["started"]) if j["started"] else "-"
         # the command line and the reason may hold anything a job or its user wrote: escaped
-        print(f"{j['id']:>5} {printable(j['block'] or ''):<14} {printable(j['user']):<10} {j['nranks']:>5} "
+        block = j["block"] or (f"({j['need_block']})" if j["need_block"] else "")     # a queued job's: wanted
+        print(f"{j['id']:>5} {printable(block):<14} {printable(j['user']):<10} {j['nranks']:>5} "
               f"{kernel(j):<13} {j['state']:<10} {status:>6} {when:<19} {ran:>10}  {printable(j['args'])}"
-              + (f"  # {printable(j['message'])}" if j["message"] else ""))
+              + (f"  # {printable(j['message'])}" if j["message"] else "")
+              + (f"  # {printable(j['reason'])}" if j["state"] == "Queued" and j["reason"] else ""))
     return 0

@@ -1,0 +1,83 @@
+"""The queue on a booted machine of two psets (issue 26): `lattice submit`
+returns the job id at once; jobs that each need the whole block run one
+after another in order, their output in lattice-%j.out; meanwhile `lattice
+jobs` shows them Queued with why; a queued job is cancelled; `lattice run`
+without --block uses the booted idle block; -D finds a relative program in DIR."""
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import LATTICE, Machine, booted_block, wait_for
+
+
+@pytest.fixture(scope="module")
+def qm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    yield from booted_block(tmp_path_factory.mktemp("queue"), "R00", "1x1x4", "--pset-size", "2", "--memory", "256M")
+
+
+def lattice_in(m: Machine, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([*LATTICE, *args], env=m.env, cwd=cwd, capture_output=True, text=True, timeout=600,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"lattice {' '.join(args)}: {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def job_rows(m: Machine) -> dict[int, sqlite3.Row]:
+    with sqlite3.connect(m.home / "lattice.db") as con:
+        con.row_factory = sqlite3.Row
+        return {r["id"]: r for r in con.execute("SELECT * FROM jobs")}
+
+
+def test_submitted_jobs_run_in_order(qm: Machine) -> None:
+    work = qm.work
+    gate = work / "go"
+    script = "while [ ! -e go ]; do sleep 0.05; done; echo {word} $LATTICE_RANK"
+    ids = []
+    for word in ("first", "second", "third", "dropped"):
+        p = lattice_in(qm, work, "submit", "-N", "4", "--kernel", "linux", "/bin/sh", "-c", script.format(word=word))
+        assert p.stdout.strip().isdigit() and p.stderr == "", (p.stdout, p.stderr)
+        ids.append(int(p.stdout))
+    a, b, c, d = ids
+
+    def state(job: int) -> str:
+        return str(job_rows(qm)[job]["state"])
+    wait_for(lambda: state(a) == "Running", 300)
+    listing = qm.run("jobs", "--running").stdout
+    line = {int(l.split()[0]): l for l in listing.splitlines()[1:] if l.split()}
+    assert " Queued " in line[b] and f"# waiting for block R00 (job {a} runs there)" in line[b], listing
+    assert " Queued " in line[c] and f"# behind job {b} (waiting for block R00)" in line[c], listing
+    out = qm.run("cancel", str(d)).stdout
+    assert f"job {d} cancelled (it was queued" in out
+    assert state(d) == "Terminated"
+    gate.touch()
+    wait_for(lambda: state(c) not in ("Queued", "Starting", "Running", "Dying"), 600)
+    rows = job_rows(qm)
+    for job, word in ((a, "first"), (b, "second"), (c, "third")):
+        assert rows[job]["state"] == "Terminated" and rows[job]["status"] == 0 and rows[job]["block"] == "R00", \
+            dict(rows[job])
+        text = (work / f"lattice-{job}.out").read_text()
+        assert sorted(text.split("\n")[:-1]) == [f"{word} {r}" for r in range(4)], text
+    assert rows[a]["ended"] <= rows[b]["started"] and rows[b]["ended"] <= rows[c]["started"], "one after another"
+    assert not (work / f"lattice-{d}.out").exists() and rows[d]["started"] is None
+
+
+def test_run_without_block_uses_the_booted_idle_block(qm: Machine) -> None:
+    p = qm.run("run", "-n", "4", "--kernel", "linux", "/bin/true")
+    assert p.returncode == 0
+    last = max(job_rows(qm).values(), key=lambda r: r["id"])
+    assert last["block"] == "R00" and last["state"] == "Terminated", dict(last)
+
+
+def test_chdir_finds_a_relative_program_in_dir(qm: Machine) -> None:
+    d = qm.work / "progs"
+    d.mkdir()
+    prog = d / "hello.sh"
+    prog.write_text("#!/bin/sh\necho hello from $(pwd)\n")
+    prog.chmod(0o755)
+    p = lattice_in(qm, Path("/"), "run", "-n", "1", "--kernel", "linux", "-D", str(d), "./hello.sh")
+    assert p.stdout == f"hello from {d}\n", (p.stdout, p.stderr)
