@@ -56,7 +56,9 @@ def script(lines: list[str], home: Path, status: Path) -> str:
         code = code_of(line)
         code = re.sub(r"^(\s*export\s+LATTICE_HOME=)\S+", rf"\g<1>{home}", code)
         if code.endswith("&") and not code.endswith("&&"):
-            out += [code, f'echo "{i} bg $!" >> {status}']
+            # its output to a file: holding the test's pipes open it would keep the tour from ending
+            log = status.with_name(f"background-{i}.log")
+            out += [f"{code[:-1].rstrip()} > {log} 2>&1 &", f'echo "{i} bg $!" >> {status}']
         else:
             out += [code, f'echo "{i} $?" >> {status}']
     return "\n".join(out) + "\n"
