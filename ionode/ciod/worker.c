@@ -565,8 +565,16 @@ static void *reader_main(void *arg)
                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         told = job_fail(w->job, "its I/O worker was lost", text);   /* its RAS ERROR says it */
     }
-    /* an ERROR only for a real failure: not the SIGKILL ciod itself sent above */
-    bool ours = killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    /* An ERROR only for a real failure.  A SIGKILL after its job ended is
+     * Lattice's own: the one sent above, or its PR_SET_PDEATHSIG, which fires
+     * when the thread that forked it (the job's control connection's, gone
+     * when the job's lattice run is) ends, often before the worker's own exit
+     * on EOF: the job was over either way. */
+    bool ours = !lost && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (ours && !killed)                /* said once, as INFO (the grace's kill said it above) */
+        ras_job_event(w->job, RAS_INFO, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended by SIGKILL "
+                      "after its job ended: ended with its job's control connection, not a failure",
+                      w->job, (int)w->pid);
     if (!told && !ours && (lost || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
         ras_job_event(w->job, RAS_ERROR, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended %s %d%s",
                   w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",

@@ -50,15 +50,18 @@ def test_every_event_in_time_order_in_one_format(rm: Machine) -> None:
 
 def test_an_io_worker_ciod_ends_after_its_job_is_no_error(rm: Machine) -> None:
     """The rank's `cat FIFO` blocks the worker in open(); the time limit ends
-    the rank; ciod ends the worker 5 s later: INFO, and no ERROR about it."""
+    the rank; the worker is ended by Lattice: INFO, and no ERROR about it
+    (nor about any other job's worker, each of which ended normally)."""
     fifo = rm.work / "fifo"
     os.mkfifo(fifo)
     p = rm.run("run", "--block", "R", "-n", "1", "-t", "0:02", "cat", str(fifo), check=False)
     assert p.returncode == 124, p.stderr
     job = last_job(rm)
-    wait_for(lambda: any("ended by ciod" in e for e in events(rm, "--job", job)), timeout=300)
+    # ended by ciod after the grace, or before it with the job's control connection (its
+    # PR_SET_PDEATHSIG): which comes first is the host's doing, either is Lattice's, INFO
+    wait_for(lambda: any("I/O worker" in e for e in events(rm, "--job", job)), timeout=300)
     mine = events(rm, "--job", job)
     worker = [e for e in mine if "I/O worker" in e]
-    assert worker and all(" INFO " in e for e in worker), mine
-    assert f"I/O worker of job {job}" in worker[0] and "still ran 5 s after its job ended" in worker[0]
+    assert len(worker) == 1 and " INFO " in worker[0] and f"I/O worker of job {job}" in worker[0], mine
+    assert "after its job ended" in worker[0], worker
     assert not [e for e in events(rm, "--severity", "ERROR") if "I/O worker" in e], events(rm)
