@@ -7,6 +7,7 @@ the test wants: the test lets it go once the line showed 3 of 4 nodes up."""
 from __future__ import annotations
 
 import os
+import re
 import pty
 import select
 import subprocess
@@ -16,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, LATTICE, Machine, make_machine
+from conftest import BUILD, EXAMPLES, LATTICE, Machine, make_machine
 
 
 @pytest.fixture
@@ -56,18 +57,24 @@ def read_until(fd: int, want: bytes, proc: subprocess.Popen[bytes], got: bytearr
             return
 
 
-@pytest.mark.parametrize("warm", ["1", "0"])
-def test_a_long_boot_shows_its_progress_in_place_on_a_terminal(pm: Machine, tmp_path: Path, warm: str) -> None:
+@pytest.mark.parametrize("how", ["boot", "boot-cold", "run"])
+def test_a_long_boot_shows_its_progress_in_place_on_a_terminal(pm: Machine, tmp_path: Path, how: str) -> None:
+    """`lattice boot` (warm, and in its own process) and a `lattice run` that boots."""
     flag = tmp_path / "go"
-    env = dict(pm.env, LATTICE_PREFIX=str(held_prefix(tmp_path / "prefix", flag)), LATTICE_WARM=warm)
+    env = dict(pm.env, LATTICE_PREFIX=str(held_prefix(tmp_path / "prefix", flag)),
+               LATTICE_WARM="0" if how == "boot-cold" else "1")
+    if how == "run":
+        pm.run("block", "delete", "B")      # the run makes and boots a block of its own
+    args = ["run", "-n", "4", str(EXAMPLES / "hello")] if how == "run" else ["boot", "B"]
     master, slave = pty.openpty()
-    proc = subprocess.Popen([*LATTICE, "boot", "B"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LATTICE, *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=slave)
     os.close(slave)
     got = bytearray()
     try:
-        read_until(master, b"booting B: 3/4 compute nodes up", proc, got)
-        assert b"\r\x1b[Kbooting B: 3/4 compute nodes up" in got, bytes(got)
+        read_until(master, b" compute nodes up", proc, got)
+        read_until(master, b": 3/4 compute nodes up", proc, got)
+        assert re.search(rb"\r\x1b\[Kbooting [\w-]+: 3/4 compute nodes up", got), bytes(got)
         flag.touch()
         out, _ = proc.communicate(timeout=300)
         read_until(master, b"\xff", proc, got)      # the rest, to the terminal's end
@@ -75,7 +82,9 @@ def test_a_long_boot_shows_its_progress_in_place_on_a_terminal(pm: Machine, tmp_
         if proc.poll() is None:
             proc.kill()
         os.close(master)
-    assert proc.returncode == 0 and b"block B Initialized" in out, (out, bytes(got))
+    assert proc.returncode == 0, (out, bytes(got))
+    assert (out.count(b"hello from rank") == 4) if how == "run" else (b"block B Initialized" in out), out
     text = bytes(got)
-    assert text.endswith(b"\r\x1b[K"), text     # erased: the shell's prompt starts a clean line
-    assert b"\n" not in text.replace(b"\r\n", b"") and b"lattice: boot B" not in text, text  # one line, in place
+    # erased before anything else is said (run's job id), so that it and the prompt start a clean line
+    assert re.search(rb"compute nodes up\r\x1b\[K(lattice: job \d+\r\n)?$", text), text
+    assert text.count(b"\n") == (1 if how == "run" else 0) and b"lattice: boot" not in text, text  # in place
