@@ -47,6 +47,7 @@ def places(out: str) -> dict[int, dict[str, str]]:
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_two_ranks_on_each_of_two_nodes_know_their_place(em: Machine, probe: str, kernel: str) -> None:
+    """--ntasks-per-node 2: virtual node mode, two ranks a node."""
     p = em.run("run", "--block", "E", *KERNELS[kernel], "-N", "2", "--ntasks-per-node", "2", probe)
     got = places(p.stdout)
     assert sorted(got) == [0, 1, 2, 3], p.stdout
