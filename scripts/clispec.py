@@ -24,6 +24,7 @@ class Arg:
     choices: list[str]
     kind: str                   # what completes its value: block, job, file, dir, choice, none, flag
     many: bool = False          # a positional taking the rest of the line, or several values
+    remainder: bool = False     # the rest of the line, options included (a program's arguments)
 
 
 @dataclass
@@ -74,7 +75,7 @@ def read_command(name: str, p: argparse.ArgumentParser) -> Command:
         metavar = a.metavar if isinstance(a.metavar, str) else ("" if a.nargs == 0 else a.dest.upper())
         arg = Arg(list(a.option_strings), a.dest, metavar, a.help or "", [str(x) for x in a.choices or []],
                   kind_of(name, a), a.nargs in ("*", "+", argparse.REMAINDER, "...")
-                  or isinstance(a, argparse._AppendAction))
+                  or isinstance(a, argparse._AppendAction), a.nargs == argparse.REMAINDER)
         (c.options if a.option_strings else c.positionals).append(arg)
     return c
 

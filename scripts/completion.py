@@ -76,10 +76,19 @@ def bash() -> str:
         valued = [a for a in c.options if a.kind != "flag"]
         opts = [f for a in c.options for f in a.flags] + ["--help"]
         out += [f"    {shlex.quote(c.name)})"]
-        # an option's value: completed by its kind
-        for a in valued:
+        for a in valued:                # the options that take a value (its word is no positional)
             out += [f"        takes+=' {' '.join(a.flags)} '"]
-        if valued:
+        # which positional this is: the words since the command, less options and their
+        # values; from a program's arguments on (ARGS...: a REMAINDER) every word is the program's
+        rest = next((k for k, a in enumerate(c.positionals) if a.remainder), -1)
+        out += ["        for ((; i < COMP_CWORD; i++)); do",
+                '            w=${COMP_WORDS[i]}',
+                *([f"            if ((n >= {rest})); then n=$((n + 1)); continue; fi"] if rest >= 0 else []),
+                '            if [[ $w == -* ]]; then [[ $takes == *" $w "* ]] && i=$((i + 1)); else n=$((n + 1)); fi',
+                "        done"]
+        if rest >= 0:
+            out += [f"        if ((n >= {rest})); then {bash_value('file', [])}; return 0; fi"]
+        if valued:                      # an option's value: completed by its kind
             out += ['        case $prev in']
             for a in valued:
                 out += [f"            {'|'.join(a.flags)}) {bash_value(a.kind, a.choices)}; return 0 ;;"]
@@ -87,11 +96,6 @@ def bash() -> str:
         out += ['        if [[ $cur == -* ]]; then',
                 f'            COMPREPLY=($(compgen -W {words(opts)} -- "$cur")); return 0',
                 "        fi",
-                "        # which positional this is: the words since the command, less options and their values",
-                "        for ((; i < COMP_CWORD; i++)); do",
-                '            w=${COMP_WORDS[i]}',
-                '            if [[ $w == -* ]]; then [[ $takes == *" $w "* ]] && i=$((i + 1)); else n=$((n + 1)); fi',
-                "        done",
                 "        case $n in"]
         for k, a in enumerate(c.positionals):
             pattern = f"{k}" if not a.many else "*"

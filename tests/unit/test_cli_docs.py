@@ -74,7 +74,8 @@ def complete(script: Path, home: Home, line: list[str]) -> list[str]:
     words = " ".join(f"'{w}'" for w in line)
     p = subprocess.run(["bash", "-c", f"source {script}; COMP_WORDS=({words}); COMP_CWORD={len(line) - 1}; "
                                       '_lattice; printf "%s\\n" "${COMPREPLY[@]}"'],
-                       capture_output=True, text=True, env=home.env(PATH=f"{BIN}:{os.environ['PATH']}"))
+                       capture_output=True, text=True, env=home.env(PATH=f"{BIN}:{os.environ['PATH']}"),
+                       cwd=script.parent)       # files complete from here: the script and the home
     assert p.returncode == 0 and p.stderr == "", p.stderr
     return [w for w in p.stdout.splitlines() if w]
 
@@ -92,6 +93,9 @@ def test_bash_completes_commands_options_choices_and_the_machines_blocks_and_job
     assert set(complete(script, home, ["lattice", "run", "-"])) >= flags
     assert complete(script, home, ["lattice", "run", "--ke"]) == ["--kernel"]
     assert complete(script, home, ["lattice", "run", "--kernel", ""]) == ["cnk", "linux"]
+    # after the program's name the words are the program's: files, no option of lattice's
+    assert complete(script, home, ["lattice", "run", "-n", "2", "/bin/echo", "--ke"]) == []
+    assert complete(script, home, ["lattice", "run", "/bin/echo", "--mode", "h"]) == ["home"]
     assert complete(script, home, ["lattice", "run", "--block", ""]) == ["LEFT", "RIGHT"]
     assert complete(script, home, ["lattice", "boot", "R"]) == ["RIGHT"]
     assert complete(script, home, ["lattice", "free", "--force", ""]) == ["LEFT", "RIGHT"]
