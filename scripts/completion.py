@@ -160,7 +160,8 @@ def zsh() -> str:
                 specs.append(f"'{rep}{excl}'{names}'[{help_}]:{zsh_quote(a.metavar or a.dest)}:"
                              f"{zsh_value(a.kind, a.choices)}'")
         for k, a in enumerate(c.positionals):
-            pos = "*" if a.many else str(k + 1)
+            # a program's arguments (REMAINDER): "*::", the words from there on are the program's
+            pos = "*:" if a.remainder else "*" if a.many else str(k + 1)
             specs.append(f"'{pos}:{zsh_quote(a.metavar or a.dest)}:{zsh_value(a.kind, a.choices)}'")
         out += [f"    {shlex.quote(c.name)})", "        _arguments -s " + " \\\n            ".join(specs) + " ;;"]
     out += ["    esac", "}", "", '_lattice "$@"', ""]
