@@ -165,18 +165,22 @@ def test_the_queue_survives_its_dispatcher(m2: Path, spawned: list[int]) -> None
 
 
 def test_submit_checks_as_run_does_and_says_one_line(m2: Path, spawned: list[int]) -> None:
+    con = con_of()
+    block(con, "B", "2x2x1", "0,0,0")
     for args, words in ((["-n", "0", "/bin/true"], "-n must be at least 1"),
                         (["/no/such/program"], "no such file"),
                         (["-n", "9", "--mode", "co", "/bin/true"], "do not fit in the 8 compute nodes"),
-                        (["--print-map", "/bin/true"], "--print-map queues nothing")):
+                        (["--print-map", "/bin/true"], "--print-map queues nothing"),
+                        (["--block", "B", "-n", "9", "/bin/true"], "do not fit in block B")):
         status, out, err = lattice("submit", *args)
         assert status == 1 and out == "" and err.startswith(f"lattice: error: ") and words in err, (args, err)
         assert "Traceback" not in err
     assert con_of().execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
 
-def test_submit_records_the_request(m2: Path, spawned: list[int], tmp_path: Path) -> None:
-    os.chdir(tmp_path)
+def test_submit_records_the_request(m2: Path, spawned: list[int], tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     with mock.patch.dict(os.environ, {"MY_SETTING": "42"}):
         job = submit("-n", "2", "-D", str(tmp_path), "/bin/echo", "hi")
     row = rows(con_of())[job]
@@ -211,4 +215,80 @@ def test_chdir_finds_a_relative_program_in_dir(tmp_path: Path) -> None:
 def test_migration_adds_the_queue_columns(tmp_path: Path) -> None:
     con = db.connect(tmp_path / "x.db")
     cols = {r[1] for r in con.execute("PRAGMA table_info(jobs)")}
-    assert {"request", "reason", "need_nodes", "need_block", "gid", "groups"} <= cols
+    assert {"request", "reason", "need_nodes", "need_block", "gid", "group_ids"} <= cols
+
+
+def test_a_waiting_run_is_queued_with_its_reason_and_can_be_cancelled(m2: Path, tmp_path: Path,
+                                                                      spawned: list[int]) -> None:
+    """`lattice run --wait` on a busy block: its record is Queued with why
+    (in `lattice jobs --running`), its waiting line names the job, and
+    `lattice cancel` ends the wait (the run exits 1 saying so)."""
+    con = con_of()
+    block(con, "A", "2x2x2", "0,0,0", "Initialized")     # looks booted: nothing is sent while it is busy
+    held = running_on(con, "A")
+    con.close()
+    env = {**os.environ, "LATTICE_HOME": str(m2), "LATTICE_WARM": "0",
+           "PYTHONPATH": str(Path(queue.__file__).parents[2])}
+    run = subprocess.Popen([sys.executable, "-m", "lattice", "run", "--block", "A", "--wait", "--kernel", "linux",
+                            "-n", "1", "/bin/true"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stderr is not None
+        line = run.stderr.readline()        # said when it starts waiting: its record is there by then
+        con = con_of()
+        row = con.execute("SELECT * FROM jobs WHERE id != ?", (held,)).fetchone()
+        assert line.startswith(f"lattice: job {row['id']} queued: block A is busy: job {held}"), line
+        assert row["state"] == "Queued" and row["block"] is None and row["reason"].startswith("block A is busy")
+        listing = lattice("jobs", "--running")[1]
+        assert f"# block A is busy: job {held}" in listing and " Queued " in listing, listing
+        later = submit("--block", "A", "-n", "1", "/bin/true")      # first come: the waiting run keeps A
+        assert rows(con)[later]["reason"] == f"behind job {row['id']} (waiting for block A)"
+        status, out, err = lattice("cancel", str(row["id"]))
+        assert status == 0 and f"job {row['id']} cancelled (it was queued" in out, err
+        _, rest = run.communicate(timeout=120)
+        assert run.returncode == 1 and f"lattice: error: job {row['id']} was cancelled before it started" in rest, rest
+        assert con.execute("SELECT state FROM jobs WHERE id = ?", (row["id"],)).fetchone()[0] == "Terminated"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_a_request_runs_in_its_own_directory_not_the_runners(m2: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued job starts in a runner whose working directory is not the
+    submitter's: its relative program, -D, --tree and -o are the request's."""
+    from lattice.jobs import job, launch, trees
+    (tmp_path / "data").mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "prog").write_text("")
+    assert lattice("block", "create", "B", "--shape", "2x2x2")[0] == 0
+    seen: dict[str, job.Spec] = {}
+
+    def fake_run(con: object, m: object, b: object, spec: job.Spec, wait: bool = False) -> int:
+        seen["spec"] = spec
+        return 0
+    req = RunRequest(exe="bin/prog", block="B", n=1, kernel="linux", tree=["data"], cwd="work", output="o-%j",
+                     workdir=str(tmp_path), environ={"PATH": "/usr/bin"})
+    monkeypatch.chdir("/")
+    from lattice.state import blocks
+    with mock.patch("lattice.nodes.boot.boot", lambda con, m, name, owner=None: blocks.get(con, name)), \
+            mock.patch("lattice.nodes.boot.free"), mock.patch("lattice.jobs.job.run", fake_run), \
+            mock.patch("lattice.jobs.launch.need_kernel"):
+        assert launch.run(req) == 0
+    spec = seen["spec"]
+    assert spec.exe == str(tmp_path / "bin" / "prog") and spec.cwd == str(tmp_path / "work")
+    assert str(tmp_path / "data") in dict(spec.mapping.env)[trees.VAR].split(":")
+    assert spec.output is not None and spec.output.cwd == str(tmp_path)
+
+
+def test_a_dispatcher_starts_only_the_jobs_it_may(m2: Path, spawned: list[int]) -> None:
+    """A dispatcher that is not root leaves other users' jobs queued, says
+    why, keeps their place, and makes no block for them."""
+    with mock.patch.object(queue, "may_start", lambda row: False):
+        job = submit("--user", "nobody", "-N", "8", "/bin/true")
+        con = con_of()
+        assert spawned == [] and rows(con)[job]["reason"].startswith("ready: nobody's jobs are started by nobody's")
+        assert con.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0, "no box made for a job not started"
+    assert queue.dispatch(con) == [job], "root's next dispatch starts it"

@@ -1,4 +1,6 @@
-"""Running a job on a booted block: the launch and its life (job), the ranks'
+"""Running a job: what a run asks for (request), its one entry that finds or
+boots a block and runs it (launch), the queue of submitted jobs and their
+detached runners (queue, runner); on a booted block: the launch and its life (job), the ranks'
 environment and MPI settings (jobenv, mpienv), rank placement on nodes
 (mapping, distribution), standard input and output files (jobinput, outfiles),
 PMI's tree of `lattice run` processes (pmitree), time limits (timelimit) and

@@ -66,9 +66,11 @@ def sandboxed(req: RunRequest) -> bool:
     return bool(req.sandbox)
 
 
-def job_trees(m: Machine, cwd: str, given: list[str], uid: int, user_env: dict[str, str]) -> list[str]:
+def job_trees(m: Machine, cwd: str, given: list[str], uid: int, user_env: dict[str, str],
+              base: str) -> list[str]:
     """A sandboxed job's file trees (lattice.jobs.trees): the working directory,
-    the machine's defaults with ~ as the owner's home, and --tree's."""
+    the machine's defaults with ~ as the owner's home, and --tree's (relative
+    to base, the caller's directory)."""
     if trees.VAR in user_env:
         raise LatticeError(f"{trees.VAR} is Lattice's to set: name the job's trees with --tree PATH")
     try:
@@ -76,7 +78,7 @@ def job_trees(m: Machine, cwd: str, given: list[str], uid: int, user_env: dict[s
     except KeyError:
         home = None
     # a local machine's I/O nodes see this host's files: a --tree that is no directory fails here, not at launch
-    return trees.job_trees(cwd, given, m.linux_trees, home, os.getcwd(), check=m.placement == "local")
+    return trees.job_trees(cwd, given, m.linux_trees, home, base, check=m.placement == "local")
 
 
 def need_kernel(kernel: str) -> None:
@@ -344,7 +346,7 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
     cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
     p.env.update(mpienv.idle_defaults(hosts, job_chose))
     if sandbox:
-        p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, req.tree, uid, user_env))
+        p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, req.tree, uid, user_env, req.workdir))
         one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
         for k, v in mpienv.sandbox_defaults(job_chose, one_host).items():
             p.env[k] = v

@@ -18,7 +18,9 @@ started job's record goes to Starting with its block, and a runner process
 (lattice.jobs.launch), then calls dispatch again.  Whoever calls dispatch
 (submit, every run's end, cancel, jobs, `lattice serve`) moves the queue on;
 all of it is in the database, so it survives any process and restart.
-A dispatcher that is not root starts only its own user's jobs.
+A dispatcher that is not root starts only its own user's jobs.  A
+`lattice run --wait` waiting for a block is Queued too, and counts in the
+order: later submitted jobs do not take its block.
 """
 from __future__ import annotations
 
@@ -63,13 +65,16 @@ def submit(req: RunRequest) -> int:
     if req.output is None:
         req.output = DEFAULT_OUTPUT
     nd = launch.need(con, m, req)
+    if nd.block is not None:        # the ranks must fit the block named: said now, not in the output file later
+        from lattice.jobs import mapping
+        mapping.map_ranks(m, nd.block, nd.apps, nd.mode, req.mapping, nd.layout.nodes)
     launch.need_kernel(req.kernel)
     user, uid, gid, groups = launch.identity(req.user)
     if req.exe is not None and nd.apps[0].exe:
         req.exe = nd.apps[0].exe            # found now, in the caller's PATH and directory
     with db.transaction(con):
         cur = con.execute(
-            "INSERT INTO jobs (user, uid, gid, groups, exe, args, cwd, nranks, kernel, sandbox, state, submitted, "
+            "INSERT INTO jobs (user, uid, gid, group_ids, exe, args, cwd, nranks, kernel, sandbox, state, submitted, "
             "request, need_nodes, need_block, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?,?,?,?,?)",
             (user, uid, gid, ",".join(map(str, groups)), nd.apps[0].exe,
              shlex.join([nd.apps[0].exe, *nd.apps[0].args]), os.path.abspath(req.work_dir()),
@@ -81,9 +86,9 @@ def submit(req: RunRequest) -> int:
 
 
 def queued_rows(con: sqlite3.Connection) -> list[sqlite3.Row]:
-    """Submitted jobs not started yet, first come first."""
-    return con.execute("SELECT * FROM jobs WHERE state = 'Queued' AND request IS NOT NULL AND client_pid IS NULL "
-                       "ORDER BY id").fetchall()
+    """Queued jobs, first come first: submitted ones not started yet, and
+    `lattice run --wait`s waiting for a block (their own process claims it)."""
+    return con.execute("SELECT * FROM jobs WHERE state = 'Queued' ORDER BY id").fetchall()
 
 
 def holders(con: sqlite3.Connection) -> dict[str, int]:
@@ -94,6 +99,12 @@ def holders(con: sqlite3.Connection) -> dict[str, int]:
     for r in rows:
         out.setdefault(r["block"], r["id"])
     return out
+
+
+def ready(row: sqlite3.Row) -> str:
+    """Why a job that could start waits for another dispatcher."""
+    return (f"ready: {row['user']}'s jobs are started by {row['user']}'s or root's lattice commands "
+            f"(or root's lattice serve)")
 
 
 def may_start(row: sqlite3.Row) -> bool:
@@ -109,8 +120,12 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
     waited: dict[str, int] = {}         # block -> the earlier queued job that waits for it
     boxes_for: int | None = None        # an earlier job waiting for free nodes: new boxes are its
     out = Decision([], {}, {})
+    every = {b.name: b for b in blocks.all_blocks(con)}
     for j in queued_rows(con):
-        every = {b.name: b for b in blocks.all_blocks(con)}
+        if j["request"] is None or j["client_pid"] is not None:     # a waiting run: its block is kept for it
+            if j["need_block"] is not None:
+                waited.setdefault(j["need_block"], j["id"])
+            continue
         if j["need_block"] is not None:
             b = every.get(j["need_block"])
             if b is None:
@@ -125,7 +140,7 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
                 out.reasons[j["id"]] = f"waiting for block {b.name} ({b.state})"
                 waited[b.name] = j["id"]
             elif not may_start(j):
-                out.reasons[j["id"]] = f"ready: {j['user']}'s jobs start at root's or {j['user']}'s next command"
+                out.reasons[j["id"]] = ready(j)
                 waited[b.name] = j["id"]
             else:
                 out.starts.append(Start(j["id"], b.name))
@@ -135,14 +150,18 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
         usable = sorted((b for b in every.values() if not b.auto and b.size >= n), key=lambda b: (b.size, b.name))
         free = [b for b in usable if b.name not in held and b.name not in waited]
         chosen: Block | None = next((b for b in free if b.state == "Initialized"), None)
-        if chosen is None and boxes_for is None:
-            chosen = new_place(con, m, n, [b for b in free if b.state == "Free"], j["id"])
+        if chosen is None and boxes_for is None:       # a box is made only for a job that starts
+            chosen = new_place(con, m, n, [b for b in free if b.state == "Free"], j["id"], make=may_start(j))
+        if chosen is not None and chosen.name:
+            every[chosen.name] = chosen         # a new box counts from now on
         if chosen is not None and may_start(j):
             out.starts.append(Start(j["id"], chosen.name))
             held[chosen.name] = j["id"]
             continue
         if chosen is not None:
-            out.reasons[j["id"]] = f"ready: {j['user']}'s jobs start at root's or {j['user']}'s next command"
+            out.reasons[j["id"]] = ready(j)
+            if not chosen.name:                 # the free nodes are kept for it
+                boxes_for = j["id"]
         elif boxes_for is not None and not any(b.name in held for b in usable):
             out.reasons[j["id"]] = f"behind job {boxes_for} (waiting for free compute nodes)"
         else:
@@ -161,16 +180,20 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
     return out
 
 
-def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], job: int) -> Block | None:
+def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], job: int,
+              make: bool = True) -> Block | None:
     """A Free block the administrator made, unless a new box of fewer nodes
     would hold n (as lattice.state.blocks.fit chooses); a new box is made now,
-    Free and auto (its runner boots it, frees and deletes it)."""
+    Free and auto (its runner boots it, frees and deletes it); without make
+    only said (a block without a name)."""
     try:
         corner, shape = blocks.smallest_fit(con, m, n)
     except LatticeError:
         return free[0] if free else None
     if free and free[0].size <= shape[0] * shape[1] * shape[2]:
         return free[0]
+    if not make:
+        return Block("", corner, shape, "Free", True, None)
     t = db.now()
     name = f"auto-q{job}"
     con.execute("DELETE FROM blocks WHERE name = ? AND state = 'Free' AND auto = 1", (name,))   # a former try's
@@ -179,13 +202,17 @@ def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], jo
     return blocks.get(con, name)
 
 
-def dispatch(con: sqlite3.Connection, m: Machine) -> list[int]:
+def dispatch(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
     """Start the queued jobs whose turn has come: their ids.  Each goes to
     Starting on its block, named by this command until its runner (started
-    here, detached) takes it over; the others get their reason."""
+    here, detached) takes it over; the others get their reason.  m: the
+    machine (default: lattice.state.machine.load())."""
     if con.execute("SELECT 1 FROM jobs WHERE state = 'Queued' AND request IS NOT NULL AND client_pid IS NULL "
                    "LIMIT 1").fetchone() is None:
         return []
+    if m is None:
+        from lattice.state import machine
+        m = machine.load()
     pid, started = procs.me()
     with db.transaction(con):
         d = decide(con, m)
@@ -229,7 +256,7 @@ def spawn(con: sqlite3.Connection, job: int) -> None:
                     "AND state = 'Starting' AND client_pid = ?", (reason, db.now(), job, procs.me()[0]))
 
 
-def dispatch_quietly(con: sqlite3.Connection, m: Machine) -> list[int]:
+def dispatch_quietly(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
     """dispatch() where the queue is not the command's business: a failure
     is one warning line, never the command's failure."""
     try:

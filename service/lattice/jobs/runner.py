@@ -72,10 +72,12 @@ def run(job: int) -> int:
             raise LatticeError(f"job {job} is {row['user']}'s: only root or its owner may start it")
         user, uid, gid, groups = queue.owner_of(row["uid"], row["user"])
         if row["gid"] is not None:      # the submitter's own ids at submit time
-            gid, groups = row["gid"], [int(g) for g in (row["groups"] or "").split(",") if g]
+            gid, groups = row["gid"], [int(g) for g in (row["group_ids"] or "").split(",") if g]
         streams(req, job, user, uid, gid, groups)
+        os.chdir(req.workdir)           # the submitter's directory, as sbatch runs a batch job there
         if os.geteuid() == 0 and uid != 0:
             req.user = user
+        req.wait = True         # for I/O nodes still ending a job whose run was killed, as `--wait` does
         status = launch.run(req, job_id=job, target=row["block"], owner=(user, uid, gid, groups))
     except LatticeError as e:
         print(f"lattice: error: {e.message}", file=sys.stderr, flush=True)
@@ -108,6 +110,10 @@ def main(argv: list[str]) -> int:
             return 1
         return 0
     os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):        # not the dispatcher's pipe: it waits only for the first process
+        os.dup2(null, fd)
+    os.close(null)
     try:
         run(job)
     finally:

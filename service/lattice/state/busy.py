@@ -5,7 +5,10 @@ the block Initialized with no active job; a second run on a busy block is
 refused with one line, or with `--wait` waits (a progress line when it
 starts waiting, then every PROGRESS_EVERY seconds) until the block is idle;
 if the run it waited for frees the block (it had booted it for itself), the
-waiting run boots it in turn (BlockFreed).
+waiting run boots it in turn (BlockFreed).  A waiting run's record is
+Queued with why it waits (`lattice jobs`; `lattice cancel` ends the wait).
+A queued job's runner (lattice.jobs.runner) claims the record the queue
+made (Spec.job_id) instead of inserting one.
 While it waits it sweeps (lattice.state.reclaim), so a run killed meanwhile does
 not hold the block for ever; with `--wait` it also asks the I/O nodes,
 which may still be ending a job whose run was killed.
@@ -121,7 +124,7 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
         if not wait or now.state not in WAITABLE:
             hint = "; `lattice run --wait` waits for it" if other is not None else ""
             raise LatticeError(why + hint)
-        job_id = queued(con, spec, job_id, why, cmdline, pid, started)
+        job_id = queued(con, spec, job_id, why, cmdline, pid, started, b.name)
         if said is None or time.monotonic() - said >= PROGRESS_EVERY:
             waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
             print(f"lattice: job {job_id} queued: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
@@ -131,15 +134,19 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
 
 
 def queued(con: sqlite3.Connection, spec: Spec, job_id: int | None, why: str, cmdline: str, pid: int,
-           started: int) -> int:
+           started: int, spec_block: str) -> int:
     """A waiting run's record: Queued, with why it waits (`lattice jobs`
-    shows it; `lattice cancel` may end it); made the first time it waits."""
+    shows it; `lattice cancel` may end it) and the block it waits for (the
+    queue keeps it for the run: lattice.jobs.queue); made the first time it waits."""
     if job_id is None:
         cur = con.execute("INSERT INTO jobs (user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
-                          "client_start, state, submitted, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?)",
+                          "client_start, state, submitted, reason, need_block) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?, ?)",
                           (spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, spec.kernel,
-                           int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why))
+                           int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why,
+                           spec_block))
         return int(cur.lastrowid or 0)
-    con.execute("UPDATE jobs SET state = 'Queued', reason = ? WHERE id = ? AND state IN ('Queued', 'Starting')",
-                (why, job_id))
+    # a queued job's runner keeps Starting: its block stays the one the queue gave it
+    con.execute("UPDATE jobs SET state = CASE WHEN request IS NULL THEN 'Queued' ELSE state END, reason = ? "
+                "WHERE id = ? AND state IN ('Queued', 'Starting')", (why, job_id))
     return job_id

@@ -160,7 +160,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN need_nodes INTEGER;
     ALTER TABLE jobs ADD COLUMN need_block TEXT;
     ALTER TABLE jobs ADD COLUMN gid INTEGER;
-    ALTER TABLE jobs ADD COLUMN groups TEXT;
+    ALTER TABLE jobs ADD COLUMN group_ids TEXT;
     """,
 ]
 KEYLESS = 3         # the first version whose database never held a key

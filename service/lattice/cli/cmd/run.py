@@ -7,7 +7,8 @@ import os
 from lattice.jobs import job, launch, mapping, timelimit
 from lattice.jobs.request import RunRequest
 
-description = "run a program on compute nodes (booting and freeing a block if none is given)"
+description = ("run a program on compute nodes (without --block: on a booted idle block, else on one it boots "
+               "and frees)")
 epilog = ("MPMD: `lattice run [OPTIONS] -n 4 a.out ARGS : -n 4 b.out ARGS` runs several programs as one job; "
           "options before the first program apply to the job, each program after ':' takes only -n N. "
           "Ranks are numbered consecutively across programs; the application number is the program's index. "
@@ -34,12 +35,14 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-map", action="store_true",
                    help="print rank -> x y z t -> location -> host -> CPUs and exit without booting or running "
                         "anything (EXE may be left out)")
-    p.add_argument("--block", help="a block to run on (default: create, boot and free one that fits)")
+    p.add_argument("--block", help="a block to run on (default: the smallest booted idle block that holds the job, "
+                                     "else a Free one or a new one, booted and freed)")
     p.add_argument("--wait", action="store_true",
                    help="if the block is busy with another job, wait until it is idle (default: refuse the run)")
     p.add_argument("-l", "--label", action="store_true", help="prefix each output line with its rank")
     p.add_argument("-D", "--chdir", "--cwd", dest="cwd",
-                   help="working directory on the I/O nodes (default: the current one)")
+                   help="working directory on the I/O nodes (default: the current one); a relative EXE is found "
+                        "there first, else in the current directory")
     p.add_argument("--export", default="ALL", metavar="ALL|NONE|NAME[=VALUE],...",
                    help="the caller's environment the ranks get: ALL (default), NONE, or these names (and values); "
                         "PMI_*, PMIX_* and LATTICE_* are never passed, Lattice's own job variables win "
