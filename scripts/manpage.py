@@ -2,7 +2,8 @@
 """Writes lattice(1), the man page of the `lattice` command, from its argparse
 parser (scripts/clispec.py): every command with its usage, description and
 options, so the page says what the parser accepts.  The prose around them
-(environment, files, exit status) points at docs/cli.md for the whole story.
+(files, exit status) points at docs/cli.md for the whole story; the
+environment is docs/cli.md's table.
 
     scripts/manpage.py [OUT]      (default: lattice.1 in the current directory)
 
@@ -20,12 +21,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import clispec  # noqa: E402 - after the path
 
-ENVIRONMENT = [
-    ("LATTICE_HOME", "the machine's directory (default ~/.lattice)."),
-    ("LATTICE_WARM", "0: no warm server; every command starts Python itself."),
-    ("LATTICE_BOOT_STALL", "seconds without progress after which a boot fails (default 60)."),
-    ("LATTICE_DEBUG", "1: a Python traceback instead of the one error line."),
-]
+def environment() -> list[tuple[str, str]]:
+    """The variables `lattice` reads: docs/cli.md's "## Environment" table, so the two agree."""
+    text = (clispec.ROOT / "docs" / "cli.md").read_text()
+    table = text.split("\n## Environment\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            out.append((cells[0].strip("`"), cells[1].replace("`", "")))
+    return out
+
+
 RANK_ENVIRONMENT = [
     ("LATTICE_RANK, LATTICE_SIZE", "the rank and the job's rank count (also PMI_RANK, PMI_SIZE)."),
     ("LATTICE_LOCALID, MPI_LOCALRANKID", "the rank's index among the job's ranks on its compute node."),
@@ -78,7 +85,7 @@ def page() -> str:
         for a in c.options:
             out += [".TP", option_line(a)] + ([roff(a.help)] if a.help else [])
     out += [".SH ENVIRONMENT"]
-    for name, what in ENVIRONMENT:
+    for name, what in environment():
         out += [".TP", bold(name), roff(what)]
     out += [".SH RANK ENVIRONMENT", roff("What each rank of a job finds in its environment besides the job's own:")]
     for name, what in RANK_ENVIRONMENT:
