@@ -83,7 +83,8 @@ def test_the_readme_tour_runs_line_by_line(built: Path, tmp_path: Path) -> None:
     home, status = tmp_path / "my-machine", tmp_path / "status"
     before = untracked()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LATTICE_")}
-    env.update(LATTICE_WARM_IDLE="60")      # the machine's warm server leaves soon after the test
+    env.update(LATTICE_WARM_IDLE="60",      # the machine's warm server leaves soon after the test
+               TMPDIR=str(tmp_path))        # the tour's mktemp directories go with the test's
     m = Machine(home=home, work=tmp_path, env=dict(env, LATTICE_HOME=str(home),
                                                     PATH=f"{ROOT / '.venv' / 'bin'}:{env['PATH']}"))
     background: list[int] = []
