@@ -11,9 +11,12 @@ cd "$(dirname "$0")/.."
 packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox
           openssh-server munge slurmctld slurmd slurm-client
           libfuse3-dev fuse3 nftables iproute2 golang-go liburing-dev
+          chromium chromium-driver
           postgresql)
 . scripts/lib/packages.sh
 ensure_packages "${packages[@]}" || { echo "setup: cannot go on without these packages" >&2; exit 1; }
+# man-db for `man lattice`, zsh for the test of its completion function (tests/unit/test_cli_docs.py)
+ensure_packages man-db zsh || { echo "setup: cannot go on without these packages" >&2; exit 1; }
 
 make -s all
 
@@ -43,4 +46,10 @@ LAUNCHER
 # Byte-compile the service node now: with PYTHONDONTWRITEBYTECODE set, every
 # `lattice` command would otherwise compile its modules from source again.
 .venv/bin/python -m compileall -q service >/dev/null
+# lattice(1) and shell completion, generated from the command's parser: `man
+# lattice` and bash-completion find them beside .venv/bin on PATH; zsh users
+# add .venv/share/zsh/site-functions to fpath (docs/cli.md).
+.venv/bin/python scripts/manpage.py .venv/share/man/man1/lattice.1
+.venv/bin/python scripts/completion.py bash .venv/share/bash-completion/completions/lattice
+.venv/bin/python scripts/completion.py zsh .venv/share/zsh/site-functions/_lattice
 echo "setup: built build/ and installed .venv/bin/lattice"

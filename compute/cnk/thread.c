@@ -10,6 +10,12 @@
  * asynchronous progress thread needs one more, Open MPI's PMIx client has
  * its own.  cnk cannot tell them from compute threads; the count is what
  * it enforces.
+ *
+ * A clone refused at the limit is said once per process, on its stderr
+ * ("cnk: thread limit ..." naming the limit and how to change it), and
+ * counted on the report page, from which the service node records a RAS
+ * WARNING (a runtime's own message, libgomp's "Thread creation failed",
+ * says neither).
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
@@ -70,6 +76,21 @@ void thread_init(void)
 {
     thread_exec();
     affinity_init();
+    cnk.report->thread_limit = cnk.cores + cnk.comm_threads;
+}
+
+/* A clone refused at the limit: counted, and said on the first. */
+static void limit_reached(void)
+{
+    unsigned limit = cnk.cores + cnk.comm_threads;
+    cnk.report->thread_limit = limit;
+    if (__atomic_fetch_add(&cnk.report->threads_refused, 1, __ATOMIC_RELAXED) != 0)
+        return;
+    kprint(cnk.err_fd, "cnk: thread limit: rank %d may run %u threads (its %u cores%s), a thread more was refused; "
+           "ask for at most %u (OMP_NUM_THREADS=%u) or give each rank more cores: co mode (--mode co), "
+           "fewer ranks per node, or a machine with more (lattice init --cores)\n",
+           cnk.rank, limit, cnk.cores, cnk.comm_threads ? " and 2 for its MPI library" : "",
+           cnk.cores, cnk.cores);
 }
 
 unsigned thread_alive(void)
@@ -88,6 +109,7 @@ long sys_clone(struct cnk_call *c)
         return -EINVAL;
     if (__atomic_add_fetch(&alive, 1, __ATOMIC_RELAXED) > cnk.cores + cnk.comm_threads) {
         __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
+        limit_reached();
         return -EAGAIN;
     }
     struct kthread *kt = block_get();

@@ -29,6 +29,11 @@
 
 #include "job.h"
 
+/* The service node's table of this pset's nodes' indices in the job
+ * (lattice.jobs.jobenv.NODEIDS: "I,I,-,..." by pset-local node), read here
+ * and never passed on. */
+#define NODEIDS_VAR "LATTICE_PSET_NODEIDS="
+
 /* Is s one of the variables the node sets itself (or, LATTICE_FS_TREES,
  * reads and keeps from the program)?  preload: Linux mode with the client
  * library, whose LD_PRELOAD is ours too. */
@@ -36,7 +41,12 @@ static int ours_var(const char *s, int preload)
 {
     static const char *const names[] = { "LATTICE_IO_FD=", "LATTICE_IO_SEQ_FD=", "LATTICE_IO_DP=", "LATTICE_IO_PID=", "LATTICE_RANK=", "LATTICE_SIZE=", "LATTICE_NODE=",
                                          "LATTICE_PERSONALITY=", "PMI_FD=", "PMI_RANK=", "PMI_SIZE=",
-                                         "PMI_JOBID=", "PMI_PORT=", "PMI_ID=", "LATTICE_FS_TREES=" };
+                                         "PMI_JOBID=", "PMI_PORT=", "PMI_ID=", "LATTICE_FS_TREES=",
+                                         /* the rank's place (rank_place_env), and the service node's table of it */
+                                         "LATTICE_LOCALID=", "LATTICE_NODEID=", "MPI_LOCALRANKID=",
+                                         "MPI_LOCALNRANKS=", "OMPI_COMM_WORLD_RANK=", "OMPI_COMM_WORLD_LOCAL_RANK=",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE=", "OMPI_COMM_WORLD_NODE_RANK=", "PMIX_RANK=",
+                                         NODEIDS_VAR };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strncmp(s, names[i], strlen(names[i])))
             return 1;
@@ -73,12 +83,58 @@ static uint32_t proc_cores(const struct job *j)
     return c ? c : 1;
 }
 
+/* This node's index among the job's nodes, from the job's NODEIDS_VAR; -1 if none says it. */
+static long node_index(const struct job *j)
+{
+    for (size_t i = 0; j->env[i]; i++) {
+        if (strncmp(j->env[i], NODEIDS_VAR, strlen(NODEIDS_VAR)))
+            continue;
+        const char *v = j->env[i] + strlen(NODEIDS_VAR);
+        for (uint32_t n = 0; n < j->pers->node && v; n++)
+            v = (v = strchr(v, ',')) ? v + 1 : NULL;
+        char *end;
+        long id = v && *v >= '0' && *v <= '9' ? strtol(v, &end, 10) : -1;
+        return id >= 0 && (!v || *end == ',' || *end == '\0') ? id : -1;
+    }
+    return -1;
+}
+
+/* A process's place as Slurm, MPICH's Hydra and Open MPI's mpirun tell it:
+ * its index among the job's processes on this node (in rank order), their
+ * count, the node's index in the job (the job's node count, LATTICE_NNODES,
+ * is the same for all: the service node sets it); Open MPI's names only for
+ * an Open MPI program (the service node set OMPI_COMM_WORLD_SIZE for it). */
+static int rank_place_env(const struct job *j, const struct proc *p, char buf[][4200], int m)
+{
+    uint32_t local = 0;
+    for (uint32_t i = 0; i < j->nprocs; i++)
+        local += j->proc[i].rank < p->rank;
+    long node = node_index(j);
+    int ompi = 0;
+    for (size_t i = 0; j->env[i]; i++)
+        ompi |= !strncmp(j->env[i], "OMPI_COMM_WORLD_SIZE=", 21);
+    snprintf(buf[m++], 4200, "LATTICE_LOCALID=%u", local);
+    snprintf(buf[m++], 4200, "MPI_LOCALRANKID=%u", local);
+    snprintf(buf[m++], 4200, "MPI_LOCALNRANKS=%u", j->nprocs);
+    if (node >= 0)
+        snprintf(buf[m++], 4200, "LATTICE_NODEID=%ld", node);
+    if (ompi) {
+        snprintf(buf[m++], 4200, "OMPI_COMM_WORLD_RANK=%u", p->rank);
+        snprintf(buf[m++], 4200, "OMPI_COMM_WORLD_LOCAL_RANK=%u", local);
+        snprintf(buf[m++], 4200, "OMPI_COMM_WORLD_LOCAL_SIZE=%u", j->nprocs);
+        if (node >= 0)
+            snprintf(buf[m++], 4200, "OMPI_COMM_WORLD_NODE_RANK=%ld", node);
+        snprintf(buf[m++], 4200, "PMIX_RANK=%u", p->rank);
+    }
+    return m;
+}
+
 /* env for a compute process: the job's, with ours set; in Linux mode the
  * client library preloaded first (under cnk and in the sandbox the
  * program's LD_PRELOAD is its own) */
 static char **make_env(struct job *j, const struct proc *p, int procfd_num)
 {
-    enum { OURS = 16 };
+    enum { OURS = 26 };
     int preload = preloaded(j), sbx = sandboxed(j);
     size_t n = 0;
     while (j->env[n])
@@ -122,6 +178,7 @@ static char **make_env(struct job *j, const struct proc *p, int procfd_num)
     snprintf(buf[m++], sizeof buf[0], "PMI_RANK=%u", p->rank);
     snprintf(buf[m++], sizeof buf[0], "PMI_SIZE=%u", j->nj.size);
     snprintf(buf[m++], sizeof buf[0], "PMI_JOBID=lattice-%llu", (unsigned long long)j->nj.job);
+    m = rank_place_env(j, p, buf, m);
     /* whether its node has a core of its own for MPICH's progress thread:
      * static, not one of ours_var's (launch frees those after the fork) */
     static char async0[] = "MPIR_CVAR_ASYNC_PROGRESS=0", async1[] = "MPIR_CVAR_ASYNC_PROGRESS=1";

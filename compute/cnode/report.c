@@ -32,7 +32,8 @@ static const char *page_name(uint64_t bytes, char *buf, size_t len)
  * The report line of a cnk job, one line of space-separated fields with the
  * free text last:
  *   kernel=cnk pages=2M bigmem=1073741824 local=N shipped=N unsupported=N
- *   libcache=DIR|off:WORD libmaps=N libfetched=BYTES libcopied=N why=TEXT
+ *   libcache=DIR|off:WORD libmaps=N libfetched=BYTES libcopied=N threads=LIMIT
+ *   threadsrefused=N why=TEXT
  * (docs/protocol.md, section 5).
  */
 void report_line(const struct cnk_report *r, char *buf, size_t len)
@@ -52,10 +53,11 @@ void report_line(const struct cnk_report *r, char *buf, size_t len)
         if (*c == ' ' || *c == '\n')
             *c = '_';
     snprintf(buf, len, "kernel=cnk pages=%s bigmem=%llu local=%llu shipped=%llu unsupported=%llu "
-             "libcache=%s libmaps=%llu libfetched=%llu libcopied=%llu why=%s",
+             "libcache=%s libmaps=%llu libfetched=%llu libcopied=%llu threads=%u threadsrefused=%u why=%s",
              page_name(r->page_size, pg, sizeof pg), (unsigned long long)r->bigmem_bytes,
              (unsigned long long)r->count[CNK_LOCAL], (unsigned long long)r->count[CNK_SHIPPED],
              (unsigned long long)r->count[CNK_UNSUPPORTED], lib, (unsigned long long)r->lib_maps,
-             (unsigned long long)r->lib_fetched, (unsigned long long)r->lib_copied, why[0] ? why : "-");
+             (unsigned long long)r->lib_fetched, (unsigned long long)r->lib_copied, r->thread_limit,
+             r->threads_refused, why[0] ? why : "-");
 }
 

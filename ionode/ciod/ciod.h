@@ -131,6 +131,11 @@ void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
 /* The same, folded under an explicit peer identity (any thread). */
 void ras_event_from(const char *who, enum ras_sev sev, const char *location, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* An event about one job (its id in the spool line's JOB field: `lattice ras --job`). */
+void ras_job_event(uint64_t job, enum ras_sev sev, const char *location, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* In a job's I/O worker: every event of this process is about job. */
+void ras_set_job(uint64_t job);
 /* The calling thread's peer identity for folding; NULL: its events are not folded. */
 void ras_thread_peer(const char *who);
 /* Writes every pending fold summary now (at exit). */

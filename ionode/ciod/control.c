@@ -482,7 +482,7 @@ static int on_stdin(struct conn *c, const struct lat_hdr *h, char *why, size_t w
         return 0;                       /* the job ended, or is not this connection's */
     int err = worker_stdin(in.job, in.flags, c->buf + sizeof(in), in.bytes);
     if (err == ENOBUFS)
-        ras_event(RAS_WARNING, cfg.location, "job %" PRIu64 ": standard input over the window of %u bytes "
+        ras_job_event(in.job, RAS_WARNING, cfg.location, "job %" PRIu64 ": standard input over the window of %u bytes "
                   "refused (%u bytes)", in.job, LAT_STDIN_WINDOW, in.bytes);
     return 0;
 }
@@ -557,7 +557,7 @@ static int on_job(struct conn *c, const struct lat_hdr *h, char *why, size_t why
     if ((err = worker_run()) != 0)
         logmsg("job %" PRIu64 ": cannot watch its I/O worker: %s", js->hdr->job, strerror(err));
     if (pmi_job_start(js, text, sizeof(text)) != 0)
-        ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 ": no PMI service: %s", js->hdr->job, text);
+        ras_job_event(js->hdr->job, RAS_ERROR, cfg.location, "job %" PRIu64 ": no PMI service: %s", js->hdr->job, text);
     logmsg("job %" PRIu64 " from %s: %s, uid %u, %u ranks (%u here, %u per node, %u applications), kernel %s%s",
            js->hdr->job, c->peer, js->app[0].exe, js->who.uid, js->hdr->nranks, js->nslots, js->ppn, js->napps,
            js->hdr->flags & LAT_JOB_CNK ? "cnk" : "linux", js->hdr->flags & LAT_JOB_TRACE ? " (trace)" : "");

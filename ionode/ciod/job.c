@@ -127,7 +127,7 @@ void node_detach(uint32_t node, struct conn *c)
         snprintf(msg, sizeof(msg), "compute node %s lost (connection to its I/O node closed)", loc);
         for (uint32_t i = 0; i < nlost; i++) {
             ex.rank = lost[i];
-            ras_event(RAS_ERROR, loc, "compute node %s (pset %u node %u) lost while running rank %u of job %"
+            ras_job_event(ex.job, RAS_ERROR, loc, "compute node %s (pset %u node %u) lost while running rank %u of job %"
                       PRIu64, loc, cfg.pset, node, ex.rank, ex.job);
             job_rank_exit(node, &ex, msg, strlen(msg));
         }
@@ -320,7 +320,7 @@ void job_ctl_closed(struct conn *ctl)
     pthread_mutex_unlock(&g.lock);
     if (!orphan)
         return;
-    ras_event(RAS_WARNING, cfg.location,
+    ras_job_event(id, RAS_WARNING, cfg.location,
               "control connection (%s) of job %" PRIu64 " closed while it ran (its lattice run ended): "
               "killing the job", ctl->peer, id);
     kill_nodes(nodes, id, SIGKILL);
@@ -343,7 +343,7 @@ bool job_fail(uint64_t id, const char *by, const char *text)
     pthread_mutex_unlock(&g.lock);
     if (!first)
         return false;                   /* it ended meanwhile, or was failed already */
-    ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 " ended with an error: %s", id, text);
+    ras_job_event(id, RAS_ERROR, cfg.location, "job %" PRIu64 " ended with an error: %s", id, text);
     if (ctl) {                          /* before the exits its ranks' kill brings: the cause first */
         struct iovec v[2] = { { &end, sizeof(end) }, { (void *)text, strlen(text) } };
         conn_sendv(ctl, LAT_CTL_JOB_FAIL, 0, v, 2);
@@ -397,22 +397,22 @@ static void ras_exit(const struct lat_exit *ex, const char *msg, size_t mlen, in
 
     node_location(ex->node, loc, sizeof(loc));
     if (killed && ex->how == LAT_EXIT_SIGNAL && ex->value == killed) {
-        ras_event(RAS_INFO, loc, "job %" PRIu64 " rank %u ended by signal %d on purpose: %s",
+        ras_job_event(ex->job, RAS_INFO, loc, "job %" PRIu64 " rank %u ended by signal %d on purpose: %s",
                   ex->job, ex->rank, ex->value, by ? by : "killed at the service node's request");
         return;
     }
     switch (ex->how) {
     case LAT_EXIT_CODE:
         if (ex->value != 0)
-            ras_event(RAS_INFO, loc, "job %" PRIu64 " rank %u exited with code %d",
+            ras_job_event(ex->job, RAS_INFO, loc, "job %" PRIu64 " rank %u exited with code %d",
                       ex->job, ex->rank, ex->value);
         break;
     case LAT_EXIT_SIGNAL:
-        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %u killed by signal %d",
+        ras_job_event(ex->job, RAS_WARNING, loc, "job %" PRIu64 " rank %u killed by signal %d",
                   ex->job, ex->rank, ex->value);
         break;
     case LAT_EXIT_LAUNCH:
-        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %u could not start: %.*s (errno %d)",
+        ras_job_event(ex->job, RAS_WARNING, loc, "job %" PRIu64 " rank %u could not start: %.*s (errno %d)",
                   ex->job, ex->rank, n, msg, ex->value);
         break;
     default:

@@ -158,7 +158,7 @@ void libcache_job_start(uint64_t job)
     }
     if (fd >= 0)
         close(fd);
-    ras_event(RAS_WARNING, cfg.location, "job %" PRIu64 ": library cache %s: %s%s; libraries are "
+    ras_job_event(job, RAS_WARNING, cfg.location, "job %" PRIu64 ": library cache %s: %s%s; libraries are "
               "copied into each rank", job, dir, strerror(e),
               e == EEXIST ? " (not this user's: left alone)" : "");
 }

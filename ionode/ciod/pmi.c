@@ -195,7 +195,7 @@ static void on_bad_request(void *ctx, const struct pmi_dest *who, const char *te
 
     (void)ctx;
     node_location(who->node, loc, sizeof(loc));
-    ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %u: bad PMI request: %s", P.job, who->rank, text);
+    ras_job_event(P.job, RAS_WARNING, loc, "job %" PRIu64 " rank %u: bad PMI request: %s", P.job, who->rank, text);
 }
 
 static void on_note(void *ctx, const char *text)
@@ -282,7 +282,7 @@ static void send_abort(uint64_t job, const struct batch *b)
     struct conn *ctl = job_owner(job);
 
     node_location(b->who.node, loc, sizeof(loc));
-    ras_event(RAS_ERROR, loc, "job %" PRIu64 " rank %u called PMI abort with code %d: %s", job, b->who.rank,
+    ras_job_event(job, RAS_ERROR, loc, "job %" PRIu64 " rank %u called PMI abort with code %d: %s", job, b->who.rank,
               b->code, *b->msg ? b->msg : "(no message)");
     if (ctl) {
         struct iovec v[2] = { { &a, sizeof(a) }, { (void *)b->msg, strlen(b->msg) } };
@@ -398,7 +398,7 @@ void pmi_input(uint32_t node, struct conn *nc, uint32_t rank, const char *data, 
         pthread_mutex_unlock(&P.lock);
         node_location(node, loc, sizeof(loc));
         if (sealed)
-            ras_event(RAS_WARNING, loc, "PMI data for rank %u of job %" PRIu64 ", which has ended: refused",
+            ras_job_event(job, RAS_WARNING, loc, "PMI data for rank %u of job %" PRIu64 ", which has ended: refused",
                       rank, job);
         else
             ras_event(RAS_WARNING, loc, "PMI data for rank %u, which does not run on node %u: ignored", rank,
@@ -553,7 +553,7 @@ int pmi_fence_out(const char *p, size_t len, char *why, size_t whylen)
                 ndown++;
     pthread_mutex_unlock(&P.lock);
     if (!matched) {
-        ras_event(RAS_WARNING, cfg.location, "fence %u of job %" PRIu64 " from above does not "
+        ras_job_event(f.job, RAS_WARNING, cfg.location, "fence %u of job %" PRIu64 " from above does not "
                   "match a fence waiting here: ignored", f.epoch, f.job);
         return 0;
     }
@@ -590,7 +590,7 @@ void pmi_tree_fail(uint64_t job, const char *fmt, ...)
     pthread_mutex_unlock(&P.lock);
     if (!first)
         return;                         /* said once per job; a job that ended needs nothing */
-    ras_event(RAS_ERROR, cfg.location, "job %" PRIu64 ": PMI fence tree broken: %s", job, text);
+    ras_job_event(job, RAS_ERROR, cfg.location, "job %" PRIu64 ": PMI fence tree broken: %s", job, text);
     if ((ctl = job_owner(job))) {
         struct iovec v[2] = { { .iov_base = &end, .iov_len = sizeof(end) },
                               { .iov_base = text, .iov_len = strlen(text) } };
@@ -824,7 +824,7 @@ int pmi_name_out(const char *p, size_t len, char *why, size_t whylen)
               pmi_engine_name_out(P.e, n.rank, (int)n.op, n.rc, port, &b);
     pthread_mutex_unlock(&P.lock);
     if (!matched) {
-        ras_event(RAS_WARNING, cfg.location, "name answer for job %" PRIu64 " rank %u does not match a request "
+        ras_job_event(n.job, RAS_WARNING, cfg.location, "name answer for job %" PRIu64 " rank %u does not match a request "
                   "waiting here: ignored", n.job, n.rank);
         return 0;
     }

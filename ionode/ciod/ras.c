@@ -4,7 +4,11 @@
  * The spool is shared with nobody else in this process but may be shared
  * with other ciods, so each event is one line written by one write() on
  * an O_APPEND descriptor:
- *   <ISO-8601 UTC>\t<SEVERITY>\tCIOD\t<LOCATION>\t<message>\n
+ *   <ISO-8601 UTC>\t<SEVERITY>\tCIOD\t<LOCATION>\t<JOB>\t<message>\n
+ * The time has microseconds, as the service node's own events (one format,
+ * so that the events of both sort by time); JOB is the job the event is
+ * about (ras_job_event, or the worker's job: ras_set_job), "-" for none,
+ * so that `lattice ras --job N` finds it.
  *
  * Folding.  What an untrusted peer causes (a connection before its hello
  * is accepted, a compute process's requests: ras_thread_peer) must not cost
@@ -50,6 +54,7 @@ struct fold {
     enum ras_sev  last_sev;             /* the last folded event (the overflow entry mixes kinds) */
     char          last_loc[96];
     char          last[RAS_MSG];
+    uint64_t      job, last_job;        /* the events' job (0: none); the last folded one's */
 };
 
 static pthread_mutex_t fold_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -59,6 +64,7 @@ static struct fold     other;           /* events of peers that found no free en
 static const char      other_kind[] = "other peers";
 static int             window = RAS_FOLD_WINDOW;
 static _Thread_local const char *thread_who;
+static uint64_t        process_job;     /* ras_set_job: every event of this process is about it */
 
 int errprintf(char *buf, size_t len, const char *fmt, ...)
 {
@@ -117,7 +123,9 @@ int ras_open(const char *path, char *err, size_t errlen)
     return 0;
 }
 
-static void stamp(char *buf, size_t len, bool millis)
+/* ISO-8601 UTC with microseconds: the one format of every RAS event
+ * (service/lattice/state/ras.py stamps its own the same way). */
+static void stamp(char *buf, size_t len)
 {
     struct timespec ts;
     struct tm tm;
@@ -126,10 +134,7 @@ static void stamp(char *buf, size_t len, bool millis)
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (millis)
-        snprintf(buf + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000);
-    else
-        snprintf(buf + n, len - n, "Z");
+    snprintf(buf + n, len - n, ".%06ldZ", ts.tv_nsec / 1000);
 }
 
 void logmsg(const char *fmt, ...)
@@ -138,7 +143,7 @@ void logmsg(const char *fmt, ...)
     va_list ap;
     int n;
 
-    stamp(ts, sizeof(ts), true);
+    stamp(ts, sizeof(ts));
     n = snprintf(line, sizeof(line), "%s ciod[%s/%u]: ", ts, cfg.block ? cfg.block : "?", cfg.pset);
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
@@ -151,16 +156,18 @@ void logmsg(const char *fmt, ...)
 }
 
 /* One line to the spool and the log. */
-static void emit(enum ras_sev sev, const char *location, const char *msg)
+static void emit(enum ras_sev sev, const char *location, uint64_t job, const char *msg)
 {
-    char line[RAS_MSG + 400], ts[40];
+    char line[RAS_MSG + 400], ts[40], jobf[24] = "-";
     int n;
 
     logmsg("RAS %s %s: %s", sev_name[sev], location, msg);
     if (spool < 0)
         return;
-    stamp(ts, sizeof(ts), false);
-    n = snprintf(line, sizeof(line), "%s\t%s\tCIOD\t%s\t%s\n", ts, sev_name[sev], location, msg);
+    stamp(ts, sizeof(ts));
+    if (job)
+        snprintf(jobf, sizeof(jobf), "%" PRIu64, job);
+    n = snprintf(line, sizeof(line), "%s\t%s\tCIOD\t%s\t%s\t%s\n", ts, sev_name[sev], location, jobf, msg);
     if (n >= (int)sizeof(line)) {
         n = sizeof(line) - 1;
         line[n - 1] = '\n';
@@ -180,12 +187,13 @@ static void end_window(struct fold *e, double now)
     }
     snprintf(msg, sizeof(msg), "%.900s [repeated %" PRIu64 " times in the last %.0f s%s]", e->last, e->folded,
              now - e->start < 1 ? 1 : now - e->start + 0.5, e == &other ? ", by other peers" : "");
-    emit(e->last_sev, e->last_loc, msg);
+    emit(e->last_sev, e->last_loc, e->last_job, msg);
     e->folded = 0;
     e->start = now;                     /* still folding: the burst stays spent */
 }
 
-static void fold(const char *who, enum ras_sev sev, const char *location, const char *kind, const char *msg)
+static void fold(const char *who, enum ras_sev sev, const char *location, uint64_t job, const char *kind,
+                 const char *msg)
 {
     struct fold *e = NULL, *free_e = NULL;
     double now = mono();
@@ -193,7 +201,8 @@ static void fold(const char *who, enum ras_sev sev, const char *location, const 
     pthread_mutex_lock(&fold_lock);
     for (unsigned i = 0; i < RAS_FOLDS && !e; i++) {
         struct fold *f = &folds[i];
-        if (f->kind == kind && f->sev == sev && !strcmp(f->who, who) && !strcmp(f->location, location))
+        if (f->kind == kind && f->sev == sev && f->job == job && !strcmp(f->who, who) &&
+            !strcmp(f->location, location))
             e = f;
         else if (!f->kind && !free_e)
             free_e = f;
@@ -205,7 +214,7 @@ static void fold(const char *who, enum ras_sev sev, const char *location, const 
     }
     if (!e && free_e) {
         e = free_e;
-        *e = (struct fold){ .kind = kind, .sev = sev, .start = now };
+        *e = (struct fold){ .kind = kind, .sev = sev, .job = job, .start = now };
         snprintf(e->who, sizeof(e->who), "%s", who);
         snprintf(e->location, sizeof(e->location), "%s", location);
         pthread_cond_signal(&fold_wake);
@@ -220,10 +229,11 @@ static void fold(const char *who, enum ras_sev sev, const char *location, const 
     }
     if (e->written < RAS_FOLD_BURST) {
         e->written++;
-        emit(sev, location, msg);
+        emit(sev, location, job, msg);
     } else {
         e->folded++;
         e->last_sev = sev;
+        e->last_job = job;
         snprintf(e->last_loc, sizeof(e->last_loc), "%s", location);
         snprintf(e->last, sizeof(e->last), "%s", msg);
     }
@@ -319,16 +329,17 @@ void ras_escape(char *out, size_t len, const char *in)
     out[o] = '\0';
 }
 
-static void vevent(const char *who, enum ras_sev sev, const char *location, const char *fmt, va_list ap)
+static void vevent(const char *who, enum ras_sev sev, const char *location, uint64_t job, const char *fmt,
+                   va_list ap)
 {
     char raw[RAS_MSG], msg[RAS_MSG];
 
     vsnprintf(raw, sizeof(raw), fmt, ap);
     ras_escape(msg, sizeof(msg), raw);      /* the message is one field of one line */
     if (who && window > 0)
-        fold(who, sev, location, fmt, msg);
+        fold(who, sev, location, job, fmt, msg);
     else
-        emit(sev, location, msg);
+        emit(sev, location, job, msg);
 }
 
 void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
@@ -336,7 +347,7 @@ void ras_event(enum ras_sev sev, const char *location, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vevent(thread_who, sev, location, fmt, ap);
+    vevent(thread_who, sev, location, process_job, fmt, ap);
     va_end(ap);
 }
 
@@ -345,8 +356,22 @@ void ras_event_from(const char *who, enum ras_sev sev, const char *location, con
     va_list ap;
 
     va_start(ap, fmt);
-    vevent(who, sev, location, fmt, ap);
+    vevent(who, sev, location, process_job, fmt, ap);
     va_end(ap);
+}
+
+void ras_job_event(uint64_t job, enum ras_sev sev, const char *location, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vevent(thread_who, sev, location, job, fmt, ap);
+    va_end(ap);
+}
+
+void ras_set_job(uint64_t job)
+{
+    process_job = job;
 }
 
 /*

@@ -46,7 +46,7 @@ int fwd_malformed(struct proc *p, struct call *k, const char *call, const char *
     char loc[128];
 
     node_location(p->node, loc, sizeof(loc));
-    ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %d: malformed %s request (%zu data bytes): %s",
+    ras_job_event(p->job, RAS_WARNING, loc, "job %" PRIu64 " rank %d: malformed %s request (%zu data bytes): %s",
               p->job, p->rank, call, k->dlen, why);
     return fail(k, EINVAL);
 }
@@ -872,7 +872,7 @@ static void serve_mbox(struct proc *p)
     }
     atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_BAD], 1);
     node_location(p->node, loc, sizeof(loc));
-    ras_event(RAS_WARNING, loc, "mailbox of job %" PRIu64 " rank %d: request %u: %s; answered EINVAL",
+    ras_job_event(p->job, RAS_WARNING, loc, "mailbox of job %" PRIu64 " rank %d: request %u: %s; answered EINVAL",
               p->job, p->rank, sq, why);
     dp_mbox_reply(&p->mbox, LAT_ERROR, sq, -1, EINVAL, NULL, 0);
 }
@@ -968,7 +968,7 @@ bool proc_same_image(struct proc *p)
     }
     if (!p->exec_gone) {
         node_location(p->node, loc, sizeof(loc));
-        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %d: process %d %s: its I/O connection is closed",
+        ras_job_event(p->job, RAS_WARNING, loc, "job %" PRIu64 " rank %d: process %d %s: its I/O connection is closed",
                   p->job, p->rank, (int)p->pid, why);
     }
     p->exec_gone = true;
@@ -997,7 +997,7 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
     node_location(p->node, loc, sizeof(loc));
     /* its own cwd and umask; the worker's identity is the owner's */
     if (unshare(CLONE_FS) < 0 || chdir(job_cwd) < 0) {
-        ras_event(RAS_ERROR, loc, "cannot set up file access for job %" PRIu64 " rank %d in %s: %s",
+        ras_job_event(p->job, RAS_ERROR, loc, "cannot set up file access for job %" PRIu64 " rank %d in %s: %s",
                   p->job, p->rank, job_cwd, strerror(errno));
         free(p);
         return;
@@ -1031,7 +1031,7 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
         }
     }
     if (rc < 0)
-        ras_event(RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
+        ras_job_event(p->job, RAS_WARNING, loc, "process connection of job %" PRIu64 " rank %d: %s; closing",
                   p->job, p->rank, why);
     lock_end(p);
     dp_unshare(&p->shm);

@@ -429,6 +429,7 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     int keep[] = { ch, out, ras_fd() }; /* the channels, the RAS spool and the standard streams */
     close_all_but(keep, 3);
     ras_after_fork();
+    ras_set_job(js->hdr->job);          /* every event of this worker is about its job */
     wk.ch = ch;
     wk.out = out;
     wk.job = js->hdr->job;
@@ -522,8 +523,10 @@ static void *reader_main(void *arg)
         int n = poll(&pf, 1, atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
         if (n == 0) {
             if (atomic_load(&w->ending) && !killed) {
-                ras_event(RAS_WARNING, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) outlived "
-                          "its job by %d s: killed", w->job, (int)w->pid, END_GRACE_S);
+                /* its job is over (a file call still under way, a slow host): ending it is
+                 * Lattice's own doing, not a failure */
+                ras_job_event(w->job, RAS_INFO, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) still ran %d s "
+                              "after its job ended: ended by ciod", w->job, (int)w->pid, END_GRACE_S);
                 kill(w->pid, SIGKILL);
                 killed = true;
             }
@@ -562,8 +565,18 @@ static void *reader_main(void *arg)
                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         told = job_fail(w->job, "its I/O worker was lost", text);   /* its RAS ERROR says it */
     }
-    if (!told && (lost || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
-        ras_event(RAS_ERROR, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended %s %d%s",
+    /* An ERROR only for a real failure.  A SIGKILL after its job ended is
+     * Lattice's own: the one sent above, or its PR_SET_PDEATHSIG, which fires
+     * when the thread that forked it (the job's control connection's, gone
+     * when the job's lattice run is) ends, often before the worker's own exit
+     * on EOF: the job was over either way. */
+    bool ours = !lost && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (ours && !killed)                /* said once, as INFO (the grace's kill said it above) */
+        ras_job_event(w->job, RAS_INFO, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended by SIGKILL "
+                      "after its job ended: ended with its job's control connection, not a failure",
+                      w->job, (int)w->pid);
+    if (!told && !ours && (lost || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
+        ras_job_event(w->job, RAS_ERROR, cfg.location, "I/O worker of job %" PRIu64 " (pid %d) ended %s %d%s",
                   w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                   lost ? " while its job ran: the job's processes lose their I/O" : "");
@@ -857,7 +870,7 @@ bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struc
     job_proc_place(wp.job, wp.rank, &wp.index, &wp.count);
     dp_hello(c, hp, &wp.dp);
     if (plugin_count() && (plugfd = plugline_open(wp.job, wp.rank, wp.node)) < 0)
-        ras_event(RAS_WARNING, loc, "job %" PRIu64 " rank %d: no plug-in line: %s", wp.job, wp.rank,
+        ras_job_event(wp.job, RAS_WARNING, loc, "job %" PRIu64 " rank %d: no plug-in line: %s", wp.job, wp.rank,
                   strerror(errno));
     if (hello_ack_dp(c, seq, 0, hp ? &wp.dp : NULL) < 0)
         goto fail;
@@ -870,7 +883,7 @@ bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struc
     int given = worker_give_proc(wp.job, &wp, c->fd, plugfd);
     lat_seal_wipe(&wp.seal, sizeof(wp.seal));
     if (given < 0) {
-        ras_event(RAS_ERROR, loc, "job %" PRIu64 " rank %d: its I/O worker is gone: connection closed",
+        ras_job_event(wp.job, RAS_ERROR, loc, "job %" PRIu64 " rank %d: its I/O worker is gone: connection closed",
                   wp.job, wp.rank);
         goto fail;
     }

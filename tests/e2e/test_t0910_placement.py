@@ -85,7 +85,7 @@ def lattice_processes(host: str) -> list[tuple[int, str]]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if re.search(r"lattice\.agent|/ciod |/cnode |^cnk |ciod-worker|hosts_probe", argv):
+        if re.search(r"lattice\.nodes\.agent|/ciod |/cnode |^cnk |ciod-worker|hosts_probe", argv):
             out.append((pid, argv))
     return out
 

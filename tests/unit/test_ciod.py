@@ -396,8 +396,8 @@ def test_hello_with_wrong_key_version_or_role_is_refused(ciod: Ciod) -> None:
     t, _, body = recv(s)
     assert t == HELLO | REPLY and struct.unpack("<i", body[:4])[0] == errno.EPROTO and closed(s)
     ras = [line.split("\t") for line in ciod.rastext().splitlines()]
-    assert all(len(f) == 5 for f in ras)
-    assert any(f[1] == "WARNING" and f[2] == "CIOD" and f[3] == IO_LOCATION and "mac is wrong" in f[4]
+    assert all(len(f) == 6 for f in ras)      # time, severity, component, location, job, message
+    assert any(f[1] == "WARNING" and f[2] == "CIOD" and f[3] == IO_LOCATION and "mac is wrong" in f[5]
                for f in ras), ras
     assert status(ciod) == (0, PSET_SIZE, 0)
 

@@ -96,10 +96,10 @@ def events(c: Ciod, needle: str) -> tuple[int, int]:
     lines = total = 0
     for line in c.rastext().splitlines():
         f = line.split("\t")
-        assert len(f) == 5 and f[2] == "CIOD", line      # what lattice.state.ras.ingest parses
-        if needle in f[4]:
+        assert len(f) == 6 and f[2] == "CIOD", line      # what lattice.state.ras.ingest parses (f[4]: the job)
+        if needle in f[5]:
             lines += 1
-            m = REPEATED.search(f[4])
+            m = REPEATED.search(f[5])
             total += int(m[1]) if m else 1
     return lines, total
 

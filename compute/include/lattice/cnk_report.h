@@ -35,6 +35,9 @@ struct cnk_report {
     uint64_t lib_copied;        /* private file mappings copied into big memory instead */
     char     lib_dir[48];       /* the cache directory, "" if none */
     char     lib_off[32];       /* why there is no cache (one word), "" if there is */
+    /* the thread limit (compute/cnk/thread.c): threads the process may run, clones refused at it */
+    uint32_t thread_limit;
+    uint32_t threads_refused;
 };
 _Static_assert(sizeof(struct cnk_report) <= 4096, "cnk_report fits a page");
 

@@ -16,7 +16,7 @@ from typing import Callable
 from lattice.errors import LatticeError
 
 COMMANDS = ("init", "machine", "block", "boot", "free", "blocks", "run", "submit", "jobs", "cancel", "ras",
-            "counters", "personality")
+            "counters", "personality", "serve")
 
 
 def parser(only: str | None = None) -> argparse.ArgumentParser:

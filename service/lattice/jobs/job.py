@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from lattice.state import blocks, db, machine, ras
 from lattice.nodes import boot
-from lattice.jobs import jobinput, pmitree, timelimit
+from lattice.jobs import jobenv, jobinput, pmitree, timelimit
 from lattice.transport import wire
 from lattice.state.busy import claim
 from lattice.state.blocks import Block
@@ -326,6 +326,7 @@ class Run:
                  | (wire.JOB_VN if p.mode == "vn" else 0) | (wire.JOB_SANDBOX if s.sandbox else 0))
         apps = [(a.exe, [a.exe, *a.args]) for a in p.apps]
         env = [*s.exported, *(f"{k}={v}" for k, v in p.env.items()), *s.env]
+        nnodes, nodeids = jobenv.node_vars((sl.node for sl in p.slots), self.m.pset_size)
         mapping = process_mapping(p)    # in full: the I/O node serves it if it fits in a PMI value
         k = pmitree.fanout()
         progress = {n.node: n.progress for n in s.cores.nodes} if s.cores is not None else {}
@@ -348,7 +349,8 @@ class Run:
             cpus = None
             if s.cores is not None:     # each slot's CPUs and its node's progress thread
                 cpus = [(s.cores.ranks[rank], progress[p.slots[rank].node]) for rank, _, _, _ in mine]
-            payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, env,
+            here = [nnodes, nodeids[c.pset]] if c.pset in nodeids else []    # the rank's place: LATTICE_NODEID...
+            payload = wire.placed_job_payload(self.job, s.uid, s.gid, s.groups, ranks, s.nranks, s.cwd, [*here, *env],
                                               flags | (wire.JOB_TREE if mine else 0), p.ppn, mine, apps,
                                               mapping, cpus, s.stdin_rank)
             if len(payload) > wire.MAX_PAYLOAD:
@@ -450,6 +452,7 @@ class Run:
         self.outcome.ended[rank] = (kind, value, text)
         if report is not None:
             self.outcome.reports[rank] = report
+            self.thread_limit(rank, parse_report(report))
         self.rank_rows.append((self.job, rank, self.location(rank), kind, value, text or None, report))
         if status != 0:
             message = f"rank {rank} ({self.location(rank)}) {words}"
@@ -474,6 +477,14 @@ class Run:
                 self.killed = True
                 self.ended_by = f"ended by lattice because rank {rank} {words}"
                 self.kill(signal.SIGKILL)
+
+    def thread_limit(self, rank: int, said: dict[str, str]) -> None:
+        """cnk refused threads at the node's limit (it said so on the rank's stderr): a RAS WARNING."""
+        refused, limit = said.get("threadsrefused", "0"), said.get("threads", "?")
+        if refused.isdigit() and int(refused) > 0:
+            ras.record(self.con, "WARNING", "KERNEL", self.location(rank),
+                       f"job {self.job} rank {rank}: cnk refused {refused} thread(s) at its limit of {limit} "
+                       "(lattice run --mode co, fewer ranks per node, or lattice init --cores)", self.job)
 
     def on_unsealed(self, rank: int, why: str) -> None:
         """The node could not empty the job's container (compute/cnode/container.c):

@@ -8,9 +8,15 @@ name winning:
 
 1. what its node sets itself, always: PMI_FD, PMI_RANK, PMI_SIZE,
    PMI_JOBID, LATTICE_RANK, LATTICE_SIZE, LATTICE_NODE, LATTICE_PERSONALITY,
-   LATTICE_IO_* (and in Linux mode LD_PRELOAD begins with the client);
+   LATTICE_IO_* (and in Linux mode LD_PRELOAD begins with the client), and
+   the rank's place as srun and mpiexec tell it: LATTICE_LOCALID and
+   MPI_LOCALRANKID (its index among the job's ranks on its node),
+   MPI_LOCALNRANKS (their count), LATTICE_NODEID (its node's index in the
+   job: node_vars); for an Open MPI program also OMPI_COMM_WORLD_RANK,
+   _LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK and PMIX_RANK;
 2. the values given with --env K=V or --export's NAME=VALUE;
-3. what Lattice sets for the job: the mapping's and Open MPI's variables,
+3. what Lattice sets for the job: LATTICE_NNODES (node_vars), the
+   mapping's and Open MPI's variables (OMPI_COMM_WORLD_SIZE among them),
    the big memory pages (LATTICE_BIGMEM_*), MPIR_CVAR_ASYNC_PROGRESS per
    node (lattice.nodes.cores);
 4. the exported caller's variables, except those never exported: PMI_*,
@@ -25,7 +31,7 @@ limit an environment passes, before anything boots.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from lattice.transport import wire
 from lattice.errors import LatticeError
@@ -96,3 +102,21 @@ def check_size(strings: list[str], env: list[str]) -> None:
                            "the largest variables: " + ", ".join(f"{b.partition('=')[0]} ({len(b)} bytes)"
                                                                  for b in biggest)
                            + "; pass less with --export=NONE or --export=NAME,...")
+
+
+NODEIDS = "LATTICE_PSET_NODEIDS"    # read by the node (compute/cnode/launch.c), never passed on
+
+
+def node_vars(nodes: Iterable[int], pset_size: int) -> tuple[str, dict[int, str]]:
+    """The job's nodes numbered as srun's SLURM_NODEID does (0.. in machine
+    order): LATTICE_NNODES=N for every rank, and for each pset the NODEIDS
+    entry its I/O node passes to its compute nodes ("-" for a node without
+    a rank), from which each node sets its ranks' LATTICE_NODEID."""
+    ordered = sorted(set(nodes))
+    index = {n: i for i, n in enumerate(ordered)}
+    psets: dict[int, str] = {}
+    for pset in sorted({n // pset_size for n in ordered}):
+        base = pset * pset_size
+        psets[pset] = f"{NODEIDS}=" + ",".join(str(index[n]) if n in index else "-"
+                                                  for n in range(base, base + pset_size))
+    return f"LATTICE_NNODES={len(ordered)}", psets

@@ -196,6 +196,8 @@ def mpi_env(exe: str, m: Machine, p: RankMapping, where: dict[int, str | None] |
         # vader between the ranks of a host; TCP only if the job spans hosts
         # (a loaded TCP BTL makes the progress loop poll its sockets).
         "OMPI_MCA_btl": "self,vader" if one_host else "self,vader,tcp",
+        # as mpirun sets it; each node adds the rank's own (OMPI_COMM_WORLD_RANK, PMIX_RANK...)
+        "OMPI_COMM_WORLD_SIZE": str(len(p.slots)),
     }
     env[HOST_MAPPING] = mapping     # whole, however long: libpmi reads it from its environment
     return env

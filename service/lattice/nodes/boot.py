@@ -141,6 +141,7 @@ def boot(con: db.Connection, m: Machine, name: str, owner: tuple[int, int] | Non
     fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, key.hex().encode() + b"\n")
     os.close(fd)
+    began = time.monotonic()        # the boot's duration goes in its RAS event (lattice serve's metrics)
     with db.transaction(con):
         con.execute("UPDATE blocks SET state = 'Booting', message = NULL, changed = ? WHERE name = ?",
                     (db.now(), name))
@@ -215,7 +216,7 @@ def boot(con: db.Connection, m: Machine, name: str, owner: tuple[int, int] | Non
     ras.record(con, "INFO", "MMCS", name, f"block {name} initialized ({b.size} compute nodes, "
                                           f"{len(b.psets(m))} I/O nodes"
                                           + (f" on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}" if hosts else "")
-                                          + ")")
+                                          + f") in {time.monotonic() - began:.3f} s")
     return blocks.get(con, name)
 
 

@@ -40,14 +40,15 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from lattice.cli import progress
 from lattice.state import db, machine
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 
 SSH_DEFAULT = "ssh -o BatchMode=yes -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
-PROGRESS_TTY = 2.0      # a boot says its progress on a terminal after this many seconds,
-PROGRESS_LONG = 10.0    # elsewhere only when it is this long,
-PROGRESS_EVERY = 5.0    # and then every this many seconds
+PROGRESS_TTY = 2.0      # a boot says its progress on a terminal after this many seconds, in place,
+PROGRESS_LONG = 10.0    # elsewhere (a pipe, a log) only when it is this long, a line
+PROGRESS_EVERY = 5.0    # every this many seconds
 
 
 class Launch(NamedTuple):
@@ -337,7 +338,8 @@ class Reports:
         self.up: dict[str, int] = {}            # host -> compute nodes up at its I/O nodes, as it last said
         self.block, self.nodes = block, nodes   # for the progress line
         self.t0 = time.monotonic()
-        self.next_line = self.t0 + (PROGRESS_TTY if sys.stderr.isatty() else PROGRESS_LONG)
+        self.line = progress.Line()             # on a terminal: "booting B: N/M compute nodes up", in place
+        self.next_line = self.t0 + (PROGRESS_TTY if self.line.tty else PROGRESS_LONG)
         self.beat_every = min(self.BEAT, stall / 4)     # the agents' stall window: they stop after it
         self.next_beat = self.t0
         self.add(launches)
@@ -402,8 +404,13 @@ class Reports:
         return f"{sum(self.up.values())}/{self.nodes} compute nodes up"
 
     def show(self, now: float) -> None:
-        """The progress line of a long boot (or any on a terminal), every PROGRESS_EVERY s."""
+        """The progress of a boot over PROGRESS_TTY s on a terminal, updated
+        in place as nodes come up; elsewhere a line every PROGRESS_EVERY s
+        of a boot over PROGRESS_LONG s."""
         if self.block is None or now < self.next_line:
+            return
+        if self.line.tty:
+            self.line.show(f"booting {self.block}: {self.count()}")
             return
         self.next_line = now + PROGRESS_EVERY
         print(f"lattice: boot {self.block}: {self.count()} after {now - self.t0:.0f} s", file=sys.stderr, flush=True)
@@ -431,6 +438,7 @@ class Reports:
 
     def commit(self) -> None:
         """The boot is done: the agents keep their daemons after the booter ends."""
+        self.line.clear()
         self.tell(b"commit\n", close=True)
 
     def stop(self, stall: float) -> list[Launch]:
@@ -438,6 +446,7 @@ class Reports:
         that errored did already) and leaves.  Waits while they report
         progress; the launchers still running after stall seconds without a
         word are returned (to be killed)."""
+        self.line.clear()       # the error that follows starts its own line
         self.tell(b"stop\n", close=True)
         left = list({id(x): x for x in self.launches}.values())
         heard = time.monotonic()

@@ -2,11 +2,19 @@
 
 A message may carry what a job said (a PMI abort's text): every field is
 stored with its control characters escaped (lattice.text), and a spool
-line ends at "\n" only, so a job cannot forge a second record."""
+line ends at "\n" only, so a job cannot forge a second record.
+
+One time format everywhere: ISO 8601 UTC with microseconds (stamp), so
+that text order is time order.  ciod writes the same (ionode/ciod/ras.c);
+a line of an older ciod (whole seconds) is brought to it at ingest, and a
+row an older lattice stored is brought to it when shown (events).  A spool
+line names the job it is about (its fifth field, "-" for none), so `lattice
+ras --job N` finds the I/O nodes' events of job N too."""
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from pathlib import Path
 
 from lattice.state import db, machine
@@ -19,8 +27,42 @@ def spool_dir() -> Path:
     return machine.home() / "ras"
 
 
+FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_JOB_FIELD = re.compile(r"-|[0-9]{1,19}")
+
+
 def stamp() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.timezone.utc).strftime(FORMAT)
+
+
+def normal_time(text: str) -> str | None:
+    """text (ISO 8601, any precision, UTC or with an offset) in the one
+    format of RAS times; None if it is no time."""
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.astimezone(dt.timezone.utc).strftime(FORMAT)
+
+
+def spool_record(line: str, name: str) -> tuple[str, str, str, str, int | None, str]:
+    """One spool line as (time, severity, component, location, job, message):
+    the six fields of today's ciod, or the five of an older one (no job);
+    anything else is stored as an unreadable-line WARNING."""
+    parts = line.split("\t", 5)
+    if len(parts) == 6 and _JOB_FIELD.fullmatch(parts[4]):
+        when, severity, component, location, job, message = parts
+    else:
+        parts = line.split("\t", 4)
+        when, severity, component, location, message = parts if len(parts) == 5 else ("", "", "", "", "")
+        job = "-"
+    time = normal_time(when)
+    if time is None or severity not in SEVERITIES:
+        return stamp(), "WARNING", "LATTICE", "-", None, f"unreadable RAS line in {name}: {printable(line)}"
+    return (time, severity, printable(component), printable(location), None if job == "-" else int(job),
+            printable(message))
 
 
 def record(con: db.Connection, severity: str, component: str, location: str, message: str,
@@ -51,12 +93,26 @@ def ingest(con: db.Connection) -> int:
             # one record a line: only "\n" ends one (str.splitlines would also end
             # it at \r, \x1c-\x1e, \x85, \u2028... a job could put in a message)
             for line in data[:end].decode(errors="replace").split("\n")[:-1]:
-                parts = [printable(p) for p in line.split("\t", 4)]
-                if len(parts) != 5 or parts[1] not in SEVERITIES:
-                    parts = [stamp(), "WARNING", "LATTICE", "-", f"unreadable RAS line in {name}: {printable(line)}"]
-                con.execute("INSERT INTO ras (time, severity, component, location, message) VALUES (?,?,?,?,?)",
-                            parts)
+                con.execute("INSERT INTO ras (time, severity, component, location, job, message) "
+                            "VALUES (?,?,?,?,?,?)", spool_record(line, name))
                 added += 1
             con.execute('INSERT INTO ras_spool (path, "offset") VALUES (?, ?) '
                         'ON CONFLICT (path) DO UPDATE SET "offset" = excluded."offset"', (path, offset + end))
     return added
+
+
+def events(con: db.Connection, severities: tuple[str, ...] = SEVERITIES,
+           job: int | None = None) -> list[dict[str, object]]:
+    """The events of these severities (and this job), oldest first: by
+    time, then by the order they were stored.  Times are shown in the one
+    format, whatever lattice stored them."""
+    q = f"SELECT * FROM ras WHERE severity IN ({','.join('?' * len(severities))})"
+    params: list[object] = list(severities)
+    if job is not None:
+        q += " AND job = ?"
+        params.append(job)
+    rows = [dict(r) for r in con.execute(q, params)]
+    for r in rows:
+        r["time"] = normal_time(str(r["time"])) or str(r["time"])
+    rows.sort(key=lambda r: (str(r["time"]), int(str(r["id"]))))
+    return rows

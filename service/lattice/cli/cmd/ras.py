@@ -24,13 +24,8 @@ def ras(args: argparse.Namespace) -> int:
         emit(views.document("ras", views.ras_view(con, severity=args.severity, job=args.job)))
         return 0
     worse = model.SEVERITIES[model.SEVERITIES.index(args.severity):] if args.severity else model.SEVERITIES
-    q = f"SELECT * FROM ras WHERE severity IN ({','.join('?' * len(worse))})"
-    params: list[object] = list(worse)
-    if args.job is not None:
-        q += " AND job = ?"
-        params.append(args.job)
-    for e in con.execute(q + " ORDER BY time, id", params):
+    for e in model.events(con, worse, args.job):
         # escaped again as shown: a record stored by an older lattice may hold a job's raw text
-        print(f"{printable(e['time'])}  {e['severity']:<7} {printable(e['component']):<7} "
-              f"{printable(e['location']):<18} {printable(e['message'])}")
+        print(f"{printable(str(e['time']))}  {e['severity']:<7} {printable(str(e['component'])):<7} "
+              f"{printable(str(e['location'])):<18} {printable(str(e['message']))}")
     return 0
