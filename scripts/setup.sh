@@ -7,10 +7,12 @@ cd "$(dirname "$0")/.."
 # openssh-server, munge and Slurm are for the multi-host testbed (scripts/testbed.sh);
 # libfuse3-dev, fuse3, nftables, iproute2 for the Linux node sandbox (its FUSE file
 # client, IP through the I/O node); golang-go and liburing-dev for its "any binary" tests
+# postgresql: the server the tests start for the PostgreSQL backend (tests/pgserver.py)
 packages=(build-essential gfortran libjansson-dev libssl-dev python3-venv libfftw3-dev mpich libmpich-dev openmpi-bin libopenmpi-dev libpmix-dev hpcc hwloc-nox
           openssh-server munge slurmctld slurmd slurm-client
           libfuse3-dev fuse3 nftables iproute2 golang-go liburing-dev
-          chromium chromium-driver)
+          chromium chromium-driver
+          postgresql)
 . scripts/lib/packages.sh
 ensure_packages "${packages[@]}" || { echo "setup: cannot go on without these packages" >&2; exit 1; }
 # man-db for `man lattice`, zsh for the test of its completion function (tests/unit/test_cli_docs.py)

@@ -12,9 +12,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+
+import pgserver
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
@@ -44,6 +46,14 @@ class Machine:
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([*LATTICE, *args], env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
+
+    def db(self) -> Any:
+        """The machine's database, whichever its backend (lattice.state.db):
+        ? placeholders, rows by name; `with m.db() as con:` commits."""
+        from unittest import mock
+        from lattice.state import db
+        with mock.patch.dict(os.environ, {"LATTICE_HOME": str(self.home)}):
+            return db.connect()
 
     def personalities(self, block: str) -> list[dict[str, object]]:
         return [json.loads(p.read_text()) for p in sorted((self.home / "blocks" / block).rglob("*.json"))
@@ -89,6 +99,39 @@ def wait_for(pred, timeout: float = 600) -> None:  # type: ignore[no-untyped-def
     raise AssertionError("timed out")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_file: a test of the SQLite database file: the `home` "
+                                       "fixture gives it no PostgreSQL run")
+
+
+PG: list[pgserver.Server] = []       # the session's PostgreSQL server, once a test needed one
+
+
+def session_pg() -> pgserver.Server:
+    if not PG:
+        s = pgserver.Server()
+        PG.append(s)
+        s.start()
+    return PG[0]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for s in PG:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> pgserver.Server:
+    """The session's PostgreSQL server (tests/pgserver.py), started by the first test that needs it."""
+    return session_pg()
+
+
+@pytest.fixture
+def pg_url(pg_server: pgserver.Server) -> str:
+    """A fresh, empty PostgreSQL database for this test: its URL."""
+    return pg_server.create_database()
+
+
 def make_machine(tmp: Path, *init_args: str) -> Machine:
     home = tmp / "home"
     # the job's files: in a directory other users can reach (pytest's own
@@ -98,6 +141,8 @@ def make_machine(tmp: Path, *init_args: str) -> Machine:
     # a test machine's warm server leaves after a minute without commands, not ten
     env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"), LATTICE_WARM_IDLE="60")
     m = Machine(home=home, work=work, env=env)
+    if os.environ.get("LATTICE_TEST_DATABASE") == "postgresql" and "--database" not in init_args:
+        init_args += ("--database", session_pg().create_database())      # every test machine on PostgreSQL
     m.run("init", *init_args, "--hide", str(work))
     return m
 

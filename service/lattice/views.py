@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import pwd
-import sqlite3
 import time
 from typing import Any, Iterable, NamedTuple
 
@@ -26,7 +25,7 @@ from lattice.nodes import placement
 from lattice.state import blocks as blockstate
 from lattice.state import personality as personalitystate
 from lattice.state import ras as rasstate
-from lattice.state import reclaim
+from lattice.state import db, reclaim
 from lattice.state.blocks import Block
 from lattice.state.machine import Machine
 
@@ -92,7 +91,7 @@ class NodeState(NamedTuple):
     booted: dict[tuple[str, int], str]  # (ciod|cnode, pset|index) -> host of a daemon placed on another host
 
 
-def node_state(con: sqlite3.Connection, m: Machine) -> NodeState:
+def node_state(con: db.Connection, m: Machine) -> NodeState:
     every = blockstate.all_blocks(con)
     owner = {p: b for b in every for p in b.psets(m)}
     lost = {loc for b in every if b.state != "Free" for loc in reclaim.lost_daemons(con, m, b.name)}
@@ -116,7 +115,7 @@ def pset_host(ns: NodeState, m: Machine, pset: int, kind: str = "ciod") -> str |
     return ns.booted.get(("cnode", pset * m.pset_size)) or ns.compute_host[pset]
 
 
-def machine_view(con: sqlite3.Connection, m: Machine) -> Doc:
+def machine_view(con: db.Connection, m: Machine) -> Doc:
     """The machine and every node: each I/O node followed by its pset's compute nodes."""
     ns = node_state(con, m)
     nodes: list[Doc] = []
@@ -144,7 +143,7 @@ def location_pset(m: Machine, location: str) -> int | None:
     return int(num) if head.endswith("-I") else m.pset_of(int(num))
 
 
-def machine_summary(con: sqlite3.Connection, m: Machine) -> Doc:
+def machine_summary(con: db.Connection, m: Machine) -> Doc:
     """Counts, not nodes: compute nodes by state, then each pset and each
     host with its counts (a 64x64x16 machine is 1,024 psets, not 66,560 rows)."""
     ns = node_state(con, m)
@@ -197,7 +196,7 @@ def process_user(pid: int | None) -> str | None:
         return str(uid)
 
 
-def blocks_view(con: sqlite3.Connection, m: Machine | None = None) -> list[Doc]:
+def blocks_view(con: db.Connection, m: Machine | None = None) -> list[Doc]:
     """Every block, by name."""
     if m is None:
         from lattice.state import machine
@@ -227,7 +226,7 @@ def job_kernel(kernel: str | None, sandbox: int | None) -> str | None:
     return kernel
 
 
-def job_view(j: sqlite3.Row, now: float) -> Doc:
+def job_view(j: db.Row, now: float) -> Doc:
     started, ended = j["started"], j["ended"]
     calls = None
     if j["calls_local"] is not None or j["calls_shipped"] is not None or j["calls_unsupported"] is not None:
@@ -241,7 +240,7 @@ def job_view(j: sqlite3.Row, now: float) -> Doc:
             "reason": j["reason"] if j["state"] == "Queued" and "reason" in j.keys() else None}
 
 
-def jobs_view(con: sqlite3.Connection, *, running: bool = False, job: int | None = None,
+def jobs_view(con: db.Connection, *, running: bool = False, job: int | None = None,
               limit: int | None = None) -> list[Doc]:
     """Jobs by id (running: those not ended; job: that one; limit: the last N)."""
     where: list[str] = []
@@ -268,7 +267,7 @@ def report_fields(report: str | None) -> dict[str, str] | None:
     return parse_report(report)
 
 
-def ranks_view(con: sqlite3.Connection, job: int) -> list[Doc]:
+def ranks_view(con: db.Connection, job: int) -> list[Doc]:
     """How each rank of a job ended (recorded when the job ends: none before)."""
     return [{"rank": r["rank"], "location": r["location"], "how": r["how"], "value": r["value"],
              "message": r["message"], "report": r["report"], "report_fields": report_fields(r["report"])}
@@ -277,13 +276,13 @@ def ranks_view(con: sqlite3.Connection, job: int) -> list[Doc]:
 
 # ---- RAS -------------------------------------------------------------------
 
-def block_locations(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
+def block_locations(con: db.Connection, m: Machine, name: str) -> list[str]:
     """The block's name and its nodes' locations (how RAS events name them)."""
     b = blockstate.get(con, name)
     return [name, *(m.io_location(p) for p in b.psets(m)), *(m.compute_location(i) for i in b.nodes(m))]
 
 
-def ras_view(con: sqlite3.Connection, *, severity: str | None = None, block: str | None = None,
+def ras_view(con: db.Connection, *, severity: str | None = None, block: str | None = None,
              job: int | None = None, limit: int | None = None, m: Machine | None = None) -> list[Doc]:
     """RAS events, oldest first.  severity: that one and worse; block: events
     at the block or its nodes, or of its jobs; job: that job's; limit: the
@@ -335,7 +334,7 @@ def counters_document(block: str, per_ionode: Iterable[tuple[str, Any]]) -> Doc:
             "ionodes": [ionode_counters(loc, c) for loc, c in per_ionode]}
 
 
-def counters_view(con: sqlite3.Connection, m: Machine, block: str) -> Doc:
+def counters_view(con: db.Connection, m: Machine, block: str) -> Doc:
     """What each I/O node of a booted block has executed, asked of the I/O nodes."""
     from lattice.nodes import boot
     got = []
@@ -353,6 +352,6 @@ def personality_document(p: personalitystate.Personality) -> Doc:
             "ionode": p.ionode, "memory": p.memory, "cores": p.cores, "mode": p.mode, "t": p.t}
 
 
-def personality_view(con: sqlite3.Connection, m: Machine, location: str, mode: str = "co", t: int = 0) -> Doc:
+def personality_view(con: db.Connection, m: Machine, location: str, mode: str = "co", t: int = 0) -> Doc:
     """The personality process t of a job in `mode` gets on the node at location."""
     return personality_document(personalitystate.lookup(con, m, location, mode, t))

@@ -30,9 +30,11 @@ def lattice_in(m: Machine, cwd: Path, *args: str) -> subprocess.CompletedProcess
 
 
 def job_rows(m: Machine) -> dict[int, sqlite3.Row]:
-    with sqlite3.connect(m.home / "lattice.db") as con:
-        con.row_factory = sqlite3.Row
+    con = m.db()            # either backend (LATTICE_TEST_DATABASE)
+    try:
         return {r["id"]: r for r in con.execute("SELECT * FROM jobs")}
+    finally:
+        con.close()
 
 
 def test_submitted_jobs_run_in_order(qm: Machine) -> None:

@@ -144,7 +144,7 @@ def test_the_book_is_private_and_a_dead_agents_entry_is_swept(tmp_path: Path,
     with blocknet.locked(home) as book:
         book["blocks"]["aaaaaaaaaaaa"] = {"net": "10.64.0.0/23", "netns": here, "pid": gone.pid, "start": 1}
         book["blocks"]["bbbbbbbbbbbb"] = {"net": "10.64.2.0/23", "netns": here, "pid": os.getpid(),
-                                          "start": blocknet.procs.start_time(os.getpid())}
+                                          "start": blocknet.procs.ticks(os.getpid())}
         book["blocks"]["cccccccccccc"] = {"net": "10.64.4.0/23", "netns": here + 1, "pid": gone.pid, "start": 1}
     assert (home.stat().st_mode & 0o777) == 0o700
     assert ((home / "blocknet.json").stat().st_mode & 0o777) == 0o600
@@ -171,7 +171,7 @@ def test_a_dead_agents_block_in_a_namespace_that_is_gone_is_swept_from_anywhere(
     with blocknet.locked(home) as book:
         book["blocks"]["dddddddddddd"] = {"net": "10.64.0.0/23", "netns": 1, "pid": gone.pid, "start": 1}
         book["blocks"]["eeeeeeeeeeee"] = {"net": "10.64.2.0/23", "netns": here, "pid": os.getpid(),
-                                          "start": blocknet.procs.start_time(os.getpid())}
+                                          "start": blocknet.procs.ticks(os.getpid())}
         book["forwarding"]["1"] = "0"
     assert blocknet.sweep_dead(home) == []
     assert removed == [("dddddddddddd", set())]       # no table to look for: it was in that namespace

@@ -9,7 +9,6 @@ import argparse
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +103,7 @@ def test_bash_completes_commands_options_choices_and_the_machines_blocks_and_job
     assert complete(script, home, ["lattice", "block", "create", ""]) == []      # a new name
     assert complete(script, home, ["lattice", "ras", "--severity", "E"]) == ["ERROR"]
     # job ids from `lattice jobs` (two jobs of its history, put there as a run would)
-    with sqlite3.connect(home.path / "lattice.db") as con:
+    with home.db() as con:                      # either backend
         for _ in range(2):
             con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, kernel, "
                         "status) VALUES ('LEFT', 'u', 0, '/bin/x', '/bin/x', '/', 1, 'Terminated', 0, 'linux', 0)")

@@ -24,11 +24,14 @@ from lattice.state import db, machine, reclaim
 from cli_inprocess import home, lattice
 
 
-@pytest.fixture
-def m2(tmp_path: Path) -> Iterator[Path]:
-    """A 2x2x2 machine in psets of 4 (two psets), nothing booted."""
+@pytest.fixture(params=["sqlite", "postgresql"])
+def m2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A 2x2x2 machine in psets of 4 (two psets), nothing booted; its
+    database on each backend in turn."""
+    database = "sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     with home(tmp_path / "m"):
-        assert lattice("init", "--shape", "2x2x2", "--pset-size", "4", "--memory", "256M")[0] == 0
+        assert lattice("init", "--shape", "2x2x2", "--pset-size", "4", "--memory", "256M",
+                       "--database", database)[0] == 0
         yield tmp_path / "m"
 
 
@@ -54,9 +57,9 @@ def running_on(con: sqlite3.Connection, name: str) -> int:
     from lattice import procs
     pid, start = procs.me()
     cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, client_pid, "
-                      "client_start) VALUES (?, 'u', 0, '/bin/x', '/bin/x', '/', 1, 'Running', 0, ?, ?)",
+                      "client_start) VALUES (?, 'u', 0, '/bin/x', '/bin/x', '/', 1, 'Running', 0, ?, ?) RETURNING id",
                       (name, pid, start))
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def submit(*args: str) -> int:

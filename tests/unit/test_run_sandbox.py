@@ -24,10 +24,13 @@ from lattice.jobs.mapping import App
 from cli_inprocess import home, lattice
 
 
-@pytest.fixture
-def machine_home(tmp_path: Path) -> Iterator[Path]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def machine_home(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A 2x1x1 machine with block B, its database on each backend in turn."""
+    database = "sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     with home(tmp_path / "m"):
-        assert lattice("init", "--shape", "2x1x1", "--pset-size", "2", "--memory", "64M")[0] == 0
+        assert lattice("init", "--shape", "2x1x1", "--pset-size", "2", "--memory", "64M",
+                       "--database", database)[0] == 0
         assert lattice("block", "create", "B", "--shape", "2x1x1")[0] == 0
         yield tmp_path
 
@@ -258,7 +261,7 @@ def test_jobs_says_which_mode_ran(machine_home: Path) -> None:
     for kernel, sandbox in (("linux", 1), ("linux", 0), ("cnk", None), ("linux", None)):
         con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, kernel, sandbox) "
                     "VALUES ('B', 'u', 0, '/bin/true', 'true', '/', 1, 'Terminated', 0, ?, ?)", (kernel, sandbox))
-    con.commit()
+    con.close()                 # every statement was committed as it ran (either backend)
     status, out, err = lattice("jobs")
     assert status == 0, err
     kernels = [line.split()[4] for line in out.splitlines()[1:]]

@@ -27,7 +27,7 @@ import tomli_w
 
 from lattice import cli
 from lattice.transport import wire
-from lattice.state import machine as model
+from lattice.state import machine as model, postgres
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 
@@ -47,6 +47,12 @@ class Home:
     """A private LATTICE_HOME (not created until `lattice init`)."""
 
     path: Path
+    database: str = "sqlite"        # or the URL of a PostgreSQL database: `lattice init` gets --database
+
+    def with_database(self, args: tuple[str, ...]) -> tuple[str, ...]:
+        if args[:1] == ("init",) and self.database != "sqlite" and "--database" not in args:
+            return (*args, "--database", self.database)
+        return args
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "LATTICE_DEBUG"}
@@ -62,6 +68,7 @@ class Home:
 
     def call(self, *args: str) -> Result:
         """`lattice ARGS` in this process: the CLI's error boundary included."""
+        args = self.with_database(args)
         out, err = io.StringIO(), io.StringIO()
         with self.active(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -79,7 +86,7 @@ class Home:
         return r
 
     def popen(self, *args: str, **extra_env: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([*LATTICE, *args], env=self.env(**extra_env), stdout=subprocess.PIPE,
+        return subprocess.Popen([*LATTICE, *self.with_database(args)], env=self.env(**extra_env), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
     def run(self, *args: str, **extra_env: str) -> Result:
@@ -91,6 +98,8 @@ class Home:
             return model.load()
 
     def db(self) -> sqlite3.Connection:
+        if self.database != "sqlite":       # the same calling convention: ? placeholders, rows by name
+            return postgres.connect(self.database, 30)      # type: ignore[return-value]
         con = sqlite3.connect(self.path / "lattice.db")
         con.row_factory = sqlite3.Row
         return con
@@ -114,9 +123,14 @@ def assert_clean_error(r: Result, *fragments: str, status: int | None = None) ->
         assert f.lower() in r.err.lower(), f"{f!r} not in stderr: {r.err}"
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Home:
-    return Home(tmp_path / "home")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
+    """A machine's home, its database on each backend in turn (a fresh
+    PostgreSQL database of the session's server for the second)."""
+    if request.param == "postgresql" and request.node.get_closest_marker("sqlite_file"):
+        pytest.skip("about the SQLite database file")
+    database = "sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    return Home(tmp_path / "home", database)
 
 
 @pytest.fixture
@@ -206,7 +220,7 @@ def test_init_over_a_leftover_database(home: Home) -> None:
     nodes would collide with the new ones); --force starts afresh."""
     home.ok("init")
     (home.path / "machine.toml").unlink()
-    assert_clean_error(home.call("init"), "already exists")
+    assert_clean_error(home.call("init"), "already", "--force")     # a machine, or (postgresql) its tables
     home.ok("init", "--force", "--shape", "1x1x4", "--pset-size", "4")
     assert home.db().execute("SELECT count(*) FROM nodes").fetchone()[0] == 4 + 1
 
@@ -377,7 +391,8 @@ def test_init_writes_what_load_reads(home: Home) -> None:
     data = tomllib.loads((home.path / "machine.toml").read_text())
     assert data["torus"]["shape"] == [4, 2, 2] and data["pset"]["size"] == 4
     assert data["node"]["memory"] == 2 << 30 and data["compute"]["hide"] == ["/srv/x"]
-    assert home.machine() == Machine(shape=(4, 2, 2), pset_size=4, memory=2 << 30, hide=("/srv/x",))
+    assert home.machine() == Machine(shape=(4, 2, 2), pset_size=4, memory=2 << 30, hide=("/srv/x",),
+                                     database=home.database)
 
 
 def test_toml_optional_sections_default(tmp_path: Path) -> None:

@@ -81,8 +81,7 @@ def test_the_service_nodes_own_records_are_stored_escaped(home: Home, tmp_path: 
 def test_jobs_and_ras_escape_records_an_older_lattice_stored_raw(home: Home) -> None:
     home.ok("init", "--shape", "1x1x2", "--pset-size", "2")
     home.ok("block", "create", "A", "--shape", "1x1x2")
-    db_path = home.path / "lattice.db"
-    with sqlite3.connect(db_path) as con:
+    with home.db() as con:
         con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, state, submitted, kernel, status, "
                     "message) VALUES ('A', 'u', 0, '/bin/x', ?, '/', 1, 'Terminated', 0, 'linux', 3, ?)",
                     (f"/bin/x {PWN}", f"rank 0 called abort: {PWN}\nforged"))

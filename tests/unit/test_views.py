@@ -66,7 +66,7 @@ def made(home: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
     live: list[subprocess.Popen[bytes]] = []
     try:
         live += [fake_daemon("A") for _ in range(8)]
-        with sqlite3.connect(home.path / "lattice.db") as con:
+        with home.db() as con:
             con.execute("UPDATE blocks SET state = 'Initialized', changed = ? WHERE name = 'A'", (T0,))
             con.execute("INSERT INTO daemons (block, kind, node, pid, address) VALUES ('A', 'ciod', 0, ?, 'x')",
                         (live[0].pid,))
@@ -121,7 +121,7 @@ def test_machine_view_lists_every_node_with_its_block_state_host_and_loss(made: 
 
 
 def test_machine_summary_counts_by_state_pset_and_host(made: Made) -> None:
-    with sqlite3.connect(made.home.path / "lattice.db") as con:
+    with made.home.db() as con:
         con.execute("DELETE FROM blocks WHERE name = 'B'")
     doc = views.machine_summary(made.con(), made.m())
     jsonable(doc)
@@ -140,7 +140,7 @@ def test_machine_summary_counts_by_state_pset_and_host(made: Made) -> None:
 
 def test_machine_hosts_come_from_the_placement_and_the_booted_daemons(made: Made) -> None:
     """A daemon placed on another host is shown there, per node and per host."""
-    with sqlite3.connect(made.home.path / "lattice.db") as con:
+    with made.home.db() as con:
         con.execute("UPDATE daemons SET host = 'n1' WHERE kind = 'ciod' AND node = 0")
         con.execute("UPDATE daemons SET host = 'n2' WHERE kind = 'cnode' AND node = 0")
     nodes = views.machine_view(made.con(), made.m())["nodes"]
@@ -167,7 +167,7 @@ def test_blocks_view(made: Made) -> None:
 def test_blocks_view_names_the_owner_of_a_block_a_run_holds(made: Made) -> None:
     import os
     import pwd
-    with sqlite3.connect(made.home.path / "lattice.db") as con:
+    with made.home.db() as con:
         con.execute("UPDATE blocks SET owner_pid = ?, auto = 1 WHERE name = 'B'", (os.getpid(),))
     b = views.blocks_view(made.con(), made.m())[1]
     assert (b["owner_pid"], b["owner"], b["auto"]) == (os.getpid(), pwd.getpwuid(os.getuid()).pw_name, True)

@@ -37,7 +37,6 @@ import os
 import selectors
 import shlex
 import signal
-import sqlite3
 import struct
 import sys
 import time
@@ -287,7 +286,7 @@ def describe(how: int, value: int, text: str) -> tuple[str, int, str]:
 
 
 class Run:
-    def __init__(self, con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> None:
+    def __init__(self, con: db.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> None:
         self.con, self.m, self.b, self.spec, self.job = con, m, b, spec, job_id
         self.nodes = [s.node for s in spec.mapping.slots]   # rank r runs on nodes[r]
         self.pmi_ciods: set[Ciod] = set()    # I/O nodes that run ranks: each takes part in every fence
@@ -803,8 +802,10 @@ class Run:
         ranks that ended so far, not one per rank while the others still run."""
         if self.rank_rows:
             with db.transaction(self.con):
-                self.con.executemany("INSERT OR REPLACE INTO ranks (job, rank, location, how, value, message, "
-                                     "report) VALUES (?,?,?,?,?,?,?)", self.rank_rows)
+                self.con.executemany("INSERT INTO ranks (job, rank, location, how, value, message, report) "
+                                     "VALUES (?,?,?,?,?,?,?) ON CONFLICT (job, rank) DO UPDATE SET "
+                                     "location = excluded.location, how = excluded.how, value = excluded.value, "
+                                     "message = excluded.message, report = excluded.report", self.rank_rows)
             self.rank_rows = []
 
     def close(self) -> None:
@@ -812,7 +813,7 @@ class Run:
             c.close()
 
 
-def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = False) -> int:
+def run(con: db.Connection, m: Machine, b: Block, spec: Spec, wait: bool = False) -> int:
     """Run spec on booted block b; record it; return the exit status.  A
     block busy with another job refuses the run, or with `wait` the run
     waits until the block is idle (lattice.state.busy)."""
@@ -855,7 +856,7 @@ def run(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool = 
         for s, h in handlers.items():
             signal.signal(s, h)
         if r.abandoned:     # the rest must not wait on a busy database either
-            con.execute("PRAGMA busy_timeout=500")
+            db.set_wait(con, 0.5)
         r.close()
         if r.output.files is not None:
             r.output.files.close()
@@ -930,7 +931,7 @@ def local_ranks(spec: Spec) -> int:
     return sum(1 for sl in spec.mapping.slots if cm.hosts.get(sl.node, cm.host).name == host.LOCAL)
 
 
-def holder(con: sqlite3.Connection, m: Machine, b: Block) -> tuple[str, int] | None:
+def holder(con: db.Connection, m: Machine, b: Block) -> tuple[str, int] | None:
     """The block's entry in the host's huge page book and the pid of a daemon
     of it here that lives as long as it is booted, when the block keeps the
     pages its jobs touch (Machine.block_holds_pages)."""
@@ -942,7 +943,7 @@ def holder(con: sqlite3.Connection, m: Machine, b: Block) -> tuple[str, int] | N
     return None if row is None else (hugepages.block_entry(machine.home(), b.name), int(row["pid"]))
 
 
-def reserve_pages(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> hugepages.Reservation:
+def reserve_pages(con: db.Connection, m: Machine, b: Block, spec: Spec, job_id: int) -> hugepages.Reservation:
     """Huge pages for the job's big memory, sized to the node (lattice.nodes.hugepages);
     the page size a user's --env LATTICE_BIGMEM_PAGES=1G|2M|4K allows at most."""
     from lattice.nodes import hugepages
@@ -968,7 +969,7 @@ def reserve_pages(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, job
     return res
 
 
-def finish(con: sqlite3.Connection, job_id: int, state: str, status: int, message: str | None,
+def finish(con: db.Connection, job_id: int, state: str, status: int, message: str | None,
            totals: dict[str, int] | None = None) -> None:
     t = totals or {}
     con.execute("UPDATE jobs SET state = ?, status = ?, message = ?, ended = ?, calls_local = ?, "

@@ -12,7 +12,6 @@ import dataclasses
 import os
 import pwd
 import socket
-import sqlite3
 import sys
 import time
 from typing import TYPE_CHECKING, NamedTuple
@@ -144,7 +143,7 @@ def print_map(m: Machine, b: Block, p: RankMapping, cm: CoreMap, booted: bool, v
         print(line)
 
 
-def check_capacity(con: sqlite3.Connection, m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str,
+def check_capacity(con: db.Connection, m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str,
                    uid: int, user_env: dict[str, str]) -> None:
     """One clear error before anything boots or launches if this host cannot
     hold the job's ranks (and the block's daemons, if this run boots them):
@@ -202,7 +201,7 @@ def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, u
                         len(mpi), sum(1 for sl in mpi if sl.node in progress), relayed)
 
 
-def free_owned(con: sqlite3.Connection, m: Machine, name: str) -> None:
+def free_owned(con: db.Connection, m: Machine, name: str) -> None:
     """Free (and delete, if this run made it) the block this run booted for
     itself, unless somebody freed it under the run already.  A run that got
     the block meanwhile (it waited for it) keeps it: the block becomes its
@@ -266,7 +265,7 @@ class Need(NamedTuple):
     block: Block | None     # --block's
 
 
-def need(con: sqlite3.Connection, m: Machine, req: RunRequest) -> Need:
+def need(con: db.Connection, m: Machine, req: RunRequest) -> Need:
     """The request's layout and programs, or one clear error for what is wrong with it."""
     chosen = blocks.get(con, req.block) if req.block else None
     lay = distribution.layout(m, req.mode, req.n, req.nodes, req.ntasks_per_node,
@@ -299,7 +298,7 @@ def need(con: sqlite3.Connection, m: Machine, req: RunRequest) -> Need:
     return Need(mode, lay, apps, stdin_rank, limit, sandbox, nodes, chosen)
 
 
-def idle_block(con: sqlite3.Connection, m: Machine, nodes: int) -> Block | None:
+def idle_block(con: db.Connection, m: Machine, nodes: int) -> Block | None:
     """The smallest booted block with no job that holds nodes compute nodes
     (ties: the lowest name), as a Slurm user expects a free allocation to be
     used; blocks other runs booted for themselves are theirs."""

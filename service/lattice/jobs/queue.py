@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import pwd
 import shlex
-import sqlite3
 import subprocess
 import sys
 from typing import NamedTuple
@@ -75,23 +74,23 @@ def submit(req: RunRequest) -> int:
     with db.transaction(con):
         cur = con.execute(
             "INSERT INTO jobs (user, uid, gid, group_ids, exe, args, cwd, nranks, kernel, sandbox, state, submitted, "
-            "request, need_nodes, need_block, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?,?,?,?,?)",
+            "request, need_nodes, need_block, reason) VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?,?,?,?,?) RETURNING id",
             (user, uid, gid, ",".join(map(str, groups)), nd.apps[0].exe,
              shlex.join([nd.apps[0].exe, *nd.apps[0].args]), os.path.abspath(req.work_dir()),
              sum(a.nranks for a in nd.apps), req.kernel, int(nd.sandbox) if req.kernel == "linux" else None,
              db.now(), req.to_json(), nd.nodes, req.block, "submitted: its turn comes at the next dispatch"))
-        job = int(cur.lastrowid or 0)
+        job = int(cur.fetchone()[0])
     dispatch_quietly(con, m)
     return job
 
 
-def queued_rows(con: sqlite3.Connection) -> list[sqlite3.Row]:
+def queued_rows(con: db.Connection) -> list[db.Row]:
     """Queued jobs, first come first: submitted ones not started yet, and
     `lattice run --wait`s waiting for a block (their own process claims it)."""
     return con.execute("SELECT * FROM jobs WHERE state = 'Queued' ORDER BY id").fetchall()
 
 
-def holders(con: sqlite3.Connection) -> dict[str, int]:
+def holders(con: db.Connection) -> dict[str, int]:
     """Each block a job holds (started, not ended), by that job's id."""
     rows = con.execute("SELECT id, block FROM jobs WHERE block IS NOT NULL AND state IN "
                        "('Starting', 'Running', 'Dying') ORDER BY id").fetchall()
@@ -101,18 +100,18 @@ def holders(con: sqlite3.Connection) -> dict[str, int]:
     return out
 
 
-def ready(row: sqlite3.Row) -> str:
+def ready(row: db.Row) -> str:
     """Why a job that could start waits for another dispatcher."""
     return (f"ready: {row['user']}'s jobs are started by {row['user']}'s or root's lattice commands "
             f"(or root's lattice serve)")
 
 
-def may_start(row: sqlite3.Row) -> bool:
+def may_start(row: db.Row) -> bool:
     """A dispatcher that is not root starts its own user's jobs only."""
     return os.geteuid() == 0 or row["uid"] == os.getuid()
 
 
-def decide(con: sqlite3.Connection, m: Machine) -> Decision:
+def decide(con: db.Connection, m: Machine) -> Decision:
     """Which queued jobs start now and why the others wait (module
     docstring).  New boxes chosen here are made (as Free auto blocks) by
     the caller's transaction, so one round never gives two jobs one node."""
@@ -180,7 +179,7 @@ def decide(con: sqlite3.Connection, m: Machine) -> Decision:
     return out
 
 
-def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], job: int,
+def new_place(con: db.Connection, m: Machine, n: int, free: list[Block], job: int,
               make: bool = True) -> Block | None:
     """A Free block the administrator made, unless a new box of fewer nodes
     would hold n (as lattice.state.blocks.fit chooses); a new box is made now,
@@ -202,7 +201,7 @@ def new_place(con: sqlite3.Connection, m: Machine, n: int, free: list[Block], jo
     return blocks.get(con, name)
 
 
-def dispatch(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
+def dispatch(con: db.Connection, m: Machine | None = None) -> list[int]:
     """Start the queued jobs whose turn has come: their ids.  Each goes to
     Starting on its block, named by this command until its runner (started
     here, detached) takes it over; the others get their reason.  m: the
@@ -234,7 +233,7 @@ def dispatch(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
     return [s.job for s in d.starts]
 
 
-def spawn(con: sqlite3.Connection, job: int) -> None:
+def spawn(con: db.Connection, job: int) -> None:
     """The job's runner: a process of its own session, without a terminal,
     that outlives this command (lattice.jobs.runner); the first process
     records its detached child as the job's and the block's owner, and is
@@ -256,18 +255,19 @@ def spawn(con: sqlite3.Connection, job: int) -> None:
                     "AND state = 'Starting' AND client_pid = ?", (reason, db.now(), job, procs.me()[0]))
 
 
-def dispatch_quietly(con: sqlite3.Connection, m: Machine | None = None) -> list[int]:
+def dispatch_quietly(con: db.Connection, m: Machine | None = None) -> list[int]:
     """dispatch() where the queue is not the command's business: a failure
     is one warning line, never the command's failure."""
+    failures: tuple[type[Exception], ...] = (LatticeError, OSError, *db.errors())
     try:
         return dispatch(con, m)
-    except (LatticeError, OSError, sqlite3.Error) as e:
+    except failures as e:
         text = e.message if isinstance(e, LatticeError) else str(e)
         print(f"lattice: warning: the queue could not move on: {text}", file=sys.stderr, flush=True)
         return []
 
 
-def cancel_queued(con: sqlite3.Connection, job: int, who: str) -> bool:
+def cancel_queued(con: db.Connection, job: int, who: str) -> bool:
     """A Queued job leaves the queue: Terminated, its message naming who
     cancelled it (a waiting `lattice run --wait` sees it and ends).  False:
     it was no longer Queued."""

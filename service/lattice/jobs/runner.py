@@ -17,7 +17,6 @@ that is gone.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 
 from lattice import procs
@@ -50,7 +49,7 @@ def streams(req: RunRequest, job: int, user: str, uid: int, gid: int, groups: li
     os.close(fd)
 
 
-def end(con: sqlite3.Connection, job: int, status: int, message: str) -> None:
+def end(con: db.Connection, job: int, status: int, message: str) -> None:
     """The record ends if the launch left it open: Terminated if it was
     cancelled (its message stays), else Error with message."""
     with db.transaction(con):
@@ -103,9 +102,10 @@ def main(argv: list[str]) -> int:
     job = int(argv[0])
     child = os.fork()
     if child:
+        failures: tuple[type[Exception], ...] = (LatticeError, OSError, *db.errors())
         try:
             hand_over(job, child)
-        except (LatticeError, sqlite3.Error, OSError) as e:
+        except failures as e:
             print(f"lattice: error: job {job}: {getattr(e, 'message', e)}", file=sys.stderr)
             return 1
         return 0

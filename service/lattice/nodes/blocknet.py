@@ -501,7 +501,7 @@ def locked(home: Path) -> Iterator[dict[str, Any]]:
 
 def _alive(entry: dict[str, Any]) -> bool:
     pid, start = entry.get("pid"), entry.get("start")
-    return isinstance(pid, int) and start is not None and procs.start_time(pid) == start
+    return isinstance(pid, int) and start is not None and procs.ticks(pid) == start
 
 
 def _namespaces(hash_: str) -> list[str]:
@@ -774,7 +774,7 @@ def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Pat
         taken = [ipaddress.IPv4Network(e["net"]) for e in book["blocks"].values() if "net" in e]
         net = allocate(prefix_for(len(nodes)), taken + _routes(), pool())
         book["blocks"][h] = {"block": block, "net": str(net), "netns": _netns_id(), "pid": os.getpid(),
-                             "start": procs.start_time(os.getpid()), "nodes": len(nodes)}
+                             "start": procs.ticks(os.getpid()), "nodes": len(nodes)}
         problems = _neigh_fit(book)
         here = str(_netns_id())
         if here not in book["forwarding"]:

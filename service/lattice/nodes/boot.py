@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -82,7 +81,7 @@ def private_dir(d: Path) -> None:
         os.chmod(d, 0o700)
 
 
-def ciods(con: sqlite3.Connection, b: Block, m: Machine, timeout: float = 10.0) -> list[Ciod]:
+def ciods(con: db.Connection, b: Block, m: Machine, timeout: float = 10.0) -> list[Ciod]:
     """Open a CONTROL connection to every I/O node of a booted block."""
     key = block_key(b)
     rows = con.execute("SELECT node, address FROM daemons WHERE block = ? AND kind = 'ciod' ORDER BY node",
@@ -109,7 +108,7 @@ def plugin_options(m: Machine) -> list[str]:
     return out
 
 
-def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
+def boot(con: db.Connection, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
     """Boot block name; owner (pid, start time): the `lattice run` that boots
     it for itself, so that the block is freed if that run dies (lattice.state.reclaim).
 
@@ -221,7 +220,7 @@ def boot(con: sqlite3.Connection, m: Machine, name: str, owner: tuple[int, int] 
     return blocks.get(con, name)
 
 
-def record_agents(con: sqlite3.Connection, name: str, launches: list) -> None:  # type: ignore[type-arg]
+def record_agents(con: db.Connection, name: str, launches: list) -> None:  # type: ignore[type-arg]
     with db.transaction(con):
         for ln in launches:
             for h in ln.hosts:
@@ -261,7 +260,7 @@ def restore(handlers: dict[int, object]) -> None:
         signal.signal(sig, h)  # type: ignore[arg-type]
 
 
-def failed(con: sqlite3.Connection, name: str, e: BaseException, reports: object, stall: float,
+def failed(con: db.Connection, name: str, e: BaseException, reports: object, stall: float,
            disown: bool) -> None:
     """A boot that failed or was interrupted: every daemon it started, on
     every host, is stopped before it reports (its agents end theirs; what
@@ -404,7 +403,7 @@ def personality(m: Machine, b: Block, key: bytes | None, i: int, addr: str | Non
     }
 
 
-def ciods_one(con: sqlite3.Connection, b: Block, m: Machine, pset: int) -> Ciod:
+def ciods_one(con: db.Connection, b: Block, m: Machine, pset: int) -> Ciod:
     r = con.execute("SELECT address FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?",
                     (b.name, pset)).fetchone()
     return Ciod(r["address"], block_key(b), m.io_location(pset), timeout=5.0)
@@ -467,7 +466,7 @@ def sweep_block_networks() -> None:
         blocknet.sweep_after_free()
 
 
-def kill_daemons(con: sqlite3.Connection, name: str, grace: float = 5.0, sweep: bool = False) -> None:
+def kill_daemons(con: db.Connection, name: str, grace: float = 5.0, sweep: bool = False) -> None:
     """End the block's daemons on this host, then its agents (each ends what
     is left on its host when its channel closes or it is told to stop).
     sweep (or an agent that had to be killed): then every process of the
@@ -521,12 +520,12 @@ def kill_leftovers(name: str) -> int:
     return len(found)
 
 
-def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> bool:
+def stop_agents(con: db.Connection, name: str, grace: float) -> bool:
     """An agent whose daemons have all ended leaves by itself (and its ssh or
     srun with it); one still there after a moment is told to (SIGTERM: it
     ends its daemons), then killed."""
     rows = {r["pid"]: r["start"] for r in con.execute("SELECT pid, start FROM agents WHERE block = ?", (name,))}
-    mine = [pid for pid, start in rows.items() if procs.start_time(pid) == start]
+    mine = [pid for pid, start in rows.items() if procs.same(procs.start_time(pid), start)]
     signalled = False
     for sig, wait in ((0, 2.0), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         signalled |= bool(sig and mine)
@@ -543,7 +542,7 @@ def stop_agents(con: sqlite3.Connection, name: str, grace: float) -> bool:
     return signalled
 
 
-def free(con: sqlite3.Connection, m: Machine, name: str, why: str | None = None) -> None:
+def free(con: db.Connection, m: Machine, name: str, why: str | None = None) -> None:
     """Shut the block down; why (e.g. "freed by `lattice free --force`") is
     its message while it terminates: a run whose job dies of it says so."""
     b = blocks.get(con, name)

@@ -219,7 +219,7 @@ def choose(memory: int, fixed_address: bool, largest: int, has_1g: bool) -> tupl
 
 def _start_time(pid: int) -> str | None:
     """A process's start time as the book keeps it, None if it is gone."""
-    t = procs.start_time(pid)
+    t = procs.ticks(pid)
     return None if t is None else str(t)
 
 

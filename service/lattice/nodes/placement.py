@@ -35,14 +35,13 @@ Keys and sockets stay in a private directory on each host.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from lattice.cli import progress
-from lattice.state import machine
+from lattice.state import db, machine
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 
@@ -164,7 +163,7 @@ def slurm_hosts() -> list[str]:
     return p.stdout.split()
 
 
-def of(con: sqlite3.Connection, m: Machine) -> Where:
+def of(con: db.Connection, m: Machine) -> Where:
     """Which hosts run each pset of the machine; None: this host (local)."""
     if m.placement == "local":
         none: dict[int, str | None] = dict.fromkeys(range(m.psets))
@@ -180,7 +179,7 @@ def of(con: sqlite3.Connection, m: Machine) -> Where:
     return Where(io, {p: compute.get(p, io[p]) for p in io})
 
 
-def record_hosts(con: sqlite3.Connection, m: Machine, hosts: list[HostEntry]) -> None:
+def record_hosts(con: db.Connection, m: Machine, hosts: list[HostEntry]) -> None:
     """`lattice init` of an ssh placement: the hosts, and which run each pset
     (the I/O nodes' rows; the compute nodes' too when they run elsewhere)."""
     where = deal(m, hosts)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from typing import NamedTuple
 
 from lattice.state import db
@@ -32,19 +31,19 @@ class Block(NamedTuple):     # not a dataclass: see lattice.state.machine.Machin
         return sorted({m.pset_of(i) for i in self.nodes(m)})
 
     @classmethod
-    def from_row(cls, r: sqlite3.Row) -> Block:
+    def from_row(cls, r: db.Row) -> Block:
         return cls(r["name"], (r["x0"], r["y0"], r["z0"]), (r["sx"], r["sy"], r["sz"]), r["state"],
                    bool(r["auto"]), r["message"])
 
 
-def get(con: sqlite3.Connection, name: str) -> Block:
+def get(con: db.Connection, name: str) -> Block:
     row = con.execute("SELECT * FROM blocks WHERE name = ?", (name,)).fetchone()
     if row is None:
         raise LatticeError(f"no block named {name!r} (see `lattice blocks`)")
     return Block.from_row(row)
 
 
-def all_blocks(con: sqlite3.Connection) -> list[Block]:
+def all_blocks(con: db.Connection) -> list[Block]:
     return [Block.from_row(r) for r in con.execute("SELECT * FROM blocks ORDER BY name")]
 
 
@@ -62,7 +61,7 @@ def check_box(m: Machine, corner: Coord, shape: Coord) -> str | None:
     return None
 
 
-def overlapping(con: sqlite3.Connection, m: Machine, corner: Coord, shape: Coord) -> str | None:
+def overlapping(con: db.Connection, m: Machine, corner: Coord, shape: Coord) -> str | None:
     nodes = set(m.box(corner, shape))
     for b in all_blocks(con):
         if nodes & set(b.nodes(m)):
@@ -70,7 +69,7 @@ def overlapping(con: sqlite3.Connection, m: Machine, corner: Coord, shape: Coord
     return None
 
 
-def create(con: sqlite3.Connection, m: Machine, name: str, shape: Coord, corner: Coord | None,
+def create(con: db.Connection, m: Machine, name: str, shape: Coord, corner: Coord | None,
            auto: bool = False) -> Block:
     """Create a block (at `corner`, else at the first place it fits)."""
     if not NAME.fullmatch(name):
@@ -92,7 +91,7 @@ def create(con: sqlite3.Connection, m: Machine, name: str, shape: Coord, corner:
     return get(con, name)
 
 
-def first_free_corner(con: sqlite3.Connection, m: Machine, shape: Coord) -> Coord:
+def first_free_corner(con: db.Connection, m: Machine, shape: Coord) -> Coord:
     for z in range(m.shape[2] - shape[2] + 1):
         for y in range(m.shape[1] - shape[1] + 1):
             for x in range(m.shape[0] - shape[0] + 1):
@@ -102,7 +101,7 @@ def first_free_corner(con: sqlite3.Connection, m: Machine, shape: Coord) -> Coor
     raise LatticeError(why or f"no free place for a {shape_str(shape)} block")
 
 
-def smallest_fit(con: sqlite3.Connection, m: Machine, n: int) -> tuple[Coord, Coord]:
+def smallest_fit(con: db.Connection, m: Machine, n: int) -> tuple[Coord, Coord]:
     """The smallest free box of whole psets holding at least n compute nodes
     (ties: the lowest corner), as BG/L's mpirun chose a partition."""
     if n > m.nodes:
@@ -120,7 +119,7 @@ def smallest_fit(con: sqlite3.Connection, m: Machine, n: int) -> tuple[Coord, Co
     raise LatticeError(f"no free block of whole psets holds {n} compute nodes (see `lattice blocks`)")
 
 
-def fit(con: sqlite3.Connection, m: Machine, n: int) -> Block:
+def fit(con: db.Connection, m: Machine, n: int) -> Block:
     """Where `lattice run` without --block runs n compute nodes: a Free block
     the administrator made that holds them, unless a new box of fewer nodes
     would (the smallest such block; ties: the lowest name), else a new box
@@ -138,7 +137,7 @@ def fit(con: sqlite3.Connection, m: Machine, n: int) -> Block:
     return Block("", corner, shape, "Free", True, None)
 
 
-def set_state(con: sqlite3.Connection, name: str, state: str, message: str | None = None,
+def set_state(con: db.Connection, name: str, state: str, message: str | None = None,
               expect: tuple[str, ...] | None = None) -> None:
     """Move a block to `state`, checking it is in one of `expect` first."""
     with db.transaction(con):
@@ -149,7 +148,7 @@ def set_state(con: sqlite3.Connection, name: str, state: str, message: str | Non
                     (state, message, db.now(), name))
 
 
-def delete(con: sqlite3.Connection, name: str) -> None:
+def delete(con: db.Connection, name: str) -> None:
     with db.transaction(con):
         b = get(con, name)
         if b.state != "Free":

@@ -16,7 +16,6 @@ which may still be ending a job whose run was killed.
 from __future__ import annotations
 
 import shlex
-import sqlite3
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -42,21 +41,21 @@ class BlockFreed(LatticeError):
     job_id: int | None = None
 
 
-def active_job(con: sqlite3.Connection, block: str, besides: int | None = None) -> sqlite3.Row | None:
+def active_job(con: db.Connection, block: str, besides: int | None = None) -> db.Row | None:
     """The oldest job not ended on the block (besides: a job of its own, which a queued job's runner is)."""
-    row: sqlite3.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
+    row: db.Row | None = con.execute(f"SELECT id, user, args, started, submitted, client_pid, client_start "
                                           f"FROM jobs WHERE block = ? AND id != ? AND state IN "
                        f"({','.join('?' * len(reclaim.ACTIVE))}) ORDER BY id LIMIT 1",
                        (block, -1 if besides is None else besides, *reclaim.ACTIVE)).fetchone()
     return row
 
 
-def describe(job: sqlite3.Row) -> str:
+def describe(job: db.Row) -> str:
     since = time.time() - (job["started"] or job["submitted"])
     return f"job {job['id']} ({job['user']}: {job['args']}) has run there for {since:.0f} s"
 
 
-def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | None:
+def ending_on_ionodes(con: db.Connection, m: Machine, b: Block) -> str | None:
     """A job an I/O node still runs though no record is active (its run was
     killed and its ranks are still dying), or None."""
     try:
@@ -76,7 +75,7 @@ def ending_on_ionodes(con: sqlite3.Connection, m: Machine, b: Block) -> str | No
     return None
 
 
-def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
+def claim(con: db.Connection, m: Machine, b: Block, spec: Spec, wait: bool) -> int:
     """The job's id, once block b is Initialized and idle.  spec.job_id: the
     job's record made already (Queued or Starting: a queued job's runner),
     taken instead of a new one; a run that waits (--wait) makes its record
@@ -104,8 +103,8 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
                 if job_id is None:
                     cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, kernel, sandbox, "
                                       "client_pid, client_start, state, submitted) "
-                                      "VALUES (?,?,?,?,?,?,?,?,?,?,?, 'Starting', ?)", (*values, db.now()))
-                    job_id = int(cur.lastrowid or 0)
+                                      "VALUES (?,?,?,?,?,?,?,?,?,?,?, 'Starting', ?) RETURNING id", (*values, db.now()))
+                    job_id = int(cur.fetchone()[0])
                 else:
                     con.execute("UPDATE jobs SET block = ?, user = ?, uid = ?, exe = ?, args = ?, cwd = ?, nranks = ?, "
                                 "kernel = ?, sandbox = ?, client_pid = ?, client_start = ?, state = 'Starting', "
@@ -133,7 +132,7 @@ def claim(con: sqlite3.Connection, m: Machine, b: Block, spec: Spec, wait: bool)
         reclaim.sweep(con, m)       # the other run may be gone without a word
 
 
-def queued(con: sqlite3.Connection, spec: Spec, job_id: int | None, why: str, cmdline: str, pid: int,
+def queued(con: db.Connection, spec: Spec, job_id: int | None, why: str, cmdline: str, pid: int,
            started: int, spec_block: str) -> int:
     """A waiting run's record: Queued, with why it waits (`lattice jobs`
     shows it; `lattice cancel` may end it) and the block it waits for (the
@@ -141,11 +140,11 @@ def queued(con: sqlite3.Connection, spec: Spec, job_id: int | None, why: str, cm
     if job_id is None:
         cur = con.execute("INSERT INTO jobs (user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
                           "client_start, state, submitted, reason, need_block) "
-                          "VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?, ?)",
+                          "VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?, ?) RETURNING id",
                           (spec.user, spec.uid, spec.exe, cmdline, spec.cwd, spec.nranks, spec.kernel,
                            int(spec.sandbox) if spec.kernel == "linux" else None, pid, started, db.now(), why,
                            spec_block))
-        return int(cur.lastrowid or 0)
+        return int(cur.fetchone()[0])
     # a queued job's runner keeps Starting: its block stays the one the queue gave it
     con.execute("UPDATE jobs SET state = CASE WHEN request IS NULL THEN 'Queued' ELSE state END, reason = ? "
                 "WHERE id = ? AND state IN ('Queued', 'Starting')", (why, job_id))

@@ -1,6 +1,10 @@
-"""The machine's state: one SQLite database per machine.
+"""The machine's state: one database per machine, SQLite (the default, a
+file in LATTICE_HOME) or PostgreSQL (`lattice init --database URL`,
+lattice.state.postgres).  Both are used alike: `con.execute(sql, params)`
+with ? placeholders, rows read by name and by index, and `transaction()`
+for read-modify-write sequences; the schema's MIGRATIONS serve both.
 
-WAL mode and a busy timeout let several `lattice` commands work at once;
+SQLite: WAL mode and a busy timeout let several `lattice` commands work at once;
 read-modify-write sequences use `transaction()` (BEGIN IMMEDIATE) so two of
 them never interleave.  synchronous=NORMAL: in WAL mode a commit then
 costs no fsync (the log is synced at checkpoints); the database stays
@@ -19,13 +23,38 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, cast
 
 from lattice.state import machine
 from lattice.errors import LatticeError
+
+if TYPE_CHECKING:
+    from lattice.state import postgres
+
+
+class Row(Protocol):
+    """A row: by column name or index (sqlite3.Row, postgres.Row)."""
+    def __getitem__(self, key: int | str, /) -> Any: ...
+    def keys(self) -> list[str]: ...
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """What the modules use of a connection, whichever the backend."""
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor: ...
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Cursor: ...
+    def close(self) -> None: ...
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: the first schema
@@ -94,7 +123,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE TABLE ras_spool (                     -- how far each ciod spool file was imported
         path      TEXT PRIMARY KEY,
-        offset    INTEGER NOT NULL
+        "offset"  INTEGER NOT NULL
     );
     """,
     # 1 -> 2: the compute node kernel.  Which kernel ran a job (every job before
@@ -177,6 +206,11 @@ def path() -> Path:
     return machine.home() / "lattice.db"
 
 
+def database() -> str:
+    """Where the machine's database is: "sqlite" (path()) or a postgresql:// URL."""
+    return machine.load().database
+
+
 def busy_wait() -> float:
     """Seconds a command waits for another's write lock before it gives up
     with one line (failure_line): $LATTICE_DB_TIMEOUT, default 30."""
@@ -190,6 +224,15 @@ def failure_line(e: BaseException) -> str | None:
     """One line for a failure of the machine's database or files under a
     command (the CLI's boundary, lattice.cli); None: not one of those."""
     import errno
+    if "psycopg" in sys.modules:
+        import psycopg
+        if isinstance(e, psycopg.Error):
+            from lattice.state import postgres
+            try:
+                url = database()
+            except LatticeError:
+                url = "(its URL)"
+            return postgres.failure_line(e, url)
     if isinstance(e, sqlite3.OperationalError):
         text = str(e)
         if "locked" in text or "busy" in text:
@@ -260,10 +303,14 @@ def lock_holders() -> str:
     return ("lattice " if ours else "") + "; ".join(out)
 
 
-def connect(db_path: Path | None = None) -> sqlite3.Connection:
-    """The database at db_path, by default the machine's (which must exist)."""
+def connect(db_path: Path | None = None) -> Connection:
+    """The SQLite database at db_path, by default the machine's database
+    (which must exist), whichever its backend."""
     if db_path is None:
         machine.require()
+        where = database()
+        if where != "sqlite":
+            return connect_postgres(where)
         db_path = path()
         refuse_lost_state(db_path)
     try:
@@ -303,6 +350,21 @@ def connect(db_path: Path | None = None) -> sqlite3.Connection:
     return con
 
 
+def connect_postgres(url: str) -> Connection:
+    from lattice.state import postgres
+    con = postgres.connect(url, busy_wait())
+    try:
+        if current(con):
+            return con          # the usual case: two round trips
+        if not con.has_table("schema_version"):
+            refuse_lost_blocks(f"the database {postgres.redact(url)} is empty")
+        migrate(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 def refuse_lost_state(db_path: Path) -> None:
     """A missing or empty database in a machine directory that has had
     blocks is lost state, not a new machine: starting an empty one would
@@ -314,6 +376,10 @@ def refuse_lost_state(db_path: Path) -> None:
         empty = True
     if not empty:
         return
+    refuse_lost_blocks(f"the database {db_path} is {'missing' if not db_path.exists() else 'empty'}")
+
+
+def refuse_lost_blocks(what: str) -> None:
     blocks_dir = machine.home() / "blocks"
     try:
         names = sorted(d.name for d in blocks_dir.iterdir() if d.is_dir())
@@ -322,9 +388,8 @@ def refuse_lost_state(db_path: Path) -> None:
     if not names:
         return
     booted = [n for n in names if (blocks_dir / n / "key").exists()]
-    what = "missing" if not db_path.exists() else "empty"
     raise LatticeError(
-        f"the database {db_path} is {what}, but {blocks_dir} holds block{'s' if len(names) > 1 else ''} "
+        f"{what}, but {blocks_dir} holds block{'s' if len(names) > 1 else ''} "
         f"{', '.join(names)}" + (f" ({', '.join(booted)} booted: their daemons may still run)" if booted else "")
         + "; refusing to start an empty one",
         "restore the database from a backup; or stop the blocks' daemons (see their pids in "
@@ -373,14 +438,16 @@ def scrub(con: sqlite3.Connection) -> None:
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def version(con: sqlite3.Connection) -> int:
+def version(con: Connection) -> int:
     con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     row = con.execute("SELECT version FROM schema_version").fetchone()
     return int(row[0]) if row else 0
 
 
-def current(con: sqlite3.Connection) -> bool:
+def current(con: Connection) -> bool:
     """Whether the schema is this lattice's (read without taking the write lock)."""
+    if not isinstance(con, sqlite3.Connection) and not cast("postgres.Connection", con).has_table("schema_version"):
+        return False
     try:
         row = con.execute("SELECT version FROM schema_version").fetchone()
     except sqlite3.OperationalError:
@@ -388,7 +455,7 @@ def current(con: sqlite3.Connection) -> bool:
     return bool(row) and int(row[0]) == len(MIGRATIONS)
 
 
-def migrate(con: sqlite3.Connection) -> int:
+def migrate(con: Connection) -> int:
     """Bring the schema up to date; the version it had (0: a new database)."""
     if current(con):
         return len(MIGRATIONS)
@@ -397,10 +464,13 @@ def migrate(con: sqlite3.Connection) -> int:
         if v > len(MIGRATIONS):
             raise LatticeError(f"the database has schema version {v}, newer than this lattice "
                                f"understands ({len(MIGRATIONS)}): use a newer lattice")
+        pg = not isinstance(con, sqlite3.Connection)
+        if pg:
+            from lattice.state import postgres
         for step in MIGRATIONS[v:]:
             for statement in step.split(";"):
                 if statement.strip():
-                    con.execute(statement)
+                    con.execute(postgres.ddl(statement) if pg else statement)
         if v < len(MIGRATIONS):
             con.execute("DELETE FROM schema_version")
             con.execute("INSERT INTO schema_version VALUES (?)", (len(MIGRATIONS),))
@@ -408,7 +478,13 @@ def migrate(con: sqlite3.Connection) -> int:
 
 
 @contextmanager
-def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(con: Connection) -> Iterator[Connection]:
+    """A read-modify-write sequence no other writer interleaves with:
+    SQLite's write lock (BEGIN IMMEDIATE), PostgreSQL's advisory lock."""
+    if not isinstance(con, sqlite3.Connection):
+        with cast("postgres.Connection", con).transaction():
+            yield con
+        return
     con.execute("BEGIN IMMEDIATE")
     try:
         yield con
@@ -416,6 +492,28 @@ def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
+
+
+def errors() -> tuple[type[Exception], ...]:
+    """The exceptions a failure of the machine's database raises, whichever its backend."""
+    if "psycopg" in sys.modules:
+        import psycopg
+        return sqlite3.Error, psycopg.Error
+    return (sqlite3.Error,)
+
+
+def tables() -> list[str]:
+    """The machine's tables, as the migrations made them."""
+    import re
+    return re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", "".join(MIGRATIONS))
+
+
+def set_wait(con: Connection, seconds: float) -> None:
+    """How long con waits for another writer's lock from now on."""
+    if isinstance(con, sqlite3.Connection):
+        con.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+    else:
+        cast("postgres.Connection", con).set_wait(seconds)
 
 
 def now() -> float:

@@ -72,6 +72,7 @@ class MachineFields(NamedTuple):
     plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
     hold_pages: str = "auto"        # one of HOLD_PAGES
     linux_trees: tuple[str, ...] = ("~",)   # a sandboxed job's default trees; "~": its owner's home (lattice.jobs.trees)
+    database: str = "sqlite"        # "sqlite" (LATTICE_HOME/lattice.db) or a postgresql:// URL (lattice.state.db)
 
 
 class Machine(MachineFields):
@@ -160,6 +161,7 @@ class Machine(MachineFields):
             "compute": {"hide": list(self.hide)},
             **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
             "linux": {"trees": list(self.linux_trees)},
+            **({"database": {"url": self.database}} if self.database != "sqlite" else {}),
         }
 
     @classmethod
@@ -186,7 +188,8 @@ class Machine(MachineFields):
                        hold_pages=str(data["node"].get("hold_pages", "auto")),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
                        ssh=str(data.get("placement", {}).get("ssh", "")),  # type: ignore[attr-defined]
-                       hide=tuple(str(p) for p in hide), plugins=tuple(plugins), linux_trees=tuple(trees))
+                       hide=tuple(str(p) for p in hide), plugins=tuple(plugins), linux_trees=tuple(trees),
+                       database=str(data.get("database", {}).get("url", "sqlite")))  # type: ignore[attr-defined]
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LatticeError(f"{source}: bad machine description: {e}") from e
 

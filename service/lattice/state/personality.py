@@ -14,10 +14,9 @@ field, optional for readers (absent means 0) so older values still parse.
 """
 from __future__ import annotations
 
-import sqlite3
 from typing import NamedTuple
 
-from lattice.state import blocks
+from lattice.state import blocks, db
 from lattice.errors import LatticeError
 from lattice.state.machine import Coord, Machine
 
@@ -92,7 +91,7 @@ def node_index(m: Machine, location: str) -> int:
                        f"(see `lattice machine`)")
 
 
-def lookup(con: sqlite3.Connection, m: Machine, location: str, mode: str = "co", t: int = 0) -> Personality:
+def lookup(con: db.Connection, m: Machine, location: str, mode: str = "co", t: int = 0) -> Personality:
     """The personality process t of a job in `mode` gets on the node at
     `location`, in the block that holds the node (booted or not)."""
     check_mode_t(m, mode, t)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import sqlite3
 from pathlib import Path
 
 from lattice.state import db, machine
@@ -66,14 +65,14 @@ def spool_record(line: str, name: str) -> tuple[str, str, str, str, int | None, 
             printable(message))
 
 
-def record(con: sqlite3.Connection, severity: str, component: str, location: str, message: str,
+def record(con: db.Connection, severity: str, component: str, location: str, message: str,
            job: int | None = None) -> None:
     assert severity in SEVERITIES
     con.execute("INSERT INTO ras (time, severity, component, location, job, message) VALUES (?,?,?,?,?,?)",
                 (stamp(), severity, component, printable(location), job, printable(message)))
 
 
-def ingest(con: sqlite3.Connection) -> int:
+def ingest(con: db.Connection) -> int:
     """Import the complete lines the I/O nodes appended since last time.
     The spool keeps every block's log, so a file that has not grown since
     it was read is skipped by its size alone (no open, no write)."""
@@ -82,7 +81,7 @@ def ingest(con: sqlite3.Connection) -> int:
         files = sorted((e.path, e.stat().st_size) for e in os.scandir(spool_dir()) if e.name.endswith(".log"))
     except FileNotFoundError:
         return 0
-    done = dict(con.execute("SELECT path, offset FROM ras_spool").fetchall())
+    done = dict(con.execute('SELECT path, "offset" FROM ras_spool').fetchall())
     grown = [(path, int(done.get(path, 0))) for path, size in files if size > int(done.get(path, 0))]
     for path, offset in grown:
         with db.transaction(con):
@@ -97,11 +96,12 @@ def ingest(con: sqlite3.Connection) -> int:
                 con.execute("INSERT INTO ras (time, severity, component, location, job, message) "
                             "VALUES (?,?,?,?,?,?)", spool_record(line, name))
                 added += 1
-            con.execute("INSERT OR REPLACE INTO ras_spool (path, offset) VALUES (?, ?)", (path, offset + end))
+            con.execute('INSERT INTO ras_spool (path, "offset") VALUES (?, ?) '
+                        'ON CONFLICT (path) DO UPDATE SET "offset" = excluded."offset"', (path, offset + end))
     return added
 
 
-def events(con: sqlite3.Connection, severities: tuple[str, ...] = SEVERITIES,
+def events(con: db.Connection, severities: tuple[str, ...] = SEVERITIES,
            job: int | None = None) -> list[dict[str, object]]:
     """The events of these severities (and this job), oldest first: by
     time, then by the order they were stored.  Times are shown in the one

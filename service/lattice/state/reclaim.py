@@ -18,7 +18,6 @@ A process is named by its pid and its start time (field 22 of
 """
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from lattice.state import blocks, db, machine, ras
@@ -32,26 +31,26 @@ ACTIVE = ("Queued", "Starting", "Running", "Dying")
 
 def gone(pid: int | None, started: int | None) -> bool:
     """The process recorded as (pid, started) no longer runs."""
-    if pid is None:
-        return False            # recorded before lattice kept the pid: nothing to go by
+    if pid is None or not procs.here(started):
+        return False            # recorded before lattice kept the pid, or by another host: nothing to go by
     now = procs.start_time(pid)
-    return now is None or (started is not None and now != started)
+    return now is None or (started is not None and not procs.same(now, started))
 
 
-def connect() -> sqlite3.Connection:
+def connect() -> db.Connection:
     """The machine's database, swept."""
     con = db.connect()
     sweep(con, machine.load())
     return con
 
 
-def sweep(con: sqlite3.Connection, m: Machine) -> None:
+def sweep(con: db.Connection, m: Machine) -> None:
     end_orphaned_jobs(con)
     free_orphaned_blocks(con, m)
     mark_lost_nodes(con, m)
 
 
-def end_orphaned_jobs(con: sqlite3.Connection) -> None:
+def end_orphaned_jobs(con: db.Connection) -> None:
     rows = con.execute(f"SELECT id, block, client_pid, client_start, request FROM jobs WHERE state IN "
                        f"({','.join('?' * len(ACTIVE))}) AND client_pid IS NOT NULL", ACTIVE).fetchall()
     for r in rows:
@@ -67,7 +66,7 @@ def end_orphaned_jobs(con: sqlite3.Connection) -> None:
             ras.record(con, "WARNING", "MMCS", r["block"] or "-", f"job {r['id']} ended: {why}", r["id"])
 
 
-def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
+def free_orphaned_blocks(con: db.Connection, m: Machine) -> None:
     rows = con.execute("SELECT name, auto, state, owner_pid, owner_start FROM blocks "
                        "WHERE owner_pid IS NOT NULL").fetchall()
     for r in rows:
@@ -89,7 +88,7 @@ def free_orphaned_blocks(con: sqlite3.Connection, m: Machine) -> None:
             pass                # somebody else is freeing it
 
 
-def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
+def lost_daemons(con: db.Connection, m: Machine, name: str) -> list[str]:
     """Locations of the block's nodes whose daemon is gone: on this host
     from /proc; on another host from its agent, whose channel (the ssh or
     srun here) closing means the host's part is gone, and whose log reports
@@ -97,10 +96,13 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     out = []
     mine = boot.mark(name)
 
-    def where(r: sqlite3.Row) -> str:
+    def where(r: db.Row) -> str:
         return m.io_location(r["node"]) if r["kind"] == "ciod" else m.compute_location(r["node"])
+    # the daemons "on this host" are the booting host's: judged there only (its local agent says which)
+    booted_here = all(procs.here(a["start"]) for a in
+                      con.execute("SELECT start FROM agents WHERE block = ? AND host = 'local'", (name,)).fetchall())
     for r in con.execute("SELECT kind, node, pid FROM daemons WHERE block = ? AND host IS NULL ORDER BY kind, node",
-                         (name,)):
+                         (name,)).fetchall() if booted_here else []:
         if not boot.ours(r["pid"], mine):     # gone, a zombie, or its pid taken by another process
             out.append(where(r))
     for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'",
@@ -115,7 +117,7 @@ def lost_daemons(con: sqlite3.Connection, m: Machine, name: str) -> list[str]:
     return out
 
 
-def mark_lost_nodes(con: sqlite3.Connection, m: Machine) -> None:
+def mark_lost_nodes(con: db.Connection, m: Machine) -> None:
     for name in [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state = 'Initialized'")]:
         lost = lost_daemons(con, m, name)
         if not lost:

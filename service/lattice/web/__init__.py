@@ -6,9 +6,5 @@ Prometheus endpoint /metrics (metrics), and who may read any of it (auth).
 It changes no state on a request: its loop only imports the I/O nodes' RAS
 spool and starts queued jobs whose turn has come (watch)."""
 
-import sqlite3
-
-# The database connection the package's functions take: one name to change to
-# `from lattice.state.db import Connection as Connection` where the state has
-# more than one backend (checked against the pg branch: mypy passes then)
-Connection = sqlite3.Connection
+# The database connection the package's functions take, whichever the backend
+from lattice.state.db import Connection as Connection

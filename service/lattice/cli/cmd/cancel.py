@@ -21,11 +21,10 @@ import errno
 import os
 import pwd
 import signal
-import sqlite3
 import time
 
 from lattice.jobs import queue
-from lattice.state import blocks, machine, reclaim
+from lattice.state import blocks, db, machine, reclaim
 from lattice.nodes import boot
 from lattice.transport import wire
 from lattice.transport.ciodclient import CiodError
@@ -62,8 +61,8 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def running_job(con: sqlite3.Connection, job: int) -> sqlite3.Row:
-    row: sqlite3.Row | None = con.execute("SELECT * FROM jobs WHERE id = ?", (job,)).fetchone()
+def running_job(con: db.Connection, job: int) -> db.Row:
+    row: db.Row | None = con.execute("SELECT * FROM jobs WHERE id = ?", (job,)).fetchone()
     if row is None:
         raise LatticeError(f"no job {job}")
     if row["state"] not in reclaim.ACTIVE:
@@ -73,7 +72,7 @@ def running_job(con: sqlite3.Connection, job: int) -> sqlite3.Row:
     return row
 
 
-def signal_job(con: sqlite3.Connection, m: Machine, row: sqlite3.Row, sig: int) -> int:
+def signal_job(con: db.Connection, m: Machine, row: db.Row, sig: int) -> int:
     """sig to the job on each of its block's I/O nodes: how many took it."""
     b = blocks.get(con, row["block"])
     took = 0
@@ -97,7 +96,7 @@ def signal_job(con: sqlite3.Connection, m: Machine, row: sqlite3.Row, sig: int) 
     return took
 
 
-def ended(con: sqlite3.Connection, job: int, deadline: float) -> bool:
+def ended(con: db.Connection, job: int, deadline: float) -> bool:
     """Wait until the job's record ends, or the deadline."""
     while True:
         reclaim.end_orphaned_jobs(con)      # a run killed meanwhile ends no record itself
@@ -153,7 +152,7 @@ def cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def launched(con: sqlite3.Connection, row: sqlite3.Row) -> bool:
+def launched(con: db.Connection, row: db.Row) -> bool:
     """Whether the job may have ranks on I/O nodes: it has a block and the block is booted."""
     if row["block"] is None:
         return False

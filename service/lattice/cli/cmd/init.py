@@ -42,12 +42,16 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssh-command", metavar="CMD", default="",
                    help=f"ssh placement: how to reach a host (default {placement.SSH_DEFAULT!r}), "
                         "e.g. 'ssh -F /path/config'")
+    p.add_argument("--database", default="sqlite", metavar="URL",
+                   help="where the machine's state lives: sqlite (the default: a file in LATTICE_HOME, one "
+                        "host) or postgresql://USER@HOST[:PORT]/DBNAME (a server every login host reaches; "
+                        "a password goes in ~/.pgpass or $PGPASSFILE, never in the URL)")
     p.add_argument("--force", action="store_true", help="replace an existing machine that runs no block")
 
 
-def forget_blocks(blocks_dir: Path) -> None:
-    """The old machine's block directories (logs), unless one still has a
-    key: that block was booted, and its daemons may still run."""
+def refuse_booted(blocks_dir: Path) -> None:
+    """The old machine's block directories (logs) may go unless one still
+    has a key: that block was booted, and its daemons may still run."""
     if not blocks_dir.is_dir():
         return
     booted = sorted(d.name for d in blocks_dir.iterdir() if (d / "key").exists())
@@ -55,7 +59,6 @@ def forget_blocks(blocks_dir: Path) -> None:
         raise LatticeError(f"block{'s' if len(booted) > 1 else ''} {', '.join(booted)} of the old machine "
                            f"{'look' if len(booted) > 1 else 'looks'} booted ({blocks_dir}/NAME/key): "
                            f"`lattice free {' '.join(booted)}` first")
-    shutil.rmtree(blocks_dir)
 
 
 def read_hosts(args: argparse.Namespace) -> list[placement.HostEntry]:
@@ -73,26 +76,78 @@ def read_hosts(args: argparse.Namespace) -> list[placement.HostEntry]:
     return placement.parse_hostfile(text, args.hostfile)
 
 
+def busy_blocks(con: db.Connection) -> None:
+    busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
+    if busy:
+        con.close()
+        raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
+
+
+def holds_machine(url: str, force: bool) -> bool:
+    """Whether the PostgreSQL database at url holds a machine's tables; they
+    may be replaced only with --force, and only while no block runs."""
+    from lattice.state import postgres
+    con = postgres.connect(url, db.busy_wait())
+    try:
+        if not con.has_table("schema_version"):
+            return False
+        if not force:
+            raise LatticeError(f"the database {postgres.redact(url)} already holds a machine "
+                               "(use --force to replace it)")
+        if con.has_table("blocks"):
+            busy_blocks(con)
+        return True
+    finally:
+        con.close()
+
+
+def drop_tables(url: str) -> None:
+    from lattice.state import postgres
+    con = postgres.connect(url, db.busy_wait())
+    try:
+        postgres.reset(con, db.tables())
+    finally:
+        con.close()
+
+
+def old_database() -> str:
+    """Where the machine being replaced keeps its state ("sqlite" if unreadable)."""
+    try:
+        return machine.load().database if machine.machine_file().exists() else "sqlite"
+    except LatticeError:
+        return "sqlite"
+
+
 def init(args: argparse.Namespace) -> int:
+    if args.database != "sqlite":
+        from lattice.state import postgres
+        postgres.check_url(args.database)
     m = Machine(shape=machine.parse_shape(args.shape), pset_size=args.pset_size,
                 memory=machine.parse_size(args.memory), cores=args.cores, hold_pages=args.hold_pages,
                 hide=tuple(os.path.abspath(h) for h in args.hide),
                 placement=args.placement, ssh=args.ssh_command,
-                linux_trees=trees.parse_setting(args.linux_trees))
+                linux_trees=trees.parse_setting(args.linux_trees), database=args.database)
     hosts = read_hosts(args)
     if hosts:
         placement.deal(m, hosts)        # fits, before anything is replaced
     home = machine.home()
-    if machine.machine_file().exists() or db.path().exists():   # a database alone: a broken machine
-        if not args.force:
-            raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
+    exists = machine.machine_file().exists() or db.path().exists()  # a database alone: a broken machine
+    if exists and not args.force:
+        raise LatticeError(f"a machine already exists in {home} (use --force to replace it)")
+    # every check before anything is replaced
+    old = old_database() if exists else "sqlite"
+    drop = [u for u in dict.fromkeys((old, args.database)) if u != "sqlite" and holds_machine(u, args.force)]
+    if exists:
         if db.path().exists():
             con = db.connect(db.path())
-            busy = [r["name"] for r in con.execute("SELECT name FROM blocks WHERE state != 'Free'")]
+            busy_blocks(con)
             con.close()
-            if busy:
-                raise LatticeError(f"blocks {', '.join(busy)} are not Free: `lattice free` them first")
-        forget_blocks(home / "blocks")
+        refuse_booted(home / "blocks")
+    for url in drop:
+        drop_tables(url)
+    if exists:
+        if (home / "blocks").is_dir():
+            shutil.rmtree(home / "blocks")
         for suffix in db.SUFFIXES:
             (home / f"lattice.db{suffix}").unlink(missing_ok=True)
     try:

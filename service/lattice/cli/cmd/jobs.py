@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import time
 
-from lattice.state import machine, reclaim
+from lattice.state import db, machine, reclaim
 from lattice.text import printable
 from lattice import views
 from lattice.cli.jsonout import emit
@@ -30,7 +29,7 @@ def elapsed(seconds: float) -> str:
     return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def kernel(j: sqlite3.Row) -> str:
+def kernel(j: db.Row) -> str:
     """cnk, linux/sandbox or linux/preload; plain linux for a job older than the record of it."""
     return views.job_kernel(j["kernel"], j["sandbox"]) or "-"
 
