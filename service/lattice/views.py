@@ -54,23 +54,15 @@ def document(name: str, items: list[Doc], **fields: Any) -> Doc:
 
 
 def iso(t: float | None) -> str | None:
-    """Epoch seconds as the one time format, or None."""
+    """Epoch seconds as the one time format (RAS's), or None."""
     if t is None:
         return None
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime(rasstate.FORMAT)
 
 
 def iso_text(text: str) -> str:
-    """A stored ISO 8601 time (the I/O nodes write milliseconds or whole
-    seconds, the service node microseconds) in the one format; a text that
-    is not one stays as it is."""
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return text
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A stored ISO 8601 time in the one format; a text that is not one stays as it is."""
+    return rasstate.normal_time(text) or text
 
 
 # ---- the machine -----------------------------------------------------------
