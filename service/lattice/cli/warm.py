@@ -106,13 +106,14 @@ def code_stamp() -> tuple[int, int]:
 def preload() -> None:
     """Every module a command may import, imported once here."""
     import importlib
-    from lattice import cli
+    from lattice.cli import main as cli
     cli.PARSER = cli.parser()   # every command's module and what it imports; argparse's set-up done once
     for f in sorted(PACKAGE.rglob("*.py")):
         name = ".".join(("lattice", *f.relative_to(PACKAGE).with_suffix("").parts))
         if name.endswith(".__init__"):
             name = name.removesuffix(".__init__")
-        if f.stem not in ("__main__", "client", "warm") and "cmd" not in f.parts[-2:-1]:
+        # not the console's web stack: `lattice serve` is one long process, the rest never need it
+        if f.stem not in ("__main__", "client", "warm") and "cmd" not in f.parts[-2:-1] and "web" not in f.parts:
             importlib.import_module(name)
 
 
@@ -355,7 +356,7 @@ class Server:
             threading.Thread(target=watch, args=(conn, main), daemon=True).start()
         except BaseException:
             os._exit(70)
-        from lattice import cli
+        from lattice.cli import main as cli
         cli.entry(lambda status: tell(conn, status))
         os._exit(70)
 
