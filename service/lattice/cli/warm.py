@@ -113,8 +113,20 @@ def preload() -> None:
         if name.endswith(".__init__"):
             name = name.removesuffix(".__init__")
         # not the console's web stack: `lattice serve` is one long process, the rest never need it
-        if f.stem not in ("__main__", "client", "warm") and "cmd" not in f.parts[-2:-1] and "web" not in f.parts:
+        if f.stem not in ("__main__", "client", "warm") and "cmd" not in f.parts[-2:-1] and "web" not in f.parts \
+                and (name != "lattice.state.postgres" or on_postgres()):
             importlib.import_module(name)
+
+
+def on_postgres() -> bool:
+    """Whether this machine keeps its state in PostgreSQL: only then is psycopg
+    (and libpq, 16 MB) worth holding, since every command's fork copies the
+    server's page tables."""
+    from lattice.state import db
+    try:
+        return db.database() != "sqlite"
+    except Exception:           # no machine yet, or a damaged one: the command will say
+        return False
 
 
 def identity(pid: int | str) -> tuple[object, ...]:
