@@ -1,0 +1,54 @@
+"""Races a site with several users hits, on both database backends:
+concurrent `lattice run`s without --block each get a place of their own (a
+booted idle block, or a new box) while there is room, never "overlaps
+block auto-..." nor "busy" (lattice.jobs.launch.reserve chooses and records
+in one transaction); a run that finds no room says so in one line."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import EXAMPLES, Machine, make_machine, wait_for
+
+RUNS = 6            # two idle booted blocks and room for four new boxes of 1x1x2
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def crowded(request: pytest.FixtureRequest, built: Path, tmp_path: Path) -> Iterator[Machine]:
+    """A 1x1x12 machine in psets of 2 with blocks I0 and I1 (1x1x2) booted:
+    room for RUNS jobs of 2 compute nodes at once; on each backend."""
+    database = () if request.param == "sqlite" else ("--database", request.getfixturevalue("pg_url"))
+    m = make_machine(tmp_path, "--shape", "1x1x12", "--pset-size", "2", "--memory", "64M", *database)
+    try:
+        for b, z in (("I0", 0), ("I1", 2)):
+            m.run("block", "create", b, "--shape", "1x1x2", "--corner", f"0,0,{z}")
+            m.run("boot", b)
+        yield m
+    finally:
+        for line in m.run("blocks", check=False).stdout.splitlines()[1:]:
+            if line.split() and line.split()[1] != "Free":
+                m.run("free", "--force", line.split()[0], check=False)
+        wait_for(lambda: not m.processes("ciod") and not m.processes("cnode") and not m.processes("sleeper"), 300)
+        shutil.rmtree(m.work, ignore_errors=True)
+
+
+def test_concurrent_runs_without_block_each_get_a_place(crowded: Machine) -> None:
+    m = crowded
+    for _ in range(2):          # two rounds: more chances for the runs to meet
+        runs = [m.popen("run", "-n", "2", str(EXAMPLES / "sleeper"), "3") for _ in range(RUNS)]
+        results = [r.communicate(timeout=900) for r in runs]       # a hang guard
+        for r, (out, err) in zip(runs, results):
+            assert r.returncode == 0, err
+            assert sorted(re.findall(r"rank (\d): sleeping", out)) == ["0", "1"], (out, err)
+            assert "overlaps" not in err and "busy" not in err, err
+    with m.db() as con:
+        jobs = con.execute("SELECT id, state, status, block FROM jobs ORDER BY id").fetchall()
+        assert len(jobs) == 2 * RUNS, [tuple(j) for j in jobs]
+        assert all((j["state"], j["status"]) == ("Terminated", 0) for j in jobs), [tuple(j) for j in jobs]
+        left = {r["name"]: r["state"] for r in con.execute("SELECT name, state FROM blocks")}
+    assert left == {"I0": "Initialized", "I1": "Initialized"}, left       # every new box freed and gone
+
