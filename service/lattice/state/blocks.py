@@ -124,8 +124,10 @@ def fit(con: db.Connection, m: Machine, n: int) -> Block:
     the administrator made that holds them, unless a new box of fewer nodes
     would (the smallest such block; ties: the lowest name), else a new box
     (smallest_fit, auto: created for the run, deleted after it)."""
-    made = sorted((b for b in all_blocks(con) if b.state == "Free" and not b.auto and b.size >= n),
-                  key=lambda b: (b.size, b.name))
+    held = {r[0] for r in con.execute("SELECT block FROM jobs WHERE block IS NOT NULL AND state IN "
+                                      "('Queued', 'Starting', 'Running', 'Dying')")}     # a run boots it already
+    made = sorted((b for b in all_blocks(con) if b.state == "Free" and not b.auto and b.size >= n
+                   and b.name not in held), key=lambda b: (b.size, b.name))
     try:
         corner, shape = smallest_fit(con, m, n)
     except LatticeError:
