@@ -202,13 +202,13 @@ def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, u
                         len(mpi), sum(1 for sl in mpi if sl.node in progress), relayed)
 
 
-def free_owned(con: db.Connection, m: Machine, name: str) -> None:
+def free_owned(con: db.Connection, m: Machine, name: str, mine: int | None = None) -> None:
     """Free (and delete, if this run made it) the block this run booted for
     itself, unless somebody freed it under the run already.  A run that got
     the block meanwhile (it waited for it) keeps it: the block becomes its
     run's to free (lattice.state.reclaim does, once that run is gone)."""
     with db.transaction(con):
-        other = active_job(con, name)
+        other = active_job(con, name, besides=mine)     # mine: this run's own record, not another's
         if other is not None:
             con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?",
                         (other["client_pid"], other["client_start"], name))
@@ -496,19 +496,19 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
                 try:
                     status = job.run(con, m, b, spec, wait=req.wait)
                     break
-                except LatticeError as e:
-                    if reserved is not None:        # refused at its claim (cancelled meanwhile): the record ends
-                        end_record(con, reserved, e)
-                    raise
                 except BlockFreed as e:     # the run it waited for freed the block: boot it, as for a Free --block
                     spec = spec._replace(job_id=e.job_id, announce=False)
                     owned = b.name
                     b = boot.boot(con, m, b.name, owner=procs.me())
+                except LatticeError as e:
+                    if reserved is not None:        # refused at its claim (cancelled meanwhile): the record ends
+                        end_record(con, reserved, e)
+                    raise
     finally:
         if job.INTERRUPTED is None:
             ras.ingest(con)
             if owned:
-                free_owned(con, m, owned)
+                free_owned(con, m, owned, spec.job_id)
             if job_id is None:          # a runner starts the next itself, once its job's record is final
                 from lattice.jobs import queue
                 queue.dispatch_quietly(con, m)      # the block may be the next queued job's turn
