@@ -52,3 +52,42 @@ def test_concurrent_runs_without_block_each_get_a_place(crowded: Machine) -> Non
         left = {r["name"]: r["state"] for r in con.execute("SELECT name, state FROM blocks")}
     assert left == {"I0": "Initialized", "I1": "Initialized"}, left       # every new box freed and gone
 
+
+
+def test_a_run_that_finds_no_room_is_told_or_waits_with_wait(crowded: Machine) -> None:
+    """With every place held, a run is refused in the one "no free block"
+    line; with --wait it waits, Queued with why (as for a busy --block),
+    and runs as soon as a job's end leaves it a place."""
+    m = crowded
+    holders = [m.popen("run", "-n", "2", str(EXAMPLES / "sleeper"), "600") for _ in range(RUNS)]
+    try:
+        for h in holders:
+            assert h.stdout is not None and "sleeping" in h.stdout.readline()
+        p = m.run("run", "-n", "2", str(EXAMPLES / "hello"), check=False)
+        assert (p.returncode, p.stderr) == (1, "lattice: error: no free block of whole psets holds 2 compute nodes "
+                                               "(see `lattice blocks`)\n")
+        waiter = m.popen("run", "--wait", "-n", "2", str(EXAMPLES / "hello"))
+        assert waiter.stderr is not None
+        said = re.fullmatch(r"lattice: job (\d+) queued: waiting for 2 free compute nodes; waiting \(--wait\)\n",
+                            waiter.stderr.readline())
+        assert said, "the waiting run says so, with its job's id"
+        job = int(said.group(1))
+        listing = m.run("jobs", "--running").stdout
+        assert re.search(rf"^\s*{job}\s.* Queued ", listing, re.M) and "# waiting for 2 free compute nodes" in listing, \
+            listing
+        with m.db() as con:
+            first = con.execute("SELECT id FROM jobs WHERE state = 'Running' ORDER BY id").fetchone()["id"]
+        m.run("cancel", str(first))
+        out, err = waiter.communicate(timeout=900)
+        assert waiter.returncode == 0, err
+        assert sorted(re.findall(r"hello from rank (\d)", out)) == ["0", "1"], out
+        with m.db() as con:
+            row = con.execute("SELECT state, status, block FROM jobs WHERE id = ?", (job,)).fetchone()
+        assert (row["state"], row["status"]) == ("Terminated", 0) and row["block"], tuple(row)
+    finally:
+        with m.db() as con:
+            left = [str(r["id"]) for r in con.execute("SELECT id FROM jobs WHERE state = 'Running'")]
+        if left:
+            m.run("cancel", *left, check=False)
+        for h in holders:
+            h.communicate(timeout=900)

@@ -23,7 +23,7 @@ from lattice.jobs import distribution, job, jobenv, jobinput, mapping, mpienv, o
 from lattice import procs
 from lattice.transport import wire
 from lattice.state.blocks import Block
-from lattice.state.busy import BlockFreed, active_job
+from lattice.state.busy import POLL, PROGRESS_EVERY, BlockFreed, active_job
 from lattice.nodes.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
@@ -306,18 +306,75 @@ def choose(con: db.Connection, m: Machine, nodes: int, auto_name: str) -> Block:
     return chosen._replace(name=auto_name) if chosen.auto else chosen
 
 
+class Record(NamedTuple):
+    """What a run without --block records of its job before it has a Spec."""
+    user: str
+    uid: int
+    app: App
+    cwd: str
+    nranks: int
+    kernel: str
+    sandbox: bool
+
+    def values(self) -> tuple[object, ...]:
+        """user, uid, exe, args, cwd, nranks, kernel, sandbox: the jobs table's columns."""
+        return (self.user, self.uid, self.app.exe, shlex.join([self.app.exe, *self.app.args]), self.cwd,
+                self.nranks, self.kernel, int(self.sandbox) if self.kernel == "linux" else None)
+
+
+def choose_or_wait(con: db.Connection, m: Machine, nodes: int, auto_name: str, wait: bool, rec: Record,
+                   job_id: int | None) -> tuple[Block, int | None]:
+    """choose(); with --wait, while no place holds the job, a Queued record
+    (made the first time; job_id once made) that says why, as a run waiting
+    for a busy --block does (lattice.state.busy): (the place, the record)."""
+    said: float | None = None
+    t0 = time.monotonic()
+    while True:
+        try:
+            return choose(con, m, nodes, auto_name), job_id
+        except blocks.NoRoom:
+            if not wait:
+                raise
+        why = f"waiting for {nodes} free compute node{'s' if nodes > 1 else ''}"
+        pid, started = procs.me()
+        with db.transaction(con):
+            if job_id is None:
+                cur = con.execute("INSERT INTO jobs (user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
+                                  "client_start, state, submitted, reason, need_nodes) "
+                                  "VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?, ?) RETURNING id",
+                                  (*rec.values(), pid, started, db.now(), why, nodes))
+                job_id = int(cur.fetchone()[0])
+            else:
+                still_queued(con, job_id)
+        if said is None or time.monotonic() - said >= PROGRESS_EVERY:
+            waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
+            print(f"lattice: job {job_id} queued: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
+            said = time.monotonic()
+        time.sleep(POLL)
+        reclaim.sweep(con, m)       # a run killed meanwhile may hold the nodes
+
+
+def still_queued(con: db.Connection, job_id: int) -> None:
+    """A waiting run's record is still Queued, or `lattice cancel` ended the wait."""
+    row = con.execute("SELECT state, message FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None or row["state"] != "Queued":
+        said = f": {row['message']}" if row is not None and row["message"] else ""
+        raise LatticeError(f"job {job_id} was cancelled while it waited{said}")
+
+
 def same_place(a: Block, b: Block) -> bool:
     return (a.name, a.corner, a.shape, a.state) == (b.name, b.corner, b.shape, b.state)
 
 
-def reserve(con: db.Connection, m: Machine, chosen: Block, nodes: int, user: str, uid: int, app: App,
-            cwd: str, nranks: int, kernel: str, sandbox: bool) -> tuple[Block, int | None]:
+def reserve(con: db.Connection, m: Machine, chosen: Block, nodes: int, rec: Record,
+            waiting: int | None) -> tuple[Block, int | None]:
     """The place a run without --block chose, made its own in one
     transaction that chooses again: the run's record (Starting, on the
     block: no other run nor the queue takes it now) and, for a new box, the
     block (Free, auto, the run its owner: a sweep frees it if the run dies).
     (block, job id); (another place, None) if the place was taken since the
-    run chose it (the run prepares for that one and comes back)."""
+    run chose it (the run prepares for that one and comes back).  waiting:
+    the record of a --wait run that waited for room, made Starting here."""
     pid, started = procs.me()
     with db.transaction(con):
         now = choose(con, m, nodes, chosen.name if chosen.auto else f"auto-{os.getpid()}-{int(time.time())}")
@@ -328,10 +385,14 @@ def reserve(con: db.Connection, m: Machine, chosen: Block, nodes: int, user: str
             con.execute("INSERT INTO blocks (name, x0, y0, z0, sx, sy, sz, auto, created, changed, owner_pid, "
                         "owner_start) VALUES (?,?,?,?,?,?,?,1,?,?,?,?)",
                         (now.name, *now.corner, *now.shape, t, t, pid, started))
+        if waiting is not None:
+            still_queued(con, waiting)
+            con.execute("UPDATE jobs SET block = ?, state = 'Starting', reason = NULL WHERE id = ?",
+                        (now.name, waiting))
+            return now, waiting
         cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
                           "client_start, state, submitted) VALUES (?,?,?,?,?,?,?,?,?,?,?, 'Starting', ?) RETURNING id",
-                          (now.name, user, uid, app.exe, shlex.join([app.exe, *app.args]), cwd, nranks, kernel,
-                           int(sandbox) if kernel == "linux" else None, pid, started, t))
+                          (now.name, *rec.values(), pid, started, t))
         return now, int(cur.fetchone()[0])
 
 
@@ -382,8 +443,13 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
     # place the job before anything boots: a bad mapping or too many ranks costs nothing
     chosen = blocks.get(con, target) if target else nd.block
     free_choice = chosen is None        # without --block: the place is chosen here, and made the run's
-    if chosen is None:
-        chosen = choose(con, m, nd.nodes, f"auto-{os.getpid()}-{int(time.time())}")
+    rec = Record(user, uid, apps[0], cwd, sum(a.nranks for a in apps), req.kernel, sandbox)
+    auto_name = f"auto-{os.getpid()}-{int(time.time())}"
+    waiting: int | None = None          # the record of a --wait run while no place holds it
+    if chosen is None and not req.print_map:
+        chosen, waiting = choose_or_wait(con, m, nd.nodes, auto_name, req.wait, rec, None)
+    elif chosen is None:
+        chosen = choose(con, m, nd.nodes, auto_name)
     reserved: int | None = None         # the run's record, made where it took its place
     while True:
         p = mapping.map_ranks(m, chosen, apps, mode, req.mapping, lay.nodes)
@@ -419,7 +485,10 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
         if not free_choice:
             break
         # chosen again and recorded in one transaction: two runs never get one place
-        now, reserved = reserve(con, m, chosen, nd.nodes, user, uid, apps[0], cwd, p.nranks, req.kernel, sandbox)
+        try:
+            now, reserved = reserve(con, m, chosen, nd.nodes, rec._replace(nranks=p.nranks), waiting)
+        except blocks.NoRoom:       # the last place was taken meanwhile: with --wait, wait for another
+            now, waiting = choose_or_wait(con, m, nd.nodes, auto_name, req.wait, rec, waiting)
         if reserved is not None:
             break
         chosen = now            # taken meanwhile: the ranks are placed again, on the place there is now

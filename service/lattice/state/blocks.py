@@ -36,6 +36,11 @@ class Block(NamedTuple):     # not a dataclass: see lattice.state.machine.Machin
                    bool(r["auto"]), r["message"])
 
 
+class NoRoom(LatticeError):
+    """No free box of whole psets holds the nodes asked for now (blocks
+    may free some later: `lattice run --wait` waits for them)."""
+
+
 def get(con: db.Connection, name: str) -> Block:
     row = con.execute("SELECT * FROM blocks WHERE name = ?", (name,)).fetchone()
     if row is None:
@@ -116,7 +121,7 @@ def smallest_fit(con: db.Connection, m: Machine, n: int) -> tuple[Coord, Coord]:
                 for x in range(X - shape[0] + 1):
                     if check_box(m, (x, y, z), shape) is None and overlapping(con, m, (x, y, z), shape) is None:
                         return (x, y, z), shape
-    raise LatticeError(f"no free block of whole psets holds {n} compute nodes (see `lattice blocks`)")
+    raise NoRoom(f"no free block of whole psets holds {n} compute nodes (see `lattice blocks`)")
 
 
 def fit(con: db.Connection, m: Machine, n: int) -> Block:
