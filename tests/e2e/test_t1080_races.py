@@ -73,8 +73,17 @@ def test_a_run_that_finds_no_room_is_told_or_waits_with_wait(crowded: Machine) -
         assert said, "the waiting run says so, with its job's id"
         job = int(said.group(1))
         listing = m.run("jobs", "--running").stdout
-        assert re.search(rf"^\s*{job}\s.* Queued ", listing, re.M) and "# waiting for 2 free compute nodes" in listing, \
-            listing
+        assert re.search(rf"^\s*{job}\s.* Queued ", listing, re.M), listing
+        assert "# waiting for 2 free compute nodes" in listing, listing
+        # a second waiter, cancelled: its wait ends in one line
+        other = m.popen("run", "--wait", "-n", "2", str(EXAMPLES / "hello"))
+        assert other.stderr is not None
+        said = re.match(r"lattice: job (\d+) queued", other.stderr.readline())
+        assert said
+        assert "(it was queued" in m.run("cancel", said.group(1)).stdout
+        _, err = other.communicate(timeout=900)
+        assert other.returncode == 1 and err.startswith(f"lattice: error: job {said.group(1)} was cancelled while it "
+                                                        f"waited: cancelled by `lattice cancel`"), err
         with m.db() as con:
             first = con.execute("SELECT id FROM jobs WHERE state = 'Running' ORDER BY id").fetchone()["id"]
         m.run("cancel", str(first))

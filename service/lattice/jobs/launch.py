@@ -350,8 +350,15 @@ def choose_or_wait(con: db.Connection, m: Machine, nodes: int, auto_name: str, w
             waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
             print(f"lattice: job {job_id} queued: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
             said = time.monotonic()
-        time.sleep(POLL)
-        reclaim.sweep(con, m)       # a run killed meanwhile may hold the nodes
+        try:
+            time.sleep(POLL)
+            reclaim.sweep(con, m)       # a run killed meanwhile may hold the nodes
+        except BaseException as e:      # Ctrl-C: the record says so at once, not at the next sweep
+            end_record(con, job_id, e if isinstance(e, LatticeError) else LatticeError(INTERRUPTED_WAIT))
+            raise
+
+
+INTERRUPTED_WAIT = "the run ended while it waited"
 
 
 def still_queued(con: db.Connection, job_id: int) -> None:
@@ -451,47 +458,52 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
     elif chosen is None:
         chosen = choose(con, m, nd.nodes, auto_name)
     reserved: int | None = None         # the run's record, made where it took its place
-    while True:
-        p = mapping.map_ranks(m, chosen, apps, mode, req.mapping, lay.nodes)
-        places = placement.of(con, m)
-        where = places.compute                     # which host runs each pset's compute nodes
-        for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
-            for k, v in mpienv.mpi_env(a.exe, m, p, where, sandbox).items():
-                p.env.setdefault(k, v)
-        exported, given = jobenv.exported(req.export, req.environ, set(p.env))
-        user_env = {**given, **dict(kv.split("=", 1) for kv in req.env)}
-        for k in user_env:
-            p.env.pop(k, None)     # the user's --env wins over the mode's defaults
-        exported_names = {kv.partition("=")[0] for kv in exported}
-        job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
-        for k, v in mpienv.cnk_ucx_default(req.kernel, job_chose).items():
-            p.env[k] = v           # (mpienv.UCX_TLS_CNK)
-        env_list = [f"{k}={v}" for k, v in user_env.items()]
-        cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
-        p.env.update(mpienv.idle_defaults(hosts, job_chose))
-        if sandbox:
-            p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, req.tree, uid, user_env, req.workdir))
-            one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
-            for k, v in mpienv.sandbox_defaults(job_chose, one_host).items():
-                p.env[k] = v
-        jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
-                          exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
-        if req.print_map:
-            print_map(m, chosen, p, cm, chosen.state == "Initialized", req.verbose)
-            return 0
+    try:
+        while True:
+            p = mapping.map_ranks(m, chosen, apps, mode, req.mapping, lay.nodes)
+            places = placement.of(con, m)
+            where = places.compute                     # which host runs each pset's compute nodes
+            for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
+                for k, v in mpienv.mpi_env(a.exe, m, p, where, sandbox).items():
+                    p.env.setdefault(k, v)
+            exported, given = jobenv.exported(req.export, req.environ, set(p.env))
+            user_env = {**given, **dict(kv.split("=", 1) for kv in req.env)}
+            for k in user_env:
+                p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+            exported_names = {kv.partition("=")[0] for kv in exported}
+            job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
+            for k, v in mpienv.cnk_ucx_default(req.kernel, job_chose).items():
+                p.env[k] = v           # (mpienv.UCX_TLS_CNK)
+            env_list = [f"{k}={v}" for k, v in user_env.items()]
+            cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
+            p.env.update(mpienv.idle_defaults(hosts, job_chose))
+            if sandbox:
+                p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, req.tree, uid, user_env, req.workdir))
+                one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
+                for k, v in mpienv.sandbox_defaults(job_chose, one_host).items():
+                    p.env[k] = v
+            jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
+                              exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
+            if req.print_map:
+                print_map(m, chosen, p, cm, chosen.state == "Initialized", req.verbose)
+                return 0
 
-        check_capacity(con, m, chosen, p, cm, req.kernel, uid, user_env)
-        need_kernel(req.kernel)
-        if not free_choice:
-            break
-        # chosen again and recorded in one transaction: two runs never get one place
-        try:
-            now, reserved = reserve(con, m, chosen, nd.nodes, rec._replace(nranks=p.nranks), waiting)
-        except blocks.NoRoom:       # the last place was taken meanwhile: with --wait, wait for another
-            now, waiting = choose_or_wait(con, m, nd.nodes, auto_name, req.wait, rec, waiting)
-        if reserved is not None:
-            break
-        chosen = now            # taken meanwhile: the ranks are placed again, on the place there is now
+            check_capacity(con, m, chosen, p, cm, req.kernel, uid, user_env)
+            need_kernel(req.kernel)
+            if not free_choice:
+                break
+            # chosen again and recorded in one transaction: two runs never get one place
+            try:
+                now, reserved = reserve(con, m, chosen, nd.nodes, rec._replace(nranks=p.nranks), waiting)
+            except blocks.NoRoom:       # the last place was taken meanwhile: with --wait, wait for another
+                now, waiting = choose_or_wait(con, m, nd.nodes, auto_name, req.wait, rec, waiting)
+            if reserved is not None:
+                break
+            chosen = now            # taken meanwhile: the ranks are placed again, on the place there is now
+    except BaseException as e:
+        if waiting is not None and reserved is None:    # a --wait run that waited for room ends its record
+            end_record(con, waiting, e if isinstance(e, LatticeError) else LatticeError(INTERRUPTED_WAIT))
+        raise
     owned = None          # a block this run boots, and frees afterwards
     b = chosen
     try:
