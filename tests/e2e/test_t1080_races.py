@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from conftest import EXAMPLES, Machine, make_machine, wait_for
+from test_t0930_postgres import LOGIN_HOST, check_reports
 
 RUNS = 6            # two idle booted blocks and room for four new boxes of 1x1x2
 
@@ -100,3 +103,39 @@ def test_a_run_that_finds_no_room_is_told_or_waits_with_wait(crowded: Machine) -
             m.run("cancel", *left, check=False)
         for h in holders:
             h.communicate(timeout=900)
+
+
+def test_two_groups_of_commands_start_and_cancel_at_once_on_sqlite(built: Path, tmp_path: Path) -> None:
+    """t0930's two login hosts, on SQLite (two process groups of one host):
+    runs waiting on shared blocks, runs without --block, submitted jobs and
+    cancels of every running job, at once; no race between them is an error
+    (check_reports), every job ends, no block is left but P0 and P1."""
+    m = make_machine(tmp_path, "--shape", "1x1x8", "--pset-size", "2", "--memory", "64M", "--database", "sqlite")
+    try:
+        for b, z in (("P0", 0), ("P1", 2)):
+            m.run("block", "create", b, "--shape", "1x1x2", "--corner", f"0,0,{z}")
+            m.run("boot", b)
+        script = tmp_path / "login_host.py"
+        script.write_text(LOGIN_HOST)
+        hosts = [subprocess.Popen([sys.executable, str(script), str(EXAMPLES / "sleeper")], env=m.env, cwd=m.work,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  stdin=subprocess.DEVNULL, start_new_session=True) for _ in (1, 2)]
+        reports = [h.communicate(timeout=900)[0] for h in hosts]        # a hang guard
+        check_reports(hosts, reports)
+        with m.db() as con:
+            states = [r["state"] for r in con.execute("SELECT state FROM jobs")]
+            assert len(states) >= 8 and set(states) <= {"Terminated", "Error"}, states
+            # jobs that ran at the same time ran on different blocks
+            ran = con.execute("SELECT id, started, ended, block FROM jobs WHERE started IS NOT NULL").fetchall()
+            for a in ran:
+                for b in ran:
+                    if a["id"] < b["id"] and a["started"] < b["ended"] and b["started"] < a["ended"]:
+                        assert a["block"] != b["block"], (tuple(a), tuple(b))
+            left = {r["name"]: r["state"] for r in con.execute("SELECT name, state FROM blocks")}
+        assert left == {"P0": "Initialized", "P1": "Initialized"}, left
+    finally:
+        for line in m.run("blocks", check=False).stdout.splitlines()[1:]:
+            if line.split() and line.split()[1] != "Free":
+                m.run("free", "--force", line.split()[0], check=False)
+        wait_for(lambda: not m.processes("ciod") and not m.processes("cnode") and not m.processes("sleeper"), 300)
+        shutil.rmtree(m.work, ignore_errors=True)
