@@ -1,5 +1,5 @@
 """The `lattice` command line as data, read from its argparse parser
-(lattice.cli.parser): what scripts/manpage.py and scripts/completion.py
+(lattice.cli.main.parser): what scripts/manpage.py and scripts/completion.py
 write, so neither can drift from the parser.  A command with subcommands
 (`block create`) is one Command per subcommand, named "block create"."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "service"))
 
-from lattice.cli import parser as lattice_parser  # noqa: E402 - after the path
+from lattice.cli.main import parser as lattice_parser  # noqa: E402 - after the path
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 from unittest import mock
 
-from lattice import cli
+from lattice.cli import main as cli
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lattice import cli
+from lattice.cli import main as cli
 from test_service_machine import ROOT, Home, home  # noqa: F401 - fixture
 
 SCRIPTS = ROOT / "scripts"

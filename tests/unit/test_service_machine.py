@@ -25,7 +25,7 @@ from unittest import mock
 import pytest
 import tomli_w
 
-from lattice import cli
+from lattice.cli import main as cli
 from lattice.transport import wire
 from lattice.state import machine as model, postgres
 from lattice.errors import LatticeError

@@ -15,7 +15,7 @@ import lattice
 from lattice.jobs import distribution, jobenv, jobinput, mapping, outfiles, timelimit
 from lattice.transport import wire
 from lattice.state.blocks import Block
-from lattice.cli import parser
+from lattice.cli.main import parser
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 from lattice.jobs.mapping import App

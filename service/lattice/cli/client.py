@@ -160,7 +160,7 @@ def entry() -> None:
     if sys.flags.no_site:       # the launcher scripts/setup.sh writes: the venv's packages (tomli_w)
         import site
         site.main()
-    from lattice import cli
+    from lattice.cli import main as cli
     from lattice.cli import warm as server
     if status == NONE:
         server.start(home())

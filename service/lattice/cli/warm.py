@@ -106,14 +106,27 @@ def code_stamp() -> tuple[int, int]:
 def preload() -> None:
     """Every module a command may import, imported once here."""
     import importlib
-    from lattice import cli
+    from lattice.cli import main as cli
     cli.PARSER = cli.parser()   # every command's module and what it imports; argparse's set-up done once
     for f in sorted(PACKAGE.rglob("*.py")):
         name = ".".join(("lattice", *f.relative_to(PACKAGE).with_suffix("").parts))
         if name.endswith(".__init__"):
             name = name.removesuffix(".__init__")
-        if f.stem not in ("__main__", "client", "warm") and "cmd" not in f.parts[-2:-1]:
+        # not the console's web stack: `lattice serve` is one long process, the rest never need it
+        if f.stem not in ("__main__", "client", "warm") and "cmd" not in f.parts[-2:-1] and "web" not in f.parts \
+                and (name != "lattice.state.postgres" or on_postgres()):
             importlib.import_module(name)
+
+
+def on_postgres() -> bool:
+    """Whether this machine keeps its state in PostgreSQL: only then is psycopg
+    (and libpq, 16 MB) worth holding, since every command's fork copies the
+    server's page tables."""
+    from lattice.state import db
+    try:
+        return db.database() != "sqlite"
+    except Exception:           # no machine yet, or a damaged one: the command will say
+        return False
 
 
 def identity(pid: int | str) -> tuple[object, ...]:
@@ -355,7 +368,7 @@ class Server:
             threading.Thread(target=watch, args=(conn, main), daemon=True).start()
         except BaseException:
             os._exit(70)
-        from lattice import cli
+        from lattice.cli import main as cli
         cli.entry(lambda status: tell(conn, status))
         os._exit(70)
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import os
 import signal
@@ -144,6 +143,7 @@ def serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
     server = Server(config)
+    import asyncio          # here: every command's parser imports this module, and only serve needs it
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(server.serve(sockets=[sock]))
