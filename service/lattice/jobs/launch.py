@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
+import shlex
 import socket
 import sys
 import time
@@ -22,7 +23,7 @@ from lattice.jobs import distribution, job, jobenv, jobinput, mapping, mpienv, o
 from lattice import procs
 from lattice.transport import wire
 from lattice.state.blocks import Block
-from lattice.state.busy import BlockFreed, active_job
+from lattice.state.busy import POLL, PROGRESS_EVERY, BlockFreed, active_job
 from lattice.nodes.cores import CoreMap
 from lattice.errors import LatticeError
 from lattice.state.machine import Machine
@@ -201,13 +202,13 @@ def ranks_need(m: Machine, b: Block, p: RankMapping, cm: CoreMap, kernel: str, u
                         len(mpi), sum(1 for sl in mpi if sl.node in progress), relayed)
 
 
-def free_owned(con: db.Connection, m: Machine, name: str) -> None:
+def free_owned(con: db.Connection, m: Machine, name: str, mine: int | None = None) -> None:
     """Free (and delete, if this run made it) the block this run booted for
     itself, unless somebody freed it under the run already.  A run that got
     the block meanwhile (it waited for it) keeps it: the block becomes its
     run's to free (lattice.state.reclaim does, once that run is gone)."""
     with db.transaction(con):
-        other = active_job(con, name)
+        other = active_job(con, name, besides=mine)     # mine: this run's own record, not another's
         if other is not None:
             con.execute("UPDATE blocks SET owner_pid = ?, owner_start = ? WHERE name = ?",
                         (other["client_pid"], other["client_start"], name))
@@ -298,6 +299,131 @@ def need(con: db.Connection, m: Machine, req: RunRequest) -> Need:
     return Need(mode, lay, apps, stdin_rank, limit, sandbox, nodes, chosen)
 
 
+def choose(con: db.Connection, m: Machine, nodes: int, auto_name: str) -> Block:
+    """Where a run without --block goes: a booted idle block, else a Free
+    block or a new box (named auto_name: lattice.state.blocks.fit)."""
+    chosen = idle_block(con, m, nodes) or blocks.fit(con, m, nodes)
+    return chosen._replace(name=auto_name) if chosen.auto else chosen
+
+
+class Record(NamedTuple):
+    """What a run without --block records of its job before it has a Spec."""
+    user: str
+    uid: int
+    app: App
+    cwd: str
+    nranks: int
+    kernel: str
+    sandbox: bool
+
+    def values(self) -> tuple[object, ...]:
+        """user, uid, exe, args, cwd, nranks, kernel, sandbox: the jobs table's columns."""
+        return (self.user, self.uid, self.app.exe, shlex.join([self.app.exe, *self.app.args]), self.cwd,
+                self.nranks, self.kernel, int(self.sandbox) if self.kernel == "linux" else None)
+
+
+def choose_or_wait(con: db.Connection, m: Machine, nodes: int, auto_name: str, wait: bool, rec: Record,
+                   job_id: int | None) -> tuple[Block, int | None]:
+    """choose(); with --wait, while no place holds the job, a Queued record
+    (made the first time; job_id once made) that says why, as a run waiting
+    for a busy --block does (lattice.state.busy): (the place, the record)."""
+    said: float | None = None
+    t0 = time.monotonic()
+    while True:
+        try:
+            return choose(con, m, nodes, auto_name), job_id
+        except blocks.NoRoom:
+            if not wait:
+                raise
+        why = f"waiting for {nodes} free compute node{'s' if nodes > 1 else ''}"
+        pid, started = procs.me()
+        with db.transaction(con):
+            if job_id is None:
+                cur = con.execute("INSERT INTO jobs (user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
+                                  "client_start, state, submitted, reason, need_nodes) "
+                                  "VALUES (?,?,?,?,?,?,?,?,?,?, 'Queued', ?, ?, ?) RETURNING id",
+                                  (*rec.values(), pid, started, db.now(), why, nodes))
+                job_id = int(cur.fetchone()[0])
+            else:
+                still_queued(con, job_id)
+        if said is None or time.monotonic() - said >= PROGRESS_EVERY:
+            waited = f", waited {time.monotonic() - t0:.0f} s" if said is not None else ""
+            print(f"lattice: job {job_id} queued: {why}; waiting (--wait){waited}", file=sys.stderr, flush=True)
+            said = time.monotonic()
+        try:
+            time.sleep(POLL)
+            reclaim.sweep(con, m)       # a run killed meanwhile may hold the nodes
+        except BaseException as e:      # Ctrl-C: the record says so at once, not at the next sweep
+            end_record(con, job_id, e if isinstance(e, LatticeError) else LatticeError(INTERRUPTED_WAIT))
+            raise
+
+
+INTERRUPTED_WAIT = "the run ended while it waited"
+
+
+def still_queued(con: db.Connection, job_id: int) -> None:
+    """A waiting run's record is still Queued, or `lattice cancel` ended the wait."""
+    row = con.execute("SELECT state, message FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None or row["state"] != "Queued":
+        said = f": {row['message']}" if row is not None and row["message"] else ""
+        raise LatticeError(f"job {job_id} was cancelled while it waited{said}")
+
+
+def same_place(a: Block, b: Block) -> bool:
+    return (a.name, a.corner, a.shape, a.state) == (b.name, b.corner, b.shape, b.state)
+
+
+def reserve(con: db.Connection, m: Machine, chosen: Block, nodes: int, rec: Record,
+            waiting: int | None) -> tuple[Block, int | None]:
+    """The place a run without --block chose, made its own in one
+    transaction that chooses again: the run's record (Starting, on the
+    block: no other run nor the queue takes it now) and, for a new box, the
+    block (Free, auto, the run its owner: a sweep frees it if the run dies).
+    (block, job id); (another place, None) if the place was taken since the
+    run chose it (the run prepares for that one and comes back).  waiting:
+    the record of a --wait run that waited for room, made Starting here."""
+    pid, started = procs.me()
+    with db.transaction(con):
+        now = choose(con, m, nodes, chosen.name if chosen.auto else f"auto-{os.getpid()}-{int(time.time())}")
+        if not same_place(now, chosen):
+            return now, None
+        t = db.now()
+        if now.auto:
+            con.execute("INSERT INTO blocks (name, x0, y0, z0, sx, sy, sz, auto, created, changed, owner_pid, "
+                        "owner_start) VALUES (?,?,?,?,?,?,?,1,?,?,?,?)",
+                        (now.name, *now.corner, *now.shape, t, t, pid, started))
+        if waiting is not None:
+            still_queued(con, waiting)
+            con.execute("UPDATE jobs SET block = ?, state = 'Starting', reason = NULL WHERE id = ?",
+                        (now.name, waiting))
+            return now, waiting
+        cur = con.execute("INSERT INTO jobs (block, user, uid, exe, args, cwd, nranks, kernel, sandbox, client_pid, "
+                          "client_start, state, submitted) VALUES (?,?,?,?,?,?,?,?,?,?,?, 'Starting', ?) RETURNING id",
+                          (now.name, *rec.values(), pid, started, t))
+        return now, int(cur.fetchone()[0])
+
+
+def unreserve(con: db.Connection, job_id: int) -> None:
+    """A reserved run that ends before its job started: its record goes
+    (the run never said its id) unless a `lattice cancel` marked it, which
+    then ends Terminated, as the cancel waits for."""
+    with db.transaction(con):
+        con.execute("UPDATE jobs SET state = 'Terminated', ended = ? WHERE id = ? AND state = 'Dying'",
+                    (db.now(), job_id))
+        con.execute("DELETE FROM jobs WHERE id = ? AND state = 'Starting' AND started IS NULL", (job_id,))
+
+
+def end_record(con: db.Connection, job_id: int, e: LatticeError) -> None:
+    """A reserved run's record left open by a failed launch (its claim
+    refused: cancelled before it started): Terminated if it was cancelled
+    (its message stays), else Error with the failure."""
+    with db.transaction(con):
+        con.execute("UPDATE jobs SET state = CASE WHEN state = 'Dying' THEN 'Terminated' ELSE 'Error' END, "
+                    "status = ?, message = CASE WHEN state = 'Dying' THEN message ELSE ? END, ended = ? "
+                    "WHERE id = ? AND state IN ('Queued', 'Starting', 'Running', 'Dying')",
+                    (e.status, e.message, db.now(), job_id))
+
+
 def idle_block(con: db.Connection, m: Machine, nodes: int) -> Block | None:
     """The smallest booted block with no job that holds nodes compute nodes
     (ties: the lowest name), as a Slurm user expects a free allocation to be
@@ -323,57 +449,77 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
 
     # place the job before anything boots: a bad mapping or too many ranks costs nothing
     chosen = blocks.get(con, target) if target else nd.block
-    if chosen is None:
-        chosen = idle_block(con, m, nd.nodes) or blocks.fit(con, m, nd.nodes)  # else a Free block, or a new box
-        if chosen.auto:
-            chosen = chosen._replace(name=f"auto-{os.getpid()}-{int(time.time())}")
-    p = mapping.map_ranks(m, chosen, apps, mode, req.mapping, lay.nodes)
-    places = placement.of(con, m)
-    where = places.compute                     # which host runs each pset's compute nodes
-    for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
-        for k, v in mpienv.mpi_env(a.exe, m, p, where, sandbox).items():
-            p.env.setdefault(k, v)
-    exported, given = jobenv.exported(req.export, req.environ, set(p.env))
-    user_env = {**given, **dict(kv.split("=", 1) for kv in req.env)}
-    for k in user_env:
-        p.env.pop(k, None)     # the user's --env wins over the mode's defaults
-    exported_names = {kv.partition("=")[0] for kv in exported}
-    job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
-    for k, v in mpienv.cnk_ucx_default(req.kernel, job_chose).items():
-        p.env[k] = v           # (mpienv.UCX_TLS_CNK)
-    env_list = [f"{k}={v}" for k, v in user_env.items()]
-    cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
-    p.env.update(mpienv.idle_defaults(hosts, job_chose))
-    if sandbox:
-        p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, req.tree, uid, user_env, req.workdir))
-        one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
-        for k, v in mpienv.sandbox_defaults(job_chose, one_host).items():
-            p.env[k] = v
-    jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
-                      exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
-    if req.print_map:
-        print_map(m, chosen, p, cm, chosen.state == "Initialized", req.verbose)
-        return 0
+    free_choice = chosen is None        # without --block: the place is chosen here, and made the run's
+    rec = Record(user, uid, apps[0], cwd, sum(a.nranks for a in apps), req.kernel, sandbox)
+    auto_name = f"auto-{os.getpid()}-{int(time.time())}"
+    waiting: int | None = None          # the record of a --wait run while no place holds it
+    if chosen is None and not req.print_map:
+        chosen, waiting = choose_or_wait(con, m, nd.nodes, auto_name, req.wait, rec, None)
+    elif chosen is None:
+        chosen = choose(con, m, nd.nodes, auto_name)
+    reserved: int | None = None         # the run's record, made where it took its place
+    try:
+        while True:
+            p = mapping.map_ranks(m, chosen, apps, mode, req.mapping, lay.nodes)
+            places = placement.of(con, m)
+            where = places.compute                     # which host runs each pset's compute nodes
+            for a in apps:          # Open MPI programs bootstrap through libpmi (docs/openmpi.md)
+                for k, v in mpienv.mpi_env(a.exe, m, p, where, sandbox).items():
+                    p.env.setdefault(k, v)
+            exported, given = jobenv.exported(req.export, req.environ, set(p.env))
+            user_env = {**given, **dict(kv.split("=", 1) for kv in req.env)}
+            for k in user_env:
+                p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+            exported_names = {kv.partition("=")[0] for kv in exported}
+            job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
+            for k, v in mpienv.cnk_ucx_default(req.kernel, job_chose).items():
+                p.env[k] = v           # (mpienv.UCX_TLS_CNK)
+            env_list = [f"{k}={v}" for k, v in user_env.items()]
+            cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
+            p.env.update(mpienv.idle_defaults(hosts, job_chose))
+            if sandbox:
+                p.env[trees.VAR] = trees.env_value(job_trees(m, cwd, req.tree, uid, user_env, req.workdir))
+                one_host = len({host.node_host(m, s.node, where) for s in p.slots}) == 1
+                for k, v in mpienv.sandbox_defaults(job_chose, one_host).items():
+                    p.env[k] = v
+            jobenv.check_size([a.exe for a in apps] + [cwd] + [w for a in apps for w in a.args],
+                              exported + env_list + [f"{k}={v}" for k, v in p.env.items()])
+            if req.print_map:
+                print_map(m, chosen, p, cm, chosen.state == "Initialized", req.verbose)
+                return 0
 
-    check_capacity(con, m, chosen, p, cm, req.kernel, uid, user_env)
+            check_capacity(con, m, chosen, p, cm, req.kernel, uid, user_env)
+            need_kernel(req.kernel)
+            if not free_choice:
+                break
+            # chosen again and recorded in one transaction: two runs never get one place
+            try:
+                now, reserved = reserve(con, m, chosen, nd.nodes, rec._replace(nranks=p.nranks), waiting)
+            except blocks.NoRoom:       # the last place was taken meanwhile: with --wait, wait for another
+                now, waiting = choose_or_wait(con, m, nd.nodes, auto_name, req.wait, rec, waiting)
+            if reserved is not None:
+                break
+            chosen = now            # taken meanwhile: the ranks are placed again, on the place there is now
+    except BaseException as e:
+        if waiting is not None and reserved is None:    # a --wait run that waited for room ends its record
+            end_record(con, waiting, e if isinstance(e, LatticeError) else LatticeError(INTERRUPTED_WAIT))
+        raise
     owned = None          # a block this run boots, and frees afterwards
-    if req.block or target or not chosen.auto:
-        b = chosen
-        need_kernel(req.kernel)
+    b = chosen
+    try:
         if b.state == "Free":
             owned = b.name
-            b = boot.boot(con, m, b.name, owner=procs.me())
-    else:
-        need_kernel(req.kernel)
-        name = chosen.name
-        b = blocks.create(con, m, name, chosen.shape, chosen.corner, auto=True)
-        owned = name
-        try:
-            b = boot.boot(con, m, name, owner=procs.me())
-        except LatticeError:
-            boot.free(con, m, name)
-            blocks.delete(con, name)
-            raise
+            try:
+                b = boot.boot(con, m, b.name, owner=procs.me())
+            except LatticeError:
+                if free_choice and chosen.auto:     # the new box goes with its failed boot
+                    boot.free(con, m, b.name)
+                    blocks.delete(con, b.name)
+                raise
+    except BaseException:
+        if reserved is not None:
+            unreserve(con, reserved)
+        raise
     if unknown:         # hosts first seen at this boot: their agents said what cores they have
         cm, _, hosts = map_cores(m, p, where, user_env)
         for k in mpienv.IDLE_VARS:
@@ -417,7 +563,8 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
                     kernel=req.kernel, trace=req.trace, verbose=req.verbose,
                     hugepages=req.hugepages == "reserve", cores=cm, exported=tuple(exported),
                     stdin_rank=stdin_rank, time_limit=limit, output=output, sandbox=sandbox,
-                    job_id=job_id, announce=job_id is None and (req.verbose or sys.stderr.isatty()))
+                    job_id=job_id if job_id is not None else reserved,
+                    announce=job_id is None and (req.verbose or sys.stderr.isatty()))
     try:
         if m.placement != "local":
             check_hosts(m, b, p, cm, req.kernel, uid, user_env, where, places.io)
@@ -434,11 +581,15 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
                     spec = spec._replace(job_id=e.job_id, announce=False)
                     owned = b.name
                     b = boot.boot(con, m, b.name, owner=procs.me())
+                except LatticeError as e:
+                    if reserved is not None:        # refused at its claim (cancelled meanwhile): the record ends
+                        end_record(con, reserved, e)
+                    raise
     finally:
         if job.INTERRUPTED is None:
             ras.ingest(con)
             if owned:
-                free_owned(con, m, owned)
+                free_owned(con, m, owned, spec.job_id)
             if job_id is None:          # a runner starts the next itself, once its job's record is final
                 from lattice.jobs import queue
                 queue.dispatch_quietly(con, m)      # the block may be the next queued job's turn

@@ -36,6 +36,11 @@ class Block(NamedTuple):     # not a dataclass: see lattice.state.machine.Machin
                    bool(r["auto"]), r["message"])
 
 
+class NoRoom(LatticeError):
+    """No free box of whole psets holds the nodes asked for now (blocks
+    may free some later: `lattice run --wait` waits for them)."""
+
+
 def get(con: db.Connection, name: str) -> Block:
     row = con.execute("SELECT * FROM blocks WHERE name = ?", (name,)).fetchone()
     if row is None:
@@ -116,7 +121,7 @@ def smallest_fit(con: db.Connection, m: Machine, n: int) -> tuple[Coord, Coord]:
                 for x in range(X - shape[0] + 1):
                     if check_box(m, (x, y, z), shape) is None and overlapping(con, m, (x, y, z), shape) is None:
                         return (x, y, z), shape
-    raise LatticeError(f"no free block of whole psets holds {n} compute nodes (see `lattice blocks`)")
+    raise NoRoom(f"no free block of whole psets holds {n} compute nodes (see `lattice blocks`)")
 
 
 def fit(con: db.Connection, m: Machine, n: int) -> Block:
@@ -124,8 +129,10 @@ def fit(con: db.Connection, m: Machine, n: int) -> Block:
     the administrator made that holds them, unless a new box of fewer nodes
     would (the smallest such block; ties: the lowest name), else a new box
     (smallest_fit, auto: created for the run, deleted after it)."""
-    made = sorted((b for b in all_blocks(con) if b.state == "Free" and not b.auto and b.size >= n),
-                  key=lambda b: (b.size, b.name))
+    held = {r[0] for r in con.execute("SELECT block FROM jobs WHERE block IS NOT NULL AND state IN "
+                                      "('Queued', 'Starting', 'Running', 'Dying')")}     # a run boots it already
+    made = sorted((b for b in all_blocks(con) if b.state == "Free" and not b.auto and b.size >= n
+                   and b.name not in held), key=lambda b: (b.size, b.name))
     try:
         corner, shape = smallest_fit(con, m, n)
     except LatticeError:

@@ -96,6 +96,23 @@ def signal_job(con: db.Connection, m: Machine, row: db.Row, sig: int) -> int:
     return took
 
 
+def settle(con: db.Connection, row: db.Row, e: LatticeError) -> str:
+    """A signal that found no I/O node to take it (e): the job ended
+    meanwhile, or its block is being freed, which ends it (its record ends
+    once its run sees its I/O nodes go, waited for here): what to say.
+    Raises e if the job still runs on a block that is up."""
+    reclaim.end_orphaned_jobs(con)
+    now = con.execute("SELECT state FROM jobs WHERE id = ?", (row["id"],)).fetchone()
+    if now is None or now["state"] not in reclaim.ACTIVE:
+        return f"lattice: job {row['id']} had already ended"
+    b = con.execute("SELECT state FROM blocks WHERE name = ?", (row["block"],)).fetchone()
+    if b is not None and b["state"] == "Initialized":
+        raise e
+    if ended(con, row["id"], time.monotonic() + 120):
+        return f"lattice: job {row['id']} cancelled (its block {row['block']} was being freed: it ended with it)"
+    raise LatticeError(f"job {row['id']} still runs 120 s after its block {row['block']} began to be freed")
+
+
 def ended(con: db.Connection, job: int, deadline: float) -> bool:
     """Wait until the job's record ends, or the deadline."""
     while True:
@@ -119,7 +136,11 @@ def cancel(args: argparse.Namespace) -> int:
         for row in rows:
             if not launched(con, row):
                 raise LatticeError(f"job {row['id']} has not started ({row['state']}): no rank to signal")
-            signal_job(con, m, row, only)
+            try:
+                signal_job(con, m, row, only)
+            except LatticeError as e:
+                print(settle(con, row, e))
+                continue
             print(f"lattice: signal {signal.Signals(only).name} sent to job {row['id']}")
         return 0
     who = user_name(os.getuid())
@@ -129,21 +150,34 @@ def cancel(args: argparse.Namespace) -> int:
             print(f"lattice: job {row['id']} cancelled (it was queued: out of the queue, Terminated)")
             continue
         # said before anything is killed: the job's run reads it when its ranks die
-        con.execute("UPDATE jobs SET state = 'Dying', message = ? WHERE id = ? AND state IN (?, ?, ?, ?)",
-                    (f"cancelled by `lattice cancel` ({who})", row["id"], *reclaim.ACTIVE))
-        left.append(row)
+        cur = con.execute("UPDATE jobs SET state = 'Dying', message = ? WHERE id = ? AND state IN (?, ?, ?, ?)",
+                          (f"cancelled by `lattice cancel` ({who})", row["id"], *reclaim.ACTIVE))
+        if not cur.rowcount:            # it ended since it was read: as scancel of a job just ended, no error
+            print(f"lattice: job {row['id']} had already ended")
+            continue
         if launched(con, row):
-            signal_job(con, m, row, signal.SIGTERM)
+            try:
+                signal_job(con, m, row, signal.SIGTERM)
+            except LatticeError as e:
+                print(settle(con, row, e))
+                continue
+        left.append(row)
     for row in left:
-        if not launched(con, row):      # its runner is booting its block: it ends the job before any rank starts
-            if ended(con, row["id"], time.monotonic() + 120):
+        if not launched(con, row):
+            if row["started"] is not None:      # ran on a block no longer up: being freed, its ranks end with it
+                print(settle(con, row, LatticeError(f"block {row['block']} is not up")))
+            elif ended(con, row["id"], time.monotonic() + 120):    # its run is booting: it ends the job first
                 print(f"lattice: job {row['id']} cancelled before it started")
             else:
                 print(f"lattice: job {row['id']} marked cancelled: its runner ends it once its block is booted")
             continue
         how = "SIGTERM"
         if not ended(con, row["id"], time.monotonic() + args.grace):
-            signal_job(con, m, row, signal.SIGKILL)
+            try:
+                signal_job(con, m, row, signal.SIGKILL)
+            except LatticeError as e:
+                print(settle(con, row, e))
+                continue
             how = f"SIGKILL after {args.grace:g} s"
             if not ended(con, row["id"], time.monotonic() + 30):
                 raise LatticeError(f"job {row['id']} still runs 30 s after SIGKILL")

@@ -38,7 +38,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block", help="a block to run on (default: the smallest booted idle block that holds the job, "
                                      "else a Free one or a new one, booted and freed)")
     p.add_argument("--wait", action="store_true",
-                   help="if the block is busy with another job, wait until it is idle (default: refuse the run)")
+                   help="if the block is busy with another job (without --block: if no place holds the job), "
+                        "wait until it is idle (default: refuse the run)")
     p.add_argument("-l", "--label", action="store_true", help="prefix each output line with its rank")
     p.add_argument("-D", "--chdir", "--cwd", dest="cwd",
                    help="working directory on the I/O nodes (default: the current one); a relative EXE is found "
