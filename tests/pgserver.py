@@ -52,9 +52,11 @@ class Server:
         self.names = itertools.count(1)
         self.user: dict[str, int] = {}
         if os.geteuid() == 0:
-            nobody = pwd.getpwnam("nobody")
-            self.user = {"user": nobody.pw_uid, "group": nobody.pw_gid}
-            os.chown(self.dir, nobody.pw_uid, nobody.pw_gid)
+            # Debian's own server user (package postgresql): not `nobody`, whose process count
+            # the capacity tests limit, nor a user the tests run jobs as
+            owner = pwd.getpwnam("postgres")
+            self.user = {"user": owner.pw_uid, "group": owner.pw_gid}
+            os.chown(self.dir, owner.pw_uid, owner.pw_gid)
         os.chmod(self.dir, 0o755)        # the socket: reachable by the test users lattice runs as
 
     def start(self) -> None:
