@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import EXAMPLES, LATTICE, ROOT, Machine, make_machine, wait_for
+from conftest import EXAMPLES, LATTICE, ROOT, Machine, local_users, make_machine, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs as another user, pids cgroups")
 
@@ -63,20 +63,23 @@ def refused(m: Machine, *args: str) -> str:
 
 
 def test_user_process_limit(sm: Machine) -> None:
-    """Four ranks as nobody need 4 + 2 I/O workers x (3 + 2) = 14 of nobody's
-    tasks; the block's limit is 10: refused, saying so; one rank (5) runs."""
+    """Four ranks as a user of the test's own need 4 + 2 I/O workers x (3 + 2) = 14 of
+    that user's tasks; the block's limit is 10: refused, saying so; one rank (5) runs.
+    Not `nobody`: RLIMIT_NPROC counts every process of the uid on the host, and other
+    software (a database server, another session's tests) may run as nobody."""
     m = sm
     boot_under(m, "ulimit -u 10")
     pids = daemons(m)
     hello = str(EXAMPLES / "hello")
-    err = refused(m, "--block", "S", "-n", "4", "--user", "nobody", "--cwd", "/tmp", hello)
-    assert "cannot hold 4 ranks" in err
-    assert "14 of them run as uid 65534, whose limit (ulimit -u, RLIMIT_NPROC" in err
-    assert "is 10; raise it with `ulimit -u 28`" in err
-    assert daemons(m) == pids and all(Path(f"/proc/{p}").exists() for p in pids)
-    assert " Initialized " in m.run("blocks").stdout
-    p = m.run("run", "--block", "S", "-n", "1", "--user", "nobody", "--cwd", "/tmp", hello)
-    assert p.stdout == "hello from rank 0 of 1 on R00-M0-N00-C:J00\n"
+    with local_users(f"latnp{os.getpid() % 100000}") as (u,):
+        err = refused(m, "--block", "S", "-n", "4", "--user", u.pw_name, "--cwd", "/tmp", hello)
+        assert "cannot hold 4 ranks" in err
+        assert f"14 of them run as uid {u.pw_uid}, whose limit (ulimit -u, RLIMIT_NPROC" in err
+        assert "is 10; raise it with `ulimit -u 28`" in err
+        assert daemons(m) == pids and all(Path(f"/proc/{p}").exists() for p in pids)
+        assert " Initialized " in m.run("blocks").stdout
+        p = m.run("run", "--block", "S", "-n", "1", "--user", u.pw_name, "--cwd", "/tmp", hello)
+        assert p.stdout == "hello from rank 0 of 1 on R00-M0-N00-C:J00\n"
     # root's jobs are exempt from RLIMIT_NPROC: all four ranks run
     assert len(m.run("run", "--block", "S", "-n", "4", hello).stdout.splitlines()) == 4
 
