@@ -1,5 +1,7 @@
 """A real PostgreSQL server for the tests: Debian's initdb and postgres run
-in a temporary directory as an unprivileged user (postgres refuses root),
+in a temporary directory as an unprivileged user (postgres refuses root;
+as root, a system user made for the session, not `nobody`: the server's
+processes would count against the RLIMIT_NPROC of jobs run as nobody),
 listening on a unix socket in that directory only (no TCP port to clash
 with anything), one server per test session, a fresh database per test.
 
@@ -51,10 +53,14 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.names = itertools.count(1)
         self.user: dict[str, int] = {}
+        self.account = ""           # the system user made for the server, removed by stop()
         if os.geteuid() == 0:
-            nobody = pwd.getpwnam("nobody")
-            self.user = {"user": nobody.pw_uid, "group": nobody.pw_gid}
-            os.chown(self.dir, nobody.pw_uid, nobody.pw_gid)
+            self.account = f"latpg{os.getpid()}"
+            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell",
+                            "/usr/sbin/nologin", self.account], check=True)
+            owner = pwd.getpwnam(self.account)
+            self.user = {"user": owner.pw_uid, "group": owner.pw_gid}
+            os.chown(self.dir, owner.pw_uid, owner.pw_gid)
         os.chmod(self.dir, 0o755)        # the socket: reachable by the test users lattice runs as
 
     def start(self) -> None:
@@ -107,3 +113,6 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.account:
+            subprocess.run(["userdel", self.account], check=False, stderr=subprocess.DEVNULL)
+            self.account = ""
