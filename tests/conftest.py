@@ -137,7 +137,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("about the SQLite database file (LATTICE_TEST_DATABASE=postgresql)")
 
 
-PG: list[pgserver.Server] = []       # the session's PostgreSQL server, once a test needed one
+PG = pgserver.SESSION       # the session's PostgreSQL server, once a test needed one
 
 
 def session_pg() -> pgserver.Server:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,10 @@ import time
 from pathlib import Path
 
 SUPERUSER = "lattice"
+
+# The session's server, once a test needed one (tests/conftest.py): kept here,
+# not in conftest, which a test may import a second time as tests.conftest
+SESSION: list[Server] = []
 
 
 def binaries() -> Path:
@@ -55,7 +60,7 @@ class Server:
         self.user: dict[str, int] = {}
         self.account = ""           # the system user made for the server, removed by stop()
         if os.geteuid() == 0:
-            self.account = f"latpg{os.getpid()}"
+            self.account = f"latpgsrv{secrets.token_hex(4)}"
             subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell",
                             "/usr/sbin/nologin", self.account], check=True)
             owner = pwd.getpwnam(self.account)
