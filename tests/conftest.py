@@ -47,13 +47,31 @@ class Machine:
         return subprocess.Popen([*LATTICE, *args], env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def db(self) -> Any:
+    def db(self, wait: float | None = None) -> Any:
         """The machine's database, whichever its backend (lattice.state.db):
-        ? placeholders, rows by name; `with m.db() as con:` commits."""
+        ? placeholders, rows by name; `with m.db() as con:` commits.  wait:
+        how long a write waits for another's lock (default $LATTICE_DB_TIMEOUT's)."""
         from unittest import mock
         from lattice.state import db
-        with mock.patch.dict(os.environ, {"LATTICE_HOME": str(self.home)}):
+        env = {"LATTICE_HOME": str(self.home)} | ({} if wait is None else {"LATTICE_DB_TIMEOUT": str(wait)})
+        with mock.patch.dict(os.environ, env):
             return db.connect()
+
+    def rows(self, sql: str, *params: object) -> list[Any]:
+        """Every row of a query on the machine's database, whichever its backend."""
+        con = self.db()
+        try:
+            return list(con.execute(sql, params).fetchall())
+        finally:
+            con.close()
+
+    def write(self, sql: str, *params: object) -> None:
+        """One statement on the machine's database, committed (a test's forged state)."""
+        con = self.db()
+        try:
+            con.execute(sql, params)
+        finally:
+            con.close()
 
     def personalities(self, block: str) -> list[dict[str, object]]:
         return [json.loads(p.read_text()) for p in sorted((self.home / "blocks" / block).rglob("*.json"))
@@ -99,12 +117,27 @@ def wait_for(pred, timeout: float = 600) -> None:  # type: ignore[no-untyped-def
     raise AssertionError("timed out")
 
 
+ON_POSTGRES = os.environ.get("LATTICE_TEST_DATABASE") == "postgresql"    # every e2e machine on PostgreSQL
+
+
+def db_errors() -> tuple[type[Exception], ...]:
+    """What a failure of a machine's database raises, whichever its backend."""
+    from lattice.state import db
+    return db.errors()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_file: a test of the SQLite database file: the `home` "
-                                       "fixture gives it no PostgreSQL run")
+                                       "fixture gives it no PostgreSQL run, nor does LATTICE_TEST_DATABASE")
 
 
-PG: list[pgserver.Server] = []       # the session's PostgreSQL server, once a test needed one
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # unit tests choose their backend themselves (the `home` fixture); e2e machines follow the variable
+    if ON_POSTGRES and "e2e" in item.path.parts and item.get_closest_marker("sqlite_file"):
+        pytest.skip("about the SQLite database file (LATTICE_TEST_DATABASE=postgresql)")
+
+
+PG = pgserver.SESSION       # the session's PostgreSQL server, once a test needed one
 
 
 def session_pg() -> pgserver.Server:
@@ -141,7 +174,7 @@ def make_machine(tmp: Path, *init_args: str) -> Machine:
     # a test machine's warm server leaves after a minute without commands, not ten
     env = dict(os.environ, LATTICE_HOME=str(home), PYTHONPATH=str(ROOT / "service"), LATTICE_WARM_IDLE="60")
     m = Machine(home=home, work=work, env=env)
-    if os.environ.get("LATTICE_TEST_DATABASE") == "postgresql" and "--database" not in init_args:
+    if ON_POSTGRES and "--database" not in init_args:
         init_args += ("--database", session_pg().create_database())      # every test machine on PostgreSQL
     m.run("init", *init_args, "--hide", str(work))
     return m

@@ -1,5 +1,7 @@
 """A real PostgreSQL server for the tests: Debian's initdb and postgres run
-in a temporary directory as an unprivileged user (postgres refuses root),
+in a temporary directory as an unprivileged user (postgres refuses root;
+as root, a system user made for the session, not `nobody`: the server's
+processes would count against the RLIMIT_NPROC of jobs run as nobody),
 listening on a unix socket in that directory only (no TCP port to clash
 with anything), one server per test session, a fresh database per test.
 
@@ -20,6 +22,10 @@ import time
 from pathlib import Path
 
 SUPERUSER = "lattice"
+
+# The session's server, once a test needed one (tests/conftest.py): kept here,
+# not in conftest, which a test may import a second time as tests.conftest
+SESSION: list[Server] = []
 
 
 def binaries() -> Path:

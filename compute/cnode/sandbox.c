@@ -467,11 +467,21 @@ static int job_shm(struct sandbox *sb, const struct job *j)
     sb->shmlock = openat(sb->shm, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (sb->shmlock < 0 || flock(sb->shmlock, LOCK_SH) < 0)
         return -1;
-    if (mkdirat(sb->shm, sb->shmjob, 0700) == 0) {
-        if (fchownat(sb->shm, sb->shmjob, j->nj.uid, j->nj.gid, AT_SYMLINK_NOFOLLOW) < 0)
-            return -1;
-    } else if (errno != EEXIST)
+    /* made under a name of this node's, owned, then renamed into place: a
+     * node of the same job never sees it still root's (half made) */
+    char made[64];
+    snprintf(made, sizeof made, "%s.new-%ld", sb->shmjob, (long)getpid());
+    if (mkdirat(sb->shm, made, 0700) < 0)
         return -1;
+    if (fchownat(sb->shm, made, j->nj.uid, j->nj.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+        renameat2(sb->shm, made, sb->shm, sb->shmjob, RENAME_NOREPLACE) < 0) {
+        int e = errno;
+        unlinkat(sb->shm, made, AT_REMOVEDIR);
+        if (e != EEXIST) {
+            errno = e;
+            return -1;
+        }
+    }
     /* another node's of this job: a directory of the owner's, nothing else */
     if (fstatat(sb->shm, sb->shmjob, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return -1;

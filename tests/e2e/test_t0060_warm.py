@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 
 from lattice.cli.client import SOCKET
 
-from conftest import EXAMPLES, LATTICE, Machine, make_machine, processes, wait_for, warm_servers
+from conftest import EXAMPLES, LATTICE, Machine, db_errors, make_machine, processes, wait_for, warm_servers
 
 GUARD = 600             # s: a bound on waits for an event (a server up, a process gone), only so a hang fails
 
@@ -94,8 +93,7 @@ def listening(m: Machine) -> bool:
 
 
 def last_job_pid(m: Machine) -> int:
-    with sqlite3.connect(m.home / "lattice.db") as con:
-        return int(con.execute("SELECT client_pid FROM jobs ORDER BY id DESC LIMIT 1").fetchone()[0])
+    return int(m.rows("SELECT client_pid FROM jobs ORDER BY id DESC LIMIT 1")[0][0])
 
 
 def parent_of(pid: int) -> int:
@@ -175,10 +173,9 @@ def test_the_command_gets_the_callers_environment_directory_umask_and_stdin(wm: 
 
 
 def running_job_pid(m: Machine) -> int:
-    with sqlite3.connect(m.home / "lattice.db") as con:
-        row = con.execute("SELECT client_pid FROM jobs WHERE state = 'Running' ORDER BY id DESC LIMIT 1").fetchone()
-    assert row is not None
-    return int(row[0])
+    rows = m.rows("SELECT client_pid FROM jobs WHERE state = 'Running' ORDER BY id DESC LIMIT 1")
+    assert rows
+    return int(rows[0][0])
 
 
 def start_sleeper(m: Machine) -> tuple[subprocess.Popen[str], int]:
@@ -192,7 +189,7 @@ def start_sleeper(m: Machine) -> tuple[subprocess.Popen[str], int]:
         try:
             found.append(running_job_pid(m))
             return True
-        except (AssertionError, sqlite3.Error):
+        except (AssertionError, *db_errors()):
             return False
     wait_for(running, GUARD)
     assert found[-1] == p.pid
@@ -212,8 +209,7 @@ def test_signals_reach_the_command_and_a_killed_client_takes_it_along(wm: Machin
     p.wait()
     wait_for(lambda: not Path(f"/proc/{cmd}").exists(), GUARD)  # gone with its client
     wm.run("blocks")        # a command's sweep ends the record of a run that is gone
-    with sqlite3.connect(wm.home / "lattice.db") as con:
-        state, message = con.execute("SELECT state, message FROM jobs ORDER BY id DESC LIMIT 1").fetchone()
+    state, message = wm.rows("SELECT state, message FROM jobs ORDER BY id DESC LIMIT 1")[0]
     assert state == "Error" and f"its lattice run (pid {p.pid}) ended without finishing" in message, message
     # the block is usable again at once
     assert run(wm, "run", "--block", "W", "-n", "1", "/bin/true")[0].returncode == 0

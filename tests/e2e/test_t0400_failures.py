@@ -176,24 +176,26 @@ def test_a_boot_killed_half_way_is_cleaned_up_by_the_next_command(tmp_path) -> N
     boot has recorded its agent, the test takes the database's write lock,
     so the boot cannot record the block booted (it waits for the lock, for
     as long as LATTICE_DB_TIMEOUT lets it) however fast it or slow the test."""
-    import sqlite3
     import subprocess
+    from contextlib import ExitStack
     from conftest import LATTICE, make_machine
+    from lattice.state import db
     m = make_machine(tmp_path, "--shape", "8x8x4", "--pset-size", "8", "--memory", "64M")
     m.run("block", "create", "B", "--shape", "8x8x4")
     boot = subprocess.Popen([*LATTICE, "boot", "B"], env=dict(m.env, LATTICE_DB_TIMEOUT="3600"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    con = sqlite3.connect(m.home / "lattice.db", timeout=600, isolation_level=None)
+    con = m.db(wait=600)                # either backend: its write lock is db.transaction's
+    held = ExitStack()
 
     def held_while_booting() -> bool:
         """The write lock taken, and kept if the boot has started its agent."""
-        con.execute("BEGIN IMMEDIATE")
+        held.enter_context(db.transaction(con))
         state = con.execute("SELECT state FROM blocks WHERE name = 'B'").fetchone()[0]
         agents = con.execute("SELECT count(*) FROM agents WHERE block = 'B'").fetchone()[0]
         assert state in ("Free", "Allocated", "Booting"), state
         if state == "Booting" and agents:
             return True
-        con.execute("ROLLBACK")
+        held.close()
         return False
     try:
         wait_for(held_while_booting)
@@ -201,8 +203,7 @@ def test_a_boot_killed_half_way_is_cleaned_up_by_the_next_command(tmp_path) -> N
         boot.kill()
         boot.wait()             # reaped: the sweep finds its pid gone
     finally:
-        if con.in_transaction:
-            con.execute("ROLLBACK")
+        held.close()            # the transaction only read: its end lets the boot write
         con.close()
     listing = m.run("blocks").stdout
     assert re.search(r"\bB\s+Free\b", listing), listing

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -101,8 +100,7 @@ def test_a_refused_start_never_kills_the_job_running_there(sm: Machine, probe: s
     first = sm.popen("run", "--block", "S", "-n", "1", probe, "gate", str(go), "3")    # rank 0: pset 0
     assert first.stdout is not None
     assert "rank 0 line 0" in first.stdout.readline()
-    with sqlite3.connect(sm.home / "lattice.db") as con:
-        con.execute("UPDATE jobs SET state = 'Terminated' WHERE state = 'Running'")
+    sm.write("UPDATE jobs SET state = 'Terminated' WHERE state = 'Running'")
     p = sm.run("run", "--block", "S", "-n", "4", "--cwd", "/tmp", str(EXAMPLES / "sleeper"), "120", check=False)
     assert p.returncode == 126, (p.stdout, p.stderr)
     assert "job refused by I/O node" in p.stderr and "running" in p.stderr, p.stderr

@@ -17,7 +17,6 @@ import queue
 import random
 import re
 import signal
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -46,8 +45,7 @@ def ciod_log(m: Machine, pset: int) -> str:
 
 
 def last_job(m: Machine) -> int:
-    with sqlite3.connect(m.home / "lattice.db") as con:
-        return int(con.execute("SELECT max(id) FROM jobs").fetchone()[0])
+    return int(m.rows("SELECT max(id) FROM jobs")[0][0])
 
 
 @pytest.mark.parametrize("kernel", ["cnk", "linux"])
@@ -136,9 +134,7 @@ def test_killing_an_io_node_in_the_tree_ends_the_job(tree_machine: Machine, vict
                 run.wait(timeout=600)
                 readers[1].join(timeout=600)
                 pytest.fail(f"the job ended before its 20th fence: exit {run.returncode}\n{''.join(errs)}")
-        with sqlite3.connect(m.home / "lattice.db") as con:
-            pid = con.execute("SELECT pid FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?",
-                              (BLOCK, victim)).fetchone()[0]
+        pid = m.rows("SELECT pid FROM daemons WHERE block = ? AND kind = 'ciod' AND node = ?", BLOCK, victim)[0][0]
         os.kill(pid, signal.SIGKILL)
         run.wait(timeout=600)       # a hang guard
         for t in readers:

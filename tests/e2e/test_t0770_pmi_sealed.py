@@ -343,10 +343,12 @@ def test_a_flood_of_puts_is_bounded_and_told(pm: Machine, users: Users, probe: s
     assert "PMI key space bound: rank 0" in pm.run("ras").stdout
 
 
-def worker_pid(m: Machine, deadline: float) -> int:
+def worker_pid(job: int, uid: int, deadline: float) -> int:
+    # its title names job, uid and block: another machine's block P (another test run's) is not it
+    title = f"job {job} uid {uid} block P ".encode()
     while time.monotonic() < deadline:
         for pid, argv in processes():
-            if argv[0] == b"ciod-worker" and b"block P" in b" ".join(argv):
+            if argv[0] == b"ciod-worker" and title in b" ".join(argv):
                 return pid
         time.sleep(0.05)
     raise AssertionError("no I/O worker while the job ran")
@@ -362,7 +364,7 @@ def test_a_lost_io_worker_ends_the_job_with_an_error(pm: Machine, users: Users, 
     run = start(pm, runs, "-n", "1", "--user", a.pw_name, probe, "hold", str(wait))
     w = opened(wait, run)
     job = running_job(pm)
-    wpid = worker_pid(pm, time.monotonic() + GUARD)
+    wpid = worker_pid(job, a.pw_uid, time.monotonic() + GUARD)
     assert Path(f"/proc/{wpid}/status").read_text().count(f"\t{a.pw_uid}\t") >= 1   # the job user's
     os.kill(wpid, signal.SIGKILL)
     try:

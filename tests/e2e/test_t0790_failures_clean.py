@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import BUILD, LATTICE, Machine, make_machine, processes, wait_for, warm_servers
+from conftest import BUILD, LATTICE, ON_POSTGRES, Machine, make_machine, processes, wait_for, warm_servers
 
 SHAPE = ("--shape", "1x1x4", "--pset-size", "2", "--memory", "256M")
 
@@ -173,8 +172,7 @@ def test_free_kills_the_daemons_of_a_block_that_says_free(fm: Machine, stuck_pre
     p.kill()
     p.communicate(timeout=60)
     assert block_processes(fm, "B"), "nothing left to free"
-    with sqlite3.connect(fm.home / "lattice.db") as con:
-        con.execute("UPDATE blocks SET state = 'Free', owner_pid = NULL, owner_start = NULL WHERE name = 'B'")
+    fm.write("UPDATE blocks SET state = 'Free', owner_pid = NULL, owner_start = NULL WHERE name = 'B'")
     r = fm.run("free", "B")
     assert "killed" in r.stderr and "daemon" in r.stderr, r.stderr
     assert block_processes(fm, "B") == []
@@ -221,8 +219,7 @@ def test_an_interrupted_run_leaves_the_block_it_booted_to_a_sweep_that_happens(f
     assert code == 143, (code, err)
 
     def freed() -> bool:
-        with sqlite3.connect(fm.home / "lattice.db") as con:
-            st = con.execute("SELECT state FROM blocks WHERE name = 'B'").fetchone()[0]
+        st = fm.rows("SELECT state FROM blocks WHERE name = 'B'")[0][0]
         return st == "Free" and block_processes(fm, "B") == []
     wait_for(freed, 120)
 
@@ -330,22 +327,25 @@ def test_the_warm_server_killed_mid_run_still_gives_the_real_status(jm: Machine)
 
 
 def test_a_locked_database_is_one_line(jm: Machine) -> None:
-    """Another writer holds the database (an exclusive transaction): after
-    $LATTICE_DB_TIMEOUT the command says who holds it, in one line."""
-    con = sqlite3.connect(jm.home / "lattice.db", isolation_level=None)
+    """Another writer holds the database (its write lock, in a transaction
+    that wrote): after $LATTICE_DB_TIMEOUT the command says who holds it, in one line."""
+    from lattice.state import db
+    con = jm.db()
     try:
-        con.execute("BEGIN EXCLUSIVE")
-        con.execute("UPDATE blocks SET changed = changed")
-        env = dict(jm.env, LATTICE_DB_TIMEOUT="1")
-        p = subprocess.run([*LATTICE, "run", "--block", "J", "-n", "1", "--kernel", "linux", "/bin/true"], env=env,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        with db.transaction(con):           # SQLite's BEGIN IMMEDIATE; PostgreSQL's writers' lock
+            con.execute("UPDATE blocks SET changed = changed")
+            env = dict(jm.env, LATTICE_DB_TIMEOUT="1")
+            p = subprocess.run([*LATTICE, "run", "--block", "J", "-n", "1", "--kernel", "linux", "/bin/true"],
+                               env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
     finally:
-        con.execute("ROLLBACK")
         con.close()
     assert p.returncode == 1, p
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert f"lattice.db is locked by another process (pid {os.getpid()}: " in lines[0], lines
+    # PostgreSQL names the holder by its session's application_name: this test's process
+    holder = (f"is locked by another lattice command (lattice pid {os.getpid()} on " if ON_POSTGRES else
+              f"lattice.db is locked by another process (pid {os.getpid()}: ")
+    assert holder in lines[0], lines
     assert "$LATTICE_DB_TIMEOUT" in lines[0]
 
 
