@@ -211,9 +211,7 @@ def shared(built: Path, pg_server: pgserver.Server, tmp_path: Path) -> Iterator[
             m.run("boot", b)
         yield m
     finally:
-        for line in m.run("blocks", check=False).stdout.splitlines()[1:]:
-            if line.split() and line.split()[1] != "Free":
-                m.run("free", "--force", line.split()[0], check=False)
+        m.run("free", "--all", "--force", check=False)
         shutil.rmtree(m.work, ignore_errors=True)
 
 

@@ -32,9 +32,7 @@ def crowded(request: pytest.FixtureRequest, built: Path, tmp_path: Path) -> Iter
             m.run("boot", b)
         yield m
     finally:
-        for line in m.run("blocks", check=False).stdout.splitlines()[1:]:
-            if line.split() and line.split()[1] != "Free":
-                m.run("free", "--force", line.split()[0], check=False)
+        m.run("free", "--all", "--force", check=False)
         wait_for(lambda: not m.processes("ciod") and not m.processes("cnode") and not m.processes("sleeper"), 300)
         shutil.rmtree(m.work, ignore_errors=True)
 
@@ -134,8 +132,6 @@ def test_two_groups_of_commands_start_and_cancel_at_once_on_sqlite(built: Path, 
             left = {r["name"]: r["state"] for r in con.execute("SELECT name, state FROM blocks")}
         assert left == {"P0": "Initialized", "P1": "Initialized"}, left
     finally:
-        for line in m.run("blocks", check=False).stdout.splitlines()[1:]:
-            if line.split() and line.split()[1] != "Free":
-                m.run("free", "--force", line.split()[0], check=False)
+        m.run("free", "--all", "--force", check=False)
         wait_for(lambda: not m.processes("ciod") and not m.processes("cnode") and not m.processes("sleeper"), 300)
         shutil.rmtree(m.work, ignore_errors=True)
