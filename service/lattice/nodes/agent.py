@@ -61,14 +61,14 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from lattice.errors import LatticeError
 
 if TYPE_CHECKING:
     import threading
 
-    from lattice.nodes import blocknet
+    from lattice.nodes import agenttree, blocknet
 
 STOP_GRACE = 2.0        # seconds between SIGTERM and SIGKILL when the agent ends its daemons
 STOP_STALL = 60.0       # after SIGKILL, how long the agent waits for daemons that do not die (D state)
@@ -89,6 +89,7 @@ class Channel:
         self.committed = False
         self.stop = False
         self.peers: dict[str, str] | None = None        # the block's parts on the hosts: {host: subnet}
+        self.forward: Callable[[bytes], None] | None = None     # to the agents this one started (agenttree)
         self.heard = self.booter = time.monotonic()     # the last line, the last line from the booter
         os.set_blocking(fd, False)
         self.take(b"")
@@ -104,6 +105,8 @@ class Channel:
             if not data:
                 self.closed = True
                 return
+            if self.forward is not None:
+                self.forward(data)
             self.take(data)
 
     def take(self, data: bytes) -> None:
@@ -215,6 +218,7 @@ class Agent:
         from lattice.nodes import container
         self.container = container.name(str(spec["block"]), self.dir)   # the block's cgroups (cnode's "container")
         self.channel: Channel | None = None
+        self.subtree: agenttree.Subtree | None = None     # the agents this one started over ssh (a tree)
         self.net: blocknet.Net | None = None          # the block's network and /dev/shm here (lattice.nodes.blocknet)
         self.up = 0                                   # compute nodes connected to this host's ciods
         self.said_progress = time.monotonic()
@@ -238,10 +242,25 @@ class Agent:
         """Why the boot must end now (a signal, the booter gone or saying stop)."""
         if self.stopping:
             return "asked to stop"
+        if self.subtree is not None:
+            self.subtree.pump()
         if self.channel is not None:
             self.channel.poll()
             return self.channel.why_stop()
         return None
+
+    def start_subtree(self) -> None:
+        """The agents of this host's children in the tree, first: they boot while this one does."""
+        from lattice.nodes import agenttree
+        if self.spec.get("tree", {}).get(self.host):
+            self.subtree = agenttree.Subtree(self.spec, self.host, say, self.sel)
+            if self.channel is not None:
+                self.channel.forward = self.subtree.forward
+            self.subtree.start()
+
+    def stop_subtree(self) -> None:
+        if self.subtree is not None:
+            self.subtree.stop()
 
     # ---- start ----
 
@@ -367,7 +386,7 @@ class Agent:
                                    f"compute nodes of pset{'s' if len(pending) > 1 else ''} "
                                    f"{', '.join(map(str, sorted(pending)))}")
             for key, _ in self.sel.select(1.0):
-                if key.data in ("signal", "channel"):
+                if key.data in ("signal", "channel", "child"):
                     self.drain_wakeups()
                     continue
                 moved = time.monotonic()
@@ -427,6 +446,8 @@ class Agent:
             if d is not None:
                 self.status_text = describe(status)
                 out.append(d)
+            elif self.subtree is not None:
+                self.subtree.reaped(pid, status)
         return out
 
     def drain_wakeups(self) -> None:
@@ -474,7 +495,8 @@ class Agent:
             self.sel.unregister(ch.fd)
             os.close(ch.fd)
             self.channel = ch = None
-        while self.daemons and not self.stopping:
+        # a parent stays while its children run: it carries their channel and reports
+        while (self.daemons or (self.subtree is not None and self.subtree.running())) and not self.stopping:
             for key, _ in self.sel.select(HEARTBEAT):
                 if key.data == "signal":
                     self.drain_wakeups()
@@ -505,7 +527,8 @@ class Agent:
                     moved = time.monotonic() if sig == signal.SIGKILL else moved
                 if self.daemons:
                     self.progress("stopping", left=len(self.daemons))
-                    time.sleep(0.02)
+                    if self.subtree is None or not self.subtree.pump():
+                        time.sleep(0.02)
             if not self.daemons:
                 break
         self.sweep_containers()
@@ -614,6 +637,7 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         signal.signal(s, a.on_signal)
     t0 = time.monotonic()
     try:
+        a.start_subtree()
         a.check_capacity()
         a.start()
         spawned = time.monotonic() - t0
@@ -622,6 +646,7 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         a.stop()
         a.forget_secrets()
         say(host, "error", message=e.message if isinstance(e, LatticeError) else str(e))
+        a.stop_subtree()
         return 1
     say(host, "ready", up=a.up, ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
@@ -639,6 +664,7 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         say(host, "stopping", message=f"boot not completed: {why}", left=len(a.daemons))
     a.stop()
     a.forget_secrets()
+    a.stop_subtree()
     say(host, "done")
     return 0
 

@@ -213,6 +213,12 @@ def ssh_command(m: Machine) -> list[str]:
     return shlex.split(m.ssh or SSH_DEFAULT)
 
 
+def fanout(m: Machine) -> int:
+    """How many agents each starts over ssh: machine.toml's [placement] fanout, else agenttree.FANOUT."""
+    from lattice.nodes import agenttree
+    return m.fanout or agenttree.FANOUT
+
+
 # The launcher's shell: it holds the channel's write end for as long as ssh or
 # srun runs (ssh closes every descriptor above 2 as it starts), so the far end
 # sees EOF only when the launcher dies; and it writes an empty line on it every
@@ -262,7 +268,6 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     """Start the agents of the hosts of plan (None: this host); phase names
     the srun's log of a second launch in one boot."""
     import json
-    import shlex
     out: list[Launch] = []
     if None in plan:
         from lattice.nodes import agent
@@ -274,16 +279,17 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     remote = [h for h in plan if h is not None]
     if not remote:
         return out
-    if m.placement == "ssh":
-        for h in remote:
+    if m.placement == "ssh":     # a tree: the first hosts here, each agent starting its children (agenttree)
+        from lattice.nodes import agenttree
+        tree = agenttree.children(remote, fanout(m))
+        tree_spec = dict(spec, ssh=ssh_command(m))
+        for h in tree[None]:
             log = log_dir / f"agent-{h}.log"
             log.unlink(missing_ok=True)
-            orders = dict(spec, hosts={h: spec["hosts"][h]})
-            # the far side's environment is its own: name where the lattice package is
-            remote = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[2]}", *agent_argv(), "--host", h]
-            argv = [*ssh_command(m), h, shlex.join(remote)]
+            orders = agenttree.orders_for(tree_spec, tree, h, "")
+            argv = [*ssh_command(m), h, agenttree.remote_command(h)]
             pid, channel = _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True)
-            out.append(Launch((h,), pid, log, channel))
+            out.append(Launch(tuple(orders["hosts"]), pid, log, channel))
     else:
         log = log_dir / f"agent-slurm{phase}.log"
         log.unlink(missing_ok=True)
