@@ -213,6 +213,45 @@ def ssh_command(m: Machine) -> list[str]:
     return shlex.split(m.ssh or SSH_DEFAULT)
 
 
+# The service node's ssh connections to the hosts are shared and kept open
+# for SSH_PERSIST seconds after their last session (OpenSSH's ControlMaster
+# and ControlPersist): a key exchange costs 0.3-0.6 s here, and a cold
+# `lattice run` pays it on every host at every boot otherwise.  The master
+# runs detached, as the machine owner, its socket in the machine's private
+# runtime directory (0700, lattice.safepath); $LATTICE_SSH_PERSIST (seconds)
+# sets the window, 0 turns sharing off; a [placement] ssh command that names
+# its own Control* options is left as it is.  The agents' own ssh to their
+# children never persists (nothing of a block stays on a host after it).
+SSH_PERSIST = 120
+
+
+def ssh_sharing(m: Machine) -> list[str]:
+    """The options that share the service node's connections (see above), or none."""
+    text = os.environ.get("LATTICE_SSH_PERSIST")
+    try:
+        persist = int(text) if text else SSH_PERSIST
+    except ValueError:
+        raise LatticeError(f"bad LATTICE_SSH_PERSIST {text!r}: a whole number of seconds (0: no sharing)") from None
+    if persist <= 0 or any("control" in w.lower() for w in ssh_command(m)):
+        return []
+    from lattice import safepath
+    d = Path(safepath.runtime_dir(str(machine.home())))
+    safepath.private_dir(d)
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={d}/ssh-%C", "-o", f"ControlPersist={persist}"]
+
+
+def cores_known(hosts: list[str]) -> dict[str, str]:
+    """The fingerprint of each host's cores as the service node keeps them (lattice.nodes.host):
+    an agent whose host still has it does not ask hwloc again."""
+    from lattice.nodes import host as hostmod
+    out = {}
+    for h in hosts:
+        cached = hostmod.load(h)
+        if cached is not None:
+            out[h] = cached[1]
+    return out
+
+
 def fanout(m: Machine) -> int:
     """How many agents each starts over ssh: machine.toml's [placement] fanout, else agenttree.FANOUT."""
     from lattice.nodes import agenttree
@@ -279,15 +318,17 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     remote = [h for h in plan if h is not None]
     if not remote:
         return out
+    spec = dict(spec, cores_known=cores_known(remote))
     if m.placement == "ssh":     # a tree: the first hosts here, each agent starting its children (agenttree)
         from lattice.nodes import agenttree
         tree = agenttree.children(remote, fanout(m))
         tree_spec = dict(spec, ssh=ssh_command(m))
+        sharing = ssh_sharing(m)
         for h in tree[None]:
             log = log_dir / f"agent-{h}.log"
             log.unlink(missing_ok=True)
             orders = agenttree.orders_for(tree_spec, tree, h, "")
-            argv = [*ssh_command(m), h, agenttree.remote_command(h)]
+            argv = [*ssh_command(m), *sharing, h, agenttree.remote_command(h)]
             pid, channel = _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True)
             out.append(Launch(tuple(orders["hosts"]), pid, log, channel))
     else:
