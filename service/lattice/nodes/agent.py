@@ -627,7 +627,8 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
     learning = None
     if spec.get("report_cores"):     # hwloc takes tens of ms: while the daemons start
         import threading
-        learning = threading.Thread(target=lambda: cores.update(host_cores()), daemon=True)
+        known = str(spec.get("cores_known", {}).get(host, ""))
+        learning = threading.Thread(target=lambda: cores.update(host_cores(known)), daemon=True)
         learning.start()
     a = Agent(spec, host)
     if channel is not None:
@@ -676,12 +677,17 @@ def joined(t: threading.Thread | None) -> bool:
     return True
 
 
-def host_cores() -> dict[str, Any]:
-    """This host's cores as lattice.nodes.host learns them, for the service node's cache."""
+def host_cores(known: str = "") -> dict[str, Any]:
+    """This host's cores as lattice.nodes.host learns them, for the service node's cache; nothing
+    when that cache's fingerprint (known) is this host's and hwloc's file for the ranks is here:
+    hwloc (a process and an XML parse) is not on every cold boot."""
     from lattice.nodes import host as hostmod
+    fp = hostmod.fingerprint()
+    if known == fp and hostmod.topology_file().is_file():
+        return {}
     h = hostmod.learn(socket.gethostname())
     return {"source": h.source, "cores": [[c.os_index, *c.pus] for c in h.cores], "hwloc_idle": list(h.hwloc_idle),
-            "ucx_idle": list(h.ucx_idle)}
+            "ucx_idle": list(h.ucx_idle), "fingerprint": fp}
 
 
 if __name__ == "__main__":
