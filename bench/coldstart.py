@@ -22,6 +22,11 @@ own ratio (the two commands of a round ran under the same load).  The testbed is
 down (and taken down after); if it is up it is used as it is.
 
     .venv/bin/python bench/coldstart.py [--hosts 2,4] [--ranks-per-host 4] [--repeat 7]
+
+With --fanouts 1,2,4 it measures the agents' tree instead: `lattice boot B` then `lattice free B` of a
+block on all --hosts (the largest) for each fan-out (machine.toml [placement] fanout), every ssh
+connection new (LATTICE_SSH_PERSIST=0), interleaved; the boot's time against the tree's depth gives the
+cost of a hop (docs/scaling.md).
 """
 from __future__ import annotations
 
@@ -43,7 +48,10 @@ def main() -> int:
     ap.add_argument("--hosts", default="2,4")
     ap.add_argument("--ranks-per-host", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--fanouts", help="measure boots by the agents' fan-out (e.g. 1,2,4) instead")
     args = ap.parse_args()
+    if args.fanouts:
+        return tree(args)
     bl.require_root("coldstart")
     bl.require_built(HELLO)
     host_counts = [int(h) for h in args.hosts.split(",")]
@@ -109,6 +117,46 @@ def main() -> int:
                 r = [x / y for x, y in zip(data[h][a], data[h][b])]
                 cells.append(f"{statistics.median(r):.3f} [{min(r):.3f}–{max(r):.3f}]")
             print(f"| {h} hosts, {h * rph} ranks | " + " | ".join(cells) + " |")
+    return 0
+
+
+def tree(args: argparse.Namespace) -> int:
+    """Boot and free times of one block over H hosts by fan-out (see the module's doc)."""
+    import time
+    sys.path.insert(0, str(bl.ROOT / "service"))
+    from lattice.nodes import agenttree
+    bl.require_root("coldstart")
+    h, rph = max(int(x) for x in args.hosts.split(",")), args.ranks_per_host
+    fanouts = [int(k) for k in args.fanouts.split(",")]
+    print(bl.header("coldstart", sys.argv))
+    with Testbed(h, "lattice-coldstart-") as bed:
+        hostfile = bed.tmp / "hosts"
+        hostfile.write_text("\n".join(bed.hosts[:h]) + "\n")
+        homes = {}
+        for k in fanouts:
+            env = dict(bed.env, LATTICE_HOME=str(bed.tmp / f"k{k}"), PYTHONPATH=str(bl.ROOT / "service"),
+                       LATTICE_SSH_PERSIST="0")
+            subprocess.run([*bl.lattice_cmd(), "init", "--shape", f"{rph}x1x{h}", "--pset-size", str(rph),
+                            "--memory", "128M", "--placement", "ssh", "--hostfile", str(hostfile), "--ssh-command",
+                            bed.env["LATTICE_TESTBED_SSH"]], env=env, check=True, capture_output=True)
+            toml = bed.tmp / f"k{k}" / "machine.toml"
+            toml.write_text(toml.read_text().replace('hosts = "ssh"\n', f'hosts = "ssh"\nfanout = {k}\n'))
+            subprocess.run([*bl.lattice_cmd(), "block", "create", "B", "--shape", f"{rph}x1x{h}"], env=env,
+                           check=True, capture_output=True)
+            homes[k] = bed.homes["ssh", k] = env
+        names = [f"fan-out {k} (depth {agenttree.depth(h, k)})" for k in fanouts]
+        data: dict[str, list[float]] = {n: [] for n in names}
+        for i in range(args.repeat):
+            for n in bl.rotations(names, i):
+                k = fanouts[names.index(n)]
+                t0 = time.monotonic()
+                subprocess.run([*bl.lattice_cmd(), "boot", "B"], env=homes[k], check=True, capture_output=True)
+                data[n].append(time.monotonic() - t0)
+                subprocess.run([*bl.lattice_cmd(), "free", "B"], env=homes[k], check=True, capture_output=True)
+            print(f"  round {i + 1}: " + ", ".join(f"{n} {data[n][-1]:.2f} s" for n in names), flush=True)
+        print()
+        print(bl.table(f"Boot of {h * rph} compute nodes on {h} hosts by the agents' fan-out (s)", names,
+                       [("lattice boot", data, [(f"{b}/{a}", b, a) for a, b in zip(names, names[1:])])]))
     return 0
 
 
