@@ -144,3 +144,25 @@ def test_a_host_below_another_that_cannot_start_fails_the_boot_cleanly(tb: Clust
         assert lattice_processes(h) == [], h
         assert block_networks(m, h, "all") == [], h
     m.run("free", "all")
+
+
+def test_an_agent_lost_below_another_marks_its_nodes_lost(tb: Cluster, tree_machine: Machine) -> None:
+    """h3's agent, started by h1's, killed outright after the boot: h1's agent says so ("lost"),
+    and the service node's sweep puts the block in Error naming h3's nodes, as it does for a
+    host whose own launcher ended."""
+    m = tree_machine
+    m.run("boot", "all")
+    (victim,) = agents("h3")
+    os.kill(victim, signal.SIGKILL)
+    log = m.home / "blocks" / "all" / "log" / "agent-h1.log"
+    wait_for(lambda: '"host": "h3", "event": "lost"' in log.read_text())
+    blocks = m.run("blocks").stdout
+    assert re.search(r"all\s+Error", blocks), blocks
+    ras = m.run("ras").stdout
+    assert re.search(r"R00-M0-N00-I:J02.*lost", ras), ras       # h3 runs pset 2
+    assert not re.search(r"R00-M0-N00-I:J0[013]\b[^\n]*lost", ras), ras
+    for h in ("h1", "h2", "h4"):            # the others' agents stay until the block is freed
+        assert len(agents(h)) == 1, h
+    m.run("free", "all")
+    for h in HOSTS:
+        assert [a for a in lattice_processes(h) if "/ciod " in a or "/cnode " in a or "agent" in a] == [], h

@@ -21,7 +21,10 @@ parent relays (Subtree):
   service node reads every host's reports from the root's one log;
 - a child that ends before every host of its subtree said "ready" (ssh could
   not log in, the host is down) becomes one "error" report naming those
-  hosts and ssh's last words: the booter then stops the boot everywhere.
+  hosts and ssh's last words: the booter then stops the boot everywhere;
+  one that ends later, before its hosts said "done", a "lost" report for
+  each of them: the service node's sweep (lattice.state.reclaim) takes it
+  as it takes a launcher of its own that ended, and marks their nodes lost.
 """
 from __future__ import annotations
 
@@ -92,6 +95,7 @@ class Child:
         self.buf = b""
         self.texts: list[str] = []          # ssh's last words (not JSON reports)
         self.ready: set[str] = set()        # hosts of its subtree that said "ready"
+        self.done: set[str] = set()         # ... and "done" (their part ended as it should)
         self.status: int | None = None      # its wait status, once reaped
 
 
@@ -186,8 +190,8 @@ class Subtree:
         except ValueError:
             r = None
         if isinstance(r, dict) and "event" in r:
-            if r["event"] == "ready":
-                c.ready.add(str(r.get("host")))
+            if r["event"] in ("ready", "done"):
+                (c.ready if r["event"] == "ready" else c.done).add(str(r.get("host")))
         elif line.strip():
             c.texts = (c.texts + [line.decode(errors="replace").strip()])[-3:]
         try:
@@ -200,9 +204,16 @@ class Subtree:
         if c.stdin is not None:
             os.close(c.stdin)
             c.stdin = None
+        if self.stopping or c.host in self.failed:
+            return
+        why = "; ".join(c.texts) or "ssh ended without a word"
         missing = [h for h in c.hosts if h not in c.ready]
-        if missing and not self.stopping and c.host not in self.failed:
-            self.fail_hosts(c.host, missing, "; ".join(c.texts) or "ssh ended without a word")
+        if missing:
+            self.fail_hosts(c.host, missing, why)
+            return
+        for h in c.hosts:       # booted, and gone without ending its part: the sweep marks its nodes lost
+            if h not in c.done:
+                self.say(h, "lost", message=f"the channel to host {h}'s agent through host {self.host} closed: {why}")
 
     def reaped(self, pid: int, status: int) -> bool:
         """A child process the agent reaped: one of ours?"""
