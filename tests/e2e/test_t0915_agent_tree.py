@@ -129,23 +129,6 @@ def test_agents_boot_as_a_tree_and_run_an_mpi_job(tb: Cluster, tree_machine: Mac
         assert block_networks(m, h, "all") == [], h
 
 
-def test_a_host_below_another_that_cannot_start_fails_the_boot_cleanly(tb: Cluster, tree_machine: Machine) -> None:
-    m = tree_machine
-    sshd = daemon_pids(tb)["sshd-h3"]
-    os.kill(sshd, signal.SIGTERM)     # h3 refuses every new ssh connection
-    wait_for(lambda: not running(sshd))
-    r = m.run("boot", "all", check=False)
-    assert r.returncode != 0
-    assert re.search(r"host h3: cannot start the agent of host h3 over ssh from host h1: .*(refused|closed)",
-                     r.stderr), r.stderr
-    assert re.search(r"all\s+Error", m.run("blocks").stdout)
-    # the boot's own command stopped everything before it returned: the others booted, and are clean
-    for h in ("h1", "h2", "h4"):
-        assert lattice_processes(h) == [], h
-        assert block_networks(m, h, "all") == [], h
-    m.run("free", "all")
-
-
 def test_an_agent_lost_below_another_marks_its_nodes_lost(tb: Cluster, tree_machine: Machine) -> None:
     """h3's agent, started by h1's, killed outright after the boot: h1's agent says so ("lost"),
     and the service node's sweep puts the block in Error naming h3's nodes, as it does for a
@@ -166,3 +149,21 @@ def test_an_agent_lost_below_another_marks_its_nodes_lost(tb: Cluster, tree_mach
     m.run("free", "all")
     for h in HOSTS:
         assert [a for a in lattice_processes(h) if "/ciod " in a or "/cnode " in a or "agent" in a] == [], h
+
+
+# last: it leaves h3 without an sshd
+def test_a_host_below_another_that_cannot_start_fails_the_boot_cleanly(tb: Cluster, tree_machine: Machine) -> None:
+    m = tree_machine
+    sshd = daemon_pids(tb)["sshd-h3"]
+    os.kill(sshd, signal.SIGTERM)     # h3 refuses every new ssh connection
+    wait_for(lambda: not running(sshd))
+    r = m.run("boot", "all", check=False)
+    assert r.returncode != 0
+    assert re.search(r"host h3: cannot start the agent of host h3 over ssh from host h1: .*(refused|closed)",
+                     r.stderr), r.stderr
+    assert re.search(r"all\s+Error", m.run("blocks").stdout)
+    # the boot's own command stopped everything before it returned: the others booted, and are clean
+    for h in ("h1", "h2", "h4"):
+        assert lattice_processes(h) == [], h
+        assert block_networks(m, h, "all") == [], h
+    m.run("free", "all")
