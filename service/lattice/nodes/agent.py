@@ -300,49 +300,74 @@ class Agent:
             say(self.host, "swept", problems=problems)
 
     def start(self) -> None:
+        """The host's daemons: each pset's ciod at once, while a thread sweeps the block's
+        containers and makes its network (it mostly waits on `ip` and `nft`: the ciods start
+        meanwhile), then, the network there, the compute nodes."""
+        import threading
         spec, prefix = self.spec, Path(self.spec["prefix"])
         keyfile, cnk = self.prepare()
-        self.sweep_containers()
-        nodes = [n["index"] for ps in self.psets for n in ps["nodes"]]
-        if nodes:
-            from lattice.nodes import blocknet
-            hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block ("hosts": ours)
-            for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
-                if k.startswith("LATTICE_BLOCKNET"):
-                    os.environ[k] = str(v)
-            self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
-                                     lambda m, failed: say(self.host, "warning", message=m, failed=failed))
+        for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
+            if k.startswith("LATTICE_BLOCKNET"):
+                os.environ[k] = str(v)
         env = {**os.environ, **spec.get("env", {})}
+        failed: list[BaseException] = []
+
+        def network() -> None:
+            try:
+                self.sweep_containers()
+                nodes = [n["index"] for ps in self.psets for n in ps["nodes"]]
+                if nodes:
+                    from lattice.nodes import blocknet
+                    hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block
+                    self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
+                                             lambda m, failed: say(self.host, "warning", message=m, failed=failed))
+            except BaseException as e:      # raised in the agent's own thread, below
+                failed.append(e)
+        netting = threading.Thread(target=network, daemon=True)
+        netting.start()
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
-        started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)
+        socks: dict[int, str] = {}                    # pset -> where its compute nodes reach its ciod
+        try:
+            why = self.must_stop()
+            if why:
+                raise RuntimeError(f"boot ended while the daemons started: {why}")
+            for ps in self.psets:
+                p = ps["pset"]
+                if ps.get("ciod", True):
+                    sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
+                    argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
+                            "--pset-size", str(spec["pset_size"]), "--listen", sock,
+                            *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
+                            "--key-file", str(keyfile) if self.on_disk else "/dev/stdin",
+                            "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
+                            "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
+                    r, w = os.pipe()
+                    key_in = None if self.on_disk else self.pipe_with(spec["key"].encode() + b"\n")
+                    try:
+                        pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w, stdin=key_in)
+                    finally:
+                        os.close(w)
+                        if key_in is not None:
+                            os.close(key_in)
+                    self.daemons[pid] = Daemon("ciod", p, pid)
+                    self.notify[p] = r
+                    self.sel.register(r, selectors.EVENT_READ, p)
+                else:       # the I/O node is on another host: ship over TCP (no shared memory)
+                    sock = spec["ciod_addresses"][str(p)]
+                socks[p] = sock
+        finally:
+            netting.join()
+        if failed:
+            raise failed[0]
+        started = sum(bool(x.get("ciod", True)) for x in self.psets)
+        total = started + sum(len(x["nodes"]) for x in self.psets)
         for ps in self.psets:
-            p = ps["pset"]
             why = self.must_stop()
             if why:
                 raise RuntimeError(f"boot ended while the daemons started: {why}")
             self.progress(started=started, of=total)
-            started += len(ps["nodes"]) + bool(ps.get("ciod", True))
-            if ps.get("ciod", True):
-                sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
-                argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
-                        "--pset-size", str(spec["pset_size"]), "--listen", sock,
-                        *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
-                        "--key-file", str(keyfile) if self.on_disk else "/dev/stdin",
-                        "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
-                        "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
-                r, w = os.pipe()
-                key_in = None if self.on_disk else self.pipe_with(spec["key"].encode() + b"\n")
-                try:
-                    pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w, stdin=key_in)
-                finally:
-                    os.close(w)
-                    if key_in is not None:
-                        os.close(key_in)
-                self.daemons[pid] = Daemon("ciod", p, pid)
-                self.notify[p] = r
-                self.sel.register(r, selectors.EVENT_READ, p)
-            else:       # the I/O node is on another host: ship over TCP (no shared memory)
-                sock = spec["ciod_addresses"][str(p)]
+            started += len(ps["nodes"])
+            sock = socks[ps["pset"]]
             for node in ps["nodes"]:
                 i = node["index"]
                 text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock, "container": self.container,
