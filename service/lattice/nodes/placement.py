@@ -10,9 +10,12 @@ interface:
 - local: every pset on this host (the default);
 - ssh: the hosts of a hostfile (one a line, `NAME [slots=N]`, N the compute
   nodes it may run), psets dealt out to them in turn at `lattice init` and
-  recorded in the database (nodes.host of the I/O nodes); each host's agent
-  starts over ssh with key login ([placement] ssh: the command, default
-  `ssh -o BatchMode=yes` with ssh heartbeats: SSH_DEFAULT);
+  recorded in the database (nodes.host of the I/O nodes); the agents start
+  over ssh with key login ([placement] ssh: the command, default
+  `ssh -o BatchMode=yes` with ssh heartbeats: SSH_DEFAULT) as a tree: this
+  node starts the first [placement] fanout hosts' agents, each agent its
+  children's (lattice.nodes.agenttree), this node's connections shared and
+  kept a while (ssh_sharing);
 - slurm: the hosts of the Slurm allocation `lattice` runs in
   (SLURM_JOB_NODELIST), psets dealt out to them in turn at boot, every host's
   agent started by one `srun` (one task a host).
