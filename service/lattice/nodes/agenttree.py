@@ -90,7 +90,9 @@ def orders_for(spec: dict[str, Any], tree: dict[str | None, list[str]], root: st
 class Child:
     def __init__(self, host: str, hosts: list[str], pid: int, stdin: int, stdout: int) -> None:
         self.host, self.hosts, self.pid = host, hosts, pid
-        self.stdin: int | None = stdin      # our write end of its channel
+        self.stdin: int | None = stdin      # our write end of its channel (non-blocking)
+        self.pending = b""                  # what it has not read yet (its orders, then lines)
+        self.waiting = False                # stdin in the agent's selector, for EVENT_WRITE
         self.stdout: int | None = stdout    # its reports (and ssh's own words), to relay
         self.buf = b""
         self.texts: list[str] = []          # ssh's last words (not JSON reports)
@@ -113,8 +115,9 @@ class Subtree:
         self.failed: set[str] = set()       # children already reported as failed
 
     def start(self) -> None:
-        """Start each child's agent over ssh, then write their orders (every
-        ssh connecting meanwhile: orders bigger than a pipe wait for theirs)."""
+        """Start each child's agent over ssh, its orders queued on its channel:
+        written as its ssh reads them (pump), so a child that hangs while it
+        connects holds up neither this agent nor its siblings."""
         ssh = [str(w) for w in self.spec.get("ssh", ["ssh", "-o", "BatchMode=yes"])]
         for kid in self.tree.get(self.host, []):
             in_r, in_w = os.pipe()
@@ -131,22 +134,45 @@ class Subtree:
             os.close(in_r)
             os.close(out_w)
             os.set_blocking(out_r, False)
+            os.set_blocking(in_w, False)
             self.kids[pid] = Child(kid, subtree(self.tree, kid), pid, in_w, out_r)
             self.sel.register(out_r, selectors.EVENT_READ, "child")
         for c in self.kids.values():
             self.write(c, json.dumps(orders_for(self.spec, self.tree, c.host, self.host)).encode() + b"\n")
-            if c.stdin is not None:
-                os.set_blocking(c.stdin, False)     # from now on a stuck child never holds this agent up
 
     def write(self, c: Child, data: bytes) -> None:
+        """data queued for c, in order, and as much of it written as its pipe takes now."""
         if c.stdin is None:
             return
+        c.pending += data
+        self.flush(c)
+
+    def flush(self, c: Child) -> None:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(c.stdin, view):]
-        except (BlockingIOError, BrokenPipeError, OSError):
-            pass            # gone, or not reading: it hears of it by other means (its end of file)
+            while c.pending and c.stdin is not None:
+                c.pending = c.pending[os.write(c.stdin, c.pending):]
+        except BlockingIOError:
+            pass
+        except OSError:         # its ssh is gone: it hears nothing more (its reports end too)
+            c.pending = b""
+        if c.stdin is None:
+            return
+        if bool(c.pending) != c.waiting:       # the agent woken when it can take more
+            if c.pending:
+                self.sel.register(c.stdin, selectors.EVENT_WRITE, "child")
+            else:
+                self.sel.unregister(c.stdin)
+            c.waiting = bool(c.pending)
+
+    def close_channel(self, c: Child) -> None:
+        if c.stdin is None:
+            return
+        if c.waiting:
+            self.sel.unregister(c.stdin)
+            c.waiting = False
+        c.pending = b""
+        os.close(c.stdin)
+        c.stdin = None
 
     def forward(self, data: bytes) -> None:
         """Lines of this agent's channel, to every child's."""
@@ -165,6 +191,8 @@ class Subtree:
         gone before its subtree was ready is reported."""
         moved = False
         for c in self.kids.values():
+            if c.pending:
+                self.flush(c)
             while c.stdout is not None:
                 try:
                     data = os.read(c.stdout, 65536)
@@ -201,9 +229,7 @@ class Subtree:
 
     def ended(self, c: Child) -> None:
         """c's reports ended (its ssh is gone or going)."""
-        if c.stdin is not None:
-            os.close(c.stdin)
-            c.stdin = None
+        self.close_channel(c)
         if self.stopping or c.host in self.failed:
             return
         why = "; ".join(c.texts) or "ssh ended without a word"
@@ -233,9 +259,7 @@ class Subtree:
         self.stopping = True
         for c in self.kids.values():
             self.write(c, b"stop\n")
-            if c.stdin is not None:
-                os.close(c.stdin)
-                c.stdin = None
+            self.close_channel(c)       # what it could not take: its end of file says the same
         heard = time.monotonic()
         while self.running() and time.monotonic() - heard < STOP_WAIT:
             if self.pump():
