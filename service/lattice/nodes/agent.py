@@ -1,8 +1,10 @@
 """The host agent: starts, watches and ends one block's daemons on one host.
 
 The placement (lattice.nodes.placement) starts one agent per host and block: on
-this host as a child of `lattice boot`, on another through ssh, in a Slurm
-allocation through one srun for all hosts.  The agent reads its orders as
+this host as a child of `lattice boot`, on another through ssh (as a tree: an
+agent whose orders name children starts their agents first and relays their
+channel and reports: lattice.nodes.agenttree), in a Slurm allocation through
+one srun for all hosts.  The agent reads its orders as
 one JSON line on standard input, the block key among them, so the key
 reaches a host only over the launcher's own channel (ssh's, Slurm's), never
 on a command line, in an environment or on a shared file system.  Then it:
