@@ -522,8 +522,7 @@ class Agent:
             self.sel.unregister(ch.fd)
             os.close(ch.fd)
             self.channel = ch = None
-        # a parent stays while its children run: it carries their channel and reports
-        while (self.daemons or (self.subtree is not None and self.subtree.running())) and not self.stopping:
+        while self.daemons and not self.stopping:
             for key, _ in self.sel.select(HEARTBEAT):
                 if key.data == "signal":
                     self.drain_wakeups()
@@ -533,6 +532,20 @@ class Agent:
                 say(self.host, "channel-closed", message=why)
             for d in self.reap():
                 say(self.host, "exited", kind=d.kind, node=d.node, location=self.location(d), status=self.status_text)
+
+    def carry_subtree(self) -> None:
+        """After its own part ended (and was taken down): a parent stays while its children
+        run, as it carries their channel and reports, until it is told to stop or its own
+        channel closes."""
+        while self.subtree is not None and self.subtree.running() and not self.stopping:
+            for key, _ in self.sel.select(HEARTBEAT):
+                if key.data == "signal":
+                    self.drain_wakeups()
+            why = self.must_stop()
+            if why:
+                self.stopping = True
+                say(self.host, "channel-closed", message=why)
+            self.reap()
 
     def stop(self) -> None:
         """End every daemon still running (its whole session), then reap
@@ -692,6 +705,8 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         say(host, "stopping", message=f"boot not completed: {why}", left=len(a.daemons))
     a.stop()
     a.forget_secrets()
+    if why is None:     # its part is down: its children's go on (or end) as they do, at once
+        a.carry_subtree()
     a.stop_subtree()
     say(host, "done")
     return 0
