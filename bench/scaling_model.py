@@ -24,6 +24,9 @@ MEASURED = {
     # bench/hosts_boot.py --repeat 5: boot of one pset of 2 nodes per host, H testbed hosts
     "boot_ssh_hosts": [(1, 0.488), (2, 0.605), (3, 0.737), (4, 0.914)],
     "boot_slurm_hosts": [(1, 0.361), (2, 0.474), (3, 0.500), (4, 0.560)],
+    # bench/coldstart.py --hosts 4 --fanouts 1,2,4 --repeat 7 (issue 27): boot of a pset of 4 on each of
+    # 4 hosts, agents as a tree; x = its depth (fan-out 4, 2, 1), every ssh connection new
+    "boot_tree_depth": [(1, 1.92), (2, 2.32), (4, 3.77)],
     # bench/launch_scaling.py --repeat 3: the `lattice run` process's own cpu, R ranks on a booted block
     "run_cpu_ranks": [(128, 0.220), (256, 0.220), (512, 0.230), (1024, 0.300)],
     # bench/pmi_fence.py --repeat 7 --sizes 8,32,64,128,256 --fences 20: one fence, tree of fan-out 8
@@ -51,6 +54,16 @@ def held_out(name: str, points: list[tuple[float, float]], unit: str = "s") -> t
     return line(points)
 
 
+def tree_depth(hosts: int, k: int) -> int:
+    """Levels of agents for hosts with fan-out k (lattice.nodes.agenttree.depth)."""
+    levels, reached, width = 0, 0, 1
+    while reached < hosts:
+        width *= k
+        reached += width
+        levels += 1
+    return levels
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=65536)
@@ -65,6 +78,7 @@ def main() -> int:
     la, lb = held_out("boot through one srun, x = hosts", MEASURED["boot_slurm_hosts"])
     ca, cb = held_out("lattice run's own cpu, x = ranks", MEASURED["run_cpu_ranks"])
     fa, fb = held_out("one PMI fence (tree, fan-out 8), x = ranks", MEASURED["fence_ranks"])
+    _, hop = held_out("boot over ssh as a tree of agents, x = depth", MEASURED["boot_tree_depth"])
 
     print(f"\nPrediction for {n:,} compute nodes, {io:,} I/O nodes ({n // io} a pset), {hosts:,} hosts "
           f"({per_host} nodes a host), one rank a node:")
@@ -76,6 +90,11 @@ def main() -> int:
               f"{b * 1000:.0f} ms, measured with every host on the same two cores: an upper bound), + "
               f"{more_nodes:.2f} s for each host's other {per_host - 2} nodes ({bb * 1000:.2f} ms a node, the "
               f"hosts at once) = {fan + more_nodes:.1f} s")
+    for k, s in ((16, sb), (4, sb), (16, 0.010)):
+        d = tree_depth(hosts, k)
+        print(f"  boot, ssh, agents as a tree of fan-out {k}: depth {d}, {d} x ({hop:.2f} s a hop + {k} x "
+              f"{s * 1000:.0f} ms to start a child) = {d * (hop + k * s):.1f} s, + {sa:.2f} s + {more_nodes:.2f} s = "
+              f"{sa + d * (hop + k * s) + more_nodes:.1f} s" + (" (a real client's ssh cost, assumed)" if s < sb else ""))
     run_cpu = ca + cb * n
     print(f"  lattice run's own cpu for {n:,} ranks: {run_cpu:.1f} s (the line through 128..1,024 ranks)")
     levels = math.ceil(math.log(io, 8)) if io > 1 else 1

@@ -138,3 +138,37 @@ def test_the_launcher_s_heartbeat_flows_on_a_channel_numbered_10_or_more(tmp_pat
         except ProcessLookupError:
             pass
     assert log.read_text() == "got a heartbeat\n"
+
+
+# ---- agents started as a tree over ssh (lattice.nodes.agenttree) ----
+
+def test_agent_tree_shape() -> None:
+    from lattice.nodes import agenttree
+    hosts = [f"h{i}" for i in range(1, 8)]
+    tree = agenttree.children(hosts, 2)
+    assert tree == {None: ["h1", "h2"], "h1": ["h3", "h4"], "h2": ["h5", "h6"], "h3": ["h7"]}
+    assert agenttree.subtree(tree, "h1") == ["h1", "h3", "h4", "h7"]
+    assert agenttree.children(hosts, 16) == {None: hosts}         # few hosts: one level, as before
+    assert agenttree.children(["a", "b", "c"], 1) == {None: ["a"], "a": ["b"], "b": ["c"]}
+    assert [agenttree.depth(n, 2) for n in (1, 2, 3, 6, 7)] == [1, 1, 2, 2, 3]
+    assert agenttree.depth(1024, 16) == 3 and agenttree.depth(1024, 32) == 2
+    with pytest.raises(ValueError):
+        agenttree.children(hosts, 0)
+
+
+def test_agent_orders_carry_only_the_subtree() -> None:
+    from lattice.nodes import agenttree
+    hosts = ["h1", "h2", "h3", "h4"]
+    tree = agenttree.children(hosts, 2)
+    spec = {"block": "B", "hosts": {h: [{"pset": i}] for i, h in enumerate(hosts)}, "ssh": ["ssh"]}
+    o = agenttree.orders_for(spec, tree, "h1", "")
+    assert list(o["hosts"]) == ["h1", "h3", "h4"] and o["tree"] == {"h1": ["h3", "h4"]}
+    assert agenttree.orders_for(spec, tree, "h2", "")["hosts"] == {"h2": [{"pset": 1}]}
+
+
+def test_fanout_is_the_machines(tmp_path: Path) -> None:
+    m = Machine(shape=(2, 2, 2), pset_size=2, placement="ssh", fanout=2)
+    assert placement.fanout(m) == 2 and placement.fanout(M8) == 16
+    assert Machine.from_toml(m.to_toml(), "t").fanout == 2
+    with pytest.raises(LatticeError, match="fanout"):
+        Machine(fanout=-1)

@@ -1,8 +1,10 @@
 """The host agent: starts, watches and ends one block's daemons on one host.
 
 The placement (lattice.nodes.placement) starts one agent per host and block: on
-this host as a child of `lattice boot`, on another through ssh, in a Slurm
-allocation through one srun for all hosts.  The agent reads its orders as
+this host as a child of `lattice boot`, on another through ssh (as a tree: an
+agent whose orders name children starts their agents first and relays their
+channel and reports: lattice.nodes.agenttree), in a Slurm allocation through
+one srun for all hosts.  The agent reads its orders as
 one JSON line on standard input, the block key among them, so the key
 reaches a host only over the launcher's own channel (ssh's, Slurm's), never
 on a command line, in an environment or on a shared file system.  Then it:
@@ -61,14 +63,14 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from lattice.errors import LatticeError
 
 if TYPE_CHECKING:
     import threading
 
-    from lattice.nodes import blocknet
+    from lattice.nodes import agenttree, blocknet
 
 STOP_GRACE = 2.0        # seconds between SIGTERM and SIGKILL when the agent ends its daemons
 STOP_STALL = 60.0       # after SIGKILL, how long the agent waits for daemons that do not die (D state)
@@ -89,6 +91,7 @@ class Channel:
         self.committed = False
         self.stop = False
         self.peers: dict[str, str] | None = None        # the block's parts on the hosts: {host: subnet}
+        self.forward: Callable[[bytes], None] | None = None     # to the agents this one started (agenttree)
         self.heard = self.booter = time.monotonic()     # the last line, the last line from the booter
         os.set_blocking(fd, False)
         self.take(b"")
@@ -104,6 +107,8 @@ class Channel:
             if not data:
                 self.closed = True
                 return
+            if self.forward is not None:
+                self.forward(data)
             self.take(data)
 
     def take(self, data: bytes) -> None:
@@ -215,6 +220,7 @@ class Agent:
         from lattice.nodes import container
         self.container = container.name(str(spec["block"]), self.dir)   # the block's cgroups (cnode's "container")
         self.channel: Channel | None = None
+        self.subtree: agenttree.Subtree | None = None     # the agents this one started over ssh (a tree)
         self.net: blocknet.Net | None = None          # the block's network and /dev/shm here (lattice.nodes.blocknet)
         self.up = 0                                   # compute nodes connected to this host's ciods
         self.said_progress = time.monotonic()
@@ -238,10 +244,25 @@ class Agent:
         """Why the boot must end now (a signal, the booter gone or saying stop)."""
         if self.stopping:
             return "asked to stop"
+        if self.subtree is not None:
+            self.subtree.pump()
         if self.channel is not None:
             self.channel.poll()
             return self.channel.why_stop()
         return None
+
+    def start_subtree(self) -> None:
+        """The agents of this host's children in the tree, first: they boot while this one does."""
+        from lattice.nodes import agenttree
+        if self.spec.get("tree", {}).get(self.host):
+            self.subtree = agenttree.Subtree(self.spec, self.host, say, self.sel)
+            if self.channel is not None:
+                self.channel.forward = self.subtree.forward
+            self.subtree.start()
+
+    def stop_subtree(self) -> None:
+        if self.subtree is not None:
+            self.subtree.stop()
 
     # ---- start ----
 
@@ -281,49 +302,74 @@ class Agent:
             say(self.host, "swept", problems=problems)
 
     def start(self) -> None:
+        """The host's daemons: each pset's ciod at once, while a thread sweeps the block's
+        containers and makes its network (it mostly waits on `ip` and `nft`: the ciods start
+        meanwhile), then, the network there, the compute nodes."""
+        import threading
         spec, prefix = self.spec, Path(self.spec["prefix"])
         keyfile, cnk = self.prepare()
-        self.sweep_containers()
-        nodes = [n["index"] for ps in self.psets for n in ps["nodes"]]
-        if nodes:
-            from lattice.nodes import blocknet
-            hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block ("hosts": ours)
-            for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
-                if k.startswith("LATTICE_BLOCKNET"):
-                    os.environ[k] = str(v)
-            self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
-                                     lambda m, failed: say(self.host, "warning", message=m, failed=failed))
+        for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
+            if k.startswith("LATTICE_BLOCKNET"):
+                os.environ[k] = str(v)
         env = {**os.environ, **spec.get("env", {})}
+        failed: list[BaseException] = []
+
+        def network() -> None:
+            try:
+                self.sweep_containers()
+                nodes = [n["index"] for ps in self.psets for n in ps["nodes"]]
+                if nodes:
+                    from lattice.nodes import blocknet
+                    hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block
+                    self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
+                                             lambda m, failed: say(self.host, "warning", message=m, failed=failed))
+            except BaseException as e:      # raised in the agent's own thread, below
+                failed.append(e)
+        netting = threading.Thread(target=network, daemon=True)
+        netting.start()
         self.notify: dict[int, int] = {}              # pset -> its notify pipe's read end
-        started, total = 0, sum(len(x["nodes"]) + bool(x.get("ciod", True)) for x in self.psets)
+        socks: dict[int, str] = {}                    # pset -> where its compute nodes reach its ciod
+        try:
+            why = self.must_stop()
+            if why:
+                raise RuntimeError(f"boot ended while the daemons started: {why}")
+            for ps in self.psets:
+                p = ps["pset"]
+                if ps.get("ciod", True):
+                    sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
+                    argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
+                            "--pset-size", str(spec["pset_size"]), "--listen", sock,
+                            *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
+                            "--key-file", str(keyfile) if self.on_disk else "/dev/stdin",
+                            "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
+                            "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
+                    r, w = os.pipe()
+                    key_in = None if self.on_disk else self.pipe_with(spec["key"].encode() + b"\n")
+                    try:
+                        pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w, stdin=key_in)
+                    finally:
+                        os.close(w)
+                        if key_in is not None:
+                            os.close(key_in)
+                    self.daemons[pid] = Daemon("ciod", p, pid)
+                    self.notify[p] = r
+                    self.sel.register(r, selectors.EVENT_READ, p)
+                else:       # the I/O node is on another host: ship over TCP (no shared memory)
+                    sock = spec["ciod_addresses"][str(p)]
+                socks[p] = sock
+        finally:
+            netting.join()
+        if failed:
+            raise failed[0]
+        started = sum(bool(x.get("ciod", True)) for x in self.psets)
+        total = started + sum(len(x["nodes"]) for x in self.psets)
         for ps in self.psets:
-            p = ps["pset"]
             why = self.must_stop()
             if why:
                 raise RuntimeError(f"boot ended while the daemons started: {why}")
             self.progress(started=started, of=total)
-            started += len(ps["nodes"]) + bool(ps.get("ciod", True))
-            if ps.get("ciod", True):
-                sock = "unix:" + str(Path(spec["socket_dirs"][self.host]) / f"{spec['block']}-{p}.sock")
-                argv = [str(prefix / "bin" / "ciod"), "--block", spec["block"], "--pset", str(p),
-                        "--pset-size", str(spec["pset_size"]), "--listen", sock,
-                        *(["--listen", "tcp:0.0.0.0:0"] if spec.get("tcp") else []),
-                        "--key-file", str(keyfile) if self.on_disk else "/dev/stdin",
-                        "--ras", str(Path(spec["ras_dir"]) / f"{spec['block']}-ionode{p}.log"),
-                        "--location", ps["location"], "--notify-fd", "3", *spec.get("plugins", [])]
-                r, w = os.pipe()
-                key_in = None if self.on_disk else self.pipe_with(spec["key"].encode() + b"\n")
-                try:
-                    pid = spawn(argv, self.log_dir / f"ciod-{p}.log", env, notify=w, stdin=key_in)
-                finally:
-                    os.close(w)
-                    if key_in is not None:
-                        os.close(key_in)
-                self.daemons[pid] = Daemon("ciod", p, pid)
-                self.notify[p] = r
-                self.sel.register(r, selectors.EVENT_READ, p)
-            else:       # the I/O node is on another host: ship over TCP (no shared memory)
-                sock = spec["ciod_addresses"][str(p)]
+            started += len(ps["nodes"])
+            sock = socks[ps["pset"]]
             for node in ps["nodes"]:
                 i = node["index"]
                 text = json.dumps({**node["personality"], "key": spec["key"], "ciod": sock, "container": self.container,
@@ -367,7 +413,7 @@ class Agent:
                                    f"compute nodes of pset{'s' if len(pending) > 1 else ''} "
                                    f"{', '.join(map(str, sorted(pending)))}")
             for key, _ in self.sel.select(1.0):
-                if key.data in ("signal", "channel"):
+                if key.data in ("signal", "channel", "child"):
                     self.drain_wakeups()
                     continue
                 moved = time.monotonic()
@@ -427,6 +473,8 @@ class Agent:
             if d is not None:
                 self.status_text = describe(status)
                 out.append(d)
+            elif self.subtree is not None:
+                self.subtree.reaped(pid, status)
         return out
 
     def drain_wakeups(self) -> None:
@@ -485,6 +533,20 @@ class Agent:
             for d in self.reap():
                 say(self.host, "exited", kind=d.kind, node=d.node, location=self.location(d), status=self.status_text)
 
+    def carry_subtree(self) -> None:
+        """After its own part ended (and was taken down): a parent stays while its children
+        run, as it carries their channel and reports, until it is told to stop or its own
+        channel closes."""
+        while self.subtree is not None and self.subtree.running() and not self.stopping:
+            for key, _ in self.sel.select(HEARTBEAT):
+                if key.data == "signal":
+                    self.drain_wakeups()
+            why = self.must_stop()
+            if why:
+                self.stopping = True
+                say(self.host, "channel-closed", message=why)
+            self.reap()
+
     def stop(self) -> None:
         """End every daemon still running (its whole session), then reap
         them all: SIGTERM, SIGKILL after STOP_GRACE, then as long as they
@@ -505,7 +567,8 @@ class Agent:
                     moved = time.monotonic() if sig == signal.SIGKILL else moved
                 if self.daemons:
                     self.progress("stopping", left=len(self.daemons))
-                    time.sleep(0.02)
+                    if self.subtree is None or not self.subtree.pump():
+                        time.sleep(0.02)
             if not self.daemons:
                 break
         self.sweep_containers()
@@ -604,7 +667,8 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
     learning = None
     if spec.get("report_cores"):     # hwloc takes tens of ms: while the daemons start
         import threading
-        learning = threading.Thread(target=lambda: cores.update(host_cores()), daemon=True)
+        known = str(spec.get("cores_known", {}).get(host, ""))
+        learning = threading.Thread(target=lambda: cores.update(host_cores(known)), daemon=True)
         learning.start()
     a = Agent(spec, host)
     if channel is not None:
@@ -614,6 +678,7 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         signal.signal(s, a.on_signal)
     t0 = time.monotonic()
     try:
+        a.start_subtree()
         a.check_capacity()
         a.start()
         spawned = time.monotonic() - t0
@@ -622,6 +687,7 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         a.stop()
         a.forget_secrets()
         say(host, "error", message=e.message if isinstance(e, LatticeError) else str(e))
+        a.stop_subtree()
         return 1
     say(host, "ready", up=a.up, ciods={str(p): {"address": addresses[p],
                                        "pid": next(d.pid for d in a.daemons.values() if d.kind == "ciod" and d.node == p)}
@@ -639,6 +705,9 @@ def serve(spec: dict[str, Any], host: str, channel: Channel | None = None) -> in
         say(host, "stopping", message=f"boot not completed: {why}", left=len(a.daemons))
     a.stop()
     a.forget_secrets()
+    if why is None:     # its part is down: its children's go on (or end) as they do, at once
+        a.carry_subtree()
+    a.stop_subtree()
     say(host, "done")
     return 0
 
@@ -650,12 +719,17 @@ def joined(t: threading.Thread | None) -> bool:
     return True
 
 
-def host_cores() -> dict[str, Any]:
-    """This host's cores as lattice.nodes.host learns them, for the service node's cache."""
+def host_cores(known: str = "") -> dict[str, Any]:
+    """This host's cores as lattice.nodes.host learns them, for the service node's cache; nothing
+    when that cache's fingerprint (known) is this host's and hwloc's file for the ranks is here:
+    hwloc (a process and an XML parse) is not on every cold boot."""
     from lattice.nodes import host as hostmod
+    fp = hostmod.fingerprint()
+    if known == fp and hostmod.topology_file().is_file():
+        return {}
     h = hostmod.learn(socket.gethostname())
     return {"source": h.source, "cores": [[c.os_index, *c.pus] for c in h.cores], "hwloc_idle": list(h.hwloc_idle),
-            "ucx_idle": list(h.ucx_idle)}
+            "ucx_idle": list(h.ucx_idle), "fingerprint": fp}
 
 
 if __name__ == "__main__":

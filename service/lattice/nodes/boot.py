@@ -387,7 +387,8 @@ def remember_cores(h: str, report: dict[str, object]) -> None:
     if cores:
         hostmod.save(hostmod.Host(h, cores, str(report.get("source", "agent")),
                                   tuple(str(x) for x in idle) if isinstance(idle, list) else (),
-                                  tuple(str(x) for x in ucx) if isinstance(ucx, list) else ()), "agent")
+                                  tuple(str(x) for x in ucx) if isinstance(ucx, list) else ()),
+                     str(report.get("fingerprint", "agent")))     # the agent skips hwloc while it matches
 
 
 def personality(m: Machine, b: Block, key: bytes | None, i: int, addr: str | None) -> dict[str, object]:

@@ -10,9 +10,12 @@ interface:
 - local: every pset on this host (the default);
 - ssh: the hosts of a hostfile (one a line, `NAME [slots=N]`, N the compute
   nodes it may run), psets dealt out to them in turn at `lattice init` and
-  recorded in the database (nodes.host of the I/O nodes); each host's agent
-  starts over ssh with key login ([placement] ssh: the command, default
-  `ssh -o BatchMode=yes` with ssh heartbeats: SSH_DEFAULT);
+  recorded in the database (nodes.host of the I/O nodes); the agents start
+  over ssh with key login ([placement] ssh: the command, default
+  `ssh -o BatchMode=yes` with ssh heartbeats: SSH_DEFAULT) as a tree: this
+  node starts the first [placement] fanout hosts' agents, each agent its
+  children's (lattice.nodes.agenttree), this node's connections shared and
+  kept a while (ssh_sharing);
 - slurm: the hosts of the Slurm allocation `lattice` runs in
   (SLURM_JOB_NODELIST), psets dealt out to them in turn at boot, every host's
   agent started by one `srun` (one task a host).
@@ -213,6 +216,51 @@ def ssh_command(m: Machine) -> list[str]:
     return shlex.split(m.ssh or SSH_DEFAULT)
 
 
+# The service node's ssh connections to the hosts are shared and kept open
+# for SSH_PERSIST seconds after their last session (OpenSSH's ControlMaster
+# and ControlPersist): a key exchange costs 0.3-0.6 s here, and a cold
+# `lattice run` pays it on every host at every boot otherwise.  The master
+# runs detached, as the machine owner, its socket in the machine's private
+# runtime directory (0700, lattice.safepath); $LATTICE_SSH_PERSIST (seconds)
+# sets the window, 0 turns sharing off; a [placement] ssh command that names
+# its own Control* options is left as it is.  The agents' own ssh to their
+# children never persists (nothing of a block stays on a host after it).
+SSH_PERSIST = 120
+
+
+def ssh_sharing(m: Machine) -> list[str]:
+    """The options that share the service node's connections (see above), or none."""
+    text = os.environ.get("LATTICE_SSH_PERSIST")
+    try:
+        persist = int(text) if text else SSH_PERSIST
+    except ValueError:
+        raise LatticeError(f"bad LATTICE_SSH_PERSIST {text!r}: a whole number of seconds (0: no sharing)") from None
+    if persist <= 0 or any("control" in w.lower() for w in ssh_command(m)):
+        return []
+    from lattice import safepath
+    d = Path(safepath.runtime_dir(str(machine.home())))
+    safepath.private_dir(d)
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={d}/ssh-%C", "-o", f"ControlPersist={persist}"]
+
+
+def cores_known(hosts: list[str]) -> dict[str, str]:
+    """The fingerprint of each host's cores as the service node keeps them (lattice.nodes.host):
+    an agent whose host still has it does not ask hwloc again."""
+    from lattice.nodes import host as hostmod
+    out = {}
+    for h in hosts:
+        cached = hostmod.load(h)
+        if cached is not None:
+            out[h] = cached[1]
+    return out
+
+
+def fanout(m: Machine) -> int:
+    """How many agents each starts over ssh: machine.toml's [placement] fanout, else agenttree.FANOUT."""
+    from lattice.nodes import agenttree
+    return m.fanout or agenttree.FANOUT
+
+
 # The launcher's shell: it holds the channel's write end for as long as ssh or
 # srun runs (ssh closes every descriptor above 2 as it starts), so the far end
 # sees EOF only when the launcher dies; and it writes an empty line on it every
@@ -262,7 +310,6 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     """Start the agents of the hosts of plan (None: this host); phase names
     the srun's log of a second launch in one boot."""
     import json
-    import shlex
     out: list[Launch] = []
     if None in plan:
         from lattice.nodes import agent
@@ -274,16 +321,19 @@ def launch(m: Machine, block: str, plan: dict[str | None, Any], spec: dict[str, 
     remote = [h for h in plan if h is not None]
     if not remote:
         return out
-    if m.placement == "ssh":
-        for h in remote:
+    spec = dict(spec, cores_known=cores_known(remote))
+    if m.placement == "ssh":     # a tree: the first hosts here, each agent starting its children (agenttree)
+        from lattice.nodes import agenttree
+        tree = agenttree.children(remote, fanout(m))
+        tree_spec = dict(spec, ssh=ssh_command(m))
+        sharing = ssh_sharing(m)
+        for h in tree[None]:
             log = log_dir / f"agent-{h}.log"
             log.unlink(missing_ok=True)
-            orders = dict(spec, hosts={h: spec["hosts"][h]})
-            # the far side's environment is its own: name where the lattice package is
-            remote = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[2]}", *agent_argv(), "--host", h]
-            argv = [*ssh_command(m), h, shlex.join(remote)]
+            orders = agenttree.orders_for(tree_spec, tree, h, "")
+            argv = [*ssh_command(m), *sharing, h, agenttree.remote_command(h)]
             pid, channel = _spawn(argv, json.dumps(orders).encode() + b"\n", log, hold_channel=True)
-            out.append(Launch((h,), pid, log, channel))
+            out.append(Launch(tuple(orders["hosts"]), pid, log, channel))
     else:
         log = log_dir / f"agent-slurm{phase}.log"
         log.unlink(missing_ok=True)

@@ -67,6 +67,7 @@ class MachineFields(NamedTuple):
     memory: int = DEFAULT_MEMORY
     placement: str = "local"        # which hosts run the psets: local, ssh or slurm (lattice.nodes.placement)
     ssh: str = ""                   # ssh placement: the command that reaches a host ("" = plain ssh)
+    fanout: int = 0                 # ssh placement: agents each agent starts (0: the default, lattice.nodes.agenttree)
     hide: tuple[str, ...] = ()
     cores: int = DEFAULT_CORES
     plugins: tuple[str, ...] = ()   # ciod --plugin specs (docs/plugins.md)
@@ -105,6 +106,8 @@ class Machine(MachineFields):
             raise LatticeError(f"hold-pages {self.hold_pages!r} is not one of {', '.join(HOLD_PAGES)}")
         if self.placement not in PLACEMENTS:
             raise LatticeError(f"placement {self.placement!r} is not one of {', '.join(PLACEMENTS)}")
+        if not 0 <= self.fanout <= 4096:
+            raise LatticeError(f"placement fanout {self.fanout} is not 1..4096 (0: the default)")
 
     def block_holds_pages(self) -> bool:
         """Does a booted block keep the huge pages its jobs touched until it is
@@ -157,7 +160,8 @@ class Machine(MachineFields):
             "torus": {"shape": list(self.shape)},
             "pset": {"size": self.pset_size},
             "node": {"memory": self.memory, "cores": self.cores, "hold_pages": self.hold_pages},
-            "placement": {"hosts": self.placement, **({"ssh": self.ssh} if self.ssh else {})},
+            "placement": {"hosts": self.placement, **({"ssh": self.ssh} if self.ssh else {}),
+                          **({"fanout": self.fanout} if self.fanout else {})},
             "compute": {"hide": list(self.hide)},
             **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
             "linux": {"trees": list(self.linux_trees)},
@@ -188,6 +192,7 @@ class Machine(MachineFields):
                        hold_pages=str(data["node"].get("hold_pages", "auto")),  # type: ignore[attr-defined]
                        placement=str(data.get("placement", {}).get("hosts", "local")),  # type: ignore[attr-defined]
                        ssh=str(data.get("placement", {}).get("ssh", "")),  # type: ignore[attr-defined]
+                       fanout=int(data.get("placement", {}).get("fanout", 0)),  # type: ignore[attr-defined]
                        hide=tuple(str(p) for p in hide), plugins=tuple(plugins), linux_trees=tuple(trees),
                        database=str(data.get("database", {}).get("url", "sqlite")))  # type: ignore[attr-defined]
         except (KeyError, TypeError, ValueError, AttributeError) as e:

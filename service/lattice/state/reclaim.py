@@ -108,11 +108,13 @@ def lost_daemons(con: db.Connection, m: Machine, name: str) -> list[str]:
     for a in con.execute("SELECT host, pid, start, log FROM agents WHERE block = ? AND host != 'local'",
                          (name,)).fetchall():
         from lattice.nodes import placement       # here: blocks on this host alone need none of it
-        if gone(a["pid"], a["start"]):
+        events = placement.events(Path(a["log"]))
+        # its launcher gone, or (agents as a tree) the agent that started it lost it (lattice.nodes.agenttree)
+        if gone(a["pid"], a["start"]) or any(e["event"] == "lost" and e.get("host") == a["host"] for e in events):
             out += [where(r) for r in con.execute("SELECT kind, node FROM daemons WHERE block = ? AND host = ? "
                                                   "ORDER BY kind, node", (name, a["host"]))]
             continue
-        out += [e["location"] for e in placement.events(Path(a["log"]))
+        out += [e["location"] for e in events
                 if e["event"] == "exited" and e.get("host") == a["host"] and "location" in e]
     return out
 
