@@ -2,6 +2,7 @@
  * topo.c - a communicator's layout on the torus and its hosts, learnt at its
  * first collective and cached as an attribute (torus.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@ const struct torus_tune *torus_tune(void)
         t.bcast_max = env_size("LATTICE_TORUS_BCAST_MAX", 0);
         t.reduce_max = env_size("LATTICE_TORUS_REDUCE_MAX", 0);
         t.barrier = env_size("LATTICE_TORUS_BARRIER", 1) != 0;
+        t.verbose = env_size("LATTICE_TORUS_VERBOSE", 0) != 0;
         done = 1;
     }
     return &t;
@@ -128,6 +130,33 @@ static int find_box(struct torus_comm *t, const int *all)
     return 1;
 }
 
+/* LATTICE_TORUS_VERBOSE=1: what the library makes of a communicator, once, from its rank 0 */
+static void say(const struct torus_comm *t)
+{
+    int hosts = 0;
+    for (int r = 0; r < t->size; r++)
+        hosts = t->host[r] + 1 > hosts ? t->host[r] + 1 : hosts;
+    char shape[64] = "";
+    for (int i = 0, at = 0; i < t->box.n && at < (int)sizeof shape - 12; i++)
+        at += snprintf(shape + at, sizeof shape - at, "%s%d", i ? "x" : "", t->box.ext[i]);
+    if (!t->usable)
+        fprintf(stderr, "libtorus: %d ranks: not all started by Lattice: MPICH's collectives\n", t->size);
+    else if (!t->mesh)
+        fprintf(stderr, "libtorus: %d ranks on %d hosts: no box of the torus: MPICH's broadcast, torus reductions\n",
+                t->size, hosts);
+    else
+        fprintf(stderr, "libtorus: %d ranks on %d hosts: box %s %s, %d colours\n", t->size, hosts,
+                t->box.n ? shape : "1", t->box.wrap && t->box.n ? "torus" : "mesh", torus_colours(&t->box));
+}
+
+/* The leaders' order: by the box index of each node's first rank when the
+ * ranks fill a box (the between-node tree then pairs neighbours on the torus
+ * first), else by rank.  Each rank's host number is its leader's place in it. */
+static int leader_key(const struct torus_comm *t, int r)
+{
+    return t->mesh ? t->index[r] : r;
+}
+
 static struct torus_comm *learn(MPI_Comm comm)
 {
     struct torus_comm *t = calloc(1, sizeof *t);
@@ -138,15 +167,12 @@ static struct torus_comm *learn(MPI_Comm comm)
     PMPI_Comm_size(t->dup, &t->size);
     PMPI_Comm_rank(t->dup, &t->rank);
     PMPI_Comm_split_type(t->dup, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &t->local);
-    int lrank, hostno = 0;
+    int lrank, leader = t->rank;
     PMPI_Comm_rank(t->local, &lrank);
-    PMPI_Comm_split(t->dup, lrank == 0 ? 0 : MPI_UNDEFINED, t->rank, &t->leaders);
-    if (t->leaders != MPI_COMM_NULL)
-        PMPI_Comm_rank(t->leaders, &hostno);
-    PMPI_Bcast(&hostno, 1, MPI_INT, 0, t->local);
+    PMPI_Bcast(&leader, 1, MPI_INT, 0, t->local);
     int f[NF];
     mine(f);
-    f[F_HOST] = hostno;
+    f[F_HOST] = leader;         /* for now the leader's rank; its host number below */
     f[F_LRANK] = lrank;
     int *all = malloc((size_t)t->size * NF * sizeof(int));
     t->host = malloc(t->size * sizeof(int));
@@ -159,7 +185,6 @@ static struct torus_comm *learn(MPI_Comm comm)
     t->usable = 1;
     for (int r = 0; r < t->size; r++) {
         t->usable &= all[r * NF + F_HAS];
-        t->host[r] = all[r * NF + F_HOST];
         t->lrank[r] = all[r * NF + F_LRANK];
     }
     if (t->usable)
@@ -168,7 +193,18 @@ static struct torus_comm *learn(MPI_Comm comm)
         free(t->index), free(t->rank_of);
         t->index = t->rank_of = NULL;
     }
+    PMPI_Comm_split(t->dup, lrank == 0 ? 0 : MPI_UNDEFINED, leader_key(t, t->rank), &t->leaders);
+    /* host number = how many leaders come before mine in (key, rank) order, as split orders them */
+    for (int r = 0; r < t->size; r++) {
+        int l = all[r * NF + F_HOST], k = leader_key(t, l), h = 0;
+        for (int q = 0; q < t->size; q++)
+            if (all[q * NF + F_LRANK] == 0 && (leader_key(t, q) < k || (leader_key(t, q) == k && q < l)))
+                h++;
+        t->host[r] = h;
+    }
     free(all);
+    if (torus_tune()->verbose && t->rank == 0)
+        say(t);
     return t;
 }
 

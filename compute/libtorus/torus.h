@@ -44,6 +44,7 @@ struct torus_tune {
     size_t bcast_max;       /* LATTICE_TORUS_BCAST_MAX: larger broadcasts go to MPICH (0: none) */
     size_t reduce_max;      /* LATTICE_TORUS_REDUCE_MAX: larger reductions go to MPICH (0: none) */
     int barrier;            /* LATTICE_TORUS_BARRIER=0: MPICH's barrier */
+    int verbose;            /* LATTICE_TORUS_VERBOSE=1: one line per communicator learnt, from its rank 0 */
 };
 const struct torus_tune *torus_tune(void);
 
