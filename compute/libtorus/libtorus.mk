@@ -8,7 +8,7 @@ TORUS_MPICC ?= mpicc.mpich
 .PHONY: libtorus
 all: libtorus
 ifneq ($(shell command -v $(TORUS_MPICC) 2>/dev/null),)
-libtorus: $(BUILD)/lib/libtorus.so $(BUILD)/tests/torus_sched_check
+libtorus: $(BUILD)/lib/libtorus.so $(BUILD)/tests/torus_sched_check $(BUILD)/bench/coll_bench
 else
 libtorus:
 	@echo "libtorus: $(TORUS_MPICC) not found (apt-get install mpich libmpich-dev)"
@@ -26,3 +26,8 @@ $(BUILD)/lib/libtorus.so: $(TORUS_SRC) $(wildcard compute/libtorus/*.h) $(PERS_S
 $(BUILD)/tests/torus_sched_check: tests/unit/torus_sched_check.c compute/libtorus/sched.c compute/libtorus/sched.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 -g -Wall -Wextra -Icompute/libtorus -o $@ $< compute/libtorus/sched.c
+
+# bench/collectives.py's MPI program (an explicit rule: bench/*.c are plain gcc otherwise).
+$(BUILD)/bench/coll_bench: bench/coll_bench.c
+	@mkdir -p $(@D)
+	$(TORUS_MPICC) -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -o $@ $<

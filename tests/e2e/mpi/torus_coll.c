@@ -4,11 +4,14 @@
  * double, long long, a strided vector, an int+double struct, MPI_2INT with
  * MINLOC), ops (sum, max, prod, band, a commutative user op, a
  * non-commutative user op), message sizes from 0 to 4 MiB, every root, MPI_IN_PLACE,
- * and sub-communicators (halves, every other rank, a duplicate, a reversed
- * order).  Prints "torus_coll: N checks ok on SIZE ranks" from rank 0 and
+ * sub-communicators (halves, every other rank, a duplicate, a reversed
+ * order), every predefined type with every op defined for it, and an
+ * intercommunicator (which the library leaves to MPICH).  Prints "torus_coll: N checks ok on SIZE ranks" from rank 0 and
  * exits 0, or a line per fault and exits 1.
- * argv[1] "quick": fewer sizes and roots (for large jobs).
+ * argv[1] "quick": fewer sizes and roots (for large jobs); "which": rank 0
+ * prints only which library MPI_Bcast comes from ("MPI_Bcast from libtorus.so").
  */
+#include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +258,115 @@ static void barriers(MPI_Comm c)
     MPI_Win_free(&win);
 }
 
+
+/* Every predefined integer and floating type with the ops MPI defines for it
+ * (as MPICH's coll/allred does): in[i] = i + rank % 3, small enough to be exact. */
+#define SWEEP_INT(T, MT)                                                                                   \
+    do {                                                                                                   \
+        T in[N_SW], out[N_SW];                                                                             \
+        MPI_Op ops[] = { MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_LAND, MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, \
+                         MPI_BXOR };                                                                       \
+        for (int o = 0; o < 10; o++) {                                                                     \
+            for (int i = 0; i < N_SW; i++)                                                                 \
+                in[i] = (T)(i % 4 + rank % 3);                                                             \
+            MPI_Allreduce(in, out, N_SW, MT, ops[o], c);                                                   \
+            int ok = 1;                                                                                    \
+            for (int i = 0; i < N_SW; i++) {                                                               \
+                long long w = i % 4 + 0 % 3;                                                               \
+                for (int r = 1; r < size; r++) {                                                           \
+                    long long v = i % 4 + r % 3;                                                           \
+                    switch (o) {                                                                           \
+                    case 0: w += v; break;                                                                 \
+                    case 1: w = r < 6 ? w * v : w; break;                                                  \
+                    case 2: w = v > w ? v : w; break;                                                      \
+                    case 3: w = v < w ? v : w; break;                                                      \
+                    case 4: w = w && v; break;                                                             \
+                    case 5: w = w || v; break;                                                             \
+                    case 6: w = !w != !v; break;                                                           \
+                    case 7: w &= v; break;                                                                 \
+                    case 8: w |= v; break;                                                                 \
+                    case 9: w ^= v; break;                                                                 \
+                    }                                                                                      \
+                }                                                                                          \
+                if (o != 1 || size <= 6)                                                                   \
+                    ok &= (long long)out[i] == (long long)(T)w;                                            \
+            }                                                                                              \
+            check("allreduce " #MT, o, -1, ok);                                                            \
+        }                                                                                                  \
+    } while (0)
+
+#define SWEEP_FLOAT(T, MT)                                                                                 \
+    do {                                                                                                   \
+        T in[N_SW], out[N_SW];                                                                             \
+        MPI_Op ops[] = { MPI_SUM, MPI_MAX, MPI_MIN };                                                      \
+        for (int o = 0; o < 3; o++) {                                                                      \
+            for (int i = 0; i < N_SW; i++)                                                                 \
+                in[i] = (T)(i + rank % 3);                                                                 \
+            MPI_Allreduce(in, out, N_SW, MT, ops[o], c);                                                   \
+            int ok = 1;                                                                                    \
+            for (int i = 0; i < N_SW; i++) {                                                               \
+                T w = (T)i;                                                                                \
+                for (int r = 1; r < size; r++) {                                                           \
+                    T v = (T)(i + r % 3);                                                                  \
+                    w = o == 0 ? w + v : o == 1 ? (v > w ? v : w) : (v < w ? v : w);                       \
+                }                                                                                          \
+                ok &= out[i] == w;                                                                         \
+            }                                                                                              \
+            check("allreduce " #MT, o, -1, ok);                                                            \
+        }                                                                                                  \
+    } while (0)
+
+enum { N_SW = 37 };
+
+static void sweep(MPI_Comm c)
+{
+    int rank, size;
+    MPI_Comm_rank(c, &rank);
+    MPI_Comm_size(c, &size);
+    SWEEP_INT(signed char, MPI_SIGNED_CHAR);
+    SWEEP_INT(unsigned char, MPI_UNSIGNED_CHAR);
+    SWEEP_INT(short, MPI_SHORT);
+    SWEEP_INT(unsigned short, MPI_UNSIGNED_SHORT);
+    SWEEP_INT(int, MPI_INT);
+    SWEEP_INT(unsigned, MPI_UNSIGNED);
+    SWEEP_INT(long, MPI_LONG);
+    SWEEP_INT(unsigned long, MPI_UNSIGNED_LONG);
+    SWEEP_INT(long long, MPI_LONG_LONG);
+    SWEEP_FLOAT(float, MPI_FLOAT);
+    SWEEP_FLOAT(double, MPI_DOUBLE);
+    SWEEP_FLOAT(long double, MPI_LONG_DOUBLE);
+    /* MAXLOC on MPI_DOUBLE_INT: the largest value, the lowest rank holding it */
+    struct { double v; int r; } dv = { (double)(rank % 4), rank }, dres;
+    MPI_Allreduce(&dv, &dres, 1, MPI_DOUBLE_INT, MPI_MAXLOC, c);
+    int top = size >= 4 ? 3 : size - 1;
+    check("allreduce maxloc", 1, -1, dres.v == top && dres.r == top);
+}
+
+/* An intercommunicator between the two halves: the library leaves it to MPICH. */
+static void inter(void)
+{
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2)
+        return;
+    MPI_Comm half, ic;
+    int low = wrank < size / 2;
+    MPI_Comm_split(MPI_COMM_WORLD, low, wrank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, low ? size / 2 : 0, 99, &ic);
+    int hr;
+    MPI_Comm_rank(half, &hr);
+    int v = low && hr == 0 ? 4242 : -1;
+    MPI_Bcast(&v, 1, MPI_INT, low ? (hr == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0, ic);
+    if (!low || hr == 0)
+        check("intercomm bcast", 1, 0, low ? v == 4242 : v == 4242);
+    int one = 1, sum = 0, remote;
+    MPI_Comm_remote_size(ic, &remote);
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, ic);
+    check("intercomm allreduce", 1, -1, sum == remote);
+    MPI_Barrier(ic);
+    MPI_Comm_free(&ic), MPI_Comm_free(&half);
+}
+
 static void all(MPI_Comm c, int quick)
 {
     static const int full[] = { 0, 1, 3, 1000, 16384, 100003, 1 << 20 }, few[] = { 1, 1000, 100003 };
@@ -263,12 +375,21 @@ static void all(MPI_Comm c, int quick)
     bcasts(c, sizes, nsizes, !quick);
     reductions(c, sizes, quick ? 2 : 5, !quick);
     barriers(c);
+    sweep(c);
 }
 
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int size, quick = argc > 1 && !strcmp(argv[1], "quick");
+    if (argc > 1 && !strcmp(argv[1], "which")) {
+        Dl_info info;
+        MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+        if (wrank == 0 && dladdr((void *)MPI_Bcast, &info) && info.dli_fname)
+            printf("MPI_Bcast from %s\n", strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname);
+        MPI_Finalize();
+        return 0;
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     all(MPI_COMM_WORLD, quick);
@@ -282,6 +403,7 @@ int main(int argc, char **argv)
     MPI_Comm_split(MPI_COMM_WORLD, 0, size - wrank, &rev);
     all(rev, 1);
     MPI_Comm_free(&half), MPI_Comm_free(&odd), MPI_Comm_free(&dup), MPI_Comm_free(&rev);
+    inter();
     int total = 0, bad = 0;
     MPI_Reduce(&checks, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Allreduce(&errors, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
