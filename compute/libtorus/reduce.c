@@ -106,6 +106,13 @@ int torus_allreduce(struct torus_comm *t, const void *sendbuf, void *recvbuf, in
         if (rc != MPI_SUCCESS)
             return rc;
     }
+    /* a large result goes back down by the pipelined torus broadcast, not the binomial tree */
+    int sz;
+    PMPI_Type_size(dt, &sz);
+    if (t->mesh && (size_t)count * (size_t)sz >= torus_tune()->allreduce_bcast) {
+        int rc = combine(t, recvbuf, recvbuf, count, dt, op, 0);
+        return rc == MPI_SUCCESS ? torus_bcast(t, recvbuf, count, dt, 0) : rc;
+    }
     return combine(t, recvbuf, recvbuf, count, dt, op, -1);
 }
 

@@ -38,6 +38,7 @@ const struct torus_tune *torus_tune(void)
         t.bcast_min = env_size("LATTICE_TORUS_BCAST_MIN", 0);
         t.bcast_max = env_size("LATTICE_TORUS_BCAST_MAX", 0);
         t.reduce_max = env_size("LATTICE_TORUS_REDUCE_MAX", 0);
+        t.allreduce_bcast = env_size("LATTICE_TORUS_ALLREDUCE_BCAST", 32 << 10);
         t.barrier = env_size("LATTICE_TORUS_BARRIER", 1) != 0;
         t.verbose = env_size("LATTICE_TORUS_VERBOSE", 0) != 0;
         done = 1;

@@ -43,6 +43,7 @@ struct torus_tune {
     size_t bcast_min;       /* LATTICE_TORUS_BCAST_MIN: smaller broadcasts go to MPICH */
     size_t bcast_max;       /* LATTICE_TORUS_BCAST_MAX: larger broadcasts go to MPICH (0: none) */
     size_t reduce_max;      /* LATTICE_TORUS_REDUCE_MAX: larger reductions go to MPICH (0: none) */
+    size_t allreduce_bcast; /* LATTICE_TORUS_ALLREDUCE_BCAST: an allreduce result this large goes out by torus_bcast */
     int barrier;            /* LATTICE_TORUS_BARRIER=0: MPICH's barrier */
     int verbose;            /* LATTICE_TORUS_VERBOSE=1: one line per communicator learnt, from its rank 0 */
 };
