@@ -17,11 +17,17 @@ each; psets of 16) and its one block booted once; 16 ranks fill the z=0
 plane (a 4x4 torus), 64 the whole 4x4x4 torus one per node (coprocessor
 mode), 256 every core (virtual node mode, a 4x4x4x4 box).  At 256 ranks a
 rank has 32 MiB, so sizes stop at 4 MiB there.  --quick: 16 ranks, a few
-sizes, one round.  --hosts (when the shared testbed is up, scripts/testbed.sh
-status): the same over the testbed's hosts by ssh placement is not done by
-this driver yet (bench/RESULTS.md says why).
+sizes, one round.
+
+--hosts H: the same across H hosts of the testbed (scripts/testbed.sh; used
+only while `scripts/testbed.sh status` says it is up: this driver never
+brings it up or down): a 4x4xH machine by ssh placement, psets of 16 (one
+z plane, one host each), booted once; ranks mapped ZXYT so that even 16
+ranks span every host (a 4x1xH box, z being the host); hydra is
+`mpiexec.hydra -launcher ssh -hosts h1,..,hH -ppn N/H` over the testbed's ssh.
 
     .venv/bin/python bench/collectives.py [--repeat 3] [--ranks 16,64,256] [--kernel cnk|linux] [--quick]
+                                          [--hosts H]
 """
 from __future__ import annotations
 
@@ -29,6 +35,10 @@ import argparse
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
 
 import benchlib as bl
 from launch import Block
@@ -42,6 +52,64 @@ QUICK_BCAST = [8, 32 << 10, 1 << 20]
 QUICK_ALLRED = [8, 32 << 10]
 BUDGET = 256 << 20          # bytes moved per size and run (iterations = BUDGET / (size * ranks))
 MAX_AT_256 = 4 << 20
+
+
+TESTBED = bl.ROOT / "scripts" / "testbed.sh"
+TESTBED_ENV = Path("/run/lattice-testbed/testbed.env")
+
+
+class HostsBlock:
+    """A 4x4xH machine over the testbed's first H hosts (ssh placement) with
+    one block, `bench`, booted for a `with` and freed after; the testbed
+    itself is left as it was."""
+
+    def __init__(self, hosts: int) -> None:
+        if subprocess.run([str(TESTBED), "status"], capture_output=True).returncode != 0:
+            sys.exit("collectives.py: --hosts needs the testbed up (scripts/testbed.sh status); "
+                     "it is shared: this driver never brings it up")
+        out = subprocess.run(["bash", "-c", '. "$1" && env -0', "-", str(TESTBED_ENV)], check=True,
+                             capture_output=True, text=True).stdout
+        self.tb = dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+        self.hosts = self.tb["LATTICE_TESTBED_HOSTS"].split()[:hosts]
+        if len(self.hosts) < hosts:
+            sys.exit(f"collectives.py: the testbed has {len(self.hosts)} hosts, not {hosts}")
+        self.tmp = Path(tempfile.mkdtemp(prefix="lattice-bench-coll-"))
+        self.env = dict(self.tb, LATTICE_HOME=str(self.tmp / "home"), PYTHONPATH=str(bl.ROOT / "service"))
+        self.shape = f"4x4x{hosts}"
+        self.booted = False
+        self.boot_s = 0.0
+        self.ssh = self.tmp / "ssh"     # hydra's -launcher-exec takes one program
+        self.ssh.write_text(f"#!/bin/sh\nexec ssh -F {self.tb['LATTICE_TESTBED_SSH_CONFIG']} \"$@\"\n")
+        self.ssh.chmod(0o755)
+
+    def lattice(self, *args: str) -> None:
+        subprocess.run([*bl.lattice_cmd(), *args], env=self.env, check=True, capture_output=True)
+
+    def __enter__(self) -> "HostsBlock":
+        hostfile = self.tmp / "hosts"
+        hostfile.write_text("\n".join(self.hosts) + "\n")
+        self.lattice("init", "--shape", self.shape, "--pset-size", "16", "--memory", "128M", "--cores", "4",
+                     "--placement", "ssh", "--hostfile", str(hostfile), "--ssh-command", self.tb["LATTICE_TESTBED_SSH"])
+        self.lattice("block", "create", "bench", "--shape", self.shape)
+        t0 = time.perf_counter()
+        self.booted = True
+        self.lattice("boot", "bench")
+        self.boot_s = time.perf_counter() - t0
+        return self
+
+    def run_cmd(self, n: int, exe: Path, *args: str, kernel: str = "cnk", opts: tuple[str, ...] = ()) -> list[str]:
+        return [*bl.lattice_cmd(), "run", "--block", "bench", "-n", str(n), "--kernel", kernel, "--mapping", "ZXYT",
+                *opts, str(exe), *args]
+
+    def hydra_cmd(self, n: int, args: list[str]) -> list[str]:
+        return ["mpiexec.hydra", "-launcher", "ssh", "-launcher-exec", str(self.ssh), "-iface", "ltb0",
+                "-hosts", ",".join(self.hosts), "-ppn", str(max(1, n // len(self.hosts))), "-n", str(n),
+                str(PROG), *args]
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self.booted:
+            subprocess.run([*bl.lattice_cmd(), "free", "--all"], env=self.env, capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def size_name(n: int) -> str:
@@ -58,7 +126,10 @@ def parse(out: str) -> dict[int, float]:
     return res
 
 
-def command(cfg: str, blk: Block, n: int, kernel: str, args: list[str]) -> tuple[list[str], dict[str, str] | None]:
+def command(cfg: str, blk: Block | HostsBlock, n: int, kernel: str,
+            args: list[str]) -> tuple[list[str], dict[str, str] | None]:
+    if cfg == "hydra" and isinstance(blk, HostsBlock):
+        return blk.hydra_cmd(n, args), blk.tb
     if cfg == "hydra":
         hydra = shutil.which("mpiexec.hydra") or "mpiexec.hydra"
         return [hydra, "-n", str(n), str(PROG), *args], None
@@ -76,6 +147,7 @@ def main() -> int:
     ap.add_argument("--kernel", choices=("cnk", "linux"), default="cnk")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="16 ranks, a few sizes, one round")
+    ap.add_argument("--hosts", type=int, default=0, help="across this many testbed hosts (2-4; the testbed must be up)")
     a = ap.parse_args()
     ranks = [16] if a.quick else [int(r) for r in a.ranks.split(",") if r]
     if a.quick:
@@ -87,9 +159,10 @@ def main() -> int:
     data: dict[tuple[str, int, int], dict[str, list[float]]] = {}
     failures: list[str] = []
     print(bl.header("collectives", sys.argv))
-    with Block("4x4x4", 16, "128M", cores=4) as blk:
-        print(f"machine 4x4x4, psets of 16, 128M and 4 cores per node, kernel {a.kernel}; "
-              f"boot {blk.boot_s:.2f} s", flush=True)
+    with (HostsBlock(a.hosts) if a.hosts else Block("4x4x4", 16, "128M", cores=4)) as blk:
+        where = f"{a.hosts} testbed hosts by ssh" if a.hosts else "this host"
+        print(f"machine {'4x4x' + str(a.hosts) if a.hosts else '4x4x4'} on {where}, psets of 16, 128M and 4 cores "
+              f"per node, kernel {a.kernel}; boot {blk.boot_s:.2f} s", flush=True)
         for i in range(a.repeat):
             for n in ranks:
                 for op in a.ops.split(","):
