@@ -1,7 +1,7 @@
 /*
  * coll_bench - time MPI_Bcast or MPI_Allreduce over MPI_COMM_WORLD for
- * each message size given: `coll_bench bcast|allreduce BUDGET SIZE...`.
- * Each size runs iters = BUDGET / (size * ranks) times (1..200, after one
+ * each message size given: `coll_bench bcast|allreduce BUDGET MAXITERS SIZE...`.
+ * Each size runs iters = BUDGET / (size * ranks) times (1..MAXITERS, after one
  * warm-up call), between barriers; the time of a call is the slowest rank's
  * mean.  Rank 0 prints one line per size: "OP SIZE ITERS USEC".
  * Built with mpicc.mpich (compute/libtorus/libtorus.mk); bench/collectives.py
@@ -19,25 +19,26 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc < 4 || (strcmp(argv[1], "bcast") && strcmp(argv[1], "allreduce"))) {
+    if (argc < 5 || (strcmp(argv[1], "bcast") && strcmp(argv[1], "allreduce"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: coll_bench bcast|allreduce BUDGET SIZE...\n");
+            fprintf(stderr, "usage: coll_bench bcast|allreduce BUDGET MAXITERS SIZE...\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int bcast = !strcmp(argv[1], "bcast");
     double budget = atof(argv[2]);
+    int maxiters = atoi(argv[3]);
     size_t most = 0;
-    for (int i = 3; i < argc; i++)
+    for (int i = 4; i < argc; i++)
         most = strtoull(argv[i], NULL, 10) > most ? strtoull(argv[i], NULL, 10) : most;
     char *a = malloc(most + 8), *b = malloc(most + 8);
     if (!a || !b)
         MPI_Abort(MPI_COMM_WORLD, 3);
     memset(a, rank, most + 8);
     memset(b, 0, most + 8);
-    for (int i = 3; i < argc; i++) {
+    for (int i = 4; i < argc; i++) {
         size_t n = strtoull(argv[i], NULL, 10);
         int iters = (int)(budget / ((double)n * size));
-        iters = iters < 1 ? 1 : iters > 200 ? 200 : iters;
+        iters = iters < 1 ? 1 : iters > maxiters ? maxiters : iters;
         int count = bcast ? (int)n : (int)(n / sizeof(double));
         for (int k = -1; k < iters; k++) {
             if (k == 0)

@@ -4,8 +4,8 @@ under Lattice and under mpiexec.hydra, in one run.
 
 The job is build/bench/coll_bench (MPICH 4.0.2, ch4:ucx; one dynamic
 executable for all): for each message size it times the collective over
-MPI_COMM_WORLD (the slowest rank's mean of up to 200 calls, a byte budget
-per size) and rank 0 prints it.  Configurations, interleaved round by round
+MPI_COMM_WORLD (the slowest rank's mean of up to --max-iters calls, a
+byte budget per size) and rank 0 prints it.  Configurations, interleaved round by round
 (each going first in turn):
   hydra    mpiexec.hydra -n N coll_bench ...            (MPICH's algorithms)
   mpi      lattice run -n N --collectives mpi ...       (the same, under Lattice)
@@ -46,11 +46,11 @@ from launch import Block
 PROG = bl.BUILD / "bench" / "coll_bench"
 LIB = bl.BUILD / "lib" / "libtorus.so"
 CONFIGS = ["hydra", "mpi", "torus"]
-BCAST = [8, 512, 32 << 10, 256 << 10, 2 << 20, 16 << 20]
+BCAST = [8, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20]
 ALLRED = [8, 512, 32 << 10, 256 << 10, 1 << 20]
 QUICK_BCAST = [8, 32 << 10, 1 << 20]
 QUICK_ALLRED = [8, 32 << 10]
-BUDGET = 256 << 20          # bytes moved per size and run (iterations = BUDGET / (size * ranks))
+BUDGET = 64 << 20           # bytes moved per size and run (iterations = BUDGET / (size * ranks), 1..--max-iters)
 MAX_AT_256 = 4 << 20
 
 
@@ -145,6 +145,7 @@ def main() -> int:
     ap.add_argument("--ranks", default="16,64,256")
     ap.add_argument("--ops", default="bcast,allreduce")
     ap.add_argument("--kernel", choices=("cnk", "linux"), default="cnk")
+    ap.add_argument("--max-iters", type=int, default=50, help="calls per size and run at most")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="16 ranks, a few sizes, one round")
     ap.add_argument("--hosts", type=int, default=0, help="across this many testbed hosts (2-4; the testbed must be up)")
@@ -169,7 +170,7 @@ def main() -> int:
                     sizes = (QUICK_BCAST if a.quick else BCAST) if op == "bcast" else \
                             (QUICK_ALLRED if a.quick else ALLRED)
                     sizes = [s for s in sizes if n <= 64 or s <= MAX_AT_256]
-                    args = [op, str(BUDGET), *map(str, sizes)]
+                    args = [op, str(BUDGET), str(a.max_iters), *map(str, sizes)]
                     for cfg in bl.rotations(CONFIGS, i):
                         cmd, env = command(cfg, blk, n, a.kernel, args)
                         try:

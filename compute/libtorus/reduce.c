@@ -2,7 +2,8 @@
  * reduce.c - reductions and the barrier along a tree matched to the
  * mapping: the ranks of one host (shared memory) combine first, on a
  * binomial tree to the host's first rank; those leaders then combine on a
- * binomial tree between hosts, so each host's data crosses the network once.
+ * binomial tree between hosts (an allreduce by recursive doubling), so each
+ * host's data crosses the network once.
  * Only commutative operations come here (mpi.c): the trees combine in
  * whatever order messages arrive in.
  */
@@ -68,6 +69,43 @@ static int bcast_tree(MPI_Comm c, void *buf, int count, MPI_Datatype dt, int roo
     return rc;
 }
 
+/* Allreduce on c by recursive doubling (log2 steps rather than the trees'
+ * 2 log2): with h not a power of two the first 2*(h - pof2) ranks pair off
+ * first, the even one handing its data to the odd and getting the result
+ * back at the end (as MPICH does it). */
+static int doubling(MPI_Comm c, void *acc, void *tmp, int count, MPI_Datatype dt, MPI_Op op)
+{
+    int h, me, rc = MPI_SUCCESS, pof2 = 1;
+    PMPI_Comm_size(c, &h);
+    PMPI_Comm_rank(c, &me);
+    while (pof2 * 2 <= h)
+        pof2 *= 2;
+    int rem = h - pof2, newrank;
+    if (me < 2 * rem) {
+        if (me % 2 == 0) {
+            rc = PMPI_Send(acc, count, dt, me + 1, TAG_RED, c);
+            newrank = -1;
+        } else {
+            rc = PMPI_Recv(tmp, count, dt, me - 1, TAG_RED, c, MPI_STATUS_IGNORE);
+            if (rc == MPI_SUCCESS)
+                rc = PMPI_Reduce_local(tmp, acc, count, dt, op);
+            newrank = me / 2;
+        }
+    } else {
+        newrank = me - rem;
+    }
+    for (int mask = 1; newrank >= 0 && mask < pof2 && rc == MPI_SUCCESS; mask <<= 1) {
+        int np = newrank ^ mask, peer = np < rem ? np * 2 + 1 : np + rem;
+        rc = PMPI_Sendrecv(acc, count, dt, peer, TAG_RED, tmp, count, dt, peer, TAG_RED, c, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS)
+            rc = PMPI_Reduce_local(tmp, acc, count, dt, op);
+    }
+    if (rc == MPI_SUCCESS && me < 2 * rem)
+        rc = me % 2 ? PMPI_Send(acc, count, dt, me - 1, TAG_BC, c)
+                    : PMPI_Recv(acc, count, dt, me + 1, TAG_BC, c, MPI_STATUS_IGNORE);
+    return rc;
+}
+
 /* acc (my contribution) combined over the whole communicator, the result
  * at rank `root` of it in out (root < 0: at every rank, in acc = out). */
 static int combine(struct torus_comm *t, void *acc, void *out, int count, MPI_Datatype dt, MPI_Op op, int root)
@@ -77,10 +115,9 @@ static int combine(struct torus_comm *t, void *acc, void *out, int count, MPI_Da
         return MPI_ERR_NO_MEM;
     int rc = reduce_tree(t->local, acc, tbase, count, dt, op, 0);
     if (rc == MPI_SUCCESS && t->leaders != MPI_COMM_NULL)
-        rc = reduce_tree(t->leaders, acc, tbase, count, dt, op, root < 0 ? 0 : t->host[root]);
+        rc = root < 0 ? doubling(t->leaders, acc, tbase, count, dt, op)
+                      : reduce_tree(t->leaders, acc, tbase, count, dt, op, t->host[root]);
     if (root < 0) {
-        if (rc == MPI_SUCCESS && t->leaders != MPI_COMM_NULL)
-            rc = bcast_tree(t->leaders, acc, count, dt, 0, TAG_BC);
         if (rc == MPI_SUCCESS)
             rc = bcast_tree(t->local, acc, count, dt, 0, TAG_BC);
     } else if (rc == MPI_SUCCESS && t->lrank[root] != 0) {
