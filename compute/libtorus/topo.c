@@ -35,7 +35,7 @@ const struct torus_tune *torus_tune(void)
         t.chunk = env_size("LATTICE_TORUS_CHUNK", 64 << 10);
         if (t.chunk < 1024)
             t.chunk = 1024;
-        t.bcast_min = env_size("LATTICE_TORUS_BCAST_MIN", 0);
+        t.bcast_min = env_size("LATTICE_TORUS_BCAST_MIN", 16 << 10);     /* below, MPICH wins here (bench/RESULTS.md) */
         t.bcast_max = env_size("LATTICE_TORUS_BCAST_MAX", 0);
         t.reduce_max = env_size("LATTICE_TORUS_REDUCE_MAX", 0);
         t.allreduce_bcast = env_size("LATTICE_TORUS_ALLREDUCE_BCAST", 32 << 10);
