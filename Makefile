@@ -163,5 +163,8 @@ include examples/cnk/examples.mk bench/bench.mk
 # Lattice's PMI-1 client library (Open MPI's pmix/flux bootstrap) and Open MPI examples.
 -include compute/libpmi/libpmi.mk
 
+# Lattice's torus collectives (PMPI, preloaded into MPICH programs).
+-include compute/libtorus/libtorus.mk
+
 # Plug-ins generated from annotated headers (lattice-pluggen) and their examples.
 -include plugins/plugins.mk

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lattice.state import blocks, db, machine, ras, reclaim
 from lattice.nodes import boot, cores, host, placement
-from lattice.jobs import distribution, job, jobenv, jobinput, mapping, mpienv, outfiles, timelimit, trees
+from lattice.jobs import collectives, distribution, job, jobenv, jobinput, mapping, mpienv, outfiles, timelimit, trees
 from lattice import procs
 from lattice.transport import wire
 from lattice.state.blocks import Block
@@ -470,6 +470,7 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
             user_env = {**given, **dict(kv.split("=", 1) for kv in req.env)}
             for k in user_env:
                 p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+            collectives.add_preload(req.collectives, m.collectives, apps, user_env, p.env, exported)
             exported_names = {kv.partition("=")[0] for kv in exported}
             job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
             for k, v in mpienv.cnk_ucx_default(req.kernel, job_chose).items():

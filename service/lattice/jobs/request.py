@@ -41,6 +41,7 @@ class RunRequest:
     tree: list[str] = field(default_factory=list)
     trace: bool = False
     hugepages: str = "reserve"
+    collectives: str | None = None              # --collectives; None: the machine's default (lattice.jobs.collectives)
     verbose: bool = False
     workdir: str = "/"                          # the caller's working directory
     environ: dict[str, str] = field(default_factory=dict)    # the caller's environment (--export takes from it)

@@ -74,6 +74,7 @@ class MachineFields(NamedTuple):
     hold_pages: str = "auto"        # one of HOLD_PAGES
     linux_trees: tuple[str, ...] = ("~",)   # a sandboxed job's default trees; "~": its owner's home (lattice.jobs.trees)
     database: str = "sqlite"        # "sqlite" (LATTICE_HOME/lattice.db) or a postgresql:// URL (lattice.state.db)
+    collectives: str = "mpi"        # MPI jobs' default collectives: mpi or torus (lattice.jobs.collectives)
 
 
 class Machine(MachineFields):
@@ -104,6 +105,8 @@ class Machine(MachineFields):
             raise LatticeError(f"cores per node ({self.cores}) must be 1..{MAX_CORES}")
         if self.hold_pages not in HOLD_PAGES:
             raise LatticeError(f"hold-pages {self.hold_pages!r} is not one of {', '.join(HOLD_PAGES)}")
+        if self.collectives not in ("mpi", "torus"):
+            raise LatticeError(f"mpi.collectives {self.collectives!r} is not mpi or torus")
         if self.placement not in PLACEMENTS:
             raise LatticeError(f"placement {self.placement!r} is not one of {', '.join(PLACEMENTS)}")
         if not 0 <= self.fanout <= 4096:
@@ -166,6 +169,7 @@ class Machine(MachineFields):
             **({"ionode": {"plugins": list(self.plugins)}} if self.plugins else {}),
             "linux": {"trees": list(self.linux_trees)},
             **({"database": {"url": self.database}} if self.database != "sqlite" else {}),
+            **({"mpi": {"collectives": self.collectives}} if self.collectives != "mpi" else {}),
         }
 
     @classmethod
@@ -194,7 +198,8 @@ class Machine(MachineFields):
                        ssh=str(data.get("placement", {}).get("ssh", "")),  # type: ignore[attr-defined]
                        fanout=int(data.get("placement", {}).get("fanout", 0)),  # type: ignore[attr-defined]
                        hide=tuple(str(p) for p in hide), plugins=tuple(plugins), linux_trees=tuple(trees),
-                       database=str(data.get("database", {}).get("url", "sqlite")))  # type: ignore[attr-defined]
+                       database=str(data.get("database", {}).get("url", "sqlite")),  # type: ignore[attr-defined]
+                       collectives=str(data.get("mpi", {}).get("collectives", "mpi")))  # type: ignore[attr-defined]
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LatticeError(f"{source}: bad machine description: {e}") from e
 

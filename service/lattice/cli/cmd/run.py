@@ -79,6 +79,10 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                    help="reserve (default; root only): grow the huge page pools for a cnk job's big memory and "
                         "shrink them back after it; keep: leave the pools as they are "
                         "(default from $LATTICE_HUGEPAGES)")
+    p.add_argument("--collectives", choices=("mpi", "torus"),
+                   help="torus: Lattice's torus collectives in an MPICH program (a pipelined broadcast along the "
+                        "mapping's torus dimensions, host-first reduction trees; compute/libtorus); mpi: MPICH's "
+                        "own (default: the machine's [mpi] collectives, else mpi)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="say which block, how long, each node's CPUs and progress thread, the kernel, big memory's "
                         "pages and the system calls by class")
