@@ -108,6 +108,7 @@ int stdin_setup(const struct job_spec *js, char *why, size_t whylen)
             return errprintf(why, whylen, "standard input of rank %u: pipe: %s", js->slot[i].rank,
                              strerror(errno));
         fcntl(fds[0], F_SETFL, O_NONBLOCK);     /* stdin_read waits in poll, with the connection */
+        fcntl(fds[1], F_SETPIPE_SZ, (int)LAT_STDIN_MAX * 4);   /* a rank's big read gets more than 64 KiB; may fail */
         in.r[in.n++] = (struct reader){ (int32_t)js->slot[i].rank, fds[0], fds[1] };
     }
     pthread_attr_init(&attr);
