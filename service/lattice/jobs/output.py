@@ -48,6 +48,8 @@ class Output:
 
     def write(self, rank: int, which: int, data: bytes) -> None:
         """Bytes of one rank's stream: its complete lines go out now, the rest is held (up to LINE_BOUND)."""
+        if not data:
+            return
         key = (rank, which)
         end = data.rfind(b"\n") + 1
         held = self.partial.get(key)
@@ -126,7 +128,7 @@ class Output:
         keys = {k for k in (*self.partial, *self.midline) if rank is None or k[0] == rank}
         for key in sorted(keys):
             rest = bytes(self.partial.pop(key, b""))
-            if self.label:
+            if self.label and (rest or key in self.midline):
                 self.emit(*key, rest + b"\n")
             elif rest:
                 self.emit(*key, rest)
