@@ -26,6 +26,8 @@ from conftest import LATTICE, Machine, booted_block, build_probe
 
 GUARD = 600             # s: a bound on each command, only so that a hang fails
 KERNELS = ["cnk", "linux"]
+MODES = {"cnk": ["--kernel", "cnk"], "linux": ["--kernel", "linux"],                 # the sandbox: pipes to cnode
+         "preload": ["--kernel", "linux", "--no-sandbox"]}                          # shipped by libcnclient
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +78,13 @@ def test_ranks_binary_output_in_files_byte_exact_in_bounded_memory(om: Machine, 
     assert peak - base < 16 << 10, f"lattice run grew by {(peak - base) >> 10} MiB for 48 MiB of output"
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", list(MODES))
 def test_labelled_binary_and_line_output_of_ranks_on_stdout(om: Machine, pattern: str, kernel: str) -> None:
     """-l: rank 0 writes 6 MiB of binary (carriage returns and every other
     byte among it), ranks 1-3 100-byte lines, all to one pipe: every line is
     whole and labelled, each rank's lines in order, its bytes exact."""
     size = 6 << 20
-    p = subprocess.run([*LATTICE, "run", "--block", "O", "-l", "--kernel", kernel, "-n", "1", pattern, "bin",
+    p = subprocess.run([*LATTICE, "run", "--block", "O", "-l", *MODES[kernel], "-n", "1", pattern, "bin",
                         str(size), ":", "-n", "3", pattern, "lines", str(size // 2)], env=om.env,
                        stdin=subprocess.DEVNULL, capture_output=True, timeout=GUARD)
     assert p.returncode == 0, p.stderr
