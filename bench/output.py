@@ -18,6 +18,7 @@ cells then say so, and the stdin ratio is taken against a plain pipe
 
     .venv/bin/python bench/output.py            # 3 rounds, every case
     .venv/bin/python bench/output.py --quick    # 1 round, 64 MiB only
+    .venv/bin/python bench/output.py --quick --rounds 5
 """
 from __future__ import annotations
 
@@ -108,13 +109,13 @@ def time_input(system: str, total: int, m: Machine) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one round, 64 MiB cases only")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="64 MiB cases only, one round unless --rounds")
+    ap.add_argument("--rounds", type=int, help="rounds (default 3, with --quick 1)")
     args = ap.parse_args()
     require_built(WRITER)
     if shutil.which("mpiexec.hydra") is None:
         sys.exit("output.py: mpiexec.hydra missing (Debian package mpich)")
-    rounds = 1 if args.quick else args.rounds
+    rounds = args.rounds or (1 if args.quick else 3)
     sizes = [64 * MIB] if args.quick else [64 * MIB, 1024 * MIB]
     cases: list[tuple[str, str, int, int]] = []     # (name, kind, ranks, bytes)
     for size in sizes:
@@ -136,7 +137,8 @@ def main() -> None:
                         failed[name].add(system)
                     else:
                         secs[name].setdefault(system, []).append(dt)
-                print(f"round {r + 1}: {name} done", file=sys.stderr, flush=True)
+                        print(f"round {r + 1}: {name} {system}: {dt:.3f} s, {size / 1e6 / dt:.1f} MB/s",
+                              file=sys.stderr, flush=True)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     cols = ["hydra", "cnk", "linux", "pipe"]
     print(f"\nMB/s (10^6 bytes/s), median [min-max] of {rounds} round(s); ratio: Lattice / baseline "
