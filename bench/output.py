@@ -76,7 +76,7 @@ def time_output(system: str, kind: str, nranks: int, total: int, m: Machine) -> 
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout is not None and p.stderr is not None
     got = 0
-    while chunk := p.stdout.read1(MIB):
+    while chunk := os.read(p.stdout.fileno(), MIB):
         got += len(chunk)
     err = p.stderr.read()
     p.wait()
@@ -90,9 +90,9 @@ def time_output(system: str, kind: str, nranks: int, total: int, m: Machine) -> 
 
 def time_input(system: str, total: int, m: Machine) -> float | None:
     """Seconds to move total bytes from a pipe into rank 0's stdin; None if it failed."""
-    if system == "pipe":
-        cmd, env = [], dict(os.environ)
-    else:
+    cmd: list[str] = []
+    env = dict(os.environ)
+    if system != "pipe":
         cmd, env = launcher(system, 1, m)
     t0 = time.perf_counter()
     feed = subprocess.Popen(["head", "-c", str(total), "/dev/zero"], stdout=subprocess.PIPE)
