@@ -18,7 +18,7 @@ cells then say so, and the stdin ratio is taken against a plain pipe
 
     .venv/bin/python bench/output.py            # 3 rounds, every case
     .venv/bin/python bench/output.py --quick    # 1 round, 64 MiB only
-    .venv/bin/python bench/output.py --quick --rounds 5
+    .venv/bin/python bench/output.py --sizes 1024 --rounds 1
 """
 from __future__ import annotations
 
@@ -111,12 +111,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="64 MiB cases only, one round unless --rounds")
     ap.add_argument("--rounds", type=int, help="rounds (default 3, with --quick 1)")
+    ap.add_argument("--sizes", help="total MiB of each case, comma-separated (default 64,1024; --quick 64)")
     args = ap.parse_args()
     require_built(WRITER)
     if shutil.which("mpiexec.hydra") is None:
         sys.exit("output.py: mpiexec.hydra missing (Debian package mpich)")
     rounds = args.rounds or (1 if args.quick else 3)
-    sizes = [64 * MIB] if args.quick else [64 * MIB, 1024 * MIB]
+    sizes = [int(x) * MIB for x in (args.sizes or ("64" if args.quick else "64,1024")).split(",")]
     cases: list[tuple[str, str, int, int]] = []     # (name, kind, ranks, bytes)
     for size in sizes:
         for kind in ("bin", "lines"):
