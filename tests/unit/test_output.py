@@ -10,12 +10,15 @@ in the order the ranks' bytes came.
 from __future__ import annotations
 
 import io
+import os
 import random
+from pathlib import Path
 from typing import BinaryIO, cast
 
 from lattice.jobs.job import Output
 from lattice.jobs.outfiles import Routes
 from lattice.transport import wire
+from lattice.transport.ciodclient import Ciod
 
 
 class Sink(io.RawIOBase):
@@ -112,3 +115,41 @@ def test_lines_stay_whole_in_order_and_are_flushed_per_batch_not_per_chunk() -> 
             mine = [ln[len(b"%d: " % r):] for ln in lines if ln.startswith(b"%d: " % r)]
             assert b"".join(mine) == b"".join(sent[(r, which)])
         assert all(ln.startswith((b"0: r0 w%d" % which, b"1: r1 w%d" % which)) for ln in lines)
+
+
+
+class Reader:
+    """An I/O node's CONTROL connection as jobinput.Forward sees it: what it was sent."""
+
+    def __init__(self) -> None:
+        self.got = bytearray()
+        self.messages = 0
+
+    def send(self, typ: int, payload: bytes) -> int:
+        assert typ == wire.CTL_STDIN and len(payload) - wire.STDIN.size <= 64 << 10
+        self.got += payload[wire.STDIN.size:]
+        self.messages += 1
+        return self.messages
+
+
+def test_the_run_keeps_a_mib_of_input_on_its_way_to_each_io_node(tmp_path: Path) -> None:
+    """stdin goes ahead of the acknowledgements by a MiB per I/O node (it was
+    128 KiB: a round trip per 128 KiB held cnk's input to ~18 MB/s), in
+    messages of at most 64 KiB, no further; on as acknowledgements come."""
+    from lattice.jobs import jobinput
+    data = random.Random(3).randbytes(3 << 20)
+    (tmp_path / "in").write_bytes(data)
+    fd = os.open(tmp_path / "in", os.O_RDONLY)
+    try:
+        reader = Reader()
+        fwd = jobinput.Forward(9, fd, [cast(Ciod, reader)])
+        while fwd.wanted():
+            fwd.pump()
+        assert (1 << 20) - (64 << 10) < len(reader.got) <= 1 << 20
+        fwd.acked(cast(Ciod, reader), wire.STDIN.pack(9, len(reader.got), 0))
+        while fwd.wanted():
+            fwd.pump()
+        assert (2 << 20) - (64 << 10) < len(reader.got) <= 2 << 20
+        assert bytes(reader.got) == data[:len(reader.got)]
+    finally:
+        os.close(fd)
