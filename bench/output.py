@@ -150,7 +150,8 @@ def main() -> None:
         mbs = {s: [size / 1e6 / t for t in v] for s, v in secs[name].items()}
         cells = ["failed" if s in failed[name] and s not in mbs else cell(mbs.get(s, [])) for s in cols]
         base = "hydra" if mbs.get("hydra") else "pipe"
-        ratios = [f"{statistics.median(mbs[s]) / statistics.median(mbs[base]):.2f}" + ("" if base == "hydra" else " (pipe)")
+        note = "" if base == "hydra" else " (pipe)"
+        ratios = [f"{statistics.median(mbs[s]) / statistics.median(mbs[base]):.2f}{note}"
                   if mbs.get(s) and mbs.get(base) else "-" for s in ("cnk", "linux")]
         print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
 

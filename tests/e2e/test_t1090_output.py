@@ -110,9 +110,10 @@ def test_a_long_line_goes_out_before_it_ends_and_stdin_comes_back(om: Machine, p
     p = subprocess.Popen([*LATTICE, "run", "--block", "O", "-l", "--kernel", kernel, "-n", "1", pattern, "stream",
                           str(size)], env=om.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    out, inp = p.stdout, p.stdin
+    assert out is not None and inp is not None and p.stderr is not None
     head: list[bytes] = []
-    reader = threading.Thread(target=lambda: head.append(p.stdout.read(3 + size)), daemon=True)   # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: head.append(out.read(3 + size)), daemon=True)
     reader.start()
     reader.join(GUARD)              # the event: the line's first MiB came, its newline not yet sent
     if reader.is_alive():
@@ -121,10 +122,9 @@ def test_a_long_line_goes_out_before_it_ends_and_stdin_comes_back(om: Machine, p
     flat = native(pattern, 0, "flat", str(size))
     assert head == [b"0: " + flat]
     lines = [b"%07d %s\n" % (i, os.urandom(40).hex().encode()) for i in range(8 << 20 >> 7)]
-    feeder = threading.Thread(target=lambda: (p.stdin.write(b"".join(lines)), p.stdin.close()),  # type: ignore[union-attr]
-                              daemon=True)
+    feeder = threading.Thread(target=lambda: (inp.write(b"".join(lines)), inp.close()), daemon=True)
     feeder.start()
-    rest = p.stdout.read()
+    rest = out.read()
     p.wait(GUARD)
     feeder.join(GUARD)
     assert p.returncode == 0, p.stderr.read()
