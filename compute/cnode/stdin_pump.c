@@ -19,7 +19,7 @@
  */
 #include "job.h"
 
-#define PUMP_CHUNK 65536u               /* bytes asked per shipped read: a pipe's worth */
+#define PUMP_CHUNK LAT_MAX_IO           /* bytes asked per shipped read: what the I/O node's pipe holds, one round trip */
 
 int stdin_reads(const struct job *j, const struct proc *pr)
 {

@@ -62,6 +62,11 @@ static bool put_all(struct reader *r, const char *p, size_t len)
     return true;
 }
 
+/* Every chunk queued is taken at once and acknowledged in one message per
+ * ACK_BATCH bytes, not one per chunk: each acknowledgement is a round trip
+ * to the monitor (worker.c), and one a chunk held the input to their pace. */
+#define ACK_BATCH (256u * 1024u)
+
 static void *pump_main(void *arg)
 {
     (void)arg;
@@ -71,20 +76,28 @@ static void *pump_main(void *arg)
         while (!in.head)
             pthread_cond_wait(&in.more, &in.lock);
         struct chunk *c = in.head;
-        if (!(in.head = c->next))
-            in.tail = NULL;
+        in.head = in.tail = NULL;
         pthread_mutex_unlock(&in.lock);
-        for (unsigned i = 0; i < in.n; i++) {
-            struct reader *r = &in.r[i];
-            if (r->wr >= 0 && c->len)
-                put_all(r, c->data, c->len);
-            if (r->wr >= 0 && (c->flags & LAT_STDIN_EOF)) {
-                close(r->wr);
-                r->wr = -1;
+        uint32_t unacked = 0;
+        while (c) {
+            for (unsigned i = 0; i < in.n; i++) {
+                struct reader *r = &in.r[i];
+                if (r->wr >= 0 && c->len)
+                    put_all(r, c->data, c->len);
+                if (r->wr >= 0 && (c->flags & LAT_STDIN_EOF)) {
+                    close(r->wr);
+                    r->wr = -1;
+                }
+            }
+            unacked += c->len;
+            struct chunk *next = c->next;
+            free(c);
+            c = next;
+            if (unacked >= ACK_BATCH || !c) {
+                worker_stdin_ack(unacked);
+                unacked = 0;
             }
         }
-        worker_stdin_ack(c->len);
-        free(c);
     }
     return NULL;
 }
@@ -108,6 +121,7 @@ int stdin_setup(const struct job_spec *js, char *why, size_t whylen)
             return errprintf(why, whylen, "standard input of rank %u: pipe: %s", js->slot[i].rank,
                              strerror(errno));
         fcntl(fds[0], F_SETFL, O_NONBLOCK);     /* stdin_read waits in poll, with the connection */
+        fcntl(fds[1], F_SETPIPE_SZ, (int)LAT_STDIN_MAX * 4);   /* a rank's big read gets more than 64 KiB; may fail */
         in.r[in.n++] = (struct reader){ (int32_t)js->slot[i].rank, fds[0], fds[1] };
     }
     pthread_attr_init(&attr);

@@ -172,19 +172,28 @@ static void proc_gone(uint32_t node, uint32_t t)
     pthread_mutex_unlock(&wk.send_lock);
 }
 
+/* A rank's write on 1 or 2, in pieces of WMSG_DATA sent back to back, then
+ * every piece's acknowledgement: the write returns once all of it was passed
+ * on (so before the rank can exit), but pays one round trip, not one a piece. */
 void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len)
 {
-    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job };
+    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job }, ack;
     const char *p = data;
+    unsigned unacked = 0;
+    char none[1];
+    int fds[2];
 
     pthread_mutex_lock(&wk.send_lock);
     do {
         m.len = (uint32_t)(len < WMSG_DATA ? len : WMSG_DATA);
-        if (send_acked(&m, p) < 0)
+        if (wsend(wk.out, &m, p, NULL, 0) < 0)
             break;
+        unacked++;
         p += m.len;
         len -= m.len;
     } while (len);
+    while (unacked && wrecv(wk.out, &ack, none, sizeof(none), fds) > 0)
+        unacked--;
     pthread_mutex_unlock(&wk.send_lock);
 }
 

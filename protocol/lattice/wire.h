@@ -573,8 +573,8 @@ _Static_assert(sizeof(struct lat_job_ext) == 16, "lat_job_ext layout");
  * with or without data) ends the input: reads return 0 from then on.
  */
 #define LAT_STDIN_ALL    0xFFFFFFFFu    /* lat_job_ext.stdin_rank: every rank */
-#define LAT_STDIN_MAX    32768u         /* data bytes per LAT_CTL_STDIN */
-#define LAT_STDIN_WINDOW 131072u        /* unacknowledged bytes per I/O node */
+#define LAT_STDIN_MAX    65536u         /* data bytes per LAT_CTL_STDIN */
+#define LAT_STDIN_WINDOW 1048576u       /* unacknowledged bytes per I/O node: several round trips of the pipe speed */
 #define LAT_STDIN_EOF    1u
 
 struct lat_stdin {

@@ -41,11 +41,12 @@ import struct
 import sys
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from lattice.state import blocks, db, machine, ras
 from lattice.nodes import boot
 from lattice.jobs import jobenv, jobinput, pmitree, timelimit
+from lattice.jobs.output import Output
 from lattice.transport import wire
 from lattice.state.busy import claim
 from lattice.state.blocks import Block
@@ -205,69 +206,6 @@ def libcache_line(reports: dict[int, str]) -> str | None:
     if off:
         text += " (cache off: " + ", ".join(w[4:] for w in off) + ")"
     return text
-
-
-class Output:
-    """Each rank's stdout and stderr, written whole lines at a time so ranks
-    never interleave inside a line; `--label` prefixes the rank; files
-    (-o/-e, lattice.jobs.outfiles) take the ranks they name."""
-
-    def __init__(self, label: bool) -> None:
-        self.label = label
-        self.partial: dict[tuple[int, int], bytes] = {}
-        self.files: Routes | None = None
-        self.failed: str | None = None      # why a stream could not be written (the job then ends)
-        self.failed_errno = 0
-
-    def stream(self, rank: int, which: int) -> BinaryIO:
-        f = self.files.stream(rank, which) if self.files is not None else None
-        if f is not None:
-            return f
-        return sys.stdout.buffer if which == wire.STDOUT else sys.stderr.buffer
-
-    def write(self, rank: int, which: int, data: bytes) -> None:
-        buf = self.partial.pop((rank, which), b"") + data
-        end = buf.rfind(b"\n") + 1
-        if end:
-            lines = buf[:end]
-            if self.label:
-                prefix = f"{rank}: ".encode()
-                lines = b"".join(prefix + l for l in lines.splitlines(keepends=True))
-            out = self.stream(rank, which)
-            try:
-                out.write(lines)
-                out.flush()
-            except OSError as e:
-                self.lost(which, out, e)
-        if end < len(buf):
-            self.partial[(rank, which)] = buf[end:]
-
-    def lost(self, which: int, out: BinaryIO, e: OSError) -> None:
-        """A stream cannot be written (a closed pipe, a full disk): what
-        follows goes nowhere, and the run ends the job (Run.wait)."""
-        name = "stdout" if which == wire.STDOUT else "stderr"
-        if self.failed is None:
-            self.failed = f"cannot write the job's {name}: {e.strerror or e}"
-            self.failed_errno = e.errno or 0
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, out.fileno())     # nor will the interpreter's last flush complain
-        os.close(null)
-        try:
-            out.flush()
-        except OSError:
-            pass
-
-    def flush(self, rank: int | None = None) -> None:
-        """A last line without its newline goes out as it is (a labelled one ends with one)."""
-        for (r, which), rest in sorted(self.partial.items()):
-            if rank is None or r == rank:
-                del self.partial[(r, which)]
-                if self.label:
-                    self.write(r, which, rest + b"\n")
-                else:
-                    out = self.stream(r, which)
-                    out.write(rest)
-                    out.flush()
 
 
 def describe(how: int, value: int, text: str) -> tuple[str, int, str]:
@@ -662,7 +600,9 @@ class Run:
                         rank, which = wire.OUTPUT.unpack_from(body)
                         if rank < len(self.nodes):
                             self.output.write(rank, which, body[wire.OUTPUT.size:])
-                    elif typ == wire.CTL_EXIT:
+                        continue
+                    self.output.drain()     # the ranks' output so far goes before what the run says
+                    if typ == wire.CTL_EXIT:
                         self.on_exit(body)
                     elif typ in (wire.CTL_FENCE, wire.CTL_ABORT, wire.CTL_NAME):
                         try:
@@ -692,6 +632,9 @@ class Run:
                         break
                 if self.output.failed and not self.killed:
                     self.output_lost(self.output.failed)
+            self.output.drain()             # before waiting: written output does not wait with us
+            if self.output.failed and not self.killed:
+                self.output_lost(self.output.failed)
             ready = self.next_ready(sel) if open_ciods else []
         if self.input is not None:
             self.input.close(sel)

@@ -61,7 +61,8 @@ class Ciod:
         self.location = location
         self.key = key
         self.seq = 0
-        self.buf = b""
+        self.buf = bytearray()          # received, not yet taken (frames from self.pos on)
+        self.pos = 0
         self.sealer: wire.Sealer | None = None    # a link between hosts, after the ack
         self.broken: str | None = None            # why the link was closed on our side, if it was
         self.pending: list[tuple[int, bytes]] = []
@@ -85,7 +86,7 @@ class Ciod:
 
     def _greet(self) -> None:
         """Connect, take the challenge and send the hello."""
-        self.seq, self.buf, self.pending = 0, b"", []
+        self.seq, self.buf, self.pos, self.pending = 0, bytearray(), 0, []
         try:
             self.sock = open_socket(self.address, self.timeout)
         except OSError as e:
@@ -195,12 +196,21 @@ class Ciod:
             chunk = self.sock.recv(1 << 20)
             if not chunk:
                 raise ConnectionResetError(errno.ECONNRESET, "connection closed")
-            self.buf += chunk
+            self.received(chunk)
+
+    def received(self, chunk: bytes) -> None:
+        """chunk joins what is not yet taken; the taken bytes are dropped
+        now, once per read, not once per frame (that was quadratic in a read's frames)."""
+        if self.pos:
+            del self.buf[:self.pos]
+            self.pos = 0
+        self.buf += chunk
 
     def _take(self) -> tuple[int, int, bytes] | None:
+        frame: bytes | bytearray
         if self.sealer:
             try:
-                opened = self.sealer.open(self.buf)
+                opened = self.sealer.open(self.buf, self.pos)
             except wire.SealError as e:
                 # nothing of it is acted on, and the link is not trusted again (shut
                 # down, not closed: a selector still sees it end, frames() says None)
@@ -213,21 +223,22 @@ class Ciod:
             if opened is None:
                 return None
             frame, took = opened
-            self.buf = self.buf[took:]
+            self.pos += took
+            at = 0
         else:
-            frame = self.buf
-        if len(frame) < wire.HDR.size:
+            frame, at = self.buf, self.pos
+        if len(frame) - at < wire.HDR.size:
             return None
-        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(frame)
+        magic, version, flags, typ, length, seq = wire.HDR.unpack_from(frame, at)
         if magic != wire.MAGIC or version != wire.VERSION or flags or length > wire.MAX_PAYLOAD or \
                 (self.sealer and length != len(frame) - wire.HDR.size):
             raise CiodError(f"I/O node {self.location} sent a malformed message")
-        end = wire.HDR.size + length
+        end = at + wire.HDR.size + length
         if len(frame) < end:
             return None
-        body = frame[wire.HDR.size:end]
+        body = bytes(frame[at + wire.HDR.size:end])
         if not self.sealer:
-            self.buf = self.buf[end:]
+            self.pos = end
         return typ, seq, body
 
     def buffered(self) -> list[tuple[int, bytes]]:
@@ -258,7 +269,7 @@ class Ciod:
             chunk = b""
         if not chunk:
             return self.buffered() or None
-        self.buf += chunk
+        self.received(chunk)
         return self.buffered()
 
     def status(self) -> tuple[int, int, int]:

@@ -143,25 +143,26 @@ class Sealer:
         self.tx_n += 1
         return out
 
-    def open(self, buf: bytes | bytearray) -> tuple[bytes, int] | None:
-        """The first frame of buf opened: (plain bytes, bytes of buf it
-        took), None if it is not all there yet; SealError if not authentic."""
-        if len(buf) < SEAL_LEN_BYTES:
+    def open(self, buf: bytes | bytearray, at: int = 0) -> tuple[bytes, int] | None:
+        """The first frame of buf from offset at opened: (plain bytes, bytes
+        of buf it took), None if it is not all there yet; SealError if not authentic."""
+        if len(buf) - at < SEAL_LEN_BYTES:
             return None
-        (length,) = struct.unpack_from("<I", buf)
+        (length,) = struct.unpack_from("<I", buf, at)
         if not HDR.size <= length <= SEAL_MAX:
             raise SealError(f"sealed frame {self.rx_n} announces {length} bytes: not this link's")
-        end = SEAL_LEN_BYTES + length + SEAL_TAG_BYTES
+        end = at + SEAL_LEN_BYTES + length + SEAL_TAG_BYTES
         if len(buf) < end:
             return None
         from cryptography.exceptions import InvalidTag
         n, self.rx_n = self.rx_n, self.rx_n + 1
         try:
-            plain = self._rx.decrypt(self._nonce(n), bytes(buf[SEAL_LEN_BYTES:end]), bytes(buf[:SEAL_LEN_BYTES]))
+            plain = self._rx.decrypt(self._nonce(n), bytes(buf[at + SEAL_LEN_BYTES:end]),
+                                     bytes(buf[at:at + SEAL_LEN_BYTES]))
         except InvalidTag:
             raise SealError(f"sealed frame {n} of {length} bytes failed authentication (altered, replayed, "
                             "reordered or injected on the way)") from None
-        return plain, end
+        return plain, end - at
 
 
 def cstring(s: str) -> bytes:
