@@ -5,7 +5,9 @@
  * exp(-4 pi^2 alpha |k|^2)) and transformed back, and 1024 fixed points of
  * the result are summed into a checksum.
  *
- *   ft [T|S|A]    T: 32^3 x 4 steps (tests), S: 128^3 x 25, A: 256 x 128 x 128 x 50
+ *   ft [T|S|A|B]  T: 32^3 x 4 steps (tests), S: 128^3 x 25, A: 256 x 128 x 128 x 50,
+ *                 B: 512 x 256 x 256 x 6 (big memory: four 512 MiB arrays in
+ *                 all, 1 GiB a rank at 2 ranks; as NPB's B grid)
  *
  * Serial FFTW plans (FFTW_ESTIMATE, deterministic) do the 2-D transforms of
  * each z-plane a rank owns; one MPI_Alltoallv transposes the z-slabs into
@@ -38,6 +40,7 @@ static const ft_class CLASSES[] = {
     ['T'] = {32, 32, 32, 4, 6.693387423520021e+02, 4.336029907130584e+02},
     ['S'] = {128, 128, 128, 25, 5.066361722553090e+02, 5.113748063037648e+02},
     ['A'] = {256, 128, 128, 50, 5.130950721856975e+02, 5.105087864766959e+02},
+    ['B'] = {512, 256, 256, 6, 5.155987534443370e+02, 5.099446364982745e+02},
 };
 
 typedef struct {
@@ -116,7 +119,7 @@ int main(int argc, char **argv)
     grid g;
     MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g.size);
-    char cls = app_class(argc, argv, "ft", "TSA");
+    char cls = app_class(argc, argv, "ft", "TSAB");
     const ft_class *c = &CLASSES[(int)cls];
     int size = g.size, rank = g.rank;
     g.n1 = c->n1, g.n2 = c->n2, g.n3 = c->n3;

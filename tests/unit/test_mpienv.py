@@ -247,3 +247,12 @@ def test_the_topology_variables_are_cnodes() -> None:
     body = src[src.index("static int names_topology"):]
     names = re.findall(r'"(HWLOC_[A-Z_]+)="', body[:body.index("}")])
     assert tuple(names) == mpienv.TOPOLOGY_VARS
+
+
+def test_linux_mode_gives_malloc_huge_pages_unless_the_job_chose_tunables() -> None:
+    """Linux mode's ranks get glibc's malloc on transparent huge pages (issue 27); cnk keeps its
+    UCX_TLS and gets no tunable (big memory is huge pages already); the job's GLIBC_TUNABLES wins whole."""
+    assert mpienv.kernel_defaults("linux", {}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert mpienv.kernel_defaults("cnk", {}) == {"UCX_TLS": "^posix"}
+    assert mpienv.kernel_defaults("linux", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {}
+    assert mpienv.kernel_defaults("linux", {"GLIBC_TUNABLES": ""}) == {}

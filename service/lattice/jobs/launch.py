@@ -473,8 +473,8 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
             collectives.add_preload(req.collectives, m.collectives, apps, user_env, p.env, exported)
             exported_names = {kv.partition("=")[0] for kv in exported}
             job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win
-            for k, v in mpienv.cnk_ucx_default(req.kernel, job_chose).items():
-                p.env[k] = v           # (mpienv.UCX_TLS_CNK)
+            for k, v in mpienv.kernel_defaults(req.kernel, job_chose).items():
+                p.env[k] = v           # (mpienv.UCX_TLS_CNK, mpienv.THP_TUNABLE)
             env_list = [f"{k}={v}" for k, v in user_env.items()]
             cm, unknown, hosts = map_cores(m, p, where, user_env)       # nodes on real cores
             p.env.update(mpienv.idle_defaults(hosts, job_chose))

@@ -219,6 +219,31 @@ def cnk_ucx_default(kernel: str, chosen: Mapping[str, str]) -> dict[str, str]:
     return {"UCX_TLS": UCX_TLS_CNK} if kernel == "cnk" and "UCX_TLS" not in chosen else {}
 
 
+# Linux mode's counterpart of cnk's big memory.  Its ranks are plain
+# processes: where the host's transparent huge pages are `madvise` (Debian's
+# default) their malloc'd memory gets 4 KiB pages, one page fault and one TLB
+# entry each, as Hydra's ranks do.  glibc's tunable (2.35 and later; an older
+# glibc ignores it) makes malloc madvise(MADV_HUGEPAGE) its heap and every
+# chunk of 2 MiB or more, so a rank's big arrays fault and map 2 MiB at a time
+# (mg class A, 2 ranks: 150,000 page faults under Hydra, 300 under cnk;
+# bench/RESULTS.md, issue 27).  A tiny program's heap may hold up to 2 MiB
+# more.  The user's own GLIBC_TUNABLES wins whole.
+GLIBC_TUNABLES = "GLIBC_TUNABLES"
+THP_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def linux_thp_default(kernel: str, chosen: Mapping[str, str]) -> dict[str, str]:
+    """GLIBC_TUNABLES giving malloc transparent huge pages, for a Linux mode
+    job that did not set GLIBC_TUNABLES itself; {} otherwise."""
+    return {GLIBC_TUNABLES: THP_TUNABLE} if kernel == "linux" and GLIBC_TUNABLES not in chosen else {}
+
+
+def kernel_defaults(kernel: str, chosen: Mapping[str, str]) -> dict[str, str]:
+    """What the job's kernel adds to its environment unless the job chose it:
+    UCX_TLS under cnk, malloc's huge pages in Linux mode."""
+    return {**cnk_ucx_default(kernel, chosen), **linux_thp_default(kernel, chosen)}
+
+
 # A sandboxed job's nodes on one host share /dev/shm (the block's directory
 # there) but each has its own pid and IPC namespaces (docs/cli.md, "Linux
 # mode"): a peer on another node is not at its host pid, nor in our System V
