@@ -291,6 +291,7 @@ class Agent:
             for k, v in spec.get("env", {}).items():      # the booter's LATTICE_BLOCKNET* settings, on every host
                 if k.startswith("LATTICE_BLOCKNET"):
                     os.environ[k] = str(v)
+            blocknet.progress = lambda n: self.progress(network=n)    # the booter sees a long build move
             self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
                                      lambda m, failed: say(self.host, "warning", message=m, failed=failed))
         env = {**os.environ, **spec.get("env", {})}
