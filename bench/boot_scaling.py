@@ -9,6 +9,9 @@ For each size N (default 1,024, 2,048, 4,096, 8,192 compute nodes, psets of
           (--spin), started before the boot and stopped after it by this
           bench; they run at the boot's own priority
   free    `lattice free B` (after the quiet boot)
+  cpu     the cpu the block's cnodes, ciods and host agent used to boot
+          (after the quiet boot; per node in the second row): the cost the
+          host pays whatever else runs
   floor   the same number of processes (N cnodes + N/8 ciods) started with
           posix_spawn and reaped, each a `sleep` that is killed at once: what
           any launcher pays the host for that many processes (quiet)
@@ -79,6 +82,27 @@ class Spinners:
         self.pids = []
 
 
+def block_cpu(home: Path) -> float:
+    """Seconds of cpu the booted block's daemons (its cnodes and ciods, every
+    thread) and its host agent have used so far (/proc/PID/task/TID/schedstat:
+    exact, where utime and stime are sampled at the tick)."""
+    mark = str(home).encode()
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if mark not in f.read():
+                    continue
+            for t in os.listdir(f"/proc/{d}/task"):
+                with open(f"/proc/{d}/task/{t}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
 def floor(n: int) -> float:
     """posix_spawn n sleeping processes, then kill and reap them."""
     t0 = time.monotonic()
@@ -121,7 +145,8 @@ def main() -> int:
     bl.require_built(bl.BUILD / "bin" / "ciod", bl.BUILD / "bin" / "cnode")
     print(bl.header("boot_scaling", sys.argv))
     conds = ["quiet"] + ([] if args.no_busy else ["busy"])
-    data: dict[int, dict[str, list[float]]] = {n: {"quiet": [], "busy": [], "free": [], "floor": []} for n in sizes}
+    data: dict[int, dict[str, list[float]]] = {n: {"quiet": [], "busy": [], "free": [], "floor": [], "cpu": []}
+                                             for n in sizes}
     with tempfile.TemporaryDirectory(prefix="lattice-boot-bench-") as tmp:
         homes = {}
         for n in sizes:
@@ -139,6 +164,7 @@ def main() -> int:
                     else:
                         load = os.getloadavg()[0]
                         data[n]["quiet"].append(lattice(homes[n], "boot", "B"))
+                        data[n]["cpu"].append(block_cpu(homes[n]))
                     t = lattice(homes[n], "free", "B")
                     if c == "quiet":
                         data[n]["free"].append(t)
@@ -147,13 +173,13 @@ def main() -> int:
     rows = []
     for n in sizes:
         d = data[n]
-        per = {c: [1000 * t / n for t in d[c]] for c in ("quiet", "busy", "floor")}
+        per = {c: [1000 * t / n for t in d[c]] for c in ("quiet", "busy", "floor", "cpu")}
         rows.append((f"{n} nodes (s)", d, [("boot/floor", "quiet", "floor")]
                      + ([("busy/quiet", "busy", "quiet")] if d["busy"] else [])))
         rows.append((f"{n} nodes (ms per node)", per, []))
     print()
     print(bl.table(f"Boot on one host, psets of {args.pset_size}; busy: {args.spin} spinning processes per core",
-                   ["quiet", "busy", "free", "floor"], rows))
+                   ["quiet", "busy", "free", "floor", "cpu"], rows))
     xs = [float(n) for n in sizes]
     for c in conds:
         ys = [statistics.median(data[n][c]) for n in sizes]
