@@ -93,8 +93,9 @@ def block_cpu(home: Path) -> float:
             continue
         try:
             with open(f"/proc/{d}/cmdline", "rb") as f:
-                if mark not in f.read():
-                    continue
+                argv = f.read()
+            if mark not in argv or b"lattice.cli.warm" in argv:      # the warm server is the CLI's, not the block's
+                continue
             for t in os.listdir(f"/proc/{d}/task"):
                 with open(f"/proc/{d}/task/{t}/schedstat") as f:
                     total += int(f.read().split()[0])
