@@ -9,7 +9,7 @@ For each size N (default 1,024, 2,048, 4,096, 8,192 compute nodes, psets of
           (--spin), started before the boot and stopped after it by this
           bench; they run at the boot's own priority
   free    `lattice free B` (after the quiet boot)
-  cpu     the cpu the block's cnodes, ciods and host agent used to boot
+  cpu     the cpu the block's cnodes and ciods used to boot
           (after the quiet boot; per node in the second row): the cost the
           host pays whatever else runs
   floor   the same number of processes (N cnodes + N/8 ciods) started with
@@ -84,8 +84,9 @@ class Spinners:
 
 def block_cpu(home: Path) -> float:
     """Seconds of cpu the booted block's daemons (its cnodes and ciods, every
-    thread) and its host agent have used so far (/proc/PID/task/TID/schedstat:
-    exact, where utime and stime are sampled at the tick)."""
+    thread: those whose command line names the machine) have used so far
+    (/proc/PID/task/TID/schedstat: exact, where utime and stime are sampled
+    at the tick).  The host agent, a fork of `lattice boot`, is not counted."""
     mark = str(home).encode()
     total = 0
     for d in os.listdir("/proc"):
