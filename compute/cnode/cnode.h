@@ -37,6 +37,7 @@ struct personality {
     char *env_head;             /* its fields before memory= (a placed job writes the rest per process) */
     char *mode;                 /* the node's mode from the personality file: co or vn */
     char *container;            /* the block's cgroup directory below the hierarchy's root (container.h) */
+    int by_agent;               /* started by a host agent (it named the container) */
     struct {                    /* the optional "sandbox" object the host agent writes; NULL if absent */
         char *netns;            /* the node's network namespace (a /run/netns file), its link configured */
         char *shm;              /* the block's shared memory directory on this host: each job's

@@ -26,6 +26,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,7 +38,7 @@ static enum kind kind = NONE;
 static char base[400];          /* the block's directory */
 static int required;            /* a job may not run without a container */
 static char points[16][256];    /* every cgroup file system's mount point: read-only for a job of root */
-static int npoints;
+static int npoints = -1;        /* -1: not looked for yet (container_note_points) */
 static size_t root_len;         /* of the hierarchy's root, the start of base */
 
 static double now(void)
@@ -105,6 +106,34 @@ static int find_mount(enum kind want, char *out, size_t len)
     }
     fclose(f);
     return found;
+}
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+/* The v2 hierarchy at its usual places, a statfs each, else find_mount.
+ * mountinfo costs a line per mount, and a host running a block's network
+ * has one per compute node (/run/netns): N cnodes each reading it at start
+ * made a boot quadratic in N (docs/scaling.md, "Boot"). */
+static int find_v2(char *out, size_t len)
+{
+    static const char *usual[] = { "/sys/fs/cgroup", "/sys/fs/cgroup/unified" };
+    for (size_t i = 0; i < sizeof usual / sizeof *usual; i++) {
+        struct statfs s;
+        if (statfs(usual[i], &s) == 0 && s.f_type == CGROUP2_SUPER_MAGIC) {
+            snprintf(out, len, "%s", usual[i]);
+            return 0;
+        }
+    }
+    return find_mount(V2, out, len);
+}
+
+void container_note_points(void)
+{
+    char unused[256];
+    if (npoints < 0)
+        find_mount(NONE, unused, sizeof unused);
 }
 
 static int exists(const char *dir, const char *file)
@@ -191,14 +220,13 @@ static int setup(const char *name, char *why, size_t len)
         return -1;
     }
     if (want && want[0] == '/') {                       /* a delegated v2 subtree */
-        find_mount(V2, root, sizeof root);              /* for the mount points */
         snprintf(root, sizeof root, "%s", want);
         kind = V2;
         required = 1;                                   /* asked for: never run without it */
     } else if (want && *want && strcmp(want, "v1") && strcmp(want, "v2")) {
         snprintf(why, len, "LATTICE_CGROUP=%s: must be v1, v2 or an absolute path", want);
         return -1;
-    } else if ((!want || strcmp(want, "v1")) && find_mount(V2, root, sizeof root) == 0) {
+    } else if ((!want || strcmp(want, "v1")) && find_v2(root, sizeof root) == 0) {
         kind = V2;
     } else if ((!want || strcmp(want, "v2")) && find_mount(V1, root, sizeof root) == 0) {
         kind = V1;
@@ -321,6 +349,10 @@ int container_entered(const struct container *c, int root_job)
         return 0;       /* the cgroup files are root's: the job's user cannot write them */
     /* root without capabilities still owns them: in a mount namespace of its
      * own every cgroup file system is read-only to it (EROFS) */
+    if (npoints < 0) {         /* container_note_points was not called before the fork */
+        errno = EINVAL;
+        return -1;
+    }
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
         return -1;
     for (int i = 0; i < npoints; i++)

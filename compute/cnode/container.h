@@ -45,6 +45,9 @@ pid_t container_fork(const struct container *c, int *inside);
  * system is read-only, so that it cannot move itself out either.  0, or -1
  * with errno.  container_entered: the same for a child born inside. */
 int container_enter(const struct container *c, int root_job);
+/* Before the first fork of a job of root: every cgroup file system's mount
+ * point, from mountinfo (once in the cnode's life: a line per mount). */
+void container_note_points(void);
 int container_entered(const struct container *c, int root_job);
 
 /* A descriptor of the container's directory for clone3's CLONE_INTO_CGROUP

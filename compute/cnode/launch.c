@@ -692,6 +692,8 @@ void launch_start(struct job *j, const struct msg *m)
         launch_failed(j, EPERM, "cannot seal the job in a container: %s", why);
         return;
     }
+    if (j->nj.uid == 0)         /* its processes make the cgroup file systems read-only (container_enter) */
+        container_note_points();
     /* the node sandbox: its file client first (fs.c), then its holder */
     if (sandboxed(j) && has_trees(j) && fs_start(&j->fs, j, why, sizeof why) < 0) {
         launch_failed(j, EIO, "cannot give the job its files: %s", why);

@@ -194,6 +194,7 @@ static void load_personality(const char *file, struct personality *p)
     p->memory = (uint64_t)get_int(o, "memory", 1 << 20, INT64_MAX, file);
     p->cores = json_object_get(o, "cores") ? (uint32_t)get_int(o, "cores", 1, 4096, file) : 2;
     p->container = dup_string(o, "container", 0, file);     /* the host agent names it per machine and block */
+    p->by_agent = p->container != NULL;
     if (!p->container) {        /* started by hand: a name nobody else uses */
         char name[128];
         snprintf(name, sizeof name, "lattice/%.64s-cnode%ld", p->block ? p->block : "unknown", (long)getpid());
@@ -311,7 +312,14 @@ int main(int argc, char **argv)
     int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
 
-    int conn = net_connect(pers.ciod, 30.0);
+    /* the ciod may start listening late on a loaded host: wait as long as
+     * the agent that started us lives (it ends a boot that stops making
+     * progress, $LATTICE_BOOT_STALL); started by hand, 30 s */
+    pid_t agent = getppid();
+    int conn;
+    while ((conn = net_connect(pers.ciod, 30.0)) < 0 && errno != EINVAL && errno != ENAMETOOLONG &&
+           pers.by_agent && agent != 1 && getppid() == agent)
+        ;
     if (conn < 0) {
         say("cannot connect to ciod at %s: %s", pers.ciod, strerror(errno));
         return 1;

@@ -321,6 +321,7 @@ class Agent:
                 if nodes:
                     from lattice.nodes import blocknet
                     hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block
+                    blocknet.progress = lambda n: self.progress(network=n)    # the booter sees a long build move
                     self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
                                              lambda m, failed: say(self.host, "warning", message=m, failed=failed))
             except BaseException as e:      # raised in the agent's own thread, below

@@ -59,7 +59,7 @@ PORTS = 1000                    # nodes a bridge: the kernel takes at most 1023 
 PORTS_BITS = 10                 # a bridge's subnet when a part has several: a /22
 NETNS_DIR = Path("/run/netns")
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
-TOOL_WAIT = 60.0                # a failure guard on ip and nft
+TOOL_WAIT = 60.0                # a failure guard on ip and nft: seconds without using cpu
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 
 Net4 = ipaddress.IPv4Network
@@ -284,13 +284,60 @@ def peer_texts(p: Plan, peers: dict[Net4, str]) -> tuple[str, str, str]:
 
 # ---- running them ----
 
-def _run(argv: list[str], text: str) -> None:
+progress: Callable[[int], None] | None = None     # told the tools' cpu ticks as they work (the host agent)
+
+
+def _ticks(pid: int) -> int:
+    """pid's user + system cpu ticks so far (0 once it is gone)."""
     try:
-        p = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=TOOL_WAIT)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        with open(f"/proc/{pid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _waiting(pid: int) -> str:
+    """Where pid waits, for the error that gives up on it: its state and kernel wait channel."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
+    except (OSError, IndexError):
+        return ""
+    return f" (state {state}, waiting in {wchan})"
+
+
+def _run(argv: list[str], text: str) -> None:
+    """argv with text on its standard input.  A failure guard that follows
+    progress: the tool is given up on after TOOL_WAIT s in which it used no
+    cpu, not after a fixed total (a block of 8,192 nodes on a loaded host
+    takes ip minutes); each second it worked is told to `progress`."""
+    import tempfile
+    try:
+        with tempfile.TemporaryFile() as batch:     # a file, not a pipe: nothing of ours to keep feeding
+            batch.write(text.encode())
+            batch.seek(0)
+            p = subprocess.Popen(argv, stdin=batch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
         raise RuntimeError(f"{' '.join(argv)}: {e}") from e
+    worked, moved = 0, time.monotonic()
+    while True:
+        try:
+            _, err = p.communicate(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            ticks = _ticks(p.pid)
+            if ticks != worked:
+                worked, moved = ticks, time.monotonic()
+                if progress is not None:
+                    progress(ticks)
+            elif time.monotonic() - moved > TOOL_WAIT:
+                where = _waiting(p.pid)
+                p.kill()
+                p.communicate()
+                raise RuntimeError(f"{' '.join(argv)}: no progress for {TOOL_WAIT:g} s{where}") from None
     if p.returncode:
-        why = " ".join(p.stderr.split())[:400] or f"exit status {p.returncode}"
+        why = " ".join(err.split())[:400] or f"exit status {p.returncode}"
         raise RuntimeError(f"{' '.join(argv)}: {why}")
 
 
@@ -802,8 +849,10 @@ def build(p: Plan, deny: list[Net4]) -> None:
         _forwarding("1")
         _run(["nft", "-f", "-"], router_rules())
     _run(["ip", "-n", p.router, "-batch", "-"], router_batch(p))
-    for k in p.nodes:
+    for i, k in enumerate(p.nodes):
         rtnl.configure_node(str(NETNS_DIR / p.node_ns(k)), IFNAME, p.address(k), p.gateway(p.bridge_of(k)).ip)
+        if progress is not None and i % 256 == 255:
+            progress(i)
     from lattice import safepath
     d = safepath.open_private_dir(p.shm_root, p.shm_root.parent)
     os.close(d)

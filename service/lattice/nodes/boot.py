@@ -523,24 +523,75 @@ def kill_leftovers(name: str) -> int:
 
 def stop_agents(con: db.Connection, name: str, grace: float) -> bool:
     """An agent whose daemons have all ended leaves by itself (and its ssh or
-    srun with it); one still there after a moment is told to (SIGTERM: it
-    ends its daemons), then killed."""
-    rows = {r["pid"]: r["start"] for r in con.execute("SELECT pid, start FROM agents WHERE block = ?", (name,))}
-    mine = [pid for pid, start in rows.items() if procs.same(procs.start_time(pid), start)]
+    srun with it), once it has taken the block's network down; one that
+    made no progress for a moment is told to (SIGTERM: it ends its daemons),
+    then killed.  Progress is its log growing (daemons reaped) or it and
+    its tools (ip, nft) using cpu: every wait follows it, not a fixed total,
+    for a block of thousands of nodes takes its agent a while to end on a
+    loaded host.  The SIGTERM goes to this host's agent alone, not its
+    session: its tools, killed half-way, would leave namespaces behind."""
+    rows = con.execute("SELECT pid, start, log, host FROM agents WHERE block = ?", (name,)).fetchall()
+    mine = {r["pid"]: (r["log"], r["host"] == "local") for r in rows
+            if procs.same(procs.start_time(r["pid"]), r["start"])}
     signalled = False
     for sig, wait in ((0, 2.0), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         signalled |= bool(sig and mine)
-        for pid in mine:
+        for pid, (_, local) in mine.items():
             try:
-                if sig:
+                if sig == signal.SIGTERM and local:
+                    os.kill(pid, sig)
+                elif sig:
                     os.killpg(pid, sig)   # its session: the agent, or the shell, ssh or srun that carry it
             except ProcessLookupError:
                 pass
-        mine = outlive(mine, wait)
+        left = outlive_progress({pid: log for pid, (log, _) in mine.items()}, wait)
+        mine = {pid: mine[pid] for pid in left}
         if not mine:
             break
     con.execute("DELETE FROM agents WHERE block = ?", (name,))
     return signalled
+
+
+def cpu_ticks(pid: int) -> int:
+    """pid's user + system cpu ticks so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def children(pid: int) -> list[int]:
+    """pid's children (those of its main thread: an agent's tools)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def outlive_progress(agents: dict[int, str | None], quiet: float) -> list[int]:
+    """Those of the agents (pid -> its log) still alive once none has made
+    progress (its log grew, it or its children used cpu) for quiet seconds."""
+    def state() -> list[int]:
+        out = []
+        for pid, log in agents.items():
+            try:
+                out.append(os.stat(log).st_size if log else 0)
+            except OSError:
+                out.append(0)
+            out.append(sum(cpu_ticks(p) for p in [pid, *children(pid)]))
+        return out
+    seen, moved = state(), time.monotonic()
+    pids = list(agents)
+    while pids and time.monotonic() - moved < quiet:
+        time.sleep(0.05)
+        pids = [p for p in pids if alive(p)]
+        now = state()
+        if now != seen:
+            seen, moved = now, time.monotonic()
+    return [p for p in pids if alive(p)]
 
 
 def free(con: db.Connection, m: Machine, name: str, why: str | None = None) -> None:
