@@ -206,10 +206,19 @@ void libcache_job_start(uint64_t job)
             break;
         }
         /* shared while the job runs; a remover holds it exclusive until the
-         * directory is gone (then make a new one) */
-        if (flock(fd, LOCK_SH) < 0 || fstat(fd, &st) < 0 || st.st_nlink == 0) {
+         * directory is gone (then make a new one).  Never blocking: the
+         * user may hold it himself; after a second the job goes on
+         * without the lock (a remover may then empty it: cnk copies). */
+        int locked = 0;
+        for (int i = 0; i < 200 && !(locked = flock(fd, LOCK_SH | LOCK_NB) == 0); i++)
+            usleep(5000);
+        if (fstat(fd, &st) < 0 || st.st_nlink == 0) {
             close(fd);
             continue;
+        }
+        if (!locked) {
+            close(fd);
+            return;
         }
         /* past CAP and no other job in it (ours is the only one on this I/O
          * node): emptied, as nothing maps it now */
