@@ -221,12 +221,15 @@ void libcache_job_start(uint64_t job)
             return;
         }
         /* past CAP and no other job in it (ours is the only one on this I/O
-         * node): emptied, as nothing maps it now */
-        if (!made && usage(fd) > CAP && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            int sub = dup(fd);
-            if (sub >= 0)
-                empty(sub, 0);
-            flock(fd, LOCK_SH);
+         * node): emptied, as nothing maps it now.  A conversion drops the
+         * shared lock first, even when it fails: taken again after. */
+        if (!made && usage(fd) > CAP) {
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                int sub = dup(fd);
+                if (sub >= 0)
+                    empty(sub, 0);
+            }
+            flock(fd, LOCK_SH | LOCK_NB);
         }
         held = fd;                      /* until the worker ends with its job */
         return;
