@@ -9,7 +9,7 @@ CIOD_SRC   := $(wildcard ionode/ciod/*.c)
 CNODE_SRC  := $(wildcard compute/cnode/*.c)
 CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 PEER_SRC   := protocol/peer/peer.c protocol/peer/seal.c
-HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h protocol/lattice/seal.h
+HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h protocol/lattice/seal.h protocol/lattice/libcache_name.h
 
 .PHONY: all ciod cnode cnk libcnclient lattice-fs liblatpers examples clean wire-h py-wire syscalls-md
 all: ciod cnode cnk libcnclient lattice-fs liblatpers examples py-wire

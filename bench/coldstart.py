@@ -11,6 +11,10 @@ exit:
                     started as a tree (lattice.nodes.agenttree), the service node's ssh connections
                     shared and kept (lattice.nodes.placement.ssh_sharing)
   lattice-cold-1by1 the same with LATTICE_SSH_PERSIST=0: a new ssh connection to each host each time
+  lattice-cold-nocache the same as lattice-cold with the machine's library caches on the hosts removed
+                    before the run (untimed): what every cold run paid while the cache was the ciod's
+                    and went with the block (ionode/ciod/libcache.c); lattice-cold finds the libraries
+                    the previous run of the same user fetched
   hydra-ssh         mpiexec.hydra -launcher ssh -hosts h1,..,hH -ppn RPH (a new ssh connection each time)
   hydra-ssh-mux     the same, its ssh sharing connections as Lattice's does (ControlMaster, ControlPersist):
                     the fair comparison for lattice-cold
@@ -31,16 +35,29 @@ cost of a hop (docs/scaling.md).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import benchlib as bl
 from hosts_launch import HELLO, Testbed, timed
 
-CONFIGS = ["lattice-cold", "lattice-cold-1by1", "hydra-ssh", "hydra-ssh-mux", "srun-pmi2"]
-PAIRS = [("cold/hydra", "lattice-cold", "hydra-ssh"), ("cold/hydra-mux", "lattice-cold", "hydra-ssh-mux"),
+CONFIGS = ["lattice-cold", "lattice-cold-1by1", "lattice-cold-nocache", "hydra-ssh", "hydra-ssh-mux", "srun-pmi2"]
+PAIRS = [("cold/nocache", "lattice-cold", "lattice-cold-nocache"), ("cold/hydra", "lattice-cold", "hydra-ssh"), ("cold/hydra-mux", "lattice-cold", "hydra-ssh-mux"),
          ("cold/srun", "lattice-cold", "srun-pmi2"), ("1by1/hydra", "lattice-cold-1by1", "hydra-ssh")]
+
+
+def libcaches(home: str) -> list[Path]:
+    """The library caches of the machine at home on the testbed's hosts (one /dev/shm for all):
+    protocol/lattice/libcache_name.h's key of its sockets' runtime directory, every user."""
+    from lattice import safepath
+    h = 14695981039346656037
+    for c in safepath.runtime_dir(home).encode():
+        h = ((h ^ c) * 1099511628211) % 2**64
+    key = (h ^ (h >> 32)) & 0xFFFFFFFF or 1
+    return list(Path("/dev/shm").glob(f"lattice-libcache-m{key:08x}-*"))
 
 
 def main() -> int:
@@ -86,6 +103,7 @@ def main() -> int:
                 cmds = {
                     "lattice-cold": (run, home),
                     "lattice-cold-1by1": (run, dict(home, LATTICE_SSH_PERSIST="0")),
+                    "lattice-cold-nocache": (run, home),
                     "hydra-ssh": ([*hydra[:3], "-launcher-exec", str(tmp / "ssh"), *hydra[3:]], tb),
                     "hydra-ssh-mux": ([*hydra[:3], "-launcher-exec", str(tmp / "ssh-mux"), *hydra[3:]], tb),
                     "srun-pmi2": (["salloc", "-N", str(h), f"--ntasks-per-node={rph}", "srun", "--mpi=pmi2",
@@ -93,6 +111,9 @@ def main() -> int:
                 }
                 for c in bl.rotations(CONFIGS, i):
                     cmd, env = cmds[c]
+                    if c == "lattice-cold-nocache":
+                        for d in libcaches(home["LATTICE_HOME"]):
+                            shutil.rmtree(d)
                     data[h][c].append(timed(cmd, env, f"launch_hello: ranks={n} "))
                 print(f"  round {i + 1}, {h} hosts: " + ", ".join(f"{c} {data[h][c][-1]:.2f} s" for c in CONFIGS),
                       flush=True)

@@ -11,7 +11,11 @@ median [min-max] seconds over --repeat runs:
   after ready     peering the block network's parts, the daemons' rows, "commit"
   job start       job.Run.start: the job sent to every I/O node
   job             job.Run.wait: the ranks' own life (cnk's start, MPI_Init, the program, exits)
-  free            launch.free_owned: shutting the block down, the agents gone
+  free            launch.free_owned: shutting the block down, the agents gone, in parts:
+    free: shutdown  boot.free until boot.kill_daemons: each pset's ciod told LAT_CTL_SHUTDOWN
+    free: agents    boot.kill_daemons: until every agent left (its daemons ended, its containers
+                    swept, its part of the block network removed, its ssh gone)
+    free: rest      the rest: the service node's sweep, rows, RAS
   after free      the rest until the command returns
 
 Use a machine (LATTICE_HOME) with ssh or Slurm placement and no booted block of the job's size, so
@@ -69,6 +73,7 @@ def waits(owner: Any) -> None:
 STAGES = [("before boot", "start", "boot>"), ("agents started", "boot>", "launch<"),
           ("ready", "launch<", "wait-ready<"), ("after ready", "wait-ready<", "boot<"),
           ("job start", "boot<", "start<"), ("job", "start<", "wait<"), ("free", "wait<", "free<"),
+          ("free: shutdown", "wait<", "kill>"), ("free: agents", "kill>", "kill<"), ("free: rest", "kill<", "free<"),
           ("after free", "free<", "end")]
 
 
@@ -84,6 +89,7 @@ def main() -> int:
     mark(job.Run, "start", "start")
     mark(job.Run, "wait", "wait")
     mark(launch, "free_owned", "free")
+    mark(boot, "kill_daemons", "kill")
     data: dict[str, list[float]] = {s: [] for s, _, _ in STAGES}
     totals: list[float] = []
     for i in range(args.repeat):

@@ -10,9 +10,11 @@
  * block is booted), and every rank maps that file for real, outside big
  * memory: one copy of the pages per pset, shared copy-on-write.
  *
- * The directory is /dev/shm/lattice-libcache-PID-UID, PID being ciod's,
- * which cnk reads with SO_PEERCRED on its PROC connection (docs/protocol.md,
- * "Library cache"): no message carries it.  A file is named by its
+ * The directory is /dev/shm/lattice-libcache-mKEY-UID, KEY being the
+ * machine's, which cnk derives from the address of ciod's unix socket
+ * (getpeername on its PROC connection) as ciod does from its --listen
+ * (protocol/lattice/libcache_name.h, docs/protocol.md "Library cache"): no
+ * message carries it, and the cache outlives the block.  A file is named by its
  * (dev, ino, size, mtime, ctime) from a shipped fstat, so a changed file is
  * never served stale, in this job or a later one (nobody can set a ctime).
  * Fetchers agree with flock on NAME.lock; the file appears by rename,
@@ -25,6 +27,7 @@
 #include <linux/stat.h>
 #include <linux/uio.h>
 
+#include <lattice/libcache_name.h>
 #include <lattice/wire.h>
 
 #include "cnk.h"
@@ -32,10 +35,10 @@
 #define SOL_SOCKET_  1
 #define SO_PEERCRED_ 17
 #define LOCK_EX_     2
-#define DIR_PREFIX   "/dev/shm/lattice-libcache-"
 #define WINDOW_MIN   (16l << 20)    /* a file this big is fetched only for a map of a quarter of it */
 
 struct kucred { int32_t pid; uint32_t uid, gid; };
+struct ksockaddr_un { uint16_t family; char path[108]; };
 
 /* The parts of the kernel's struct stat (x86-64) the checks need. */
 struct kstat_ {
@@ -74,7 +77,17 @@ static const char *open_dir(char *path, size_t pathlen)
         return "switched-off";
     if (ksys5(__NR_getsockopt, cnk.conn_fd, SOL_SOCKET_, SO_PEERCRED_, &cred, &len) < 0 || cred.pid <= 0)
         return "no-local-io-node";
-    kfmt(path, pathlen, DIR_PREFIX "%d-%u", cred.pid, (unsigned)ksys0(__NR_getuid));
+    /* ciod's own address names the machine (the kernel NUL-terminates it
+     * when it fits; one that fills sun_path is not one of ours) */
+    struct ksockaddr_un peer = { 0 };
+    int plen = sizeof peer;
+    uint32_t key = 0;
+    if (ksys3(__NR_getpeername, cnk.conn_fd, &peer, &plen) == 0 && peer.family == 1 &&
+        plen < (int)sizeof peer)
+        key = lat_libcache_key(peer.path);
+    if (!key || pathlen < LAT_LIBCACHE_MAX)
+        return "no-local-io-node";
+    lat_libcache_name(path, key, (uint32_t)ksys0(__NR_getuid));
     long fd = ksys4(__NR_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd == -ENOENT)
         return "no-directory";

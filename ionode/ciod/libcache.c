@@ -2,15 +2,21 @@
  * libcache.c - the life of the library cache directories on the compute
  * host (compute/cnk/libcache.c fills and uses them).
  *
- * /dev/shm/lattice-libcache-PID-UID (PID: this ciod's monitor, which cnk
- * finds with SO_PEERCRED on its PROC connection; UID: the job's user) is
- * made by the job's I/O worker, as the owner, mode 0700, before the push,
- * and kept for that user's next job on this I/O node: a library fetched
- * once stays fetched (cnk names each file by its version, so a changed
- * file is fetched anew, never served stale).  It goes when a job of
- * another user starts here (one user's cache at a time: the host's memory
- * is the block's), when it grows past CAP (emptied by the next job), at
- * shutdown, and, for a ciod that died, when a new ciod starts.
+ * /dev/shm/lattice-libcache-mKEY-UID (KEY: the machine's, from this ciod's
+ * unix socket address, protocol/lattice/libcache_name.h, which cnk derives
+ * from the same address with getpeername on its PROC connection; UID: the
+ * job's user) is made by the job's I/O worker, as the owner, mode 0700,
+ * before the push, and kept for that user's next job of this machine on
+ * this host, in this block or a later one: a library fetched once stays
+ * fetched (cnk names each file by its version, so a changed file is
+ * fetched anew, never served stale).  The worker holds a shared flock on
+ * it while its job runs: "in use".  It goes when a job of another user of
+ * this machine starts here (one user's cache at a time: the host's memory
+ * is the job's), unless a job of that other user still runs in it; when
+ * it grows past CAP (emptied by the next job); and when a ciod of another
+ * machine starts on this host and no job runs in it (the machine may be
+ * gone; nothing else would remove it).  A cache of the older names
+ * (PID-UID, PID) goes when a new ciod starts and its ciod is gone.
  * /dev/shm is world-writable, so nothing found there is trusted: a path
  * that exists and is not a 0700 directory of the user is left alone and
  * the job runs without a cache (cnk copies, as before); removal never
@@ -27,8 +33,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <lattice/libcache_name.h>
 
 #define SHM_DIR     "/dev/shm"
 #define PREFIX      "lattice-libcache-"
@@ -36,6 +45,8 @@
 #define CAP         (1ll << 30)         /* bytes kept between jobs: old versions pile up */
 
 static pid_t monitor;                   /* 0 before libcache_init */
+static uint32_t key;                    /* this machine's (lat_libcache_key); 0: no cache */
+static int held = -1;                   /* the worker: its job's cache, flocked shared */
 
 /* Empty the directory open on fd (closed here), never following links. */
 static void empty(int fd, int depth)
@@ -92,29 +103,63 @@ static void remove_dir(const char *path)
 
 static void dir_of(char *path, size_t len, uid_t uid)
 {
-    snprintf(path, len, SHM_DIR "/" PREFIX "%ld-%u", (long)monitor, (unsigned)uid);
+    char name[LAT_LIBCACHE_MAX];
+    lat_libcache_name(name, key, (uint32_t)uid);
+    snprintf(path, len, "%s", name);
 }
 
-/* The cache's ciod pid and user from its name; false: not one of ours. */
-static bool parse(const char *name, long *pid, unsigned long *uid)
+/* A cache's name: new (machine key, user) or old (ciod pid, user or none).
+ * False: not one of ours. */
+static bool parse(const char *name, uint64_t *k, long *pid, unsigned long *uid)
 {
+    const char *prefix = LAT_LIBCACHE_PREFIX + strlen(SHM_DIR "/");
     char *end;
 
-    if (strncmp(name, PREFIX, strlen(PREFIX)))
+    if (strncmp(name, prefix, strlen(prefix)))
         return false;
-    *pid = strtol(name + strlen(PREFIX), &end, 10);
-    if (*end == '\0')
-        *uid = (unsigned long)-1;       /* an older ciod's per-job name */
-    else if (*end == '-')
+    name += strlen(prefix);
+    *k = 0, *pid = 0, *uid = (unsigned long)-1;
+    if (name[0] == 'm') {
+        for (int i = 1; i <= 8; i++)
+            if (!strchr("0123456789abcdef", name[i]) || !name[i])
+                return false;
+        *k = strtoull(name + 1, &end, 16);
+        if (*end != '-' || end != name + 9)
+            return false;
+        *uid = strtoul(end + 1, &end, 10);
+        return *end == '\0' && end[-1] != '-';
+    }
+    *pid = strtol(name, &end, 10);
+    if (*end == '-')
         *uid = strtoul(end + 1, &end, 10);
     return *end == '\0' && *pid > 0;
 }
 
-/* Remove this ciod's caches but uid's (all of them: uid -1). */
-static void remove_ours(uid_t keep)
+/* Remove the directory unless a job runs in it (its worker's shared
+ * flock), holding the lock meanwhile: a worker that opened it waits, then
+ * finds it unlinked and makes a new one.  What is not a directory is not
+ * ours: left alone. */
+static void remove_unused(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        int sub = dup(fd);
+        if (sub >= 0)
+            empty(sub, 0);
+        if (rmdir(path) < 0 && errno != ENOENT)
+            logmsg("library cache %s: cannot remove: %s", path, strerror(errno));
+    }
+    close(fd);                          /* the lock goes with it */
+}
+
+/* Remove this machine's caches but uid's, except those a job runs in. */
+static void remove_others(uid_t keep)
 {
     DIR *d = opendir(SHM_DIR);
     struct dirent *e;
+    uint64_t k;
     long pid;
     unsigned long uid;
 
@@ -122,52 +167,76 @@ static void remove_ours(uid_t keep)
         return;
     while ((e = readdir(d))) {
         char path[300];
-        if (!parse(e->d_name, &pid, &uid) || pid != (long)monitor || uid == (unsigned long)keep)
+        if (!parse(e->d_name, &k, &pid, &uid) || !k || k != key || uid == (unsigned long)keep)
             continue;
         snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
-        remove_dir(path);
+        remove_unused(path);
     }
     closedir(d);
 }
 
 void libcache_job_user(uid_t uid)
 {
-    if (monitor)
-        remove_ours(uid);
+    if (monitor && key)
+        remove_others(uid);
 }
 
 void libcache_job_start(uint64_t job)
 {
     const char *sw = getenv("LATTICE_LIBCACHE");
-    char dir[64];
+    char dir[LAT_LIBCACHE_MAX];
     struct stat st;
 
-    if ((sw && !strcmp(sw, "0")) || !monitor)
+    if ((sw && !strcmp(sw, "0")) || !monitor || !key)
         return;
     dir_of(dir, sizeof(dir), getuid());
-    /* in a sticky directory: made by the owner, nobody else can swap it */
-    if (mkdir(dir, 0700) == 0)
-        return;
-    int e = errno;
-    int fd = e == EEXIST ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == getuid() && (st.st_mode & 07777) == 0700) {
-        if (usage(fd) > CAP)            /* no job of ours runs: nothing maps it now */
-            remove_dir(dir), mkdir(dir, 0700);
-        close(fd);
+    int e = 0, made = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        /* in a sticky directory: made by the owner, nobody else can swap it */
+        made = mkdir(dir, 0700) == 0;
+        e = made ? 0 : errno;
+        int fd = made || e == EEXIST ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd < 0) {
+            e = made ? errno : e;
+            break;
+        }
+        if (fstat(fd, &st) < 0 || st.st_uid != getuid() || (st.st_mode & 07777) != 0700) {
+            close(fd);
+            e = EEXIST, made = 0;
+            break;
+        }
+        /* shared while the job runs; a remover holds it exclusive until the
+         * directory is gone (then make a new one).  Never blocking: the
+         * user may hold it himself; after a second the job goes on
+         * without the lock (a remover may then empty it: cnk copies). */
+        int locked = 0;
+        for (int i = 0; i < 200 && !(locked = flock(fd, LOCK_SH | LOCK_NB) == 0); i++)
+            usleep(5000);
+        if (fstat(fd, &st) < 0 || st.st_nlink == 0) {
+            close(fd);
+            continue;
+        }
+        if (!locked) {
+            close(fd);
+            return;
+        }
+        /* past CAP and no other job in it (ours is the only one on this I/O
+         * node): emptied, as nothing maps it now.  A conversion drops the
+         * shared lock first, even when it fails: taken again after. */
+        if (!made && usage(fd) > CAP) {
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                int sub = dup(fd);
+                if (sub >= 0)
+                    empty(sub, 0);
+            }
+            flock(fd, LOCK_SH | LOCK_NB);
+        }
+        held = fd;                      /* until the worker ends with its job */
         return;
     }
-    if (fd >= 0)
-        close(fd);
     ras_job_event(job, RAS_WARNING, cfg.location, "job %" PRIu64 ": library cache %s: %s%s; libraries are "
-              "copied into each rank", job, dir, strerror(e),
+              "copied into each rank", job, dir, strerror(e ? e : EAGAIN),
               e == EEXIST ? " (not this user's: left alone)" : "");
-}
-
-/* At exit (shutdown): no locks, the process is going. */
-static void at_exit(void)
-{
-    if (monitor && getpid() == monitor)
-        remove_ours((uid_t)-1);
 }
 
 /* Is pid a live ciod?  Then its directory is its own business. */
@@ -183,22 +252,39 @@ static bool ciod_alive(long pid)
     return alive;
 }
 
+/* This machine's key, from the unix address we listen on. */
+static uint32_t our_key(void)
+{
+    const char *a[] = { cfg.listen, cfg.listen_also };
+    for (size_t i = 0; i < 2; i++)
+        if (a[i] && !strncmp(a[i], "unix:", 5))
+            return lat_libcache_key(a[i] + 5);
+    return 0;
+}
+
 void libcache_init(void)
 {
     DIR *d = opendir(SHM_DIR);
     struct dirent *e;
+    uint64_t k;
     long pid;
     unsigned long uid;
 
     monitor = getpid();
-    atexit(at_exit);
+    key = our_key();
     if (!d)
         return;
     while ((e = readdir(d))) {
         char path[300];
-        if (!parse(e->d_name, &pid, &uid) || (pid != (long)monitor && ciod_alive(pid)))   /* ours: not made in this life */
+        if (!parse(e->d_name, &k, &pid, &uid))
+            continue;
+        if (k ? k == key : ciod_alive(pid))     /* this machine's: kept for its next job */
             continue;
         snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
+        if (k) {
+            remove_unused(path);
+            continue;
+        }
         logmsg("removing the library cache %s of a ciod that is gone", path);
         remove_dir(path);
     }

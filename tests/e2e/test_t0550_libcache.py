@@ -2,8 +2,9 @@
 a dynamic program's shared libraries are fetched once per pset into the
 user's cache directory on the compute host and mapped from there by every
 rank, instead of being copied into each rank's big memory; the directory
-is kept for the same user's next job and goes when another user's job
-starts, or the block is freed.
+(one per machine, host and user: protocol/lattice/libcache_name.h) is kept
+for the same user's next job, in this block or the next one, and goes when
+another user's job starts.
 
 Programs report where their libraries are mapped from (examples/libmaps.h,
 read from /proc/self/maps inside the rank), cnk's report line counts the
@@ -47,16 +48,39 @@ def wait_for(cond: Callable[[], bool], what: str, limit: float = 60.0) -> None:
 def lc(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     assert shutil.which("mpicc.mpich"), "MPICH is not installed (apt-get install mpich libmpich-dev)"
     assert LIBMAPS.exists() and MPI_LIBMAPS.exists(), "examples/libmaps missing: run make"
-    yield from booted_block(tmp_path_factory.mktemp("libcache"), "L", "1x2x4", "--pset-size", "4", "--memory", "256M", "--cores", "2")
+    try:
+        yield from booted_block(tmp_path_factory.mktemp("libcache"), "L", "1x2x4", "--pset-size", "4", "--memory", "256M", "--cores", "2")
+    finally:        # the machine's caches outlive its blocks: this machine is gone
+        for d in SEEN:
+            for c in Path("/dev/shm").glob(os.path.basename(d).rpartition("-")[0] + "-*"):
+                shutil.rmtree(c, ignore_errors=True)
 
 
-def cache_dirs(m: Machine, uid: int = 0) -> dict[str, int]:
-    """The cache directory each of block L's I/O nodes makes for uid -> its pset."""
-    out = {}
+SEEN: set[str] = set()      # the cache directories the tests named
+
+
+def machine_key(sock: str) -> int:
+    """protocol/lattice/libcache_name.h's key of a ciod's socket path: the
+    machine's runtime directory under /tmp, or the socket's directory."""
+    rt = "/tmp/lattice-"
+    base = sock[:sock.index("/", len(rt))] if sock.startswith(rt) else sock[:sock.rindex("/")]
+    h = 14695981039346656037
+    for c in base.encode():
+        h = ((h ^ c) * 1099511628211) % 2**64
+    h = (h ^ (h >> 32)) & 0xFFFFFFFF
+    return h or 1
+
+
+def cache_dirs(m: Machine, uid: int = 0) -> set[str]:
+    """The cache directory block L's I/O nodes make for uid: one for the
+    machine on this host, which both psets share."""
+    out = set()
     for pid in m.processes("ciod", "L"):
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        out[f"{PREFIX}{pid}-{uid}"] = int(argv[argv.index(b"--pset") + 1])
-    assert len(out) == 2, out
+        sock = argv[argv.index(b"--listen") + 1].decode().removeprefix("unix:")
+        out.add(f"{PREFIX}m{machine_key(sock):08x}-{uid}")
+    assert len(out) == 1, out
+    SEEN.update(out)
     return out
 
 
@@ -96,7 +120,7 @@ def libc_of(maps: dict[str, tuple[int, str]]) -> tuple[int, str]:
     return maps[name]
 
 
-def test_c_program_maps_its_libraries_from_the_cache_fetched_once_per_pset(lc: Machine) -> None:
+def test_c_program_maps_its_libraries_from_the_cache_fetched_once_per_host(lc: Machine) -> None:
     dirs = cache_dirs(lc)
     run_as_nobody(lc)
     assert not any(os.path.lexists(d) for d in dirs)
@@ -110,13 +134,13 @@ def test_c_program_maps_its_libraries_from_the_cache_fetched_once_per_pset(lc: M
         assert d in dirs, f"rank {r}: libc mapped from {src}, not from a cache directory of {sorted(dirs)}"
         assert f"-{size:x}-" in name, f"the cache file {name} is named by libc's size {size}"
         used.setdefault(d, set()).add(r)
-    assert len(used) == 2, f"each pset has its own cache: {used}"
+    assert len(used) == 1, f"the psets on a host share the machine's cache: {used}"
     rep = reports(lc, last_job(lc))
     libc_size = libc_of(maps_of(ranks[0]))[0]
     for d, rs in used.items():
         assert all(rep[r]["libcache"] == d for r in rs), rep
         # ld.so maps its cache and libc, the only library: their bytes travelled
-        # once for the pset's four ranks
+        # once for the host's eight ranks (two psets)
         want = libc_size + os.path.getsize("/etc/ld.so.cache")
         assert sum(int(rep[r]["libfetched"]) for r in rs) == want, (d, rep)
         assert all(int(rep[r]["libmaps"]) >= 1 and rep[r]["libcopied"] == "0" for r in rs), rep
@@ -151,10 +175,10 @@ def test_mpi_program_under_the_cache_and_without_it(lc: Machine) -> None:
             d = src.rpartition("/")[0]
             if d in dirs:
                 listed.setdefault(d, {})[name] = size
-    assert len(listed) == 2, listed
+    assert len(listed) == 1, listed
     for d, libs in listed.items():
         fetched = sum(int(v["libfetched"]) for v in rep.values() if v["libcache"] == d)
-        # every library the pset's ranks show mapped from the cache was fetched
+        # every library the host's ranks show mapped from the cache was fetched
         # once (ld.so also fetches UCX modules it then drops for missing libraries)
         assert sum(libs.values()) <= fetched < 2 * sum(libs.values()), (d, fetched, sum(libs.values()))
 
@@ -243,7 +267,7 @@ def test_the_directory_belongs_to_the_jobs_user(lc: Machine) -> None:
         assert libc_of(maps_of(lines))[1].startswith(d[2] + "/")
 
 
-def test_killed_job_leaves_a_complete_cache_and_free_removes_it(lc: Machine) -> None:
+def test_killed_job_leaves_a_complete_cache_which_the_next_block_finds_warm(lc: Machine) -> None:
     dirs = cache_dirs(lc)
     run_as_nobody(lc)
     job = lc.popen("run", "--block", "L", "-n", "8", "--label", str(EXAMPLES / "sleeper"), "600")
@@ -263,12 +287,21 @@ def test_killed_job_leaves_a_complete_cache_and_free_removes_it(lc: Machine) -> 
     lc.run("run", "--block", "L", "-n", "8", "--label", str(EXAMPLES / "sleeper"), "0")
     rep = reports(lc, last_job(lc))
     assert all(v["libfetched"] == "0" and v["libcache"] in dirs for v in rep.values()), rep
+    # the cache is the machine's, not the block's: it outlives the free, and
+    # the user's job in the next block (new ciods) fetches nothing
     lc.run("free", "L")
     try:
-        for d in dirs:
-            assert not os.path.lexists(d), f"{d} outlived its block"
+        assert all(os.path.isdir(d) for d in dirs), f"{dirs} went with the block"
     finally:
         lc.run("boot", "L")
+    assert cache_dirs(lc) == dirs
+    p = lc.run("run", "--block", "L", "-n", "8", "--label", "-v", str(EXAMPLES / "sleeper"), "0")
+    rep = reports(lc, last_job(lc))
+    assert all(v["libfetched"] == "0" and v["libcache"] in dirs and int(v["libmaps"]) >= 1
+               for v in rep.values()), rep
+    # another user's job in that block empties it: root's cache goes
+    run_as_nobody(lc)
+    assert not any(os.path.lexists(d) for d in dirs)
 
 
 @pytest.mark.parametrize("plant", ["symlink", "foreign-directory"])
@@ -313,15 +346,29 @@ def test_a_new_ciod_removes_the_caches_of_one_that_is_gone(lc: Machine) -> None:
     dead = int(Path("/proc/sys/kernel/pid_max").read_text())
     while os.path.exists(f"/proc/{dead}") or any(Path("/dev/shm").glob(f"lattice-libcache-{dead}*")):
         dead -= 1
-    left = [Path(f"{PREFIX}{dead}"), Path(f"{PREFIX}{dead}-0"), Path(f"{PREFIX}{dead}-65534")]
-    for d in left:          # an older ciod's per-job name, and two users' caches
+    ours = next(iter(cache_dirs(lc)))
+    other = next(f"{PREFIX}m{k:08x}-0" for k in range(1, 1 << 16) if f"{PREFIX}m{k:08x}-0" != ours
+                 and not os.path.lexists(f"{PREFIX}m{k:08x}-0"))
+    # an older ciod's per-job name, two users' caches of an older ciod, and
+    # an unused cache of another machine (gone, as far as anyone knows)
+    left = [Path(f"{PREFIX}{dead}"), Path(f"{PREFIX}{dead}-0"), Path(f"{PREFIX}{dead}-65534"), Path(other)]
+    busy = Path(f"{PREFIX}m{int(other[-10:-2], 16) ^ 0x5a5a5a5a:08x}-0")
+    for d in left + [busy]:
         d.mkdir(mode=0o700)
         (d / "sub").mkdir()
         (d / "sub" / "file").write_text("left over\n")
+    import fcntl
+    lock = os.open(busy, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_SH)        # a job of that machine runs in it
+    lc.run("run", "--block", "L", "-n", "2", str(LIBMAPS))      # this machine's own cache exists
+    assert os.path.isdir(ours)
     try:
         lc.run("free", "L")
         lc.run("boot", "L")
         wait_for(lambda: not any(d.exists() for d in left), f"{left} to be removed by the new I/O nodes")
+        assert os.path.isdir(ours), "this machine's cache is kept for its next block"
+        assert (busy / "sub" / "file").exists(), "a cache a job runs in is left alone"
     finally:
-        for d in left:
+        os.close(lock)
+        for d in left + [busy]:
             shutil.rmtree(d, ignore_errors=True)
