@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import LATTICE, ROOT, Machine, make_machine, wait_for
-from testbed import Cluster, cluster_up, namespace_pids
+from testbed import Cluster, build_hosts_probe, cluster_up, namespace_pids
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the testbed's namespaces and daemons"),
@@ -40,11 +40,7 @@ def tb() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
-    d = tmp_path_factory.mktemp("hosts_probe")
-    os.chmod(d, 0o755)
-    exe = d / "hosts_probe"
-    subprocess.run(["mpicc.mpich", "-O2", "-o", str(exe), str(ROOT / "tests/e2e/mpi/hosts_probe.c")], check=True)
-    return str(exe)
+    return build_hosts_probe(tmp_path_factory.mktemp("hosts_probe"))
 
 
 def machine_on(tb: Cluster, tmp: Path, *placement: str) -> Machine:

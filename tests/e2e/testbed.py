@@ -121,3 +121,12 @@ def leftovers(hosts: list[str]) -> list[str]:
     if os.path.exists("/run/netns") and any(h in os.listdir("/run/netns") for h in hosts):
         found.append("/run/netns entries")
     return found
+
+
+def build_hosts_probe(d: Path) -> str:
+    """tests/e2e/mpi/hosts_probe.c built into d (readable by the testbed's hosts): the MPI program
+    that says which host each rank ran on."""
+    os.chmod(d, 0o755)
+    exe = d / "hosts_probe"
+    subprocess.run(["mpicc.mpich", "-O2", "-o", str(exe), str(ROOT / "tests/e2e/mpi/hosts_probe.c")], check=True)
+    return str(exe)
