@@ -244,6 +244,8 @@ static char **make_cnk_argv(struct job *j, const struct proc *p)
     return a;
 }
 
+/* PROC hellos a process tries while ciod evicts its connection (~1 min) */
+#define HELLO_TRIES 64
 /* child_fail codes from here up: the PROC hello failed with code - this */
 #define CHILD_HELLO_FAILED 0x10000
 /* and from here up: binding to its CPUs failed */
@@ -280,10 +282,25 @@ static void proc_hello(struct job *j, struct proc *pr, int procfd, int errfd, ch
     struct lat_datapath dp;
     static char var[80], pidvar[40];
 
-    /* seq 0: the process numbers its messages from 1 (cnk, libcnclient) */
-    if (net_hello_proc(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, 0, &hp,
-                       &dp) < 0)
-        child_fail(errfd, CHILD_HELLO_FAILED + errno);
+    /* seq 0: the process numbers its messages from 1 (cnk, libcnclient).
+     * A connection closed before the hello was evicted by ciod for newer
+     * silent ones (a flood, ionode/ciod/admit.c): a new one, again while the
+     * flood lasts (backing off to a second a try), as an honest peer does */
+    struct timespec pause = { 0, 10 * 1000 * 1000 };
+    for (int tries = 1;; tries++) {
+        if (net_hello_proc(procfd, LAT_ROLE_PROC, j->pers->node | pr->t << 16, j->nj.job, j->pers->key, 0, &hp,
+                           &dp) == 0)
+            break;
+        int e = errno, fd;
+        if ((e != EPIPE && e != ECONNRESET) || tries >= HELLO_TRIES)
+            child_fail(errfd, CHILD_HELLO_FAILED + e);
+        nanosleep(&pause, NULL);
+        if (pause.tv_sec == 0 && (pause.tv_nsec *= 2) >= 1000 * 1000 * 1000)
+            pause = (struct timespec){ 1, 0 };
+        if ((fd = relay_connect(j->pers->ciod, j->pers->key, 2.0)) < 0 || dup3(fd, procfd, O_CLOEXEC) < 0)
+            child_fail(errfd, CHILD_HELLO_FAILED + errno);
+        close(fd);
+    }
     char num[3][24], *a = utoa_end(num[0] + 24, dp.eager_max), *b = utoa_end(num[1] + 24, dp.rdv_min);
     char *c = utoa_end(num[2] + 24, dp.flags), *w = var;
     const char *parts[] = { "LATTICE_IO_DP=", a, ",", b, ",", c };

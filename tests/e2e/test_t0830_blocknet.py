@@ -423,7 +423,8 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
                          "--ssh-command", tb.env["LATTICE_TESTBED_SSH"])
         m.env.update({k: v for k, v in tb.env.items() if k.startswith(("SLURM_CONF", "LATTICE_TESTBED"))})
         m.run("block", "create", "all", "--shape", "2x2x2")
-        m.run("boot", "all")
+        boot = m.run("boot", "all")
+        assert "warning" not in boot.stderr, boot.stderr          # every part routed to the others
         try:
             host_ns = {hn: os.stat(f"/run/netns/{hn}").st_ino for hn in tb.hosts}
             book = json.loads((BOOK / "blocknet.json").read_text())["blocks"]
@@ -456,7 +457,15 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
             # the block's nodes on another host: routed between the hosts' parts, not masqueraded
             n_h2 = parts[by_host["h2"]][0]
             peer = serve(n_h2, "0.0.0.0", 7111)
-            assert connect(n_h1, eth0_address(n_h2), 7111) == "connected hi"
+            got = connect(n_h1, eth0_address(n_h2), 7111)
+            if got != "connected hi":                    # what the hosts and routers had then, to say why
+                state = {ns: tb.in_host(ns, "sh", "-c", "ip -o -4 route; ip -o -4 addr; nft list ruleset").stdout
+                         for ns in ("h1", "h2")}
+                state.update({r: subprocess.run(netns_exec(r, "sh", "-c", "ip -o -4 route; nft list ruleset"),
+                                                capture_output=True, text=True).stdout
+                              for r in (f"lat-{by_host['h1']}", f"lat-{by_host['h2']}")})
+                peer.kill()
+                raise AssertionError(f"{got}: {n_h1} -> {n_h2}\n" + "\n".join(f"== {k}\n{v}" for k, v in state.items()))
             out, _ = peer.communicate(timeout=120)
             assert out.strip() == eth0_address(n_h1)
         finally:

@@ -269,7 +269,9 @@ def test_the_arp_table_is_sized_for_the_blocks_nodes(tmp_path: Path, monkeypatch
     assert blocknet._release(book, "bbbbbbbbbbbb") == []
     assert (neigh / "gc_thresh3").read_text() == "1024\n" and (neigh / "gc_thresh2").read_text() == "512\n"
     assert "neigh" not in book
-    (neigh / "gc_thresh3").unlink()     # a kernel without it: one line, not a traceback
+    (neigh / "gc_thresh3").write_text("many\n")     # one it cannot read: one line, not a traceback
     book["blocks"]["cccccccccccc"] = {"netns": here, "nodes": 4}
     assert [p.split(" (")[0] for p in blocknet._neigh_fit(book)] == \
         ["cannot size the host's ARP table for the blocks' nodes"]
+    (neigh / "gc_thresh3").unlink()     # a host that is a network namespace (a container): the kernel's
+    assert blocknet._neigh_fit(book) == [] and (neigh / "gc_thresh2").read_text() == "512\n"   # not ours

@@ -386,7 +386,11 @@ def _neigh_fit(book: dict[str, Any]) -> list[str]:
     network namespace, 1024 entries at most by default, and a block of n nodes that all talk to
     each other (MPI) fills n * n of it; past the limit a node's connect fails with "No route to
     host".  gc_thresh2 and 3 are raised by that much over their values before the first block
-    (kept in the book, written back when the last block goes).  Problems, one line each."""
+    (kept in the book, written back when the last block goes).  In a network namespace other than
+    the kernel's first (a container as host, the testbed's hosts) they are not there: the table is
+    the kernel's and sized from its first namespace.  Problems, one line each."""
+    if not (NEIGH / "gc_thresh3").exists():
+        return []
     need = sum(int(e.get("nodes", 0)) ** 2 + int(e.get("nodes", 0)) for e in book["blocks"].values())
     old = book.get("neigh")
     try:
