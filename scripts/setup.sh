@@ -19,6 +19,7 @@ ensure_packages "${packages[@]}" || { echo "setup: cannot go on without these pa
 ensure_packages man-db zsh || { echo "setup: cannot go on without these packages" >&2; exit 1; }
 
 make -s all
+./scripts/mpich_tests.sh     # MPICH's own tests the suite runs (tests/mpich/tests.list)
 
 # The venv is made from Debian's own Python (package python3-venv), whatever
 # python3 comes first on PATH: a venv's interpreter is a link to the Python
