@@ -68,6 +68,7 @@ def start(ciod_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         os.chmod(d, 0o755)
         dirs.append(d)
         made.append(PatientCiod(ciod_bin, d))
+        unpended(made[-1].proc.pid)
         return made[-1]
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -81,6 +82,26 @@ def start(ciod_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         c.log.close()
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def unpended(pid: int) -> None:
+    """Until ciod holds no connection but those it serves: the connection that
+    found it listening (Ciod.listening) left without a hello, and its thread,
+    still pending in admit.c until it sees that, would count against the caps
+    (each connection's thread is "ciod" until it runs, then "ciod-hello"
+    until its hello; the main thread is the only other "ciod")."""
+    deadline = time.monotonic() + 600       # a hang guard
+    while True:
+        names = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                names.append((task / "comm").read_text().strip())
+            except OSError:
+                pass                         # a thread that just ended
+        if names.count("ciod") == 1 and "ciod-hello" not in names:
+            return
+        assert time.monotonic() < deadline, names
+        time.sleep(0.02)
 
 
 def shutdown(c: Ciod) -> None:
