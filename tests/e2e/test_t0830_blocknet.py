@@ -464,6 +464,9 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
                 state.update({r: subprocess.run(netns_exec(r, "sh", "-c", "ip -o -4 route; nft list ruleset"),
                                                 capture_output=True, text=True).stdout
                               for r in (f"lat-{by_host['h1']}", f"lat-{by_host['h2']}")})
+                state["the kernel's ARP table (one for every namespace)"] = (
+                    Path("/proc/net/stat/arp_cache").read_text()
+                    + "gc_thresh3 " + Path("/proc/sys/net/ipv4/neigh/default/gc_thresh3").read_text())
                 peer.kill()
                 raise AssertionError(f"{got}: {n_h1} -> {n_h2}\n" + "\n".join(f"== {k}\n{v}" for k, v in state.items()))
             out, _ = peer.communicate(timeout=120)
