@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -115,6 +116,35 @@ static void sched_calls(void)
     SAY(sched_rr_get_interval(NO_SUCH_PID, &ts), "sched_rr_get_interval(no such pid)");
     SAY(sched_rr_get_interval(-1, &ts), "sched_rr_get_interval(-1)");
     SAY(sched_yield(), "sched_yield");
+}
+
+/* ---- nice values: raised in a thread of its own (lowering needs RLIMIT_NICE room) ---- */
+
+static void *nicer(void *arg)
+{
+    (void)arg;
+    int tid = (int)syscall(SYS_gettid);
+    errno = 0;
+    SAY(getpriority(PRIO_PROCESS, 0), "getpriority(PRIO_PROCESS, 0)");
+    SAY(setpriority(PRIO_PROCESS, tid, 3), "setpriority(PRIO_PROCESS, own tid, 3)");
+    SAY(getpriority(PRIO_PROCESS, tid), "getpriority(PRIO_PROCESS, own tid)");
+    errno = 0;
+    SAY(nice(2), "nice(2)");
+    SAY(setpriority(PRIO_PROCESS, 0, 1), "setpriority(PRIO_PROCESS, 0, 1) (lower)");
+    SAY(getpriority(PRIO_PROCESS, NO_SUCH_PID), "getpriority(PRIO_PROCESS, no such pid)");
+    SAY(setpriority(PRIO_PROCESS, NO_SUCH_PID, 5), "setpriority(PRIO_PROCESS, no such pid, 5)");
+    SAY(setpriority(PRIO_PGRP, NO_SUCH_PID, 5), "setpriority(PRIO_PGRP, no such group, 5)");
+    SAY(getpriority(42, 0), "getpriority(42, 0)");
+    SAY(setpriority(42, 0, 5), "setpriority(42, 0, 5)");
+    return NULL;
+}
+
+static void nice_values(void)
+{
+    pthread_t t;
+    printf("# nice values\n");
+    if (pthread_create(&t, NULL, nicer, NULL) == 0)
+        pthread_join(t, NULL);
 }
 
 /* ---- threads with scheduling attributes ---- */
@@ -380,6 +410,7 @@ int main(int argc, char **argv)
         return 2;
     }
     sched_calls();
+    nice_values();
     thread_sched();
     attributes();
     affinity();

@@ -190,6 +190,7 @@ long sys_sched_setscheduler(struct cnk_call *c);
 long sys_sched_setparam(struct cnk_call *c);
 long sys_sched_setattr(struct cnk_call *c);
 long sys_sched_query(struct cnk_call *c);       /* getscheduler, getparam, rr_get_interval, getattr */
+long sys_priority(struct cnk_call *c);          /* getpriority, setpriority: the caller's */
 long sys_rt_sigaction(struct cnk_call *c);
 long sys_rt_sigprocmask(struct cnk_call *c);
 long sys_sigaltstack(struct cnk_call *c);

@@ -118,3 +118,31 @@ long sys_sched_setattr(struct cnk_call *c)
         return r;
     return realtime(a.policy) ? -EPERM : cnk_passthrough(c);
 }
+
+/* getpriority/setpriority (nice): PRIO_PROCESS of a thread of the
+ * program's is the kernel's; the node runs one process, so the caller's
+ * process group and user (0, or its own pgid or uid) are the calling
+ * thread, and any other is ESRCH: no process of theirs is on the node. */
+#define PRIO_PROCESS_ 0
+#define PRIO_PGRP_    1
+#define PRIO_USER_    2
+
+long sys_priority(struct cnk_call *c)
+{
+    long which = (int)c->a[0], who = (int)c->a[1];
+    switch (which) {
+    case PRIO_PROCESS_:
+        return sched_own_thread((int)who) < 0 ? -ESRCH : cnk_passthrough(c);
+    case PRIO_PGRP_:
+        if (who && who != ksys1(__NR_getpgid, 0))
+            return -ESRCH;
+        break;
+    case PRIO_USER_:
+        if (who && who != ksys0(__NR_getuid))
+            return -ESRCH;
+        break;
+    default:
+        return -EINVAL;
+    }
+    return ksys3(c->nr, PRIO_PROCESS_, 0, c->a[2]);
+}
