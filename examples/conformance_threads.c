@@ -291,6 +291,17 @@ static void attributes(void)
     printf("pthread_create(its own stack), join = %d %ld\n", e, (long)got);
     pthread_attr_destroy(&a);
 
+    /* the Open POSIX scenario's: PTHREAD_STACK_MIN bytes of the heap */
+    void *small = malloc(PTHREAD_STACK_MIN + 4096);
+    pthread_attr_init(&a);
+    say_err(pthread_attr_setstack(&a, small, PTHREAD_STACK_MIN), "pthread_attr_setstack(PTHREAD_STACK_MIN of the heap)");
+    e = pthread_create(&t, &a, give, (void *)44);
+    if (!e)
+        e = pthread_join(t, &got);
+    printf("pthread_create(the smallest stack of its own), join = %d %ld\n", e, (long)got);
+    pthread_attr_destroy(&a);
+    free(small);
+
     pthread_attr_init(&a);
     say_err(pthread_attr_setstacksize(&a, PTHREAD_STACK_MIN), "pthread_attr_setstacksize(PTHREAD_STACK_MIN)");
     pthread_attr_setguardsize(&a, 0);
