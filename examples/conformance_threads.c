@@ -116,6 +116,31 @@ static void sched_calls(void)
     SAY(sched_rr_get_interval(NO_SUCH_PID, &ts), "sched_rr_get_interval(no such pid)");
     SAY(sched_rr_get_interval(-1, &ts), "sched_rr_get_interval(-1)");
     SAY(sched_yield(), "sched_yield");
+
+    /* sched_setattr/sched_getattr (no glibc wrapper): struct sched_attr as the kernel's uapi has it */
+    struct attr {
+        unsigned size, policy;
+        unsigned long long flags;
+        int nice;
+        unsigned priority;
+        unsigned long long runtime, deadline, period;
+    } at = { .size = 48 };
+    SAY(syscall(SYS_sched_getattr, 0, &at, sizeof at, 0), "sched_getattr(0)");
+    printf("sched_getattr(0) = %s nice %d priority %u\n", policy_name((int)at.policy), at.nice, at.priority);
+    SAY(syscall(SYS_sched_getattr, 0, &at, 8, 0), "sched_getattr(0, 8 bytes)");
+    SAY(syscall(SYS_sched_getattr, NO_SUCH_PID, &at, sizeof at, 0), "sched_getattr(no such pid)");
+    at = (struct attr){ .size = 48, .policy = SCHED_OTHER };
+    SAY(syscall(SYS_sched_setattr, 0, &at, 0), "sched_setattr(0, SCHED_OTHER)");
+    SAY(syscall(SYS_sched_setattr, 0, &at, 1), "sched_setattr(0, SCHED_OTHER, flags 1)");
+    SAY(syscall(SYS_sched_setattr, NO_SUCH_PID, &at, 0), "sched_setattr(no such pid, SCHED_OTHER)");
+    at = (struct attr){ .size = 48, .policy = SCHED_FIFO, .priority = 1 };
+    SAY(syscall(SYS_sched_setattr, 0, &at, 0), "sched_setattr(0, SCHED_FIFO, 1)");
+    at = (struct attr){ .size = 48, .policy = SCHED_DEADLINE, .runtime = 1000000, .deadline = 10000000,
+                       .period = 10000000 };
+    SAY(syscall(SYS_sched_setattr, 0, &at, 0), "sched_setattr(0, SCHED_DEADLINE, 1 ms in 10)");
+    at = (struct attr){ .size = 8, .policy = SCHED_OTHER };
+    SAY(syscall(SYS_sched_setattr, 0, &at, 0), "sched_setattr(0, size 8)");
+    printf("sched_setattr(0, size 8) wants size = %u\n", at.size);
 }
 
 /* ---- nice values: raised in a thread of its own (lowering needs RLIMIT_NICE room) ---- */

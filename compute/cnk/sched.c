@@ -103,10 +103,13 @@ long sys_sched_query(struct cnk_call *c)
     return r < 0 ? r : cnk_passthrough(c);
 }
 
-/* struct sched_attr: its size, then the policy; the kernel checks the rest. */
+/* struct sched_attr: its size, the policy and the flags (SCHED_FLAG_KEEP_POLICY:
+ * the thread's own, never real-time under cnk); the kernel checks the rest. */
+#define SCHED_FLAG_KEEP_POLICY_ 0x08
+
 long sys_sched_setattr(struct cnk_call *c)
 {
-    struct { uint32_t size, policy; } a;
+    struct { uint32_t size, policy; uint64_t flags; } a;
     if (!c->a[1] || (int)c->a[0] < 0 || c->a[2])
         return -EINVAL;
     if (sched_copy_in(&a, (const void *)c->a[1], sizeof a) < 0)
@@ -116,7 +119,7 @@ long sys_sched_setattr(struct cnk_call *c)
     long r = sched_own_thread((int)c->a[0]);
     if (r < 0)
         return r;
-    return realtime(a.policy) ? -EPERM : cnk_passthrough(c);
+    return realtime(a.policy) && !(a.flags & SCHED_FLAG_KEEP_POLICY_) ? -EPERM : cnk_passthrough(c);
 }
 
 /* getpriority/setpriority (nice): PRIO_PROCESS of a thread of the
