@@ -183,6 +183,14 @@ void thread_exec(void);                         /* execve: communication threads
 void signal_exec(void);                         /* execve: caught signals back to default, no altstack */
 long sys_sched_getaffinity(struct cnk_call *c); /* shows --cores CPUs */
 long sys_sched_setaffinity(struct cnk_call *c); /* own threads, within those CPUs */
+/* sched.c: the scheduling calls (time-sharing policies the kernel's, real-time EPERM) */
+int sched_own_thread(int tid);                  /* 0: the caller or a thread of the program; else -ESRCH */
+int sched_copy_in(void *dst, const void *src, size_t n);   /* the program's memory; -EFAULT */
+long sys_sched_setscheduler(struct cnk_call *c);
+long sys_sched_setparam(struct cnk_call *c);
+long sys_sched_setattr(struct cnk_call *c);
+long sys_sched_query(struct cnk_call *c);       /* getscheduler, getparam, rr_get_interval, getattr */
+long sys_priority(struct cnk_call *c);          /* getpriority, setpriority: the caller's */
 long sys_rt_sigaction(struct cnk_call *c);
 long sys_rt_sigprocmask(struct cnk_call *c);
 long sys_sigaltstack(struct cnk_call *c);

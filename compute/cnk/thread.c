@@ -1,7 +1,10 @@
 /*
  * thread.c - the program's threads: clone with thread flags only, at most
  * --cores of them alive (the main thread included), as CNK ran one thread
- * per core.  No processes: fork-like clones are unsupported.
+ * per core, or the job's own limit (LATTICE_THREADS, from `lattice run
+ * --threads N`: 1 to MAX_APP_THREADS; each thread's stack comes out of big
+ * memory, the service node checks that the rank's memory holds them).  No
+ * processes: fork-like clones are unsupported.
  *
  * An MPI process (started with a PMI or PMIx endpoint in its environment)
  * may have COMM_THREADS more, for its communication library, as BG/Q's CNK
@@ -42,7 +45,8 @@ struct clone_frame {
 static unsigned alive = 1;      /* threads of the program */
 
 /* The blocks of threads other than the main one (lib.c has that one):
- * --cores is at most 4096, plus the communication threads. */
+ * --cores and LATTICE_THREADS are at most 4096, plus the communication
+ * threads. */
 #define MAX_THREADS (4096 + 8)
 static struct kthread blocks[MAX_THREADS];
 
@@ -60,8 +64,29 @@ static struct kthread *block_get(void)
 }
 
 #define COMM_THREADS 2
+#define MAX_APP_THREADS 4096    /* what blocks[] holds besides the communication threads */
+
+static unsigned app_threads;    /* the program's own, main included: --cores or LATTICE_THREADS */
+static int app_threads_given;   /* LATTICE_THREADS set them */
 
 static void affinity_init(void);
+
+/* LATTICE_THREADS=N, the job's thread limit: decimal, 1 to MAX_APP_THREADS. */
+static void limit_init(void)
+{
+    const char *v = kgetenv(cnk.envp, "LATTICE_THREADS");
+    uint64_t n = 0;
+    app_threads = cnk.cores;
+    if (!v)
+        return;
+    for (const char *s = v; *s && n <= MAX_APP_THREADS; s++)
+        n = *s >= '0' && *s <= '9' ? n * 10 + (uint64_t)(*s - '0') : MAX_APP_THREADS + 1;
+    if (!n || n > MAX_APP_THREADS)
+        cnk_fail(EINVAL, "LATTICE_THREADS=%s: a thread limit is a number of threads from 1 to %u "
+                 "(lattice run --threads N)", v, MAX_APP_THREADS);
+    app_threads = (unsigned)n;
+    app_threads_given = 1;
+}
 
 void thread_exec(void)
 {
@@ -75,22 +100,29 @@ void thread_exec(void)
 void thread_init(void)
 {
     thread_exec();
+    limit_init();
     affinity_init();
-    cnk.report->thread_limit = cnk.cores + cnk.comm_threads;
+    cnk.report->thread_limit = app_threads + cnk.comm_threads;
 }
 
 /* A clone refused at the limit: counted, and said on the first. */
 static void limit_reached(void)
 {
-    unsigned limit = cnk.cores + cnk.comm_threads;
+    unsigned limit = app_threads + cnk.comm_threads;
+    const char *mpi = cnk.comm_threads ? " and 2 for its MPI library" : "";
     cnk.report->thread_limit = limit;
     if (__atomic_fetch_add(&cnk.report->threads_refused, 1, __ATOMIC_RELAXED) != 0)
         return;
-    kprint(cnk.err_fd, "cnk: thread limit: rank %d may run %u threads (its %u cores%s), a thread more was refused; "
-           "ask for at most %u (OMP_NUM_THREADS=%u) or give each rank more cores: co mode (--mode co), "
-           "fewer ranks per node, or a machine with more (lattice init --cores)\n",
-           cnk.rank, limit, cnk.cores, cnk.comm_threads ? " and 2 for its MPI library" : "",
-           cnk.cores, cnk.cores);
+    if (app_threads_given)
+        kprint(cnk.err_fd, "cnk: thread limit: rank %d may run %u threads (the job's --threads %u%s), a thread "
+               "more was refused; ask for at most %u (OMP_NUM_THREADS=%u) or raise the limit (lattice run "
+               "--threads N, at most %u)\n", cnk.rank, limit, app_threads, mpi, app_threads, app_threads,
+               MAX_APP_THREADS);
+    else
+        kprint(cnk.err_fd, "cnk: thread limit: rank %d may run %u threads (its %u cores%s), a thread more was "
+               "refused; ask for at most %u (OMP_NUM_THREADS=%u), let it run more (lattice run --threads N) "
+               "or give each rank more cores: co mode (--mode co), fewer ranks per node, or a machine with "
+               "more (lattice init --cores)\n", cnk.rank, limit, cnk.cores, mpi, cnk.cores, cnk.cores);
 }
 
 unsigned thread_alive(void)
@@ -107,7 +139,7 @@ long sys_clone(struct cnk_call *c)
     }
     if ((flags & ~(ALLOWED_FLAGS | 0xfful)) || !stack)
         return -EINVAL;
-    if (__atomic_add_fetch(&alive, 1, __ATOMIC_RELAXED) > cnk.cores + cnk.comm_threads) {
+    if (__atomic_add_fetch(&alive, 1, __ATOMIC_RELAXED) > app_threads + cnk.comm_threads) {
         __atomic_sub_fetch(&alive, 1, __ATOMIC_RELAXED);
         limit_reached();
         return -EAGAIN;
@@ -220,13 +252,14 @@ long sys_sched_setaffinity(struct cnk_call *c)
     const unsigned char *want = (const unsigned char *)c->a[2];
     unsigned char mask[MASK_BYTES] = { 0 };
     int any = 0;
-    if (tid < 0)
-        return -EINVAL;
-    /* tid 0 is the caller; any other must be a thread of this process */
-    if (tid && ksys3(__NR_tgkill, ksys0(__NR_getpid), tid, 0) < 0)
+    /* Linux's order: the mask's memory (EFAULT), then the thread: tid 0 is
+     * the caller, any other must be a thread of this process (ESRCH) */
+    if (len && sched_copy_in(mask, want, len < MASK_BYTES ? len : MASK_BYTES) < 0)
+        return -EFAULT;
+    if (sched_own_thread(tid) < 0)
         return -ESRCH;
     for (size_t i = 0; i < len && i < MASK_BYTES; i++)
-        any |= mask[i] = want[i] & allowed[i];
+        any |= mask[i] &= allowed[i];
     if (!any)
         return -EINVAL;     /* as the kernel says for a mask with no usable CPU */
     return ksys3(__NR_sched_setaffinity, tid, MASK_BYTES, mask);
@@ -236,6 +269,13 @@ long sys_sched_setaffinity(struct cnk_call *c)
  * thread pools by it. */
 long sys_sched_getaffinity(struct cnk_call *c)
 {
+    /* another process's is ESRCH, after the kernel's check of the length */
+    if (sched_own_thread((int)c->a[0]) < 0) {
+        unsigned char probe[MASK_BYTES];
+        size_t len = (size_t)c->a[1];
+        long r = len & 7 ? -EINVAL : ksys3(__NR_sched_getaffinity, 0, len < MASK_BYTES ? len : MASK_BYTES, probe);
+        return r < 0 ? r : -ESRCH;
+    }
     long r = cnk_passthrough(c);
     unsigned char *mask = (unsigned char *)c->a[2];
     for (long i = 0; i < r && i < MASK_BYTES; i++)

@@ -7,10 +7,15 @@ natively as the same user, in Linux mode (`--kernel linux`) and under cnk,
 each kernel also with LATTICE_MAILBOX=0, each run in its own scratch
 directory with the same layout under one parent, and its outputs must match
 line for line. Then examples/conformance_fault.c passes one bad pointer per
-process (Linux: EFAULT), in the same directories.
+process (Linux: EFAULT), in the same directories, and
+examples/conformance_threads.c checks threads and scheduling (issue 28: the
+sched_* calls and their errors, PTHREAD_EXPLICIT_SCHED with each policy,
+pthread_setschedparam, affinity, 8 threads alive at once), natively as a
+job of root runs (without capabilities: a real-time policy is EPERM).
 
-Where a run's line differs, the difference is named in KNOWN with the exact
-line that run prints and why; it is asserted to still differ in exactly
+Where a run's line differs, the difference is named in KNOWN
+(tests/conformance_known.py, listed in docs/architecture.md "Differences
+from native") with the exact line that run prints and why; it is asserted to still differ in exactly
 that way, so a fix makes this test fail until its entry goes. The files
 each run leaves behind are compared as well.
 
@@ -31,9 +36,13 @@ from typing import Iterator
 import pytest
 
 from conftest import EXAMPLES, Machine, booted_block
+from conformance_known import KNOWN
 
 PROG = EXAMPLES / "conformance"
 FAULT = EXAMPLES / "conformance_fault"
+THREADS = EXAMPLES / "conformance_threads"
+# a job of root runs without capabilities (compute/cnode/launch.c): so does root's native run of THREADS
+UNPRIVILEGED = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--securebits=+noroot,+noroot_locked"]
 SIGNALLED = re.compile(r"killed by signal \d+ \((\w+)\)")
 KERNELS = ("cnk", "linux")
 PRELOAD = {"cnk": (), "linux": ("--no-sandbox",)}   # Linux mode here is the preload client's (issue 25)
@@ -43,58 +52,6 @@ RUNS = {k: (k, ()) for k in KERNELS} | {f"{k}-socket": (k, ("LATTICE_MAILBOX=0",
 # every run starts with this soft RLIMIT_NOFILE (below the hard limit, as on
 # most systems): the client's own descriptors must take none of its numbers
 START_NOFILE = min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-
-
-@dataclass(frozen=True)
-class Known:
-    native: str     # the line the program prints natively
-    got: str        # the line the kernel prints instead
-    why: str
-
-
-def known(why: str, *pairs: tuple[str, str]) -> list[Known]:
-    return [Known(n, g, why) for n, g in pairs]
-
-
-# Issue 14's conformance bugs, and those this test found, in both kernels.
-BOTH = [
-    *known("a second connect() of a socket connected through the I/O node returns 0, not EISCONN: ciod "
-           "completes the connect with poll and SO_ERROR, so the kernel's socket is still connecting",
-           ("connect again = -1 EISCONN", "connect again = 0")),
-    *known("listen() of a shipped descriptor is EOPNOTSUPP even when it is not a socket (Linux: ENOTSOCK)",
-           ("listen(a file) = -1 ENOTSOCK", "listen(a file) = -1 EOPNOTSUPP")),
-    *known("/dev/fd/N of a shipped descriptor names the local placeholder (/dev/null): the path rule keeps "
-           "/dev/fd on the node",
-           ("stat(/dev/fd/N of s.dat) = 0 type=reg mode=0644 size=5 nlink=1",
-            "stat(/dev/fd/N of s.dat) = 0 type=chr mode=0666 size=0 nlink=1")),
-    *known("a shared writable mapping of an I/O-node file is ENODEV: the compute node holds a copy, which "
-           "could not be kept in step with the file that other nodes and ciod change (compute/cnk/README.md)",
-           ('mmap(O_RDWR, PROT_WRITE, MAP_SHARED) maps = 5 "vecto"', "mmap(O_RDWR, PROT_WRITE, MAP_SHARED) = MAP_FAILED ENODEV")),
-    *known("ioctl of a shipped descriptor is ENOTTY, FIONREAD included",
-           ("ioctl(s.dat, FIONREAD) = 0", "ioctl(s.dat, FIONREAD) = -1 ENOTTY")),
-    *known("the client reads the socket address itself instead of answering EFAULT: the rank dies (stat "
-           "buffers, paths, utimensat times and iovec arrays go through compute/shipc/usercopy.c)",
-           ("connect(TCP socket, bad address) = -1 EFAULT", "connect(TCP socket, bad address) = killed by SIGSEGV")),
-]
-
-# by run (RUNS): what each kernel's line is instead of the native one
-KNOWN: dict[str, list[Known]] = {
-    "cnk": [
-        *BOTH,
-        *known("cnk runs one process: fork is unsupported (compute/cnk/README.md), as on Blue Gene; popen's "
-               "posix_spawn cannot start its child either",
-               ("fork, child _exit(7), waitpid = exit status 7", "fork, child _exit(7), waitpid = -1 ENOSYS"),
-               ("popen(echo, r) reads = from-the-child, second line", "popen(echo, r) = NULL ENOMEM"),
-               ("pclose = exit status 0", "pclose = not run")),
-    ],
-    "linux": [
-        *BOTH,
-    ],
-}
-
-
-KNOWN["cnk-socket"] = KNOWN["cnk"]
-KNOWN["linux-socket"] = KNOWN["linux"]
 
 
 def make_scratch(d: Path) -> Path:
@@ -128,11 +85,12 @@ def tree(d: Path) -> dict[str, tuple[str, int, bytes]]:
 class Runs:
     out: dict[str, list[str]]             # native and each of RUNS -> the programs' lines
     trees: dict[str, dict[str, tuple[str, int, bytes]]]
+    threads_err: dict[str, str]           # each of RUNS -> the stderr of its THREADS run
 
 
 @pytest.fixture(scope="module")
 def cm(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
-    assert PROG.exists() and FAULT.exists(), f"{PROG} or {FAULT} missing: run make"
+    assert PROG.exists() and FAULT.exists() and THREADS.exists(), f"{PROG}, {FAULT} or {THREADS} missing: run make"
     # the node's daemons, and so the ranks, start with the soft descriptor
     # limit the native runs get (start_nofile)
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -194,7 +152,20 @@ def runs(cm: Machine) -> Runs:
     out["native"] += ["# bad pointers", *calls]
     for how in RUNS:
         out[how] += ["# bad pointers", *(outcome(job(how, FAULT, str(n)), line) for n, line in enumerate(calls))]
-    return Runs(out, {how: tree(parent / how) for how in out})
+    # threads and scheduling
+    p = subprocess.run([*(UNPRIVILEGED if os.geteuid() == 0 else []), str(THREADS)], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out["native"] += ["# threads", *p.stdout.splitlines()]
+    threads_err = {}
+    for how in RUNS:
+        kernel, env = RUNS[how]
+        p = cm.run("run", "--block", "C", "-n", "1", "--kernel", kernel, *PRELOAD[kernel],
+                   *[f"--env={e}" for e in env], "--cwd", str(parent), str(THREADS), check=False, timeout=180)
+        assert p.returncode == 0, f"{how}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+        out[how] += ["# threads", *p.stdout.splitlines()]
+        threads_err[how] = p.stderr
+    return Runs(out, {how: tree(parent / how) for how in out}, threads_err)
 
 
 def test_the_program_checks_what_it_says_natively(runs: Runs) -> None:
@@ -206,7 +177,10 @@ def test_the_program_checks_what_it_says_natively(runs: Runs) -> None:
                  "listing(pre) = ../ ./ dangling@ deeplink@ dir/ dirlink@ file.txt link@", "dup(c) takes the lowest free = B+0",
                  "pread(hole, 4, offset 100) = 4 \"\\x00\\x00\\x00\\x00\"", "recv(client, 4, MSG_WAITALL) = 4 \"back\"",
                  "getcwd = <dir>/pre/dir", "close(1000) = -1 EBADF", "fork, child _exit(7), waitpid = exit status 7",
-                 "stat(bad path) = -1 EFAULT", "write(file, bad buffer) = -1 EFAULT"):
+                 "stat(bad path) = -1 EFAULT", "write(file, bad buffer) = -1 EFAULT",
+                 "pthread_create(PTHREAD_EXPLICIT_SCHED, default policy) = 0, the thread runs SCHED_OTHER priority 0",
+                 "pthread_create(PTHREAD_EXPLICIT_SCHED, SCHED_FIFO, min) = EPERM",
+                 "sched_setscheduler(no such pid, SCHED_OTHER, 0) = -1 ESRCH"):
         assert line in native, line
     for k in KNOWN.values():        # the table's native lines are the program's
         for known in k:
@@ -224,6 +198,16 @@ def test_same_output_as_native_but_the_named_differences(runs: Runs, how: str) -
     problems += [f"  native: {k.native}\n  KNOWN: {k.got}\n    no longer differs this way (fixed? update KNOWN): {k.why}"
                  for k in KNOWN[how] if (k.native, k.got) not in found]
     assert not problems, f"{how} against native:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("how", RUNS)
+def test_the_thread_limit_is_said_once(runs: Runs, how: str) -> None:
+    said = [line for line in runs.threads_err[how].splitlines() if "thread limit" in line]
+    if RUNS[how][0] == "linux":
+        assert said == [], said     # Linux mode limits no threads
+        return
+    assert len(said) == 1 and "cnk: thread limit: rank 0 may run 4 threads (its 2 cores and 2 for its MPI library)" \
+        in said[0] and "lattice run --threads N" in said[0], runs.threads_err[how]
 
 
 @pytest.mark.parametrize("how", RUNS)

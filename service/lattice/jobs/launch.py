@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lattice.state import blocks, db, machine, ras, reclaim
 from lattice.nodes import boot, cores, host, placement
-from lattice.jobs import collectives, distribution, job, jobenv, jobinput, mapping, mpienv, outfiles, timelimit, trees
+from lattice.jobs import (collectives, distribution, job, jobenv, jobinput, mapping, mpienv, outfiles, threads,
+                          timelimit, trees)
 from lattice import procs
 from lattice.transport import wire
 from lattice.state.blocks import Block
@@ -264,6 +265,7 @@ class Need(NamedTuple):
     sandbox: bool
     nodes: int              # compute nodes it runs on (without --block: the smallest block it fits)
     block: Block | None     # --block's
+    threads: int | None     # each rank's thread limit under cnk (lattice.jobs.threads); None: its cores
 
 
 def need(con: db.Connection, m: Machine, req: RunRequest) -> Need:
@@ -290,13 +292,15 @@ def need(con: db.Connection, m: Machine, req: RunRequest) -> Need:
     if req.trace and req.kernel != "cnk":
         raise LatticeError("--trace needs --kernel cnk: the compute node kernel does the tracing")
     sandbox = sandboxed(req)
+    thread_limit = threads.limit(req.threads, dict(kv.split("=", 1) for kv in req.env), req.kernel,
+                                 m.memory // ppn)
     if req.hugepages not in ("reserve", "keep"):
         raise LatticeError(f"bad LATTICE_HUGEPAGES {req.hugepages!r}: reserve or keep")
     nodes = max(mapping.nodes_needed(m, mode, sum(a.nranks for a in apps)), lay.nodes or 0)
     if chosen is None and nodes > m.nodes:
         raise LatticeError(f"{sum(a.nranks for a in apps)} ranks do not fit in the {m.nodes} compute nodes of "
                            f"this machine: {mode} mode runs {ppn} per node, so they need {nodes}")
-    return Need(mode, lay, apps, stdin_rank, limit, sandbox, nodes, chosen)
+    return Need(mode, lay, apps, stdin_rank, limit, sandbox, nodes, chosen, thread_limit)
 
 
 def choose(con: db.Connection, m: Machine, nodes: int, auto_name: str) -> Block:
@@ -470,6 +474,8 @@ def run(req: RunRequest, job_id: int | None = None, target: str | None = None,
             user_env = {**given, **dict(kv.split("=", 1) for kv in req.env)}
             for k in user_env:
                 p.env.pop(k, None)     # the user's --env wins over the mode's defaults
+            if nd.threads is not None and threads.VAR not in user_env:
+                p.env[threads.VAR] = str(nd.threads)
             collectives.add_preload(req.collectives, m.collectives, apps, user_env, p.env, exported)
             exported_names = {kv.partition("=")[0] for kv in exported}
             job_chose = {**dict.fromkeys(exported_names, ""), **user_env}      # the job's own choices win

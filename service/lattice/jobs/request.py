@@ -40,6 +40,7 @@ class RunRequest:
     sandbox: bool = True
     tree: list[str] = field(default_factory=list)
     trace: bool = False
+    threads: str | None = None                  # --threads as given (lattice.jobs.threads checks it)
     hugepages: str = "reserve"
     collectives: str | None = None              # --collectives; None: the machine's default (lattice.jobs.collectives)
     verbose: bool = False

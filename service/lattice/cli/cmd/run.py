@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from lattice.jobs import job, launch, mapping, timelimit
+from lattice.jobs import job, launch, mapping, threads, timelimit
 from lattice.jobs.request import RunRequest
 
 description = ("run a program on compute nodes (without --block: on a booted idle block, else on one it boots "
@@ -74,6 +74,10 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
                         "machine's default trees (repeatable; `lattice init --linux-trees`, default the owner's "
                         "home)")
     p.add_argument("--trace", action="store_true", help="cnk prints every system call with its class")
+    p.add_argument("--threads", metavar="N",
+                   help=f"cnk: each rank may run N threads, the main one included (default: its cores; an MPI "
+                        f"rank 2 more for its library; 1..{threads.MAX}, within what the rank's memory holds); "
+                        f"sets {threads.VAR} (docs/cli.md)")
     p.add_argument("--hugepages", choices=("reserve", "keep"),
                    default=os.environ.get("LATTICE_HUGEPAGES") or "reserve",
                    help="reserve (default; root only): grow the huge page pools for a cnk job's big memory and "
