@@ -9,9 +9,11 @@ answers), and the process lives on and can still allocate.  Memory mapped
 outside big memory counts against it, so half the node in /dev/shm leaves no
 room for three quarters more.
 
-MPICH's own tests that were killed by SIGSEGV under cnk (rma/win_large_shm:
-4 ranks of a 1 GiB window each on 512 MiB nodes; pt2pt/pt2pt_large) end with
-"No Errors" or MPI's out-of-memory error, never a signal.
+MPICH's own tests the issue saw killed by SIGSEGV under cnk end with "No
+Errors" or MPI's out-of-memory error, never a signal: rma/win_large_shm (4
+ranks, a 1 GiB window each, on 512 MiB nodes: its symmetric heap's
+MAP_FIXED 1 GiB went uncounted outside big memory, the next window failed,
+and MPICH's clean-up crashed) and pt2pt/pt2pt_large.
 
 One 1x1x4 machine of default nodes (512 MiB, one pset) with block M booted
 over all of it serves the whole file."""
@@ -25,7 +27,7 @@ from typing import Iterator
 import pytest
 
 from conftest import ROOT, Machine, booted_block
-from cnk_helpers import CNK_EX, by_rank
+from cnk_helpers import CNK_EX
 
 NODE_MIB = 512
 MPICH_TESTS = ROOT / "build" / "mpich-tests"
@@ -41,7 +43,7 @@ def machine(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[M
 
 
 def cases(out: str) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for line in out.splitlines():
         m = CASE.match(line.split("] ", 1)[-1] if line.startswith("[") else line)
         if m and m.group(1) != "done":
@@ -87,6 +89,9 @@ def test_win_large_shm_ends_with_mpi_error_not_a_signal(machine: Machine) -> Non
 
 
 def test_pt2pt_large_passes(machine: Machine) -> None:
+    """A guard: the issue saw it killed by SIGSEGV under cnk, but it passed
+    here on the code before issue 28 too (20 runs, idle and loaded), and it
+    allocates nothing big (4 KiB messages through the large-count API)."""
     m = machine
     exe = MPICH_TESTS / "pt2pt_large"
     assert exe.exists(), f"{exe} missing: run scripts/mpich_tests.sh"
@@ -95,4 +100,3 @@ def test_pt2pt_large_passes(machine: Machine) -> None:
     both = p.stdout + p.stderr
     assert "killed by signal" not in both, both
     assert p.returncode == 0 and "No Errors" in p.stdout, both
-    assert by_rank(p.stdout)
