@@ -484,7 +484,8 @@ static long charge_done(long r, size_t len, size_t held, uintptr_t old, size_t o
     if (r >= 0) {
         uncharge(old, old + olen);
         uncharge((uintptr_t)r, (uintptr_t)r + len);
-        out[nout++] = (struct range){ (uintptr_t)r, (uintptr_t)r + len };
+        if (nout < NOUT)        /* else (threads racing for the last entry) it stays charged for good */
+            out[nout++] = (struct range){ (uintptr_t)r, (uintptr_t)r + len };
         charged += len;
     }
     kunlock(&lock);

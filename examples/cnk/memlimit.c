@@ -132,6 +132,11 @@ int main(int argc, char **argv)
         uintptr_t r = (uintptr_t)syscall(SYS_brk, cur + big);
         report("brk", r == cur ? 0 : EFAULT, 0, r == cur ? NULL : "the break moved");
     }
+    CASE("brk-size-max") {         /* a break that wraps the address space: the old one */
+        uintptr_t cur = (uintptr_t)syscall(SYS_brk, 0);
+        uintptr_t r = (uintptr_t)syscall(SYS_brk, UINTPTR_MAX);
+        report("brk-size-max", r == cur ? 0 : EFAULT, 0, r == cur ? NULL : "the break moved");
+    }
     CASE("sbrk") {
         errno = 0;
         void *r = sbrk((intptr_t)big);
