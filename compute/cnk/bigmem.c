@@ -10,8 +10,8 @@
  * (shared files of /dev/shm and memfds, SysV segments, anonymous memory at
  * an address of its own) is charged against it: the free bytes of the
  * region always cover what is charged, so every request together stays
- * within the node, and one that would not fits gets ENOMEM at the call, as
- * Linux gives it under RLIMIT_AS (README "Big memory").
+ * within the node, and one that would not gets ENOMEM at the call, as
+ * Linux gives it under RLIMIT_AS (README "The node's memory limit").
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
