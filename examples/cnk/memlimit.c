@@ -274,6 +274,20 @@ int main(int argc, char **argv)
         if (fd >= 0)
             close(fd);
     }
+    CASE("dev-shm-twice") {        /* each mapping of a segment counts, as RLIMIT_AS counts it */
+        size_t part = node / 8 * 3;
+        int fd = shm_file(part, 0);
+        void *p = fd < 0 ? MAP_FAILED : mmap(NULL, part, rw, MAP_SHARED, fd, 0);
+        void *q = p == MAP_FAILED ? MAP_FAILED : mmap(NULL, part, rw, MAP_SHARED, fd, 0);
+        int e = q == MAP_FAILED ? -1 : mmap_errno(NULL, part, rw, anon, -1, 0);
+        report("dev-shm-twice", e, ENOMEM, q == MAP_FAILED ? "cannot map 3/8 of the node twice" : NULL);
+        if (q != MAP_FAILED)
+            munmap(q, part);
+        if (p != MAP_FAILED)
+            munmap(p, part);
+        if (fd >= 0)
+            close(fd);
+    }
     CASE("unmapped-gives-back") {  /* what munmap gives back can be taken again */
         void *p = mmap(faraway, half, rw, anon | MAP_FIXED, -1, 0);
         if (p != MAP_FAILED)
