@@ -13,7 +13,7 @@ MPICH's own tests the issue saw killed by SIGSEGV under cnk end with "No
 Errors" or MPI's out-of-memory error, never a signal: rma/win_large_shm (4
 ranks, a 1 GiB window each, on 512 MiB nodes: its symmetric heap's
 MAP_FIXED 1 GiB went uncounted outside big memory, the next window failed,
-and MPICH's clean-up crashed) and pt2pt/pt2pt_large.
+and MPICH's clean-up crashed) and pt2pt/pt2pt_large (see its test).
 
 One 1x1x4 machine of default nodes (512 MiB, one pset) with block M booted
 over all of it serves the whole file."""
@@ -89,9 +89,14 @@ def test_win_large_shm_ends_with_mpi_error_not_a_signal(machine: Machine) -> Non
 
 
 def test_pt2pt_large_passes(machine: Machine) -> None:
-    """A guard: the issue saw it killed by SIGSEGV under cnk, but it passed
-    here on the code before issue 28 too (20 runs, idle and loaded), and it
-    allocates nothing big (4 KiB messages through the large-count API)."""
+    """A guard, which passed before issue 28 too: MPICH 4.0.2's test sends
+    4 KiB through the large-count API.  The SIGSEGV the issue saw is the
+    MPICH repository's newer version with -option=1 or 2, which mallocs 2 or
+    4 GiB a rank and writes through the NULL it gets on a 512 MiB node: the
+    same SIGSEGV at address 0 natively under `prlimit --as=512M`, and it
+    passes under cnk on 4 GiB nodes (compute/cnk/README.md "The node's
+    memory limit").  cnk answers ENOMEM; a program that ignores it is not
+    cnk's to save."""
     m = machine
     exe = MPICH_TESTS / "pt2pt_large"
     assert exe.exists(), f"{exe} missing: run scripts/mpich_tests.sh"
