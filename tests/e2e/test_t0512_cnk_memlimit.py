@@ -75,12 +75,16 @@ def test_every_memory_request_fails_as_under_a_linux_limit(machine: Machine, exe
                                     for k in sorted(set(got) | set(native)) if got.get(k) != native.get(k))
 
 
-def test_win_large_shm_ends_with_mpi_error_not_a_signal(machine: Machine) -> None:
+@pytest.mark.parametrize("mode", ["co", "vn"])
+def test_win_large_shm_ends_with_mpi_error_not_a_signal(machine: Machine, mode: str) -> None:
+    """co: one rank a node, each window MPICH's symmetric heap at an address
+    of its own; vn: two ranks a node sharing a /dev/shm window, which
+    counts in both ranks' shares."""
     m = machine
     exe = MPICH_TESTS / "win_large_shm"
     assert exe.exists(), f"{exe} missing: run scripts/mpich_tests.sh"
-    p = m.run("run", "--block", "M", "-n", "4", "--label", "--kernel", "cnk", "--cwd", str(m.work),
-              str(exe), check=False, timeout=600)
+    p = m.run("run", "--block", "M", "-n", "4", "--mode", mode, "--label", "--kernel", "cnk",
+              "--cwd", str(m.work), str(exe), check=False, timeout=600)
     both = p.stdout + p.stderr
     assert "killed by signal" not in both and "SIGSEGV" not in both and "SIGBUS" not in both, both
     # 4 ranks x 1 GiB cannot fit 512 MiB nodes: MPI's out-of-memory error
