@@ -288,6 +288,29 @@ int main(int argc, char **argv)
         if (fd >= 0)
             close(fd);
     }
+    CASE("shmat-then-malloc") {    /* an attached segment counts until shmdt gives it back */
+        int id = shmget(IPC_PRIVATE, half, IPC_CREAT | 0600);
+        void *p = id < 0 ? (void *)-1 : shmat(id, NULL, 0);
+        int e = p == (void *)-1 ? -1 : mmap_errno(NULL, node / 4 * 3, rw, anon, -1, 0);
+        int back = p != (void *)-1 && shmdt(p) == 0 ? mmap_errno(NULL, node / 4 * 3, rw, anon, -1, 0) : -1;
+        report("shmat-then-malloc", e, ENOMEM, p == (void *)-1 ? "cannot attach half the node"
+                                              : back ? "no room after shmdt" : NULL);
+        if (id >= 0)
+            shmctl(id, IPC_RMID, NULL);
+    }
+    CASE("mremap-grown-counts") {  /* a shared mapping grown within the node counts at its new size */
+        int fd = shm_file(half, 0);
+        void *p = fd < 0 ? MAP_FAILED : mmap(NULL, 1 << 20, rw, MAP_SHARED, fd, 0);
+        void *q = p == MAP_FAILED ? MAP_FAILED : mremap(p, 1 << 20, half, MREMAP_MAYMOVE);
+        int e = q == MAP_FAILED ? -1 : mmap_errno(NULL, node / 4 * 3, rw, anon, -1, 0);
+        report("mremap-grown-counts", e, ENOMEM, q == MAP_FAILED ? "cannot grow to half the node" : NULL);
+        if (q != MAP_FAILED)
+            munmap(q, half);
+        else if (p != MAP_FAILED)
+            munmap(p, 1 << 20);
+        if (fd >= 0)
+            close(fd);
+    }
     CASE("unmapped-gives-back") {  /* what munmap gives back can be taken again */
         void *p = mmap(faraway, half, rw, anon | MAP_FIXED, -1, 0);
         if (p != MAP_FAILED)
