@@ -37,6 +37,7 @@ static struct range {
     uintptr_t lo, hi;
 } fr[NFREE];                    /* free ranges, sorted, never touching */
 static int nfree;
+static size_t nfree_bytes;      /* their sum */
 static uintptr_t brk_lo, brk_cur;
 static struct range out[NOUT];  /* the program's mappings outside the region that count against it */
 static int nout;
@@ -220,6 +221,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     cnk.report->bigmem_bytes = size;
     fr[0] = (struct range){ bigmem.base, bigmem.base + size };
     nfree = 1;
+    nfree_bytes = size;
     return 0;
 }
 
@@ -239,6 +241,7 @@ void bigmem_reset(void)
     bigmem = (struct bigmem){ 0 };
     ship_bigmem(0, 0);
     nfree = 0;
+    nfree_bytes = 0;
     brk_lo = brk_cur = 0;
 }
 
@@ -310,14 +313,19 @@ static int carve(uintptr_t lo, uintptr_t hi)
             fr[i + 1] = (struct range){ hi, r->hi };
             r->hi = lo;
             nfree++;
+            nfree_bytes -= hi - lo;
             return 0;
         }
-        if (r->lo < lo)
+        if (r->lo < lo) {
+            nfree_bytes -= r->hi - lo;
             r->hi = lo;
-        else if (r->hi > hi)
+        } else if (r->hi > hi) {
+            nfree_bytes -= hi - r->lo;
             r->lo = hi;
-        else
+        } else {
+            nfree_bytes -= r->hi - r->lo;
             drop(i--, 1);
+        }
     }
     return 0;
 }
@@ -326,11 +334,13 @@ static int carve(uintptr_t lo, uintptr_t hi)
 static void release(uintptr_t lo, uintptr_t hi)
 {
     int i = 0, j;
+    size_t had = 0;             /* free bytes of the ranges it merges */
     while (i < nfree && fr[i].hi < lo)
         i++;
     for (j = i; j < nfree && fr[j].lo <= hi; j++) {
         lo = fr[j].lo < lo ? fr[j].lo : lo;
         hi = fr[j].hi > hi ? fr[j].hi : hi;
+        had += fr[j].hi - fr[j].lo;
     }
     if (j == i) {
         if (nfree == NFREE)
@@ -341,6 +351,7 @@ static void release(uintptr_t lo, uintptr_t hi)
         drop(i + 1, j - i - 1);
     }
     fr[i] = (struct range){ lo, hi };
+    nfree_bytes += hi - lo - had;
 }
 
 static int is_free(uintptr_t lo, uintptr_t hi)
@@ -366,8 +377,7 @@ static size_t free_in(uintptr_t lo, uintptr_t hi)
 /* Bytes that may still be taken, in the region or outside it. */
 static size_t avail(void)
 {
-    size_t f = free_in(0, UINTPTR_MAX);
-    return f > charged ? f - charged : 0;
+    return nfree_bytes > charged ? nfree_bytes - charged : 0;
 }
 
 /* May n more free bytes of the region be taken? */
