@@ -5,12 +5,20 @@
  *
  * Invariant: every free byte of the region is zero, so fresh mappings and
  * brk growth need no clearing; what is given back is cleared on the way.
+ *
+ * The region is the node's memory.  Memory the program maps outside it
+ * (shared files of /dev/shm and memfds, SysV segments, anonymous memory at
+ * an address of its own) is charged against it: the free bytes of the
+ * region always cover what is charged, so every request together stays
+ * within the node, and one that would not gets ENOMEM at the call, as
+ * Linux gives it under RLIMIT_AS (README "The node's memory limit").
  */
 #include <asm/unistd.h>
 #include <linux/errno.h>
 #include <linux/fcntl.h>
 #include <linux/memfd.h>
 #include <linux/mman.h>
+#include <linux/shm.h>
 #include <linux/stat.h>
 
 #include "cnk.h"
@@ -19,6 +27,7 @@
 #define MB2         (2ul << 20)
 #define GB1         (1ul << 30)
 #define NFREE       4096        /* free ranges; beyond that a freed range is lost */
+#define NOUT        1024        /* charged mappings outside the region */
 #define PROT_RWX    (PROT_READ | PROT_WRITE | PROT_EXEC)
 
 struct bigmem bigmem;
@@ -28,7 +37,11 @@ static struct range {
     uintptr_t lo, hi;
 } fr[NFREE];                    /* free ranges, sorted, never touching */
 static int nfree;
+static size_t nfree_bytes;      /* their sum */
 static uintptr_t brk_lo, brk_cur;
+static struct range out[NOUT];  /* the program's mappings outside the region that count against it */
+static int nout;
+static size_t charged;          /* their bytes (and those of calls under way) */
 
 static uintptr_t up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
 static uintptr_t down(uintptr_t v, uintptr_t a) { return v & ~(a - 1); }
@@ -208,6 +221,7 @@ int bigmem_init(uint64_t size, uintptr_t fixed_lo, uintptr_t fixed_hi)
     cnk.report->bigmem_bytes = size;
     fr[0] = (struct range){ bigmem.base, bigmem.base + size };
     nfree = 1;
+    nfree_bytes = size;
     return 0;
 }
 
@@ -220,9 +234,14 @@ void bigmem_reset(void)
         shipc_share(0, 0, -1);
     if (bigmem.size)
         ksys2(__NR_munmap, bigmem.base, up(bigmem.size, bigmem.page_size ? bigmem.page_size : PAGE));
+    for (int i = 0; i < nout; i++)    /* the old program's own mappings outside it go too, as on Linux */
+        ksys2(__NR_munmap, out[i].lo, out[i].hi - out[i].lo);
+    nout = 0;
+    charged = 0;
     bigmem = (struct bigmem){ 0 };
     ship_bigmem(0, 0);
     nfree = 0;
+    nfree_bytes = 0;
     brk_lo = brk_cur = 0;
 }
 
@@ -294,14 +313,19 @@ static int carve(uintptr_t lo, uintptr_t hi)
             fr[i + 1] = (struct range){ hi, r->hi };
             r->hi = lo;
             nfree++;
+            nfree_bytes -= hi - lo;
             return 0;
         }
-        if (r->lo < lo)
+        if (r->lo < lo) {
+            nfree_bytes -= r->hi - lo;
             r->hi = lo;
-        else if (r->hi > hi)
+        } else if (r->hi > hi) {
+            nfree_bytes -= hi - r->lo;
             r->lo = hi;
-        else
+        } else {
+            nfree_bytes -= r->hi - r->lo;
             drop(i--, 1);
+        }
     }
     return 0;
 }
@@ -310,11 +334,13 @@ static int carve(uintptr_t lo, uintptr_t hi)
 static void release(uintptr_t lo, uintptr_t hi)
 {
     int i = 0, j;
+    size_t had = 0;             /* free bytes of the ranges it merges */
     while (i < nfree && fr[i].hi < lo)
         i++;
     for (j = i; j < nfree && fr[j].lo <= hi; j++) {
         lo = fr[j].lo < lo ? fr[j].lo : lo;
         hi = fr[j].hi > hi ? fr[j].hi : hi;
+        had += fr[j].hi - fr[j].lo;
     }
     if (j == i) {
         if (nfree == NFREE)
@@ -325,6 +351,7 @@ static void release(uintptr_t lo, uintptr_t hi)
         drop(i + 1, j - i - 1);
     }
     fr[i] = (struct range){ lo, hi };
+    nfree_bytes += hi - lo - had;
 }
 
 static int is_free(uintptr_t lo, uintptr_t hi)
@@ -335,8 +362,34 @@ static int is_free(uintptr_t lo, uintptr_t hi)
     return 0;
 }
 
+/* ---- the node's memory: the region's free bytes cover what is charged ---- */
+
+static size_t free_in(uintptr_t lo, uintptr_t hi)
+{
+    size_t n = 0;
+    for (int i = 0; i < nfree; i++) {
+        uintptr_t a = fr[i].lo > lo ? fr[i].lo : lo, b = fr[i].hi < hi ? fr[i].hi : hi;
+        n += a < b ? b - a : 0;
+    }
+    return n;
+}
+
+/* Bytes that may still be taken, in the region or outside it. */
+static size_t avail(void)
+{
+    return nfree_bytes > charged ? nfree_bytes - charged : 0;
+}
+
+/* May n more free bytes of the region be taken? */
+static int room(size_t n)
+{
+    return !charged || avail() >= n;
+}
+
 static int alloc_locked(size_t len, size_t align, uintptr_t *addr)
 {
+    if (!room(len))
+        return -ENOMEM;
     for (int i = nfree - 1; i >= 0; i--) {
         if (fr[i].hi - fr[i].lo < len)
             continue;
@@ -378,6 +431,86 @@ static void give_back(uintptr_t addr, size_t len)
     kunlock(&lock);
 }
 
+/* ---- mappings outside the region, charged against it (callers hold the lock) ---- */
+
+static size_t charged_in(uintptr_t lo, uintptr_t hi)
+{
+    size_t n = 0;
+    for (int i = 0; i < nout; i++) {
+        uintptr_t a = out[i].lo > lo ? out[i].lo : lo, b = out[i].hi < hi ? out[i].hi : hi;
+        n += a < b ? b - a : 0;
+    }
+    return n;
+}
+
+/* [lo, hi) is no longer mapped (or mapped anew): what was charged there is
+ * not.  A split that finds the table full keeps the whole entry charged. */
+static void uncharge(uintptr_t lo, uintptr_t hi)
+{
+    for (int i = 0; i < nout; i++) {
+        struct range *r = &out[i];
+        if (r->hi <= lo || r->lo >= hi)
+            continue;
+        if (r->lo < lo && r->hi > hi) {
+            if (nout == NOUT)
+                continue;
+            out[nout++] = (struct range){ hi, r->hi };
+            charged -= hi - lo;
+            r->hi = lo;
+        } else if (r->lo < lo) {
+            charged -= r->hi - lo;
+            r->hi = lo;
+        } else if (r->hi > hi) {
+            charged -= hi - r->lo;
+            r->lo = hi;
+        } else {
+            charged -= r->hi - r->lo;
+            out[i--] = out[--nout];
+        }
+    }
+}
+
+/* Before a call that maps len bytes outside the region (over [addr,
+ * addr+len) if fixed): hold them if the node has them.  *held: what to
+ * pass to charged_done. */
+static int charge_begin(uintptr_t addr, size_t len, int fixed, size_t *held)
+{
+    klock(&lock);
+    size_t had = fixed ? charged_in(addr, addr + len) : 0;
+    *held = len > had ? len - had : 0;
+    int ok = nout < NOUT - 1 && avail() >= *held;
+    if (ok)
+        charged += *held;
+    kunlock(&lock);
+    return ok ? 0 : -ENOMEM;
+}
+
+/* After it: r is where the mapping of len bytes went, or -errno; old..olen
+ * a mapping it replaced (mremap's old place), if any. */
+static long charge_done(long r, size_t len, size_t held, uintptr_t old, size_t olen)
+{
+    klock(&lock);
+    charged -= held;
+    if (r >= 0) {
+        uncharge(old, old + olen);
+        uncharge((uintptr_t)r, (uintptr_t)r + len);
+        if (nout < NOUT)        /* else (threads racing for the last entry) it stays charged for good */
+            out[nout++] = (struct range){ (uintptr_t)r, (uintptr_t)r + len };
+        charged += len;
+    }
+    kunlock(&lock);
+    return r;
+}
+
+/* The program's own mapping outside the region: made by the kernel, charged. */
+static long map_charged(struct cnk_call *c, uintptr_t addr, size_t len, int fixed)
+{
+    size_t held;
+    if (charge_begin(addr, len, fixed, &held) < 0)
+        return -ENOMEM;
+    return charge_done(cnk_passthrough(c), len, held, 0, 0);
+}
+
 /* ---- brk: the heap grows up from the image into free space ---- */
 
 void bigmem_brk_init(uintptr_t start)
@@ -392,7 +525,7 @@ long sys_brk(struct cnk_call *c)
         return (long)brk_cur;
     klock(&lock);
     uintptr_t old = brk_cur, oend = up(old, PAGE), nend = up(want, PAGE);
-    if (nend > oend && (!is_free(oend, nend) || carve(oend, nend) < 0)) {
+    if (nend > oend && (!is_free(oend, nend) || !room(nend - oend) || carve(oend, nend) < 0)) {
         kunlock(&lock);
         return (long)old;   /* Linux says "no" by leaving the break alone */
     }
@@ -450,6 +583,8 @@ static long place(uintptr_t addr, size_t len, int flags, int *dirty)
             return -EEXIST;
         *dirty = 1;
     }
+    if (!room(free_in(addr, addr + len)))
+        return -ENOMEM;
     int r = carve(addr, addr + len);
     return r < 0 ? r : (long)addr;
 }
@@ -504,17 +639,19 @@ long sys_mmap(struct cnk_call *c)
     int type = flags & MAP_TYPE, anon = flags & MAP_ANONYMOUS;
     int fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
 
-    if (!c->a[1] || !len || (off & (int64_t)(PAGE - 1)) || type < MAP_SHARED || type > MAP_SHARED_VALIDATE)
+    if (!c->a[1] || (off & (int64_t)(PAGE - 1)) || type < MAP_SHARED || type > MAP_SHARED_VALIDATE)
         return -EINVAL;
+    if (!len || len > (1ul << 47))  /* rounding overflowed, or more than an address space: Linux's ENOMEM */
+        return -ENOMEM;
     if (!anon && shipc_fd_is_hidden(fd))
         return -EBADF;
     /* node-local shared files (/dev/shm, memfd): other processes see them,
      * so they are real mappings outside big memory */
     if (!anon && type != MAP_PRIVATE && !shipc_fd_is_shipped(fd))
-        return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
+        return overlaps(addr, len) && fixed ? -EINVAL : map_charged(c, addr, len, fixed);
     if (!anon && type != MAP_PRIVATE && (prot & PROT_WRITE)) {
         if (!placeholder_ok(fd))
-            return overlaps(addr, len) && fixed ? -EINVAL : cnk_passthrough(c);
+            return overlaps(addr, len) && fixed ? -EINVAL : map_charged(c, addr, len, fixed);
         return shipc_map_errno(fd, 1, -ENODEV);   /* a shared writable view of a file on the I/O node */
     }
     if (fixed && !bigmem_contains(addr, len)) {
@@ -522,7 +659,7 @@ long sys_mmap(struct cnk_call *c)
             return -EINVAL;
         if (!anon && shipc_fd_is_shipped(fd))     /* a segment over a cached library (or an address of its own) */
             return map_outside(addr, len, prot, flags, fd, off);
-        return cnk_passthrough(c);  /* the program insists on an address of its own */
+        return map_charged(c, addr, len, 1);    /* the program insists on an address of its own */
     }
     /* a read-only private view of a shipped file (ld.so's first map of a
      * library): the host's cached copy, outside big memory */
@@ -557,8 +694,17 @@ long sys_munmap(struct cnk_call *c)
 {
     uintptr_t addr = (uintptr_t)c->a[0];
     size_t len = up((size_t)c->a[1], PAGE);
-    if (!bigmem_contains(addr, len))
-        return overlaps(addr, len) ? -EINVAL : cnk_passthrough(c);
+    if (!bigmem_contains(addr, len)) {
+        if (overlaps(addr, len))
+            return -EINVAL;
+        long r = cnk_passthrough(c);
+        if (r == 0 && len) {
+            klock(&lock);
+            uncharge(addr, addr + len);
+            kunlock(&lock);
+        }
+        return r;
+    }
     if ((addr & (PAGE - 1)) || !len)
         return -EINVAL;
     give_back(addr, len);
@@ -571,7 +717,8 @@ static long grow(uintptr_t old, size_t olen, size_t nlen, int flags)
 {
     klock(&lock);
     uintptr_t a = old;
-    int r = bigmem_contains(old, nlen) && is_free(old + olen, old + nlen) ? carve(old + olen, old + nlen)
+    int r = bigmem_contains(old, nlen) && is_free(old + olen, old + nlen) ?
+                (room(nlen - olen) ? carve(old + olen, old + nlen) : -ENOMEM)
           : (flags & MREMAP_MAYMOVE) ? alloc_locked(nlen, PAGE, &a)
           : -ENOMEM;
     kunlock(&lock);
@@ -590,7 +737,7 @@ static long move_to(uintptr_t old, size_t olen, size_t nlen, uintptr_t new)
     if ((new & (PAGE - 1)) || !bigmem_contains(new, nlen) || (new < old + olen && old < new + nlen))
         return -EINVAL;
     klock(&lock);
-    int dirty = !is_free(new, new + nlen), r = carve(new, new + nlen);
+    int dirty = !is_free(new, new + nlen), r = room(free_in(new, new + nlen)) ? carve(new, new + nlen) : -ENOMEM;
     kunlock(&lock);
     if (r < 0)
         return r;
@@ -607,8 +754,28 @@ long sys_mremap(struct cnk_call *c)
     uintptr_t old = (uintptr_t)c->a[0], new = (uintptr_t)c->a[4];
     size_t olen = up((size_t)c->a[1], PAGE), nlen = up((size_t)c->a[2], PAGE);
     int flags = (int)c->a[3];
-    if (!bigmem_contains(old, olen ? olen : 1))
-        return overlaps(old, olen) ? -EINVAL : cnk_passthrough(c);
+    if (!bigmem_contains(old, olen ? olen : 1)) {
+        if (overlaps(old, olen))
+            return -EINVAL;
+        klock(&lock);
+        int mine = olen && nlen && charged_in(old, old + olen) != 0;
+        kunlock(&lock);
+        if (!mine)              /* a library's mapping, not counted */
+            return cnk_passthrough(c);
+        /* a charged mapping moves or grows: charge the growth (less what
+         * was charged where MREMAP_FIXED puts it) */
+        klock(&lock);
+        size_t had = (flags & MREMAP_FIXED) ? charged_in(new, new + nlen) : 0;
+        size_t more = nlen > olen + had ? nlen - olen - had : 0;
+        int ok = nout < NOUT - 1 && avail() >= more;
+        if (ok)
+            charged += more;
+        kunlock(&lock);
+        if (!ok)
+            return -ENOMEM;
+        long r = cnk_passthrough(c);
+        return charge_done(r, nlen, more, old, olen);
+    }
     if ((old & (PAGE - 1)) || !nlen || !olen || (flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED)) ||
         ((flags & MREMAP_FIXED) && !(flags & MREMAP_MAYMOVE)))
         return -EINVAL;
@@ -665,12 +832,29 @@ long sys_shmat(struct cnk_call *c)
 {
     if (c->a[1] && overlaps((uintptr_t)c->a[1], 1))
         return -EINVAL;
-    return cnk_passthrough(c);
+    struct shmid64_ds ds;
+    if (ksys3(__NR_shmctl, c->a[0], IPC_STAT, &ds) < 0 || !ds.shm_segsz)
+        return cnk_passthrough(c);      /* no size to charge: the kernel's answer (EINVAL, EACCES) */
+    size_t len = up(ds.shm_segsz, PAGE);
+    if (!len)
+        return -ENOMEM;
+    return map_charged(c, (uintptr_t)c->a[1], len, c->a[1] && (c->a[2] & SHM_REMAP));
 }
 
 long sys_shmdt(struct cnk_call *c)
 {
-    if (overlaps((uintptr_t)c->a[0], 1))
+    uintptr_t addr = (uintptr_t)c->a[0];
+    if (overlaps(addr, 1))
         return -EINVAL;
-    return cnk_passthrough(c);
+    long r = cnk_passthrough(c);
+    if (r == 0) {
+        klock(&lock);
+        for (int i = 0; i < nout; i++)
+            if (out[i].lo == addr) {
+                uncharge(out[i].lo, out[i].hi);
+                break;
+            }
+        kunlock(&lock);
+    }
+    return r;
 }

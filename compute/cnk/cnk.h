@@ -121,7 +121,7 @@ long sys_munmap(struct cnk_call *c);
 long sys_mremap(struct cnk_call *c);
 long sys_mprotect(struct cnk_call *c);
 long sys_madvise(struct cnk_call *c);
-long sys_mem_range(struct cnk_call *c);         /* msync, mlock, munlock, mlock2: nothing to do in big memory */
+long sys_mem_range(struct cnk_call *c);         /* mlock, munlock, mlock2: nothing to do in big memory */
 long sys_mlockall(struct cnk_call *c);          /* mlockall, munlockall: same */
 long sys_shmat(struct cnk_call *c);             /* SysV segments: outside big memory */
 long sys_shmdt(struct cnk_call *c);

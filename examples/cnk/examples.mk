@@ -16,7 +16,7 @@ CNK_EXAMPLES := $(addprefix $(CNK_EX_DIR)/, \
     bigbss bigbss-static \
     fortran_file fortran_file-static \
     launcher launcher-static execprobe execprobe-spie \
-    affinity sigio sigio-static)
+    affinity sigio sigio-static memlimit memlimit-static)
 
 # the personality API is being written beside this; build its example once it exists
 ifneq ($(wildcard compute/include/lattice/personality.h),)
