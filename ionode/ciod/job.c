@@ -422,6 +422,23 @@ static void ras_exit(const struct lat_exit *ex, const char *msg, size_t mlen, in
 
 void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
 {
+    bool ours;
+    struct jslot *s;
+
+    pthread_mutex_lock(&g.lock);
+    ours = g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running;
+    pthread_mutex_unlock(&g.lock);
+    if (!ours) {
+        logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
+        return;
+    }
+    /* its output first: what it wrote may still be in its worker's channel */
+    if (!worker_hold_exit(node, ex, msg, mlen))
+        job_rank_exit_report(node, ex, msg, mlen);
+}
+
+void job_rank_exit_report(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
+{
     struct lat_exit out = *ex;
     struct lat_job_end end = { .job = ex->job };
     struct conn *ctl = NULL;

@@ -13,8 +13,11 @@
  * acknowledged.  The two talk over SOCK_SEQPACKET socketpairs (struct
  * wmsg, descriptors as SCM_RIGHTS): on one the monitor asks and the worker
  * answers (opened executables); on the other the worker sends the ranks'
- * standard output, each message acknowledged once the monitor passed it on,
- * so that a rank's output always reaches the service node before its exit.  Plug-in calls, the one
+ * standard output, unacknowledged (the channel's socket buffer is the
+ * backpressure).  A rank's output still reaches the service node before its
+ * exit: the monitor passes each exit through the worker (W_SYNC, answered by
+ * W_SYNC_R on the output channel, behind everything the rank's completed
+ * writes put there) and reports it when the answer comes.  Plug-in calls, the one
  * service the monitor keeps (plug-ins are the site's code, loaded at boot),
  * reach it over a socketpair per process (plugin.c serves it unchanged).
  *
@@ -55,11 +58,13 @@ enum wmsg_type {
     W_EXE,          /* monitor -> worker: path: open it to execute */
     W_EXE_R,        /* worker -> monitor: err, text; the descriptor on success */
     W_PROC,         /* monitor -> worker: struct wproc; the connection (+ plug-in line) */
-    W_OUTPUT,       /* worker -> monitor (output channel): rank, stream, data: a rank wrote on 1 or 2 */
-    W_OUTPUT_ACK,   /* monitor -> worker (output channel): passed on, or noted */
+    W_OUTPUT,       /* worker -> monitor (output channel): rank, stream, data: a rank wrote on 1 or 2; no ack */
+    W_OUTPUT_ACK,   /* monitor -> worker (output channel): W_PROC_GONE or W_STDIN_ACK noted */
     W_PROC_GONE,    /* worker -> monitor (output channel): node, t: its connection closed */
     W_STDIN,        /* monitor -> worker: standard input (stream: LAT_STDIN_* flags), stdin.c */
     W_STDIN_ACK,    /* worker -> monitor (output channel): count bytes of it handed to the ranks */
+    W_SYNC,         /* monitor -> worker: count: answer W_SYNC_R behind the output sent so far */
+    W_SYNC_R,       /* worker -> monitor (output channel): count, as asked; no ack */
 };
 
 struct wmsg {
@@ -172,28 +177,34 @@ static void proc_gone(uint32_t node, uint32_t t)
     pthread_mutex_unlock(&wk.send_lock);
 }
 
-/* A rank's write on 1 or 2, in pieces of WMSG_DATA sent back to back, then
- * every piece's acknowledgement: the write returns once all of it was passed
- * on (so before the rank can exit), but pays one round trip, not one a piece. */
+/* A rank's write on 1 or 2, in pieces of WMSG_DATA, not acknowledged: the
+ * write returns once all of it is in the channel (a full channel blocks it,
+ * as a full pipe would), so before the rank can exit; its exit goes out
+ * behind it (W_SYNC).  A monitor that is gone (so is the job) loses it. */
 void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len)
 {
-    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job }, ack;
+    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job };
     const char *p = data;
-    unsigned unacked = 0;
-    char none[1];
-    int fds[2];
 
     pthread_mutex_lock(&wk.send_lock);
     do {
         m.len = (uint32_t)(len < WMSG_DATA ? len : WMSG_DATA);
         if (wsend(wk.out, &m, p, NULL, 0) < 0)
             break;
-        unacked++;
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_OUT_MSGS], 1, memory_order_relaxed);
         p += m.len;
         len -= m.len;
     } while (len);
-    while (unacked && wrecv(wk.out, &ack, none, sizeof(none), fds) > 0)
-        unacked--;
+    pthread_mutex_unlock(&wk.send_lock);
+}
+
+/* W_SYNC: the answer goes behind every W_OUTPUT already sent. */
+static void sync_answer(uint32_t count)
+{
+    struct wmsg r = { .type = W_SYNC_R, .count = count, .job = wk.job };
+
+    pthread_mutex_lock(&wk.send_lock);
+    wsend(wk.out, &r, NULL, NULL, 0);
     pthread_mutex_unlock(&wk.send_lock);
 }
 
@@ -477,6 +488,8 @@ static void worker_main(int ch, int out, const struct job_spec *js)
         }
         else if (m.type == W_STDIN)
             stdin_put(m.stream, buf, m.len);
+        else if (m.type == W_SYNC)
+            sync_answer(m.count);
         else
             logmsg("worker of job %" PRIu64 ": message %u from the monitor ignored", wk.job, m.type);
         for (int i = 0; i < 2; i++)
@@ -487,6 +500,16 @@ static void worker_main(int ch, int out, const struct job_spec *js)
 
 /* ================= the monitor's side ================= */
 
+/* A rank's exit waiting for its W_SYNC_R: everything its rank wrote is
+ * ahead of that answer in the output channel. */
+struct held_exit {
+    struct held_exit *next;
+    uint32_t          sync, node;
+    struct lat_exit   ex;
+    size_t            mlen;
+    char              msg[];
+};
+
 struct worker {
     pid_t     pid;
     int       ch, out;
@@ -495,6 +518,11 @@ struct worker {
     bool      reading;                  /* reader started: it reaps the worker */
     uint32_t  stdin_held;               /* input bytes passed on, not yet acknowledged (under W.lock) */
     atomic_bool ending;
+    /* under W.lock: exits held for their W_SYNC_R, oldest first; the reader
+     * reports them, all at once when the channel ends (closed) */
+    struct held_exit *held, **held_tail;
+    uint32_t  syncs;                    /* W_SYNCs sent */
+    bool      closed;
 };
 
 static struct {
@@ -515,6 +543,38 @@ static void stdin_acked(struct worker *w, uint32_t bytes)
     if (ctl) {
         conn_send(ctl, LAT_CTL_STDIN_ACK, 0, &ack, sizeof(ack));
         conn_put(ctl);
+    }
+}
+
+/* The held exits up to W_SYNC number upto (all, and no more held, once the
+ * channel closed), oldest first. */
+static struct held_exit *take_held(struct worker *w, uint32_t upto, bool closed)
+{
+    struct held_exit *out = NULL, **tail = &out;
+
+    pthread_mutex_lock(&W.lock);
+    while (w->held && (closed || (int32_t)(upto - w->held->sync) >= 0)) {
+        *tail = w->held;
+        tail = &w->held->next;
+        w->held = w->held->next;
+    }
+    *tail = NULL;
+    if (!w->held)
+        w->held_tail = &w->held;
+    if (closed)
+        w->closed = true;
+    pthread_mutex_unlock(&W.lock);
+    return out;
+}
+
+static void report_held(struct held_exit *h)
+{
+    while (h) {
+        struct held_exit *next = h->next;
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_EXITS_HELD], 1, memory_order_relaxed);
+        job_rank_exit_report(h->node, &h->ex, h->msg, h->mlen);
+        free(h);
+        h = next;
     }
 }
 
@@ -548,13 +608,19 @@ static void *reader_main(void *arg)
                 close(fds[i]);
         if (rc <= 0)
             break;
+        if (m.type == W_OUTPUT) {       /* the hot path: no acknowledgement */
+            if (m.job == w->job && (m.stream == LAT_STDOUT || m.stream == LAT_STDERR))
+                job_rank_output(m.rank, m.job, m.stream, buf, m.len);
+            continue;
+        }
+        if (m.type == W_SYNC_R) {
+            report_held(take_held(w, m.count, false));
+            continue;
+        }
         if (m.type == W_PROC_GONE && m.job == w->job) {
             job_proc_detach(m.node, m.t, m.job);
         } else if (m.type == W_STDIN_ACK && m.job == w->job) {
             stdin_acked(w, m.count);
-        } else if (m.type == W_OUTPUT) {
-            if (m.job == w->job && (m.stream == LAT_STDOUT || m.stream == LAT_STDERR))
-                job_rank_output(m.rank, m.job, m.stream, buf, m.len);
         } else {
             logmsg("I/O worker of job %" PRIu64 ": unexpected message %u ignored", w->job, m.type);
             continue;
@@ -562,7 +628,9 @@ static void *reader_main(void *arg)
         struct wmsg ack = { .type = W_OUTPUT_ACK, .job = m.job };
         wsend(w->out, &ack, NULL, NULL, 0);
     }
-    /* the channel's end is how its end shows: a worker that died closed it */
+    /* the channel's end is how its end shows: a worker that died closed it;
+     * whatever it sent is passed on, so the exits it held may go (below) */
+    struct held_exit *left = take_held(w, 0, true);
     while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
         ;
     bool lost = !atomic_load(&w->ending), told = false;
@@ -589,6 +657,7 @@ static void *reader_main(void *arg)
                   w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                   lost ? " while its job ran: the job's processes lose their I/O" : "");
+    report_held(left);                  /* after the failure's cause */
     free(buf);
     return NULL;                        /* its descriptors stay open until reap_old: worker_end may still use them */
 }
@@ -672,6 +741,7 @@ int worker_start(const struct job_spec *js, char *why, size_t whylen)
     }
     libcache_job_user(js->who.uid);     /* before its worker makes or reuses this user's */
     w->job = js->hdr->job;
+    w->held_tail = &w->held;
     w->ch = sv[0];
     w->out = ov[0];
     w->pid = fork();
@@ -779,6 +849,31 @@ int worker_stdin(uint64_t job, uint32_t flags, const void *data, size_t len)
     }
     pthread_mutex_unlock(&W.lock);
     return rc;
+}
+
+bool worker_hold_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
+{
+    struct held_exit *h = malloc(sizeof(*h) + mlen);
+    bool held = false;
+
+    if (!h)
+        return false;                   /* reported at once: in order but for a write under way */
+    *h = (struct held_exit){ .node = node, .ex = *ex, .mlen = mlen };
+    memcpy(h->msg, msg, mlen);
+    pthread_mutex_lock(&W.lock);
+    struct worker *w = W.cur;
+    if (w && w->job == ex->job && w->reading && !w->closed) {
+        struct wmsg m = { .type = W_SYNC, .count = h->sync = ++w->syncs, .job = w->job };
+        *w->held_tail = h;
+        w->held_tail = &h->next;
+        held = true;
+        /* a worker that cannot take it is dead: its channel's end reports the exit */
+        wsend(w->ch, &m, NULL, NULL, 0);
+    }
+    pthread_mutex_unlock(&W.lock);
+    if (!held)
+        free(h);
+    return held;
 }
 
 int worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd)

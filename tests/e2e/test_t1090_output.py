@@ -14,6 +14,7 @@ rank.  One 1x1x4 machine in psets of 2 (two I/O nodes), block O, booted.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import threading
@@ -34,6 +35,11 @@ MODES = {"cnk": ["--kernel", "cnk"], "linux": ["--kernel", "linux"],            
 def om(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     yield from booted_block(tmp_path_factory.mktemp("output"), "O", "1x1x4", "--pset-size", "2",
                             "--memory", "256M")
+
+
+@pytest.fixture(scope="module")
+def exitrace(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_probe(tmp_path_factory, "exitrace_probe")
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +135,39 @@ def test_a_long_line_goes_out_before_it_ends_and_stdin_comes_back(om: Machine, p
     feeder.join(GUARD)
     assert p.returncode == 0, p.stderr.read()
     assert rest == b"\n" + b"".join(b"0: " + ln for ln in lines) + b"0: end\n"
+
+
+def out_counters(m: Machine) -> dict[str, int]:
+    """The block's output counters, summed over its I/O nodes."""
+    ions = json.loads(m.run("counters", "O", "--json").stdout)["ionodes"]
+    return {k: sum(ion["stats"][k] for ion in ions) for k in ("out_msgs", "exits_held")}
+
+
+@pytest.mark.parametrize("kernel,ending", [("cnk", "exit"), ("cnk", "kill"), ("preload", "exit")])
+def test_ranks_that_write_then_exit_at_once_lose_nothing(om: Machine, exitrace: str, kernel: str,
+                                                         ending: str) -> None:
+    """8 ranks (vn mode, two I/O nodes) write 1,500 lines each, one write(2)
+    a line, and end at once (_exit, rank 5 with 3 or by SIGKILL): every line
+    of every rank arrives, in order, before its rank's exit, and the job's
+    status is rank 5's.  Each write is handed from the I/O worker to ciod's
+    monitor unacknowledged, and each exit goes out behind its rank's output
+    (the counters say so: before, every output message waited for the
+    monitor's acknowledgement and exits went out as they came)."""
+    lines, ranks = 1500, 8
+    before = out_counters(om)
+    p = subprocess.run([*LATTICE, "run", "--block", "O", *MODES[kernel], "--mode", "vn", "-n", str(ranks), exitrace,
+                        str(lines), "5", ending], env=om.env, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=GUARD)
+    assert p.returncode == (3 if ending == "exit" else 128 + 9), p.stderr[-2000:]
+    got: dict[int, list[int]] = {r: [] for r in range(ranks)}
+    for line in p.stdout.decode().splitlines():
+        r, i = line.split()
+        got[int(r)].append(int(i))
+    for r in range(ranks):
+        assert got[r] == list(range(lines)), (r, len(got[r]))
+    err = [ln for ln in p.stderr.decode().splitlines() if ln[:1].isdigit()]
+    for r in range(ranks):
+        assert [ln for ln in err if ln.split()[0] == str(r)] == [f"{r} {i}" for i in range(99, lines, 100)], r
+    d = {k: v - before[k] for k, v in out_counters(om).items()}
+    assert d["exits_held"] == ranks
+    assert d["out_msgs"] >= ranks * (lines + lines // 100)
