@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #define WMSG_DATA   65536u              /* output bytes per channel message */
+#define OUT_GATHER  (4u * WMSG_DATA)    /* a stream's messages waiting together go up as one CTL_OUTPUT */
 #define END_GRACE_S 5                   /* a worker that outlives its job this long is killed */
 #define WORKER_STACK (512u * 1024u)     /* as a connection thread in main.c */
 
@@ -582,14 +583,23 @@ static void report_held(struct held_exit *h)
 static void *reader_main(void *arg)
 {
     struct worker *w = arg;
-    char *buf = malloc(WMSG_DATA + 1);
+    /* output gathered for one CTL_OUTPUT, [0, held), then room for a message */
+    char *buf = malloc(OUT_GATHER + WMSG_DATA + 1);
+    size_t held = 0;
+    int32_t hrank = 0;
+    uint32_t hstream = 0;
     int fds[2], status = 0;
     bool killed = false;
 
     pthread_setname_np(pthread_self(), "ciod-wreader");
     for (;;) {
         struct pollfd pf = { w->out, POLLIN, 0 };
-        int n = poll(&pf, 1, atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
+        int n = poll(&pf, 1, held ? 0 : atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
+        if (n == 0 && held) {           /* nothing more waiting: what was gathered goes */
+            job_rank_output(hrank, w->job, hstream, buf, held);
+            held = 0;
+            continue;
+        }
         if (n == 0) {
             if (atomic_load(&w->ending) && !killed) {
                 /* its job is over (a file call still under way, a slow host): ending it is
@@ -602,16 +612,32 @@ static void *reader_main(void *arg)
             continue;
         }
         struct wmsg m;
-        int rc = buf ? wrecv(w->out, &m, buf, WMSG_DATA + 1, fds) : -1;
+        int rc = buf ? wrecv(w->out, &m, buf + held, WMSG_DATA + 1, fds) : -1;
         for (int i = 0; i < 2 && rc >= 0; i++)
             if (fds[i] >= 0)
                 close(fds[i]);
         if (rc <= 0)
             break;
         if (m.type == W_OUTPUT) {       /* the hot path: no acknowledgement */
-            if (m.job == w->job && (m.stream == LAT_STDOUT || m.stream == LAT_STDERR))
-                job_rank_output(m.rank, m.job, m.stream, buf, m.len);
+            if (m.job != w->job || (m.stream != LAT_STDOUT && m.stream != LAT_STDERR))
+                continue;
+            if (held && (m.rank != hrank || m.stream != hstream)) {     /* another stream: the last one's first */
+                job_rank_output(hrank, w->job, hstream, buf, held);
+                memmove(buf, buf + held, m.len);
+                held = 0;
+            }
+            hrank = m.rank;
+            hstream = m.stream;
+            held += m.len;
+            if (held >= OUT_GATHER) {
+                job_rank_output(hrank, w->job, hstream, buf, held);
+                held = 0;
+            }
             continue;
+        }
+        if (held) {                     /* output before anything else, an exit above all */
+            job_rank_output(hrank, w->job, hstream, buf, held);
+            held = 0;
         }
         if (m.type == W_SYNC_R) {
             report_held(take_held(w, m.count, false));
@@ -630,6 +656,8 @@ static void *reader_main(void *arg)
     }
     /* the channel's end is how its end shows: a worker that died closed it;
      * whatever it sent is passed on, so the exits it held may go (below) */
+    if (held)
+        job_rank_output(hrank, w->job, hstream, buf, held);
     struct held_exit *left = take_held(w, 0, true);
     while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
         ;
