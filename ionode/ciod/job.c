@@ -8,6 +8,8 @@
  * the one place where order matters (every CTL_EXIT before JOB_END, and
  * none before the JOB reply): they are decided and sent while holding the
  * owner's write lock, which the JOB handler also holds until it replied.
+ * Before that, each exit passes through the job's I/O worker (worker.c,
+ * worker_hold_exit), so that it goes out behind everything its rank wrote.
  */
 #include "ciod.h"
 
