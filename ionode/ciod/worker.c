@@ -199,14 +199,53 @@ void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data
     pthread_mutex_unlock(&wk.send_lock);
 }
 
-/* W_SYNC: the answer goes behind every W_OUTPUT already sent. */
-static void sync_answer(uint32_t count)
-{
-    struct wmsg r = { .type = W_SYNC_R, .count = count, .job = wk.job };
+/* W_SYNC: the answer goes behind every W_OUTPUT already sent, from a
+ * thread of its own: the main thread must never wait on the output
+ * channel (the monitor may be sending it input while its reader waits for
+ * W.lock), and the latest number answers every earlier one. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t  asked;
+    uint32_t        want, sent;
+} sy = { .lock = PTHREAD_MUTEX_INITIALIZER, .asked = PTHREAD_COND_INITIALIZER };
 
-    pthread_mutex_lock(&wk.send_lock);
-    wsend(wk.out, &r, NULL, NULL, 0);
-    pthread_mutex_unlock(&wk.send_lock);
+static void *sync_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ciod-wsync");
+    pthread_mutex_lock(&sy.lock);
+    for (;;) {
+        while (sy.want == sy.sent)
+            pthread_cond_wait(&sy.asked, &sy.lock);
+        struct wmsg r = { .type = W_SYNC_R, .count = sy.want, .job = wk.job };
+        pthread_mutex_unlock(&sy.lock);
+        pthread_mutex_lock(&wk.send_lock);
+        wsend(wk.out, &r, NULL, NULL, 0);
+        pthread_mutex_unlock(&wk.send_lock);
+        pthread_mutex_lock(&sy.lock);
+        sy.sent = r.count;
+    }
+    return NULL;
+}
+
+static void sync_ask(uint32_t count)
+{
+    pthread_mutex_lock(&sy.lock);
+    sy.want = count;
+    pthread_cond_signal(&sy.asked);
+    pthread_mutex_unlock(&sy.lock);
+}
+
+/* The answering thread, before the worker says it is ready; -1 if none. */
+static int sync_start(void)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64u * 1024u);
+    return pthread_create(&t, &attr, sync_main, NULL) == 0 ? 0 : -1;
 }
 
 void worker_stdin_ack(uint32_t bytes)
@@ -459,7 +498,8 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0
-        || stdin_setup(js, why, sizeof(why)) < 0)
+        || stdin_setup(js, why, sizeof(why)) < 0
+        || (sync_start() < 0 && errprintf(why, sizeof(why), "the worker's output: no thread") < 0))
         r.err = errno ? errno : EPERM;
     /* named only now: a process ps shows as the worker holds no privilege */
     prctl(PR_SET_NAME, "ciod-worker");
@@ -490,7 +530,7 @@ static void worker_main(int ch, int out, const struct job_spec *js)
         else if (m.type == W_STDIN)
             stdin_put(m.stream, buf, m.len);
         else if (m.type == W_SYNC)
-            sync_answer(m.count);
+            sync_ask(m.count);
         else
             logmsg("worker of job %" PRIu64 ": message %u from the monitor ignored", wk.job, m.type);
         for (int i = 0; i < 2; i++)
