@@ -80,6 +80,11 @@ struct conn {
      * (conn_recv, dp_spin); the bytes of the next message may wait here */
     uint32_t        ra_pos, ra_len;
     char            ra[CONN_RA];
+    /* a process's connection in its job's worker (worker.c, ship.c): which
+     * process, and whether its thread is in a call other than a write of the
+     * job's output (nothing the process sent before can still be unserved) */
+    uint32_t        proc_node, proc_t;
+    atomic_bool     in_call, watched;
 };
 
 #define CONN_SBUF (64u * 1024u)
@@ -405,7 +410,7 @@ int  worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd);
 /* A rank's exit (job ex->job), reported by the output channel's reader once
  * the worker answered a W_SYNC sent now, behind its rank's output: true, or
  * false if the job has no worker watched (the caller reports it at once). */
-bool worker_hold_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen);
+bool worker_hold_exit(uint32_t node, uint32_t t, const struct lat_exit *ex, const char *msg, size_t mlen);
 /* A PROC hello: checked, acknowledged, handed over (true: the caller must
  * not hang up on the connection, which is the worker's now). */
 bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
@@ -414,6 +419,9 @@ bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struc
 bool worker_is_self(void);
 void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len);
 void worker_stdin_ack(uint32_t bytes);  /* stdin.c: bytes handed to the reading ranks */
+/* ship.c: the process of c is in a call that is not a write of the job's
+ * output (in), or out of it; an exit waiting on it is told */
+void worker_in_call(struct conn *c, bool in);
 
 /* stdin.c: the job's standard input in its worker (LAT_JOB_STDIN). */
 int     stdin_setup(const struct job_spec *js, char *why, size_t whylen);   /* pipes and the pump */

@@ -426,16 +426,19 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
 {
     bool ours;
     struct jslot *s;
+    uint32_t t = 0;
 
     pthread_mutex_lock(&g.lock);
     ours = g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running;
+    if (ours)
+        t = s->t;
     pthread_mutex_unlock(&g.lock);
     if (!ours) {
         logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
         return;
     }
     /* its output first: what it wrote may still be in its worker's channel */
-    if (!worker_hold_exit(node, ex, msg, mlen))
+    if (!worker_hold_exit(node, t, ex, msg, mlen))
         job_rank_exit_report(node, ex, msg, mlen);
 }
 

@@ -17,7 +17,9 @@
  * backpressure).  A rank's output still reaches the service node before its
  * exit: the monitor passes each exit through the worker (W_SYNC, answered by
  * W_SYNC_R on the output channel, behind everything the rank's completed
- * writes put there) and reports it when the answer comes.  Plug-in calls, the one
+ * writes put there; for cnk, whose writes of the output do not wait for
+ * their reply, once all the rank sent was served) and reports it when the
+ * answer comes.  Plug-in calls, the one
  * service the monitor keeps (plug-ins are the site's code, loaded at boot),
  * reach it over a socketpair per process (plugin.c serves it unchanged).
  *
@@ -42,6 +44,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -64,7 +68,7 @@ enum wmsg_type {
     W_PROC_GONE,    /* worker -> monitor (output channel): node, t: its connection closed */
     W_STDIN,        /* monitor -> worker: standard input (stream: LAT_STDIN_* flags), stdin.c */
     W_STDIN_ACK,    /* worker -> monitor (output channel): count bytes of it handed to the ranks */
-    W_SYNC,         /* monitor -> worker: count: answer W_SYNC_R behind the output sent so far */
+    W_SYNC,         /* monitor -> worker: count, node, t: answer W_SYNC_R behind that process's output */
     W_SYNC_R,       /* worker -> monitor (output channel): count, as asked; no ack */
 };
 
@@ -147,7 +151,8 @@ static struct {
     pthread_mutex_t lock;
     struct conn   **live;               /* the processes served, grown as they come: no fixed cap */
     unsigned        nlive, nroom;
-    pthread_cond_t  gone;
+    pthread_cond_t  gone;               /* also: a watched process entered a call (worker_in_call) */
+    bool            cnk;                /* LAT_JOB_CNK: a connection is its process's alone */
 } wk = { .ch = -1, .out = -1, .send_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
          .gone = PTHREAD_COND_INITIALIZER };
 
@@ -199,39 +204,102 @@ void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data
     pthread_mutex_unlock(&wk.send_lock);
 }
 
-/* W_SYNC: the answer goes behind every W_OUTPUT already sent, from a
- * thread of its own: the main thread must never wait on the output
- * channel (the monitor may be sending it input while its reader waits for
- * W.lock), and the latest number answers every earlier one. */
+/* W_SYNC: the answer goes behind everything its process sent, from a
+ * thread of its own: the main thread must never wait on the output channel
+ * (the monitor may be sending it input while its reader waits for W.lock).
+ * Asked in order; each answer also answers the earlier ones. */
+struct sync_ask {
+    struct sync_ask *next;
+    uint32_t count, node, t;
+};
+
 static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t  asked;
-    uint32_t        want, sent;
-} sy = { .lock = PTHREAD_MUTEX_INITIALIZER, .asked = PTHREAD_COND_INITIALIZER };
+    pthread_mutex_t  lock;
+    pthread_cond_t   asked;
+    struct sync_ask *head, **tail;
+} sy = { .lock = PTHREAD_MUTEX_INITIALIZER, .asked = PTHREAD_COND_INITIALIZER, .tail = &sy.head };
+
+/* Under wk.lock: nothing process c sent can still be unserved: its thread
+ * is in a call the process waited for (so it sent nothing after it), with
+ * nothing unread behind it. */
+static bool served_all(struct conn *c)
+{
+    int unread = 0;
+
+    return atomic_load(&c->in_call) && ioctl(c->fd, SIOCINQ, &unread) == 0 && unread == 0 && c->ra_pos == c->ra_len;
+}
+
+/* Until the process (node, t), which ended, has had everything it sent
+ * served: its writes of the job's output it did not wait for (cnk) come
+ * before its exit.  Its thread either serves them and reads the end of its
+ * connection (it leaves wk.live), or is in a call the process waited for,
+ * which may block for ever (a FIFO): then nothing is behind it.  A process
+ * of Linux mode may share its connection with children that outlive it,
+ * and waits for every reply: nothing to wait for. */
+static void proc_served(uint32_t node, uint32_t t)
+{
+    if (!wk.cnk)
+        return;
+    pthread_mutex_lock(&wk.lock);
+    for (;;) {
+        struct conn *c = NULL;
+        for (unsigned i = 0; i < wk.nlive && !c; i++)
+            if (wk.live[i]->proc_node == node && wk.live[i]->proc_t == t)
+                c = wk.live[i];
+        if (!c)
+            break;                      /* gone, or never connected */
+        atomic_store(&c->watched, true);
+        if (served_all(c))
+            break;
+        pthread_cond_wait(&wk.gone, &wk.lock);
+    }
+    pthread_mutex_unlock(&wk.lock);
+}
+
+void worker_in_call(struct conn *c, bool in)
+{
+    atomic_store(&c->in_call, in);
+    if (in && atomic_load(&c->watched)) {   /* an exit waits on this process (proc_served) */
+        pthread_mutex_lock(&wk.lock);
+        pthread_cond_broadcast(&wk.gone);
+        pthread_mutex_unlock(&wk.lock);
+    }
+}
 
 static void *sync_main(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "ciod-wsync");
-    pthread_mutex_lock(&sy.lock);
     for (;;) {
-        while (sy.want == sy.sent)
+        pthread_mutex_lock(&sy.lock);
+        while (!sy.head)
             pthread_cond_wait(&sy.asked, &sy.lock);
-        struct wmsg r = { .type = W_SYNC_R, .count = sy.want, .job = wk.job };
+        struct sync_ask *a = sy.head;
+        if (!(sy.head = a->next))
+            sy.tail = &sy.head;
         pthread_mutex_unlock(&sy.lock);
+        proc_served(a->node, a->t);
+        struct wmsg r = { .type = W_SYNC_R, .count = a->count, .job = wk.job };
+        free(a);
         pthread_mutex_lock(&wk.send_lock);
         wsend(wk.out, &r, NULL, NULL, 0);
         pthread_mutex_unlock(&wk.send_lock);
-        pthread_mutex_lock(&sy.lock);
-        sy.sent = r.count;
     }
     return NULL;
 }
 
-static void sync_ask(uint32_t count)
+static void sync_ask(const struct wmsg *m)
 {
+    struct sync_ask *a = malloc(sizeof(*a));
+
+    if (!a) {                           /* the monitor's reader would wait for ever: the job cannot go on */
+        logmsg("worker of job %" PRIu64 ": out of memory", wk.job);
+        _exit(1);
+    }
+    *a = (struct sync_ask){ NULL, m->count, m->node, m->t };
     pthread_mutex_lock(&sy.lock);
-    sy.want = count;
+    *sy.tail = a;
+    sy.tail = &a->next;
     pthread_cond_signal(&sy.asked);
     pthread_mutex_unlock(&sy.lock);
 }
@@ -395,6 +463,8 @@ static void take_proc(const char *data, size_t len, int fds[2])
     if (s->wp.ralen > CONN_RA)
         goto fail;
     memcpy(s->c->ra, s->wp.ra, s->wp.ralen);    /* bytes the monitor read past the hello */
+    s->c->proc_node = s->wp.node;
+    s->c->proc_t = s->wp.t;
     s->c->ra_len = s->wp.ralen;
     s->c->seq_seen = true;              /* the session goes on: seqs after the hello's */
     s->c->seq_last = s->wp.last_seq;
@@ -495,6 +565,7 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     wk.job = js->hdr->job;
     wk.who = &js->who;
     wk.cwd = js->cwd;
+    wk.cnk = (js->hdr->flags & LAT_JOB_CNK) != 0;
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0
@@ -530,7 +601,7 @@ static void worker_main(int ch, int out, const struct job_spec *js)
         else if (m.type == W_STDIN)
             stdin_put(m.stream, buf, m.len);
         else if (m.type == W_SYNC)
-            sync_ask(m.count);
+            sync_ask(&m);
         else
             logmsg("worker of job %" PRIu64 ": message %u from the monitor ignored", wk.job, m.type);
         for (int i = 0; i < 2; i++)
@@ -919,7 +990,7 @@ int worker_stdin(uint64_t job, uint32_t flags, const void *data, size_t len)
     return rc;
 }
 
-bool worker_hold_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
+bool worker_hold_exit(uint32_t node, uint32_t t, const struct lat_exit *ex, const char *msg, size_t mlen)
 {
     struct held_exit *h = malloc(sizeof(*h) + mlen);
     bool held = false;
@@ -931,7 +1002,7 @@ bool worker_hold_exit(uint32_t node, const struct lat_exit *ex, const char *msg,
     pthread_mutex_lock(&W.lock);
     struct worker *w = W.cur;
     if (w && w->job == ex->job && w->reading && !w->closed) {
-        struct wmsg m = { .type = W_SYNC, .count = h->sync = ++w->syncs, .job = w->job };
+        struct wmsg m = { .type = W_SYNC, .count = h->sync = ++w->syncs, .node = node, .t = t, .job = w->job };
         *w->held_tail = h;
         w->held_tail = &h->next;
         held = true;
