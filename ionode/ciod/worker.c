@@ -55,6 +55,7 @@
 
 #define WMSG_DATA   65536u              /* output bytes per channel message */
 #define OUT_GATHER  (4u * WMSG_DATA)    /* a stream's messages waiting together go up as one CTL_OUTPUT */
+#define OUT_ROOM    (2u * OUT_GATHER + WMSG_DATA + 1)  /* the reader's buffer: gatherings one after another */
 #define END_GRACE_S 5                   /* a worker that outlives its job this long is killed */
 #define WORKER_STACK (512u * 1024u)     /* as a connection thread in main.c */
 
@@ -694,9 +695,10 @@ static void report_held(struct held_exit *h)
 static void *reader_main(void *arg)
 {
     struct worker *w = arg;
-    /* output gathered for one CTL_OUTPUT, [0, held), then room for a message */
-    char *buf = malloc(OUT_GATHER + WMSG_DATA + 1);
-    size_t held = 0;
+    /* output gathered for one CTL_OUTPUT, [base, base + held), then room for
+     * a message; another stream's message starts the next gathering in place */
+    char *buf = malloc(OUT_ROOM);
+    size_t base = 0, held = 0;
     int32_t hrank = 0;
     uint32_t hstream = 0;
     int fds[2], status = 0;
@@ -707,8 +709,8 @@ static void *reader_main(void *arg)
         struct pollfd pf = { w->out, POLLIN, 0 };
         int n = poll(&pf, 1, held ? 0 : atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
         if (n == 0 && held) {           /* nothing more waiting: what was gathered goes */
-            job_rank_output(hrank, w->job, hstream, buf, held);
-            held = 0;
+            job_rank_output(hrank, w->job, hstream, buf + base, held);
+            base = held = 0;
             continue;
         }
         if (n == 0) {
@@ -723,7 +725,13 @@ static void *reader_main(void *arg)
             continue;
         }
         struct wmsg m;
-        int rc = buf ? wrecv(w->out, &m, buf + held, WMSG_DATA + 1, fds) : -1;
+        if (base + held + WMSG_DATA + 1 > OUT_ROOM) {   /* rarely: the gathering to the front */
+            memmove(buf, buf + base, held);
+            base = 0;
+        }
+        if (!held)
+            base = 0;
+        int rc = buf ? wrecv(w->out, &m, buf + base + held, WMSG_DATA + 1, fds) : -1;
         for (int i = 0; i < 2 && rc >= 0; i++)
             if (fds[i] >= 0)
                 close(fds[i]);
@@ -733,22 +741,22 @@ static void *reader_main(void *arg)
             if (m.job != w->job || (m.stream != LAT_STDOUT && m.stream != LAT_STDERR))
                 continue;
             if (held && (m.rank != hrank || m.stream != hstream)) {     /* another stream: the last one's first */
-                job_rank_output(hrank, w->job, hstream, buf, held);
-                memmove(buf, buf + held, m.len);
+                job_rank_output(hrank, w->job, hstream, buf + base, held);
+                base += held;
                 held = 0;
             }
             hrank = m.rank;
             hstream = m.stream;
             held += m.len;
             if (held >= OUT_GATHER) {
-                job_rank_output(hrank, w->job, hstream, buf, held);
-                held = 0;
+                job_rank_output(hrank, w->job, hstream, buf + base, held);
+                base = held = 0;
             }
             continue;
         }
         if (held) {                     /* output before anything else, an exit above all */
-            job_rank_output(hrank, w->job, hstream, buf, held);
-            held = 0;
+            job_rank_output(hrank, w->job, hstream, buf + base, held);
+            base = held = 0;
         }
         if (m.type == W_SYNC_R) {
             report_held(take_held(w, m.count, false));
@@ -768,7 +776,7 @@ static void *reader_main(void *arg)
     /* the channel's end is how its end shows: a worker that died closed it;
      * whatever it sent is passed on, so the exits it held may go (below) */
     if (held)
-        job_rank_output(hrank, w->job, hstream, buf, held);
+        job_rank_output(hrank, w->job, hstream, buf + base, held);
     struct held_exit *left = take_held(w, 0, true);
     while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
         ;
