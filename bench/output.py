@@ -19,10 +19,18 @@ cells then say so, and the stdin ratio is taken against a plain pipe
     .venv/bin/python bench/output.py            # 3 rounds, every case
     .venv/bin/python bench/output.py --quick    # 1 round, 64 MiB only
     .venv/bin/python bench/output.py --sizes 1024 --rounds 1
+    .venv/bin/python bench/output.py --quick --rounds 5 --only lines --before /tmp/base-build
+
+--before PREFIX adds the columns cnk@before and linux@before: the same
+cases on a second machine whose node programs (ciod, cnk, cnode...) are an
+older build's (LATTICE_PREFIX=PREFIX, a copy of that tree's build/), in the
+same interleaved rounds, so a change is measured before and after in one
+run.  --only keeps the cases whose name contains one of its words.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -37,14 +45,17 @@ from benchlib import BENCH, ROOT, cell, header, lattice_cmd, require_built, rota
 WRITER = BENCH / "out_writer"
 MIB = 1 << 20
 SYSTEMS = ["hydra", "cnk", "linux"]
+BEFORE = "@before"                      # a system's name on the --before machine
 
 
 class Machine:
     """A 2x2x4 machine (16 compute nodes, psets of 8: two I/O nodes) with block `out` booted."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str | None = None) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="lattice-bench-out-"))
         self.env = dict(os.environ, LATTICE_HOME=str(self.home), PYTHONPATH=str(ROOT / "service"))
+        if prefix:                      # node programs of another build (--before)
+            self.env["LATTICE_PREFIX"] = prefix
 
     def lattice(self, *args: str) -> None:
         p = subprocess.run([*lattice_cmd(), *args], env=self.env, capture_output=True, text=True)
@@ -65,7 +76,8 @@ class Machine:
 def launcher(system: str, nranks: int, m: Machine) -> tuple[list[str], dict[str, str]]:
     if system == "hydra":
         return ["mpiexec.hydra", "-n", str(nranks)], dict(os.environ)
-    return [*lattice_cmd(), "run", "--block", "out", "--kernel", system, "-n", str(nranks)], m.env
+    kernel = system.removesuffix(BEFORE)
+    return [*lattice_cmd(), "run", "--block", "out", "--kernel", kernel, "-n", str(nranks)], m.env
 
 
 def time_output(system: str, kind: str, nranks: int, total: int, m: Machine) -> float | None:
@@ -112,6 +124,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="64 MiB cases only, one round unless --rounds")
     ap.add_argument("--rounds", type=int, help="rounds (default 3, with --quick 1)")
     ap.add_argument("--sizes", help="total MiB of each case, comma-separated (default 64,1024; --quick 64)")
+    ap.add_argument("--only", help="cases whose name contains one of these comma-separated words (e.g. lines,x1)")
+    ap.add_argument("--before", metavar="PREFIX", help="also the node programs built in PREFIX (another tree's build/)")
     args = ap.parse_args()
     require_built(WRITER)
     if shutil.which("mpiexec.hydra") is None:
@@ -124,15 +138,19 @@ def main() -> None:
             for n in (1, 16):
                 cases.append((f"{kind} {size // MIB} MiB x{n}", kind, n, size))
         cases.append((f"stdin {size // MIB} MiB", "stdin", 1, size))
+    if args.only:
+        words = args.only.split(",")
+        cases = [c for c in cases if any(w in c[0] for w in words)]
+    systems = SYSTEMS + ([s + BEFORE for s in SYSTEMS[1:]] if args.before else [])
     print(header("output", sys.argv))
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     secs: dict[str, dict[str, list[float]]] = {name: {} for name, *_ in cases}
     failed: dict[str, set[str]] = {name: set() for name, *_ in cases}
-    with Machine() as m:
+    with Machine() as now, (Machine(args.before) if args.before else contextlib.nullcontext(now)) as before:
         for r in range(rounds):
             for name, kind, n, size in cases:
-                systems = SYSTEMS + (["pipe"] if kind == "stdin" else [])
-                for system in rotations(systems, r):
+                for system in rotations(systems + (["pipe"] if kind == "stdin" else []), r):
+                    m = before if system.endswith(BEFORE) else now
                     dt = time_input(system, size, m) if kind == "stdin" else time_output(system, kind, n, size, m)
                     if dt is None:
                         failed[name].add(system)
@@ -141,18 +159,19 @@ def main() -> None:
                         print(f"round {r + 1}: {name} {system}: {dt:.3f} s, {size / 1e6 / dt:.1f} MB/s",
                               file=sys.stderr, flush=True)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    cols = ["hydra", "cnk", "linux", "pipe"]
+    cols = ["hydra", *systems[1:], "pipe"]
+    kernels = systems[1:]
     print(f"\nMB/s (10^6 bytes/s), median [min-max] of {rounds} round(s); ratio: Lattice / baseline "
           "(Hydra, or the plain pipe where Hydra failed)\n")
-    print("| case | " + " | ".join(cols) + " | cnk / base | linux / base |")
-    print("|" + "---|" * (len(cols) + 3))
+    print("| case | " + " | ".join(cols) + " | " + " | ".join(f"{k} / base" for k in kernels) + " |")
+    print("|" + "---|" * (len(cols) + 1 + len(kernels)))
     for name, kind, n, size in cases:
         mbs = {s: [size / 1e6 / t for t in v] for s, v in secs[name].items()}
         cells = ["failed" if s in failed[name] and s not in mbs else cell(mbs.get(s, [])) for s in cols]
         base = "hydra" if mbs.get("hydra") else "pipe"
         note = "" if base == "hydra" else " (pipe)"
         ratios = [f"{statistics.median(mbs[s]) / statistics.median(mbs[base]):.2f}{note}"
-                  if mbs.get(s) and mbs.get(base) else "-" for s in ("cnk", "linux")]
+                  if mbs.get(s) and mbs.get(base) else "-" for s in kernels]
         print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
 
 

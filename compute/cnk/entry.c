@@ -116,6 +116,7 @@ int ship_init(int conn_fd)
         .dp = kgetenv(cnk.envp, "LATTICE_IO_DP"),
         .mailbox = !(off && off[0] == '0' && !off[1]),
         .mailbox_name = "cnk-mailbox",
+        .async_out = 1,                 /* the only process on its connection: no fork shares it */
     };
 
     fd_setup();

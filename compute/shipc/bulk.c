@@ -13,6 +13,8 @@
 #include <lattice/iov_slice.h>     /* after linux/uio.h: struct iovec */
 #include <lattice/pipe_series.h>
 
+#define ASYNC_BYTES 65536u              /* larger writes of the job's output wait for their reply */
+
 /* under conn_lock: */
 static struct iovec prog_iov[UIO_MAXIOV];     /* the program's array, copied (a bad one is EFAULT) */
 static struct iovec slice[UIO_MAXIOV];
@@ -233,6 +235,13 @@ long shipc_rw(int rfd, int wr, const struct iovec *uiov, int cnt, int64_t off)
     if (r == 0)
         r = iov_total(iov, cnt, &total);
     if (r < 0) {
+        shipc_conn_drop();
+        return r;
+    }
+    if (wr && off < 0 && rfd > 0 && rfd < 3 && (shipc_conn.async_out & 1 << rfd) && total <= ASYNC_BYTES &&
+        (!shipc_conn.rdv_min || total < shipc_conn.rdv_min)) {
+        int n = cut(iov, cnt, 0, total);
+        r = n < 0 ? n : shipc_async_write(rfd, slice, n, total);
         shipc_conn_drop();
         return r;
     }

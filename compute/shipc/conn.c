@@ -47,6 +47,48 @@ static void datapath_init(const char *s)
     shipc_conn.dp_flags = shipc_conn.rdv_min ? v[2] : 0;
 }
 
+/* Writes of the job's output sent without waiting for their reply, as into
+ * a pipe's buffer (docs/architecture.md "The output path"): at most
+ * ASYNC_MAX unanswered; their replies are taken before any other request
+ * goes, so nothing overtakes them; an error comes on a later write. */
+#define ASYNC_MAX 32
+static uint32_t async_sq[ASYNC_MAX];
+static unsigned async_n;
+static long async_err;
+static int async_sending;
+
+void shipc_async_drain(void)
+{
+    for (unsigned i = 0; i < async_n; i++) {
+        long r = shipc_recv_reply(LAT_SYS_WRITE, async_sq[i], NULL, 0, NULL, 0);
+        if (r < 0 && !async_err)
+            async_err = r;
+    }
+    async_n = 0;
+}
+
+long shipc_async_write(int rfd, const struct iovec *out, int nout, size_t total)
+{
+    int64_t a[4] = { rfd, 0, 0, 0 };
+    uint32_t sq;
+    long r;
+
+    if (async_n == ASYNC_MAX)
+        shipc_async_drain();
+    if (async_err) {
+        r = async_err;
+        async_err = 0;
+        return r;
+    }
+    async_sending = 1;
+    r = shipc_send_req(LAT_SYS_WRITE, 0, a, out, nout, &sq);
+    async_sending = 0;
+    if (r < 0)
+        return r;
+    async_sq[async_n++] = sq;
+    return (long)total;
+}
+
 int shipc_init(const struct shipc_cfg *cfg)
 {
     struct { uint64_t dev, ino, nlink; uint32_t mode; uint32_t rest[31]; } st;   /* struct stat's head */
@@ -69,6 +111,9 @@ int shipc_init(const struct shipc_cfg *cfg)
     if (shipc_conn.rdv_min)
         shipc_rdv_wait_init();
     shipc_mbox_init(cfg);
+    /* on the same host only (the mailbox's LAT_DP_SHM): ciod then sees what
+     * a process sent before it died, with no relay in between */
+    shipc_conn.async_out = cfg->async_out && !shared && (shipc_conn.dp_flags & LAT_DP_SHM) ? 1 << 1 | 1 << 2 : 0;
     return 0;
 }
 
@@ -328,6 +373,8 @@ long shipc_send_req(uint16_t type, uint8_t flags, const int64_t a[4], const stru
 
     if (shipc_conn.dead || shipc_conn.fd < 0)
         return -EIO;
+    if (async_n && !async_sending)
+        shipc_async_drain();
     for (int i = 0; i < nout; i++)
         outlen += out[i].iov_len;
     if (nout < 0 || nout > UIO_MAXIOV || outlen > LAT_MAX_PAYLOAD - sizeof req)

@@ -61,6 +61,7 @@ struct shipc_conn {
     uint32_t *seq;              /* the seq of the last message sent (shared: shipc_cfg.seq) */
     uint64_t rdv_min;           /* transfers of at least this go rendezvous; 0 never */
     uint64_t dp_flags;          /* LAT_DP_* ciod granted */
+    int async_out;              /* 1 << r: writes on remote r (1, 2: the job's output) go unawaited */
 };
 extern struct shipc_conn shipc_conn;
 extern struct shipc_lock shipc_conn_lock_;     /* from a request to its reply */
@@ -76,6 +77,10 @@ int shipc_reply_ok(const struct lat_hdr *rh, uint16_t type, uint32_t want_seq, i
 long shipc_send_req(uint16_t type, uint8_t flags, const int64_t a[4], const struct iovec *out, int nout,
                     uint32_t *sq);
 long shipc_recv_reply(uint16_t type, uint32_t sq, const struct iovec *in, int nin, size_t *got, int spin);
+/* conn_lock held: the replies of unawaited writes taken, in order (before any other request) */
+void shipc_async_drain(void);
+/* conn_lock held: a write of remote 1 or 2 sent without waiting for its reply: bytes or -errno */
+long shipc_async_write(int rfd, const struct iovec *out, int nout, size_t total);
 
 /* ---- mbox.c: the mailbox, and one call either way ---- */
 void shipc_mbox_init(const struct shipc_cfg *cfg);
@@ -180,6 +185,8 @@ int shipc_fd_reap(void);        /* after EMFILE from the I/O node: 1, try again 
 /* Close remote descriptor r (-1: the number stood for nothing, EBADF). */
 static inline long shipc_rclose(int r)
 {
+    if (r == 1 || r == 2)               /* no longer the job's output (it may be reused) */
+        shipc_conn.async_out &= ~(1 << r);
     return r < 0 ? -EBADF : fwd_close(r);
 }
 

@@ -277,6 +277,7 @@ long shipc_call_locked(uint16_t type, const int64_t a[4], const struct iovec *ou
 
     if (got)
         *got = 0;
+    shipc_async_drain();                /* the unawaited writes first: served before this one */
     if (mbox_fits(type, out, nout, in, nin))
         return mbox_call(type, a, out, nout, in, nin, got);
     if ((r = shipc_send_req(type, 0, a, out, nout, &sq)) < 0)

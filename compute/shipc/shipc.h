@@ -98,6 +98,7 @@ struct shipc_cfg {
     const char *mailbox_name;   /* its memfd's name */
     uint32_t *seq;              /* the seq word shared with other programs on conn, or NULL: own */
     struct shipc_shared *shared; /* the page shared by the processes on conn (seq too), or NULL */
+    int async_out;              /* writes on remote 1 and 2 need not wait for their reply (cnk) */
 };
 /* After shipc_fd_setup: 0, or -errno (-ENOTSOCK: conn is no connection). */
 int shipc_init(const struct shipc_cfg *cfg);

@@ -80,6 +80,11 @@ struct conn {
      * (conn_recv, dp_spin); the bytes of the next message may wait here */
     uint32_t        ra_pos, ra_len;
     char            ra[CONN_RA];
+    /* a process's connection in its job's worker (worker.c, ship.c): which
+     * process, and whether its thread is in a call other than a write of the
+     * job's output (nothing the process sent before can still be unserved) */
+    uint32_t        proc_node, proc_t;
+    atomic_bool     in_call, watched;
 };
 
 #define CONN_SBUF (64u * 1024u)
@@ -232,7 +237,11 @@ void job_ctl_closed(struct conn *ctl);
 
 /* Node traffic of the job: output and rank exits, forwarded to its owner. */
 void job_output(uint32_t node, uint32_t rank, uint32_t stream, const void *data, size_t len);
+/* A rank's exit from its node: held until its worker's output channel has
+ * passed on what the rank wrote before it (worker_hold_exit), then reported
+ * (job_rank_exit_report); at once where the job has no worker to ask. */
 void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen);
+void job_rank_exit_report(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen);
 void job_rank_output(int32_t rank, uint64_t id, uint32_t stream, const void *data, size_t len);
 
 /* PROC hello: checks job id, node and process index: 0 (*rank set), EACCES
@@ -398,6 +407,10 @@ void worker_abort(uint64_t job);        /* the job was refused before it ran */
  * running job), ENOBUFS (over the window) or EIO (the worker is gone). */
 int  worker_stdin(uint64_t job, uint32_t flags, const void *data, size_t len);
 int  worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd);
+/* A rank's exit (job ex->job), reported by the output channel's reader once
+ * the worker answered a W_SYNC sent now, behind its rank's output: true, or
+ * false if the job has no worker watched (the caller reports it at once). */
+bool worker_hold_exit(uint32_t node, uint32_t t, const struct lat_exit *ex, const char *msg, size_t mlen);
 /* A PROC hello: checked, acknowledged, handed over (true: the caller must
  * not hang up on the connection, which is the worker's now). */
 bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struct lat_hello_proc *hp,
@@ -406,6 +419,9 @@ bool worker_take_proc(struct conn *c, const struct lat_hello *hello, const struc
 bool worker_is_self(void);
 void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len);
 void worker_stdin_ack(uint32_t bytes);  /* stdin.c: bytes handed to the reading ranks */
+/* ship.c: the process of c is in a call that is not a write of the job's
+ * output (in), or out of it; an exit waiting on it is told */
+void worker_in_call(struct conn *c, bool in);
 
 /* stdin.c: the job's standard input in its worker (LAT_JOB_STDIN). */
 int     stdin_setup(const struct job_spec *js, char *why, size_t whylen);   /* pipes and the pump */

@@ -8,6 +8,8 @@
  * the one place where order matters (every CTL_EXIT before JOB_END, and
  * none before the JOB reply): they are decided and sent while holding the
  * owner's write lock, which the JOB handler also holds until it replied.
+ * Before that, each exit passes through the job's I/O worker (worker.c,
+ * worker_hold_exit), so that it goes out behind everything its rank wrote.
  */
 #include "ciod.h"
 
@@ -421,6 +423,26 @@ static void ras_exit(const struct lat_exit *ex, const char *msg, size_t mlen, in
 }
 
 void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
+{
+    bool ours;
+    struct jslot *s;
+    uint32_t t = 0;
+
+    pthread_mutex_lock(&g.lock);
+    ours = g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running;
+    if (ours)
+        t = s->t;
+    pthread_mutex_unlock(&g.lock);
+    if (!ours) {
+        logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
+        return;
+    }
+    /* its output first: what it wrote may still be in its worker's channel */
+    if (!worker_hold_exit(node, t, ex, msg, mlen))
+        job_rank_exit_report(node, ex, msg, mlen);
+}
+
+void job_rank_exit_report(uint32_t node, const struct lat_exit *ex, const char *msg, size_t mlen)
 {
     struct lat_exit out = *ex;
     struct lat_job_end end = { .job = ex->job };

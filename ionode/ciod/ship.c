@@ -834,10 +834,22 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
                     h->flags, h->type);
         return 0;
     }
+    /* a write of the job's output may be one the process did not wait for
+     * (cnk, compute/shipc/conn.c): anything else, it waits for */
+    int64_t rfd;
+    memcpy(&rfd, p->c->buf, sizeof(rfd));
+    bool out = h->type == LAT_SYS_WRITE && (rfd == 1 || rfd == 2) &&
+               (p->fds[rfd].kind == FD_STDOUT || p->fds[rfd].kind == FD_STDERR);
     uint64_t t0 = dp_now_ns();
+    if (!out)
+        worker_in_call(p->c, true);
     run_call(p, h, fn, &k);
     int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
+    if (!out)
+        worker_in_call(p->c, false);
     account(h->type, &k, dp_now_ns() - t0);
+    if (rc < 0 && (errno == EPIPE || errno == ECONNRESET))
+        return 0;                       /* it died: what it sent before still goes out (its output) */
     return rc < 0 ? errprintf(why, whylen, "reply failed: %s", strerror(errno)) : 0;
 }
 
@@ -863,9 +875,11 @@ static void serve_mbox(struct proc *p)
             snprintf(why, sizeof(why), "call 0x%04x with %u bytes, less than its arguments", h.type, h.len);
         else {
             uint64_t t0 = dp_now_ns();
+            worker_in_call(p->c, true);
             run_call(p, &h, fn, &k);
             atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_CALLS], 1);    /* counted before the process can look */
             dp_mbox_reply(&p->mbox, h.type, sq, k.ret, k.err, k.out, k.outlen);
+            worker_in_call(p->c, false);
             account(h.type, &k, dp_now_ns() - t0);
             return;
         }
@@ -1016,8 +1030,11 @@ void ship_serve(struct conn *c, struct conn *plug, const struct wproc *wp, const
             serve_mbox(p);
             continue;
         }
-        if ((rc = conn_recv(c, &h, why, sizeof(why))) <= 0)
+        if ((rc = conn_recv(c, &h, why, sizeof(why))) <= 0) {
+            if (rc < 0 && errno == ECONNRESET)
+                rc = 0;                 /* it died with replies unread (writes it did not wait for) */
             break;
+        }
         proc_bind(p);
         if (h.type == LAT_MBOX_RING)
             serve_ring(p);

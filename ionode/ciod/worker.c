@@ -13,8 +13,13 @@
  * acknowledged.  The two talk over SOCK_SEQPACKET socketpairs (struct
  * wmsg, descriptors as SCM_RIGHTS): on one the monitor asks and the worker
  * answers (opened executables); on the other the worker sends the ranks'
- * standard output, each message acknowledged once the monitor passed it on,
- * so that a rank's output always reaches the service node before its exit.  Plug-in calls, the one
+ * standard output, unacknowledged (the channel's socket buffer is the
+ * backpressure).  A rank's output still reaches the service node before its
+ * exit: the monitor passes each exit through the worker (W_SYNC, answered by
+ * W_SYNC_R on the output channel, behind everything the rank's completed
+ * writes put there; for cnk, whose writes of the output do not wait for
+ * their reply, once all the rank sent was served) and reports it when the
+ * answer comes.  Plug-in calls, the one
  * service the monitor keeps (plug-ins are the site's code, loaded at boot),
  * reach it over a socketpair per process (plugin.c serves it unchanged).
  *
@@ -39,6 +44,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -47,6 +54,8 @@
 #include <unistd.h>
 
 #define WMSG_DATA   65536u              /* output bytes per channel message */
+#define OUT_GATHER  (4u * WMSG_DATA)    /* a stream's messages waiting together go up as one CTL_OUTPUT */
+#define OUT_ROOM    (2u * OUT_GATHER + WMSG_DATA + 1)  /* the reader's buffer: gatherings one after another */
 #define END_GRACE_S 5                   /* a worker that outlives its job this long is killed */
 #define WORKER_STACK (512u * 1024u)     /* as a connection thread in main.c */
 
@@ -55,11 +64,13 @@ enum wmsg_type {
     W_EXE,          /* monitor -> worker: path: open it to execute */
     W_EXE_R,        /* worker -> monitor: err, text; the descriptor on success */
     W_PROC,         /* monitor -> worker: struct wproc; the connection (+ plug-in line) */
-    W_OUTPUT,       /* worker -> monitor (output channel): rank, stream, data: a rank wrote on 1 or 2 */
-    W_OUTPUT_ACK,   /* monitor -> worker (output channel): passed on, or noted */
+    W_OUTPUT,       /* worker -> monitor (output channel): rank, stream, data: a rank wrote on 1 or 2; no ack */
+    W_OUTPUT_ACK,   /* monitor -> worker (output channel): W_PROC_GONE or W_STDIN_ACK noted */
     W_PROC_GONE,    /* worker -> monitor (output channel): node, t: its connection closed */
     W_STDIN,        /* monitor -> worker: standard input (stream: LAT_STDIN_* flags), stdin.c */
     W_STDIN_ACK,    /* worker -> monitor (output channel): count bytes of it handed to the ranks */
+    W_SYNC,         /* monitor -> worker: count, node, t: answer W_SYNC_R behind that process's output */
+    W_SYNC_R,       /* worker -> monitor (output channel): count, as asked; no ack */
 };
 
 struct wmsg {
@@ -141,7 +152,8 @@ static struct {
     pthread_mutex_t lock;
     struct conn   **live;               /* the processes served, grown as they come: no fixed cap */
     unsigned        nlive, nroom;
-    pthread_cond_t  gone;
+    pthread_cond_t  gone;               /* also: a watched process entered a call (worker_in_call) */
+    bool            cnk;                /* LAT_JOB_CNK: a connection is its process's alone */
 } wk = { .ch = -1, .out = -1, .send_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
          .gone = PTHREAD_COND_INITIALIZER };
 
@@ -172,29 +184,137 @@ static void proc_gone(uint32_t node, uint32_t t)
     pthread_mutex_unlock(&wk.send_lock);
 }
 
-/* A rank's write on 1 or 2, in pieces of WMSG_DATA sent back to back, then
- * every piece's acknowledgement: the write returns once all of it was passed
- * on (so before the rank can exit), but pays one round trip, not one a piece. */
+/* A rank's write on 1 or 2, in pieces of WMSG_DATA, not acknowledged: the
+ * write returns once all of it is in the channel (a full channel blocks it,
+ * as a full pipe would), so before the rank can exit; its exit goes out
+ * behind it (W_SYNC).  A monitor that is gone (so is the job) loses it. */
 void worker_output(int32_t rank, uint64_t job, uint32_t stream, const void *data, size_t len)
 {
-    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job }, ack;
+    struct wmsg m = { .type = W_OUTPUT, .rank = rank, .stream = stream, .job = job };
     const char *p = data;
-    unsigned unacked = 0;
-    char none[1];
-    int fds[2];
 
     pthread_mutex_lock(&wk.send_lock);
     do {
         m.len = (uint32_t)(len < WMSG_DATA ? len : WMSG_DATA);
         if (wsend(wk.out, &m, p, NULL, 0) < 0)
             break;
-        unacked++;
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_OUT_MSGS], 1, memory_order_relaxed);
         p += m.len;
         len -= m.len;
     } while (len);
-    while (unacked && wrecv(wk.out, &ack, none, sizeof(none), fds) > 0)
-        unacked--;
     pthread_mutex_unlock(&wk.send_lock);
+}
+
+/* W_SYNC: the answer goes behind everything its process sent, from a
+ * thread of its own: the main thread must never wait on the output channel
+ * (the monitor may be sending it input while its reader waits for W.lock).
+ * Asked in order; each answer also answers the earlier ones. */
+struct sync_ask {
+    struct sync_ask *next;
+    uint32_t count, node, t;
+};
+
+static struct {
+    pthread_mutex_t  lock;
+    pthread_cond_t   asked;
+    struct sync_ask *head, **tail;
+} sy = { .lock = PTHREAD_MUTEX_INITIALIZER, .asked = PTHREAD_COND_INITIALIZER, .tail = &sy.head };
+
+/* Under wk.lock: nothing process c sent can still be unserved: its thread
+ * is in a call the process waited for (so it sent nothing after it), with
+ * nothing unread behind it. */
+static bool served_all(struct conn *c)
+{
+    int unread = 0;
+
+    return atomic_load(&c->in_call) && ioctl(c->fd, SIOCINQ, &unread) == 0 && unread == 0 && c->ra_pos == c->ra_len;
+}
+
+/* Until the process (node, t), which ended, has had everything it sent
+ * served: its writes of the job's output it did not wait for (cnk) come
+ * before its exit.  Its thread either serves them and reads the end of its
+ * connection (it leaves wk.live), or is in a call the process waited for,
+ * which may block for ever (a FIFO): then nothing is behind it.  A process
+ * of Linux mode may share its connection with children that outlive it,
+ * and waits for every reply: nothing to wait for. */
+static void proc_served(uint32_t node, uint32_t t)
+{
+    if (!wk.cnk)
+        return;
+    pthread_mutex_lock(&wk.lock);
+    for (;;) {
+        struct conn *c = NULL;
+        for (unsigned i = 0; i < wk.nlive && !c; i++)
+            if (wk.live[i]->proc_node == node && wk.live[i]->proc_t == t)
+                c = wk.live[i];
+        if (!c)
+            break;                      /* gone, or never connected */
+        atomic_store(&c->watched, true);
+        if (served_all(c))
+            break;
+        pthread_cond_wait(&wk.gone, &wk.lock);
+    }
+    pthread_mutex_unlock(&wk.lock);
+}
+
+void worker_in_call(struct conn *c, bool in)
+{
+    atomic_store(&c->in_call, in);
+    if (in && atomic_load(&c->watched)) {   /* an exit waits on this process (proc_served) */
+        pthread_mutex_lock(&wk.lock);
+        pthread_cond_broadcast(&wk.gone);
+        pthread_mutex_unlock(&wk.lock);
+    }
+}
+
+static void *sync_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ciod-wsync");
+    for (;;) {
+        pthread_mutex_lock(&sy.lock);
+        while (!sy.head)
+            pthread_cond_wait(&sy.asked, &sy.lock);
+        struct sync_ask *a = sy.head;
+        if (!(sy.head = a->next))
+            sy.tail = &sy.head;
+        pthread_mutex_unlock(&sy.lock);
+        proc_served(a->node, a->t);
+        struct wmsg r = { .type = W_SYNC_R, .count = a->count, .job = wk.job };
+        free(a);
+        pthread_mutex_lock(&wk.send_lock);
+        wsend(wk.out, &r, NULL, NULL, 0);
+        pthread_mutex_unlock(&wk.send_lock);
+    }
+    return NULL;
+}
+
+static void sync_ask(const struct wmsg *m)
+{
+    struct sync_ask *a = malloc(sizeof(*a));
+
+    if (!a) {                           /* the monitor's reader would wait for ever: the job cannot go on */
+        logmsg("worker of job %" PRIu64 ": out of memory", wk.job);
+        _exit(1);
+    }
+    *a = (struct sync_ask){ NULL, m->count, m->node, m->t };
+    pthread_mutex_lock(&sy.lock);
+    *sy.tail = a;
+    sy.tail = &a->next;
+    pthread_cond_signal(&sy.asked);
+    pthread_mutex_unlock(&sy.lock);
+}
+
+/* The answering thread, before the worker says it is ready; -1 if none. */
+static int sync_start(void)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64u * 1024u);
+    return pthread_create(&t, &attr, sync_main, NULL) == 0 ? 0 : -1;
 }
 
 void worker_stdin_ack(uint32_t bytes)
@@ -344,6 +464,8 @@ static void take_proc(const char *data, size_t len, int fds[2])
     if (s->wp.ralen > CONN_RA)
         goto fail;
     memcpy(s->c->ra, s->wp.ra, s->wp.ralen);    /* bytes the monitor read past the hello */
+    s->c->proc_node = s->wp.node;
+    s->c->proc_t = s->wp.t;
     s->c->ra_len = s->wp.ralen;
     s->c->seq_seen = true;              /* the session goes on: seqs after the hello's */
     s->c->seq_last = s->wp.last_seq;
@@ -444,10 +566,12 @@ static void worker_main(int ch, int out, const struct job_spec *js)
     wk.job = js->hdr->job;
     wk.who = &js->who;
     wk.cwd = js->cwd;
+    wk.cnk = (js->hdr->flags & LAT_JOB_CNK) != 0;
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (drop_privileges(&js->who, why, sizeof(why)) < 0 || check_cwd(js->cwd, why, sizeof(why)) < 0
-        || stdin_setup(js, why, sizeof(why)) < 0)
+        || stdin_setup(js, why, sizeof(why)) < 0
+        || (sync_start() < 0 && errprintf(why, sizeof(why), "the worker's output: no thread") < 0))
         r.err = errno ? errno : EPERM;
     /* named only now: a process ps shows as the worker holds no privilege */
     prctl(PR_SET_NAME, "ciod-worker");
@@ -477,6 +601,8 @@ static void worker_main(int ch, int out, const struct job_spec *js)
         }
         else if (m.type == W_STDIN)
             stdin_put(m.stream, buf, m.len);
+        else if (m.type == W_SYNC)
+            sync_ask(&m);
         else
             logmsg("worker of job %" PRIu64 ": message %u from the monitor ignored", wk.job, m.type);
         for (int i = 0; i < 2; i++)
@@ -487,6 +613,16 @@ static void worker_main(int ch, int out, const struct job_spec *js)
 
 /* ================= the monitor's side ================= */
 
+/* A rank's exit waiting for its W_SYNC_R: everything its rank wrote is
+ * ahead of that answer in the output channel. */
+struct held_exit {
+    struct held_exit *next;
+    uint32_t          sync, node;
+    struct lat_exit   ex;
+    size_t            mlen;
+    char              msg[];
+};
+
 struct worker {
     pid_t     pid;
     int       ch, out;
@@ -495,6 +631,11 @@ struct worker {
     bool      reading;                  /* reader started: it reaps the worker */
     uint32_t  stdin_held;               /* input bytes passed on, not yet acknowledged (under W.lock) */
     atomic_bool ending;
+    /* under W.lock: exits held for their W_SYNC_R, oldest first; the reader
+     * reports them, all at once when the channel ends (closed) */
+    struct held_exit *held, **held_tail;
+    uint32_t  syncs;                    /* W_SYNCs sent */
+    bool      closed;
 };
 
 static struct {
@@ -518,18 +659,60 @@ static void stdin_acked(struct worker *w, uint32_t bytes)
     }
 }
 
+/* The held exits up to W_SYNC number upto (all, and no more held, once the
+ * channel closed), oldest first. */
+static struct held_exit *take_held(struct worker *w, uint32_t upto, bool closed)
+{
+    struct held_exit *out = NULL, **tail = &out;
+
+    pthread_mutex_lock(&W.lock);
+    while (w->held && (closed || (int32_t)(upto - w->held->sync) >= 0)) {
+        *tail = w->held;
+        tail = &w->held->next;
+        w->held = w->held->next;
+    }
+    *tail = NULL;
+    if (!w->held)
+        w->held_tail = &w->held;
+    if (closed)
+        w->closed = true;
+    pthread_mutex_unlock(&W.lock);
+    return out;
+}
+
+static void report_held(struct held_exit *h)
+{
+    while (h) {
+        struct held_exit *next = h->next;
+        atomic_fetch_add_explicit(&dp_ctr[LAT_CTR_EXITS_HELD], 1, memory_order_relaxed);
+        job_rank_exit_report(h->node, &h->ex, h->msg, h->mlen);
+        free(h);
+        h = next;
+    }
+}
+
 /* Reads what the worker sends until it is gone, then reaps it. */
 static void *reader_main(void *arg)
 {
     struct worker *w = arg;
-    char *buf = malloc(WMSG_DATA + 1);
+    /* output gathered for one CTL_OUTPUT, [base, base + held), then room for
+     * a message; another stream's message starts the next gathering in place */
+    char *buf = malloc(OUT_ROOM);
+    size_t base = 0, held = 0;
+    int32_t hrank = 0;
+    uint32_t hstream = 0;
     int fds[2], status = 0;
     bool killed = false;
 
     pthread_setname_np(pthread_self(), "ciod-wreader");
     for (;;) {
         struct pollfd pf = { w->out, POLLIN, 0 };
-        int n = poll(&pf, 1, atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
+        int n = poll(&pf, 1, held ? 0 : atomic_load(&w->ending) ? END_GRACE_S * 1000 : 1000);
+        if (n == 0 && held) {           /* nothing more waiting: what was gathered goes */
+            job_rank_output(hrank, w->job, hstream, buf + base, held);
+            base = held = 0;
+            continue;
+        }
         if (n == 0) {
             if (atomic_load(&w->ending) && !killed) {
                 /* its job is over (a file call still under way, a slow host): ending it is
@@ -542,19 +725,47 @@ static void *reader_main(void *arg)
             continue;
         }
         struct wmsg m;
-        int rc = buf ? wrecv(w->out, &m, buf, WMSG_DATA + 1, fds) : -1;
+        if (base + held + WMSG_DATA + 1 > OUT_ROOM) {   /* rarely: the gathering to the front */
+            memmove(buf, buf + base, held);
+            base = 0;
+        }
+        if (!held)
+            base = 0;
+        int rc = buf ? wrecv(w->out, &m, buf + base + held, WMSG_DATA + 1, fds) : -1;
         for (int i = 0; i < 2 && rc >= 0; i++)
             if (fds[i] >= 0)
                 close(fds[i]);
         if (rc <= 0)
             break;
+        if (m.type == W_OUTPUT) {       /* the hot path: no acknowledgement */
+            if (m.job != w->job || (m.stream != LAT_STDOUT && m.stream != LAT_STDERR))
+                continue;
+            if (held && (m.rank != hrank || m.stream != hstream)) {     /* another stream: the last one's first */
+                job_rank_output(hrank, w->job, hstream, buf + base, held);
+                base += held;
+                held = 0;
+            }
+            hrank = m.rank;
+            hstream = m.stream;
+            held += m.len;
+            if (held >= OUT_GATHER) {
+                job_rank_output(hrank, w->job, hstream, buf + base, held);
+                base = held = 0;
+            }
+            continue;
+        }
+        if (held) {                     /* output before anything else, an exit above all */
+            job_rank_output(hrank, w->job, hstream, buf + base, held);
+            base = held = 0;
+        }
+        if (m.type == W_SYNC_R) {
+            report_held(take_held(w, m.count, false));
+            continue;
+        }
         if (m.type == W_PROC_GONE && m.job == w->job) {
             job_proc_detach(m.node, m.t, m.job);
         } else if (m.type == W_STDIN_ACK && m.job == w->job) {
             stdin_acked(w, m.count);
-        } else if (m.type == W_OUTPUT) {
-            if (m.job == w->job && (m.stream == LAT_STDOUT || m.stream == LAT_STDERR))
-                job_rank_output(m.rank, m.job, m.stream, buf, m.len);
         } else {
             logmsg("I/O worker of job %" PRIu64 ": unexpected message %u ignored", w->job, m.type);
             continue;
@@ -562,7 +773,11 @@ static void *reader_main(void *arg)
         struct wmsg ack = { .type = W_OUTPUT_ACK, .job = m.job };
         wsend(w->out, &ack, NULL, NULL, 0);
     }
-    /* the channel's end is how its end shows: a worker that died closed it */
+    /* the channel's end is how its end shows: a worker that died closed it;
+     * whatever it sent is passed on, so the exits it held may go (below) */
+    if (held)
+        job_rank_output(hrank, w->job, hstream, buf + base, held);
+    struct held_exit *left = take_held(w, 0, true);
     while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
         ;
     bool lost = !atomic_load(&w->ending), told = false;
@@ -589,6 +804,7 @@ static void *reader_main(void *arg)
                   w->job, (int)w->pid, WIFSIGNALED(status) ? "by signal" : "with code",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                   lost ? " while its job ran: the job's processes lose their I/O" : "");
+    report_held(left);                  /* after the failure's cause */
     free(buf);
     return NULL;                        /* its descriptors stay open until reap_old: worker_end may still use them */
 }
@@ -672,6 +888,7 @@ int worker_start(const struct job_spec *js, char *why, size_t whylen)
     }
     libcache_job_user(js->who.uid);     /* before its worker makes or reuses this user's */
     w->job = js->hdr->job;
+    w->held_tail = &w->held;
     w->ch = sv[0];
     w->out = ov[0];
     w->pid = fork();
@@ -779,6 +996,31 @@ int worker_stdin(uint64_t job, uint32_t flags, const void *data, size_t len)
     }
     pthread_mutex_unlock(&W.lock);
     return rc;
+}
+
+bool worker_hold_exit(uint32_t node, uint32_t t, const struct lat_exit *ex, const char *msg, size_t mlen)
+{
+    struct held_exit *h = malloc(sizeof(*h) + mlen);
+    bool held = false;
+
+    if (!h)
+        return false;                   /* reported at once: in order but for a write under way */
+    *h = (struct held_exit){ .node = node, .ex = *ex, .mlen = mlen };
+    memcpy(h->msg, msg, mlen);
+    pthread_mutex_lock(&W.lock);
+    struct worker *w = W.cur;
+    if (w && w->job == ex->job && w->reading && !w->closed) {
+        struct wmsg m = { .type = W_SYNC, .count = h->sync = ++w->syncs, .node = node, .t = t, .job = w->job };
+        *w->held_tail = h;
+        w->held_tail = &h->next;
+        held = true;
+        /* a worker that cannot take it is dead: its channel's end reports the exit */
+        wsend(w->ch, &m, NULL, NULL, 0);
+    }
+    pthread_mutex_unlock(&W.lock);
+    if (!held)
+        free(h);
+    return held;
 }
 
 int worker_give_proc(uint64_t job, const struct wproc *wp, int fd, int plugfd)

@@ -479,6 +479,8 @@ enum lat_ctr {
     LAT_CTR_SOCK_RDV_BYTES,
     LAT_CTR_SOCK_SHM,       /* ... of which on the shared mapping: one copy */
     LAT_CTR_SOCK_SHM_BYTES,
+    LAT_CTR_OUT_MSGS,       /* output messages the jobs' I/O workers handed over, unacknowledged */
+    LAT_CTR_EXITS_HELD,     /* rank exits reported behind their I/O worker's output (W_SYNC) */
     LAT_CTR__END,
 };
 

@@ -14,6 +14,7 @@ rank.  One 1x1x4 machine in psets of 2 (two I/O nodes), block O, booted.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import threading
@@ -34,6 +35,11 @@ MODES = {"cnk": ["--kernel", "cnk"], "linux": ["--kernel", "linux"],            
 def om(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     yield from booted_block(tmp_path_factory.mktemp("output"), "O", "1x1x4", "--pset-size", "2",
                             "--memory", "256M")
+
+
+@pytest.fixture(scope="module")
+def exitrace(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_probe(tmp_path_factory, "exitrace_probe")
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +135,79 @@ def test_a_long_line_goes_out_before_it_ends_and_stdin_comes_back(om: Machine, p
     feeder.join(GUARD)
     assert p.returncode == 0, p.stderr.read()
     assert rest == b"\n" + b"".join(b"0: " + ln for ln in lines) + b"0: end\n"
+
+
+def out_counters(m: Machine) -> dict[str, int]:
+    """The block's output counters, summed over its I/O nodes."""
+    ions = json.loads(m.run("counters", "O", "--json").stdout)["ionodes"]
+    return {k: sum(ion["stats"][k] for ion in ions) for k in ("out_msgs", "exits_held")}
+
+
+@pytest.mark.parametrize("kernel,ending,width", [("cnk", "exit", 0), ("cnk", "kill", 0), ("cnk", "kill", 60000),
+                                                ("preload", "exit", 0)])
+def test_ranks_that_write_then_exit_at_once_lose_nothing(om: Machine, exitrace: str, kernel: str,
+                                                         ending: str, width: int) -> None:
+    """8 ranks (vn mode, two I/O nodes) write 1,500 lines each, one write(2)
+    a line, and end at once (_exit, rank 5 with 3 or by SIGKILL): every line
+    of every rank arrives, in order, before its rank's exit, and the job's
+    status is rank 5's.  A rank killed by a signal ends the job (the others
+    are killed, mid-output or not): then rank 5's lines are all there and the
+    others' are a beginning of theirs.  Each write is handed from the I/O
+    worker to ciod's monitor unacknowledged, and each exit goes out behind
+    its rank's output (the counters say so: before, every output message
+    waited for the monitor's acknowledgement and exits went out as they came).
+    Lines of 60,000 bytes (4 ranks, rank 1 killed): cnk does not wait for its
+    output writes' replies, so a rank killed at once may leave some unserved;
+    its exit waits for them (this case rarely shows that race: the worker
+    serves them before the exit arrives)."""
+    lines, ranks = (1500, 8) if not width else (300, 4)
+    before = out_counters(om)
+    fail = ranks - 3
+    p = subprocess.run([*LATTICE, "run", "--block", "O", *MODES[kernel], "--mode", "vn", "-n", str(ranks), exitrace,
+                        str(lines), str(fail), ending, str(width)], env=om.env, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=GUARD)
+    assert p.returncode == (3 if ending == "exit" else 128 + 9), p.stderr[-2000:]
+    out: dict[int, list[str]] = {r: [] for r in range(ranks)}
+    for line in p.stdout.decode().splitlines():
+        out[int(line.split()[0])].append(line)
+    err: dict[int, list[str]] = {r: [] for r in range(ranks)}
+    for line in p.stderr.decode().splitlines():
+        if line[:1].isdigit():
+            err[int(line.split()[0])].append(line)
+    def line(r: int, i: int) -> str:
+        head = f"{r} {i}"
+        return head + "." * (width - len(head) - 1) if width > len(head) + 1 else head
+
+    for r in range(ranks):
+        want_out = [line(r, i) for i in range(lines)]
+        want_err = [line(r, i) for i in range(99, lines, 100)]
+        if ending == "exit" or r == fail:
+            assert out[r] == want_out, (r, len(out[r]))
+            assert err[r] == want_err, (r, len(err[r]))
+        else:                           # killed with the job: what came is in order
+            assert out[r] == want_out[:len(out[r])], r
+            assert err[r] == want_err[:len(err[r])], r
+    d = {k: v - before[k] for k, v in out_counters(om).items()}
+    assert d["exits_held"] == ranks
+    assert d["out_msgs"] >= (ranks if ending == "exit" else 1) * (lines + lines // 100)
+
+
+def test_a_rank_blocked_in_a_call_when_its_job_is_killed_ends_with_its_output(om: Machine, exitrace: str,
+                                                                             tmp_path: Path) -> None:
+    """Under cnk an exit waits until the I/O node served everything its rank
+    sent (cnk does not wait for its output writes' replies), but never for a
+    call the rank waited for: a rank that wrote 1,500 lines and blocks
+    opening a FIFO on the I/O node ends when its job is cancelled."""
+    fifo = tmp_path / "never"
+    os.mkfifo(fifo)
+    os.chmod(tmp_path, 0o755)
+    p = subprocess.Popen([*LATTICE, "run", "--block", "O", "--kernel", "cnk", "-n", "1", exitrace, "1500", "0",
+                          str(fifo)], env=om.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    lines = [p.stdout.readline() for _ in range(1500)]     # the event: all of them came, the rank blocks
+    assert lines == [f"0 {i}\n".encode() for i in range(1500)]
+    job = next(int(ln.split()[0]) for ln in om.run("jobs").stdout.splitlines()[1:] if " Running " in ln)
+    om.run("cancel", str(job))
+    out, err = p.communicate(timeout=GUARD)  # it ends: the exit did not wait for the blocked call
+    assert p.returncode != 0 and out == b"", err[-2000:]
