@@ -178,7 +178,7 @@ def main() -> int:
                    configs, [(f"{op} {n} ranks", data[(op, 'lat', n)], ratios) for n in ranks for op in OPS]))
     print()
     rate_rows = [(f"{op} {n} ranks", {c: [1e6 / v for v in data[(op, 'rate', n)][c]] for c in configs},
-                  [(f"{k}/hydra", "hydra", k) for k in lattice]) for n in ranks for op in OPS]
+                  [(f"hydra/{k} (rate)", "hydra", k) for k in lattice]) for n in ranks for op in OPS]
     print(bl.table(f"Rate, ops per second of all origins (flush every 1000), {a.repeat} rounds, median [min–max]; "
                    "ratio: Hydra's rate over Lattice's", configs, rate_rows))
     if a.mpich_repeat:
