@@ -151,8 +151,8 @@ def main() -> int:
                         got.setdefault((op, ph, n), {})[cfg] = v
                     summary = " ".join(f"{op}/{ph} {float(us):.1f}us {float(rate):.0f}/s" for op, ph, _, _, us, rate in lines)
                     print(f"  round {i + 1} {n} ranks {cfg:5s}: {summary}", flush=True)
-                for m, v in got.items():
-                    rounds.setdefault(m, []).append(v)
+                for m, per_cfg in got.items():
+                    rounds.setdefault(m, []).append(per_cfg)
         for i in range(a.mpich_repeat):
             this: dict[str, float] = {}
             for cfg in bl.rotations(configs, i):
