@@ -38,7 +38,7 @@ $(BUILD)/bench/syscall_cost: bench/syscall_cost.c
 # MPICH (as examples/mpi/), the same file for mpiexec.hydra and lattice run.
 MPICC ?= mpicc.mpich
 # Skipped with a note when MPICH is not installed.
-$(BUILD)/bench/launch_hello: bench/launch_hello.c
+$(BUILD)/bench/launch_hello $(BUILD)/bench/rma_bench: $(BUILD)/bench/%: bench/%.c
 	@mkdir -p $(@D)
 	@if command -v $(MPICC) >/dev/null 2>&1; then \
 	    echo "$(MPICC) $(BENCH_FLAGS) -o $@ $<"; $(MPICC) $(BENCH_FLAGS) -o $@ $<; \

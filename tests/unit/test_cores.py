@@ -62,11 +62,22 @@ def test_spread_splits_evenly_or_goes_round() -> None:
 
 # ---- the policy on fake hosts ----
 
-def test_two_cores_sixteen_nodes_round_robin() -> None:
+def test_more_ranks_than_cores_pins_none() -> None:
+    """16 nodes on 2 cores: every rank may run on both, as under
+    mpiexec.hydra; pinned two to a core, an origin spinning on its target's
+    answer kept the target off the core for a time slice (issue 28)."""
     cm = map_job(fake(1, 2), job(16), M.cores)
-    assert cm.ranks == [(r % 2,) for r in range(16)], "node k on core k mod 2"
+    assert cm.ranks == [(0, 1)] * 16, "no rank pinned to one core"
     assert {n.progress for n in cm.nodes} == {0}, "no node has a core to spare"
-    assert all("shared with 7 other nodes" in n.why for n in cm.nodes)
+    assert all("shared with 15 other nodes" in n.why for n in cm.nodes)
+
+
+def test_three_ranks_on_two_cores_none_shares_a_pinned_core() -> None:
+    """MPICH's atomic_get test: 3 ranks on 2 cores pinned 0, 1, 0 put the
+    target (rank 0) and the busiest origin (rank 2) on one core."""
+    cm = map_job(fake(1, 2), job(3), M.cores)
+    assert cm.ranks == [(0, 1)] * 3
+    assert [n.own for n in cm.nodes] == [0, 0, 0] and {n.progress for n in cm.nodes} == {0}
 
 
 def test_two_ranks_on_two_cores_get_one_each_without_progress_thread() -> None:
@@ -104,12 +115,16 @@ def test_smt_a_rank_gets_every_pu_of_its_cores() -> None:
     cm = map_job(h, job(4), M.cores)
     assert cm.ranks == [(0, 1), (2, 3), (4, 5), (6, 7)]
     assert [n.progress for n in cm.nodes] == [0] * 4, "a hardware thread is not a core of its own"
+    cm = map_job(h, job(5), M.cores)
+    assert cm.ranks == [tuple(range(8))] * 5, "cores, not hardware threads, decide that ranks are crowded"
 
 
 def test_restricted_cpuset_uses_only_the_allowed_cores() -> None:
     h = Host("local", (Core(2, (2,)), Core(3, (3,)), Core(6, (6,))), "test")
+    cm = map_job(h, job(3), M.cores)
+    assert cm.ranks == [(2,), (3,), (6,)]
     cm = map_job(h, job(5), M.cores)
-    assert cm.ranks == [(2,), (3,), (6,), (2,), (3,)]
+    assert cm.ranks == [(2, 3, 6)] * 5, "crowded: every allowed core, and only those"
 
 
 def test_vn_ranks_share_their_node_s_cores() -> None:
@@ -118,8 +133,10 @@ def test_vn_ranks_share_their_node_s_cores() -> None:
     cm = map_job(fake(1, 4), job(4, "vn", "TXYZ"), M.cores)     # 2 nodes, 2 ranks each, 2 cores each
     assert cm.ranks == [(0,), (1,), (2,), (3,)]
     assert {n.progress for n in cm.nodes} == {wire.PROGRESS_UNSET}, "vn mode leaves the progress thread alone"
-    cm = map_job(fake(1, 2), job(8, "vn", "TXYZ"), M.cores)     # 4 nodes on 2 cores
-    assert cm.ranks == [(0,), (0,), (1,), (1,), (0,), (0,), (1,), (1,)]
+    cm = map_job(fake(1, 2), job(8, "vn", "TXYZ"), M.cores)     # 4 nodes, 8 ranks on 2 cores: crowded
+    assert cm.ranks == [(0, 1)] * 8
+    cm = map_job(fake(1, 4), job(6, "vn", "TXYZ"), M.cores)     # 3 nodes, 6 ranks on 4 cores: crowded
+    assert cm.ranks == [(0, 1, 2, 3)] * 6
     cm = map_job(fake(1, 2), job(2, "vn", "TXYZ"), M.cores)     # 1 node, 2 ranks, 2 cores
     assert cm.ranks == [(0,), (1,)]
 
@@ -138,11 +155,16 @@ def test_nodes_in_rank_order() -> None:
 
 
 def test_verbose_lines() -> None:
+    cm = map_job(fake(1, 4), job(3), M.cores)
+    lines = node_lines(cm, {n.node: f"L{n.node}" for n in cm.nodes}, {n.node: [i] for i, n in enumerate(cm.nodes)})
+    assert lines[0] == "cores: 3 nodes on 4 usable cores of host local (test)"
+    assert lines[1] == "node L0 (rank 0): CPUs 0-1 (cores 0,1); progress thread on: 2 cores of its own, the thread takes one"
+    assert lines[2].startswith("node L1 (rank 1): CPUs 2 (core 2); progress thread off: one core of its own")
     cm = map_job(fake(1, 2), job(3), M.cores)
     lines = node_lines(cm, {n.node: f"L{n.node}" for n in cm.nodes}, {n.node: [i] for i, n in enumerate(cm.nodes)})
-    assert lines[0] == "cores: 3 nodes on 2 usable cores of host local (test)"
-    assert lines[1] == "node L0 (rank 0): CPUs 0 (core 0); progress thread off: its core is shared with 1 other node of the job"
-    assert lines[2].startswith("node L1 (rank 1): CPUs 1 (core 1); progress thread off: one core of its own")
+    assert lines[0] == "cores: 3 nodes on 2 usable cores of host local (test); more ranks than cores: none pinned"
+    assert lines[1] == ("node L0 (rank 0): CPUs 0-1 (cores 0,1); progress thread off: "
+                        "its cores are shared with 2 other nodes of the job")
 
 
 # ---- host.py: lstopo XML, cpulists, the cache ----

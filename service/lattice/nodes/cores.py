@@ -4,13 +4,14 @@ Compute nodes are processes that share the host's cores, so each job maps
 its nodes onto them at launch (docs/architecture.md, "Nodes on cores"):
 
 - the job's nodes, in its rank order (RankMapping.nodes()), share out the
-  host's usable cores (lattice.nodes.host): with no more nodes than cores each
-  node gets cores of its own, split as evenly as possible in topology order
-  (neighbours share caches); with more nodes than cores node k gets core
-  k mod C, so no core runs two nodes while another sits idle;
+  host's usable cores (lattice.nodes.host): each node gets cores of its own,
+  split as evenly as possible in topology order (neighbours share caches);
 - a node's ranks (virtual node mode) share out the node's cores by the same
   rule, in order of t: with as many cores as ranks each rank has its own;
-- a rank's CPUs are every PU (hardware thread) of its cores.
+- a rank's CPUs are every PU (hardware thread) of its cores;
+- when the job's ranks on a host outnumber its cores (crowded), none is
+  pinned: each may run on every usable core of the host, as mpiexec.hydra's
+  ranks do, and the kernel's scheduler places them.
 
 MPICH's asynchronous progress thread (co mode) is worth having only on a
 core nothing else computes on: a node gets MPIR_CVAR_ASYNC_PROGRESS=1 only
@@ -21,6 +22,7 @@ runs a rank).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple, Sequence, TypeVar
 
 from lattice.nodes.host import Core, Host, cpulist
@@ -46,6 +48,7 @@ class CoreMap(NamedTuple):
     nodes: list[NodeCores]              # in the job's node order
     ranks: list[tuple[int, ...]]        # rank -> its CPUs (OS indexes, on its node's host)
     hosts: dict[int, Host] = {}         # node -> its host, when the job spans several
+    crowded: frozenset[str] = frozenset()   # hosts whose ranks of the job outnumber their cores
 
     def node(self, index: int) -> NodeCores:
         return next(n for n in self.nodes if n.node == index)
@@ -68,8 +71,22 @@ def spread(units: Sequence[T], n: int) -> list[list[T]]:
     return out
 
 
-def progress(mode: str, model_cores: int, own: int, shared_with: int, user: str | None) -> tuple[int, str]:
-    """MPIR_CVAR_ASYNC_PROGRESS for a node's ranks, and why."""
+def crowded(ranks: int, cores: int) -> bool:
+    """Whether a host's ranks of the job outnumber its cores: then none is
+    pinned.  Two ranks pinned to one core wait for each other a scheduler
+    time slice at a time whenever one spins on an answer the other must give
+    (MPI's progress spins, it does not sleep): MPICH's atomic_get test, its
+    target and busiest origin pinned to one core, took over 400 s against
+    Hydra's 25 s (issue 28, bench/RESULTS.md).  Unpinned, the kernel runs
+    whichever rank is runnable on whichever core is free, as under
+    mpiexec.hydra, which binds nothing."""
+    return ranks > cores
+
+
+def progress(mode: str, model_cores: int, own: int, shared_with: int, user: str | None,
+             cores: int = 1) -> tuple[int, str]:
+    """MPIR_CVAR_ASYNC_PROGRESS for a node's ranks, and why (cores: how many
+    the node has, for the words)."""
     if user is not None:
         return UNSET, f"as --env sets it ({ASYNC_PROGRESS}={user})"
     if mode != "co":
@@ -79,7 +96,8 @@ def progress(mode: str, model_cores: int, own: int, shared_with: int, user: str 
     if own >= 2:
         return 1, f"on: {own} cores of its own, the thread takes one"
     if shared_with:
-        return 0, f"off: its core is shared with {shared_with} other node{'s' if shared_with > 1 else ''} of the job"
+        its = "its cores are" if cores > 1 else "its core is"
+        return 0, f"off: {its} shared with {shared_with} other node{'s' if shared_with > 1 else ''} of the job"
     return 0, "off: one core of its own, none to spare"
 
 
@@ -95,9 +113,16 @@ def map_job(host: Host | dict[int, Host], p: RankMapping, model_cores: int,
     on: dict[str, list[int]] = {}
     for node in order:
         on.setdefault(host_of[node].name, []).append(node)
+    per_node = Counter(s.node for s in p.slots)
     share_of: dict[int, list[Core]] = {}
-    for names in on.values():
-        for node, share in zip(names, spread(host_of[names[0]].cores, len(names))):
+    packed: set[str] = set()            # crowded hosts: every node there gets all their cores
+    for name, names in on.items():
+        every = host_of[names[0]].cores
+        if crowded(sum(per_node[n] for n in names), len(every)):
+            packed.add(name)
+            share_of.update((node, list(every)) for node in names)
+            continue
+        for node, share in zip(names, spread(every, len(names))):
             share_of[node] = share
     users: dict[tuple[str, tuple[int, ...]], int] = {}  # (host, core by its PUs: numbers repeat across packages) -> nodes
     for node in order:
@@ -108,7 +133,7 @@ def map_job(host: Host | dict[int, Host], p: RankMapping, model_cores: int,
         share, h = share_of[node], host_of[node].name
         own = sum(1 for c in share if users[h, c.pus] == 1)
         shared_with = max(users[h, c.pus] for c in share) - 1
-        value, why = progress(p.mode, model_cores, own, shared_with, user)
+        value, why = progress(p.mode, model_cores, own, shared_with, user, len(share))
         nodes.append(NodeCores(node, tuple(share), own, value, why))
     ranks: list[tuple[int, ...]] = [()] * p.nranks
     slots_of: dict[int, list[Slot]] = {}
@@ -116,10 +141,14 @@ def map_job(host: Host | dict[int, Host], p: RankMapping, model_cores: int,
         slots_of.setdefault(s.node, []).append(s)
     for n in nodes:
         slots = sorted(slots_of[n.node], key=lambda s: s.t)
+        if host_of[n.node].name in packed:
+            for s in slots:
+                ranks[s.rank] = n.cpus()
+            continue
         for s, cores in zip(slots, spread(n.cores, len(slots))):
             ranks[s.rank] = tuple(pu for c in cores for pu in c.pus)
     several = len(on) > 1
-    return CoreMap(host_of[order[0]], nodes, ranks, host_of if several else {})
+    return CoreMap(host_of[order[0]], nodes, ranks, host_of if several else {}, frozenset(packed))
 
 
 def node_lines(cm: CoreMap, location: dict[int, str], ranks_of: dict[int, list[int]]) -> list[str]:
@@ -128,7 +157,8 @@ def node_lines(cm: CoreMap, location: dict[int, str], ranks_of: dict[int, list[i
     for h in ({id(x): x for x in cm.hosts.values()}.values() if cm.hosts else [cm.host]):
         count = sum(1 for n in cm.nodes if cm.hosts.get(n.node, cm.host).name == h.name)
         lines.append(f"cores: {count} node{'s' if count != 1 else ''} on {len(h.cores)} "
-                     f"usable core{'s' if len(h.cores) != 1 else ''} of host {h.name} ({h.source})")
+                     f"usable core{'s' if len(h.cores) != 1 else ''} of host {h.name} ({h.source})"
+                     + ("; more ranks than cores: none pinned" if h.name in cm.crowded else ""))
     for n in cm.nodes:
         rs = ranks_of.get(n.node, [])
         on = f" on {cm.hosts[n.node].name}" if cm.hosts else ""
