@@ -5,7 +5,7 @@ import contextlib
 import io
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 from unittest import mock
 
 from lattice.cli import main as cli
@@ -27,3 +27,26 @@ def lattice(*args: str) -> tuple[int, str, str]:
         except SystemExit as e:
             status = int(e.code or 0)
     return status, out.getvalue(), err.getvalue()
+
+
+@contextlib.contextmanager
+def jobs_not_run() -> Iterator[dict[str, Any]]:
+    """`lattice run` up to the job: booting, freeing and the job itself are
+    replaced; what reaches job.run is kept ("spec", "block", "booted")."""
+    from lattice.jobs import job
+    from lattice.state import blocks
+    from lattice.state.blocks import Block
+    from lattice.state.machine import Machine
+    seen: dict[str, Any] = {}
+
+    def fake_boot(con: Any, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
+        seen.setdefault("booted", []).append(name)
+        return blocks.get(con, name)
+
+    def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec, wait: bool = False) -> int:
+        seen["spec"], seen["block"] = spec, b
+        return 0
+
+    with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
+            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.jobs.launch.need_kernel"):
+        yield seen

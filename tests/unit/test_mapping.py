@@ -8,7 +8,6 @@ import random
 import re
 from pathlib import Path
 from typing import Any, Iterator
-from unittest import mock
 
 import pytest
 
@@ -20,7 +19,7 @@ from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 from lattice.jobs.mapping import App, RankMapping, Slot, map_ranks, process_mapping
 
-from cli_inprocess import home, lattice
+from cli_inprocess import home, jobs_not_run, lattice
 
 M = Machine(shape=(2, 2, 2), pset_size=4, memory=256 << 20, cores=2)
 WHOLE = Block("W", (0, 0, 0), (2, 2, 2), "Initialized", False, None)
@@ -296,21 +295,8 @@ def machine_home(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def no_boot() -> Iterator[dict[str, Any]]:
-    """`lattice run` up to the job: booting, freeing and the job itself are
-    replaced; what reaches job.run is kept."""
-    seen: dict[str, Any] = {}
-
-    def fake_boot(con: Any, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
-        seen.setdefault("booted", []).append(name)
-        from lattice.state import blocks
-        return blocks.get(con, name)
-
-    def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec, wait: bool = False) -> int:
-        seen["spec"], seen["block"] = spec, b
-        return 0
-
-    with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
-            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.jobs.launch.need_kernel"):
+    """`lattice run` up to the job (cli_inprocess.jobs_not_run)."""
+    with jobs_not_run() as seen:
         yield seen
 
 

@@ -21,7 +21,7 @@ from lattice.errors import LatticeError
 from lattice.state.machine import Machine
 from lattice.jobs.mapping import App
 
-from cli_inprocess import home, lattice
+from cli_inprocess import home, jobs_not_run, lattice
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -37,19 +37,8 @@ def machine_home(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pat
 
 @pytest.fixture
 def no_boot() -> Iterator[dict[str, Any]]:
-    """`lattice run` up to the job: what reaches job.run is kept."""
-    seen: dict[str, Any] = {}
-
-    def fake_boot(con: Any, m: Machine, name: str, owner: tuple[int, int] | None = None) -> Block:
-        from lattice.state import blocks
-        return blocks.get(con, name)
-
-    def fake_run(con: Any, m: Machine, b: Block, spec: job.Spec, wait: bool = False) -> int:
-        seen["spec"] = spec
-        return 0
-
-    with mock.patch("lattice.nodes.boot.boot", fake_boot), mock.patch("lattice.nodes.boot.free"), \
-            mock.patch("lattice.jobs.job.run", fake_run), mock.patch("lattice.jobs.launch.need_kernel"):
+    """`lattice run` up to the job (cli_inprocess.jobs_not_run)."""
+    with jobs_not_run() as seen:
         yield seen
 
 
