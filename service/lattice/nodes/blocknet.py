@@ -213,7 +213,10 @@ REJECT = "reject with icmpx type admin-prohibited"     # the node's connect fail
 def host_rules(p: Plan, deny: list[Net4]) -> str:
     """The host's table for the block (nft -f): a node reaches no address of the host (input:
     every local address, whatever the interface), no block's subnet and nothing in deny
-    (forward); its subnet is masqueraded out; only replies come in."""
+    (forward); what comes up its uplink from its subnet is masqueraded out (only that: with
+    br_netfilter loaded, as Docker loads it, a host's bridges carry other hosts' packets through
+    these hooks, and a testbed host's part of a block may have this block's subnet); only
+    replies come in."""
     up = p.uplink
     return f"""table inet {p.table} {{
 	chain input {{
@@ -231,7 +234,7 @@ def host_rules(p: Plan, deny: list[Net4]) -> str:
 	}}
 	chain postrouting {{
 		type nat hook postrouting priority srcnat; policy accept;
-		ip saddr {p.subnet} oifname != "{up}" masquerade
+		iifname "{up}" ip saddr {p.subnet} oifname != "{up}" masquerade
 	}}
 }}
 """
