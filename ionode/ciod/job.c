@@ -426,17 +426,23 @@ void job_rank_exit(uint32_t node, const struct lat_exit *ex, const char *msg, si
 {
     bool ours;
     struct jslot *s;
-    uint32_t t = 0;
+    uint32_t t = 0, rank = 0;
 
     pthread_mutex_lock(&g.lock);
     ours = g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running;
-    if (ours)
+    if (ours) {
         t = s->t;
+        rank = (uint32_t)s->rank;
+    }
     pthread_mutex_unlock(&g.lock);
     if (!ours) {
         logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
         return;
     }
+    /* at once, even when the report waits: the job may still be waiting on it,
+     * and whatever the rank left behind holds no PMI of the job after it
+     * (relayed PMI that follows the exit on the node's connection is refused) */
+    pmi_rank_exit(ex->job, rank, ex->how == LAT_EXIT_CODE, ex->value);
     /* its output first: what it wrote may still be in its worker's channel */
     if (!worker_hold_exit(node, t, ex, msg, mlen))
         job_rank_exit_report(node, ex, msg, mlen);
@@ -450,24 +456,17 @@ void job_rank_exit_report(uint32_t node, const struct lat_exit *ex, const char *
     struct job *done = NULL;
     struct jslot *s;
     bool report = false, last = false;
-    uint32_t rank = 0;
     int killed = 0;
     const char *killed_by = NULL;
 
     pthread_mutex_lock(&g.lock);
-    if (g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running) {
+    if (g.job && g.job->id == ex->job && (s = slot_of(g.job, node, ex->rank)) && s->running)
         ctl = conn_get(g.job->ctl);
-        rank = (uint32_t)s->rank;
-    }
     pthread_mutex_unlock(&g.lock);
     if (!ctl) {
         logmsg("node %u: exit for job %" PRIu64 " that does not run there: ignored", node, ex->job);
         return;
     }
-    /* before the exit: the job may still be waiting on it; and whatever the
-     * rank left behind holds no PMI of the job after it */
-    pmi_rank_exit(ex->job, rank, ex->how == LAT_EXIT_CODE, ex->value);
-
     /* Decide and send under the owner's write lock: exits keep their order. */
     pthread_mutex_lock(&ctl->wlock);
     pthread_mutex_lock(&g.lock);
