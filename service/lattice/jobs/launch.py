@@ -119,7 +119,10 @@ def map_cores(m: Machine, p: RankMapping, where: dict[int, str | None],
             unknown |= k is None
             hosts[h] = k or host.local()._replace(name=h or host.LOCAL)
     per_node = {n: hosts[where[m.pset_of(n)]] for n in p.nodes()}
-    return cores.map_job(per_node, p, m.cores, user_env), unknown, list(hosts.values())
+    # Open MPI ranks stay pinned on a crowded host (cores.crowded): unpinned, two 4-rank Open MPI
+    # jobs in vn mode on 2 cores took over 180 s against 3.5 s pinned (t0630); why is not known
+    unpin = not any(a.exe and mpienv.is_open_mpi(a.exe) for a in p.apps)
+    return cores.map_job(per_node, p, m.cores, user_env, unpin_crowded=unpin), unknown, list(hosts.values())
 
 
 def core_lines(m: Machine, p: RankMapping, cm: CoreMap) -> list[str]:

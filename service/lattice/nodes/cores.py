@@ -102,11 +102,12 @@ def progress(mode: str, model_cores: int, own: int, shared_with: int, user: str 
 
 
 def map_job(host: Host | dict[int, Host], p: RankMapping, model_cores: int,
-            user_env: dict[str, str] | None = None) -> CoreMap:
+            user_env: dict[str, str] | None = None, unpin_crowded: bool = True) -> CoreMap:
     """Each node's and each rank's real CPUs for mapping p on host (or on
     each node's host: node -> Host), with the progress thread decision;
     user_env is the job's --env (name -> value).  The nodes of each host
-    share out that host's cores."""
+    share out that host's cores.  unpin_crowded False: a crowded host's ranks are
+    pinned as on any other (the job's Open MPI programs: lattice.jobs.launch)."""
     user = (user_env or {}).get(ASYNC_PROGRESS)
     order = p.nodes()
     host_of = host if isinstance(host, dict) else dict.fromkeys(order, host)
@@ -118,7 +119,7 @@ def map_job(host: Host | dict[int, Host], p: RankMapping, model_cores: int,
     packed: set[str] = set()            # crowded hosts: every node there gets all their cores
     for name, names in on.items():
         every = host_of[names[0]].cores
-        if crowded(sum(per_node[n] for n in names), len(every)):
+        if unpin_crowded and crowded(sum(per_node[n] for n in names), len(every)):
             packed.add(name)
             share_of.update((node, list(every)) for node in names)
             continue
