@@ -44,8 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -221,13 +219,14 @@ static struct {
 } sy = { .lock = PTHREAD_MUTEX_INITIALIZER, .asked = PTHREAD_COND_INITIALIZER, .tail = &sy.head };
 
 /* Under wk.lock: nothing process c sent can still be unserved: its thread
- * is in a call the process waited for (so it sent nothing after it), with
- * nothing unread behind it. */
+ * is in a call the process waits for.  cnk takes the replies of its
+ * unawaited writes before it sends any other call (shipc_async_drain), so
+ * all it sent before that call was served, and after it, it sent at most
+ * the call's mailbox ring (LAT_MBOX_RING), which may lie unread on the
+ * socket: there is nothing to serve in it. */
 static bool served_all(struct conn *c)
 {
-    int unread = 0;
-
-    return atomic_load(&c->in_call) && ioctl(c->fd, SIOCINQ, &unread) == 0 && unread == 0 && c->ra_pos == c->ra_len;
+    return atomic_load(&c->in_call);
 }
 
 /* Until the process (node, t), which ended, has had everything it sent
