@@ -187,7 +187,9 @@ def booted_block(tmp: Path, block: str, shape: str, *init_args: str) -> Iterator
     m.run("block", "create", block, "--shape", shape)
     m.run("boot", block)
     yield m
-    m.run("free", block, check=False)
+    # --force: a failed test may leave a job running; its nodes, huge pages
+    # and block network must still go, not burden the rest of the suite
+    m.run("free", "--force", block, check=False)
     shutil.rmtree(m.work, ignore_errors=True)
 
 
