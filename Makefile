@@ -11,8 +11,8 @@ CLIENT_SRC := $(wildcard compute/libcnclient/*.c)
 PEER_SRC   := protocol/peer/peer.c protocol/peer/seal.c
 HEADERS    := protocol/lattice/wire.h protocol/lattice/fwd_posix.h protocol/lattice/hello_mac.h protocol/lattice/peer.h protocol/lattice/seal.h protocol/lattice/libcache_name.h
 
-.PHONY: all ciod cnode cnk libcnclient lattice-fs liblatpers examples clean wire-h py-wire syscalls-md
-all: ciod cnode cnk libcnclient lattice-fs liblatpers examples py-wire
+.PHONY: all ciod cnode pidns-init cnk libcnclient lattice-fs liblatpers examples clean wire-h py-wire syscalls-md
+all: ciod cnode pidns-init cnk libcnclient lattice-fs liblatpers examples py-wire
 
 # The function shipping (LAT_SYS_*) is generated from one annotated header
 # (docs/plugins.md "Wire mode"): ciod's decoder, the implementations'
@@ -54,6 +54,13 @@ $(BUILD)/bin/ciod: $(CIOD_SRC) $(PEER_SRC) $(wildcard ionode/ciod/*.h) $(HEADERS
 $(BUILD)/bin/cnode: $(CNODE_SRC) $(PEER_SRC) $(wildcard compute/cnode/*.h) compute/include/lattice/cnk_report.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -pthread -o $@ $(CNODE_SRC) $(PEER_SRC) -ljansson -lcrypto
+
+# pid 1 of a block's pid namespace on a host (compute/pidns/init.c), started
+# by the host agent with the block's network (service/lattice/nodes/blocknet.py)
+pidns-init: $(BUILD)/bin/lattice-pidns-init
+$(BUILD)/bin/lattice-pidns-init: compute/pidns/init.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $<
 
 # The shipping client core (compute/shipc/), one set of sources built twice
 # into static archives: freestanding for cnk, position-independent and

@@ -44,6 +44,8 @@ struct personality {
                                    /dev/shm is a directory of it, shared by the job's nodes here */
         char *ipcns;            /* the block's IPC namespace on this host (a bind-mounted nsfs file):
                                    UCX's and MPI's System V and shared-memory peers are the nodes' */
+        char *pidns;            /* the block's pid namespace on this host (a bind-mounted nsfs file,
+                                   its pid 1 the agent's lattice-pidns-init), or NULL: a node's own */
         char *ifname, *address, *gateway;   /* the node's link, for its processes' UCX_NET_DEVICES */
     } sandbox;
 };

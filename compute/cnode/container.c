@@ -483,6 +483,45 @@ static int kill_loop(const char *dir, double deadline)
     }
 }
 
+int container_dir(const struct container *c)
+{
+    return c->path[0] ? open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+}
+
+void container_kill_others(int dir)
+{
+    pid_t self = getpid();
+    for (int round = 0; round < 64; round++) {
+        int fd = openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+        FILE *f = fd < 0 ? NULL : fdopen(fd, "re");
+        if (!f) {
+            if (fd >= 0)
+                close(fd);
+            return;
+        }
+        pid_t *pid = NULL;
+        size_t others = 0, room = 0;
+        long p;
+        /* in our pid namespace: 0 for a process we cannot see */
+        while (fscanf(f, "%ld", &p) == 1) {
+            if (p <= 0 || p == self || kill((pid_t)p, SIGKILL) < 0)
+                continue;
+            if (others == room) {
+                pid_t *more = realloc(pid, (room = room ? 2 * room : 64) * sizeof *pid);
+                if (!more)
+                    continue;
+                pid = more;
+            }
+            pid[others++] = (pid_t)p;
+        }
+        fclose(f);
+        wait_pids(pid, others, now() + 1.0);
+        free(pid);
+        if (!others)
+            return;
+    }
+}
+
 static double wait_limit(void)
 {
     const char *s = getenv("LATTICE_CONTAINER_WAIT");

@@ -60,4 +60,16 @@ int container_clone_fd(const struct container *c);
  * or -1 and why (then the directory stays, for the host agent's sweep).  Closes c either way; nothing to do if c is closed. */
 int container_seal(struct container *c, char *why, size_t len);
 
+/* The container's directory, open (O_DIRECTORY), or -1: the sandbox's
+ * holder keeps it for container_kill_others, its mount namespace having no
+ * cgroup file system. */
+int container_dir(const struct container *c);
+
+/* From a process inside the container dir names (the sandbox's holder, once
+ * cnode died): SIGKILL to every other process of it this process can see,
+ * until none is left or a bound number of rounds passed (a process forking
+ * as fast as it is killed is the agent's sweep's).  Not frozen first: the
+ * caller would freeze itself. */
+void container_kill_others(int dir);
+
 #endif

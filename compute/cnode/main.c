@@ -210,12 +210,13 @@ static void load_personality(const char *file, struct personality *p)
         p->sandbox.netns = dup_string(sb, "netns", 0, file);
         p->sandbox.shm = dup_string(sb, "shm", 0, file);
         p->sandbox.ipcns = dup_string(sb, "ipcns", 0, file);
+        p->sandbox.pidns = dup_string(sb, "pidns", 0, file);
         p->sandbox.ifname = dup_string(sb, "ifname", 0, file);
         p->sandbox.address = dup_string(sb, "address", 0, file);
         p->sandbox.gateway = dup_string(sb, "gateway", 0, file);
         if ((p->sandbox.netns && p->sandbox.netns[0] != '/') || (p->sandbox.shm && p->sandbox.shm[0] != '/') ||
-            (p->sandbox.ipcns && p->sandbox.ipcns[0] != '/'))
-            bad_field(file, "sandbox", "an object whose \"netns\", \"shm\" and \"ipcns\" are absolute paths");
+            (p->sandbox.ipcns && p->sandbox.ipcns[0] != '/') || (p->sandbox.pidns && p->sandbox.pidns[0] != '/'))
+            bad_field(file, "sandbox", "an object whose \"netns\", \"shm\", \"ipcns\" and \"pidns\" are absolute paths");
         if (p->sandbox.ifname && (!p->sandbox.ifname[0] || strlen(p->sandbox.ifname) >= 16 || strchr(p->sandbox.ifname, ',')))
             bad_field(file, "sandbox", "an object whose \"ifname\" is a network interface name");
     }

@@ -2,17 +2,20 @@
  * sandbox.c - the node sandbox of a Linux-mode job (sandbox.h;
  * docs/architecture.md, "Linux nodes: the sandbox").
  *
- * The holder is cloned by cnode with new mount, pid and UTS namespaces; it
- * joins the block's IPC namespace on this host ("sandbox"."ipcns": UCX's
- * shared memory reaches only peers in its own) or gets a new one, and the
- * node's network namespace ("sandbox"."netns", made by the host agent) or,
- * without one, a new one with only loopback.  As pid 1 of the job's pid namespace it builds
- * the node's file view:
+ * The holder is cloned by cnode with new mount and UTS namespaces, into the
+ * block's pid namespace on this host ("sandbox"."pidns", whose pid 1 is the
+ * host agent's lattice-pidns-init: the ranks of the block's nodes here see
+ * each other's pids, as single-copy transfers between them need) or, without
+ * one, a new pid namespace of the node's whose pid 1 it is; it joins the
+ * block's IPC namespace on this host ("sandbox"."ipcns": UCX's shared memory
+ * reaches only peers in its own) or gets a new one, and the node's network
+ * namespace ("sandbox"."netns", made by the host agent) or, without one, a
+ * new one with only loopback.  It builds the node's file view:
  *
  *   /                  a tmpfs, read-only once built
  *   /usr /bin /sbin /lib* /etc /opt   the host's, bound read-only, nosuid,
  *                      nodev (symlinks such as /bin -> usr/bin kept as links)
- *   /proc              its own, for the new pid namespace; /proc/sys and the
+ *   /proc              its own, of its pid namespace; /proc/sys and the
  *                      other files a root job could write, read-only
  *   /sys               a new sysfs, read-only (this network namespace's devices)
  *   /dev               a read-only tmpfs: null zero full random urandom tty
@@ -32,9 +35,11 @@
  * reachable.  Every mount is private: nothing propagates to the host, and
  * everything goes with the namespace when its last process ends.
  *
- * The holder then waits, reaping the processes orphaned in its namespace,
- * until it is killed with the job's container.  When pid 1 of a pid
- * namespace ends the kernel kills every other process in it.
+ * The holder then waits until it is killed with the job's container.  In
+ * a pid namespace of its own it is pid 1: it reaps the processes orphaned
+ * there, and when it ends the kernel kills every other process in it.  In
+ * the block's it watches cnode instead (a pidfd): if cnode dies it kills
+ * the job's other processes of the node (the job's container) and ends.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -67,6 +72,8 @@
 #include "fs.h"
 
 #define NS_FLAGS (CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
+#define HOLD_CNODE 3    /* the holder's descriptors in the block's pid namespace: cnode's pidfd, */
+#define HOLD_BOX   4    /* and the job's container's directory */
 #define STAGE "/tmp"    /* where the new root is assembled, in the holder's own mount namespace */
 
 /* clone3's arguments, up to CLONE_ARGS_SIZE_VER2 (linux/sched.h clashes with sched.h) */
@@ -334,6 +341,20 @@ static void rename_self(void)
     }
 }
 
+/* In the block's pid namespace: until cnode ends (its pidfd readable), then
+ * the node's processes with it, as pid 1 of a node's own namespace would
+ * take them (cnode's children die by their parent-death signal, what they
+ * forked would not). */
+static void watch_cnode(void) __attribute__((noreturn));
+static void watch_cnode(void)
+{
+    struct pollfd pfd = { .fd = HOLD_CNODE, .events = POLLIN };
+    while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+        ;
+    container_kill_others(HOLD_BOX);
+    _exit(0);
+}
+
 /* pid 1 of the job's pid namespace: reap whoever ends in it, until killed. */
 static void hold(void) __attribute__((noreturn));
 static void hold(void)
@@ -358,13 +379,15 @@ struct holder_args {
     const char *shmjob; /* the job's directory in the block's shared memory directory, or NULL */
     int cnode;          /* cnode's pidfd: whether it died before our parent-death signal was set */
     int in_box;         /* born in the job's container (CLONE_INTO_CGROUP) */
+    int block_pids;     /* in the block's pid namespace (not its pid 1) */
 };
 
 static void holder(const struct holder_args *a) __attribute__((noreturn));
 static void holder(const struct holder_args *a)
 {
     int status = a->status;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (!a->block_pids)         /* in the block's, we watch cnode (watch_cnode) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
     /* cnode gone before that took effect: nobody would kill us */
     struct pollfd pfd = { .fd = a->cnode, .events = POLLIN };
     if (poll(&pfd, 1, 0) != 0)
@@ -398,6 +421,10 @@ static void holder(const struct holder_args *a)
     if (topology_file(tp, sizeof tp))
         topo = open(tp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     int lib = open_lattice_libs(status, a->j->k->client);
+    /* the container's directory, while the host's cgroup file system is in view */
+    int box = a->block_pids ? container_dir(&a->j->box) : -1;
+    if (a->block_pids && box < 0)
+        fail(status, "cannot open the job's container", a->j->box.path);
     if (mount("lattice-node", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
         fail(status, "cannot mount the node's root tmpfs on", STAGE);
     bind_system(status, STAGE);
@@ -418,7 +445,16 @@ static void holder(const struct holder_args *a)
     if (chdir("/") < 0 || mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
         fail(status, "cannot make read-only", "/");
     rename_self();      /* last: cnode's arguments (the client's path) are needed until here */
-    /* nothing of cnode's: its connection, the job's descriptors, the status pipe last */
+    /* nothing of cnode's: its connection, the job's descriptors, the status
+     * pipe last (in the block's pid namespace, cnode's pidfd kept) */
+    if (a->block_pids) {
+        /* out of the way of the two slots first: either may hold the other */
+        int c = fcntl(a->cnode, F_DUPFD, HOLD_BOX + 1), b = fcntl(box, F_DUPFD, HOLD_BOX + 1);
+        if (c < 0 || b < 0 || dup2(c, HOLD_CNODE) < 0 || dup2(b, HOLD_BOX) < 0 ||
+            syscall(SYS_close_range, 0, HOLD_CNODE - 1, 0) < 0 || syscall(SYS_close_range, HOLD_BOX + 1, ~0u, 0) < 0)
+            fail(status, "cannot keep cnode's pidfd and the job's container", NULL);
+        watch_cnode();
+    }
     syscall(SYS_close_range, 0, ~0u, 0);
     hold();
 }
@@ -572,7 +608,7 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
 {
     const struct personality *pers = j->pers;
     struct holder_args a = { .j = j, .fs = fs, .status = -1, .netns = -1, .ipcns = -1, .cnode = -1 };
-    int pipefd[2] = { -1, -1 };
+    int pipefd[2] = { -1, -1 }, pidns = -1, ownpids = -1;
     *sb = (struct sandbox)SANDBOX_NONE;
     if (geteuid() != 0) {
         snprintf(why, len, "cannot make the node sandbox: cnode runs as uid %u, not root (namespaces and mounts "
@@ -584,6 +620,10 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
         what = "cannot open the node's network namespace", path = pers->sandbox.netns;
     else if (pers->sandbox.ipcns && (sb->ipcns = open(pers->sandbox.ipcns, O_RDONLY | O_CLOEXEC)) < 0)
         what = "cannot open the block's IPC namespace", path = pers->sandbox.ipcns;
+    else if (pers->sandbox.pidns && (pidns = open(pers->sandbox.pidns, O_RDONLY | O_CLOEXEC)) < 0)
+        what = "cannot open the block's pid namespace", path = pers->sandbox.pidns;
+    else if (pidns >= 0 && (ownpids = open("/proc/thread-self/ns/pid", O_RDONLY | O_CLOEXEC)) < 0)
+        what = "cannot open our own pid namespace", path = "/proc/thread-self/ns/pid";
     else if (pers->sandbox.shm && job_shm(sb, j) < 0)
         what = "cannot make the job's shared memory directory in", path = pers->sandbox.shm;
     else if ((a.cnode = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0)
@@ -596,7 +636,9 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
         a.status = pipefd[1];
         a.ipcns = sb->ipcns;
         a.shmjob = sb->shm >= 0 ? sb->shmjob : NULL;
-        struct clone_args2 ca = { .flags = (NS_FLAGS & ~(a.ipcns >= 0 ? CLONE_NEWIPC : 0)) |
+        a.block_pids = pidns >= 0;
+        struct clone_args2 ca = { .flags = (NS_FLAGS & ~(a.ipcns >= 0 ? CLONE_NEWIPC : 0) &
+                                            ~(a.block_pids ? CLONE_NEWPID : 0)) |
                                            (a.netns < 0 ? CLONE_NEWNET : 0) | CLONE_PIDFD,
                                   .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
         int box = container_clone_fd(&j->box);
@@ -605,20 +647,37 @@ int sandbox_start(struct sandbox *sb, const struct job *j, struct fs *fs, char *
             ca.cgroup = (uint64_t)box;
         }
         a.in_box = box >= 0;
-        pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
-        if (pid < 0 && box >= 0) {
-            ca.flags &= ~CLONE_INTO_CGROUP;
-            a.in_box = 0;
+        /* this thread's children in the block's pid namespace, for this clone alone */
+        if (a.block_pids && setns(pidns, CLONE_NEWPID) < 0)
+            what = "cannot enter the block's pid namespace", path = pers->sandbox.pidns;
+        else {
             pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+            if (pid < 0 && box >= 0 && errno != ENOMEM) {
+                ca.flags &= ~CLONE_INTO_CGROUP;
+                a.in_box = 0;
+                pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+            }
+            if (pid == 0)
+                holder(&a);
+            int e = errno;
+            if (a.block_pids && setns(ownpids, CLONE_NEWPID) < 0) {
+                say("fatal: cannot return to our own pid namespace after the holder's clone: %s", strerror(errno));
+                _exit(1);       /* every later child would be born in the block's */
+            }
+            errno = e;
+            /* a pid namespace whose pid 1 ended takes no process: ENOMEM */
+            if (pid < 0 && a.block_pids && errno == ENOMEM)
+                what = "the block's pid namespace has no pid 1 any more (the host agent's lattice-pidns-init "
+                       "ended): free and boot the block again";
+            else if (pid < 0)
+                what = "cannot create the holder (clone3 with new namespaces)";
         }
-        if (pid == 0)
-            holder(&a);
         if (box >= 0)
             close(box);
-        if (pid < 0)
-            what = "cannot create the holder (clone3 with new namespaces)";
     }
     int e = errno;
+    closefd(&pidns);
+    closefd(&ownpids);
     closefd(&a.netns);
     closefd(&a.cnode);
     closefd(&pipefd[1]);

@@ -2,11 +2,13 @@
 node's own namespaces, and nothing of it is left on the host after it.
 
 Each compute node of the job has a holder process (compute/cnode/sandbox.c),
-pid 1 of the job's pid namespace on that node, that built the node's file
-view: the host's system tree read-only, its own /proc, a minimal /dev, a
-/tmp of its own.  From inside a job (tests/e2e/sandbox/sandbox_view.sh):
-ps shows the node's processes only, pid 1 is the holder, the hostname is
-the node's location, /tmp is empty, files planted in the host's /tmp, the
+in the block's pid namespace on that host (its pid 1 the host agent's
+lattice-pidns-init), that built the node's file view: the host's system tree
+read-only, its own /proc, a minimal /dev, a /tmp of its own.  From inside a
+job (tests/e2e/sandbox/sandbox_view.sh): ps shows the processes of the
+block's nodes on the host only (both nodes' holders and ranks: one pid
+namespace, so MPI's single-copy transfers reach another node's rank), pid 1
+is the block's init, the hostname is the node's location, /tmp is empty, files planted in the host's /tmp, the
 machine directory, /root and another user's home are not there, the mounts
 are the node's and a job of root can change none of them.  After a job,
 after its cnode is killed outright and after `lattice free`, no holder, no
@@ -151,8 +153,10 @@ def census(m: Machine) -> tuple[list[int], list[str], list[str], set[str]]:
 
 
 def test_a_node_sees_its_own_processes_name_and_tmp(sm: Machine, probe: str, cwd: str) -> None:
-    """ps shows the node's processes only, with the holder as pid 1; the
-    hostname is the node's location; /tmp is the node's own, empty."""
+    """ps shows the processes of the block's nodes on this host only, the
+    block's init as pid 1 and the holders (the nodes share the block's pid
+    namespace); the hostname is the node's location; /tmp is the
+    node's own, empty."""
     marker = f"/tmp/lattice-sandbox-{uuid.uuid4().hex[:12]}"
     Path(marker).write_text("the host's /tmp\n")
     try:
@@ -162,12 +166,16 @@ def test_a_node_sees_its_own_processes_name_and_tmp(sm: Machine, probe: str, cwd
     ranks = answers(p.stdout)
     assert len(ranks) == 2, p.stdout
     assert {r["node"] for r in ranks} == {str(x["location"]) for x in sm.personalities(BLOCK)}
+    host_pidns = os.readlink("/proc/self/ns/pid")
+    assert ranks[0]["pidns"] == ranks[1]["pidns"] != host_pidns, ranks
     for r in ranks:
         assert r["hostname"] == r["node"], r
-        assert r["pid1"] == HOLDER.decode(), r
+        assert r["pid1"].split()[0].endswith("/lattice-pidns-init"), r
         procs = dict(w.split(":", 1) for w in r["procs"].split())
-        assert procs.pop("1") == "lattice-node-ho", procs          # comm: 15 characters
-        assert set(procs.values()) <= {"dash", "sh", "ps", "awk", "tr"}, procs
+        assert procs.pop("1") == "lattice-pidns-i", procs          # comm: 15 characters
+        # its node's holder, and the other's while that node's part of the job lasts
+        assert list(procs.values()).count("lattice-node-ho") in (1, 2), procs
+        assert set(procs.values()) <= {"lattice-node-ho", "dash", "sh", "ps", "awk", "tr"}, procs
         # empty, but for the way to Lattice's libraries (bound read-only at their host path) when this
         # checkout is below /tmp
         libs = (ROOT / "build" / "lib").resolve().parts
@@ -244,17 +252,18 @@ def test_nothing_is_left_after_a_job_a_killed_cnode_and_free(built: Path, tmp_pa
         run, held = start_waiting(m, probe, cwd)
         gone = namespaces(held)
         agent_made = any("sandbox" in p for p in m.personalities(BLOCK))
-        # each node's own; with the agent's block network the two share the block's IPC namespace
-        assert len(gone) == 2 * len(NS_KINDS) - (1 if agent_made else 0), gone
+        # each node's own; with the agent's block network the two share the block's IPC and pid namespaces
+        assert len(gone) == 2 * len(NS_KINDS) - (2 if agent_made else 0), gone
         assert not gone & before[3], "a holder shares a namespace with its cnode"
-        # the agent's (the nodes' network namespaces, the block's IPC namespace) stay until free
-        agents = {n for n in gone if n.startswith(("net:", "ipc:"))} if agent_made else set()
+        # the agent's (the nodes' network namespaces, the block's IPC and pid namespaces) stay until free
+        agents = {n for n in gone if n.startswith(("net:", "ipc:", "pid:"))} if agent_made else set()
         job = int(m.run("jobs", "--running").stdout.splitlines()[1].split()[0])
         m.run("cancel", str(job))
         run.communicate(timeout=120)
         assert census(m) == before
         assert not (gone - agents) & every_namespace(), (gone - agents) & every_namespace()
-        # a cnode killed outright: its holder dies with it (parent-death signal)
+        # a cnode killed outright: its holder dies with it (its parent-death signal, or in the block's
+        # pid namespace its watch on cnode's pidfd, killing the node's processes first)
         run, held = start_waiting(m, probe, cwd)
         gone |= namespaces(held)
         cnodes = m.processes("cnode", BLOCK)

@@ -55,7 +55,7 @@ def test_the_subnet_holds_gateway_nodes_and_broadcast(nodes: int, prefix: int, b
 def test_the_sandbox_object_names_the_nodes_namespace_and_the_blocks_shm() -> None:
     p = plan([4, 5])
     assert p.sandbox(5) == {"netns": "/run/netns/lat-0123456789ab-n5", "shm": "/run/lattice/shm/0123456789ab",
-                            "ipcns": "/run/lattice/ipc/0123456789ab",
+                            "ipcns": "/run/lattice/ipc/0123456789ab", "pidns": "/run/lattice/pid/0123456789ab",
                             "ifname": "eth0", "address": "10.64.2.3/24", "gateway": "10.64.2.1"}
 
 

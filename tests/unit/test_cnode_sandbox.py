@@ -100,10 +100,46 @@ def test_a_sandbox_that_cannot_be_made_fails_the_launch_in_one_line(make_pset: A
     assert out == {0: "preloaded\n", 1: "preloaded\n"}, (out, texts)
 
 
+def test_nodes_given_the_blocks_pid_namespace_share_it(make_pset: Any, tmp_path: Path) -> None:
+    """With "pidns" (the host agent's block pid namespace) both nodes' ranks
+    are in that namespace, not one of their own, so a rank may name the other
+    node's rank by its pid, as MPI's single-copy transfers (process_vm_readv)
+    need."""
+    ns = tmp_path / "pidns"
+    ns.touch()
+    init = subprocess.Popen(["unshare", f"--pid={ns}", "--fork", "--kill-child", str(BUILD / "bin" / "lattice-pidns-init")],
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert init.stdout is not None and init.stdout.readline() == b"ready\n"
+        ps = make_pset({"pidns": str(ns)})
+        err, why, out, texts = run_placed(ps, sandboxed("/bin/readlink", "/proc/self/ns/pid"))
+        assert err == 0, why
+        want = os.readlink(f"/proc/{init.pid}/ns/pid_for_children")
+        assert out == {0: want + "\n", 1: want + "\n"}, (out, texts)
+    finally:
+        init.kill()             # --kill-child: its init with it
+        init.wait()
+        subprocess.run(["umount", str(ns)], check=False)
+    # its pid 1 gone, the namespace takes no process: one clear line, the node takes the next job
+    ns2 = tmp_path / "dead"
+    ns2.touch()
+    subprocess.run(["unshare", f"--pid={ns2}", "--fork", "true"], check=True)
+    try:
+        ps2 = make_pset({"pidns": str(ns2)})
+        err, why, out, texts = run_placed(ps2, sandboxed("/bin/true"))
+        assert err == 0, why
+        assert texts == ["cannot make the node sandbox: the block's pid namespace has no pid 1 any more (the host "
+                         "agent's lattice-pidns-init ended): free and boot the block again: Cannot allocate memory; "
+                         "run the job with --no-sandbox"] * 2, texts
+    finally:
+        subprocess.run(["umount", str(ns2)], check=False)
+
+
 @pytest.mark.parametrize("sandbox, what", [
     ([], "\"sandbox\" must be an object"),
-    ({"netns": "run/netns/x"}, "\"netns\", \"shm\" and \"ipcns\" are absolute paths"),
-    ({"ipcns": "run/lattice/ipc/x"}, "\"netns\", \"shm\" and \"ipcns\" are absolute paths"),
+    ({"netns": "run/netns/x"}, "\"netns\", \"shm\", \"ipcns\" and \"pidns\" are absolute paths"),
+    ({"ipcns": "run/lattice/ipc/x"}, "\"netns\", \"shm\", \"ipcns\" and \"pidns\" are absolute paths"),
+    ({"pidns": "run/lattice/pid/x"}, "\"netns\", \"shm\", \"ipcns\" and \"pidns\" are absolute paths"),
     ({"ifname": "a,b"}, "\"ifname\" is a network interface name"),
 ])
 def test_a_bad_sandbox_object_is_refused_in_one_line(tmp_path: Path, sandbox: Any, what: str) -> None:

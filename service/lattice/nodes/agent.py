@@ -324,7 +324,8 @@ class Agent:
                     hosts = [str(h) for h in spec.get("dirs", spec["hosts"])]     # every host of the block
                     blocknet.progress = lambda n: self.progress(network=n)    # the booter sees a long build move
                     self.net = blocknet.boot(str(spec["block"]), self.container, nodes, hosts,
-                                             lambda m, failed: say(self.host, "warning", message=m, failed=failed))
+                                             lambda m, failed: say(self.host, "warning", message=m, failed=failed),
+                                             init=prefix / "bin" / "lattice-pidns-init")
             except BaseException as e:      # raised in the agent's own thread, below
                 failed.append(e)
         netting = threading.Thread(target=network, daemon=True)

@@ -15,10 +15,14 @@ At boot the host agent gives its part of the block:
   host, any block's subnet, the networks the host is on or the block's other hosts; the subnet is
   masqueraded out; nothing starts a connection into the block), in the router's `inet lattice`
   (it serves nothing; it forwards IPv4 out and only replies in);
-- a tmpfs for /dev/shm under BOOK/shm/<hash> (mode 1777, the size of the host's /dev/shm).
+- a tmpfs for /dev/shm under BOOK/shm/<hash> (mode 1777, the size of the host's /dev/shm);
+- a System V IPC namespace bound on BOOK/ipc/<hash> and a pid namespace bound on BOOK/pid/<hash>,
+  whose pid 1 (lattice-pidns-init, under `unshare --fork`) lives as long as the network: the
+  block's nodes on this host share them, so MPI's shared-memory and single-copy transports work
+  between nodes (a node's own pid namespace hid its ranks' pids from the others').
 
-Each cnode's personality gets `"sandbox": {netns, shm, ifname, address, gateway}`; cnode puts
-the job's processes in that namespace and bind-mounts the directory on their /dev/shm.  A block
+Each cnode's personality gets `"sandbox": {netns, shm, ipcns, pidns, ifname, address, gateway}`;
+cnode puts the job's processes in those namespaces and bind-mounts the directory on their /dev/shm.  A block
 with parts on several hosts gets routes between them (`Net.peer`, when the booter sends the
 parts' subnets before "commit").
 
@@ -149,10 +153,15 @@ class Plan:
         """The block's IPC namespace on this host, bind-mounted on a file (ipc_path)."""
         return ipc_path(self.hash, self.shm_root)
 
+    @property
+    def pidns(self) -> Path:
+        """The block's pid namespace on this host, bind-mounted on a file (pid_path)."""
+        return pid_path(self.hash, self.shm_root)
+
     def sandbox(self, k: int) -> dict[str, str]:
         """The personality's "sandbox" object for compute node k."""
         return {"netns": str(NETNS_DIR / self.node_ns(k)), "shm": str(self.shm), "ipcns": str(self.ipcns),
-                "ifname": IFNAME,
+                "pidns": str(self.pidns), "ifname": IFNAME,
                 "address": str(self.address(k)), "gateway": str(self.gateway(self.bridge_of(k)).ip)}
 
 
@@ -484,6 +493,63 @@ def _make_ipcns(path: Path) -> None:
     _run(["unshare", f"--ipc={path}", "true"], "")
 
 
+def pid_path(hash_: str, shm_root: Path) -> Path:
+    """Where block hash_'s pid namespace is kept, beside its IPC namespace.  One for the block's
+    nodes on this host (one job at a time runs on a block: lattice.state.busy), so a rank reaches
+    another node's rank by its pid, as single-copy transfers between processes (UCX's cma, Open
+    MPI's vader: process_vm_readv) need."""
+    return shm_root.parent / "pid" / hash_
+
+
+def _make_pidns(path: Path, init: Path) -> subprocess.Popen[bytes]:
+    """A new pid namespace kept on path, its pid 1 init (compute/pidns/init.c) running until
+    _end_pidns: the process of util-linux's unshare that waits for it."""
+    from lattice import safepath
+    os.close(safepath.open_private_dir(path.parent, path.parent.parent))
+    path.touch(mode=0o600, exist_ok=True)
+    try:        # its own session: a signal to the agent's terminal does not reach it
+        p = subprocess.Popen(["unshare", f"--pid={path}", "--fork", "--kill-child", str(init)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    except OSError as e:
+        raise RuntimeError(f"cannot start the block's pid namespace: {e}") from e
+    assert p.stdout is not None and p.stderr is not None
+    ready = p.stdout.readline()     # the init's line; "" if unshare or the init failed
+    p.stdout.close()
+    if ready != b"ready\n":
+        p.kill()
+        err = p.stderr.read().decode(errors="replace")
+        p.wait()
+        p.stderr.close()
+        raise RuntimeError(f"cannot start the block's pid namespace: {' '.join(err.split())[:400] or 'no reason given'}")
+    p.stderr.close()
+    return p
+
+
+def _end_pidns(path: Path) -> None:
+    """The pid 1 of the namespace bound on path killed (SIGKILL, the one signal it takes from the
+    host), and with it every process left in the namespace."""
+    try:
+        ino = os.stat(path).st_ino
+    except OSError:
+        return
+    for d in _names(Path("/proc")):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{d}/ns/pid").st_ino != ino:
+                continue
+            status = Path(f"/proc/{d}/status").read_text()
+        except OSError:
+            continue
+        nspid = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [])
+        if nspid[-1:] == ["1"]:
+            try:
+                os.kill(int(d), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def _unmount(path: Path) -> str | None:
     """path unmounted (lazily: a process still holding a file keeps its memory until it lets go)
     and removed (a directory, or the file a namespace was bound on); a problem as a line."""
@@ -604,7 +670,9 @@ def remove(hash_: str, shm_root: Path, tables: set[str] | None = None,
             _run(["ip", "-force", "-batch", "-"], batch)
         except RuntimeError as e:
             problems.append(str(e))
-    for why in (_unmount(shm_root / hash_), _unmount(ipc_path(hash_, shm_root))):
+    _end_pidns(pid_path(hash_, shm_root))
+    for why in (_unmount(shm_root / hash_), _unmount(ipc_path(hash_, shm_root)),
+                _unmount(pid_path(hash_, shm_root))):
         if why:
             problems.append(why)
     return problems
@@ -614,7 +682,7 @@ def _left(hash_: str, shm_root: Path) -> bool:
     """Is anything of block hash_ here though the book does not name it?  (Its entry is written
     before anything is made, so a table alone is never left; nft is not asked, it is slow.)"""
     return bool(_namespaces(hash_)) or _has_link(f"lu{hash_}") or _mounted(shm_root / hash_) or \
-        ipc_path(hash_, shm_root).exists()
+        ipc_path(hash_, shm_root).exists() or pid_path(hash_, shm_root).exists()
 
 
 def _release(book: dict[str, Any], hash_: str) -> list[str]:
@@ -728,6 +796,7 @@ class Net:
         self.seconds = 0.0
         self.routes: list[str] = []         # to the block's parts on other hosts ("NET via ADDR")
         self.warnings: list[str] = []       # what went wrong but leaves the network usable
+        self.init: subprocess.Popen[bytes] | None = None    # the pid namespace's (its unshare), reaped at down
 
     def sandbox(self, k: int) -> dict[str, str]:
         return self.plan.sandbox(k)
@@ -775,6 +844,13 @@ class Net:
     def down(self) -> list[str]:
         """Everything removed, the allocation given back; problems, one line each."""
         problems = remove(self.plan.hash, self.home / "shm", routes=self.routes)
+        if self.init is not None:       # killed with its init (--kill-child's reverse: it ends when the init does)
+            try:
+                self.init.wait(timeout=TOOL_WAIT)
+            except subprocess.TimeoutExpired:
+                self.init.kill()
+                self.init.wait()
+            self.init = None
         try:
             with locked(self.home) as book:
                 problems += _release(book, self.plan.hash)
@@ -816,8 +892,10 @@ def _connected() -> list[Net4]:
             if not gateway and dev != "lo" and not dev.startswith("lu") and not net.overlaps(pool())]
 
 
-def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Path | None = None) -> Net:
-    """Make the block's network and /dev/shm on this host (see the module's doc); RuntimeError
+def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Path | None = None,
+       init: Path | None = None) -> Net:
+    """Make the block's network, /dev/shm and namespaces on this host (see the module's doc), the
+    pid namespace's pid 1 being init (default: the installed lattice-pidns-init); RuntimeError
     with one line if it cannot (nothing is left behind then)."""
     home = home or book_dir()
     h = hash_of(container)
@@ -840,7 +918,7 @@ def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Pat
     n = Net(plan, home)
     n.warnings = problems
     try:
-        build(plan, deny)
+        n.init = build(plan, deny, init or default_init())
     except (OSError, RuntimeError, ValueError) as e:
         n.down()
         raise RuntimeError(f"cannot make the block network: {e}") from e
@@ -848,7 +926,12 @@ def up(block: str, container: str, nodes: list[int], hosts: list[str], home: Pat
     return n
 
 
-def build(p: Plan, deny: list[Net4]) -> None:
+def default_init() -> Path:
+    from lattice.state.machine import prefix
+    return prefix() / "bin" / "lattice-pidns-init"
+
+
+def build(p: Plan, deny: list[Net4], init: Path) -> subprocess.Popen[bytes]:
     from lattice.nodes import rtnl
     _run(["nft", "-f", "-"], host_rules(p, deny))        # the firewall before any link exists
     _run(["ip", "-batch", "-"], host_batch(p))
@@ -866,17 +949,18 @@ def build(p: Plan, deny: list[Net4]) -> None:
     p.shm.mkdir(mode=0o700, exist_ok=True)
     _mount_tmpfs(p.shm, _shm_size())
     _make_ipcns(p.ipcns)
+    return _make_pidns(p.pidns, init)
 
 
 def boot(block: str, container: str, nodes: list[int], hosts: list[str],
-         warn: Callable[[str, bool], None]) -> Net | None:
+         warn: Callable[[str, bool], None], init: Path | None = None) -> Net | None:
     """The agent's call: the network, or None after one warning line saying why not (and whether
     it was tried and failed, which the booter also tells the user, rather than not possible here)."""
     why = unable()
     tried = why is None
     if why is None:
         try:
-            n = up(block, container, nodes, hosts)
+            n = up(block, container, nodes, hosts, init=init)
             for w in n.warnings:
                 warn(f"block {block}: {w}", True)      # said by the booter and kept as RAS
             return n

@@ -10,6 +10,7 @@ view)
     echo "node $LATTICE_NODE"
     echo "hostname $(hostname)"
     echo "pid1 $(tr '\0' ' ' </proc/1/cmdline)"
+    echo "pidns $(readlink /proc/self/ns/pid)"
     echo "procs $(ps -eo pid=,comm= | awk '{print $1 ":" $2}' | tr '\n' ' ')"
     echo "tmp [$(ls -A /tmp | tr '\n' ' ')]"
     echo "mounts $(awk '{print $5}' /proc/self/mountinfo | sort | tr '\n' ' ')"
