@@ -1,8 +1,9 @@
 /*
  * sandbox.h - the node sandbox of a Linux-mode job (flag LAT_JOB_SANDBOX):
- * per job and compute node, a holder process in new mount, pid, IPC and UTS
- * namespaces and the node's network namespace, pid 1 of the job's pid
- * namespace on this node, that builds the node's file view and waits.
+ * per job and compute node, a holder process in new mount and UTS
+ * namespaces, the block's pid and IPC namespaces on this host (or new ones
+ * of the node's, pid 1 of its own then) and the node's network namespace,
+ * that builds the node's file view and waits.
  * Each process of the job enters its namespaces (sandbox_enter) and forks
  * once more to be inside its pid namespace (docs/architecture.md, "Linux
  * nodes: the sandbox").
@@ -48,9 +49,9 @@ int sandbox_enter(const struct sandbox *sb, const char *cwd);
 
 /* Has the process (a child of cnode's: its pid cannot be reused) ended or
  * begun to (in the kernel's exit path, PF_EXITING)?  The holder's death
- * kills its namespace's processes before its own end is seen on its
- * pidfd, lattice-fs's breaks their files before: job.c asks this before it
- * reports how a process ended. */
+ * (pid 1 of a node's own pid namespace) kills its namespace's processes
+ * before its own end is seen on its pidfd, lattice-fs's breaks their files
+ * before: job.c asks this before it reports how a process ended. */
 int sandbox_pid_ending(pid_t pid, int pidfd);
 
 /* At job end, after its container was killed: the holder killed (if it

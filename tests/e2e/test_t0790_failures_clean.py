@@ -67,7 +67,7 @@ def stuck_prefix(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A build prefix whose compute node 3 hangs before it starts."""
     d = tmp_path_factory.mktemp("stuck-prefix")
     (d / "bin").mkdir()
-    for p in ("ciod", "cnk"):
+    for p in ("ciod", "cnk", "lattice-pidns-init"):
         (d / "bin" / p).symlink_to(BUILD / "bin" / p)
     (d / "lib").symlink_to(BUILD / "lib")
     script = d / "bin" / "cnode"

@@ -99,7 +99,9 @@ def block_hash(m: Machine, block: str) -> str:
 
 def left_of(h: str, host: str | None = None) -> dict[str, int]:
     """How many of each kind of thing of block hash h this host has: namespaces, links in the host's
-    namespace, nft tables, tmpfs mounts, book entries (host: a testbed host's namespace, else this one's)."""
+    namespace, nft tables, tmpfs mounts, the IPC and pid namespaces bound on files, the pid
+    namespace's init (its unshare, which names the file and ends with it), book entries (host: a
+    testbed host's namespace, else this one's)."""
     inside = ["ip", "netns", "exec", host] if host else []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split("\n")
     links = subprocess.run([*inside, "ip", "-o", "link"], capture_output=True, text=True,
@@ -115,10 +117,13 @@ def left_of(h: str, host: str | None = None) -> dict[str, int]:
             "links": sum(1 for line in links if f" lu{h}" in line),
             "tables": sum(1 for t in tables if t.strip() == f"table inet lattice_{h}"),
             "mounts": sum(1 for line in mounts if f"/shm/{h} " in line),
+            "nsfiles": sum(1 for line in mounts if f"/ipc/{h} " in line or f"/pid/{h} " in line),
+            "init": sum(1 for _, argv in processes() if any(a.endswith(f"/pid/{h}".encode()) for a in argv)),
             "book": int(h in book)}
 
 
-NOTHING = {"netns": 0, "links": 0, "tables": 0, "mounts": 0, "book": 0}
+NOTHING = {"netns": 0, "links": 0, "tables": 0, "mounts": 0, "nsfiles": 0, "init": 0, "book": 0}
+UP = {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "nsfiles": 2, "init": 1, "book": 1}
 
 
 def host_addresses() -> list[str]:
@@ -183,7 +188,7 @@ def test_each_node_gets_its_own_namespace_address_and_the_blocks_shm(two: Machin
         assert os.stat(s["shm"]).st_mode & 0o7777 == 0o1777
         assert os.statvfs(s["shm"]).f_blocks * os.statvfs(s["shm"]).f_frsize == \
             os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
-    assert left_of(block_hash(two, "A")) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}
+    assert left_of(block_hash(two, "A")) == UP
     # the book, its lock and the tmpfs's parent are root's alone: no other user plants, reads or holds them
     for path, mode in ((BOOK, 0o700), (BOOK / "blocknet.json", 0o600), (BOOK / "blocknet.lock", 0o600),
                        (BOOK / "shm", 0o700)):
@@ -358,7 +363,7 @@ def stuck_prefix(built: Path, tmp_path: Path) -> Path:
     """A build prefix whose compute node 1 stops before it starts: the boot cannot complete."""
     d = tmp_path / "prefix"
     (d / "bin").mkdir(parents=True)
-    for p in ("ciod", "cnk"):
+    for p in ("ciod", "cnk", "lattice-pidns-init"):
         (d / "bin" / p).symlink_to(BUILD / "bin" / p)
     (d / "lib").symlink_to(BUILD / "lib")
     script = d / "bin" / "cnode"
@@ -435,7 +440,7 @@ def test_across_hosts_each_part_has_its_own_subnet_and_reaches_no_host_of_the_bl
             parts = parts_of(set(by_host.values()))
             assert all(len(v) == 2 for v in parts.values()), parts
             for hn, h in by_host.items():
-                assert left_of(h, hn) == {"netns": 3, "links": 1, "tables": 1, "mounts": 1, "book": 1}, hn
+                assert left_of(h, hn) == UP, hn
                 routes = tb.in_host(hn, "ip", "-o", "-4", "route").stdout      # one to each other part
                 for o in by_host.values():
                     subnet = next(ipaddress.ip_network(book[o]["net"]).subnets(prefixlen_diff=1))

@@ -31,7 +31,7 @@ def pm(built: Path, tmp_path: Path) -> Iterator[Machine]:
 def held_prefix(d: Path, flag: Path) -> Path:
     """A build prefix whose compute node 3 starts only once flag exists."""
     (d / "bin").mkdir(parents=True)
-    for p in ("ciod", "cnk"):
+    for p in ("ciod", "cnk", "lattice-pidns-init"):
         (d / "bin" / p).symlink_to(BUILD / "bin" / p)
     (d / "lib").symlink_to(BUILD / "lib")
     script = d / "bin" / "cnode"

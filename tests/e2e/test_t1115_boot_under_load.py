@@ -66,7 +66,7 @@ def age(pid: int) -> float:
 def late_ciod_prefix(d: Path, flag: Path) -> Path:
     """A build prefix whose ciod of pset 1 starts listening only once flag exists."""
     (d / "bin").mkdir(parents=True)
-    for p in ("cnode", "cnk"):
+    for p in ("cnode", "cnk", "lattice-pidns-init"):
         (d / "bin" / p).symlink_to(BUILD / "bin" / p)
     (d / "lib").symlink_to(BUILD / "lib")
     script = d / "bin" / "ciod"
