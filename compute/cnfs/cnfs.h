@@ -50,6 +50,21 @@ void node_rename(const char *from, const char *to);
 /* Nodes in the table (for tests and the end line). */
 size_t node_count(void);
 
+/* What the kernel's page cache of a file holds, against the I/O node's
+ * file (close-to-open, as NFS): a stamp (size, mtime, ctime) of the
+ * version the cache holds.  The root and unknown ids have none. */
+/* At an open: st the file's attributes now.  1: the cache holds this
+ * version, keep it; 0: drop it (keep_cache 0).  Either way st is the stamp. */
+int node_cache_open(fuse_ino_t id, const struct stat *st);
+/* Changed through the cache (a write-through write, a setattr): the cache
+ * follows the file, the stamp is stale until node_cache_stamp. */
+void node_cache_wrote(fuse_ino_t id);
+/* Changed past the cache (a direct_io write, fallocate): it no longer holds the file. */
+void node_cache_drop(fuse_ino_t id);
+/* st: the attributes right after this node's own changes: the new stamp,
+ * if the cache followed every change since the last one. */
+void node_cache_stamp(fuse_ino_t id, const struct stat *st);
+
 /* ---- attr.c ---- */
 void attr_from_lat(struct stat *st, const struct lat_stat *ls);
 /* A struct statx from the I/O node: 0 and *dev its device, or -EIO */

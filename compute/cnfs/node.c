@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cnfs.h"
 
@@ -34,6 +35,10 @@ struct node {
     struct name *names;         /* the latest first; none: ESTALE for calls by path */
     uint64_t dev, ino;          /* on the I/O node */
     uint64_t nlookup;
+    struct timespec mtime, ctime;       /* the stamp of what the page cache holds */
+    off_t size;
+    unsigned char stamped;      /* the stamp is the file's version the cache holds */
+    unsigned char follows;      /* the cache followed every change since the last open or stamp */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -311,6 +316,62 @@ void node_rename(const char *from, const char *to)
         m->path = np;
         hash_name(m);
     }
+    pthread_mutex_unlock(&lock);
+}
+
+static struct node *cached_node(fuse_ino_t id)
+{
+    return id == FUSE_ROOT_ID || !id ? NULL : (struct node *)(uintptr_t)id;
+}
+
+static void set_stamp(struct node *n, const struct stat *st)
+{
+    n->size = st->st_size;
+    n->mtime = st->st_mtim;
+    n->ctime = st->st_ctim;
+    n->stamped = 1;
+}
+
+int node_cache_open(fuse_ino_t id, const struct stat *st)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    int keep = 0;
+    if (n) {
+        keep = n->stamped && n->size == st->st_size && n->mtime.tv_sec == st->st_mtim.tv_sec &&
+               n->mtime.tv_nsec == st->st_mtim.tv_nsec && n->ctime.tv_sec == st->st_ctim.tv_sec &&
+               n->ctime.tv_nsec == st->st_ctim.tv_nsec;
+        set_stamp(n, st);       /* kept, or dropped now: the cache holds st's version */
+        n->follows = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return keep;
+}
+
+void node_cache_wrote(fuse_ino_t id)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n)
+        n->stamped = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void node_cache_drop(fuse_ino_t id)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n)
+        n->stamped = n->follows = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void node_cache_stamp(fuse_ino_t id, const struct stat *st)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n && n->follows)
+        set_stamp(n, st);
     pthread_mutex_unlock(&lock);
 }
 

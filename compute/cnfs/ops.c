@@ -33,6 +33,9 @@
  * for: it would cost every close(2) a round trip through lattice-fs). */
 struct fh {
     int rfd;
+    int cached;                 /* through the page cache (not direct_io) */
+    fuse_ino_t ino;
+    uint64_t unstamped;         /* bytes written through the cache since the cache's stamp */
 };
 
 /* An open directory: remote entries read ahead (getdents64) and not yet
@@ -109,11 +112,14 @@ static void op_init(void *data, struct fuse_conn_info *conn)
     conn->max_readahead = CNFS_MAX_IO;
     unsigned want = FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS |
                     FUSE_CAP_ASYNC_READ | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_READDIRPLUS |
-                    FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_AUTO_INVAL_DATA;
+                    FUSE_CAP_READDIRPLUS_AUTO;
     conn->want |= want & conn->capable;
-    /* ranks on several nodes write one file: no write-back cache */
+    /* ranks on several nodes write one file: no write-back cache.  No
+     * AUTO_INVAL_DATA: it would drop the pages of our own write-through
+     * writes at the next getattr (their mtime is new); the stamps of
+     * node.c decide at each open instead. */
     conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
-                              FUSE_CAP_SPLICE_MOVE);
+                              FUSE_CAP_SPLICE_MOVE | FUSE_CAP_AUTO_INVAL_DATA);
     fwd_umask(0);                       /* the kernel applied the process's umask already */
 }
 
@@ -185,6 +191,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     }
     if (r == 0 && (set & FUSE_SET_ATTR_SIZE))
         r = h ? fwd_ftruncate(h->rfd, a->st_size) : fwd_truncate(path, a->st_size);
+    node_cache_wrote(ino);      /* the kernel cuts its cache to a new size itself */
     if (r == 0 && (set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
         struct lat_timespec t[2] = { { 0, UTIME_OMIT }, { 0, UTIME_OMIT } };
         if (set & FUSE_SET_ATTR_ATIME_NOW)
@@ -200,10 +207,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     struct stat st;
     if (r == 0)
         r = get_attr(ino, fi, &st);
-    if (r < 0)
+    if (r < 0) {
         reply_err(req, r);
-    else
-        fuse_reply_attr(req, &st, CNFS_TIMEOUT);
+        return;
+    }
+    node_cache_stamp(ino, &st);
+    fuse_reply_attr(req, &st, CNFS_TIMEOUT);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -318,30 +327,41 @@ static int remote_flags(int flags)
     return (flags & ~(O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT)) | O_NOFOLLOW | O_CLOEXEC;
 }
 
-/* Files open for writing bypass the page cache (direct_io): every write
- * reaches the I/O node at once, every read asks it, so ranks on other
- * nodes see each other's bytes; files open read-only are cached, and the
- * cache is dropped at each open (keep_cache 0): close-to-open consistency. */
-static void open_mode(struct fuse_file_info *fi)
+/* Files open read-only, or write-only without O_APPEND, go through the
+ * node's page cache: write-through (every write reaches the I/O node
+ * before it returns, its pages stay cached), kept from one open to the
+ * next while the I/O node's file is the version the cache holds (its size,
+ * mtime and ctime at this open against node.c's stamp: close-to-open, as
+ * NFS).  Files open read-write, for O_APPEND (the I/O node's end of the
+ * file, not ours) or O_DIRECT bypass it (direct_io): every read asks the
+ * I/O node, so ranks on several nodes sharing one file (MPI-IO, ROMIO's
+ * read-modify-write under its locks) see each other's bytes at once. */
+static void open_mode(struct fuse_file_info *fi, struct fh *h, const struct stat *st)
 {
-    fi->direct_io = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_DIRECT);
-    fi->keep_cache = 0;
+    int acc = fi->flags & O_ACCMODE;
+    h->cached = (acc == O_RDONLY || (acc == O_WRONLY && !(fi->flags & O_APPEND))) && !(fi->flags & O_DIRECT);
+    fi->direct_io = !h->cached;
+    fi->keep_cache = (unsigned)node_cache_open(h->ino, st);
     fi->noflush = 1;            /* close(2) sends nothing: RELEASE, at the last close, closes remotely */
 }
 
-static struct fh *fh_new(int rfd)
+static struct fh *fh_new(int rfd, fuse_ino_t ino)
 {
     struct fh *h = calloc(1, sizeof *h);
-    if (h)
+    if (h) {
         h->rfd = rfd;
-    else
+        h->ino = ino;
+    } else {
         fwd_close(rfd);
+    }
     return h;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     char path[PATH_MAX];
+    struct lat_stat ls;
+    struct stat st;
     long r = node_path(ino, path);
     if (r == 0)
         r = fwd_openat(AT_CWD, remote_flags(fi->flags), 0, path);
@@ -349,13 +369,21 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         reply_err(req, r);
         return;
     }
-    struct fh *h = fh_new((int)r);
+    struct fh *h = fh_new((int)r, ino);
     if (!h) {
         reply_err(req, -ENOMEM);
         return;
     }
+    r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls);    /* the version the cache must hold */
+    if (r < 0) {
+        fwd_close(h->rfd);
+        free(h);
+        reply_err(req, r);
+        return;
+    }
+    attr_from_lat(&st, &ls);
     fi->fh = (uintptr_t)h;
-    open_mode(fi);
+    open_mode(fi, h, &st);
     if (fuse_reply_open(req, fi) != 0) {
         fwd_close(h->rfd);
         free(h);
@@ -374,7 +402,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         reply_err(req, r);
         return;
     }
-    struct fh *h = fh_new((int)r);
+    struct fh *h = fh_new((int)r, 0);
     if (!h) {
         reply_err(req, -ENOMEM);
         return;
@@ -391,8 +419,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     }
     attr_from_lat(&e.attr, &ls);
     e.attr_timeout = e.entry_timeout = CNFS_TIMEOUT;
+    h->ino = e.ino;
     fi->fh = (uintptr_t)h;
-    open_mode(fi);
+    open_mode(fi, h, &e.attr);
     if (fuse_reply_create(req, &e, fi) != 0) {
         node_forget(e.ino, 1);
         fwd_close(h->rfd);
@@ -424,19 +453,41 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
-    (void)ino;
+    struct fh *h = FH(fi);
     struct iovec v = { (void *)buf, size };
-    long r = shipc_rw(FH(fi)->rfd, 1, &v, 1, off);
+    long r = shipc_rw(h->rfd, 1, &v, 1, off);
+    if (h->cached) {
+        node_cache_wrote(ino);
+        h->unstamped += r > 0 ? (uint64_t)r : 0;
+    } else {
+        node_cache_drop(ino);
+    }
     if (r < 0)
         reply_err(req, r);
     else
         fuse_reply_write(req, (size_t)r);
 }
 
+/* The cache's new stamp after this open's own writes: one shipped call,
+ * at fsync and at the last close after a large write; after a small
+ * one the next open drops the file's few pages instead. */
+static void stamp_after_writes(struct fh *h)
+{
+    struct lat_stat ls;
+    struct stat st;
+    if (h->cached && h->unstamped && fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls) == 0) {
+        attr_from_lat(&st, &ls);
+        node_cache_stamp(h->ino, &st);
+        h->unstamped = 0;
+    }
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
     struct fh *h = FH(fi);
+    if (h->unstamped >= CNFS_MAX_IO)
+        stamp_after_writes(h);
     fwd_close(h->rfd);
     free(h);
     reply_err(req, 0);
@@ -445,8 +496,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
     (void)ino;
-    int rfd = FH(fi)->rfd;
-    reply_err(req, datasync ? fwd_fdatasync(rfd) : fwd_fsync(rfd));
+    struct fh *h = FH(fi);
+    long r = datasync ? fwd_fdatasync(h->rfd) : fwd_fsync(h->rfd);
+    if (r == 0)
+        stamp_after_writes(h);
+    reply_err(req, r);
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -589,8 +643,9 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
-    (void)ino;
-    reply_err(req, fwd_fallocate(FH(fi)->rfd, mode, off, len));
+    long r = fwd_fallocate(FH(fi)->rfd, mode, off, len);
+    node_cache_drop(ino);
+    reply_err(req, r);
 }
 
 /* Locks that must wait: asked again by one thread, without waiting on the
