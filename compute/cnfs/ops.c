@@ -336,12 +336,24 @@ static int remote_flags(int flags)
  * file, not ours) or O_DIRECT bypass it (direct_io): every read asks the
  * I/O node, so ranks on several nodes sharing one file (MPI-IO, ROMIO's
  * read-modify-write under its locks) see each other's bytes at once. */
+static int cached_open(int flags)
+{
+    int acc = flags & O_ACCMODE;
+    return (acc == O_RDONLY || (acc == O_WRONLY && !(flags & O_APPEND))) && !(flags & O_DIRECT);
+}
+
+/* st: the I/O node's file now, for a cached open; NULL for a direct_io
+ * one, which drops the cache (its writes pass it by). */
 static void open_mode(struct fuse_file_info *fi, struct fh *h, const struct stat *st)
 {
-    int acc = fi->flags & O_ACCMODE;
-    h->cached = (acc == O_RDONLY || (acc == O_WRONLY && !(fi->flags & O_APPEND))) && !(fi->flags & O_DIRECT);
+    h->cached = st != NULL;
     fi->direct_io = !h->cached;
-    fi->keep_cache = (unsigned)node_cache_open(h->ino, st);
+    if (st) {
+        fi->keep_cache = (unsigned)node_cache_open(h->ino, st);
+    } else {
+        fi->keep_cache = 0;
+        node_cache_drop(h->ino);
+    }
     fi->noflush = 1;            /* close(2) sends nothing: RELEASE, at the last close, closes remotely */
 }
 
@@ -374,16 +386,17 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         reply_err(req, -ENOMEM);
         return;
     }
-    r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls);    /* the version the cache must hold */
-    if (r < 0) {
+    int cached = cached_open(fi->flags);
+    if (cached && (r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls)) < 0) {  /* the version the cache must hold */
         fwd_close(h->rfd);
         free(h);
         reply_err(req, r);
         return;
     }
-    attr_from_lat(&st, &ls);
+    if (cached)
+        attr_from_lat(&st, &ls);
     fi->fh = (uintptr_t)h;
-    open_mode(fi, h, &st);
+    open_mode(fi, h, cached ? &st : NULL);
     if (fuse_reply_open(req, fi) != 0) {
         fwd_close(h->rfd);
         free(h);
@@ -421,7 +434,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     e.attr_timeout = e.entry_timeout = CNFS_TIMEOUT;
     h->ino = e.ino;
     fi->fh = (uintptr_t)h;
-    open_mode(fi, h, &e.attr);
+    open_mode(fi, h, cached_open(fi->flags) ? &e.attr : NULL);
     if (fuse_reply_create(req, &e, fi) != 0) {
         node_forget(e.ino, 1);
         fwd_close(h->rfd);

@@ -14,6 +14,13 @@
  *   fuse_probe poll FILE        stat FILE every 20 ms until it fails: "stat: <error>"
  *   fuse_probe late FILE        stat FILE ("absent" or "present"), wait for
  *                               SIGUSR1, stat it again
+ *   fuse_probe reread FILE      rank 0 reads FILE whole three times, waiting
+ *                               for SIGUSR1 before the 2nd and 3rd: "readN
+ *                               BYTES C" (C its first byte); rank 1 waits for
+ *                               SIGUSR1, rewrites FILE with as many 'b's
+ *                               (write-only, O_TRUNC): "rewrote BYTES"
+ *   fuse_probe wback FILE MIB   writes FILE (MIB MiB, write-only), fsyncs,
+ *                               closes, reads it back: "wback ok BYTES"
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -198,6 +205,81 @@ static int late(const char *file)
     return 0;
 }
 
+static void wait_usr1(void)
+{
+    sigset_t usr1;
+    int sig;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigwait(&usr1, &sig);
+}
+
+/* FILE's bytes: their count, *first the first; exits on an error. */
+static size_t slurp(const char *file, int *first)
+{
+    static char buf[1 << 16];
+    int fd = open(file, O_RDONLY);
+    CHECK("open", fd >= 0);
+    size_t total = 0;
+    ssize_t n;
+    *first = -1;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+        if (!total)
+            *first = (unsigned char)buf[0];
+        total += (size_t)n;
+    }
+    CHECK("read", n == 0 && close(fd) == 0);
+    return total;
+}
+
+/* Node 0 caches FILE; node 1 rewrites it; node 0 opens it again. */
+static int reread(const char *file)
+{
+    const char *r = getenv("LATTICE_RANK");
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    int first;
+    if (r && !strcmp(r, "1")) {
+        struct stat st;
+        wait_usr1();
+        CHECK("stat", stat(file, &st) == 0);
+        char *b = malloc((size_t)st.st_size);
+        CHECK("malloc", b != NULL);
+        memset(b, 'b', (size_t)st.st_size);
+        int fd = open(file, O_WRONLY | O_TRUNC);
+        CHECK("open for writing", fd >= 0);
+        CHECK("write", write(fd, b, (size_t)st.st_size) == st.st_size && close(fd) == 0);
+        printf("rewrote %ld\n", (long)st.st_size);
+        return 0;
+    }
+    for (int i = 1; i <= 3; i++) {
+        if (i > 1)
+            wait_usr1();
+        size_t n = slurp(file, &first);
+        printf("read%d %zu %c\n", i, n, first);
+    }
+    return 0;
+}
+
+static int wback(const char *file, long mib)
+{
+    size_t bs = 1 << 20;
+    char *buf = malloc(bs);
+    CHECK("malloc", buf != NULL);
+    memset(buf, 'w', bs);
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK("create", fd >= 0);
+    for (long i = 0; i < mib; i++)
+        CHECK("write", write(fd, buf, bs) == (ssize_t)bs);
+    CHECK("fsync", fsync(fd) == 0 && close(fd) == 0);
+    int first;
+    size_t n = slurp(file, &first);
+    printf(n == (size_t)mib << 20 && first == 'w' ? "wback ok %zu\n" : "SHORT %zu\n", n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -213,6 +295,11 @@ int main(int argc, char **argv)
         return poll_file(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "late"))
         return late(argv[2]);
-    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE\n");
+    if (argc == 3 && !strcmp(argv[1], "reread"))
+        return reread(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "wback"))
+        return wback(argv[2], atol(argv[3]));
+    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE | reread FILE | "
+            "wback FILE MIB\n");
     return 2;
 }

@@ -211,3 +211,74 @@ def test_killing_the_file_client_ends_the_job_with_a_clear_line(fm: Machine, pro
     assert "the node's file client (lattice-fs) died: killed by signal 9" in err, out + err
     wait_for(lambda: not [p for p in fs_clients(fm) if Path(f"/proc/{p}").exists()
                           and "Z" not in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]])
+
+
+def rank_pid(rank: int, word: bytes) -> int:
+    """The pid of the probe of this rank whose command line has word."""
+    found = []
+    for pid, argv in processes():
+        if argv[0].endswith(b"fuse_probe") and word in argv:
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"LATTICE_RANK={rank}".encode() in env:
+                found.append(pid)
+    assert len(found) == 1, (rank, found)
+    return found[0]
+
+
+def line(stream, want: str) -> str:  # type: ignore[no-untyped-def]
+    """The job's lines until one starting with want (EOF: the job ended without it)."""
+    seen = []
+    while True:
+        got = stream.readline()
+        assert got, f"no line {want!r}; got {seen}"
+        seen.append(got)
+        if got.startswith(want):
+            return str(got.rstrip("\n"))
+
+
+def test_an_unchanged_file_is_read_from_the_cache_and_another_nodes_rewrite_is_seen(fm: Machine, probe: str) -> None:
+    """Close-to-open (docs/architecture.md "The FUSE file client"): node 0
+    reads a file; opened again unchanged it is read from its page cache, no
+    read shipped; node 1 then rewrites it (same size) and node 0's next open
+    reads node 1's bytes."""
+    work = scratch(fm, "reread")
+    (work / "f").write_bytes(b"a" * 300000)
+    (work / "f").chmod(0o666)
+    job = fm.popen("run", "--block", BLOCK, "-n", "2", "--label", *sandboxed(work), probe, "reread", "f")
+    assert job.stdout is not None
+    try:
+        assert line(job.stdout, "0: read1") == "0: read1 300000 a"
+        before = counters(fm)
+        os.kill(rank_pid(0, b"reread"), signal.SIGUSR1)
+        assert line(job.stdout, "0: read2") == "0: read2 300000 a"
+        after = counters(fm)
+        assert after["pread"] == before["pread"], "the cached file was read again"     # lattice-fs reads by PREAD
+        assert after["fstatat"] > before["fstatat"]     # the open asked whether it changed
+        os.kill(rank_pid(1, b"reread"), signal.SIGUSR1)
+        assert line(job.stdout, "1: rewrote") == "1: rewrote 300000"
+        os.kill(rank_pid(0, b"reread"), signal.SIGUSR1)
+        assert line(job.stdout, "0: read3") == "0: read3 300000 b"
+        out, err = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 0, out + err
+    assert (work / "f").read_bytes() == b"b" * 300000
+
+
+def test_a_file_written_and_synced_is_read_back_from_the_cache(fm: Machine, probe: str) -> None:
+    """A write-only open writes through the page cache: after fsync and
+    close, reading the file back on the same node ships no read; the bytes
+    are on the I/O node."""
+    work = scratch(fm, "wback")
+    before = counters(fm)
+    p = fm.run("run", "--block", BLOCK, "-n", "1", *sandboxed(work), probe, "wback", "w.dat", "4")
+    assert p.stdout.splitlines()[-1] == "wback ok 4194304", p.stdout + p.stderr
+    after = counters(fm)
+    assert after["pread"] == before["pread"], "the written file was read again"    # lattice-fs reads by PREAD
+    assert after["pwrite"] > before["pwrite"]
+    assert (work / "w.dat").read_bytes() == b"w" * (4 << 20)
