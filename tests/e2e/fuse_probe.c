@@ -21,6 +21,8 @@
  *                               (write-only, O_TRUNC): "rewrote BYTES"
  *   fuse_probe wback FILE MIB   writes FILE (MIB MiB, write-only), fsyncs,
  *                               closes, reads it back: "wback ok BYTES"
+ *   fuse_probe small COUNT      COUNT times: create, write 4 KiB, close, stat,
+ *                               unlink one file (bench/fuse_io.c's): "small ok"
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -280,6 +282,21 @@ static int wback(const char *file, long mib)
     return 0;
 }
 
+static int small(long count)
+{
+    char buf[4096], name[64];
+    struct stat st;
+    memset(buf, 's', sizeof buf);
+    for (long i = 0; i < count; i++) {
+        snprintf(name, sizeof name, "small.%ld", i);
+        int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        CHECK(name, fd >= 0 && write(fd, buf, sizeof buf) == (ssize_t)sizeof buf && close(fd) == 0);
+        CHECK(name, stat(name, &st) == 0 && st.st_size == (off_t)sizeof buf && unlink(name) == 0);
+    }
+    printf("small ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -297,9 +314,11 @@ int main(int argc, char **argv)
         return late(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "reread"))
         return reread(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "small"))
+        return small(atol(argv[2]));
     if (argc == 4 && !strcmp(argv[1], "wback"))
         return wback(argv[2], atol(argv[3]));
     fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE | reread FILE | "
-            "wback FILE MIB\n");
+            "wback FILE MIB | small COUNT\n");
     return 2;
 }

@@ -282,3 +282,27 @@ def test_a_file_written_and_synced_is_read_back_from_the_cache(fm: Machine, prob
     assert after["pread"] == before["pread"], "the written file was read again"    # lattice-fs reads by PREAD
     assert after["pwrite"] > before["pwrite"]
     assert (work / "w.dat").read_bytes() == b"w" * (4 << 20)
+
+
+SMALL_CALLS = ("statx", "openat", "fstatat", "pwrite", "write", "close", "unlinkat", "fsync", "lock")
+
+
+def test_a_small_file_costs_seven_shipped_calls(fm: Machine, probe: str) -> None:
+    """Create, write 4 KiB, close, stat, unlink (bench/fuse_io.py's small
+    files): lookup and stat after the write are one STATX each, create is
+    OPENAT and FSTATAT, then PWRITE, CLOSE, UNLINKAT.  No GETATTR of the
+    directory after each create and unlink (no default_permissions).  Two
+    jobs, 10 and 210 files: the difference is 200 files' calls alone."""
+    work = scratch(fm, "small")
+    calls = []
+    for n in (10, 210):
+        before = counters(fm)
+        p = fm.run("run", "--block", BLOCK, "-n", "1", *sandboxed(work), probe, "small", str(n))
+        assert p.stdout.splitlines()[-1] == "small ok", p.stdout + p.stderr
+        after = counters(fm)
+        calls.append({c: after[c] - before[c] for c in SMALL_CALLS})
+    per = {c: (calls[1][c] - calls[0][c]) / 200 for c in SMALL_CALLS}
+    # the directory's own lookup once a second (its entry timeout) may add a few
+    assert per["statx"] < 2.1, per
+    assert sum(per.values()) < 7.1, per
+    assert list(work.iterdir()) == []
