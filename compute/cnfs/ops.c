@@ -374,9 +374,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     char path[PATH_MAX];
     struct lat_stat ls;
     struct stat st;
+    int cached = cached_open(fi->flags);
     long r = node_path(ino, path);
+    /* a cached open asks for the version the cache must hold in the same call */
     if (r == 0)
-        r = fwd_openat(AT_CWD, remote_flags(fi->flags), 0, path);
+        r = cached ? fwd_openat_stat(AT_CWD, remote_flags(fi->flags), 0, path, &ls)
+                   : fwd_openat(AT_CWD, remote_flags(fi->flags), 0, path);
     if (r < 0) {
         reply_err(req, r);
         return;
@@ -384,13 +387,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     struct fh *h = fh_new((int)r, ino);
     if (!h) {
         reply_err(req, -ENOMEM);
-        return;
-    }
-    int cached = cached_open(fi->flags);
-    if (cached && (r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls)) < 0) {  /* the version the cache must hold */
-        fwd_close(h->rfd);
-        free(h);
-        reply_err(req, r);
         return;
     }
     if (cached)
@@ -409,8 +405,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     struct fuse_entry_param e;
     struct lat_stat ls;
     long r = node_child(parent, name, path);
-    if (r == 0)
-        r = fwd_openat(AT_CWD, remote_flags(fi->flags) | O_CREAT | (fi->flags & O_EXCL), (int)(mode & 07777), path);
+    if (r == 0)     /* the entry's attributes in the same call */
+        r = fwd_openat_stat(AT_CWD, remote_flags(fi->flags) | O_CREAT | (fi->flags & O_EXCL), (int)(mode & 07777),
+                            path, &ls);
     if (r < 0) {
         reply_err(req, r);
         return;
@@ -420,14 +417,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         reply_err(req, -ENOMEM);
         return;
     }
-    r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls);
     memset(&e, 0, sizeof e);
-    if (r == 0 && !(e.ino = node_ref(path, ls.dev, ls.ino)))
-        r = -ENOMEM;
-    if (r < 0) {
+    if (!(e.ino = node_ref(path, ls.dev, ls.ino))) {
         fwd_close(h->rfd);
         free(h);
-        reply_err(req, r);
+        reply_err(req, -ENOMEM);
         return;
     }
     attr_from_lat(&e.attr, &ls);
