@@ -78,6 +78,7 @@ uint64_t attr_ino(uint64_t dev, uint64_t ino);
 /* ---- ops.c ---- */
 extern const struct fuse_lowlevel_ops cnfs_ops;
 extern __thread char *cnfs_rbuf;       /* this serving thread's read buffer (CNFS_MAX_IO) */
+extern int cnfs_direct_writes;          /* --writes direct: write-only opens bypass the page cache too */
 
 /* ---- entry.c ---- */
 /* The connection broke: the one line was said; the session ends. */

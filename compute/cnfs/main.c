@@ -2,7 +2,7 @@
  * main.c - lattice-fs: the job's file client on a Linux compute node
  * (README.md here; started by cnode, compute/cnode/fs.c).
  *
- *   lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT]
+ *   lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] [--writes cached|direct]
  *
  * conn is the PROC connection to the pset's ciod, its hello said already
  * by cnode's child (this pid); dp what ciod agreed for it.  The sandbox's
@@ -151,7 +151,7 @@ static int number(const char *s)
 int main(int argc, char **argv)
 {
     int ctl = -1;
-    const char *dp = NULL;
+    const char *dp = NULL, *writes = "cached";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--conn"))
             conn_fd = number(argv[i + 1]);
@@ -161,11 +161,15 @@ int main(int argc, char **argv)
             dp = argv[i + 1];
         else if (!strcmp(argv[i], "--label"))
             label = argv[i + 1];
+        else if (!strcmp(argv[i], "--writes"))
+            writes = argv[i + 1];
     }
-    if (conn_fd < 0 || ctl < 0 || !dp) {
-        say("%s", "usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] (started by cnode)");
+    if (conn_fd < 0 || ctl < 0 || !dp || (strcmp(writes, "cached") && strcmp(writes, "direct"))) {
+        say("%s", "usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] "
+                  "[--writes cached|direct] (started by cnode)");
         return 2;
     }
+    cnfs_direct_writes = !strcmp(writes, "direct");
     shipc_fd_setup(0);
     struct shipc_cfg cfg = { .conn = conn_fd, .dp = dp, .mailbox = 1, .mailbox_name = "lattice-fs-mailbox" };
     int r = shipc_init(&cfg);

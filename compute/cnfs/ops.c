@@ -336,10 +336,13 @@ static int remote_flags(int flags)
  * file, not ours) or O_DIRECT bypass it (direct_io): every read asks the
  * I/O node, so ranks on several nodes sharing one file (MPI-IO, ROMIO's
  * read-modify-write under its locks) see each other's bytes at once. */
+int cnfs_direct_writes;
+
 static int cached_open(int flags)
 {
     int acc = flags & O_ACCMODE;
-    return (acc == O_RDONLY || (acc == O_WRONLY && !(flags & O_APPEND))) && !(flags & O_DIRECT);
+    return (acc == O_RDONLY || (acc == O_WRONLY && !(flags & O_APPEND) && !cnfs_direct_writes)) &&
+           !(flags & O_DIRECT);
 }
 
 /* st: the I/O node's file now, for a cached open; NULL for a direct_io

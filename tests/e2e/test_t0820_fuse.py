@@ -307,3 +307,21 @@ def test_a_small_file_costs_six_shipped_calls(fm: Machine, probe: str) -> None:
     assert per["statx"] < 2.1 and per["openat_stat"] == 1 and per["fstatat"] == 0, per
     assert sum(per.values()) < 6.1, per
     assert list(work.iterdir()) == []
+
+
+def test_direct_writes_leave_the_cache_alone_and_a_bad_value_is_one_line(fm: Machine, probe: str) -> None:
+    """LATTICE_FS_WRITES=direct: write-only opens bypass the page cache
+    (direct_io), so the file is read back from the I/O node; any other
+    value than cached or direct fails the launch in one line."""
+    work = scratch(fm, "direct")
+    before = counters(fm)
+    p = fm.run("run", "--block", BLOCK, "-n", "1", "--env", "LATTICE_FS_WRITES=direct", *sandboxed(work), probe,
+               "wback", "w.dat", "4")
+    assert p.stdout.splitlines()[-1] == "wback ok 4194304", p.stdout + p.stderr
+    assert counters(fm)["pread"] > before["pread"]
+    assert (work / "w.dat").read_bytes() == b"w" * (4 << 20)
+    p = fm.run("run", "--block", BLOCK, "-n", "1", "--env", "LATTICE_FS_WRITES=later", *sandboxed(work), probe,
+               "ops", check=False)
+    assert p.returncode != 0
+    assert 'LATTICE_FS_WRITES=later: not "cached" or "direct"' in p.stderr, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and "fs=" not in p.stdout
