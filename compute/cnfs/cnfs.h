@@ -54,8 +54,10 @@ size_t node_count(void);
  * file (close-to-open, as NFS): a stamp (size, mtime, ctime) of the
  * version the cache holds.  The root and unknown ids have none. */
 /* At an open: st the file's attributes now.  1: the cache holds this
- * version, keep it; 0: drop it (keep_cache 0).  Either way st is the stamp. */
-int node_cache_open(fuse_ino_t id, const struct stat *st);
+ * version, keep it; 0: drop it (keep_cache 0).  Either way st is the stamp.
+ * *changed: the file is not the version last stamped (another node changed
+ * it): the kernel's attributes are stale too. */
+int node_cache_open(fuse_ino_t id, const struct stat *st, int *changed);
 /* Changed through the cache (a write-through write, a setattr): the cache
  * follows the file, the stamp is stale until node_cache_stamp. */
 void node_cache_wrote(fuse_ino_t id);
@@ -78,7 +80,8 @@ uint64_t attr_ino(uint64_t dev, uint64_t ino);
 /* ---- ops.c ---- */
 extern const struct fuse_lowlevel_ops cnfs_ops;
 extern __thread char *cnfs_rbuf;       /* this serving thread's read buffer (CNFS_MAX_IO) */
-extern int cnfs_direct_writes;          /* --writes direct: write-only opens bypass the page cache too */
+extern int cnfs_direct_writes;
+extern struct fuse_session *cnfs_se;    /* for notifications to the kernel */          /* --writes direct: write-only opens bypass the page cache too */
 
 /* ---- entry.c ---- */
 /* The connection broke: the one line was said; the session ends. */

@@ -197,6 +197,7 @@ int main(int argc, char **argv)
         say("%s", "cannot serve the /dev/fuse descriptor");
         return 1;
     }
+    cnfs_se = se;
     pthread_t w;
     if (pthread_create(&w, NULL, watch, NULL) != 0) {
         say("cannot start its watch: %s", strerror(errno));

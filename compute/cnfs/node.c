@@ -332,15 +332,17 @@ static void set_stamp(struct node *n, const struct stat *st)
     n->stamped = 1;
 }
 
-int node_cache_open(fuse_ino_t id, const struct stat *st)
+int node_cache_open(fuse_ino_t id, const struct stat *st, int *changed)
 {
     pthread_mutex_lock(&lock);
     struct node *n = cached_node(id);
     int keep = 0;
+    *changed = 0;
     if (n) {
         keep = n->stamped && n->size == st->st_size && n->mtime.tv_sec == st->st_mtim.tv_sec &&
                n->mtime.tv_nsec == st->st_mtim.tv_nsec && n->ctime.tv_sec == st->st_ctim.tv_sec &&
                n->ctime.tv_nsec == st->st_ctim.tv_nsec;
+        *changed = n->stamped && !keep;
         set_stamp(n, st);       /* kept, or dropped now: the cache holds st's version */
         n->follows = 1;
     }

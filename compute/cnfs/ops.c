@@ -337,6 +337,7 @@ static int remote_flags(int flags)
  * I/O node, so ranks on several nodes sharing one file (MPI-IO, ROMIO's
  * read-modify-write under its locks) see each other's bytes at once. */
 int cnfs_direct_writes;
+struct fuse_session *cnfs_se;
 
 static int cached_open(int flags)
 {
@@ -352,7 +353,13 @@ static void open_mode(struct fuse_file_info *fi, struct fh *h, const struct stat
     h->cached = st != NULL;
     fi->direct_io = !h->cached;
     if (st) {
-        fi->keep_cache = (unsigned)node_cache_open(h->ino, st);
+        int changed;
+        fi->keep_cache = (unsigned)node_cache_open(h->ino, st, &changed);
+        /* the kernel may trust its size for up to CNFS_TIMEOUT: a read
+         * would stop at the old end.  Attributes only (offset -1): no page
+         * is locked, so this cannot wait on a read queued behind us. */
+        if (changed && cnfs_se)
+            fuse_lowlevel_notify_inval_inode(cnfs_se, h->ino, -1, 0);
     } else {
         fi->keep_cache = 0;
         node_cache_drop(h->ino);

@@ -17,8 +17,8 @@
  *   fuse_probe reread FILE      rank 0 reads FILE whole three times, waiting
  *                               for SIGUSR1 before the 2nd and 3rd: "readN
  *                               BYTES C" (C its first byte); rank 1 waits for
- *                               SIGUSR1, rewrites FILE with as many 'b's
- *                               (write-only, O_TRUNC): "rewrote BYTES"
+ *                               SIGUSR1, rewrites FILE with as many 'b's and
+ *                               100000 more (write-only, O_TRUNC): "rewrote BYTES"
  *   fuse_probe wback FILE MIB   writes FILE (MIB MiB, write-only), fsyncs,
  *                               closes, reads it back: "wback ok BYTES"
  *   fuse_probe small COUNT      COUNT times: create, write 4 KiB, close, stat,
@@ -247,13 +247,14 @@ static int reread(const char *file)
         struct stat st;
         wait_usr1();
         CHECK("stat", stat(file, &st) == 0);
-        char *b = malloc((size_t)st.st_size);
+        size_t n = (size_t)st.st_size + 100000;
+        char *b = malloc(n);
         CHECK("malloc", b != NULL);
-        memset(b, 'b', (size_t)st.st_size);
+        memset(b, 'b', n);
         int fd = open(file, O_WRONLY | O_TRUNC);
         CHECK("open for writing", fd >= 0);
-        CHECK("write", write(fd, b, (size_t)st.st_size) == st.st_size && close(fd) == 0);
-        printf("rewrote %ld\n", (long)st.st_size);
+        CHECK("write", write(fd, b, n) == (ssize_t)n && close(fd) == 0);
+        printf("rewrote %zu\n", n);
         return 0;
     }
     for (int i = 1; i <= 3; i++) {

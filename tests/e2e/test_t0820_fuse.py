@@ -242,8 +242,9 @@ def line(stream, want: str) -> str:  # type: ignore[no-untyped-def]
 def test_an_unchanged_file_is_read_from_the_cache_and_another_nodes_rewrite_is_seen(fm: Machine, probe: str) -> None:
     """Close-to-open (docs/architecture.md "The FUSE file client"): node 0
     reads a file; opened again unchanged it is read from its page cache, no
-    read shipped; node 1 then rewrites it (same size) and node 0's next open
-    reads node 1's bytes."""
+    read shipped; node 1 then rewrites it, longer, and node 0's next open
+    reads all of node 1's bytes (its kernel's size of the file, trusted for
+    1 s, is dropped at that open)."""
     work = scratch(fm, "reread")
     (work / "f").write_bytes(b"a" * 300000)
     (work / "f").chmod(0o666)
@@ -258,16 +259,16 @@ def test_an_unchanged_file_is_read_from_the_cache_and_another_nodes_rewrite_is_s
         assert after["pread"] == before["pread"], "the cached file was read again"     # lattice-fs reads by PREAD
         assert after["openat_stat"] > before["openat_stat"]     # the open asked whether it changed
         os.kill(rank_pid(1, b"reread"), signal.SIGUSR1)
-        assert line(job.stdout, "1: rewrote") == "1: rewrote 300000"
+        assert line(job.stdout, "1: rewrote") == "1: rewrote 400000"
         os.kill(rank_pid(0, b"reread"), signal.SIGUSR1)
-        assert line(job.stdout, "0: read3") == "0: read3 300000 b"
+        assert line(job.stdout, "0: read3") == "0: read3 400000 b"
         out, err = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
             job.kill()
             job.wait()
     assert job.returncode == 0, out + err
-    assert (work / "f").read_bytes() == b"b" * 300000
+    assert (work / "f").read_bytes() == b"b" * 400000
 
 
 def test_a_file_written_and_synced_is_read_back_from_the_cache(fm: Machine, probe: str) -> None:
