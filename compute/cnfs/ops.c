@@ -57,6 +57,9 @@ struct dirent64_ {             /* struct linux_dirent64 */
 };
 
 #define FH(fi) ((struct fh *)(uintptr_t)(fi)->fh)
+
+int cnfs_direct_writes;                 /* main.c: --writes direct */
+struct fuse_session *cnfs_se;           /* main.c: for the kernel's notifications */
 #define DIR_(fi) ((struct dir *)(uintptr_t)(fi)->fh)
 
 static void reply_err(fuse_req_t req, long r)
@@ -191,7 +194,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     }
     if (r == 0 && (set & FUSE_SET_ATTR_SIZE))
         r = h ? fwd_ftruncate(h->rfd, a->st_size) : fwd_truncate(path, a->st_size);
-    node_cache_wrote(ino);      /* the kernel cuts its cache to a new size itself */
+    /* the kernel cuts its cache to a new size itself, but the stamp is
+     * stale: the next open drops the cache (a stamp from the stat below
+     * would take in whatever another node changed since the last one) */
+    node_cache_wrote(ino);
     if (r == 0 && (set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
         struct lat_timespec t[2] = { { 0, UTIME_OMIT }, { 0, UTIME_OMIT } };
         if (set & FUSE_SET_ATTR_ATIME_NOW)
@@ -207,12 +213,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     struct stat st;
     if (r == 0)
         r = get_attr(ino, fi, &st);
-    if (r < 0) {
+    if (r < 0)
         reply_err(req, r);
-        return;
-    }
-    node_cache_stamp(ino, &st);
-    fuse_reply_attr(req, &st, CNFS_TIMEOUT);
+    else
+        fuse_reply_attr(req, &st, CNFS_TIMEOUT);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -336,9 +340,6 @@ static int remote_flags(int flags)
  * file, not ours) or O_DIRECT bypass it (direct_io): every read asks the
  * I/O node, so ranks on several nodes sharing one file (MPI-IO, ROMIO's
  * read-modify-write under its locks) see each other's bytes at once. */
-int cnfs_direct_writes;
-struct fuse_session *cnfs_se;
-
 static int cached_open(int flags)
 {
     int acc = flags & O_ACCMODE;
