@@ -55,9 +55,11 @@ size_t node_count(void);
  * version the cache holds.  The root and unknown ids have none. */
 /* At an open: st the file's attributes now.  1: the cache holds this
  * version, keep it; 0: drop it (keep_cache 0).  Either way st is the stamp.
- * *changed: the file is not the version last stamped (another node changed
- * it): the kernel's attributes are stale too. */
-int node_cache_open(fuse_ino_t id, const struct stat *st, int *changed);
+ * *stale: the kernel's attributes are stale too (another version than the
+ * one stamped, or another size than it was last told): drop them. */
+int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale);
+/* The kernel was told size as the file's (a lookup's, getattr's, create's reply). */
+void node_told(fuse_ino_t id, off_t size);
 /* Changed through the cache (a write-through write, a setattr): the cache
  * follows the file, the stamp is stale until node_cache_stamp. */
 void node_cache_wrote(fuse_ino_t id);

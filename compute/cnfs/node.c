@@ -39,6 +39,8 @@ struct node {
     off_t size;
     unsigned char stamped;      /* the stamp is the file's version the cache holds */
     unsigned char follows;      /* the cache followed every change since the last open or stamp */
+    unsigned char told_known;   /* told: the size the kernel was last given */
+    off_t told;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -332,22 +334,34 @@ static void set_stamp(struct node *n, const struct stat *st)
     n->stamped = 1;
 }
 
-int node_cache_open(fuse_ino_t id, const struct stat *st, int *changed)
+int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale)
 {
     pthread_mutex_lock(&lock);
     struct node *n = cached_node(id);
     int keep = 0;
-    *changed = 0;
+    *stale = 0;
     if (n) {
         keep = n->stamped && n->size == st->st_size && n->mtime.tv_sec == st->st_mtim.tv_sec &&
                n->mtime.tv_nsec == st->st_mtim.tv_nsec && n->ctime.tv_sec == st->st_ctim.tv_sec &&
                n->ctime.tv_nsec == st->st_ctim.tv_nsec;
-        *changed = n->stamped && !keep;
+        *stale = (n->stamped && !keep) || !n->told_known || n->told != st->st_size;
+        n->told_known = !*stale;    /* dropped: the kernel asks again (getattr tells) */
         set_stamp(n, st);       /* kept, or dropped now: the cache holds st's version */
         n->follows = 1;
     }
     pthread_mutex_unlock(&lock);
     return keep;
+}
+
+void node_told(fuse_ino_t id, off_t size)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n) {
+        n->told = size;
+        n->told_known = 1;
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 void node_cache_wrote(fuse_ino_t id)

@@ -94,6 +94,8 @@ static long do_lookup(const char *path, struct fuse_entry_param *e)
         return r;
     e->attr_timeout = e->entry_timeout = CNFS_TIMEOUT;
     e->ino = node_ref(path, dev, ino);
+    if (e->ino)
+        node_told(e->ino, e->attr.st_size);
     return e->ino ? 0 : -ENOMEM;
 }
 
@@ -172,10 +174,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     struct stat st;
     long r = get_attr(ino, fi, &st);
-    if (r < 0)
+    if (r < 0) {
         reply_err(req, r);
-    else
-        fuse_reply_attr(req, &st, CNFS_TIMEOUT);
+        return;
+    }
+    node_told(ino, st.st_size);
+    fuse_reply_attr(req, &st, CNFS_TIMEOUT);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, struct fuse_file_info *fi)
@@ -213,10 +217,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     struct stat st;
     if (r == 0)
         r = get_attr(ino, fi, &st);
-    if (r < 0)
+    if (r < 0) {
         reply_err(req, r);
-    else
-        fuse_reply_attr(req, &st, CNFS_TIMEOUT);
+        return;
+    }
+    node_told(ino, st.st_size);
+    fuse_reply_attr(req, &st, CNFS_TIMEOUT);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -354,12 +360,12 @@ static void open_mode(struct fuse_file_info *fi, struct fh *h, const struct stat
     h->cached = st != NULL;
     fi->direct_io = !h->cached;
     if (st) {
-        int changed;
-        fi->keep_cache = (unsigned)node_cache_open(h->ino, st, &changed);
+        int stale;
+        fi->keep_cache = (unsigned)node_cache_open(h->ino, st, &stale);
         /* the kernel may trust its size for up to CNFS_TIMEOUT: a read
          * would stop at the old end.  Attributes only (offset -1): no page
          * is locked, so this cannot wait on a read queued behind us. */
-        if (changed && cnfs_se)
+        if (stale && cnfs_se)
             fuse_lowlevel_notify_inval_inode(cnfs_se, h->ino, -1, 0);
     } else {
         fi->keep_cache = 0;
@@ -437,6 +443,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     }
     attr_from_lat(&e.attr, &ls);
     e.attr_timeout = e.entry_timeout = CNFS_TIMEOUT;
+    node_told(e.ino, e.attr.st_size);
     h->ino = e.ino;
     fi->fh = (uintptr_t)h;
     open_mode(fi, h, cached_open(fi->flags) ? &e.attr : NULL);
