@@ -58,6 +58,10 @@ size_t node_count(void);
  * *stale: the kernel's attributes are stale too (another version than the
  * one stamped, or another size than it was last told): drop them. */
 int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale);
+/* At fsync or a lock of an open that reads through the cache: st the file
+ * now.  0: the cache holds it; 1: it does not (another node changed it):
+ * st is the stamp now, the cache and the kernel's attributes must go. */
+int node_cache_check(fuse_ino_t id, const struct stat *st);
 /* The kernel was told size as the file's (a lookup's, getattr's, create's reply). */
 void node_told(fuse_ino_t id, off_t size);
 /* Changed through the cache (a write-through write, a setattr): the cache

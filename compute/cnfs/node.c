@@ -334,6 +334,14 @@ static void set_stamp(struct node *n, const struct stat *st)
     n->stamped = 1;
 }
 
+/* The cache holds st's version of the file. */
+static int same_version(const struct node *n, const struct stat *st)
+{
+    return n->stamped && n->size == st->st_size && n->mtime.tv_sec == st->st_mtim.tv_sec &&
+           n->mtime.tv_nsec == st->st_mtim.tv_nsec && n->ctime.tv_sec == st->st_ctim.tv_sec &&
+           n->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
 int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale)
 {
     pthread_mutex_lock(&lock);
@@ -341,9 +349,7 @@ int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale)
     int keep = 0;
     *stale = 0;
     if (n) {
-        keep = n->stamped && n->size == st->st_size && n->mtime.tv_sec == st->st_mtim.tv_sec &&
-               n->mtime.tv_nsec == st->st_mtim.tv_nsec && n->ctime.tv_sec == st->st_ctim.tv_sec &&
-               n->ctime.tv_nsec == st->st_ctim.tv_nsec;
+        keep = same_version(n, st);
         *stale = (n->stamped && !keep) || !n->told_known || n->told != st->st_size;
         n->told_known = !*stale;    /* dropped: the kernel asks again (getattr tells) */
         set_stamp(n, st);       /* kept, or dropped now: the cache holds st's version */
@@ -351,6 +357,23 @@ int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale)
     }
     pthread_mutex_unlock(&lock);
     return keep;
+}
+
+int node_cache_check(fuse_ino_t id, const struct stat *st)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    int changed = 0;
+    if (n) {
+        changed = !same_version(n, st);
+        if (changed) {
+            set_stamp(n, st);   /* the cache is about to be emptied: it holds st's version */
+            n->follows = 1;
+            n->told_known = 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return changed;
 }
 
 void node_told(fuse_ino_t id, off_t size)

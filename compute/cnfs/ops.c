@@ -507,6 +507,78 @@ static void stamp_after_writes(struct fh *h)
     }
 }
 
+/* Replies that must wait for the kernel to drop a file's pages: one
+ * thread, not the serving loop, asks for it (notify_inval_inode), because
+ * the kernel waits for each page's lock, and a page is locked while a read
+ * of it waits in /dev/fuse for the serving loop. */
+struct inval {
+    struct inval *next;
+    fuse_req_t req;
+    fuse_ino_t ino;
+};
+
+static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t inval_cond = PTHREAD_COND_INITIALIZER;
+static struct inval *invals;
+static int invalidator_started;
+
+static void *invalidator(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&inval_lock);
+    for (;;) {
+        while (!invals)
+            pthread_cond_wait(&inval_cond, &inval_lock);
+        struct inval *v = invals;
+        invals = v->next;
+        pthread_mutex_unlock(&inval_lock);
+        fuse_lowlevel_notify_inval_inode(cnfs_se, v->ino, 0, 0);
+        reply_err(v->req, 0);
+        free(v);
+        pthread_mutex_lock(&inval_lock);
+    }
+    return NULL;
+}
+
+/* A fsync or a lock of an open that reads through the cache succeeded:
+ * if another node changed the file since the cache's stamp, the reply
+ * waits until its pages and attributes are gone, so the caller's next
+ * read sees the change (MPI_File_sync, a lock before a read, as on NFS). */
+static void reply_revalidated(fuse_req_t req, struct fh *h)
+{
+    struct lat_stat ls;
+    struct stat st;
+    struct inval *v;
+    if (!h->cached || !cnfs_se || fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls) < 0) {
+        reply_err(req, 0);
+        return;
+    }
+    attr_from_lat(&st, &ls);
+    if (!node_cache_check(h->ino, &st)) {
+        reply_err(req, 0);
+        return;
+    }
+    pthread_mutex_lock(&inval_lock);
+    if (!invalidator_started) {
+        pthread_t t;
+        invalidator_started = pthread_create(&t, NULL, invalidator, NULL) == 0;
+    }
+    if (!invalidator_started || !(v = calloc(1, sizeof *v))) {
+        pthread_mutex_unlock(&inval_lock);
+        node_cache_drop(h->ino);                /* the next open drops them at least */
+        fuse_lowlevel_notify_inval_inode(cnfs_se, h->ino, -1, 0);
+        reply_err(req, 0);
+        return;
+    }
+    *v = (struct inval){ .req = req, .ino = h->ino };
+    struct inval **p = &invals;
+    while (*p)
+        p = &(*p)->next;
+    *p = v;
+    pthread_cond_signal(&inval_cond);
+    pthread_mutex_unlock(&inval_lock);
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
@@ -523,9 +595,14 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
     (void)ino;
     struct fh *h = FH(fi);
     long r = datasync ? fwd_fdatasync(h->rfd) : fwd_fsync(h->rfd);
-    if (r == 0)
-        stamp_after_writes(h);
-    reply_err(req, r);
+    if (r < 0) {
+        reply_err(req, r);
+    } else if (h->unstamped) {
+        stamp_after_writes(h);          /* this open's own writes: the cache holds them */
+        reply_err(req, 0);
+    } else {
+        reply_revalidated(req, h);
+    }
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -692,6 +769,16 @@ static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
 static struct waiter *waiting;
 static int waiter_started;
 
+/* A lock granted (not an unlock) revalidates the cache, as NFS does. */
+static void lock_reply(struct waiter *w, long r)
+{
+    int unlock = w->flock_op ? (w->flock_op & LOCK_UN) != 0 : w->fl.l_type == F_UNLCK;
+    if (r == 0 && !unlock)
+        reply_revalidated(w->req, w->h);
+    else
+        reply_err(w->req, r);
+}
+
 /* One try without waiting: 0, -EAGAIN (held elsewhere) or another error. */
 static long try_lock(struct waiter *w)
 {
@@ -724,7 +811,7 @@ static void *lock_waiter(void *arg)
                 keep = w;
                 continue;
             }
-            reply_err(w->req, r);
+            lock_reply(w, r);
             free(w);
         }
         if (keep) {
@@ -747,7 +834,7 @@ static void lock_or_wait(fuse_req_t req, struct waiter *w, int sleep)
 {
     long r = try_lock(w);
     if (r != -EAGAIN || !sleep) {
-        reply_err(req, r);        /* EAGAIN is EWOULDBLOCK: flock's LOCK_NB answer too */
+        lock_reply(w, r);         /* EAGAIN is EWOULDBLOCK: flock's LOCK_NB answer too */
         free(w);
         return;
     }

@@ -19,6 +19,13 @@
  *                               BYTES C" (C its first byte); rank 1 waits for
  *                               SIGUSR1, rewrites FILE with as many 'b's and
  *                               100000 more (write-only, O_TRUNC): "rewrote BYTES"
+ *   fuse_probe resync FILE      rank 0 opens FILE read-only, reads it ("read C":
+ *                               C its first byte), then after each SIGUSR1
+ *                               on the same descriptor: fsync and read
+ *                               ("synced C"), then a read lock and read
+ *                               ("locked C"); rank 1 rewrites FILE whole
+ *                               with 'b's, then 'c's, one SIGUSR1 each:
+ *                               "rewrote C"
  *   fuse_probe wback FILE MIB   writes FILE (MIB MiB, write-only), fsyncs,
  *                               closes, reads it back: "wback ok BYTES"
  *   fuse_probe small COUNT      COUNT times: create, write 4 KiB, close, stat,
@@ -266,6 +273,48 @@ static int reread(const char *file)
     return 0;
 }
 
+/* Node 0 holds FILE open and cached; node 1 rewrites it; node 0's fsync,
+ * then its lock, make its next read see the new bytes. */
+static int resync(const char *file)
+{
+    const char *r = getenv("LATTICE_RANK");
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    char buf[4096];
+    if (r && !strcmp(r, "1")) {
+        for (char c = 'b'; c <= 'c'; c++) {
+            struct stat st;
+            wait_usr1();
+            CHECK("stat", stat(file, &st) == 0);
+            size_t n = (size_t)st.st_size;
+            char *b = malloc(n);
+            CHECK("malloc", b != NULL);
+            memset(b, c, n);
+            int fd = open(file, O_WRONLY | O_TRUNC);
+            CHECK("rewrite", fd >= 0 && write(fd, b, n) == (ssize_t)n && close(fd) == 0);
+            free(b);
+            printf("rewrote %c\n", c);
+        }
+        return 0;
+    }
+    int fd = open(file, O_RDONLY);
+    CHECK("open", fd >= 0);
+    CHECK("read", pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf);
+    printf("read %c\n", buf[0]);
+    wait_usr1();
+    CHECK("fsync", fsync(fd) == 0);
+    CHECK("read", pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf);
+    printf("synced %c\n", buf[0]);
+    wait_usr1();
+    struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
+    CHECK("lock", fcntl(fd, F_SETLKW, &fl) == 0);
+    CHECK("read", pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf);
+    printf("locked %c\n", buf[0]);
+    return 0;
+}
+
 static int wback(const char *file, long mib)
 {
     size_t bs = 1 << 20;
@@ -315,11 +364,13 @@ int main(int argc, char **argv)
         return late(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "reread"))
         return reread(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "resync"))
+        return resync(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "small"))
         return small(atol(argv[2]));
     if (argc == 4 && !strcmp(argv[1], "wback"))
         return wback(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE | reread FILE | "
+    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE | reread FILE | resync FILE | "
             "wback FILE MIB | small COUNT\n");
     return 2;
 }

@@ -326,3 +326,28 @@ def test_direct_writes_leave_the_cache_alone_and_a_bad_value_is_one_line(fm: Mac
     assert p.returncode != 0
     assert 'LATTICE_FS_WRITES=later: not "cached" or "direct"' in p.stderr, p.stdout + p.stderr
     assert "Traceback" not in p.stderr and "fs=" not in p.stdout
+
+
+def test_fsync_and_a_lock_of_a_cached_open_see_another_nodes_rewrite(fm: Machine, probe: str) -> None:
+    """Node 0 holds a file open read-only, its pages cached; node 1
+    rewrites it.  Node 0's fsync on the same descriptor (MPI_File_sync),
+    then its read lock, each make its next read see node 1's bytes: the
+    cache is revalidated there, as NFS does at a lock."""
+    work = scratch(fm, "resync")
+    (work / "f").write_bytes(b"a" * 65536)
+    (work / "f").chmod(0o666)
+    job = fm.popen("run", "--block", BLOCK, "-n", "2", "--label", *sandboxed(work), probe, "resync", "f")
+    assert job.stdout is not None
+    try:
+        assert line(job.stdout, "0: read") == "0: read a"
+        for c, step in (("b", "synced"), ("c", "locked")):
+            os.kill(rank_pid(1, b"resync"), signal.SIGUSR1)
+            assert line(job.stdout, "1: rewrote") == f"1: rewrote {c}"
+            os.kill(rank_pid(0, b"resync"), signal.SIGUSR1)
+            assert line(job.stdout, f"0: {step}") == f"0: {step} {c}"
+        out, err = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 0, out + err
