@@ -4,7 +4,8 @@
  *
  *   main.c   arguments, the /dev/fuse descriptor from cnode, the session, the end
  *   entry.c  the shipping core's entry hooks (compute/shipc/entry.h)
- *   node.c   the inode table: FUSE node ids to paths on the I/O node
+ *   node.c   the inode table: FUSE node ids to paths on the I/O node, and
+ *            the stamp of the version of each file the page cache holds
  *   ops.c    every FUSE operation, shipped to ciod (lattice/fwd_posix.h)
  *   attr.c   lat_stat and lat_statfs to struct stat and struct statvfs
  */
@@ -86,8 +87,8 @@ uint64_t attr_ino(uint64_t dev, uint64_t ino);
 /* ---- ops.c ---- */
 extern const struct fuse_lowlevel_ops cnfs_ops;
 extern __thread char *cnfs_rbuf;       /* this serving thread's read buffer (CNFS_MAX_IO) */
-extern int cnfs_direct_writes;
-extern struct fuse_session *cnfs_se;    /* for notifications to the kernel */          /* --writes direct: write-only opens bypass the page cache too */
+extern int cnfs_direct_writes;          /* --writes direct: write-only opens bypass the page cache too */
+extern struct fuse_session *cnfs_se;    /* for notifications to the kernel */
 
 /* ---- entry.c ---- */
 /* The connection broke: the one line was said; the session ends. */
