@@ -13,6 +13,12 @@
  * shows through every name); a hash on the path finds a name, so unlink
  * and rename move or drop exactly the names they touched.  A rename walks
  * the names (renames are rare next to lookups).
+ *
+ * Each node also keeps the stamp (size, mtime, ctime on the I/O node) of
+ * the version of the file the node's page cache holds, for close-to-open
+ * (README.md "Caching"): an open keeps the cache only if the file still
+ * has it; and the size the kernel was last told, so an open that finds
+ * another can drop the kernel's attributes too.
  */
 #include <errno.h>
 #include <pthread.h>
