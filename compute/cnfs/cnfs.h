@@ -7,6 +7,7 @@
  *   node.c   the inode table: FUSE node ids to paths on the I/O node, and
  *            the stamp of the version of each file the page cache holds
  *   ops.c    every FUSE operation, shipped to ciod (lattice/fwd_posix.h)
+ *   behind.c write-through writes answered before the I/O node has them
  *   attr.c   lat_stat and lat_statfs to struct stat and struct statvfs
  */
 #ifndef CNFS_H
@@ -28,6 +29,10 @@
 #define CNFS_TIMEOUT 1.0
 /* The largest read or write one FUSE request carries (max_pages 256). */
 #define CNFS_MAX_IO (1u << 20)
+/* Writes through the cache of at least this many bytes go behind (behind.c). */
+#define CNFS_BEHIND_MIN (64u << 10)
+/* A receive buffer: libfuse reads up to 256 pages and a header. */
+#define CNFS_RECV_BYTES (CNFS_MAX_IO + 64 * 1024)
 
 /* ---- node.c: FUSE node ids <-> files of the I/O node, and their paths ---- */
 /* Node id FUSE_ROOT_ID is "/", the I/O node's root; every other id is a
@@ -89,6 +94,16 @@ extern const struct fuse_lowlevel_ops cnfs_ops;
 extern __thread char *cnfs_rbuf;       /* this serving thread's read buffer (CNFS_MAX_IO) */
 extern int cnfs_direct_writes;          /* --writes direct: write-only opens bypass the page cache too */
 extern struct fuse_session *cnfs_se;    /* for notifications to the kernel */
+
+/* ---- behind.c: one write shipped while the program goes on ---- */
+/* Ship buf (size bytes at off of remote rfd) on the writer thread, after
+ * the one before it; its error, if any, goes to *err.  0, or -1 when there
+ * is no thread (the caller ships it itself). */
+int behind_post(int *err, int rfd, const char *buf, size_t size, off_t off);
+/* Until no write is behind. */
+void behind_drain(void);
+/* The write behind is in the receive buffer that starts at buf. */
+int behind_holds(const char *buf);
 
 /* ---- entry.c ---- */
 /* The connection broke: the one line was said; the session ends. */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <linux/fuse.h>             /* struct fuse_in_header: a request's opcode */
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -68,7 +69,7 @@ static void *watch(void *arg)
  * /dev/fuse into the receive buffer, and a read's, in the read buffer,
  * are then moved by ciod's file system call straight from or into its own
  * mapping of them (docs/protocol.md 6.2), not copied through ours. */
-#define RECV_BYTES (CNFS_MAX_IO + 64 * 1024)   /* libfuse reads up to 256 pages and a header */
+#define RECV_BYTES CNFS_RECV_BYTES
 
 static char *region(size_t len)
 {
@@ -93,18 +94,26 @@ static char *region(size_t len)
  * time, so more threads would only add wake-ups (four of them made small
  * files ~30% slower on a 2-CPU host); a lock that must wait is handed to
  * the waiter thread (ops.c), so it never holds the loop.  Our own loop, not
- * fuse_session_loop, to read into the shared buffer.  Returns at the
+ * fuse_session_loop, to read into the shared buffer.  Two receive buffers:
+ * a write behind (behind.c) keeps its bytes in one while the next request
+ * is read into the other; any request but a write waits for it first, so
+ * the I/O node sees every call in the kernel's order.  Returns at the
  * unmount (ENODEV), or -1. */
 static int serve(struct fuse_session *se)
 {
-    char *mem = region(RECV_BYTES + CNFS_MAX_IO);
+    char *mem = region(2 * RECV_BYTES + CNFS_MAX_IO);
     if (!mem) {
         say("cannot map its buffers: %s", strerror(errno));
         return -1;
     }
+    char *recv[2] = { mem, mem + RECV_BYTES };
+    int k = 0;
     struct fuse_buf buf = { .mem = mem, .size = RECV_BYTES };
-    cnfs_rbuf = mem + RECV_BYTES;
+    cnfs_rbuf = mem + 2 * RECV_BYTES;
     while (!fuse_session_exited(se)) {
+        if (behind_holds(recv[k]))
+            k ^= 1;     /* one write at most is behind: the other buffer is free */
+        buf.mem = recv[k];
         int r = fuse_session_receive_buf(se, &buf);
         if (r == -EINTR || r == -EAGAIN)
             continue;
@@ -114,8 +123,9 @@ static int serve(struct fuse_session *se)
         }
         if (r == 0)
             break;      /* unmounted: the job's mount namespace is gone */
+        if ((size_t)r < sizeof(struct fuse_in_header) || ((struct fuse_in_header *)buf.mem)->opcode != FUSE_WRITE)
+            behind_drain();
         fuse_session_process_buf(se, &buf);
-        buf.mem = mem;
     }
     return 0;
 }

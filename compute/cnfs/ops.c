@@ -36,6 +36,7 @@ struct fh {
     int cached;                 /* through the page cache (not direct_io) */
     fuse_ino_t ino;
     uint64_t unstamped;         /* bytes written through the cache since the cache's stamp */
+    int werr;                   /* a write behind failed (behind.c): its errno, said once */
 };
 
 /* An open directory: remote entries read ahead (getdents64) and not yet
@@ -371,7 +372,10 @@ static void open_mode(struct fuse_file_info *fi, struct fh *h, const struct stat
         fi->keep_cache = 0;
         node_cache_drop(h->ino);
     }
-    fi->noflush = 1;            /* close(2) sends nothing: RELEASE, at the last close, closes remotely */
+    /* close(2) sends nothing (RELEASE, at the last close, closes remotely),
+     * but after writes behind (behind.c): FLUSH, so close waits for them
+     * and says their error */
+    fi->noflush = !(h->cached && (fi->flags & O_ACCMODE) == O_WRONLY);
 }
 
 static struct fh *fh_new(int rfd, fuse_ino_t ino)
@@ -475,10 +479,32 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
         fuse_reply_buf(req, cnfs_rbuf, (size_t)r);
 }
 
+/* The open file's failed write behind, as -errno, once: the cache holds
+ * bytes the I/O node does not, so the next open drops it. */
+static long took_error(struct fh *h, fuse_ino_t ino)
+{
+    long e = -h->werr;
+    h->werr = 0;
+    node_cache_drop(ino);
+    return e;
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
     struct fh *h = FH(fi);
+    behind_drain();                     /* the write before: done, its error in h->werr */
+    if (h->werr) {                      /* a write behind failed: this one is refused */
+        reply_err(req, took_error(h, ino));
+        return;
+    }
+    /* a small write is not worth a hand-off to the writer thread */
+    if (h->cached && size >= CNFS_BEHIND_MIN && behind_post(&h->werr, h->rfd, buf, size, off) == 0) {
+        node_cache_wrote(ino);
+        h->unstamped += size;
+        fuse_reply_write(req, size);
+        return;
+    }
     struct iovec v = { (void *)buf, size };
     long r = shipc_rw(h->rfd, 1, &v, 1, off);
     if (h->cached) {
@@ -590,11 +616,20 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     reply_err(req, 0);
 }
 
+/* close(2) of a file written through the cache: main.c waited for the
+ * write behind; its error is close's. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct fh *h = FH(fi);
+    reply_err(req, h->werr ? took_error(h, ino) : 0);
+}
+
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-    (void)ino;
     struct fh *h = FH(fi);
     long r = datasync ? fwd_fdatasync(h->rfd) : fwd_fsync(h->rfd);
+    if (r == 0 && h->werr)              /* main.c waited for the write behind */
+        r = took_error(h, ino);
     if (r < 0) {
         reply_err(req, r);
     } else if (h->unstamped) {
@@ -919,6 +954,7 @@ const struct fuse_lowlevel_ops cnfs_ops = {
     .read = op_read,
     .write = op_write,
     .release = op_release,
+    .flush = op_flush,
     .fsync = op_fsync,
     .opendir = op_opendir,
     .readdir = op_readdir,

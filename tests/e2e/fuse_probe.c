@@ -28,6 +28,10 @@
  *                               "rewrote C"
  *   fuse_probe wback FILE MIB   writes FILE (MIB MiB, write-only), fsyncs,
  *                               closes, reads it back: "wback ok BYTES"
+ *   fuse_probe fill MIB         writes fill.dat (MIB MiB in 1 MiB writes, write-only)
+ *                               until a write fails, then closes it:
+ *                               "wrote BYTES", "write: <error>" if one failed,
+ *                               "close: ok" or "close: <error>"
  *   fuse_probe small COUNT      COUNT times: create, write 4 KiB, close, stat,
  *                               unlink one file (bench/fuse_io.c's): "small ok"
  */
@@ -315,6 +319,29 @@ static int resync(const char *file)
     return 0;
 }
 
+/* A file system that fills up: its error is said by a write or by close. */
+static int fill(long mib)
+{
+    size_t bs = 1 << 20, total = 0;
+    char *buf = malloc(bs);
+    CHECK("malloc", buf != NULL);
+    memset(buf, 'f', bs);
+    int fd = open("fill.dat", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK("create", fd >= 0);
+    for (long i = 0; i < mib; i++) {
+        ssize_t n = write(fd, buf, bs);
+        if (n < 0) {
+            printf("wrote %zu\nwrite: %s\n", total, strerror(errno));
+            break;
+        }
+        total += (size_t)n;
+    }
+    if (total == (size_t)mib << 20)
+        printf("wrote %zu\n", total);
+    printf("close: %s\n", close(fd) == 0 ? "ok" : strerror(errno));
+    return 0;
+}
+
 static int wback(const char *file, long mib)
 {
     size_t bs = 1 << 20;
@@ -366,11 +393,13 @@ int main(int argc, char **argv)
         return reread(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "resync"))
         return resync(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "fill"))
+        return fill(atol(argv[2]));
     if (argc == 3 && !strcmp(argv[1], "small"))
         return small(atol(argv[2]));
     if (argc == 4 && !strcmp(argv[1], "wback"))
         return wback(argv[2], atol(argv[3]));
     fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE | reread FILE | resync FILE | "
-            "wback FILE MIB | small COUNT\n");
+            "wback FILE MIB | fill MIB | small COUNT\n");
     return 2;
 }

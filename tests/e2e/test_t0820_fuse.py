@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -351,3 +352,24 @@ def test_fsync_and_a_lock_of_a_cached_open_see_another_nodes_rewrite(fm: Machine
             job.kill()
             job.wait()
     assert job.returncode == 0, out + err
+
+
+def test_a_full_file_system_is_said_by_a_write_or_by_close(fm: Machine, probe: str) -> None:
+    """A write through the cache is answered before the I/O node has it
+    (compute/cnfs/behind.c); when the I/O node's file system is full the
+    error still reaches the program, at that write, the next one or close
+    (FLUSH), never lost; the file holds what the I/O node took."""
+    full = scratch(fm, "full")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(full)], check=True)
+    try:
+        os.chmod(full, 0o777)
+        p = fm.run("run", "--block", BLOCK, "-n", "1", *sandboxed(full), probe, "fill", "8")
+        out = p.stdout.splitlines()
+        assert out[0] == "fs=fuse", p.stdout
+        errors = [l for l in out if l.startswith(("write: ", "close: "))]
+        assert any(l.endswith("No space left on device") for l in errors), p.stdout + p.stderr
+        wrote = int(next(l for l in out if l.startswith("wrote "))[6:])
+        assert wrote < 8 << 20
+        assert (full / "fill.dat").stat().st_size <= 2 << 20
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
