@@ -4,15 +4,19 @@ beside the host's own calls and the preload client, in one run.
 
     .venv/bin/python bench/fuse_io.py [--repeat 5] [--mib 256] [--files 2000] [--disk DIR]
 
-Three ways run build/bench/fuse_io in one tmpfs directory (or, with
+Four ways run build/bench/fuse_io in one tmpfs directory (or, with
 --disk, a new directory inside DIR: the host's disk), interleaved
 (each goes first in turn), --repeat times:
-  direct   the program on the host;
-  fuse     a sandboxed job (`--kernel linux`): its working directory is a
-           tree served by lattice-fs, every call shipped to the I/O node;
-  preload  `--kernel linux --no-sandbox`: libcnclient ships the calls.
+  direct    the program on the host;
+  fuse      a sandboxed job (`--kernel linux`): its working directory is a
+            tree served by lattice-fs, every call shipped to the I/O node;
+            writes go through the node's page cache (write-through), so the
+            file is read back from it;
+  fuse-dw   the same with LATTICE_FS_WRITES=direct: writes bypass the page
+            cache, the file is read back from the I/O node;
+  preload   `--kernel linux --no-sandbox`: libcnclient ships the calls.
 The program says which file system its working directory is on, and the
-driver checks: FUSE for fuse only.
+driver checks: FUSE for fuse and fuse-dw only.
 
 Measures: a sequential 1 MiB write of --mib MiB with fsync, and its read
 back; small files per second (create, write 4 KiB, close, stat, unlink).
@@ -33,7 +37,7 @@ from benchlib import BENCH, OneNode, header, kv_line, native, require_built, req
 
 PROG = BENCH / "fuse_io"
 FUSE_MAGIC = "0x65735546"
-WAYS = ["direct", "fuse", "preload"]
+WAYS = ["direct", "fuse", "fuse-dw", "preload"]
 
 
 def kv(out: str) -> dict[str, str]:
@@ -49,16 +53,18 @@ class Ways:
     def __init__(self, node: OneNode, data: Path) -> None:
         self.node, self.data = node, data
         base = ["run", "--block", "bench", "-n", "1", "--kernel", "linux", "--cwd", str(data)]
-        self.cmd = {"fuse": base, "preload": [*base, "--no-sandbox"]}
+        self.cmd = {"fuse": base, "fuse-dw": [*base, "--env", "LATTICE_FS_WRITES=direct"],
+                    "preload": [*base, "--no-sandbox"]}
 
     def run(self, way: str, *args: str) -> dict[str, str]:
         if way == "direct":
             r = kv(native(PROG, *args, cwd=self.data))
         else:
             r = kv(self.node.lattice(*self.cmd[way], str(PROG), *args).stdout)
-        if (r["fstype"] == FUSE_MAGIC) != (way == "fuse"):
+        fuse = way.startswith("fuse")
+        if (r["fstype"] == FUSE_MAGIC) != fuse:
             raise RuntimeError(f"{way}: the working directory is on file system {r['fstype']}, "
-                               f"{'not ' if way == 'fuse' else ''}FUSE: the job did not run the way it should")
+                               f"{'not ' if fuse else ''}FUSE: the job did not run the way it should")
         return r
 
 
@@ -91,7 +97,8 @@ def main() -> int:
         if not a.disk:
             subprocess.run(["umount", str(data)])
         shutil.rmtree(data, ignore_errors=True)
-    ratios = [("fuse/direct", "fuse", "direct"), ("fuse/preload", "fuse", "preload")]
+    ratios = [("fuse/direct", "fuse", "direct"), ("fuse/preload", "fuse", "preload"),
+              ("fuse-dw/direct", "fuse-dw", "direct")]
     print(header("fuse_io", sys.argv))
     where = f"a directory in {a.disk}" if a.disk else "a tmpfs"
     print(table(f"{a.repeat} interleaved runs in {where}, median [min–max]", WAYS, [

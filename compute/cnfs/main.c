@@ -2,7 +2,7 @@
  * main.c - lattice-fs: the job's file client on a Linux compute node
  * (README.md here; started by cnode, compute/cnode/fs.c).
  *
- *   lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT]
+ *   lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] [--writes cached|direct]
  *
  * conn is the PROC connection to the pset's ciod, its hello said already
  * by cnode's child (this pid); dp what ciod agreed for it.  The sandbox's
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <linux/fuse.h>             /* struct fuse_in_header: a request's opcode */
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -68,7 +69,7 @@ static void *watch(void *arg)
  * /dev/fuse into the receive buffer, and a read's, in the read buffer,
  * are then moved by ciod's file system call straight from or into its own
  * mapping of them (docs/protocol.md 6.2), not copied through ours. */
-#define RECV_BYTES (CNFS_MAX_IO + 64 * 1024)   /* libfuse reads up to 256 pages and a header */
+#define RECV_BYTES CNFS_RECV_BYTES
 
 static char *region(size_t len)
 {
@@ -93,18 +94,26 @@ static char *region(size_t len)
  * time, so more threads would only add wake-ups (four of them made small
  * files ~30% slower on a 2-CPU host); a lock that must wait is handed to
  * the waiter thread (ops.c), so it never holds the loop.  Our own loop, not
- * fuse_session_loop, to read into the shared buffer.  Returns at the
+ * fuse_session_loop, to read into the shared buffer.  Two receive buffers:
+ * a write behind (behind.c) keeps its bytes in one while the next request
+ * is read into the other; any request but a write waits for it first, so
+ * the I/O node sees every call in the kernel's order.  Returns at the
  * unmount (ENODEV), or -1. */
 static int serve(struct fuse_session *se)
 {
-    char *mem = region(RECV_BYTES + CNFS_MAX_IO);
+    char *mem = region(2 * RECV_BYTES + CNFS_MAX_IO);
     if (!mem) {
         say("cannot map its buffers: %s", strerror(errno));
         return -1;
     }
+    char *recv[2] = { mem, mem + RECV_BYTES };
+    int k = 0;
     struct fuse_buf buf = { .mem = mem, .size = RECV_BYTES };
-    cnfs_rbuf = mem + RECV_BYTES;
+    cnfs_rbuf = mem + 2 * RECV_BYTES;
     while (!fuse_session_exited(se)) {
+        if (behind_holds(recv[k]))
+            k ^= 1;     /* one write at most is behind: the other buffer is free */
+        buf.mem = recv[k];
         int r = fuse_session_receive_buf(se, &buf);
         if (r == -EINTR || r == -EAGAIN)
             continue;
@@ -114,8 +123,9 @@ static int serve(struct fuse_session *se)
         }
         if (r == 0)
             break;      /* unmounted: the job's mount namespace is gone */
+        if ((size_t)r < sizeof(struct fuse_in_header) || ((struct fuse_in_header *)buf.mem)->opcode != FUSE_WRITE)
+            behind_drain();
         fuse_session_process_buf(se, &buf);
-        buf.mem = mem;
     }
     return 0;
 }
@@ -151,7 +161,7 @@ static int number(const char *s)
 int main(int argc, char **argv)
 {
     int ctl = -1;
-    const char *dp = NULL;
+    const char *dp = NULL, *writes = "cached";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--conn"))
             conn_fd = number(argv[i + 1]);
@@ -161,11 +171,15 @@ int main(int argc, char **argv)
             dp = argv[i + 1];
         else if (!strcmp(argv[i], "--label"))
             label = argv[i + 1];
+        else if (!strcmp(argv[i], "--writes"))
+            writes = argv[i + 1];
     }
-    if (conn_fd < 0 || ctl < 0 || !dp) {
-        say("%s", "usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] (started by cnode)");
+    if (conn_fd < 0 || ctl < 0 || !dp || (strcmp(writes, "cached") && strcmp(writes, "direct"))) {
+        say("%s", "usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] "
+                  "[--writes cached|direct] (started by cnode)");
         return 2;
     }
+    cnfs_direct_writes = !strcmp(writes, "direct");
     shipc_fd_setup(0);
     struct shipc_cfg cfg = { .conn = conn_fd, .dp = dp, .mailbox = 1, .mailbox_name = "lattice-fs-mailbox" };
     int r = shipc_init(&cfg);
@@ -193,6 +207,7 @@ int main(int argc, char **argv)
         say("%s", "cannot serve the /dev/fuse descriptor");
         return 1;
     }
+    cnfs_se = se;
     pthread_t w;
     if (pthread_create(&w, NULL, watch, NULL) != 0) {
         say("cannot start its watch: %s", strerror(errno));

@@ -13,11 +13,18 @@
  * shows through every name); a hash on the path finds a name, so unlink
  * and rename move or drop exactly the names they touched.  A rename walks
  * the names (renames are rare next to lookups).
+ *
+ * Each node also keeps the stamp (size, mtime, ctime on the I/O node) of
+ * the version of the file the node's page cache holds, for close-to-open
+ * (README.md "Caching"): an open keeps the cache only if the file still
+ * has it; and the size the kernel was last told, so an open that finds
+ * another can drop the kernel's attributes too.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cnfs.h"
 
@@ -34,6 +41,12 @@ struct node {
     struct name *names;         /* the latest first; none: ESTALE for calls by path */
     uint64_t dev, ino;          /* on the I/O node */
     uint64_t nlookup;
+    struct timespec mtime, ctime;       /* the stamp of what the page cache holds */
+    off_t size;
+    unsigned char stamped;      /* the stamp is the file's version the cache holds */
+    unsigned char follows;      /* the cache followed every change since the last open or stamp */
+    unsigned char told_known;   /* told: the size the kernel was last given */
+    off_t told;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -311,6 +324,99 @@ void node_rename(const char *from, const char *to)
         m->path = np;
         hash_name(m);
     }
+    pthread_mutex_unlock(&lock);
+}
+
+static struct node *cached_node(fuse_ino_t id)
+{
+    return id == FUSE_ROOT_ID || !id ? NULL : (struct node *)(uintptr_t)id;
+}
+
+static void set_stamp(struct node *n, const struct stat *st)
+{
+    n->size = st->st_size;
+    n->mtime = st->st_mtim;
+    n->ctime = st->st_ctim;
+    n->stamped = 1;
+}
+
+/* The cache holds st's version of the file. */
+static int same_version(const struct node *n, const struct stat *st)
+{
+    return n->stamped && n->size == st->st_size && n->mtime.tv_sec == st->st_mtim.tv_sec &&
+           n->mtime.tv_nsec == st->st_mtim.tv_nsec && n->ctime.tv_sec == st->st_ctim.tv_sec &&
+           n->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+int node_cache_open(fuse_ino_t id, const struct stat *st, int *stale)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    int keep = 0;
+    *stale = 0;
+    if (n) {
+        keep = same_version(n, st);
+        *stale = (n->stamped && !keep) || !n->told_known || n->told != st->st_size;
+        n->told_known = !*stale;    /* dropped: the kernel asks again (getattr tells) */
+        set_stamp(n, st);       /* kept, or dropped now: the cache holds st's version */
+        n->follows = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return keep;
+}
+
+int node_cache_check(fuse_ino_t id, const struct stat *st)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    int changed = 0;
+    if (n) {
+        changed = !same_version(n, st);
+        if (changed) {
+            set_stamp(n, st);   /* the cache is about to be emptied: it holds st's version */
+            n->follows = 1;
+            n->told_known = 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return changed;
+}
+
+void node_told(fuse_ino_t id, off_t size)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n) {
+        n->told = size;
+        n->told_known = 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void node_cache_wrote(fuse_ino_t id)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n)
+        n->stamped = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void node_cache_drop(fuse_ino_t id)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n)
+        n->stamped = n->follows = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void node_cache_stamp(fuse_ino_t id, const struct stat *st)
+{
+    pthread_mutex_lock(&lock);
+    struct node *n = cached_node(id);
+    if (n && n->follows)
+        set_stamp(n, st);
     pthread_mutex_unlock(&lock);
 }
 

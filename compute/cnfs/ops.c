@@ -33,6 +33,10 @@
  * for: it would cost every close(2) a round trip through lattice-fs). */
 struct fh {
     int rfd;
+    int cached;                 /* through the page cache (not direct_io) */
+    fuse_ino_t ino;
+    uint64_t unstamped;         /* bytes written through the cache since the cache's stamp */
+    int werr;                   /* a write behind failed (behind.c): its errno, said once */
 };
 
 /* An open directory: remote entries read ahead (getdents64) and not yet
@@ -54,6 +58,9 @@ struct dirent64_ {             /* struct linux_dirent64 */
 };
 
 #define FH(fi) ((struct fh *)(uintptr_t)(fi)->fh)
+
+int cnfs_direct_writes;                 /* main.c: --writes direct */
+struct fuse_session *cnfs_se;           /* main.c: for the kernel's notifications */
 #define DIR_(fi) ((struct dir *)(uintptr_t)(fi)->fh)
 
 static void reply_err(fuse_req_t req, long r)
@@ -88,6 +95,8 @@ static long do_lookup(const char *path, struct fuse_entry_param *e)
         return r;
     e->attr_timeout = e->entry_timeout = CNFS_TIMEOUT;
     e->ino = node_ref(path, dev, ino);
+    if (e->ino)
+        node_told(e->ino, e->attr.st_size);
     return e->ino ? 0 : -ENOMEM;
 }
 
@@ -109,11 +118,14 @@ static void op_init(void *data, struct fuse_conn_info *conn)
     conn->max_readahead = CNFS_MAX_IO;
     unsigned want = FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS |
                     FUSE_CAP_ASYNC_READ | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_READDIRPLUS |
-                    FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_AUTO_INVAL_DATA;
+                    FUSE_CAP_READDIRPLUS_AUTO;
     conn->want |= want & conn->capable;
-    /* ranks on several nodes write one file: no write-back cache */
+    /* ranks on several nodes write one file: no write-back cache.  No
+     * AUTO_INVAL_DATA: it would drop the pages of our own write-through
+     * writes at the next getattr (their mtime is new); the stamps of
+     * node.c decide at each open instead. */
     conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
-                              FUSE_CAP_SPLICE_MOVE);
+                              FUSE_CAP_SPLICE_MOVE | FUSE_CAP_AUTO_INVAL_DATA);
     fwd_umask(0);                       /* the kernel applied the process's umask already */
 }
 
@@ -163,10 +175,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     struct stat st;
     long r = get_attr(ino, fi, &st);
-    if (r < 0)
+    if (r < 0) {
         reply_err(req, r);
-    else
-        fuse_reply_attr(req, &st, CNFS_TIMEOUT);
+        return;
+    }
+    node_told(ino, st.st_size);
+    fuse_reply_attr(req, &st, CNFS_TIMEOUT);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, struct fuse_file_info *fi)
@@ -185,6 +199,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     }
     if (r == 0 && (set & FUSE_SET_ATTR_SIZE))
         r = h ? fwd_ftruncate(h->rfd, a->st_size) : fwd_truncate(path, a->st_size);
+    /* the kernel cuts its cache to a new size itself, but the stamp is
+     * stale: the next open drops the cache (a stamp from the stat below
+     * would take in whatever another node changed since the last one) */
+    node_cache_wrote(ino);
     if (r == 0 && (set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
         struct lat_timespec t[2] = { { 0, UTIME_OMIT }, { 0, UTIME_OMIT } };
         if (set & FUSE_SET_ATTR_ATIME_NOW)
@@ -200,10 +218,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int set, 
     struct stat st;
     if (r == 0)
         r = get_attr(ino, fi, &st);
-    if (r < 0)
+    if (r < 0) {
         reply_err(req, r);
-    else
-        fuse_reply_attr(req, &st, CNFS_TIMEOUT);
+        return;
+    }
+    node_told(ino, st.st_size);
+    fuse_reply_attr(req, &st, CNFS_TIMEOUT);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -318,44 +338,82 @@ static int remote_flags(int flags)
     return (flags & ~(O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT)) | O_NOFOLLOW | O_CLOEXEC;
 }
 
-/* Files open for writing bypass the page cache (direct_io): every write
- * reaches the I/O node at once, every read asks it, so ranks on other
- * nodes see each other's bytes; files open read-only are cached, and the
- * cache is dropped at each open (keep_cache 0): close-to-open consistency. */
-static void open_mode(struct fuse_file_info *fi)
+/* Files open read-only, or write-only without O_APPEND, go through the
+ * node's page cache: write-through (every write reaches the I/O node
+ * before it returns, its pages stay cached), kept from one open to the
+ * next while the I/O node's file is the version the cache holds (its size,
+ * mtime and ctime at this open against node.c's stamp: close-to-open, as
+ * NFS).  Files open read-write, for O_APPEND (the I/O node's end of the
+ * file, not ours) or O_DIRECT bypass it (direct_io): every read asks the
+ * I/O node, so ranks on several nodes sharing one file (MPI-IO, ROMIO's
+ * read-modify-write under its locks) see each other's bytes at once. */
+static int cached_open(int flags)
 {
-    fi->direct_io = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_DIRECT);
-    fi->keep_cache = 0;
-    fi->noflush = 1;            /* close(2) sends nothing: RELEASE, at the last close, closes remotely */
+    int acc = flags & O_ACCMODE;
+    return (acc == O_RDONLY || (acc == O_WRONLY && !(flags & O_APPEND) && !cnfs_direct_writes)) &&
+           !(flags & O_DIRECT);
 }
 
-static struct fh *fh_new(int rfd)
+/* st: the I/O node's file now, for a cached open; NULL for a direct_io
+ * one, which drops the cache (its writes pass it by). */
+static void open_mode(struct fuse_file_info *fi, struct fh *h, const struct stat *st)
+{
+    h->cached = st != NULL;
+    fi->direct_io = !h->cached;
+    if (st) {
+        int stale;
+        fi->keep_cache = (unsigned)node_cache_open(h->ino, st, &stale);
+        /* the kernel may trust its size for up to CNFS_TIMEOUT: a read
+         * would stop at the old end.  Attributes only (offset -1): no page
+         * is locked, so this cannot wait on a read queued behind us. */
+        if (stale && cnfs_se)
+            fuse_lowlevel_notify_inval_inode(cnfs_se, h->ino, -1, 0);
+    } else {
+        fi->keep_cache = 0;
+        node_cache_drop(h->ino);
+    }
+    /* close(2) sends nothing (RELEASE, at the last close, closes remotely),
+     * but after writes behind (behind.c): FLUSH, so close waits for them
+     * and says their error */
+    fi->noflush = !(h->cached && (fi->flags & O_ACCMODE) == O_WRONLY);
+}
+
+static struct fh *fh_new(int rfd, fuse_ino_t ino)
 {
     struct fh *h = calloc(1, sizeof *h);
-    if (h)
+    if (h) {
         h->rfd = rfd;
-    else
+        h->ino = ino;
+    } else {
         fwd_close(rfd);
+    }
     return h;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     char path[PATH_MAX];
+    struct lat_stat ls;
+    struct stat st;
+    int cached = cached_open(fi->flags);
     long r = node_path(ino, path);
+    /* a cached open asks for the version the cache must hold in the same call */
     if (r == 0)
-        r = fwd_openat(AT_CWD, remote_flags(fi->flags), 0, path);
+        r = cached ? fwd_openat_stat(AT_CWD, remote_flags(fi->flags), 0, path, &ls)
+                   : fwd_openat(AT_CWD, remote_flags(fi->flags), 0, path);
     if (r < 0) {
         reply_err(req, r);
         return;
     }
-    struct fh *h = fh_new((int)r);
+    struct fh *h = fh_new((int)r, ino);
     if (!h) {
         reply_err(req, -ENOMEM);
         return;
     }
+    if (cached)
+        attr_from_lat(&st, &ls);
     fi->fh = (uintptr_t)h;
-    open_mode(fi);
+    open_mode(fi, h, cached ? &st : NULL);
     if (fuse_reply_open(req, fi) != 0) {
         fwd_close(h->rfd);
         free(h);
@@ -368,31 +426,31 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     struct fuse_entry_param e;
     struct lat_stat ls;
     long r = node_child(parent, name, path);
-    if (r == 0)
-        r = fwd_openat(AT_CWD, remote_flags(fi->flags) | O_CREAT | (fi->flags & O_EXCL), (int)(mode & 07777), path);
+    if (r == 0)     /* the entry's attributes in the same call */
+        r = fwd_openat_stat(AT_CWD, remote_flags(fi->flags) | O_CREAT | (fi->flags & O_EXCL), (int)(mode & 07777),
+                            path, &ls);
     if (r < 0) {
         reply_err(req, r);
         return;
     }
-    struct fh *h = fh_new((int)r);
+    struct fh *h = fh_new((int)r, 0);
     if (!h) {
         reply_err(req, -ENOMEM);
         return;
     }
-    r = fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls);
     memset(&e, 0, sizeof e);
-    if (r == 0 && !(e.ino = node_ref(path, ls.dev, ls.ino)))
-        r = -ENOMEM;
-    if (r < 0) {
+    if (!(e.ino = node_ref(path, ls.dev, ls.ino))) {
         fwd_close(h->rfd);
         free(h);
-        reply_err(req, r);
+        reply_err(req, -ENOMEM);
         return;
     }
     attr_from_lat(&e.attr, &ls);
     e.attr_timeout = e.entry_timeout = CNFS_TIMEOUT;
+    node_told(e.ino, e.attr.st_size);
+    h->ino = e.ino;
     fi->fh = (uintptr_t)h;
-    open_mode(fi);
+    open_mode(fi, h, cached_open(fi->flags) ? &e.attr : NULL);
     if (fuse_reply_create(req, &e, fi) != 0) {
         node_forget(e.ino, 1);
         fwd_close(h->rfd);
@@ -421,32 +479,165 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
         fuse_reply_buf(req, cnfs_rbuf, (size_t)r);
 }
 
+/* The open file's failed write behind, as -errno, once: the cache holds
+ * bytes the I/O node does not, so the next open drops it. */
+static long took_error(struct fh *h, fuse_ino_t ino)
+{
+    long e = -h->werr;
+    h->werr = 0;
+    node_cache_drop(ino);
+    return e;
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
-    (void)ino;
+    struct fh *h = FH(fi);
+    behind_drain();                     /* the write before: done, its error in h->werr */
+    if (h->werr) {                      /* a write behind failed: this one is refused */
+        reply_err(req, took_error(h, ino));
+        return;
+    }
+    /* a small write is not worth a hand-off to the writer thread */
+    if (h->cached && size >= CNFS_BEHIND_MIN && behind_post(&h->werr, h->rfd, buf, size, off) == 0) {
+        node_cache_wrote(ino);
+        h->unstamped += size;
+        fuse_reply_write(req, size);
+        return;
+    }
     struct iovec v = { (void *)buf, size };
-    long r = shipc_rw(FH(fi)->rfd, 1, &v, 1, off);
+    long r = shipc_rw(h->rfd, 1, &v, 1, off);
+    if (h->cached) {
+        node_cache_wrote(ino);
+        h->unstamped += r > 0 ? (uint64_t)r : 0;
+    } else {
+        node_cache_drop(ino);
+    }
     if (r < 0)
         reply_err(req, r);
     else
         fuse_reply_write(req, (size_t)r);
 }
 
+/* The cache's new stamp after this open's own writes: one shipped call,
+ * at fsync and at the last close after a large write; after a small
+ * one the next open drops the file's few pages instead. */
+static void stamp_after_writes(struct fh *h)
+{
+    struct lat_stat ls;
+    struct stat st;
+    if (h->cached && h->unstamped && fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls) == 0) {
+        attr_from_lat(&st, &ls);
+        node_cache_stamp(h->ino, &st);
+        h->unstamped = 0;
+    }
+}
+
+/* Replies that must wait for the kernel to drop a file's pages: one
+ * thread, not the serving loop, asks for it (notify_inval_inode), because
+ * the kernel waits for each page's lock, and a page is locked while a read
+ * of it waits in /dev/fuse for the serving loop. */
+struct inval {
+    struct inval *next;
+    fuse_req_t req;
+    fuse_ino_t ino;
+};
+
+static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t inval_cond = PTHREAD_COND_INITIALIZER;
+static struct inval *invals;
+static int invalidator_started;
+
+static void *invalidator(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&inval_lock);
+    for (;;) {
+        while (!invals)
+            pthread_cond_wait(&inval_cond, &inval_lock);
+        struct inval *v = invals;
+        invals = v->next;
+        pthread_mutex_unlock(&inval_lock);
+        fuse_lowlevel_notify_inval_inode(cnfs_se, v->ino, 0, 0);
+        reply_err(v->req, 0);
+        free(v);
+        pthread_mutex_lock(&inval_lock);
+    }
+    return NULL;
+}
+
+/* A fsync or a lock of an open that reads through the cache succeeded:
+ * if another node changed the file since the cache's stamp, the reply
+ * waits until its pages and attributes are gone, so the caller's next
+ * read sees the change (MPI_File_sync, a lock before a read, as on NFS). */
+static void reply_revalidated(fuse_req_t req, struct fh *h)
+{
+    struct lat_stat ls;
+    struct stat st;
+    struct inval *v;
+    if (!h->cached || !cnfs_se || fwd_fstatat(h->rfd, AT_EMPTY_PATH, "", &ls) < 0) {
+        reply_err(req, 0);
+        return;
+    }
+    attr_from_lat(&st, &ls);
+    if (!node_cache_check(h->ino, &st)) {
+        reply_err(req, 0);
+        return;
+    }
+    pthread_mutex_lock(&inval_lock);
+    if (!invalidator_started) {
+        pthread_t t;
+        invalidator_started = pthread_create(&t, NULL, invalidator, NULL) == 0;
+    }
+    if (!invalidator_started || !(v = calloc(1, sizeof *v))) {
+        pthread_mutex_unlock(&inval_lock);
+        node_cache_drop(h->ino);                /* the next open drops them at least */
+        fuse_lowlevel_notify_inval_inode(cnfs_se, h->ino, -1, 0);
+        reply_err(req, 0);
+        return;
+    }
+    *v = (struct inval){ .req = req, .ino = h->ino };
+    struct inval **p = &invals;
+    while (*p)
+        p = &(*p)->next;
+    *p = v;
+    pthread_cond_signal(&inval_cond);
+    pthread_mutex_unlock(&inval_lock);
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
     struct fh *h = FH(fi);
+    if (h->unstamped >= CNFS_MAX_IO)
+        stamp_after_writes(h);
     fwd_close(h->rfd);
     free(h);
     reply_err(req, 0);
 }
 
+/* close(2) of a file written through the cache: main.c waited for the
+ * write behind; its error is close's. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct fh *h = FH(fi);
+    reply_err(req, h->werr ? took_error(h, ino) : 0);
+}
+
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-    (void)ino;
-    int rfd = FH(fi)->rfd;
-    reply_err(req, datasync ? fwd_fdatasync(rfd) : fwd_fsync(rfd));
+    struct fh *h = FH(fi);
+    long r = datasync ? fwd_fdatasync(h->rfd) : fwd_fsync(h->rfd);
+    if (r == 0 && h->werr)              /* main.c waited for the write behind */
+        r = took_error(h, ino);
+    if (r < 0) {
+        reply_err(req, r);
+    } else if (h->unstamped) {
+        stamp_after_writes(h);          /* this open's own writes: the cache holds them */
+        reply_err(req, 0);
+    } else {
+        reply_revalidated(req, h);
+    }
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -589,8 +780,9 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
-    (void)ino;
-    reply_err(req, fwd_fallocate(FH(fi)->rfd, mode, off, len));
+    long r = fwd_fallocate(FH(fi)->rfd, mode, off, len);
+    node_cache_drop(ino);
+    reply_err(req, r);
 }
 
 /* Locks that must wait: asked again by one thread, without waiting on the
@@ -611,6 +803,16 @@ static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
 static struct waiter *waiting;
 static int waiter_started;
+
+/* A lock granted (not an unlock) revalidates the cache, as NFS does. */
+static void lock_reply(struct waiter *w, long r)
+{
+    int unlock = w->flock_op ? (w->flock_op & LOCK_UN) != 0 : w->fl.l_type == F_UNLCK;
+    if (r == 0 && !unlock)
+        reply_revalidated(w->req, w->h);
+    else
+        reply_err(w->req, r);
+}
 
 /* One try without waiting: 0, -EAGAIN (held elsewhere) or another error. */
 static long try_lock(struct waiter *w)
@@ -644,7 +846,7 @@ static void *lock_waiter(void *arg)
                 keep = w;
                 continue;
             }
-            reply_err(w->req, r);
+            lock_reply(w, r);
             free(w);
         }
         if (keep) {
@@ -667,7 +869,7 @@ static void lock_or_wait(fuse_req_t req, struct waiter *w, int sleep)
 {
     long r = try_lock(w);
     if (r != -EAGAIN || !sleep) {
-        reply_err(req, r);        /* EAGAIN is EWOULDBLOCK: flock's LOCK_NB answer too */
+        lock_reply(w, r);         /* EAGAIN is EWOULDBLOCK: flock's LOCK_NB answer too */
         free(w);
         return;
     }
@@ -752,6 +954,7 @@ const struct fuse_lowlevel_ops cnfs_ops = {
     .read = op_read,
     .write = op_write,
     .release = op_release,
+    .flush = op_flush,
     .fsync = op_fsync,
     .opendir = op_opendir,
     .readdir = op_readdir,

@@ -62,6 +62,22 @@ static int tree_ok(const char *t)
 }
 
 /* LATTICE_FS_TREES from the job's environment into fs->trees. */
+/* LATTICE_FS_WRITES in the job's environment: "cached" (the default: a
+ * write-only open writes through the node's page cache, so the file is
+ * read back from it) or "direct" (it bypasses the cache: faster writes,
+ * the file read back from the I/O node). */
+static int parse_writes(struct fs *fs, const struct job *j, char *why, size_t len)
+{
+    const char *v = NULL;
+    for (char **e = j->env; e && *e; e++)
+        if (!strncmp(*e, "LATTICE_FS_WRITES=", 18))
+            v = *e + 18;
+    if (v && strcmp(v, "cached") && strcmp(v, "direct"))
+        return fail(why, len, "LATTICE_FS_WRITES=%.64s: not \"cached\" or \"direct\"", v);
+    fs->direct_writes = v && !strcmp(v, "direct");
+    return 0;
+}
+
 static int parse_trees(struct fs *fs, const struct job *j, char *why, size_t len)
 {
     const char *v = NULL;
@@ -129,7 +145,7 @@ static char *utoa(char *buf, unsigned long v)
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
 static void child(const struct job *j, int procfd, int ctl, int errw, const char *path, char *label, pid_t parent,
-                  int inside)
+                  int inside, int direct_writes)
 {
     int p = fcntl(procfd, F_DUPFD_CLOEXEC, 10), c = fcntl(ctl, F_DUPFD_CLOEXEC, 10);
     int f = fcntl(errw, F_DUPFD_CLOEXEC, 10);
@@ -177,7 +193,8 @@ static void child(const struct job *j, int procfd, int ctl, int errw, const char
         for (const char *s = parts[i]; *s; s++)
             *w++ = *s;
     *w = '\0';
-    char *argv[] = { "lattice-fs", "--conn", "3", "--ctl", "4", "--dp", dpbuf, "--label", label, NULL };
+    char *argv[] = { "lattice-fs", "--conn", "3", "--ctl", "4", "--dp", dpbuf, "--label", label,
+                     "--writes", direct_writes ? "direct" : "cached", NULL };
     char *envp[] = { NULL };
     execve(path, argv, envp);
     child_fail(f, errno);
@@ -187,7 +204,7 @@ int fs_start(struct fs *fs, const struct job *j, char *why, size_t len)
 {
     *fs = (struct fs){ .pid = 0, .pidfd = -1, .ctl = -1, .trees = NULL };
     char path[PATH_MAX];
-    if (parse_trees(fs, j, why, len) < 0) {
+    if (parse_trees(fs, j, why, len) < 0 || parse_writes(fs, j, why, len) < 0) {
         free_trees(fs);
         return -1;
     }
@@ -221,7 +238,7 @@ int fs_start(struct fs *fs, const struct job *j, char *why, size_t len)
     int inside;         /* born in the job's container: no ~10 ms move (container_fork) */
     pid_t pid = container_fork(&j->box, &inside);
     if (pid == 0)
-        child(j, procfd, sv[1], failp[1], path, label, parent, inside);
+        child(j, procfd, sv[1], failp[1], path, label, parent, inside, fs->direct_writes);
     int forkerr = errno;
     close(procfd);
     close(sv[1]);
@@ -369,9 +386,13 @@ int fs_mount(struct fs *fs, const char *root, char *why, size_t len)
         rmdir(hidden);
         return fail(why, len, "cannot open /dev/fuse: %s", strerror(e));
     }
+    /* No default_permissions: the I/O worker, the owner, checks every call
+     * on the I/O node, and the only caller here is the owner too, so the
+     * kernel's own check of the mode bits would add nothing but a GETATTR
+     * of the directory after each create or unlink in it (its attributes
+     * are dropped then): two round trips of a small file's five. */
     char opts[160];
-    snprintf(opts, sizeof opts, "fd=%d,rootmode=40000,user_id=%u,group_id=%u,allow_other,default_permissions",
-             dev, fs->uid, fs->gid);
+    snprintf(opts, sizeof opts, "fd=%d,rootmode=40000,user_id=%u,group_id=%u,allow_other", dev, fs->uid, fs->gid);
     if (mount("lattice-fs", hidden, "fuse.lattice-fs", MS_NOSUID | MS_NODEV, opts) < 0) {
         int e = errno;
         close(dev);

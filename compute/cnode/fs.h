@@ -24,6 +24,7 @@ struct fs {
     char **trees;       /* from LATTICE_FS_TREES: trees[0] is the working directory; NULL-terminated */
     uid_t uid;          /* the job owner: the mount's user_id, group_id */
     gid_t gid;
+    int direct_writes;  /* LATTICE_FS_WRITES=direct: write-only opens bypass the page cache */
 };
 
 /* A fs that never started (fs_stop is safe on it). */

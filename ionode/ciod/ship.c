@@ -196,6 +196,30 @@ int srv_openat(struct proc *p, struct call *k, int dirfd, int flags, int mode, c
     return result(k, r);
 }
 
+/* OPENAT and FSTATAT of the new descriptor in one call: the stat of the
+ * file the descriptor names, whoever changes the path meanwhile.  A failed
+ * stat closes the descriptor again: the call failed as a whole. */
+int srv_openat_stat(struct proc *p, struct call *k, int dirfd, int flags, int mode, const char *path,
+                    struct lat_stat *out)
+{
+    struct stat st;
+    int fd;
+
+    srv_openat(p, k, dirfd, flags, mode, path);
+    if (k->ret < 0)
+        return 0;
+    struct rfd *r = &p->fds[k->ret];
+    if (!real_fd(k, r, EBADF, &fd))
+        return 0;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        srv_close(p, k, r);
+        return fail(k, e);
+    }
+    to_lat_stat(&st, out);
+    return 0;           /* k->ret: the descriptor, from srv_openat */
+}
+
 int srv_close(struct proc *p, struct call *k, struct rfd *r)
 {
     int rc = 0;

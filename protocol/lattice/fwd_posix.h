@@ -203,6 +203,9 @@ int64_t fwd_mknodat(int dirfd /* in:obj */, int mode /* in:obj */, uint64_t dev 
 /* msg=0x0331:mbox */
 int64_t fwd_fallocate(int fd /* in:obj:fd */, int mode /* in:obj */, int64_t offset /* in:obj */,
                       int64_t len /* in:obj */);
+/* msg=0x0332:mbox  OPENAT, then fstat of what it opened: one round trip (the FUSE client's open, create) */
+int64_t fwd_openat_stat(int dirfd /* in:obj */, int flags /* in:obj */, int mode /* in:obj */,
+                        const char *path /* in:str */, struct lat_stat *st /* out:ptr */);
 
 #pragma GCC visibility pop
 

@@ -203,7 +203,8 @@ enum lat_type {
     LAT_SYS_FCHOWNAT   = 0x032F,  /* a0 dirfd, a1 uid, a2 gid, a3 flags; path */
     LAT_SYS_MKNODAT    = 0x0330,  /* a0 dirfd, a1 mode, a2 dev; path */
     LAT_SYS_FALLOCATE  = 0x0331,  /* a0 fd, a1 mode, a2 offset, a3 len */
-    LAT_SYS__END       = 0x0332,
+    LAT_SYS_OPENAT_STAT = 0x0332,  /* a0 dirfd, a1 flags, a2 mode; path -> st */
+    LAT_SYS__END       = 0x0333,
     /* END generated */
 
     /* plug-ins: compute process -> ciod (docs/plugins.md).  Request payload is
@@ -226,8 +227,8 @@ enum lat_type {
 /* OPENAT, CLOSE, READ, WRITE, PREAD, PWRITE, LSEEK, FSTATAT, STATX, FACCESSAT, UNLINKAT, RENAMEAT,
  * MKDIRAT, GETDENTS64, READLINKAT, TRUNCATE, FTRUNCATE, FSYNC, FDATASYNC, DUP, FCNTL, CHDIR,
  * FCHDIR, GETCWD, UMASK, FCHMODAT, FCHMOD, UTIMENSAT, STATFS, FSTATFS, SYMLINKAT, LINKAT,
- * FCHOWNAT, MKNODAT, FALLOCATE */
-#define LAT_MBOX_MAP 0x0003E0003FFFFFFFull
+ * FCHOWNAT, MKNODAT, FALLOCATE, OPENAT_STAT */
+#define LAT_MBOX_MAP 0x0007E0003FFFFFFFull
 /* READ, WRITE, PREAD, PWRITE */
 #define LAT_BULK_MAP 0x000000000000003Cull
 /* END generated */

@@ -14,6 +14,26 @@
  *   fuse_probe poll FILE        stat FILE every 20 ms until it fails: "stat: <error>"
  *   fuse_probe late FILE        stat FILE ("absent" or "present"), wait for
  *                               SIGUSR1, stat it again
+ *   fuse_probe reread FILE      rank 0 reads FILE whole three times, waiting
+ *                               for SIGUSR1 before the 2nd and 3rd: "readN
+ *                               BYTES C" (C its first byte); rank 1 waits for
+ *                               SIGUSR1, rewrites FILE with as many 'b's and
+ *                               100000 more (write-only, O_TRUNC): "rewrote BYTES"
+ *   fuse_probe resync FILE      rank 0 opens FILE read-only, reads it ("read C":
+ *                               C its first byte), then after each SIGUSR1
+ *                               on the same descriptor: fsync and read
+ *                               ("synced C"), then a read lock and read
+ *                               ("locked C"); rank 1 rewrites FILE whole
+ *                               with 'b's, then 'c's, one SIGUSR1 each:
+ *                               "rewrote C"
+ *   fuse_probe wback FILE MIB   writes FILE (MIB MiB, write-only), fsyncs,
+ *                               closes, reads it back: "wback ok BYTES"
+ *   fuse_probe fill MIB         writes fill.dat (MIB MiB in 1 MiB writes, write-only)
+ *                               until a write fails, then closes it:
+ *                               "wrote BYTES", "write: <error>" if one failed,
+ *                               "close: ok" or "close: <error>"
+ *   fuse_probe small COUNT      COUNT times: create, write 4 KiB, close, stat,
+ *                               unlink one file (bench/fuse_io.c's): "small ok"
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -198,6 +218,162 @@ static int late(const char *file)
     return 0;
 }
 
+static void wait_usr1(void)
+{
+    sigset_t usr1;
+    int sig;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigwait(&usr1, &sig);
+}
+
+/* FILE's bytes: their count, *first the first; exits on an error. */
+static size_t slurp(const char *file, int *first)
+{
+    static char buf[1 << 16];
+    int fd = open(file, O_RDONLY);
+    CHECK("open", fd >= 0);
+    size_t total = 0;
+    ssize_t n;
+    *first = -1;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+        if (!total)
+            *first = (unsigned char)buf[0];
+        total += (size_t)n;
+    }
+    CHECK("read", n == 0 && close(fd) == 0);
+    return total;
+}
+
+/* Node 0 caches FILE; node 1 rewrites it; node 0 opens it again. */
+static int reread(const char *file)
+{
+    const char *r = getenv("LATTICE_RANK");
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    int first;
+    if (r && !strcmp(r, "1")) {
+        struct stat st;
+        wait_usr1();
+        CHECK("stat", stat(file, &st) == 0);
+        size_t n = (size_t)st.st_size + 100000;
+        char *b = malloc(n);
+        CHECK("malloc", b != NULL);
+        memset(b, 'b', n);
+        int fd = open(file, O_WRONLY | O_TRUNC);
+        CHECK("open for writing", fd >= 0);
+        CHECK("write", write(fd, b, n) == (ssize_t)n && close(fd) == 0);
+        printf("rewrote %zu\n", n);
+        return 0;
+    }
+    for (int i = 1; i <= 3; i++) {
+        if (i > 1)
+            wait_usr1();
+        size_t n = slurp(file, &first);
+        printf("read%d %zu %c\n", i, n, first);
+    }
+    return 0;
+}
+
+/* Node 0 holds FILE open and cached; node 1 rewrites it; node 0's fsync,
+ * then its lock, make its next read see the new bytes. */
+static int resync(const char *file)
+{
+    const char *r = getenv("LATTICE_RANK");
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    char buf[4096];
+    if (r && !strcmp(r, "1")) {
+        for (char c = 'b'; c <= 'c'; c++) {
+            struct stat st;
+            wait_usr1();
+            CHECK("stat", stat(file, &st) == 0);
+            size_t n = (size_t)st.st_size;
+            char *b = malloc(n);
+            CHECK("malloc", b != NULL);
+            memset(b, c, n);
+            int fd = open(file, O_WRONLY | O_TRUNC);
+            CHECK("rewrite", fd >= 0 && write(fd, b, n) == (ssize_t)n && close(fd) == 0);
+            free(b);
+            printf("rewrote %c\n", c);
+        }
+        return 0;
+    }
+    int fd = open(file, O_RDONLY);
+    CHECK("open", fd >= 0);
+    CHECK("read", pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf);
+    printf("read %c\n", buf[0]);
+    wait_usr1();
+    CHECK("fsync", fsync(fd) == 0);
+    CHECK("read", pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf);
+    printf("synced %c\n", buf[0]);
+    wait_usr1();
+    struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
+    CHECK("lock", fcntl(fd, F_SETLKW, &fl) == 0);
+    CHECK("read", pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf);
+    printf("locked %c\n", buf[0]);
+    return 0;
+}
+
+/* A file system that fills up: its error is said by a write or by close. */
+static int fill(long mib)
+{
+    size_t bs = 1 << 20, total = 0;
+    char *buf = malloc(bs);
+    CHECK("malloc", buf != NULL);
+    memset(buf, 'f', bs);
+    int fd = open("fill.dat", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK("create", fd >= 0);
+    for (long i = 0; i < mib; i++) {
+        ssize_t n = write(fd, buf, bs);
+        if (n < 0) {
+            printf("wrote %zu\nwrite: %s\n", total, strerror(errno));
+            break;
+        }
+        total += (size_t)n;
+    }
+    if (total == (size_t)mib << 20)
+        printf("wrote %zu\n", total);
+    printf("close: %s\n", close(fd) == 0 ? "ok" : strerror(errno));
+    return 0;
+}
+
+static int wback(const char *file, long mib)
+{
+    size_t bs = 1 << 20;
+    char *buf = malloc(bs);
+    CHECK("malloc", buf != NULL);
+    memset(buf, 'w', bs);
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK("create", fd >= 0);
+    for (long i = 0; i < mib; i++)
+        CHECK("write", write(fd, buf, bs) == (ssize_t)bs);
+    CHECK("fsync", fsync(fd) == 0 && close(fd) == 0);
+    int first;
+    size_t n = slurp(file, &first);
+    printf(n == (size_t)mib << 20 && first == 'w' ? "wback ok %zu\n" : "SHORT %zu\n", n);
+    return 0;
+}
+
+static int small(long count)
+{
+    char buf[4096], name[64];
+    struct stat st;
+    memset(buf, 's', sizeof buf);
+    for (long i = 0; i < count; i++) {
+        snprintf(name, sizeof name, "small.%ld", i);
+        int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        CHECK(name, fd >= 0 && write(fd, buf, sizeof buf) == (ssize_t)sizeof buf && close(fd) == 0);
+        CHECK(name, stat(name, &st) == 0 && st.st_size == (off_t)sizeof buf && unlink(name) == 0);
+    }
+    printf("small ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -213,6 +389,17 @@ int main(int argc, char **argv)
         return poll_file(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "late"))
         return late(argv[2]);
-    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE\n");
+    if (argc == 3 && !strcmp(argv[1], "reread"))
+        return reread(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "resync"))
+        return resync(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "fill"))
+        return fill(atol(argv[2]));
+    if (argc == 3 && !strcmp(argv[1], "small"))
+        return small(atol(argv[2]));
+    if (argc == 4 && !strcmp(argv[1], "wback"))
+        return wback(argv[2], atol(argv[3]));
+    fprintf(stderr, "usage: fuse_probe ops | pair FILE MIB | cat FILE | poll FILE | late FILE | reread FILE | resync FILE | "
+            "wback FILE MIB | fill MIB | small COUNT\n");
     return 2;
 }

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -211,3 +212,164 @@ def test_killing_the_file_client_ends_the_job_with_a_clear_line(fm: Machine, pro
     assert "the node's file client (lattice-fs) died: killed by signal 9" in err, out + err
     wait_for(lambda: not [p for p in fs_clients(fm) if Path(f"/proc/{p}").exists()
                           and "Z" not in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]])
+
+
+def rank_pid(rank: int, word: bytes) -> int:
+    """The pid of the probe of this rank whose command line has word."""
+    found = []
+    for pid, argv in processes():
+        if argv[0].endswith(b"fuse_probe") and word in argv:
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"LATTICE_RANK={rank}".encode() in env:
+                found.append(pid)
+    assert len(found) == 1, (rank, found)
+    return found[0]
+
+
+def line(stream, want: str) -> str:  # type: ignore[no-untyped-def]
+    """The job's lines until one starting with want (EOF: the job ended without it)."""
+    seen = []
+    while True:
+        got = stream.readline()
+        assert got, f"no line {want!r}; got {seen}"
+        seen.append(got)
+        if got.startswith(want):
+            return str(got.rstrip("\n"))
+
+
+def test_an_unchanged_file_is_read_from_the_cache_and_another_nodes_rewrite_is_seen(fm: Machine, probe: str) -> None:
+    """Close-to-open (docs/architecture.md "The FUSE file client"): node 0
+    reads a file; opened again unchanged it is read from its page cache, no
+    read shipped; node 1 then rewrites it, longer, and node 0's next open
+    reads all of node 1's bytes (its kernel's size of the file, trusted for
+    1 s, is dropped at that open)."""
+    work = scratch(fm, "reread")
+    (work / "f").write_bytes(b"a" * 300000)
+    (work / "f").chmod(0o666)
+    job = fm.popen("run", "--block", BLOCK, "-n", "2", "--label", *sandboxed(work), probe, "reread", "f")
+    assert job.stdout is not None
+    try:
+        assert line(job.stdout, "0: read1") == "0: read1 300000 a"
+        before = counters(fm)
+        os.kill(rank_pid(0, b"reread"), signal.SIGUSR1)
+        assert line(job.stdout, "0: read2") == "0: read2 300000 a"
+        after = counters(fm)
+        assert after["pread"] == before["pread"], "the cached file was read again"     # lattice-fs reads by PREAD
+        assert after["openat_stat"] > before["openat_stat"]     # the open asked whether it changed
+        os.kill(rank_pid(1, b"reread"), signal.SIGUSR1)
+        assert line(job.stdout, "1: rewrote") == "1: rewrote 400000"
+        os.kill(rank_pid(0, b"reread"), signal.SIGUSR1)
+        assert line(job.stdout, "0: read3") == "0: read3 400000 b"
+        out, err = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 0, out + err
+    assert (work / "f").read_bytes() == b"b" * 400000
+
+
+def test_a_file_written_and_synced_is_read_back_from_the_cache(fm: Machine, probe: str) -> None:
+    """A write-only open writes through the page cache: after fsync and
+    close, reading the file back on the same node ships no read; the bytes
+    are on the I/O node."""
+    work = scratch(fm, "wback")
+    before = counters(fm)
+    p = fm.run("run", "--block", BLOCK, "-n", "1", *sandboxed(work), probe, "wback", "w.dat", "4")
+    assert p.stdout.splitlines()[-1] == "wback ok 4194304", p.stdout + p.stderr
+    after = counters(fm)
+    assert after["pread"] == before["pread"], "the written file was read again"    # lattice-fs reads by PREAD
+    assert after["pwrite"] > before["pwrite"]
+    assert (work / "w.dat").read_bytes() == b"w" * (4 << 20)
+
+
+SMALL_CALLS = ("statx", "openat", "openat_stat", "fstatat", "pwrite", "write", "close", "unlinkat", "fsync", "lock")
+
+
+def test_a_small_file_costs_six_shipped_calls(fm: Machine, probe: str) -> None:
+    """Create, write 4 KiB, close, stat, unlink (bench/fuse_io.py's small
+    files): lookup and stat after the write are one STATX each, create one
+    OPENAT_STAT (no FSTATAT after it), then PWRITE, CLOSE, UNLINKAT.  No
+    GETATTR of the directory after each create and unlink (no
+    default_permissions).  Two jobs, 10 and 210 files: the difference is
+    200 files' calls alone."""
+    work = scratch(fm, "small")
+    calls = []
+    for n in (10, 210):
+        before = counters(fm)
+        p = fm.run("run", "--block", BLOCK, "-n", "1", *sandboxed(work), probe, "small", str(n))
+        assert p.stdout.splitlines()[-1] == "small ok", p.stdout + p.stderr
+        after = counters(fm)
+        calls.append({c: after[c] - before[c] for c in SMALL_CALLS})
+    per = {c: (calls[1][c] - calls[0][c]) / 200 for c in SMALL_CALLS}
+    # the directory's own lookup once a second (its entry timeout) may add a few
+    assert per["statx"] < 2.1 and per["openat_stat"] == 1 and per["fstatat"] == 0, per
+    assert sum(per.values()) < 6.1, per
+    assert list(work.iterdir()) == []
+
+
+def test_direct_writes_leave_the_cache_alone_and_a_bad_value_is_one_line(fm: Machine, probe: str) -> None:
+    """LATTICE_FS_WRITES=direct: write-only opens bypass the page cache
+    (direct_io), so the file is read back from the I/O node; any other
+    value than cached or direct fails the launch in one line."""
+    work = scratch(fm, "direct")
+    before = counters(fm)
+    p = fm.run("run", "--block", BLOCK, "-n", "1", "--env", "LATTICE_FS_WRITES=direct", *sandboxed(work), probe,
+               "wback", "w.dat", "4")
+    assert p.stdout.splitlines()[-1] == "wback ok 4194304", p.stdout + p.stderr
+    assert counters(fm)["pread"] > before["pread"]
+    assert (work / "w.dat").read_bytes() == b"w" * (4 << 20)
+    p = fm.run("run", "--block", BLOCK, "-n", "1", "--env", "LATTICE_FS_WRITES=later", *sandboxed(work), probe,
+               "ops", check=False)
+    assert p.returncode != 0
+    assert 'LATTICE_FS_WRITES=later: not "cached" or "direct"' in p.stderr, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and "fs=" not in p.stdout
+
+
+def test_fsync_and_a_lock_of_a_cached_open_see_another_nodes_rewrite(fm: Machine, probe: str) -> None:
+    """Node 0 holds a file open read-only, its pages cached; node 1
+    rewrites it.  Node 0's fsync on the same descriptor (MPI_File_sync),
+    then its read lock, each make its next read see node 1's bytes: the
+    cache is revalidated there, as NFS does at a lock."""
+    work = scratch(fm, "resync")
+    (work / "f").write_bytes(b"a" * 65536)
+    (work / "f").chmod(0o666)
+    job = fm.popen("run", "--block", BLOCK, "-n", "2", "--label", *sandboxed(work), probe, "resync", "f")
+    assert job.stdout is not None
+    try:
+        assert line(job.stdout, "0: read") == "0: read a"
+        for c, step in (("b", "synced"), ("c", "locked")):
+            os.kill(rank_pid(1, b"resync"), signal.SIGUSR1)
+            assert line(job.stdout, "1: rewrote") == f"1: rewrote {c}"
+            os.kill(rank_pid(0, b"resync"), signal.SIGUSR1)
+            assert line(job.stdout, f"0: {step}") == f"0: {step} {c}"
+        out, err = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 0, out + err
+
+
+def test_a_full_file_system_is_said_by_a_write_or_by_close(fm: Machine, probe: str) -> None:
+    """A write through the cache is answered before the I/O node has it
+    (compute/cnfs/behind.c); when the I/O node's file system is full the
+    error still reaches the program, at that write, the next one or close
+    (FLUSH), never lost; the file holds what the I/O node took."""
+    full = scratch(fm, "full")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(full)], check=True)
+    try:
+        os.chmod(full, 0o777)
+        p = fm.run("run", "--block", BLOCK, "-n", "1", *sandboxed(full), probe, "fill", "8")
+        out = p.stdout.splitlines()
+        assert out[0] == "fs=fuse", p.stdout
+        errors = [l for l in out if l.startswith(("write: ", "close: "))]
+        assert any(l.endswith("No space left on device") for l in errors), p.stdout + p.stderr
+        wrote = int(next(l for l in out if l.startswith("wrote "))[6:])
+        assert wrote < 8 << 20
+        assert (full / "fill.dat").stat().st_size <= 2 << 20
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

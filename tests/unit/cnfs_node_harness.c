@@ -10,6 +10,11 @@
  *   unlink PATH           -> ok
  *   rename FROM TO        -> ok
  *   count                 -> nodes in the table
+ *   open N SIZE MTIME CTIME  -> "keep S" or "drop S" (node_cache_open; S 1: attributes stale)
+ *   told N SIZE           -> ok (node_told)
+ *   wrote N / dropped N   -> ok (node_cache_wrote, node_cache_drop)
+ *   stamp N SIZE MTIME CTIME -> ok (node_cache_stamp)
+ *   (times in nanoseconds)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -55,6 +60,28 @@ int main(void)
             printf("ok\n");
         } else if (sscanf(line, "rename %4199s %4199s", a, b) == 2) {
             node_rename(a, b);
+            printf("ok\n");
+        } else if (sscanf(line, "open %4199s %llu %llu %llu", a, &dev, &ino, &n) == 4 ||
+                   sscanf(line, "stamp %4199s %llu %llu %llu", a, &dev, &ino, &n) == 4) {
+            struct stat st = { .st_size = (off_t)dev };
+            st.st_mtim = (struct timespec){ (time_t)(ino / 1000000000u), (long)(ino % 1000000000u) };
+            st.st_ctim = (struct timespec){ (time_t)(n / 1000000000u), (long)(n % 1000000000u) };
+            int changed;
+            if (line[0] == 'o') {
+                int keep = node_cache_open(id_of(a), &st, &changed);
+                printf("%s %d\n", keep ? "keep" : "drop", changed);
+            } else {
+                node_cache_stamp(id_of(a), &st);
+                printf("ok\n");
+            }
+        } else if (sscanf(line, "told %4199s %llu", a, &n) == 2) {
+            node_told(id_of(a), (off_t)n);
+            printf("ok\n");
+        } else if (sscanf(line, "wrote %4199s", a) == 1) {
+            node_cache_wrote(id_of(a));
+            printf("ok\n");
+        } else if (sscanf(line, "dropped %4199s", a) == 1) {
+            node_cache_drop(id_of(a));
             printf("ok\n");
         } else if (!strncmp(line, "count", 5)) {
             printf("%zu\n", node_count());

@@ -43,7 +43,7 @@ SYS = dict(openat=0x300, close=0x301, read=0x302, write=0x303, pread=0x304, pwri
            renameat=0x30B, mkdirat=0x30C, getdents64=0x30D, readlinkat=0x30E, truncate=0x30F,
            ftruncate=0x310, fsync=0x311, fdatasync=0x312, dup=0x313, fcntl=0x314, chdir=0x315,
            fchdir=0x316, getcwd=0x317, umask=0x318, fchmodat=0x319, fchmod=0x31A,
-           utimensat=0x31B, statfs=0x31C, fstatfs=0x31D)
+           utimensat=0x31B, statfs=0x31C, fstatfs=0x31D, openat_stat=0x332)
 SYS_NAMES = {v: k for k, v in SYS.items()}
 NSYS = 0x31E - 0x300
 ROLE_CONTROL, ROLE_NODE, ROLE_PROC = 1, 2, 3

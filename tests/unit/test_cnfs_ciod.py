@@ -7,8 +7,8 @@ import errno
 from pathlib import Path
 
 from lattice.transport import wire
-from test_ciod import (AT_FDCWD, CTL_EXIT, CTL_JOB_END, ROLE_PROC, STAT, Ciod, Job, Proc,  # noqa: F401
-                       ciod, ciod_bin, path)
+from test_ciod import (AT_FDCWD, CTL_EXIT, CTL_JOB_END, O_CREAT, O_EXCL, O_RDONLY, O_WRONLY, ROLE_PROC,  # noqa: F401
+                       STAT, Ciod, Job, Proc, ciod, ciod_bin, path)
 
 
 def fs_node(node: int) -> int:
@@ -40,3 +40,21 @@ def test_no_file_client_for_a_job_not_sandboxed_or_a_node_without_it(ciod: Ciod,
     k = Job(ciod, tmp_path, job_id=43, ranks=(0, -1), reuse=j, flags=wire.JOB_SANDBOX)
     assert ciod.hello(ROLE_PROC, fs_node(1), k.id)[1] == errno.EACCES     # node 1 runs none of it
     assert ciod.hello(ROLE_PROC, fs_node(0), k.id)[1] == 0
+
+
+def test_openat_stat_opens_and_says_what_it_opened_in_one_call(ciod: Ciod, tmp_path: Path) -> None:
+    """LAT_SYS_OPENAT_STAT (docs/protocol.md 5): lattice-fs's open and
+    create are one round trip, the descriptor and the file's lat_stat."""
+    (tmp_path / "f").write_bytes(b"1234567")
+    j = Job(ciod, tmp_path, flags=wire.JOB_SANDBOX)
+    fs = Proc(ciod.connect(ROLE_PROC, fs_node(0), j.id))
+    fd, out = fs.ok("openat_stat", AT_FDCWD, O_RDONLY, 0, data=path(tmp_path / "f"))
+    st = STAT.unpack(out)
+    assert fd >= 3 and st[8] == 7 and st[1] == (tmp_path / "f").stat().st_ino
+    assert fs.ok("pread", fd, 3, 2) == (3, b"345")      # the descriptor is open
+    nfd, out = fs.ok("openat_stat", AT_FDCWD, O_WRONLY | O_CREAT | O_EXCL, 0o640, data=path(tmp_path / "new"))
+    assert STAT.unpack(out)[8] == 0 and STAT.unpack(out)[1] == (tmp_path / "new").stat().st_ino
+    assert fs.fails("openat_stat", AT_FDCWD, O_WRONLY | O_CREAT | O_EXCL, 0o640,
+                    data=path(tmp_path / "new")) == errno.EEXIST
+    assert fs.fails("openat_stat", AT_FDCWD, O_RDONLY, 0, data=path(tmp_path / "missing")) == errno.ENOENT
+    assert fs.ok("close", nfd)[0] == 0 and fs.ok("close", fd)[0] == 0

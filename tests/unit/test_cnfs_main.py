@@ -25,11 +25,21 @@ def start(conn: int, ctl: int, dp: str = "0,0,0") -> subprocess.Popen[bytes]:
                             pass_fds=(conn, ctl), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+USAGE = ("lattice-fs: usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS [--label TEXT] "
+         "[--writes cached|direct] (started by cnode)")
+
+
 def test_without_its_descriptors_it_says_how_it_is_started() -> None:
     p = subprocess.run([str(EXE)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 2
-    assert p.stderr.splitlines() == ["lattice-fs: usage: lattice-fs --conn FD --ctl FD --dp EAGER,RDV,FLAGS "
-                                     "[--label TEXT] (started by cnode)"]
+    assert p.stderr.splitlines() == [USAGE]
+
+
+def test_writes_are_cached_or_direct() -> None:
+    p = subprocess.run([str(EXE), "--conn", "0", "--ctl", "1", "--dp", "0,0,0", "--writes", "later"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [USAGE]
 
 
 def test_a_connection_that_is_no_socket_is_one_line() -> None:

@@ -107,3 +107,43 @@ def test_thousands_of_nodes(t: Table) -> None:
     ids = [t("ref", f"/f{i}", 7, i) for i in range(5000)]
     assert len(set(ids)) == 5000 and t("count") == "5000"
     assert all(t("path", ids[i]) == f"/f{i}" for i in range(0, 5000, 97))
+
+
+def test_the_cache_is_kept_at_an_open_only_while_the_file_is_the_version_it_holds(t: Table) -> None:
+    """node.c's stamps (docs/architecture.md "The FUSE file client"): an
+    open keeps the page cache when the I/O node's size, mtime and ctime are
+    those of the version the cache holds, close-to-open; the kernel's
+    attributes are dropped too when the file is another version, or
+    another size than the kernel was told (its size would cut reads short)."""
+    a = t("ref", "/w/f", 1, 10)
+    t("told", a, 100)                                 # the lookup's reply
+    assert t("open", a, 100, 5, 5) == "drop 0"        # first open: nothing cached yet
+    assert t("open", a, 100, 5, 5) == "keep 0"        # unchanged
+    for changed in ((100, 6, 5), (100, 6, 7), (101, 6, 7)):    # mtime, ctime or size (another node)
+        assert t("open", a, *changed) == "drop 1"
+        t("told", a, changed[0])                      # the kernel's getattr after it
+        assert t("open", a, *changed) == "keep 0"
+    b = t("ref", "/w/g", 1, 11)
+    t("told", b, 5)
+    assert t("open", b, 7, 1, 1) == "drop 1"          # grown since the lookup, never opened here
+    assert t("open", b, 7, 1, 1) == "keep 1"          # not told since: still dropped until a getattr
+    t("told", b, 7)
+    assert t("open", b, 7, 1, 1) == "keep 0"
+    assert t("open", "root", 1, 1, 1) == "drop 0"     # the root has no stamp
+
+
+def test_own_writes_are_stamped_after_them_and_a_write_past_the_cache_drops_it(t: Table) -> None:
+    a = t("ref", "/w/h", 1, 20)
+    t("told", a, 0)
+    t("open", a, 0, 1, 1)
+    assert t("wrote", a) == "ok"                      # write-through: the cache follows, the stamp is stale
+    assert t("open", a, 4096, 2, 2)[:4] == "drop"     # not stamped since: dropped, not trusted
+    t("wrote", a)
+    t("stamp", a, 8192, 3, 3)                         # fsync's stat after the writes
+    t("told", a, 8192)
+    assert t("open", a, 8192, 3, 3) == "keep 0"
+    t("dropped", a)                                   # a direct_io write: the cache missed it
+    t("stamp", a, 9000, 4, 4)                         # ... so a stamp after it is refused
+    t("told", a, 9000)
+    assert t("open", a, 9000, 4, 4) == "drop 0"
+    assert t("open", a, 9000, 4, 4) == "keep 0"
