@@ -421,9 +421,10 @@ static void holder(const struct holder_args *a)
     if (topology_file(tp, sizeof tp))
         topo = open(tp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     int lib = open_lattice_libs(status, a->j->k->client);
-    /* the container's directory, while the host's cgroup file system is in view */
+    /* the container's directory, while the host's cgroup file system is in view (none
+     * without cgroups: then cnode's death ends only its children, by their parent-death signal) */
     int box = a->block_pids ? container_dir(&a->j->box) : -1;
-    if (a->block_pids && box < 0)
+    if (a->block_pids && box < 0 && a->j->box.path[0])
         fail(status, "cannot open the job's container", a->j->box.path);
     if (mount("lattice-node", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
         fail(status, "cannot mount the node's root tmpfs on", STAGE);
@@ -449,8 +450,9 @@ static void holder(const struct holder_args *a)
      * pipe last (in the block's pid namespace, cnode's pidfd kept) */
     if (a->block_pids) {
         /* out of the way of the two slots first: either may hold the other */
-        int c = fcntl(a->cnode, F_DUPFD, HOLD_BOX + 1), b = fcntl(box, F_DUPFD, HOLD_BOX + 1);
-        if (c < 0 || b < 0 || dup2(c, HOLD_CNODE) < 0 || dup2(b, HOLD_BOX) < 0 ||
+        int c = fcntl(a->cnode, F_DUPFD, HOLD_BOX + 1), b = box < 0 ? -1 : fcntl(box, F_DUPFD, HOLD_BOX + 1);
+        if (c < 0 || (box >= 0 && b < 0) || dup2(c, HOLD_CNODE) < 0 || (b >= 0 && dup2(b, HOLD_BOX) < 0) ||
+            (b < 0 && close(HOLD_BOX) < 0 && errno != EBADF) ||
             syscall(SYS_close_range, 0, HOLD_CNODE - 1, 0) < 0 || syscall(SYS_close_range, HOLD_BOX + 1, ~0u, 0) < 0)
             fail(status, "cannot keep cnode's pidfd and the job's container", NULL);
         watch_cnode();
