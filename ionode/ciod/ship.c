@@ -868,9 +868,11 @@ static int serve_call(struct proc *p, const struct lat_hdr *h, char *why, size_t
     if (!out)
         worker_in_call(p->c, true);
     run_call(p, h, fn, &k);
-    int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
+    /* out of the call before its reply: once replied, the process may write
+     * (unawaited) and exit while we are still here (worker.c, served_all) */
     if (!out)
         worker_in_call(p->c, false);
+    int rc = reply_ret(p->c, h->type, h->seq, k.ret, k.err, k.out, k.outlen);
     account(h->type, &k, dp_now_ns() - t0);
     if (rc < 0 && (errno == EPIPE || errno == ECONNRESET))
         return 0;                       /* it died: what it sent before still goes out (its output) */
@@ -902,8 +904,8 @@ static void serve_mbox(struct proc *p)
             worker_in_call(p->c, true);
             run_call(p, &h, fn, &k);
             atomic_fetch_add(&dp_ctr[LAT_CTR_MBOX_CALLS], 1);    /* counted before the process can look */
+            worker_in_call(p->c, false);        /* before the reply, as ship_call */
             dp_mbox_reply(&p->mbox, h.type, sq, k.ret, k.err, k.out, k.outlen);
-            worker_in_call(p->c, false);
             account(h.type, &k, dp_now_ns() - t0);
             return;
         }

@@ -219,7 +219,8 @@ static struct {
 } sy = { .lock = PTHREAD_MUTEX_INITIALIZER, .asked = PTHREAD_COND_INITIALIZER, .tail = &sy.head };
 
 /* Under wk.lock: nothing process c sent can still be unserved: its thread
- * is in a call the process waits for.  cnk takes the replies of its
+ * is in a call the process waits for (in_call ends before the reply goes,
+ * ship.c).  cnk takes the replies of its
  * unawaited writes before it sends any other call (shipc_async_drain), so
  * all it sent before that call was served, and after it, it sent at most
  * the call's mailbox ring (LAT_MBOX_RING), which may lie unread on the
