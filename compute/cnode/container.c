@@ -384,14 +384,19 @@ static int write_file(const char *dir, const char *file, const char *text)
     return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
-/* The pids in dir's cgroup.procs (malloc'd, *n of them), or NULL and -1 in *n. */
-static pid_t *read_pids(const char *dir, size_t *n)
+/* The pids in the cgroup.procs of dir (or, with dir NULL, of the directory
+ * open on dirfd), malloc'd, *n of them, or NULL and -1 in *n.  Read from a
+ * pid namespace, a process outside it is 0. */
+static pid_t *read_pids_at(int dirfd, const char *dir, size_t *n)
 {
     char p[700];
-    snprintf(p, sizeof p, "%s/cgroup.procs", dir);
+    snprintf(p, sizeof p, "%s/cgroup.procs", dir ? dir : ".");
     *n = 0;
-    FILE *f = fopen(p, "re");
+    int fd = openat(dirfd, p, O_RDONLY | O_CLOEXEC);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "re");
     if (!f) {
+        if (fd >= 0)
+            close(fd);
         *n = (size_t)-1;
         return NULL;
     }
@@ -464,7 +469,7 @@ static int kill_loop(const char *dir, double deadline)
         if (write_file(dir, freeze, v1 ? "FROZEN" : "1") < 0)
             return -1;
         size_t n;
-        pid_t *pid = read_pids(dir, &n);
+        pid_t *pid = read_pids_at(AT_FDCWD, dir, &n);
         if (n == (size_t)-1)
             return -1;
         for (size_t i = 0; i < n; i++)
@@ -492,29 +497,13 @@ void container_kill_others(int dir)
 {
     pid_t self = getpid();
     for (int round = 0; round < 64; round++) {
-        int fd = openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC);
-        FILE *f = fd < 0 ? NULL : fdopen(fd, "re");
-        if (!f) {
-            if (fd >= 0)
-                close(fd);
+        size_t n, others = 0;
+        pid_t *pid = read_pids_at(dir, NULL, &n);
+        if (n == (size_t)-1)
             return;
-        }
-        pid_t *pid = NULL;
-        size_t others = 0, room = 0;
-        long p;
-        /* in our pid namespace: 0 for a process we cannot see */
-        while (fscanf(f, "%ld", &p) == 1) {
-            if (p <= 0 || p == self || kill((pid_t)p, SIGKILL) < 0)
-                continue;
-            if (others == room) {
-                pid_t *more = realloc(pid, (room = room ? 2 * room : 64) * sizeof *pid);
-                if (!more)
-                    continue;
-                pid = more;
-            }
-            pid[others++] = (pid_t)p;
-        }
-        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (pid[i] > 0 && pid[i] != self && kill(pid[i], SIGKILL) == 0)
+                pid[others++] = pid[i];
         wait_pids(pid, others, now() + 1.0);
         free(pid);
         if (!others)
@@ -558,7 +547,7 @@ int container_seal(struct container *c, char *why, size_t len)
     }
     int e = errno;
     size_t n;
-    pid_t *pid = read_pids(c->path, &n);
+    pid_t *pid = read_pids_at(AT_FDCWD, c->path, &n);
     if (n == (size_t)-1 || n == 0)
         snprintf(why, len, "cannot end the job's container %s: %s", c->path, strerror(e));
     else {
